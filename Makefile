@@ -1,0 +1,87 @@
+# dpm build. Outputs go under build/ (git-ignored); protobuf C code is
+# generated there. `make` builds everything, `make test` runs every test,
+# `make bench` the benchmarks, `make deps` installs missing Debian packages.
+
+CC       ?= gcc
+BUILD    := build
+PKGS     := libprotobuf-c yaml-0.1 zlib openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+WARN     := -Wall -Wextra -Werror
+CFLAGS   ?= -O2 -g
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Idaemon -Iclient \
+              -I$(BUILD) $(PKG_CFLAGS) -MMD -MP
+LDLIBS   := $(PKG_LIBS) -lpthread -lm
+ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined
+
+PROTO_C  := $(BUILD)/proto/dpm.pb-c.c
+PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
+ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/train/*.c)
+ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC))
+SPEC_SRC := $(wildcard client/spec/*.c)
+LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C)
+TEST_SRC := $(wildcard tests/unit/*.c)
+BENCH_SRC := $(wildcard bench/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(patsubst $(BUILD)/%,%,$(2)))
+LIB_OBJ      := $(call obj,obj,$(LIB_SRC))
+LIB_ASAN_OBJ := $(call obj,asan,$(LIB_SRC))
+TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
+
+.PHONY: all deps test bench demo clean format
+all: $(BUILD)/dpm-train $(BUILD)/tests/unit $(BUILD)/bench/engine
+
+deps:
+	@./scripts/deps.sh
+
+$(PROTO_C) $(PROTO_H): proto/dpm.proto | deps
+	@mkdir -p $(BUILD)
+	protoc-c --c_out=$(BUILD) $<
+
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+$(BUILD)/obj/proto/%.o: $(BUILD)/proto/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Wno-error -c $< -o $@
+$(BUILD)/asan/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ASAN) -c $< -o $@
+$(BUILD)/asan/proto/%.o: $(BUILD)/proto/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ASAN) -Wno-error -c $< -o $@
+
+$(BUILD)/libdpm.a: $(LIB_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libdpm-asan.a: $(LIB_ASAN_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/dpm-train: $(BUILD)/obj/daemon/train/dpm_train_main.o $(BUILD)/libdpm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench/engine: $(call obj,obj,$(BENCH_SRC)) $(BUILD)/libdpm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md).
+test: deps $(BUILD)/tests/unit $(BUILD)/dpm-train
+	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
+
+bench: deps $(BUILD)/bench/engine $(BUILD)/dpm-train
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/engine
+
+demo: deps $(BUILD)/dpm-train
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/dpm-train examples/fmnist_mlp.yaml --epochs 1
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

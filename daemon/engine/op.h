@@ -1,0 +1,196 @@
+/* Operators: the op table interface, graph nodes and executable ops.
+ *
+ * Every operator is one const dpm_op_def in one of daemon/ops/*.c, listed in
+ * daemon/ops/registry.c. A def carries everything the engine knows of the op:
+ * arity, argument schema, parameters it creates, hidden outputs, shape
+ * inference, gradient maker and the CPU kernel.
+ *
+ * Nodes (dpm_node) are ops over blob *names* in a net; they are validated and
+ * shape-inferred before any allocation. Executable ops (dpm_op) bind a node
+ * to tensors of one workspace; a kernel only ever sees shapes that its infer
+ * function accepted, so kernels cannot fail.
+ *
+ * Threads: defs are immutable and shared. A dpm_op and its dpm_ctx belong to
+ * the one device worker that runs them. */
+#ifndef DPM_OP_H
+#define DPM_OP_H
+
+#include <stdint.h>
+
+#include "engine/tensor.h"
+
+#define DPM_OP_MAX_IO 16  /* inputs or outputs of one node */
+#define DPM_OP_MAX_ARGS 12 /* arguments in one op's schema */
+#define DPM_ARG_MAX_LIST 8 /* elements of an ints/floats argument */
+
+typedef struct dpm_op_def dpm_op_def;
+
+/* ---- arguments ---------------------------------------------------------- */
+
+typedef enum {
+  DPM_ARG_INT,    /* int64; YAML integer literal */
+  DPM_ARG_FLOAT,  /* double; integer literals accepted */
+  DPM_ARG_BOOL,   /* true/false or 0/1 */
+  DPM_ARG_STRING, /* with `choices`, stored as the choice index in .i too */
+  DPM_ARG_INTS,   /* list of ints, at most DPM_ARG_MAX_LIST */
+  DPM_ARG_FLOATS, /* list of floats */
+} dpm_arg_type;
+
+/* One entry of an op's argument schema. Tables end with {NULL}. */
+typedef struct dpm_arg_def {
+  const char *name;
+  dpm_arg_type type;
+  const char *def;     /* default, as text ("1", "0.5", "xavier"); NULL: required */
+  const char *choices; /* strings only: "xavier|msra|gaussian"; NULL: any */
+  double min, max;     /* numeric bounds, inclusive; both 0: unbounded */
+} dpm_arg_def;
+
+/* A parsed argument value; which fields are meaningful follows the type. */
+typedef struct dpm_arg {
+  int64_t i;    /* INT, BOOL, STRING choice index */
+  double f;     /* FLOAT (also set for INT) */
+  char s[32];   /* STRING */
+  int n;        /* INTS/FLOATS length */
+  int64_t v[DPM_ARG_MAX_LIST];
+  double fv[DPM_ARG_MAX_LIST];
+} dpm_arg;
+
+/* ---- blobs -------------------------------------------------------------- */
+
+typedef enum {
+  DPM_BLOB_ACT,      /* activations and other net-internal values */
+  DPM_BLOB_DATA,     /* produced by the reader (data, label) */
+  DPM_BLOB_PARAM,    /* trainable parameter (fc1_w): optimizer, checkpoint */
+  DPM_BLOB_COMPUTED, /* computed parameter (bn1_rm): checkpoint, broadcast */
+  DPM_BLOB_GRAD,     /* gradient of a param or activation */
+  DPM_BLOB_OPTIM,    /* optimizer state (fc1_w_momentum): checkpoint */
+  DPM_BLOB_COUNTER,  /* iteration counter, learning rate: checkpoint */
+  DPM_BLOB_KIND_COUNT
+} dpm_blob_kind;
+
+const char *dpm_blob_kind_name(dpm_blob_kind k);
+
+/* A parameter created by an op (Caffe2 naming: output "fc1" + "_w"). The
+ * graph builder appends its blob to the node's inputs, after the data
+ * inputs, and emits a fill for it into the init net. Tables end with {NULL}. */
+typedef struct dpm_param_def {
+  const char *suffix;    /* "_w": the blob is <first output><suffix> */
+  dpm_blob_kind kind;    /* DPM_BLOB_PARAM or DPM_BLOB_COMPUTED */
+  const char *init;      /* default fill: xavier|msra|gaussian|uniform|constant */
+  const char *init_arg;  /* string argument overriding init ("weight_init"), or NULL */
+  double value;          /* constant value, gaussian std, or uniform half-range */
+  const char *value_arg; /* float argument overriding value ("weight_std"), or NULL */
+} dpm_param_def;
+
+/* ---- nodes -------------------------------------------------------------- */
+
+typedef struct dpm_node {
+  const dpm_op_def *def;
+  int index;        /* position in the spec's forward list; -1 if generated */
+  unsigned line;    /* spec line (1-based), 0 if unknown */
+  int n_in, n_out;  /* all inputs (data + params) / outputs (user + hidden) */
+  char *in[DPM_OP_MAX_IO];  /* blob names, owned by the node; an output may */
+  char *out[DPM_OP_MAX_IO]; /* be NULL (gradient not wanted) */
+  dpm_arg arg[DPM_OP_MAX_ARGS]; /* by position in def->args */
+  int is_test;      /* test mode: SpatialBN uses running stats, Dropout is off */
+} dpm_node;
+
+/* ---- executable ops ----------------------------------------------------- */
+
+/* Per-device execution context, owned by the device worker. */
+typedef struct dpm_ctx {
+  void *scratch;        /* 64-byte aligned; at least the net's max def->scratch */
+  size_t scratch_bytes;
+  uint64_t rng[2];      /* Dropout's stream; seeded per device, advanced per use */
+  int device;           /* device index, 0 = master */
+} dpm_ctx;
+
+typedef struct dpm_op {
+  const dpm_node *node; /* args: node->arg[k] */
+  dpm_tensor *in[DPM_OP_MAX_IO];  /* NULL where the node's name is NULL */
+  dpm_tensor *out[DPM_OP_MAX_IO];
+  int n_in, n_out;
+  dpm_ctx *ctx;
+} dpm_op;
+
+/* ---- gradients ---------------------------------------------------------- */
+
+/* What a gradient maker sees: the forward node, the gradient flowing into
+ * each of its outputs (NULL: none), and where each input's gradient must be
+ * written (NULL: not wanted: integer input, or no parameter upstream). */
+typedef struct dpm_grad {
+  const dpm_node *fwd;
+  const char *gout[DPM_OP_MAX_IO];
+  const char *gin[DPM_OP_MAX_IO];
+  void *impl; /* the autodiff pass's state */
+} dpm_grad;
+
+/* Append a gradient node running `op_name` (whose def must share the forward
+ * def's argument table: arguments are copied from the forward node). Input
+ * names may be forward blobs, gout or gin names; NULL outputs are skipped by
+ * the kernel. Errors: DPM_INTERNAL for an unknown op name. */
+dpm_status dpm_grad_emit(dpm_grad *g, const char *op_name, int n_in,
+                         const char *const *in, int n_out,
+                         const char *const *out, dpm_err *err);
+
+/* ---- the op definition -------------------------------------------------- */
+
+enum {
+  DPM_OP_INPLACE = 1u << 0, /* an output may share a blob with an input of the
+                               same shape: each element is read before written */
+  DPM_OP_UPDATES_COMPUTED = 1u << 1, /* train mode writes its COMPUTED param inputs */
+  DPM_OP_NO_GRAD = 1u << 2,       /* cuts the graph (StopGradient, Accuracy) */
+  DPM_OP_HIDDEN = 1u << 3,        /* not allowed in a spec (gradient/update ops) */
+};
+
+struct dpm_op_def {
+  const char *name;              /* "FC" */
+  int min_in, max_in;            /* data inputs as written in a spec */
+  int min_out, max_out;          /* outputs as written in a spec */
+  const dpm_arg_def *args;       /* schema; NULL: no arguments */
+  const dpm_param_def *params;   /* created parameters; NULL: none */
+  const char *const *aux;        /* hidden output suffixes ("_mask"), NULL-terminated */
+  /* Shapes of created params from the data-input shapes; NULL if no params. */
+  dpm_status (*param_shapes)(const dpm_node *n, const dpm_shape *data_in,
+                             dpm_shape *param, dpm_err *err);
+  /* Output shapes (all n_out, hidden ones too) from all input shapes. The
+   * message in err names the problem only; the caller adds the op. */
+  dpm_status (*infer)(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                      dpm_err *err);
+  /* Scratch bytes the kernel needs for these shapes; NULL: none. */
+  size_t (*scratch)(const dpm_node *n, const dpm_shape *in);
+  /* Emit gradient nodes; NULL: not differentiable. */
+  dpm_status (*grad)(dpm_grad *g, dpm_err *err);
+  /* CPU kernel. Shapes were accepted by infer; outputs are allocated. */
+  void (*run)(const dpm_op *op);
+  unsigned flags;
+};
+
+/* ---- registry (daemon/ops/registry.c) ----------------------------------- */
+
+const dpm_op_def *dpm_op_find(const char *name);
+/* All defs, for listing and for tests that cover every op. */
+const dpm_op_def *const *dpm_op_all(int *count);
+
+/* Number of entries in def->args (up to the {NULL} terminator). */
+int dpm_op_nargs(const dpm_op_def *def);
+/* Index of argument `name` in def->args, or -1. */
+int dpm_op_arg_index(const dpm_op_def *def, const char *name);
+/* Fill node->arg with every default of def->args. Fails (DPM_INTERNAL)
+ * only if a default in the table itself does not parse. */
+dpm_status dpm_node_set_defaults(dpm_node *node, dpm_err *err);
+/* Set argument `name` from text ("5", "0.1", "xavier", "2,3"): used for
+ * tests and defaults. Errors: DPM_SPEC for an unknown name, a value of the
+ * wrong type, out of bounds or not among the choices. */
+dpm_status dpm_node_set_arg(dpm_node *node, const char *name,
+                            const char *text, dpm_err *err);
+/* Parse "kernel=5 stride=2 pad=1" (space separated) with dpm_node_set_arg. */
+dpm_status dpm_node_set_args(dpm_node *node, const char *kv, dpm_err *err);
+
+/* Small shape-inference helpers for op files. */
+dpm_status dpm_expect_dtype(const dpm_shape *s, dpm_dtype t, const char *what,
+                            dpm_err *err);
+dpm_status dpm_expect_ndim(const dpm_shape *s, int lo, int hi, const char *what,
+                           dpm_err *err);
+
+#endif

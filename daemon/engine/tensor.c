@@ -1,0 +1,77 @@
+/* Tensor shapes and aligned storage. */
+#include "engine/tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[] = {[DPM_F32] = {"f32", 4}, [DPM_I32] = {"i32", 4}, [DPM_I64] = {"i64", 8}};
+_Static_assert(sizeof dtypes / sizeof *dtypes == DPM_DTYPE_COUNT, "dtype table");
+
+const char *dpm_dtype_name(dpm_dtype t) { return dtypes[t].name; }
+size_t dpm_dtype_size(dpm_dtype t) { return dtypes[t].size; }
+
+dpm_shape dpm_shape_make(dpm_dtype t, int ndim, const int64_t *d) {
+  dpm_shape s = {.dtype = t, .ndim = ndim};
+  for (int i = 0; i < ndim; i++) s.d[i] = d[i];
+  return s;
+}
+
+dpm_shape dpm_shape_scalar(dpm_dtype t) { return (dpm_shape){.dtype = t}; }
+
+int64_t dpm_shape_span(const dpm_shape *s, int from, int to) {
+  int64_t n = 1;
+  for (int i = from; i < to; i++) n *= s->d[i];
+  return n;
+}
+
+int64_t dpm_shape_numel(const dpm_shape *s) { return dpm_shape_span(s, 0, s->ndim); }
+
+size_t dpm_shape_bytes(const dpm_shape *s) {
+  return (size_t)dpm_shape_numel(s) * dtypes[s->dtype].size;
+}
+
+int dpm_shape_equal(const dpm_shape *a, const dpm_shape *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->d[i] != b->d[i]) return 0;
+  return 1;
+}
+
+char *dpm_shape_str(const dpm_shape *s, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s[", dtypes[s->dtype].name);
+  for (int i = 0; i < s->ndim && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)s->d[i]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+void *dpm_alloc(size_t bytes) {
+  size_t rounded = (bytes + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
+  void *p = aligned_alloc(DPM_ALIGN, rounded ? rounded : DPM_ALIGN);
+  if (p) memset(p, 0, rounded);
+  return p;
+}
+
+void dpm_free(void *p) { free(p); }
+
+dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s) {
+  size_t bytes = dpm_shape_bytes(s);
+  if (bytes > t->capacity || !t->data) {
+    void *p = dpm_alloc(bytes);
+    if (!p) return DPM_NOMEM;
+    dpm_free(t->data);
+    t->data = p;
+    t->capacity = bytes;
+  }
+  t->shape = *s;
+  return DPM_OK;
+}
+
+void dpm_tensor_fini(dpm_tensor *t) {
+  dpm_free(t->data);
+  memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,65 @@
+/* Tensors: dense float32/int32/int64 arrays of up to 4 dimensions (NCHW),
+ * 64-byte aligned.
+ *
+ * Ownership: a dpm_tensor owns its data; dpm_tensor_fini frees it. A tensor
+ * is not thread-safe; the executor gives each tensor one writer at a time. */
+#ifndef DPM_TENSOR_H
+#define DPM_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpm/status.h"
+
+#define DPM_MAX_DIMS 4
+#define DPM_ALIGN 64
+
+typedef enum { DPM_F32, DPM_I32, DPM_I64, DPM_DTYPE_COUNT } dpm_dtype;
+
+/* Shape and element type; ndim 0 is a scalar (one element). */
+typedef struct dpm_shape {
+  dpm_dtype dtype;
+  int ndim;
+  int64_t d[DPM_MAX_DIMS];
+} dpm_shape;
+
+typedef struct dpm_tensor {
+  dpm_shape shape;
+  void *data;      /* 64-byte aligned, shape-sized; NULL before allocation */
+  size_t capacity; /* bytes allocated at data */
+} dpm_tensor;
+
+const char *dpm_dtype_name(dpm_dtype t);
+size_t dpm_dtype_size(dpm_dtype t);
+
+/* Shape constructors: dpm_shape_make(DPM_F32, 2, (int64_t[]){64, 784}). */
+dpm_shape dpm_shape_make(dpm_dtype t, int ndim, const int64_t *d);
+dpm_shape dpm_shape_scalar(dpm_dtype t);
+int64_t dpm_shape_numel(const dpm_shape *s);
+size_t dpm_shape_bytes(const dpm_shape *s);
+int dpm_shape_equal(const dpm_shape *a, const dpm_shape *b);
+/* Writes "f32[64,784]" into buf; returns buf. */
+char *dpm_shape_str(const dpm_shape *s, char *buf, size_t n);
+/* Product of dims [from, to). */
+int64_t dpm_shape_span(const dpm_shape *s, int from, int to);
+
+/* Give t the shape s, reallocating (zeroed) only when capacity is short.
+ * DPM_NOMEM on allocation failure (t unchanged). */
+dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s);
+void dpm_tensor_fini(dpm_tensor *t);
+static inline int64_t dpm_tensor_numel(const dpm_tensor *t) {
+  return dpm_shape_numel(&t->shape);
+}
+static inline float *dpm_f32(const dpm_tensor *t) { return (float *)t->data; }
+static inline int32_t *dpm_i32(const dpm_tensor *t) {
+  return (int32_t *)t->data;
+}
+static inline int64_t *dpm_i64(const dpm_tensor *t) {
+  return (int64_t *)t->data;
+}
+
+/* 64-byte aligned allocation (zeroed); free with dpm_free. */
+void *dpm_alloc(size_t bytes);
+void dpm_free(void *p);
+
+#endif

@@ -1,0 +1,4 @@
+/* placeholder: filled by the optim op family. */
+#include "engine/op.h"
+#include "ops/families.h"
+const dpm_op_def *const dpm_ops_optim[] = {NULL};

@@ -1,0 +1,53 @@
+/* Op test harness: run one operator forward on given inputs, and check its
+ * gradient against central finite differences.
+ *
+ * An op under test takes ALL its node inputs explicitly (data and params:
+ * FC gets X, W, b) and is given the number of outputs the spec would list;
+ * hidden outputs (def->aux) are added by the harness. */
+#ifndef DPM_OPTEST_H
+#define DPM_OPTEST_H
+
+#include "engine/op.h"
+
+#define OT_MAX_IN 8
+
+typedef struct ot_input {
+  dpm_shape shape;
+  const float *f;   /* values of a float input; NULL: uniform in [-1, 1) */
+  const int32_t *i; /* values of an int32 input; NULL: zeros */
+  int no_grad;      /* 1: do not check this input's gradient */
+} ot_input;
+
+typedef struct ot_case {
+  const char *op;   /* "Conv" */
+  const char *args; /* "kernel=3 stride=2 pad=1" */
+  int n_in;
+  ot_input in[OT_MAX_IN];
+  int n_out;        /* spec-visible outputs */
+  int is_test;      /* run in test mode */
+  unsigned seed;    /* for random inputs (and the harness's output weights) */
+} ot_case;
+
+/* Run the op forward. On success out[0..n_out) hold the spec-visible outputs
+ * (caller calls dpm_tensor_fini on each). On failure (unknown op, bad args,
+ * shape inference error) returns the status with a message in err. */
+dpm_status ot_forward(const ot_case *c, dpm_tensor *out, dpm_err *err);
+
+/* Finite-difference gradient check of every float input without no_grad.
+ * The scalar checked is L = sum_k sum_j R_kj * Y_kj over the float outputs
+ * (R fixed random); L is accumulated in double; each checked element x gets
+ * (L(x+eps) - L(x-eps)) / 2eps, compared with the gradient the op's gradient
+ * nodes produce. Inputs with more than `max_elems` elements are checked on a
+ * random subset of that size. Returns the largest relative error
+ * |a - n| / max(|a|, |n|, 1e-2) over all checked elements, or a negative
+ * value if the op could not run (message printed). */
+double ot_gradcheck(const ot_case *c, double eps, int max_elems);
+
+/* dpm_shape shorthands for tests. */
+dpm_shape ot_f32(int ndim, ...);
+dpm_shape ot_i32(int ndim, ...);
+
+/* Max |a - b| over n floats. */
+double ot_maxdiff(const float *a, const float *b, int64_t n);
+
+#endif
