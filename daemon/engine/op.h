@@ -1,6 +1,6 @@
 /* Operators: the op table interface, graph nodes and executable ops.
  *
- * Every operator is one const dpm_op_def in one of daemon/ops/*.c, listed in
+ * Every operator is one const dpm_op_def in one of daemon/ops/ (one file per family), listed in
  * daemon/ops/registry.c. A def carries everything the engine knows of the op:
  * arity, argument schema, parameters it creates, hidden outputs, shape
  * inference, gradient maker and the CPU kernel.

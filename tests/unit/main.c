@@ -7,14 +7,15 @@
 #include "test.h"
 
 #define MAX_TESTS 1024
-static struct {
+typedef struct {
   const char *name, *file;
   dpm_test_fn fn;
-} tests[MAX_TESTS];
+} test_entry;
+static test_entry tests[MAX_TESTS];
 static int n_tests, failed_now;
 
 void dpm_test_register(const char *name, const char *file, dpm_test_fn fn) {
-  if (n_tests < MAX_TESTS) tests[n_tests++] = (typeof(tests[0])){name, file, fn};
+  if (n_tests < MAX_TESTS) tests[n_tests++] = (test_entry){name, file, fn};
 }
 
 void dpm_test_fail(const char *file, int line, const char *fmt, ...) {
@@ -37,6 +38,7 @@ static int selected(const char *name, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
   int passed = 0, failed = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   for (int i = 0; i < n_tests; i++) {

@@ -1,0 +1,72 @@
+/* Binding nets to tensors and running them. */
+#include "engine/exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+dpm_status dpm_ctx_reserve(dpm_ctx *ctx, size_t bytes) {
+  if (bytes <= ctx->scratch_bytes) return DPM_OK;
+  void *p = dpm_alloc(bytes);
+  if (!p) return DPM_NOMEM;
+  dpm_free(ctx->scratch);
+  ctx->scratch = p;
+  ctx->scratch_bytes = bytes;
+  return DPM_OK;
+}
+
+void dpm_ctx_fini(dpm_ctx *ctx) {
+  dpm_free(ctx->scratch);
+  ctx->scratch = NULL;
+  ctx->scratch_bytes = 0;
+}
+
+static dpm_status bind_blob(dpm_workspace *ws, const dpm_shapes *t, const char *name,
+                            dpm_tensor **out, dpm_err *err) {
+  const dpm_blobinfo *info = dpm_shapes_get(t, name);
+  if (!info) return dpm_errf(err, DPM_INTERNAL, "blob '%s' has no shape", name);
+  dpm_blob *b;
+  if (dpm_ws_ensure(ws, name, info->kind, &info->shape, &b))
+    return dpm_errf(err, DPM_NOMEM, "out of memory for blob '%s'", name);
+  *out = &b->t;
+  return DPM_OK;
+}
+
+dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
+                         dpm_workspace *ws, dpm_ctx *ctx, dpm_err *err) {
+  if (x->n != net->n) {
+    free(x->ops);
+    x->n = 0;
+    if (!(x->ops = calloc((size_t)net->n + 1, sizeof *x->ops)))
+      return dpm_errf(err, DPM_NOMEM, "out of memory");
+    x->n = net->n;
+  }
+  size_t scratch = 0;
+  for (int i = 0; i < net->n; i++) {
+    const dpm_node *n = &net->nodes[i];
+    dpm_op *op = &x->ops[i];
+    memset(op, 0, sizeof *op);
+    *op = (dpm_op){.node = n, .n_in = n->n_in, .n_out = n->n_out, .ctx = ctx};
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] && bind_blob(ws, t, n->in[k], &op->in[k], err)) return err->code;
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k] && bind_blob(ws, t, n->out[k], &op->out[k], err)) return err->code;
+    if (n->def->scratch) {
+      dpm_shape in[DPM_OP_MAX_IO];
+      dpm_node_input_shapes(n, t, in);
+      size_t s = n->def->scratch(n, in);
+      if (s > scratch) scratch = s;
+    }
+  }
+  if (dpm_ctx_reserve(ctx, scratch)) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  return DPM_OK;
+}
+
+void dpm_exec_run_range(const dpm_exec *x, int from, int to) {
+  for (int i = from; i < to; i++) x->ops[i].node->def->run(&x->ops[i]);
+}
+
+void dpm_exec_fini(dpm_exec *x) {
+  free(x->ops);
+  x->ops = NULL;
+  x->n = 0;
+}

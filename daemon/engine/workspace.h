@@ -1,0 +1,37 @@
+/* Workspaces: a device's named blobs.
+ *
+ * A workspace owns its blobs and their tensors. A child workspace (parent
+ * set) resolves names it lacks in its parent, so a test net can read the
+ * training workspace's parameters while keeping its own activations.
+ * Not thread-safe: one device worker uses a workspace at a time. */
+#ifndef DPM_WORKSPACE_H
+#define DPM_WORKSPACE_H
+
+#include "engine/op.h"
+#include "engine/strmap.h"
+
+typedef struct dpm_blob {
+  char *name;
+  dpm_blob_kind kind;
+  dpm_tensor t;
+} dpm_blob;
+
+typedef struct dpm_workspace {
+  dpm_strmap index;                    /* name -> position in blobs */
+  dpm_blob **blobs;                    /* stable pointers, in creation order */
+  int n, cap;
+  const struct dpm_workspace *parent;  /* borrowed, may be NULL */
+} dpm_workspace;
+
+/* The blob named `name` here or in a parent, or NULL. */
+dpm_blob *dpm_ws_find(const dpm_workspace *ws, const char *name);
+/* The blob named `name` with shape s: a parent's blob of that exact shape, or
+ * one of this workspace, created or resized (data kept only if it fits).
+ * DPM_NOMEM on allocation failure. */
+dpm_status dpm_ws_ensure(dpm_workspace *ws, const char *name, dpm_blob_kind kind,
+                         const dpm_shape *s, dpm_blob **out);
+void dpm_ws_fini(dpm_workspace *ws);
+/* Bytes of tensor storage this workspace holds (not its parent's). */
+size_t dpm_ws_bytes(const dpm_workspace *ws);
+
+#endif
