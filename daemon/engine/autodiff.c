@@ -116,15 +116,16 @@ static dpm_status check_versions(ad *a, const dpm_node *g, dpm_err *err) {
   for (int k = 0; k < g->n_in; k++) {
     const char *name = g->in[k];
     if (!name) continue;
-    int want = -1;
-    for (int m = 0; m < f->n_in && want < 0; m++)
-      if (f->in[m] && !strcmp(f->in[m], name)) want = a->vin[i][m];
+    int want = -1; /* outputs first: an in-place op's input value is gone */
     for (int m = 0; m < f->n_out && want < 0; m++)
       if (f->out[m] && !strcmp(f->out[m], name)) want = a->vout[i][m];
+    for (int m = 0; m < f->n_in && want < 0; m++)
+      if (f->in[m] && !strcmp(f->in[m], name)) want = a->vin[i][m];
     if (want < 0) continue;
     int j = dpm_strmap_get(&a->idx, name);
     if (a->lastver[j] == want) continue;
     int w = writer_after(a, i, name);
+    if (w < 0) continue; /* cannot happen: lastver moved, so someone wrote it */
     char here[256], there[256];
     dpm_node_where(f, a->source, here, sizeof here);
     dpm_node_where(&a->fwd->nodes[w], a->source, there, sizeof there);

@@ -58,9 +58,9 @@ char *dpm_node_where(const dpm_node *n, const char *source, char *buf, size_t le
   if (n->index < 0)
     snprintf(buf, len, "%s%s", at, n->def->name);
   else if (n->def->flags & DPM_OP_HIDDEN)
-    snprintf(buf, len, "%sop #%d, gradient %s", at, n->index, n->def->name);
+    snprintf(buf, len, "%sop #%d, gradient %s", at, n->index + 1, n->def->name);
   else
-    snprintf(buf, len, "%sop #%d (%s)", at, n->index, n->def->name);
+    snprintf(buf, len, "%sop #%d (%s)", at, n->index + 1, n->def->name);
   return buf;
 }
 
@@ -117,38 +117,41 @@ static dpm_status node_fail(const dpm_node *n, const char *source, dpm_err *err)
   return dpm_err_prefix(err, "%s: ", where);
 }
 
-dpm_status dpm_net_infer(const dpm_net *net, dpm_shapes *t, int kind, size_t *scratch,
-                         const char *source, dpm_err *err) {
-  for (int i = 0; i < net->n; i++) {
-    const dpm_node *n = &net->nodes[i];
-    dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
-    memset(out, 0, sizeof out);
-    int missing = dpm_node_input_shapes(n, t, in);
-    if (missing >= 0) {
-      dpm_errf(err, DPM_SPEC, "input '%s' is not defined", n->in[missing]);
+dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *scratch,
+                          const char *source, dpm_err *err) {
+  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
+  memset(out, 0, sizeof out);
+  int missing = dpm_node_input_shapes(n, t, in);
+  if (missing >= 0) {
+    dpm_errf(err, DPM_SPEC, "input '%s' is not defined", n->in[missing]);
+    return node_fail(n, source, err);
+  }
+  if (n->def->infer(n, in, out, err)) return node_fail(n, source, err);
+  if (n->def->scratch) {
+    size_t s = n->def->scratch(n, in);
+    if (s > *scratch) *scratch = s;
+  }
+  for (int k = 0; k < n->n_out; k++) {
+    if (!n->out[k]) continue;
+    dpm_blobinfo *b = dpm_shapes_get(t, n->out[k]);
+    if (b && b->version > 0 && !dpm_shape_equal(&b->shape, &out[k])) {
+      char a[64], c[64];
+      dpm_errf(err, DPM_SHAPE, "output '%s' is %s but was %s before", n->out[k],
+               dpm_shape_str(&out[k], a, sizeof a), dpm_shape_str(&b->shape, c, sizeof c));
       return node_fail(n, source, err);
     }
-    if (n->def->infer(n, in, out, err)) return node_fail(n, source, err);
-    if (n->def->scratch) {
-      size_t s = n->def->scratch(n, in);
-      if (s > *scratch) *scratch = s;
-    }
-    for (int k = 0; k < n->n_out; k++) {
-      if (!n->out[k]) continue;
-      dpm_blobinfo *b = dpm_shapes_get(t, n->out[k]);
-      if (b && b->version > 0 && !dpm_shape_equal(&b->shape, &out[k])) {
-        char a[64], c[64];
-        dpm_errf(err, DPM_SHAPE, "output '%s' is %s but was %s before", n->out[k],
-                 dpm_shape_str(&out[k], a, sizeof a),
-                 dpm_shape_str(&b->shape, c, sizeof c));
-        return node_fail(n, source, err);
-      }
-      dpm_blob_kind k2 = b ? b->kind : kind >= 0 ? (dpm_blob_kind)kind : DPM_BLOB_ACT;
-      int version = b ? b->version : 0;
-      if (dpm_shapes_set(t, n->out[k], &out[k], k2))
-        return dpm_errf(err, DPM_NOMEM, "out of memory");
-      dpm_shapes_get(t, n->out[k])->version = version + 1;
-    }
+    dpm_blob_kind k2 = b ? b->kind : kind >= 0 ? (dpm_blob_kind)kind : DPM_BLOB_ACT;
+    int version = b ? b->version : 0;
+    if (dpm_shapes_set(t, n->out[k], &out[k], k2))
+      return dpm_errf(err, DPM_NOMEM, "out of memory");
+    dpm_shapes_get(t, n->out[k])->version = version + 1;
   }
+  return DPM_OK;
+}
+
+dpm_status dpm_net_infer(const dpm_net *net, dpm_shapes *t, int kind, size_t *scratch,
+                         const char *source, dpm_err *err) {
+  for (int i = 0; i < net->n; i++)
+    if (dpm_node_infer(&net->nodes[i], t, kind, scratch, source, err)) return err->code;
   return DPM_OK;
 }

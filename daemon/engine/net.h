@@ -58,6 +58,10 @@ void dpm_shapes_fini(dpm_shapes *t);
 dpm_status dpm_net_infer(const dpm_net *net, dpm_shapes *t, int kind, size_t *scratch,
                          const char *source, dpm_err *err);
 
+/* dpm_net_infer for one node. */
+dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *scratch,
+                          const char *source, dpm_err *err);
+
 /* Shapes of node n's inputs from t (NULL name: zero shape). Returns the
  * index of the first undefined input, or -1. */
 int dpm_node_input_shapes(const dpm_node *n, const dpm_shapes *t, dpm_shape *in);

@@ -1,0 +1,48 @@
+/* Model: a ModelSpec turned into validated, shape-inferred nets.
+ *
+ *   init   fills every parameter (seeded), optimizer state and counters
+ *   train  the forward ops in training mode, then their gradient ops
+ *   update LearningRate, one optimizer op per parameter, Iter
+ *   test   the forward ops in test mode (SpatialBN on running statistics,
+ *          Dropout off), shaped per eval batch by dpm_model_test_shapes
+ *
+ * Building validates the whole spec (ops, arities, arguments, shapes,
+ * losses, update) before any tensor exists; errors name the spec file, line
+ * and op. A model is immutable once built and may be shared by the device
+ * workers that run replicas of it. */
+#ifndef DPM_MODEL_H
+#define DPM_MODEL_H
+
+#include "engine/net.h"
+#include "proto/dpm.pb-c.h"
+
+typedef struct dpm_model {
+  char *source;       /* spec file name, for messages */
+  char *name;         /* spec name */
+  dpm_net init, train, update, test;
+  int n_forward;      /* train.nodes[0, n_forward) are the forward ops */
+  dpm_shapes shapes;  /* every blob of init/train/update at the training batch */
+  char **param_grad;  /* [n_param_grad], indexed like shapes.v: the gradient
+                         blob of a param, or NULL (not a param, or unused) */
+  int n_param_grad;   /* blobs declared before autodiff (all params among them) */
+  char *data, *label; /* reader output blob names */
+  int64_t chw[3];     /* one example's shape */
+  int batch;          /* examples per device per step */
+  char **losses;      /* spec losses */
+  int n_losses;
+  char *accuracy;     /* first Accuracy output, or NULL */
+} dpm_model;
+
+/* Build from spec for `batch` examples per device, data of shape chw, with
+ * the gradient seeded by loss_scale (1 / (devices x shards)). On failure m
+ * is left empty (nothing to free) and err names the problem. */
+dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int batch,
+                           float loss_scale, dpm_model *m, dpm_err *err);
+void dpm_model_fini(dpm_model *m);
+
+/* Shapes of the test net for `batch` examples, into t (empty on entry; the
+ * caller finis it). */
+dpm_status dpm_model_test_shapes(const dpm_model *m, int batch, dpm_shapes *t,
+                                 dpm_err *err);
+
+#endif

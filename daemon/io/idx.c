@@ -1,0 +1,208 @@
+/* IDX file loading through zlib (gzip and raw files alike). */
+#include "io/idx.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+/* Read up to n bytes into buf; returns the bytes read (short at the end of
+ * the data) or -1 with err filled. */
+static int64_t idx_read(gzFile f, const char *path, void *buf, size_t n, dpm_err *err) {
+  size_t done = 0;
+  while (done < n) {
+    size_t want = n - done;
+    if (want > (1u << 30)) want = 1u << 30;
+    errno = 0;
+    int got = gzread(f, (char *)buf + done, (unsigned)want);
+    if (got < 0) {
+      int zerr = 0;
+      const char *msg = gzerror(f, &zerr);
+      if (zerr == Z_ERRNO)
+        dpm_errf(err, DPM_IO, "%s: read failed: %s", path, strerror(errno));
+      else
+        dpm_errf(err, DPM_CORRUPT, "%s: bad gzip data: %s", path, msg);
+      return -1;
+    }
+    if (got == 0) break;
+    done += (size_t)got;
+  }
+  return (int64_t)done;
+}
+
+static uint32_t be32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+         (uint32_t)p[3];
+}
+
+/* Check the magic and dimensions in the header; fills x->ndim, x->dim and
+ * x->size. */
+static dpm_status idx_header(gzFile f, const char *path, int want_ndim, dpm_idx *x,
+                             dpm_err *err) {
+  uint8_t head[4 + 4 * 3];
+  int64_t got = idx_read(f, path, head, 4, err);
+  if (got < 0) return err ? err->code : DPM_IO;
+  if (got < 4)
+    return dpm_errf(err, DPM_CORRUPT, "%s: truncated IDX header (%lld of 4 magic bytes)",
+                    path, (long long)got);
+  uint32_t magic = be32(head);
+  if (magic != DPM_IDX_MAGIC_LABELS && magic != DPM_IDX_MAGIC_IMAGES)
+    return dpm_errf(err, DPM_CORRUPT,
+                    "%s: bad IDX magic 0x%08x (expected 0x%08x for u8 labels "
+                    "or 0x%08x for u8 images)",
+                    path, magic, DPM_IDX_MAGIC_LABELS, DPM_IDX_MAGIC_IMAGES);
+  int ndim = (int)(magic & 0xff);
+  if (want_ndim && ndim != want_ndim)
+    return dpm_errf(err, DPM_CORRUPT,
+                    "%s: IDX magic 0x%08x is a %d-D %s file, expected %s "
+                    "(magic 0x%08x)",
+                    path, magic, ndim, ndim == 1 ? "label" : "image",
+                    want_ndim == 1 ? "labels" : "images",
+                    want_ndim == 1 ? DPM_IDX_MAGIC_LABELS : DPM_IDX_MAGIC_IMAGES);
+  got = idx_read(f, path, head + 4, 4 * (size_t)ndim, err);
+  if (got < 0) return err ? err->code : DPM_IO;
+  if (got < 4 * ndim)
+    return dpm_errf(err, DPM_CORRUPT,
+                    "%s: truncated IDX header (%lld of %d dimension bytes)", path,
+                    (long long)got, 4 * ndim);
+  int64_t size = 1;
+  for (int i = 0; i < ndim; i++) {
+    int64_t d = be32(head + 4 + 4 * i);
+    int64_t max = i == 0 ? DPM_IDX_MAX_ITEMS : DPM_IDX_MAX_SIDE;
+    if (d < 1 || d > max)
+      return dpm_errf(err, DPM_CORRUPT, "%s: IDX dimension %d is %lld (must be 1..%lld)",
+                      path, i, (long long)d, (long long)max);
+    x->dim[i] = d;
+    size *= d; /* each factor is bounded, so no overflow before the check */
+    if (size > DPM_IDX_MAX_BYTES)
+      return dpm_errf(err, DPM_CORRUPT, "%s: IDX data would exceed %lld bytes", path,
+                      (long long)DPM_IDX_MAX_BYTES);
+  }
+  x->ndim = ndim;
+  x->size = (size_t)size;
+  return DPM_OK;
+}
+
+/* Open path and read its header into *x (shared by load and peek). */
+static dpm_status idx_open(const char *path, int ndim, dpm_idx *x, gzFile *f,
+                           dpm_err *err) {
+  if (!x) return dpm_errf(err, DPM_INVALID, "idx: no output");
+  memset(x, 0, sizeof *x);
+  if (!path || !*path) return dpm_errf(err, DPM_INVALID, "idx: no file name");
+  if (ndim != 0 && ndim != 1 && ndim != 3)
+    return dpm_errf(err, DPM_INVALID, "%s: IDX rank %d requested (0, 1, 3)", path, ndim);
+  errno = 0;
+  *f = gzopen(path, "rb");
+  if (!*f)
+    return dpm_errf(err, DPM_IO, "%s: cannot open: %s", path,
+                    errno ? strerror(errno) : "out of memory");
+  gzbuffer(*f, 1u << 17);
+  dpm_status st = idx_header(*f, path, ndim, x, err);
+  if (st != DPM_OK) {
+    gzclose(*f);
+    memset(x, 0, sizeof *x);
+  }
+  return st;
+}
+
+dpm_status dpm_idx_peek(const char *path, int ndim, dpm_idx *out, dpm_err *err) {
+  gzFile f;
+  dpm_status st = idx_open(path, ndim, out, &f, err);
+  if (st == DPM_OK) gzclose(f);
+  return st;
+}
+
+dpm_status dpm_idx_load(const char *path, int ndim, dpm_idx *out, dpm_err *err) {
+  if (!out) return dpm_errf(err, DPM_INVALID, "idx: no output");
+  memset(out, 0, sizeof *out);
+  gzFile f;
+  dpm_idx x;
+  dpm_status st = idx_open(path, ndim, &x, &f, err);
+  if (st != DPM_OK) return st;
+  /* malloc, not calloc: pages are touched only as the data arrives, so a
+   * header that lies about a huge size costs nothing before the check. */
+  x.data = malloc(x.size);
+  if (!x.data) {
+    st = dpm_errf(err, DPM_NOMEM, "%s: cannot allocate %zu bytes", path, x.size);
+    goto fail;
+  }
+  int64_t got = idx_read(f, path, x.data, x.size, err);
+  if (got < 0) {
+    st = err ? err->code : DPM_IO;
+    goto fail;
+  }
+  if ((size_t)got < x.size) {
+    st = dpm_errf(err, DPM_CORRUPT,
+                  "%s: truncated IDX data: %lld of %zu bytes the dimensions "
+                  "promise",
+                  path, (long long)got, x.size);
+    goto fail;
+  }
+  uint8_t extra[256];
+  got = idx_read(f, path, extra, sizeof extra, err);
+  if (got < 0) {
+    st = err ? err->code : DPM_IO;
+    goto fail;
+  }
+  if (got > 0) {
+    st = dpm_errf(err, DPM_CORRUPT, "%s: trailing bytes after the %zu bytes of IDX data",
+                  path, x.size);
+    goto fail;
+  }
+  gzclose(f);
+  *out = x;
+  return DPM_OK;
+fail:
+  gzclose(f);
+  free(x.data);
+  return st;
+}
+
+void dpm_idx_fini(dpm_idx *x) {
+  if (!x) return;
+  free(x->data);
+  memset(x, 0, sizeof *x);
+}
+
+dpm_status dpm_idx_dataset_load(const char *images, const char *labels, int num_classes,
+                                dpm_idx_dataset *out, dpm_err *err) {
+  if (!out) return dpm_errf(err, DPM_INVALID, "idx: no output");
+  memset(out, 0, sizeof *out);
+  if (num_classes < 1)
+    return dpm_errf(err, DPM_INVALID, "idx: num_classes %d (must be >= 1)", num_classes);
+  dpm_idx img = {0}, lab = {0};
+  dpm_status st = dpm_idx_load(labels, 1, &lab, err);
+  if (st != DPM_OK) return st;
+  for (size_t i = 0; i < lab.size; i++)
+    if (lab.data[i] >= num_classes) {
+      st = dpm_errf(err, DPM_CORRUPT, "%s: label %d at index %zu is out of range [0, %d)",
+                    labels, lab.data[i], i, num_classes);
+      dpm_idx_fini(&lab);
+      return st;
+    }
+  st = dpm_idx_load(images, 3, &img, err);
+  if (st != DPM_OK) {
+    dpm_idx_fini(&lab);
+    return st;
+  }
+  if (img.dim[0] != lab.dim[0]) {
+    st = dpm_errf(err, DPM_CORRUPT, "%s has %lld images but %s has %lld labels", images,
+                  (long long)img.dim[0], labels, (long long)lab.dim[0]);
+    dpm_idx_fini(&img);
+    dpm_idx_fini(&lab);
+    return st;
+  }
+  out->images = img;
+  out->labels = lab;
+  out->n = img.dim[0];
+  out->rows = (int)img.dim[1];
+  out->cols = (int)img.dim[2];
+  return DPM_OK;
+}
+
+void dpm_idx_dataset_fini(dpm_idx_dataset *d) {
+  if (!d) return;
+  dpm_idx_fini(&d->images);
+  dpm_idx_fini(&d->labels);
+  memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,367 @@
+/* The shared prefetching reader: one producer thread fills a ring of batch
+ * buffers; the consumer holds at most one of them at a time.
+ *
+ * Ring invariants (under mu): slots [head, head + count) are filled, in
+ * order; when `holding`, slot head is the batch the consumer was given. The
+ * producer writes slot (head + count) % nslots outside the lock, only while
+ * count < nslots, so it never touches a filled or held slot. A seek bumps
+ * `gen` and empties the ring; a producer that finishes a slot for an older
+ * generation throws it away. */
+#include "io/reader.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/rng.h"
+#include "engine/tensor.h"
+#include "io/idx.h"
+
+#define READER_MAX_SLOT_BYTES (1ll << 30) /* floats in one batch buffer */
+#define READER_MAX_SIDE 65536
+#define READER_MAX_EXAMPLE (1ll << 24) /* pixels in one synthetic example */
+
+typedef struct reader_slot {
+  dpm_batch batch;     /* what next() hands out; data/label allocated once */
+  int end;             /* a one-pass reader ran out: next() yields NULL */
+  dpm_reader_pos next; /* position of the batch after this one */
+} reader_slot;
+
+struct dpm_reader {
+  dpm_reader_config cfg; /* copy; images/labels cleared after loading */
+  int64_t n;             /* examples in the data set */
+  int c, h, w;           /* image shape */
+  int64_t chw;           /* pixels per example */
+  int64_t global;        /* batch x num_shards: one step of pos.index */
+  dpm_idx_dataset data;  /* idx: the loaded files */
+  float lut[256];        /* pixel -> pixel * scale */
+
+  /* Producer-private. */
+  uint32_t *order;      /* the current epoch's order (shuffle only) */
+  uint64_t order_epoch; /* epoch `order` holds */
+  int order_valid;      /* order holds order_epoch */
+  uint8_t *scratch;     /* synthetic: one example's pixels */
+
+  /* Shared, under mu. */
+  pthread_mutex_t mu;
+  pthread_cond_t not_full;  /* producer waits: ring full, done, or stop */
+  pthread_cond_t not_empty; /* consumer waits: ring empty */
+  reader_slot *slots;       /* nslots = prefetch + 1 */
+  int nslots;
+  int head, count, holding;
+  int done;                /* the producer produced the end marker */
+  int stop;                /* destroy asked the producer to exit */
+  uint64_t gen;            /* bumped by every seek */
+  dpm_reader_pos prod_pos; /* position of the next batch to produce */
+  pthread_t thread;
+  int thread_started;
+
+  /* Consumer-private. */
+  dpm_reader_pos next_pos; /* position of the batch next() returns */
+};
+
+void dpm_reader_order(uint64_t seed, uint64_t epoch, int shuffle, int64_t n,
+                      uint32_t *order) {
+  for (int64_t i = 0; i < n; i++) order[i] = (uint32_t)i;
+  if (!shuffle) return;
+  uint64_t k = seed, st[2];
+  uint64_t base = dpm_splitmix64(&k);
+  dpm_rng_seed(st, base ^ (epoch * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)dpm_rng_below(st, (uint64_t)i + 1);
+    uint32_t t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+}
+
+/* Position of the global batch after the one at pos. */
+static dpm_reader_pos reader_advance(const dpm_reader *r, dpm_reader_pos pos) {
+  uint64_t n = (uint64_t)r->n, g = (uint64_t)r->global;
+  pos.index += g;
+  if (r->cfg.repeat) {
+    if (pos.index + g > n) {
+      pos.epoch++;
+      pos.index = 0;
+    }
+  } else if (pos.index > n) {
+    pos.index = n;
+  }
+  return pos;
+}
+
+/* Fill slot s with this shard's part of the global batch at pos. Runs on
+ * the producer thread without the lock. */
+static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
+  const dpm_reader_config *cfg = &r->cfg;
+  uint64_t lo = pos.index + (uint64_t)cfg->shard_id * (uint64_t)cfg->batch;
+  uint64_t cnt = (uint64_t)cfg->batch;
+  s->batch.pos = pos;
+  s->end = 0;
+  if (lo >= (uint64_t)r->n) { /* only in one-pass mode; see seek checks */
+    s->end = 1;
+    s->batch.n = 0;
+    s->next = pos;
+    return;
+  }
+  if (cnt > (uint64_t)r->n - lo) cnt = (uint64_t)r->n - lo;
+  if (cfg->shuffle && (!r->order_valid || r->order_epoch != pos.epoch)) {
+    dpm_reader_order(cfg->seed, pos.epoch, 1, r->n, r->order);
+    r->order_epoch = pos.epoch;
+    r->order_valid = 1;
+  }
+  for (uint64_t k = 0; k < cnt; k++) {
+    uint64_t ex = cfg->shuffle ? r->order[lo + k] : lo + k;
+    const uint8_t *src;
+    if (cfg->kind == DPM_READER_IDX) {
+      src = r->data.images.data + ex * (uint64_t)r->chw;
+      s->batch.label[k] = r->data.labels.data[ex];
+    } else {
+      dpm_synthetic_example(cfg->seed, (int64_t)ex, r->c, r->h, r->w, cfg->num_classes,
+                            r->scratch, &s->batch.label[k]);
+      src = r->scratch;
+    }
+    float *dst = s->batch.data + k * (uint64_t)r->chw;
+    for (int64_t j = 0; j < r->chw; j++) dst[j] = r->lut[src[j]];
+  }
+  s->batch.n = (int)cnt;
+  s->next = reader_advance(r, pos);
+}
+
+static void *reader_main(void *arg) {
+  dpm_reader *r = arg;
+  pthread_mutex_lock(&r->mu);
+  while (!r->stop) {
+    if (r->count == r->nslots || r->done) {
+      pthread_cond_wait(&r->not_full, &r->mu);
+      continue;
+    }
+    uint64_t gen = r->gen;
+    dpm_reader_pos pos = r->prod_pos;
+    reader_slot *s = &r->slots[(r->head + r->count) % r->nslots];
+    pthread_mutex_unlock(&r->mu);
+    reader_fill(r, pos, s);
+    pthread_mutex_lock(&r->mu);
+    if (gen != r->gen) continue; /* a seek happened meanwhile: discard */
+    r->count++;
+    r->prod_pos = s->next;
+    if (s->end) r->done = 1;
+    pthread_cond_signal(&r->not_empty);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+/* Checks the config and fills r->n and the shape (loading idx files). */
+static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
+  dpm_reader_config *cfg = &r->cfg;
+  if (!isfinite(cfg->scale))
+    return dpm_errf(err, DPM_INVALID, "reader: scale %g is not finite", cfg->scale);
+  if (cfg->batch < 1)
+    return dpm_errf(err, DPM_INVALID, "reader: batch %d (must be >= 1)", cfg->batch);
+  if (cfg->num_shards < 1 || cfg->shard_id < 0 || cfg->shard_id >= cfg->num_shards)
+    return dpm_errf(err, DPM_INVALID, "reader: shard_id %d is outside [0, num_shards %d)",
+                    cfg->shard_id, cfg->num_shards);
+  if (cfg->prefetch < 1 || cfg->prefetch > DPM_READER_MAX_PREFETCH)
+    return dpm_errf(err, DPM_INVALID, "reader: prefetch %d (must be 1..%d)",
+                    cfg->prefetch, DPM_READER_MAX_PREFETCH);
+  if (cfg->kind == DPM_READER_IDX) {
+    if (!cfg->images || !*cfg->images || !cfg->labels || !*cfg->labels)
+      return dpm_errf(err, DPM_INVALID,
+                      "reader: idx needs both an images and a labels file");
+    if (cfg->num_classes <= 0) cfg->num_classes = 10;
+    dpm_status st =
+        dpm_idx_dataset_load(cfg->images, cfg->labels, cfg->num_classes, &r->data, err);
+    if (st != DPM_OK) return st;
+    r->n = r->data.n;
+    r->c = 1;
+    r->h = r->data.rows;
+    r->w = r->data.cols;
+  } else if (cfg->kind == DPM_READER_SYNTHETIC) {
+    if (cfg->num_examples < 1)
+      return dpm_errf(err, DPM_INVALID,
+                      "reader: synthetic num_examples %d (must be >= 1)",
+                      cfg->num_examples);
+    if (cfg->channels < 1 || cfg->height < 1 || cfg->width < 1 ||
+        cfg->channels > READER_MAX_SIDE || cfg->height > READER_MAX_SIDE ||
+        cfg->width > READER_MAX_SIDE ||
+        (int64_t)cfg->channels * cfg->height * cfg->width > READER_MAX_EXAMPLE)
+      return dpm_errf(err, DPM_INVALID,
+                      "reader: synthetic shape [%d, %d, %d] (each >= 1, at "
+                      "most %lld pixels)",
+                      cfg->channels, cfg->height, cfg->width,
+                      (long long)READER_MAX_EXAMPLE);
+    if (cfg->num_classes < 1)
+      return dpm_errf(err, DPM_INVALID, "reader: synthetic num_classes %d (must be >= 1)",
+                      cfg->num_classes);
+    r->n = cfg->num_examples;
+    r->c = cfg->channels;
+    r->h = cfg->height;
+    r->w = cfg->width;
+  } else {
+    return dpm_errf(err, DPM_INVALID, "reader: unknown kind %d (0 idx, 1 synthetic)",
+                    cfg->kind);
+  }
+  cfg->images = cfg->labels = NULL; /* not kept: the caller owns them */
+  r->chw = (int64_t)r->c * r->h * r->w;
+  int64_t per_shard = r->n / cfg->num_shards;
+  if (cfg->batch > per_shard)
+    return dpm_errf(err, DPM_INVALID,
+                    "reader: batch %d is larger than the %lld examples per "
+                    "shard (%lld examples, %d shards)",
+                    cfg->batch, (long long)per_shard, (long long)r->n, cfg->num_shards);
+  if ((int64_t)cfg->batch * r->chw * (int64_t)sizeof(float) > READER_MAX_SLOT_BYTES)
+    return dpm_errf(err, DPM_INVALID, "reader: batch %d x %lld pixels exceeds %lld bytes",
+                    cfg->batch, (long long)r->chw, (long long)READER_MAX_SLOT_BYTES);
+  r->global = (int64_t)cfg->batch * cfg->num_shards;
+  return DPM_OK;
+}
+
+/* Frees what create allocated; the thread must not be running. */
+static void reader_free(dpm_reader *r) {
+  if (r->slots)
+    for (int i = 0; i < r->nslots; i++) {
+      dpm_free(r->slots[i].batch.data);
+      dpm_free(r->slots[i].batch.label);
+    }
+  free(r->slots);
+  free(r->order);
+  free(r->scratch);
+  dpm_idx_dataset_fini(&r->data);
+  pthread_cond_destroy(&r->not_empty);
+  pthread_cond_destroy(&r->not_full);
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
+                             dpm_err *err) {
+  if (!out) return dpm_errf(err, DPM_INVALID, "reader: no output");
+  *out = NULL;
+  if (!cfg) return dpm_errf(err, DPM_INVALID, "reader: no config");
+  dpm_reader *r = calloc(1, sizeof *r);
+  if (!r) return dpm_errf(err, DPM_NOMEM, "reader: out of memory");
+  r->cfg = *cfg;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->not_full, NULL);
+  pthread_cond_init(&r->not_empty, NULL);
+  dpm_status st = reader_setup(r, err);
+  if (st != DPM_OK) {
+    reader_free(r);
+    return st;
+  }
+  for (int i = 0; i < 256; i++) r->lut[i] = (float)(i * r->cfg.scale);
+  r->nslots = r->cfg.prefetch + 1;
+  r->slots = calloc((size_t)r->nslots, sizeof *r->slots);
+  int ok = r->slots != NULL;
+  for (int i = 0; ok && i < r->nslots; i++) {
+    reader_slot *s = &r->slots[i];
+    s->batch.c = r->c;
+    s->batch.h = r->h;
+    s->batch.w = r->w;
+    s->batch.data = dpm_alloc((size_t)r->cfg.batch * (size_t)r->chw * sizeof(float));
+    s->batch.label = dpm_alloc((size_t)r->cfg.batch * sizeof(int32_t));
+    ok = s->batch.data && s->batch.label;
+  }
+  if (ok && r->cfg.shuffle)
+    ok = (r->order = malloc((size_t)r->n * sizeof *r->order)) != NULL;
+  if (ok && r->cfg.kind == DPM_READER_SYNTHETIC)
+    ok = (r->scratch = malloc((size_t)r->chw)) != NULL;
+  if (!ok) {
+    reader_free(r);
+    return dpm_errf(err, DPM_NOMEM, "reader: cannot allocate %d buffers", r->nslots);
+  }
+  /* The producer takes no signals: they belong to the daemon's threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&r->thread, NULL, reader_main, r);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    reader_free(r);
+    return dpm_errf(err, DPM_INTERNAL, "reader: cannot start thread: %s", strerror(rc));
+  }
+  r->thread_started = 1;
+  pthread_setname_np(r->thread, "dpm-reader");
+  *out = r;
+  return DPM_OK;
+}
+
+dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err) {
+  if (!r || !out) return dpm_errf(err, DPM_INVALID, "reader: no reader");
+  *out = NULL;
+  pthread_mutex_lock(&r->mu);
+  if (r->holding) { /* the previous batch is released */
+    r->head = (r->head + 1) % r->nslots;
+    r->count--;
+    r->holding = 0;
+    pthread_cond_signal(&r->not_full);
+  }
+  while (r->count == 0) pthread_cond_wait(&r->not_empty, &r->mu);
+  reader_slot *s = &r->slots[r->head];
+  if (!s->end) { /* the end marker stays queued: next() keeps yielding NULL */
+    r->holding = 1;
+    r->next_pos = s->next;
+    *out = &s->batch;
+  }
+  pthread_mutex_unlock(&r->mu);
+  return DPM_OK;
+}
+
+dpm_reader_pos dpm_reader_position(const dpm_reader *r) {
+  return r ? r->next_pos : (dpm_reader_pos){0, 0};
+}
+
+dpm_status dpm_reader_seek(dpm_reader *r, dpm_reader_pos pos, dpm_err *err) {
+  if (!r) return dpm_errf(err, DPM_INVALID, "reader: no reader");
+  uint64_t n = (uint64_t)r->n, g = (uint64_t)r->global;
+  if (r->cfg.repeat) {
+    if (pos.index >= n || pos.index + g > n)
+      return dpm_errf(err, DPM_INVALID,
+                      "reader: position (epoch %llu, index %llu) leaves no "
+                      "full batch of %llu in %llu examples",
+                      (unsigned long long)pos.epoch, (unsigned long long)pos.index,
+                      (unsigned long long)g, (unsigned long long)n);
+  } else if (pos.epoch != 0 || pos.index > n) {
+    return dpm_errf(err, DPM_INVALID,
+                    "reader: position (epoch %llu, index %llu) is outside a "
+                    "one-pass reader of %llu examples",
+                    (unsigned long long)pos.epoch, (unsigned long long)pos.index,
+                    (unsigned long long)n);
+  }
+  pthread_mutex_lock(&r->mu);
+  r->gen++;
+  r->head = r->count = r->holding = r->done = 0;
+  r->prod_pos = pos;
+  r->next_pos = pos;
+  pthread_cond_signal(&r->not_full);
+  pthread_mutex_unlock(&r->mu);
+  return DPM_OK;
+}
+
+dpm_status dpm_reader_rewind(dpm_reader *r) {
+  return dpm_reader_seek(r, (dpm_reader_pos){0, 0}, NULL);
+}
+
+void dpm_reader_shape(const dpm_reader *r, int *c, int *h, int *w) {
+  *c = r->c;
+  *h = r->h;
+  *w = r->w;
+}
+
+int64_t dpm_reader_size(const dpm_reader *r) { return r ? r->n : 0; }
+
+void dpm_reader_destroy(dpm_reader *r) {
+  if (!r) return;
+  if (r->thread_started) {
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_cond_broadcast(&r->not_full);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+  }
+  reader_free(r);
+}

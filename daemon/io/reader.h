@@ -1,0 +1,131 @@
+/* The shared prefetching reader: one per model (and per shard), feeding the
+ * global batch that the device workers slice.
+ *
+ * Data: kind 0 reads an IDX image file and its label file (gzip or raw; see
+ * io/idx.h), kept as uint8 in memory; kind 1 generates a synthetic set that
+ * is a pure function of the seed (uniform noise plus a class-dependent band,
+ * labels uniform in [0, num_classes)), computed on the fly, so it costs no
+ * memory. Pixels become floats (pixel * scale) in the producer thread.
+ *
+ * Order: epoch e visits the examples in a permutation that depends only on
+ * (seed, e) when shuffle is on (Fisher-Yates; dpm_reader_order), else in file
+ * order. Each global batch of all shards is batch x num_shards consecutive
+ * entries of that order, starting at pos.index; shard s takes its contiguous
+ * part [s*batch, (s+1)*batch), so shards see disjoint examples and together
+ * cover the global batch. Positions are the same on every shard.
+ *   repeat = 1 (training): endless epochs; the incomplete last global batch
+ *     of an epoch is dropped, every batch has exactly `batch` examples.
+ *   repeat = 0 (evaluation): one pass over epoch 0; the last batch may be
+ *     partial, then next() yields NULL (and keeps doing so until a seek). A
+ *     shard whose part of the last global batch is empty ends one batch
+ *     before the others.
+ *
+ * Devices: a batch is the global batch of this shard, n = per-device batch x
+ * devices rows. The caller slices it: device d takes rows [d*b, (d+1)*b) of
+ * data and label (b = per-device batch). A partial last batch (repeat = 0)
+ * leaves the last devices fewer rows, or none; the caller handles that.
+ *
+ * Threads: dpm_reader_create starts one producer thread that fills a ring of
+ * prefetch + 1 batch buffers allocated once (prefetch batches queued ahead
+ * plus the one the consumer holds); nothing is allocated per batch. All the
+ * dpm_reader_* functions are to be called from ONE consumer thread (or with
+ * the caller's own lock); they are not safe to call concurrently.
+ *
+ * Ownership: the reader copies the config (it does not keep the path
+ * strings). A batch returned by next() belongs to the reader and stays valid
+ * until the next call of next, seek, rewind or destroy on that reader.
+ *
+ * Errors: create refuses a missing or unreadable file with DPM_IO naming the
+ * path, a corrupt file with DPM_CORRUPT, and a bad config (unknown kind, no
+ * file names, batch < 1, batch > examples / num_shards, shard_id outside
+ * [0, num_shards), prefetch < 1, bad synthetic shape) with DPM_INVALID.
+ * seek refuses a position outside the data set with DPM_INVALID. */
+#ifndef DPM_IO_READER_H
+#define DPM_IO_READER_H
+
+#include <stdint.h>
+
+#include "dpm/status.h"
+
+enum { DPM_READER_IDX = 0, DPM_READER_SYNTHETIC = 1 };
+#define DPM_READER_MAX_PREFETCH 64
+
+typedef struct dpm_reader dpm_reader;
+
+typedef struct dpm_reader_config {
+  int kind;           /* DPM_READER_IDX or DPM_READER_SYNTHETIC */
+  const char *images; /* idx: image file (gzip or raw) */
+  const char *labels; /* idx: label file */
+  double scale;       /* float value = pixel (0..255) * scale; finite */
+  int shuffle;        /* 1: a seeded permutation per epoch; 0: file order */
+  uint64_t seed;      /* shuffle order and synthetic data */
+  int batch;          /* examples per global batch on this shard (per-device
+                         batch x devices), >= 1 */
+  int shard_id;       /* this shard, in [0, num_shards) */
+  int num_shards;     /* hosts that share the data set, >= 1 */
+  int prefetch;       /* batches queued ahead, 1..DPM_READER_MAX_PREFETCH */
+  int repeat;         /* 1: endless epochs, drop the incomplete last batch;
+                         0: one pass, last batch may be partial */
+  /* synthetic (num_classes also bounds idx labels; <= 0 means 10 there) */
+  int num_examples;            /* examples in the synthetic set */
+  int channels, height, width; /* synthetic image shape */
+  int num_classes;             /* labels are in [0, num_classes) */
+} dpm_reader_config;
+
+/* A position in the stream: the epoch and the index (in that epoch's order)
+ * of the first example of a global batch. One-pass readers end at
+ * {0, size}. */
+typedef struct dpm_reader_pos {
+  uint64_t epoch;
+  uint64_t index;
+} dpm_reader_pos;
+
+typedef struct dpm_batch {
+  int n;              /* examples in this batch (= batch unless partial) */
+  int c, h, w;        /* image shape */
+  float *data;        /* [n, c, h, w], 64-byte aligned, pixel * scale */
+  int32_t *label;     /* [n], in [0, num_classes) */
+  dpm_reader_pos pos; /* position of this batch */
+} dpm_batch;
+
+/* Load the data (or set up the synthetic set), allocate the buffers and
+ * start the producer thread at {0, 0}. On success *out owns all that. */
+dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
+                             dpm_err *err);
+/* Block for the next batch. *out is valid until the next call of next,
+ * seek, rewind or destroy; *out is NULL at the end of a one-pass reader. */
+dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err);
+/* Position of the batch the next call to next() returns (the one to save in
+ * a checkpoint); {0, size} once a one-pass reader has run out. */
+dpm_reader_pos dpm_reader_position(const dpm_reader *r);
+/* Drop what was prefetched and restart the producer so that next() returns
+ * the batch at pos. Valid positions: index < size, and index + batch x
+ * num_shards <= size when repeat is on (any epoch); when repeat is off,
+ * epoch 0 and index <= size (size: at the end). Does not block on the
+ * producer. */
+dpm_status dpm_reader_seek(dpm_reader *r, dpm_reader_pos pos, dpm_err *err);
+/* Seek to {0, 0} (evaluation passes). */
+dpm_status dpm_reader_rewind(dpm_reader *r);
+/* Image shape of every batch (c = 1 for IDX files). */
+void dpm_reader_shape(const dpm_reader *r, int *c, int *h, int *w);
+/* Examples in the whole data set (all shards). */
+int64_t dpm_reader_size(const dpm_reader *r);
+/* Stop and join the producer (it never waits on the consumer to exit) and
+ * free everything; NULL is a no-op. */
+void dpm_reader_destroy(dpm_reader *r);
+
+/* The order of epoch `epoch`: fills order[0..n) with a permutation of
+ * 0..n-1 seeded from (seed, epoch) if shuffle, else the identity. Pure; the
+ * reader uses exactly this. */
+void dpm_reader_order(uint64_t seed, uint64_t epoch, int shuffle, int64_t n,
+                      uint32_t *order);
+
+/* Synthetic example i of the set seeded by seed (io/synthetic.c): its label,
+ * uniform in [0, num_classes), and c*h*w pixels: uniform noise in [0, 128)
+ * plus 127 on the band of the image that belongs to the label (flattened
+ * h*w pixels cut into num_classes equal bands, the same in every channel).
+ * Pure; the reader uses exactly this. */
+void dpm_synthetic_example(uint64_t seed, int64_t i, int c, int h, int w, int num_classes,
+                           uint8_t *pixels, int32_t *label);
+
+#endif

@@ -1,0 +1,192 @@
+/* Model building: spec validation errors (naming op, type and line), blob
+ * naming, autodiff over whole nets checked against finite differences. */
+#include <stdlib.h>
+
+#include "engine/exec.h"
+#include "engine/model.h"
+#include "spec/spec.h"
+#include "test.h"
+
+static const int64_t CHW[3] = {1, 4, 5};
+
+#define HEADER                                                                 \
+  "name: t\n"                                                                  \
+  "input: {reader: synthetic, batch_size: 3, num_examples: 30, shape: [1,4,5]," \
+  " num_classes: 4, outputs: [data, label]}\n"
+
+/* Parse and build; returns the build status, message in err. */
+static dpm_status build(const char *yaml, dpm_model *m, dpm_err *err) {
+  Dpm__ModelSpec *spec = NULL;
+  dpm_status s = dpm_spec_parse(yaml, strlen(yaml), "m.yaml", &spec, err);
+  if (!s) s = dpm_model_build(spec, CHW, 3, 1.0f, m, err);
+  dpm_spec_free(spec);
+  return s;
+}
+
+static void expect_error(const char *body, dpm_status code, const char *msg) {
+  char yaml[2048];
+  snprintf(yaml, sizeof yaml, HEADER "%s", body);
+  dpm_model m;
+  dpm_err err = {0};
+  dpm_status s = build(yaml, &m, &err);
+  if (s != code) dpm_test_fail(__FILE__, __LINE__, "status %d (%s), want %d", s, err.msg, code);
+  else if (!strstr(err.msg, msg))
+    dpm_test_fail(__FILE__, __LINE__, "message \"%s\" lacks \"%s\"", err.msg, msg);
+}
+
+#define MLP_TAIL                                                               \
+  "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"      \
+  "losses: [loss]\n"
+
+TEST(model_rejects_unknown_op) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: h, dim_out: 4}\n"
+               "  - {op: Frobnicate, in: [h], out: pred}\n" MLP_TAIL,
+               DPM_SPEC, "m.yaml:5: op #2 (Frobnicate): unknown op 'Frobnicate'");
+}
+
+TEST(model_rejects_wrong_arity) {
+  expect_error("forward:\n  - {op: Relu, in: [data, data], out: pred}\n" MLP_TAIL, DPM_SPEC,
+               "m.yaml:4: op #1 (Relu): takes 1..1 inputs");
+}
+
+TEST(model_rejects_bad_argument) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred, dimout: 4}\n" MLP_TAIL,
+               DPM_SPEC, "m.yaml:4: op #1 (FC): unknown argument 'dimout'");
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred, dim_out: many}\n" MLP_TAIL,
+               DPM_SPEC, "op #1 (FC): argument 'dim_out' expects an integer");
+}
+
+TEST(model_rejects_undefined_blob) {
+  expect_error("forward:\n  - {op: FC, in: [dta], out: pred, dim_out: 4}\n" MLP_TAIL,
+               DPM_SPEC, "m.yaml:4: op #1 (FC): input 'dta' is not defined");
+}
+
+TEST(model_rejects_shape_mismatch) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: a, dim_out: 4}\n"
+               "  - {op: FC, in: [data], out: b, dim_out: 5}\n"
+               "  - {op: Add, in: [a, b], out: pred}\n" MLP_TAIL,
+               DPM_SHAPE, "m.yaml:6: op #3 (Add)");
+}
+
+TEST(model_rejects_unknown_loss) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
+               "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+               "losses: [los]\n",
+               DPM_SPEC, "loss 'los' is not computed");
+}
+
+TEST(model_rejects_duplicate_param) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
+               "  - {op: FC, in: [data], out: pred, dim_out: 4}\n" MLP_TAIL,
+               DPM_SPEC, "m.yaml:5: op #2 (FC): parameter 'pred_w' already exists");
+}
+
+TEST(model_rejects_inplace_on_op_without_support) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: h, dim_out: 4}\n"
+               "  - {op: FC, in: [h], out: h, dim_out: 4}\n" MLP_TAIL,
+               DPM_SPEC, "m.yaml:5: op #2 (FC): cannot run in place");
+}
+
+TEST(model_rejects_inplace_conflict) {
+  /* Sigmoid's gradient needs its output h, which the in-place Scale
+     overwrites afterwards. */
+  expect_error("forward:\n  - {op: FC, in: [data], out: a, dim_out: 4}\n"
+               "  - {op: Sigmoid, in: [a], out: h}\n"
+               "  - {op: Scale, in: [h], out: h, scale: 2.0}\n"
+               "  - {op: FC, in: [h], out: pred, dim_out: 4}\n" MLP_TAIL,
+               DPM_SPEC, "op #3 (Scale) writes 'h' in place, but the gradient of "
+                         "m.yaml:5: op #2 (Sigmoid) needs its earlier value");
+}
+
+TEST(model_names_params_caffe2_style) {
+  const char *yaml = HEADER
+      "forward:\n  - {op: FC, in: [data], out: fc1, dim_out: 6}\n"
+      "  - {op: Relu, in: [fc1], out: fc1}\n"
+      "  - {op: FC, in: [fc1], out: pred, dim_out: 4}\n" MLP_TAIL
+      "update: {optimizer: momentum_sgd}\n";
+  dpm_model m;
+  dpm_err err = {0};
+  CHECK_INT(build(yaml, &m, &err), DPM_OK);
+  const char *params[] = {"fc1_w", "fc1_b", "pred_w", "pred_b"};
+  for (int i = 0; i < 4; i++) {
+    const dpm_blobinfo *b = dpm_shapes_get(&m.shapes, params[i]);
+    CHECK(b && b->kind == DPM_BLOB_PARAM);
+    char g[64], mo[64];
+    snprintf(g, sizeof g, "%s_grad", params[i]);
+    snprintf(mo, sizeof mo, "%s_momentum", params[i]);
+    CHECK(dpm_shapes_get(&m.shapes, g) && dpm_shapes_get(&m.shapes, g)->kind == DPM_BLOB_GRAD);
+    CHECK(dpm_shapes_get(&m.shapes, mo)->kind == DPM_BLOB_OPTIM);
+  }
+  CHECK_INT(dpm_shapes_get(&m.shapes, "fc1_w")->shape.d[0], 6);
+  CHECK_INT(dpm_shapes_get(&m.shapes, "fc1_w")->shape.d[1], 20);
+  CHECK(dpm_shapes_get(&m.shapes, "data_grad") == NULL); /* no gradient for data */
+  CHECK(dpm_shapes_get(&m.shapes, "iter")->kind == DPM_BLOB_COUNTER);
+  dpm_model_fini(&m);
+}
+
+/* Net-level gradient check: the gradient of the summed loss w.r.t. every
+ * parameter, through in-place ops, a blob read by two ops (summed
+ * gradients), Concat and the loss, against central differences. */
+TEST(model_autodiff_matches_finite_differences) {
+  const char *yaml = HEADER
+      "forward:\n  - {op: FC, in: [data], out: h, dim_out: 6, weight_init: gaussian, weight_std: 0.5}\n"
+      "  - {op: Tanh, in: [h], out: h}\n"
+      "  - {op: FC, in: [h], out: a, dim_out: 5, weight_init: gaussian, weight_std: 0.5}\n"
+      "  - {op: FC, in: [h], out: b, dim_out: 5, weight_init: gaussian, weight_std: 0.5}\n"
+      "  - {op: Sigmoid, in: [b], out: b}\n"
+      "  - {op: Add, in: [a, b], out: c}\n"
+      "  - {op: Concat, in: [c, h], out: d}\n"
+      "  - {op: FC, in: [d], out: pred, dim_out: 4, weight_init: gaussian, weight_std: 0.5}\n"
+      MLP_TAIL;
+  dpm_model m;
+  dpm_err err = {0};
+  if (build(yaml, &m, &err)) {
+    dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    return;
+  }
+  dpm_workspace ws = {0};
+  dpm_ctx ctx = {0};
+  dpm_exec init = {0}, train = {0}, fwd = {0};
+  CHECK_INT(dpm_exec_bind(&init, &m.init, &m.shapes, &ws, &ctx, &err), DPM_OK);
+  dpm_exec_run(&init);
+  CHECK_INT(dpm_exec_bind(&train, &m.train, &m.shapes, &ws, &ctx, &err), DPM_OK);
+  float *x = dpm_f32(&dpm_ws_find(&ws, "data")->t);
+  int32_t *y = dpm_i32(&dpm_ws_find(&ws, "label")->t);
+  for (int i = 0; i < 60; i++) x[i] = (float)((i * 37 % 23) - 11) / 11.f;
+  for (int i = 0; i < 3; i++) y[i] = (i * 3 + 1) % 4;
+  dpm_exec_run(&train);
+  float *loss = dpm_f32(&dpm_ws_find(&ws, "loss")->t);
+  double worst = 0;
+  int checked = 0;
+  for (int p = 0; p < m.n_param_grad; p++) {
+    if (!m.param_grad[p]) continue;
+    dpm_tensor *w = &dpm_ws_find(&ws, m.shapes.v[p].name)->t;
+    dpm_tensor *g = &dpm_ws_find(&ws, m.param_grad[p])->t;
+    float *gcopy = malloc(dpm_shape_bytes(&g->shape));
+    memcpy(gcopy, g->data, dpm_shape_bytes(&g->shape));
+    for (int64_t i = 0; i < dpm_tensor_numel(w); i += 3, checked++) {
+      float keep = dpm_f32(w)[i];
+      const float eps = 1e-2f;
+      dpm_f32(w)[i] = keep + eps;
+      dpm_exec_run_range(&train, 0, m.n_forward);
+      double lp = *loss;
+      dpm_f32(w)[i] = keep - eps;
+      dpm_exec_run_range(&train, 0, m.n_forward);
+      double lm = *loss;
+      dpm_f32(w)[i] = keep;
+      double num = (lp - lm) / (2 * eps), ana = gcopy[i];
+      double rel = fabs(num - ana) / fmax(fmax(fabs(num), fabs(ana)), 1e-2);
+      if (rel > worst) worst = rel;
+    }
+    free(gcopy);
+  }
+  printf("    %d parameter elements checked, worst relative error %.2g\n", checked, worst);
+  CHECK(checked > 50);
+  CHECK(worst <= 2e-3);
+  dpm_exec_fini(&init);
+  dpm_exec_fini(&train);
+  dpm_exec_fini(&fwd);
+  dpm_ws_fini(&ws);
+  dpm_ctx_fini(&ctx);
+  dpm_model_fini(&m);
+}
