@@ -8,7 +8,7 @@ PKGS     := libprotobuf-c yaml-0.1 zlib openblas
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN     := -Wall -Wextra -Werror
-CFLAGS   ?= -O2 -g
+CFLAGS   ?= -O2 -g -ftree-vectorize -fno-math-errno
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Idaemon -Iclient \
               -I$(BUILD) $(PKG_CFLAGS) -MMD -MP
 LDLIBS   := $(PKG_LIBS) -lpthread -lm

@@ -171,6 +171,7 @@ static dpm_status forward_op(builder *b, int i) {
     arg_text(o->arg[a], text, sizeof text);
     if (dpm_node_set_arg(n, o->arg[a]->name, text, b->err)) return op_fail(b, i, line, o->type);
   }
+  if (dpm_node_check_required(n, b->err)) return op_fail(b, i, line, o->type);
   for (int k = 0; k < nout; k++) {
     for (int j = 0; j < nin && !(def->flags & DPM_OP_INPLACE); j++)
       if (!strcmp(in[j], out[k])) {

@@ -90,7 +90,7 @@ static dpm_status parse_list(const dpm_arg_def *a, const char *text, dpm_arg *v,
   return DPM_OK;
 }
 
-static dpm_status parse_value(const dpm_arg_def *a, const char *text, dpm_arg *v,
+static dpm_status parse_typed(const dpm_arg_def *a, const char *text, dpm_arg *v,
                               dpm_err *err) {
   memset(v, 0, sizeof *v);
   switch (a->type) {
@@ -126,6 +126,21 @@ static dpm_status parse_value(const dpm_arg_def *a, const char *text, dpm_arg *v
     return parse_list(a, text, v, err);
   }
   return dpm_errf(err, DPM_INTERNAL, "argument '%s' has no type", a->name);
+}
+
+static dpm_status parse_value(const dpm_arg_def *a, const char *text, dpm_arg *v,
+                              dpm_err *err) {
+  dpm_status s = parse_typed(a, text, v, err);
+  v->set = s == DPM_OK;
+  return s;
+}
+
+dpm_status dpm_node_check_required(const dpm_node *node, dpm_err *err) {
+  const dpm_arg_def *args = node->def->args;
+  for (int i = 0; args && args[i].name; i++)
+    if (!node->arg[i].set)
+      return dpm_errf(err, DPM_SPEC, "missing required argument '%s'", args[i].name);
+  return DPM_OK;
 }
 
 dpm_status dpm_node_set_defaults(dpm_node *node, dpm_err *err) {

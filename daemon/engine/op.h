@@ -47,6 +47,7 @@ typedef struct dpm_arg_def {
 
 /* A parsed argument value; which fields are meaningful follows the type. */
 typedef struct dpm_arg {
+  int set;      /* 1 once given or defaulted */
   int64_t i;    /* INT, BOOL, STRING choice index */
   double f;     /* FLOAT (also set for INT) */
   char s[32];   /* STRING */
@@ -184,6 +185,8 @@ dpm_status dpm_node_set_defaults(dpm_node *node, dpm_err *err);
  * wrong type, out of bounds or not among the choices. */
 dpm_status dpm_node_set_arg(dpm_node *node, const char *name,
                             const char *text, dpm_err *err);
+/* DPM_SPEC naming the first required argument that was not given. */
+dpm_status dpm_node_check_required(const dpm_node *node, dpm_err *err);
 /* Parse "kernel=5 stride=2 pad=1" (space separated) with dpm_node_set_arg. */
 dpm_status dpm_node_set_args(dpm_node *node, const char *kv, dpm_err *err);
 

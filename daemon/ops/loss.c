@@ -1,4 +1,237 @@
-/* placeholder: filled by the loss op family. */
+/* Loss ops: Softmax, SoftmaxWithLoss, Accuracy, and the gradients of the
+ * first two.
+ *
+ * Each op sees its first input as N rows (dimension 0) of D values (every
+ * other dimension flattened, Caffe2's axis=1). Labels are int32 [N]. A label
+ * outside [0, D) never indexes memory: SoftmaxWithLoss treats it as a class
+ * of probability zero, so the row adds the constant -log(1e-20) to the loss
+ * (visible, not silent) and, being constant, nothing to the gradient;
+ * Accuracy counts the row as wrong. */
+#include <math.h>
+
 #include "engine/op.h"
 #include "ops/families.h"
-const dpm_op_def *const dpm_ops_loss[] = {NULL};
+
+#define PROB_FLOOR 1e-20 /* probabilities are clamped here before the log */
+
+static int64_t rows(const dpm_tensor *t) { return t->shape.d[0]; }
+static int64_t cols(const dpm_tensor *t) {
+  return dpm_shape_span(&t->shape, 1, t->shape.ndim);
+}
+
+/* y = softmax of each of the n rows of x (d each); y may be x. */
+static void softmax_rows(const float *x, float *y, int64_t n, int64_t d) {
+  for (int64_t i = 0; i < n; i++, x += d, y += d) {
+    float mx = x[0];
+    for (int64_t j = 1; j < d; j++) mx = x[j] > mx ? x[j] : mx;
+    float sum = 0.f;
+    for (int64_t j = 0; j < d; j++) sum += y[j] = expf(x[j] - mx);
+    float inv = 1.f / sum;
+    for (int64_t j = 0; j < d; j++) y[j] *= inv;
+  }
+}
+
+/* dx = y * (dy - <y, dy>) row by row; when `add`, added to dx instead. */
+static void softmax_grad_rows(const float *y, const float *dy, float *dx, int64_t n,
+                              int64_t d, int add) {
+  for (int64_t i = 0; i < n; i++, y += d, dy += d, dx += d) {
+    float dot = 0.f;
+    for (int64_t j = 0; j < d; j++) dot += y[j] * dy[j];
+    if (add)
+      for (int64_t j = 0; j < d; j++) dx[j] += y[j] * (dy[j] - dot);
+    else
+      for (int64_t j = 0; j < d; j++) dx[j] = y[j] * (dy[j] - dot);
+  }
+}
+
+/* ---- shape checks -------------------------------------------------------- */
+
+static dpm_status expect_rows(const dpm_shape *s, const char *what, dpm_err *err) {
+  if (dpm_expect_dtype(s, DPM_F32, what, err)) return err->code;
+  return dpm_expect_ndim(s, 2, DPM_MAX_DIMS, what, err);
+}
+
+static dpm_status expect_label(const dpm_shape *x, const dpm_shape *label,
+                               dpm_err *err) {
+  if (label->dtype == DPM_I32 && label->ndim == 1 && label->d[0] == x->d[0])
+    return DPM_OK;
+  char b[64];
+  return dpm_errf(err, DPM_SHAPE, "label must be i32[%lld] (one class per row), got %s",
+                  (long long)x->d[0], dpm_shape_str(label, b, sizeof b));
+}
+
+static dpm_status expect_same(const dpm_shape *s, const dpm_shape *ref,
+                              const char *what, dpm_err *err) {
+  if (dpm_shape_equal(s, ref)) return DPM_OK;
+  char a[64], b[64];
+  return dpm_errf(err, DPM_SHAPE, "%s must be %s, got %s", what,
+                  dpm_shape_str(ref, a, sizeof a), dpm_shape_str(s, b, sizeof b));
+}
+
+static dpm_status expect_scalar(const dpm_shape *s, const char *what, dpm_err *err) {
+  if (s->dtype == DPM_F32 && dpm_shape_numel(s) == 1) return DPM_OK;
+  char b[64];
+  return dpm_errf(err, DPM_SHAPE, "%s must be an f32 scalar, got %s", what,
+                  dpm_shape_str(s, b, sizeof b));
+}
+
+/* ---- Softmax ------------------------------------------------------------- */
+
+static dpm_status softmax_infer(const dpm_node *n, const dpm_shape *in,
+                                dpm_shape *out, dpm_err *err) {
+  (void)n;
+  if (expect_rows(&in[0], "input", err)) return err->code;
+  out[0] = in[0];
+  return DPM_OK;
+}
+
+static void softmax_run(const dpm_op *op) {
+  softmax_rows(dpm_f32(op->in[0]), dpm_f32(op->out[0]), rows(op->in[0]),
+               cols(op->in[0]));
+}
+
+/* SoftmaxGradient(Y, dY) -> dX: reads the output only, so Softmax may run in
+ * place. */
+static dpm_status softmax_grad_infer(const dpm_node *n, const dpm_shape *in,
+                                     dpm_shape *out, dpm_err *err) {
+  (void)n;
+  if (expect_rows(&in[0], "softmax output", err) ||
+      expect_same(&in[1], &in[0], "output gradient", err))
+    return err->code;
+  out[0] = in[0];
+  return DPM_OK;
+}
+
+static void softmax_grad_run(const dpm_op *op) {
+  softmax_grad_rows(dpm_f32(op->in[0]), dpm_f32(op->in[1]), dpm_f32(op->out[0]),
+                    rows(op->in[0]), cols(op->in[0]), 0);
+}
+
+static dpm_status softmax_grad(dpm_grad *g, dpm_err *err) {
+  const char *in[] = {g->fwd->out[0], g->gout[0]};
+  return dpm_grad_emit(g, "SoftmaxGradient", 2, in, 1, &g->gin[0], err);
+}
+
+/* ---- SoftmaxWithLoss ----------------------------------------------------- */
+
+/* (logits, label) -> (softmax, loss): loss = mean over rows of
+ * -log(max(softmax[label], 1e-20)). */
+static dpm_status swl_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                            dpm_err *err) {
+  (void)n;
+  if (expect_rows(&in[0], "logits", err) || expect_label(&in[0], &in[1], err))
+    return err->code;
+  out[0] = in[0];
+  out[1] = dpm_shape_scalar(DPM_F32);
+  return DPM_OK;
+}
+
+static void swl_run(const dpm_op *op) {
+  const int32_t *label = dpm_i32(op->in[1]);
+  float *y = dpm_f32(op->out[0]);
+  int64_t n = rows(op->in[0]), d = cols(op->in[0]);
+  softmax_rows(dpm_f32(op->in[0]), y, n, d);
+  double loss = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t l = label[i];
+    double p = l >= 0 && l < d ? y[i * d + l] : 0.0;
+    loss -= log(p > PROB_FLOOR ? p : PROB_FLOOR);
+  }
+  dpm_f32(op->out[1])[0] = (float)(loss / (double)n);
+}
+
+/* SoftmaxWithLossGradient(softmax, label, dloss[, dsoftmax]) -> dlogits
+ *   = (softmax - onehot(label)) * dloss / N  [+ SoftmaxGradient(dsoftmax)];
+ * rows with an out-of-range label get no loss term.
+ * The softmax output is normally consumed by nothing differentiable; when it
+ * is, its gradient is passed as the fourth input and added. */
+static dpm_status swl_grad_infer(const dpm_node *n, const dpm_shape *in,
+                                 dpm_shape *out, dpm_err *err) {
+  if (expect_rows(&in[0], "softmax", err) || expect_label(&in[0], &in[1], err) ||
+      expect_scalar(&in[2], "loss gradient", err) ||
+      (n->n_in > 3 && expect_same(&in[3], &in[0], "softmax gradient", err)))
+    return err->code;
+  out[0] = in[0];
+  return DPM_OK;
+}
+
+static void swl_grad_run(const dpm_op *op) {
+  const float *y = dpm_f32(op->in[0]);
+  const int32_t *label = dpm_i32(op->in[1]);
+  float *dx = dpm_f32(op->out[0]);
+  int64_t n = rows(op->in[0]), d = cols(op->in[0]);
+  float scale = dpm_f32(op->in[2])[0] / (float)n;
+  for (int64_t i = 0; i < n; i++) {
+    const float *yi = y + i * d;
+    float *dxi = dx + i * d, s = label[i] >= 0 && label[i] < d ? scale : 0.f;
+    for (int64_t j = 0; j < d; j++) dxi[j] = yi[j] * s;
+    if (s != 0.f) dxi[label[i]] -= s;
+  }
+  if (op->n_in > 3) softmax_grad_rows(y, dpm_f32(op->in[3]), dx, n, d, 1);
+}
+
+static dpm_status swl_grad(dpm_grad *g, dpm_err *err) {
+  const char *softmax = g->fwd->out[0], *dsoftmax = g->gout[0], *dloss = g->gout[1];
+  if (!dloss) { /* only the softmax output is differentiated */
+    const char *in[] = {softmax, dsoftmax};
+    return dpm_grad_emit(g, "SoftmaxGradient", 2, in, 1, &g->gin[0], err);
+  }
+  const char *in[] = {softmax, g->fwd->in[1], dloss, dsoftmax};
+  return dpm_grad_emit(g, "SoftmaxWithLossGradient", dsoftmax ? 4 : 3, in, 1,
+                       &g->gin[0], err);
+}
+
+/* ---- Accuracy ------------------------------------------------------------ */
+
+/* (pred, label) -> fraction of rows whose first maximum is at the label. */
+static dpm_status accuracy_infer(const dpm_node *n, const dpm_shape *in,
+                                 dpm_shape *out, dpm_err *err) {
+  (void)n;
+  if (expect_rows(&in[0], "prediction", err) || expect_label(&in[0], &in[1], err))
+    return err->code;
+  out[0] = dpm_shape_scalar(DPM_F32);
+  return DPM_OK;
+}
+
+static void accuracy_run(const dpm_op *op) {
+  const float *x = dpm_f32(op->in[0]);
+  const int32_t *label = dpm_i32(op->in[1]);
+  int64_t n = rows(op->in[0]), d = cols(op->in[0]), correct = 0;
+  for (int64_t i = 0; i < n; i++, x += d) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < d; j++) best = x[j] > x[best] ? j : best;
+    correct += best == label[i];
+  }
+  dpm_f32(op->out[0])[0] = (float)((double)correct / (double)n);
+}
+
+/* ---- table --------------------------------------------------------------- */
+
+static const dpm_op_def softmax = {
+    .name = "Softmax", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .infer = softmax_infer, .grad = softmax_grad, .run = softmax_run,
+    .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def softmax_gradient = {
+    .name = "SoftmaxGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .infer = softmax_grad_infer, .run = softmax_grad_run,
+    .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
+};
+static const dpm_op_def softmax_with_loss = {
+    .name = "SoftmaxWithLoss", .min_in = 2, .max_in = 2, .min_out = 2, .max_out = 2,
+    .infer = swl_infer, .grad = swl_grad, .run = swl_run, .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def softmax_with_loss_gradient = {
+    .name = "SoftmaxWithLossGradient", .min_in = 3, .max_in = 4, .min_out = 1,
+    .max_out = 1, .infer = swl_grad_infer, .run = swl_grad_run,
+    .flags = DPM_OP_HIDDEN,
+};
+static const dpm_op_def accuracy = {
+    .name = "Accuracy", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .infer = accuracy_infer, .run = accuracy_run, .flags = DPM_OP_NO_GRAD,
+};
+
+const dpm_op_def *const dpm_ops_loss[] = {
+    &softmax,  &softmax_gradient, &softmax_with_loss, &softmax_with_loss_gradient,
+    &accuracy, NULL,
+};

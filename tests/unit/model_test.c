@@ -56,6 +56,11 @@ TEST(model_rejects_bad_argument) {
                DPM_SPEC, "op #1 (FC): argument 'dim_out' expects an integer");
 }
 
+TEST(model_rejects_missing_required_argument) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred}\n" MLP_TAIL, DPM_SPEC,
+               "m.yaml:4: op #1 (FC): missing required argument 'dim_out'");
+}
+
 TEST(model_rejects_undefined_blob) {
   expect_error("forward:\n  - {op: FC, in: [dta], out: pred, dim_out: 4}\n" MLP_TAIL,
                DPM_SPEC, "m.yaml:4: op #1 (FC): input 'dta' is not defined");

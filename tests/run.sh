@@ -1,0 +1,36 @@
+#!/bin/sh
+# Runs every test: the unit tests (ASan+UBSan build) and the end-to-end
+# trainer checks, then prints one closing line "N passed, N failed".
+cd "$(dirname "$0")/.." || exit 2
+export OPENBLAS_NUM_THREADS=1
+passed=0
+failed=0
+log=build/tests/unit.log
+
+./build/tests/unit | tee "$log"
+p=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log" | tail -1)
+f=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log" | tail -1)
+[ -n "$p" ] || { p=0; f=$((f + 1)); echo "FAIL unit test binary did not finish"; }
+passed=$((passed + p))
+failed=$((failed + ${f:-0}))
+
+# check NAME COMMAND...: one end-to-end check, passing when COMMAND exits 0.
+check() {
+  name=$1
+  shift
+  if out=$("$@" 2>&1); then
+    echo "ok   $name"
+    passed=$((passed + 1))
+  else
+    echo "FAIL $name"
+    echo "$out" | tail -20 | sed 's/^/    /'
+    failed=$((failed + 1))
+  fi
+}
+
+for t in tests/e2e/*.sh; do
+  check "$(basename "$t" .sh)" sh "$t"
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
