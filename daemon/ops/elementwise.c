@@ -15,6 +15,30 @@ static dpm_status infer_same(const dpm_node *n, const dpm_shape *in, dpm_shape *
   return DPM_OK;
 }
 
+/* Y = x unchanged (Copy, StopGradient); a no-op when run in place. */
+static void copy_run(const dpm_op *op) {
+  if (op->out[0]->data != op->in[0]->data)
+    memcpy(op->out[0]->data, op->in[0]->data, dpm_shape_bytes(&op->in[0]->shape));
+}
+
+/* Gradient of an op whose gradient is dY itself for every input (Add, Sum,
+ * Copy): one Copy of dY into each wanted input gradient. */
+static dpm_status pass_through_grad(dpm_grad *g, dpm_err *err) {
+  for (int k = 0; k < g->fwd->n_in; k++) {
+    if (!g->gin[k]) continue;
+    dpm_status s = dpm_grad_emit(g, "Copy", 1, &g->gout[0], 1, &g->gin[k], err);
+    if (s) return s;
+  }
+  return DPM_OK;
+}
+
+/* Gradient of an activation y = f(x) whose derivative is a function of y:
+ * <Op>Gradient(Y, dY) -> dX. Reading only Y lets the forward op run in place. */
+static dpm_status emit_from_output(dpm_grad *g, const char *op, dpm_err *err) {
+  const char *in[] = {g->fwd->out[0], g->gout[0]};
+  return dpm_grad_emit(g, op, 2, in, 1, &g->gin[0], err);
+}
+
 /* ---- Relu ---------------------------------------------------------------- */
 
 static void relu_run(const dpm_op *op) {
@@ -29,13 +53,112 @@ static void relu_grad_run(const dpm_op *op) {
   const float *y = dpm_f32(op->in[0]), *dy = dpm_f32(op->in[1]);
   float *dx = dpm_f32(op->out[0]);
   int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+  for (int64_t i = 0; i < n; i++) {
+    float g = dy[i]; /* loaded unconditionally, so the select vectorizes */
+    dx[i] = y[i] > 0.f ? g : 0.f;
+  }
 }
 
 static dpm_status relu_grad(dpm_grad *g, dpm_err *err) {
-  const char *in[] = {g->fwd->out[0], g->gout[0]};
-  return dpm_grad_emit(g, "ReluGradient", 2, in, 1, &g->gin[0], err);
+  return emit_from_output(g, "ReluGradient", err);
 }
+
+/* ---- Sigmoid, Tanh ------------------------------------------------------- */
+
+static void sigmoid_run(const dpm_op *op) {
+  const float *x = dpm_f32(op->in[0]);
+  float *y = dpm_f32(op->out[0]);
+  int64_t n = dpm_tensor_numel(op->in[0]);
+  for (int64_t i = 0; i < n; i++) y[i] = 1.f / (1.f + expf(-x[i]));
+}
+
+/* SigmoidGradient(Y, dY) -> dX = dY * y * (1 - y). */
+static void sigmoid_grad_run(const dpm_op *op) {
+  const float *y = dpm_f32(op->in[0]), *dy = dpm_f32(op->in[1]);
+  float *dx = dpm_f32(op->out[0]);
+  int64_t n = dpm_tensor_numel(op->in[0]);
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.f - y[i]);
+}
+
+static dpm_status sigmoid_grad(dpm_grad *g, dpm_err *err) {
+  return emit_from_output(g, "SigmoidGradient", err);
+}
+
+static void tanh_run(const dpm_op *op) {
+  const float *x = dpm_f32(op->in[0]);
+  float *y = dpm_f32(op->out[0]);
+  int64_t n = dpm_tensor_numel(op->in[0]);
+  for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+}
+
+/* TanhGradient(Y, dY) -> dX = dY * (1 - y^2). */
+static void tanh_grad_run(const dpm_op *op) {
+  const float *y = dpm_f32(op->in[0]), *dy = dpm_f32(op->in[1]);
+  float *dx = dpm_f32(op->out[0]);
+  int64_t n = dpm_tensor_numel(op->in[0]);
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.f - y[i] * y[i]);
+}
+
+static dpm_status tanh_grad(dpm_grad *g, dpm_err *err) {
+  return emit_from_output(g, "TanhGradient", err);
+}
+
+/* ---- Add, Sum ------------------------------------------------------------ */
+
+/* Every input is f32 and of the shape of the first. */
+static dpm_status infer_sum(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                            dpm_err *err) {
+  char a[64], b[64];
+  for (int k = 0; k < n->n_in; k++) {
+    if (dpm_expect_dtype(&in[k], DPM_F32, "input", err)) return err->code;
+    if (!dpm_shape_equal(&in[k], &in[0]))
+      return dpm_errf(err, DPM_SHAPE, "input %d is %s, input 0 is %s: shapes differ", k,
+                      dpm_shape_str(&in[k], a, sizeof a),
+                      dpm_shape_str(&in[0], b, sizeof b));
+  }
+  out[0] = in[0];
+  return DPM_OK;
+}
+
+/* The sum is built in an L1-sized block and stored last, so the output may
+ * be any of the inputs (the engine accumulates gradients with Sum in place). */
+#define SUM_BLOCK 1024
+
+static void sum_run(const dpm_op *op) {
+  int64_t n = dpm_tensor_numel(op->out[0]);
+  float acc[SUM_BLOCK];
+  for (int64_t c = 0; c < n; c += SUM_BLOCK) {
+    int64_t m = n - c < SUM_BLOCK ? n - c : SUM_BLOCK;
+    memcpy(acc, dpm_f32(op->in[0]) + c, (size_t)m * sizeof *acc);
+    for (int k = 1; k < op->n_in; k++) {
+      const float *x = dpm_f32(op->in[k]) + c;
+      for (int64_t j = 0; j < m; j++) acc[j] += x[j];
+    }
+    memcpy(dpm_f32(op->out[0]) + c, acc, (size_t)m * sizeof *acc);
+  }
+}
+
+/* ---- Scale --------------------------------------------------------------- */
+
+static const dpm_arg_def scale_args[] = {
+    {"scale", DPM_ARG_FLOAT, "1", NULL, 0, 0},
+    {NULL},
+};
+
+static void scale_run(const dpm_op *op) {
+  const float *x = dpm_f32(op->in[0]);
+  float *y = dpm_f32(op->out[0]);
+  float s = (float)op->node->arg[0].f;
+  int64_t n = dpm_tensor_numel(op->in[0]);
+  for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
+}
+
+/* dX = scale * dY: the gradient is Scale itself, with the same argument. */
+static dpm_status scale_grad(dpm_grad *g, dpm_err *err) {
+  return dpm_grad_emit(g, "Scale", 1, &g->gout[0], 1, &g->gin[0], err);
+}
+
+/* ---- defs ---------------------------------------------------------------- */
 
 static const dpm_op_def relu = {
     .name = "Relu", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
@@ -46,5 +169,51 @@ static const dpm_op_def relu_gradient = {
     .name = "ReluGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
     .infer = infer_same, .run = relu_grad_run, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
+static const dpm_op_def sigmoid = {
+    .name = "Sigmoid", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .infer = infer_same, .grad = sigmoid_grad, .run = sigmoid_run,
+    .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def sigmoid_gradient = {
+    .name = "SigmoidGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .infer = infer_same, .run = sigmoid_grad_run,
+    .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
+};
+static const dpm_op_def tanh_ = {
+    .name = "Tanh", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .infer = infer_same, .grad = tanh_grad, .run = tanh_run,
+    .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def tanh_gradient = {
+    .name = "TanhGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .infer = infer_same, .run = tanh_grad_run, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
+};
+static const dpm_op_def add = {
+    .name = "Add", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
+    .infer = infer_sum, .grad = pass_through_grad, .run = sum_run,
+    .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def sum = {
+    .name = "Sum", .min_in = 1, .max_in = DPM_OP_MAX_IO, .min_out = 1, .max_out = 1,
+    .infer = infer_sum, .grad = pass_through_grad, .run = sum_run,
+    .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def scale = {
+    .name = "Scale", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .args = scale_args, .infer = infer_same, .grad = scale_grad, .run = scale_run,
+    .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def copy = {
+    .name = "Copy", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .infer = infer_same, .grad = pass_through_grad, .run = copy_run,
+    .flags = DPM_OP_INPLACE,
+};
+static const dpm_op_def stop_gradient = {
+    .name = "StopGradient", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
+    .infer = infer_same, .run = copy_run, .flags = DPM_OP_INPLACE | DPM_OP_NO_GRAD,
+};
 
-const dpm_op_def *const dpm_ops_elementwise[] = {&relu, &relu_gradient, NULL};
+const dpm_op_def *const dpm_ops_elementwise[] = {
+    &relu, &relu_gradient, &sigmoid, &sigmoid_gradient, &tanh_, &tanh_gradient,
+    &add,  &sum,           &scale,   &copy,             &stop_gradient, NULL,
+};
