@@ -1,0 +1,72 @@
+/* The model spec front end: a YAML spec file (ARCHITECTURE.md, "Model spec")
+ * -> the protobuf Dpm__ModelSpec that dpmctl submits and the engine builds.
+ *
+ * What the parser checks: YAML syntax; the set of keys in every section
+ * (unknown, duplicate and missing required keys); the type of every value
+ * (strings, integers, numbers, true/false, enum names, lists); value ranges
+ * and a few cross-field rules (idx reader needs images and labels, shard_id <
+ * num_shards, lr policy poly needs max_iter, multistep needs stepvalues,
+ * devices well formed and unique). What it leaves to the engine: operator
+ * types, their argument names and values, blob wiring and shapes; for that
+ * every operator carries its 1-based line and column.
+ *
+ * Scalar typing: for schema keys a value must be written as the key expects
+ * (an integer key rejects 1.5 and "64"; a boolean is exactly true or false).
+ * Operator arguments are typed by how the scalar is written: an integer
+ * literal -> i, any other number (1e-3, .5, -0.1) -> f, true/false -> i (1/0),
+ * anything else -> s; quoted and block scalars are always s; a list of
+ * numbers -> ints if all are integer literals, else floats.
+ *
+ * Errors: every function returns a dpm_status; on failure err (if non-NULL)
+ * holds "SOURCE:LINE:COL: message", 1-based, at the offending node (a
+ * missing key is reported at the start of the mapping that lacks it; errors
+ * inside an operator read "...: op #N (TYPE): message", N 1-based). Spec
+ * problems are DPM_SPEC, an unreadable file DPM_IO, exhausted memory
+ * DPM_NOMEM. Anchors/aliases, tags and several documents are refused; input
+ * larger than DPM_SPEC_MAX_BYTES is refused (DPM_SPEC). No input crashes the
+ * parser and no error path leaks.
+ *
+ * Ownership: on success *out is a new spec owned by the caller, freed with
+ * dpm_spec_free(); on failure *out is NULL. Every field is a separate
+ * malloc() allocation, exactly as protobuf-c's unpack (default allocator)
+ * makes them, so dpm_spec_free() also frees a spec from
+ * dpm__model_spec__unpack(NULL, ...), and parse results can be packed.
+ *
+ * Threads: no global state; any function may run on any thread, on
+ * different specs at once. */
+#ifndef DPM_SPEC_SPEC_H
+#define DPM_SPEC_SPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpm/status.h"
+#include "proto/dpm.pb-c.h"
+
+/* Largest spec accepted, in bytes. */
+#define DPM_SPEC_MAX_BYTES (16u << 20)
+
+/* Reads the file at path and parses it (source = path in messages and in
+ * spec->source). A file that cannot be opened or read is DPM_IO. */
+dpm_status dpm_spec_load(const char *path, Dpm__ModelSpec **out, dpm_err *err);
+
+/* Parses text[0..len) (need not be NUL-terminated). source names the text in
+ * messages and is copied to spec->source; NULL means "<spec>" in messages
+ * and no spec->source. */
+dpm_status dpm_spec_parse(const char *text, size_t len, const char *source,
+                          Dpm__ModelSpec **out, dpm_err *err);
+
+/* Frees a spec from dpm_spec_parse/dpm_spec_load (or protobuf unpack with
+ * the default allocator). NULL is fine. */
+void dpm_spec_free(Dpm__ModelSpec *spec);
+
+/* 64-bit FNV-1a over the protobuf encoding of the spec with its position
+ * fields cleared: precisely, over the packed ModelSpec with `source`,
+ * `forward` and every `line` field left out, followed by each packed forward
+ * Operator in order with `line` and `column` left out. Moving the file,
+ * editing comments or re-indenting keeps the hash; any change to a value
+ * (including writing a default explicitly) changes it. Checkpoints store it
+ * to recognise the spec they belong to. Returns 0 for NULL. */
+uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec);
+
+#endif
