@@ -1,4 +1,359 @@
-/* placeholder: filled by the conv op family. */
+/* Conv: 2-D convolution of NCHW float32 with square kernels, and
+ * ConvGradient.
+ *
+ * Both lower one image at a time into a matrix L and run sgemms on it.
+ * When C*k is large, L is lowered along x only (MEC, Cho & Brand 2017): row
+ * (c, kx) holds the input rows of channel c shifted by kx, every kernel row
+ * ky reads a [C*k, Ho*Wo] window L_ky of it, and the convolution is k sgemms
+ *   Y[n] += W_ky * L_ky,   dW_ky += dY[n] * L_ky^T,   dL_ky += W_ky^T * dY[n]
+ * with W_ky [M, C*k] the weights of kernel row ky. Against im2col, L is k
+ * times smaller and the scatter back to dX does k times fewer adds. When C*k
+ * is small (a first layer on grey images), sgemms with so short an inner
+ * dimension are slow, so all kernel rows are folded into L: plain im2col,
+ * one sgemm per image.
+ *
+ * L ends with a row of ones and W_0 with a column holding the bias, so the
+ * bias is added by the first sgemm, and its gradient comes out of the first
+ * dW sgemm as one more column. */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
 #include "engine/op.h"
 #include "ops/families.h"
-const dpm_op_def *const dpm_ops_conv[] = {NULL};
+
+#define CONV_INITS "xavier|msra|gaussian|uniform|constant"
+
+/* By position in conv_args; the init arguments are read by the engine. */
+enum { A_DIM_OUT, A_KERNEL, A_STRIDE, A_PAD };
+
+static const dpm_arg_def conv_args[] = {
+    {"dim_out", DPM_ARG_INT, NULL, NULL, 1, 1 << 20},
+    {"kernel", DPM_ARG_INT, NULL, NULL, 1, 1 << 10},
+    {"stride", DPM_ARG_INT, "1", NULL, 1, 1 << 10},
+    {"pad", DPM_ARG_INT, "0", NULL, 0, 1 << 10},
+    {"weight_init", DPM_ARG_STRING, "xavier", CONV_INITS, 0, 0},
+    {"weight_std", DPM_ARG_FLOAT, "0.01", NULL, 0, 0},
+    {"bias_init", DPM_ARG_STRING, "constant", CONV_INITS, 0, 0},
+    {"bias_value", DPM_ARG_FLOAT, "0", NULL, 0, 0},
+    {NULL},
+};
+
+static const dpm_param_def conv_params[] = {
+    {"_w", DPM_BLOB_PARAM, "xavier", "weight_init", 0.01, "weight_std"},
+    {"_b", DPM_BLOB_PARAM, "constant", "bias_init", 0, "bias_value"},
+    {NULL},
+};
+
+/* Sizes of one convolution and of its lowering. */
+typedef struct conv_geom {
+  int64_t n, c, h, w; /* input: batch, channels, height, width */
+  int64_t m, k, s, p; /* filters, kernel side, stride, padding */
+  int64_t ho, wo;     /* output height and width */
+  int64_t kg, nt;     /* kernel rows folded into L (1 or k); sgemms: k / kg */
+  int64_t ph, j;      /* stride phases in L (s or 1), lowered rows per phase */
+  int64_t r, ll;      /* rows of L before the ones (C*kg*k), their length */
+} conv_geom;
+
+/* Below this sgemm inner dimension C*k, fold all kernel rows into L. */
+#define MEC_MIN_ROWS 64
+
+static conv_geom geom_of(const dpm_node *nd, const dpm_shape *x) {
+  conv_geom g = {
+      .n = x->d[0],
+      .c = x->d[1],
+      .h = x->d[2],
+      .w = x->d[3],
+      .m = nd->arg[A_DIM_OUT].i,
+      .k = nd->arg[A_KERNEL].i,
+      .s = nd->arg[A_STRIDE].i,
+      .p = nd->arg[A_PAD].i,
+  };
+  g.ho = (g.h + 2 * g.p - g.k) / g.s + 1;
+  g.wo = (g.w + 2 * g.p - g.k) / g.s + 1;
+  g.kg = g.c * g.k >= MEC_MIN_ROWS ? 1 : g.k;
+  g.nt = g.k / g.kg;
+  g.ph = g.kg == g.k ? 1 : g.s;
+  g.j = g.ho + (g.k - g.kg) / g.s;
+  g.r = g.c * g.kg * g.k;
+  g.ll = g.ph * g.j * g.wo;
+  return g;
+}
+
+/* Checks the data input X and returns its geometry in *g. */
+static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
+                          dpm_err *err) {
+  if (dpm_expect_dtype(x, DPM_F32, "input", err) ||
+      dpm_expect_ndim(x, 4, 4, "input", err))
+    return err->code;
+  *g = geom_of(nd, x);
+  if (g->k > g->h + 2 * g->p || g->k > g->w + 2 * g->p)
+    return dpm_errf(
+        err, DPM_SHAPE, "kernel %lld is larger than the padded input %lldx%lld",
+        (long long)g->k, (long long)(g->h + 2 * g->p), (long long)(g->w + 2 * g->p));
+  if ((g->r + 1) * g->ll > INT_MAX || g->m * g->ho * g->wo > INT_MAX)
+    return dpm_errf(err, DPM_SHAPE, "convolution of an image is too large for BLAS");
+  return DPM_OK;
+}
+
+static dpm_shape w_shape(const conv_geom *g) {
+  return dpm_shape_make(DPM_F32, 4, (int64_t[]){g->m, g->c, g->k, g->k});
+}
+static dpm_shape b_shape(const conv_geom *g) {
+  return dpm_shape_make(DPM_F32, 1, (int64_t[]){g->m});
+}
+static dpm_shape y_shape(const conv_geom *g) {
+  return dpm_shape_make(DPM_F32, 4, (int64_t[]){g->n, g->m, g->ho, g->wo});
+}
+
+/* Fails unless blob `what` has exactly the shape `want`. */
+static dpm_status expect_shape(const dpm_shape *got, dpm_shape want, const char *what,
+                               dpm_err *err) {
+  if (dpm_shape_equal(got, &want)) return DPM_OK;
+  char a[64], b[64];
+  return dpm_errf(err, DPM_SHAPE, "%s must be %s, got %s", what,
+                  dpm_shape_str(&want, a, sizeof a), dpm_shape_str(got, b, sizeof b));
+}
+
+static dpm_status conv_param_shapes(const dpm_node *nd, const dpm_shape *data_in,
+                                    dpm_shape *param, dpm_err *err) {
+  conv_geom g;
+  if (check_x(nd, &data_in[0], &g, err)) return err->code;
+  param[0] = w_shape(&g);
+  param[1] = b_shape(&g);
+  return DPM_OK;
+}
+
+/* Conv(X, W, b) -> Y */
+static dpm_status conv_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
+                             dpm_err *err) {
+  conv_geom g;
+  if (check_x(nd, &in[0], &g, err) || expect_shape(&in[1], w_shape(&g), "weight", err) ||
+      expect_shape(&in[2], b_shape(&g), "bias", err))
+    return err->code;
+  out[0] = y_shape(&g);
+  return DPM_OK;
+}
+
+/* ConvGradient(X, W, dY) -> dW, db, dX */
+static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
+                                  dpm_err *err) {
+  conv_geom g;
+  if (check_x(nd, &in[0], &g, err) || expect_shape(&in[1], w_shape(&g), "weight", err) ||
+      expect_shape(&in[2], y_shape(&g), "output gradient", err))
+    return err->code;
+  out[0] = w_shape(&g);
+  out[1] = b_shape(&g);
+  out[2] = in[0];
+  return DPM_OK;
+}
+
+/* Scratch: L with its row of ones, the weight blocks W_t [M, R+1] and
+ * (gradient only) their gradients; each part 64-byte aligned. */
+static int64_t align16(int64_t floats) { return (floats + 15) & ~(int64_t)15; }
+static int64_t l_floats(const conv_geom *g) { return align16((g->r + 1) * g->ll); }
+static int64_t w_floats(const conv_geom *g) { return align16(g->nt * g->m * (g->r + 1)); }
+
+static size_t conv_scratch(const dpm_node *nd, const dpm_shape *in) {
+  conv_geom g = geom_of(nd, &in[0]);
+  return (size_t)(l_floats(&g) + w_floats(&g)) * sizeof(float);
+}
+static size_t conv_grad_scratch(const dpm_node *nd, const dpm_shape *in) {
+  conv_geom g = geom_of(nd, &in[0]);
+  return (size_t)(l_floats(&g) + 2 * w_floats(&g)) * sizeof(float);
+}
+
+/* wb[t][m][(c*kg + a)*k + kx] = w[m][c][t*kg + a][kx]: block t (row stride
+ * R+1) multiplies window t of L. Column R is left to the caller. */
+static void w_to_blocks(const conv_geom *g, const float *w, float *wb) {
+  const int64_t kk = g->kg * g->k, ld = g->r + 1;
+  for (int64_t t = 0; t < g->nt; t++)
+    for (int64_t m = 0; m < g->m; m++)
+      for (int64_t c = 0; c < g->c; c++)
+        memcpy(wb + (t * g->m + m) * ld + c * kk,
+               w + ((m * g->c + c) * g->k + t * g->kg) * g->k, kk * sizeof *w);
+}
+
+/* The inverse of w_to_blocks. */
+static void blocks_to_w(const conv_geom *g, const float *wb, float *w) {
+  const int64_t kk = g->kg * g->k, ld = g->r + 1;
+  for (int64_t t = 0; t < g->nt; t++)
+    for (int64_t m = 0; m < g->m; m++)
+      for (int64_t c = 0; c < g->c; c++)
+        memcpy(w + ((m * g->c + c) * g->k + t * g->kg) * g->k,
+               wb + (t * g->m + m) * ld + c * kk, kk * sizeof *w);
+}
+
+/* Offset in a row of L of window t (kernel rows t*kg...): stride phase
+ * t*kg % s, starting at lowered row t*kg / s. */
+static int64_t window(const conv_geom *g, int64_t t) {
+  int64_t ky = t * g->kg;
+  return ((ky % g->s) * g->j + ky / g->s) * g->wo;
+}
+
+/* Output columns [*lo, *hi) whose input column ox*s + kx - p lies in [0, w). */
+static void col_range(const conv_geom *g, int64_t kx, int64_t *lo, int64_t *hi) {
+  int64_t a = g->p - kx, b = g->w + g->p - kx;
+  *lo = a > 0 ? (a + g->s - 1) / g->s : 0;
+  *hi = b > 0 ? (b + g->s - 1) / g->s : 0;
+  if (*hi > g->wo) *hi = g->wo;
+  if (*lo > *hi) *lo = *hi;
+}
+
+/* One row of L: l[ox] = src[(ox - lo) * s] for ox in [lo, hi), else 0. */
+static void gather_row(float *restrict l, const float *restrict src, int64_t lo,
+                       int64_t hi, int64_t wo, int64_t s) {
+  for (int64_t ox = 0; ox < lo; ox++) l[ox] = 0.f;
+  if (s == 1)
+    memcpy(l + lo, src, (hi - lo) * sizeof *l);
+  else
+    for (int64_t ox = lo; ox < hi; ox++) l[ox] = src[(ox - lo) * s];
+  for (int64_t ox = hi; ox < wo; ox++) l[ox] = 0.f;
+}
+
+/* dst[i * s] += src[i] for i < n. */
+static void scatter_row(float *restrict dst, const float *restrict src, int64_t n,
+                        int64_t s) {
+  if (s == 1)
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+  else
+    for (int64_t i = 0; i < n; i++) dst[i * s] += src[i];
+}
+
+/* l[(c*kg + a)*k + kx][(ry*J + j)*Wo + ox] =
+ *   x[c][j*s + ry + a - p][ox*s + kx - p], zero where that is padding. */
+static void lower(const conv_geom *g, const float *x, float *l) {
+  const int64_t s = g->s, wo = g->wo;
+  for (int64_t c = 0; c < g->c; c++)
+    for (int64_t a = 0; a < g->kg; a++)
+      for (int64_t kx = 0; kx < g->k; kx++) {
+        int64_t lo, hi;
+        col_range(g, kx, &lo, &hi);
+        for (int64_t ry = 0; ry < g->ph; ry++)
+          for (int64_t j = 0; j < g->j; j++, l += wo) {
+            int64_t iy = j * s + ry + a - g->p;
+            if (iy < 0 || iy >= g->h) {
+              memset(l, 0, wo * sizeof *l);
+              continue;
+            }
+            gather_row(l, x + (c * g->h + iy) * g->w + lo * s + kx - g->p, lo, hi, wo, s);
+          }
+      }
+}
+
+/* The adjoint of lower: dx (zeroed by the caller) += every entry of dl at
+ * the input position it was copied from. */
+static void unlower(const conv_geom *g, const float *dl, float *dx) {
+  const int64_t s = g->s, wo = g->wo;
+  for (int64_t c = 0; c < g->c; c++)
+    for (int64_t a = 0; a < g->kg; a++)
+      for (int64_t kx = 0; kx < g->k; kx++) {
+        int64_t lo, hi;
+        col_range(g, kx, &lo, &hi);
+        for (int64_t ry = 0; ry < g->ph; ry++)
+          for (int64_t j = 0; j < g->j; j++, dl += wo) {
+            int64_t iy = j * s + ry + a - g->p;
+            if (iy < 0 || iy >= g->h) continue;
+            scatter_row(dx + (c * g->h + iy) * g->w + lo * s + kx - g->p, dl + lo,
+                        hi - lo, s);
+          }
+      }
+}
+
+/* L's last row: ones, which multiply the bias column of W_0. */
+static void set_ones(const conv_geom *g, float *l) {
+  for (int64_t i = 0; i < g->ll; i++) l[g->r * g->ll + i] = 1.f;
+}
+
+static void conv_run(const dpm_op *op) {
+  conv_geom g = geom_of(op->node, &op->in[0]->shape);
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *b = dpm_f32(op->in[2]);
+  float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g);
+  const int64_t hw = g.ho * g.wo, ld = g.r + 1;
+  w_to_blocks(&g, w, wb);
+  for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b[m];
+  set_ones(&g, l);
+  for (int64_t n = 0; n < g.n; n++) {
+    float *yn = y + n * g.m * hw;
+    lower(&g, x + n * g.c * g.h * g.w, l);
+    /* Block 0 includes the bias column and the ones row; the rest add on. */
+    for (int64_t t = 0; t < g.nt; t++)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.m, (int)hw,
+                  (int)(t ? g.r : ld), 1.f, wb + t * g.m * ld, (int)ld, l + window(&g, t),
+                  (int)g.ll, t ? 1.f : 0.f, yn, (int)hw);
+  }
+}
+
+static void conv_grad_run(const dpm_op *op) {
+  conv_geom g = geom_of(op->node, &op->in[0]->shape);
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *dy = dpm_f32(op->in[2]);
+  float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
+  float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
+  float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
+  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwb = wb + w_floats(&g);
+  const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
+  if (dx) w_to_blocks(&g, w, wb);
+  set_ones(&g, l);
+  for (int64_t n = 0; n < g.n; n++) {
+    const float *dyn = dy + n * g.m * hw;
+    if (dw || db) {
+      /* Block 0 gets db as its last column, from L's row of ones. */
+      lower(&g, x + n * chw, l);
+      for (int64_t t = 0; t < g.nt; t++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.m,
+                    (int)(t ? g.r : ld), (int)hw, 1.f, dyn, (int)hw, l + window(&g, t),
+                    (int)g.ll, n ? 1.f : 0.f, dwb + t * g.m * ld, (int)ld);
+    }
+    if (dx) {
+      /* dL overwrites L but its row of ones. */
+      float *dxn = dx + n * chw;
+      memset(l, 0, g.r * g.ll * sizeof *l);
+      for (int64_t t = 0; t < g.nt; t++)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.r, (int)hw, (int)g.m,
+                    1.f, wb + t * g.m * ld, (int)ld, dyn, (int)hw, 1.f, l + window(&g, t),
+                    (int)g.ll);
+      memset(dxn, 0, chw * sizeof *dxn);
+      unlower(&g, l, dxn);
+    }
+  }
+  if (dw) blocks_to_w(&g, dwb, dw);
+  if (db)
+    for (int64_t m = 0; m < g.m; m++) db[m] = dwb[m * ld + g.r];
+}
+
+/* Unwanted gradients get NULL outputs; without dX (a first layer, whose
+ * input needs none) the whole dL and unlower path is skipped. */
+static dpm_status conv_grad(dpm_grad *g, dpm_err *err) {
+  const char *in[] = {g->fwd->in[0], g->fwd->in[1], g->gout[0]};
+  const char *out[] = {g->gin[1], g->gin[2], g->gin[0]};
+  return dpm_grad_emit(g, "ConvGradient", 3, in, 3, out, err);
+}
+
+static const dpm_op_def conv = {
+    .name = "Conv",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .args = conv_args,
+    .params = conv_params,
+    .param_shapes = conv_param_shapes,
+    .infer = conv_infer,
+    .scratch = conv_scratch,
+    .grad = conv_grad,
+    .run = conv_run,
+};
+static const dpm_op_def conv_gradient = {
+    .name = "ConvGradient",
+    .min_in = 3,
+    .max_in = 3,
+    .min_out = 3,
+    .max_out = 3,
+    .args = conv_args,
+    .infer = conv_grad_infer,
+    .scratch = conv_grad_scratch,
+    .run = conv_grad_run,
+    .flags = DPM_OP_HIDDEN,
+};
+
+const dpm_op_def *const dpm_ops_conv[] = {&conv, &conv_gradient, NULL};
