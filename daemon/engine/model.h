@@ -1,8 +1,9 @@
 /* Model: a ModelSpec turned into validated, shape-inferred nets.
  *
  *   init   fills every parameter (seeded), optimizer state and counters
- *   train  the forward ops in training mode, then their gradient ops
- *   update LearningRate, one optimizer op per parameter, Iter
+ *   train  one step: the forward ops in training mode (the first n_forward
+ *          nodes), LearningRate, the gradient ops with each parameter's
+ *          optimizer op as soon as its gradient is final, Iter last
  *   test   the forward ops in test mode (SpatialBN on running statistics,
  *          Dropout off), shaped per eval batch by dpm_model_test_shapes
  *
@@ -19,7 +20,8 @@
 typedef struct dpm_model {
   char *source;       /* spec file name, for messages */
   char *name;         /* spec name */
-  dpm_net init, train, update, test;
+  dpm_net init, train, test;
+  dpm_net update;     /* while building only: the update ops before merging */
   int n_forward;      /* train.nodes[0, n_forward) are the forward ops */
   dpm_shapes shapes;  /* every blob of init/train/update at the training batch */
   char **param_grad;  /* [n_param_grad], indexed like shapes.v: the gradient

@@ -43,6 +43,17 @@ nomem:
   return NULL;
 }
 
+dpm_node *dpm_net_add_copy(dpm_net *net, const dpm_node *src, dpm_err *err) {
+  dpm_node *n = dpm_net_add(net, src->def, src->n_in, (const char *const *)src->in,
+                            src->n_out, (const char *const *)src->out, err);
+  if (!n) return NULL;
+  memcpy(n->arg, src->arg, sizeof n->arg);
+  n->index = src->index;
+  n->line = src->line;
+  n->is_test = src->is_test;
+  return n;
+}
+
 void dpm_net_fini(dpm_net *net) {
   for (int i = 0; i < net->n; i++) {
     for (int k = 0; k < net->nodes[i].n_in; k++) free(net->nodes[i].in[k]);

@@ -22,6 +22,8 @@ typedef struct dpm_net {
 dpm_node *dpm_net_add(dpm_net *net, const dpm_op_def *def, int n_in,
                       const char *const *in, int n_out, const char *const *out,
                       dpm_err *err);
+/* Append a copy of src (names, arguments, position, mode). */
+dpm_node *dpm_net_add_copy(dpm_net *net, const dpm_node *src, dpm_err *err);
 void dpm_net_fini(dpm_net *net);
 
 /* "spec.yaml:12: op #3 (FC)"; gradient and generated nodes name the spec op

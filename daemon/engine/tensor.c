@@ -63,7 +63,7 @@ dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s) {
   if (bytes > t->capacity || !t->data) {
     void *p = dpm_alloc(bytes);
     if (!p) return DPM_NOMEM;
-    dpm_free(t->data);
+    if (t->capacity) dpm_free(t->data);
     t->data = p;
     t->capacity = bytes;
   }
@@ -71,7 +71,14 @@ dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s) {
   return DPM_OK;
 }
 
+void dpm_tensor_view(dpm_tensor *t, const dpm_shape *s, void *data) {
+  if (t->capacity) dpm_free(t->data);
+  t->shape = *s;
+  t->data = data;
+  t->capacity = 0;
+}
+
 void dpm_tensor_fini(dpm_tensor *t) {
-  dpm_free(t->data);
+  if (t->capacity) dpm_free(t->data);
   memset(t, 0, sizeof *t);
 }

@@ -1,8 +1,10 @@
 /* Tensors: dense float32/int32/int64 arrays of up to 4 dimensions (NCHW),
  * 64-byte aligned.
  *
- * Ownership: a dpm_tensor owns its data; dpm_tensor_fini frees it. A tensor
- * is not thread-safe; the executor gives each tensor one writer at a time. */
+ * Ownership: a dpm_tensor owns its data (capacity > 0) and dpm_tensor_fini
+ * frees it, or is a view of memory owned elsewhere (capacity 0: a reader's
+ * batch buffer), which fini leaves alone. A tensor is not thread-safe; the
+ * executor gives each tensor one writer at a time. */
 #ifndef DPM_TENSOR_H
 #define DPM_TENSOR_H
 
@@ -26,7 +28,7 @@ typedef struct dpm_shape {
 typedef struct dpm_tensor {
   dpm_shape shape;
   void *data;      /* 64-byte aligned, shape-sized; NULL before allocation */
-  size_t capacity; /* bytes allocated at data */
+  size_t capacity; /* bytes allocated at data; 0 for a view */
 } dpm_tensor;
 
 const char *dpm_dtype_name(dpm_dtype t);
@@ -47,6 +49,9 @@ int64_t dpm_shape_span(const dpm_shape *s, int from, int to);
  * DPM_NOMEM on allocation failure (t unchanged). */
 dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s);
 void dpm_tensor_fini(dpm_tensor *t);
+/* Make t a view of `data` (64-byte aligned, shape-sized, owned by the caller
+ * and valid while t is used), freeing what t owned. */
+void dpm_tensor_view(dpm_tensor *t, const dpm_shape *s, void *data);
 static inline int64_t dpm_tensor_numel(const dpm_tensor *t) {
   return dpm_shape_numel(&t->shape);
 }

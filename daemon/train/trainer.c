@@ -16,7 +16,7 @@ struct dpm_trainer {
   dpm_reader *reader, *eval_reader;
   dpm_workspace ws;
   dpm_ctx ctx;
-  dpm_exec train, update;
+  dpm_exec train;
   dpm_blob *data, *label, *lr;
   dpm_blob **losses, *accuracy;
   uint64_t iter;
@@ -69,7 +69,6 @@ static dpm_status bind(dpm_trainer *t, dpm_err *err) {
   if (!s) dpm_exec_run(&init);
   dpm_exec_fini(&init);
   if (!s) s = dpm_exec_bind(&t->train, &m->train, &m->shapes, &t->ws, &t->ctx, err);
-  if (!s) s = dpm_exec_bind(&t->update, &m->update, &m->shapes, &t->ws, &t->ctx, err);
   if (s) return s;
   t->data = dpm_ws_find(&t->ws, m->data);
   t->label = dpm_ws_find(&t->ws, m->label);
@@ -112,9 +111,11 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, dpm_trainer **out,
   return DPM_OK;
 }
 
-static void load_batch(dpm_trainer *t, const dpm_batch *b) {
-  memcpy(t->data->t.data, b->data, (size_t)b->n * b->c * b->h * b->w * sizeof(float));
-  memcpy(t->label->t.data, b->label, (size_t)b->n * sizeof(int32_t));
+/* The data and label blobs become views of the reader's batch buffer (valid
+ * until the next dpm_reader_next): no copy. */
+static void load_batch(dpm_blob *data, dpm_blob *label, const dpm_batch *b) {
+  dpm_tensor_view(&data->t, &data->t.shape, b->data);
+  dpm_tensor_view(&label->t, &label->t.shape, b->label);
 }
 
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err) {
@@ -122,14 +123,14 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     double t0 = now_ms();
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;
-    load_batch(t, b);
-    dpm_exec_run(&t->train);
+    load_batch(t->data, t->label, b);
+    dpm_exec_run_range(&t->train, 0, t->model.n_forward);
     double loss = 0;
     for (int l = 0; l < t->model.n_losses; l++) loss += *dpm_f32(&t->losses[l]->t);
     if (!isfinite(loss))
       return dpm_errf(err, DPM_NUMERIC, "loss is %g at iteration %llu", loss,
                       (unsigned long long)t->iter);
-    dpm_exec_run(&t->update);
+    dpm_exec_run_range(&t->train, t->model.n_forward, t->train.n);
     t->iter++;
     if (last) {
       *last = (dpm_step_stats){
@@ -170,9 +171,7 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
       if (s) break;
       shaped = b->n;
     }
-    dpm_blob *data = dpm_ws_find(&ws, m->data), *label = dpm_ws_find(&ws, m->label);
-    memcpy(data->t.data, b->data, (size_t)b->n * b->c * b->h * b->w * sizeof(float));
-    memcpy(label->t.data, b->label, (size_t)b->n * sizeof(int32_t));
+    load_batch(dpm_ws_find(&ws, m->data), dpm_ws_find(&ws, m->label), b);
     dpm_exec_run(&x);
     for (int l = 0; l < m->n_losses; l++)
       sum_loss += *dpm_f32(&dpm_ws_find(&ws, m->losses[l])->t) * b->n;
@@ -200,7 +199,6 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   dpm_reader_destroy(t->reader);
   dpm_reader_destroy(t->eval_reader);
   dpm_exec_fini(&t->train);
-  dpm_exec_fini(&t->update);
   dpm_ws_fini(&t->ws);
   dpm_ctx_fini(&t->ctx);
   dpm_model_fini(&t->model);

@@ -142,7 +142,7 @@ TEST(model_autodiff_matches_finite_differences) {
       "  - {op: Add, in: [a, b], out: c}\n"
       "  - {op: Concat, in: [c, h], out: d}\n"
       "  - {op: FC, in: [d], out: pred, dim_out: 4, weight_init: gaussian, weight_std: 0.5}\n"
-      MLP_TAIL;
+      MLP_TAIL "update: {optimizer: sgd, lr: {base: 0}}\n"; /* params stay put */
   dpm_model m;
   dpm_err err = {0};
   if (build(yaml, &m, &err)) {
