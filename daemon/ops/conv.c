@@ -14,7 +14,7 @@
  *
  * L ends with a row of ones and W_0 with a column holding the bias, so the
  * bias is added by the first sgemm, and its gradient comes out of the first
- * dW sgemm as one more column. */
+ * dW sgemm as one more output. */
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -149,7 +149,8 @@ static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_s
 }
 
 /* Scratch: L with its row of ones, the weight blocks W_t [M, R+1] and
- * (gradient only) their gradients; each part 64-byte aligned. */
+ * (gradient only) the transposed gradient blocks [R+1, M]; each part 64-byte
+ * aligned. */
 static int64_t align16(int64_t floats) { return (floats + 15) & ~(int64_t)15; }
 static int64_t l_floats(const conv_geom *g) { return align16((g->r + 1) * g->ll); }
 static int64_t w_floats(const conv_geom *g) { return align16(g->nt * g->m * (g->r + 1)); }
@@ -174,14 +175,17 @@ static void w_to_blocks(const conv_geom *g, const float *w, float *wb) {
                w + ((m * g->c + c) * g->k + t * g->kg) * g->k, kk * sizeof *w);
 }
 
-/* The inverse of w_to_blocks. */
-static void blocks_to_w(const conv_geom *g, const float *wb, float *w) {
-  const int64_t kk = g->kg * g->k, ld = g->r + 1;
+/* dW from its blocks transposed: w[m][c][t*kg + a][kx] =
+ * wt[t][(c*kg + a)*k + kx][m], block t having R+1 rows of M. */
+static void blocks_t_to_w(const conv_geom *g, const float *wt, float *w) {
+  const int64_t kk = g->kg * g->k;
   for (int64_t t = 0; t < g->nt; t++)
-    for (int64_t m = 0; m < g->m; m++)
-      for (int64_t c = 0; c < g->c; c++)
-        memcpy(w + ((m * g->c + c) * g->k + t * g->kg) * g->k,
-               wb + (t * g->m + m) * ld + c * kk, kk * sizeof *w);
+    for (int64_t c = 0; c < g->c; c++)
+      for (int64_t j = 0; j < kk; j++) {
+        const float *row = wt + (t * (g->r + 1) + c * kk + j) * g->m;
+        float *dst = w + (c * g->k + t * g->kg) * g->k + j;
+        for (int64_t m = 0; m < g->m; m++) dst[m * g->c * g->k * g->k] = row[m];
+      }
 }
 
 /* Offset in a row of L of window t (kernel rows t*kg...): stride phase
@@ -290,19 +294,20 @@ static void conv_grad_run(const dpm_op *op) {
   float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
   float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
   float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
-  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwb = wb + w_floats(&g);
+  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwt = wb + w_floats(&g);
   const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
   if (dx) w_to_blocks(&g, w, wb);
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
     const float *dyn = dy + n * g.m * hw;
     if (dw || db) {
-      /* Block 0 gets db as its last column, from L's row of ones. */
+      /* dW_t^T = L_t * dY^T (faster than dY * L_t^T for these shapes); block
+       * 0 gets db as its last row, from L's row of ones. */
       lower(&g, x + n * chw, l);
       for (int64_t t = 0; t < g.nt; t++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g.m,
-                    (int)(t ? g.r : ld), (int)hw, 1.f, dyn, (int)hw, l + window(&g, t),
-                    (int)g.ll, n ? 1.f : 0.f, dwb + t * g.m * ld, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t ? g.r : ld),
+                    (int)g.m, (int)hw, 1.f, l + window(&g, t), (int)g.ll, dyn, (int)hw,
+                    n ? 1.f : 0.f, dwt + t * ld * g.m, (int)g.m);
     }
     if (dx) {
       /* dL overwrites L but its row of ones. */
@@ -316,9 +321,8 @@ static void conv_grad_run(const dpm_op *op) {
       unlower(&g, l, dxn);
     }
   }
-  if (dw) blocks_to_w(&g, dwb, dw);
-  if (db)
-    for (int64_t m = 0; m < g.m; m++) db[m] = dwb[m * ld + g.r];
+  if (dw) blocks_t_to_w(&g, dwt, dw);
+  if (db) memcpy(db, dwt + g.r * g.m, g.m * sizeof *db);
 }
 
 /* Unwanted gradients get NULL outputs; without dX (a first layer, whose

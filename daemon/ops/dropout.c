@@ -79,13 +79,27 @@ static dpm_status dropout_grad(dpm_grad *g, dpm_err *err) {
 }
 
 static const dpm_op_def dropout = {
-    .name = "Dropout", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-    .args = dropout_args, .aux = dropout_aux, .infer = dropout_infer,
-    .grad = dropout_grad, .run = dropout_run, .flags = DPM_OP_INPLACE,
+    .name = "Dropout",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .args = dropout_args,
+    .aux = dropout_aux,
+    .infer = dropout_infer,
+    .grad = dropout_grad,
+    .run = dropout_run,
+    .flags = DPM_OP_INPLACE,
 };
 static const dpm_op_def dropout_gradient = {
-    .name = "DropoutGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
-    .args = dropout_args, .infer = dropout_grad_infer, .run = dropout_grad_run,
+    .name = "DropoutGradient",
+    .min_in = 2,
+    .max_in = 2,
+    .min_out = 1,
+    .max_out = 1,
+    .args = dropout_args,
+    .infer = dropout_grad_infer,
+    .run = dropout_grad_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 

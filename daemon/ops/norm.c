@@ -18,7 +18,7 @@
 enum { A_EPSILON, A_MOMENTUM };
 
 static const dpm_arg_def bn_args[] = {
-    {"epsilon", DPM_ARG_FLOAT, "1e-5", NULL, 1e-12, 1},
+    {"epsilon", DPM_ARG_FLOAT, "1e-5", NULL, 1e-12, 1e9},
     {"momentum", DPM_ARG_FLOAT, "0.9", NULL, 0, 1},
     {NULL},
 };

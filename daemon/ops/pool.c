@@ -58,6 +58,9 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, dpm_shape *y,
     return dpm_errf(
         err, DPM_SHAPE, "kernel %lld is larger than the padded input %lldx%lld",
         (long long)g.k, (long long)(g.h + 2 * g.p), (long long)(g.w + 2 * g.p));
+  if (g.h * g.w > INT32_MAX)
+    return dpm_errf(err, DPM_SHAPE,
+                    "input planes are too large for int32 argmax indices");
   *y = dpm_shape_make(DPM_F32, 4, (int64_t[]){x->d[0], x->d[1], g.ho, g.wo});
   return DPM_OK;
 }

@@ -1,0 +1,201 @@
+/* Conv and ConvGradient: forward values by hand and against a direct
+ * convolution on both lowerings (im2col for small C*k, MEC otherwise),
+ * gradient checks with strides, padding, odd sizes and 1x1 kernels, with and
+ * without the input gradient, and rejection of bad shapes and arguments. */
+#include <stdlib.h>
+
+#include "optest.h"
+#include "test.h"
+
+/* ot_forward must fail with a message containing msg. */
+static int rejects(const ot_case *c, const char *msg) {
+  dpm_tensor y[1];
+  dpm_err err = {0};
+  dpm_status got = ot_forward(c, y, &err);
+  if (got == DPM_OK) dpm_tensor_fini(&y[0]);
+  if (got != DPM_OK && strstr(err.msg, msg)) return 1;
+  printf("    status %d \"%s\", expected \"%s\"\n", got, err.msg, msg);
+  return 0;
+}
+
+/* A conv case: X [n,c,h,w], W [m,c,k,k], b [m], values random unless given. */
+static ot_case conv_case(const char *args, int n, int c, int h, int w, int m, int k,
+                         unsigned seed) {
+  return (ot_case){.op = "Conv",
+                   .args = args,
+                   .n_in = 3,
+                   .in = {{.shape = ot_f32(4, n, c, h, w)},
+                          {.shape = ot_f32(4, m, c, k, k)},
+                          {.shape = ot_f32(1, m)}},
+                   .n_out = 1,
+                   .seed = seed};
+}
+
+TEST(op_conv_forward) {
+  const float x[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const float w[] = {1, 2, 3, 4, 0, 0, 0, 1}, b[] = {0.5f, -1};
+  ot_case c = conv_case("dim_out=2 kernel=2", 1, 1, 3, 3, 2, 2, 0);
+  c.in[0].f = x, c.in[1].f = w, c.in[2].f = b;
+  dpm_tensor y[1];
+  dpm_err err = {0};
+  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
+  dpm_shape want_shape = ot_f32(4, 1, 2, 2, 2);
+  CHECK(dpm_shape_equal(&y[0].shape, &want_shape));
+  /* filter 0: x00 + 2 x01 + 3 x10 + 4 x11 + 0.5; filter 1: x11 - 1 */
+  const float want[] = {37.5f, 47.5f, 67.5f, 77.5f, 4, 5, 7, 8};
+  double d = ot_maxdiff(dpm_f32(&y[0]), want, 8);
+  dpm_tensor_fini(&y[0]);
+  CHECK(d == 0);
+}
+
+/* Padding contributes zeros; two images, two channels, stride 2. */
+TEST(op_conv_forward_pad_stride) {
+  float x[2 * 2 * 9], w[18];
+  for (int i = 0; i < 9; i++) {
+    x[i] = (float)(i + 1), x[9 + i] = 1;             /* image 0: 1..9, ones */
+    x[18 + i] = (float)(2 * (i + 1)), x[27 + i] = 1; /* image 1: 2..18, ones */
+  }
+  for (int i = 0; i < 18; i++) w[i] = 1;
+  const float b[] = {0};
+  ot_case c = conv_case("dim_out=1 kernel=3 pad=1 stride=2", 2, 2, 3, 3, 1, 3, 0);
+  c.in[0].f = x, c.in[1].f = w, c.in[2].f = b;
+  dpm_tensor y[1];
+  dpm_err err = {0};
+  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
+  dpm_shape want_shape = ot_f32(4, 2, 1, 2, 2);
+  CHECK(dpm_shape_equal(&y[0].shape, &want_shape));
+  /* corner windows hold 4 inputs: 1+2+4+5 = 12 ... plus 4 ones */
+  const float want[] = {16, 20, 28, 32, 28, 36, 52, 60};
+  double d = ot_maxdiff(dpm_f32(&y[0]), want, 8);
+  dpm_tensor_fini(&y[0]);
+  CHECK(d == 0);
+}
+
+/* Direct convolution in double, for comparison. */
+static void ref_conv(const float *x, const float *w, const float *b, int n, int c, int h,
+                     int wd, int m, int k, int s, int p, double *y) {
+  int ho = (h + 2 * p - k) / s + 1, wo = (wd + 2 * p - k) / s + 1;
+  for (int i = 0; i < n; i++)
+    for (int f = 0; f < m; f++)
+      for (int oy = 0; oy < ho; oy++)
+        for (int ox = 0; ox < wo; ox++) {
+          double acc = b[f];
+          for (int ch = 0; ch < c; ch++)
+            for (int ky = 0; ky < k; ky++)
+              for (int kx = 0; kx < k; kx++) {
+                int iy = oy * s + ky - p, ix = ox * s + kx - p;
+                if (iy >= 0 && iy < h && ix >= 0 && ix < wd)
+                  acc += (double)w[((f * c + ch) * k + ky) * k + kx] *
+                         x[((i * c + ch) * h + iy) * wd + ix];
+              }
+          *y++ = acc;
+        }
+}
+
+/* Largest |Conv - direct| for one geometry, or -1 if the op failed. */
+static double conv_vs_ref(int n, int c, int h, int wd, int m, int k, int s, int p) {
+  char args[96];
+  snprintf(args, sizeof args, "dim_out=%d kernel=%d stride=%d pad=%d", m, k, s, p);
+  int nx = n * c * h * wd, nw = m * c * k * k;
+  float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w),
+        *b = malloc(m * sizeof *b);
+  for (int i = 0; i < nx; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.f;
+  for (int i = 0; i < nw; i++) w[i] = (float)((i * 53 % 97) - 48) / 48.f;
+  for (int i = 0; i < m; i++) b[i] = (float)i / 4.f;
+  ot_case cs = conv_case(args, n, c, h, wd, m, k, 0);
+  cs.in[0].f = x, cs.in[1].f = w, cs.in[2].f = b;
+  dpm_tensor y[1];
+  dpm_err err = {0};
+  double worst = -1;
+  if (ot_forward(&cs, y, &err) == DPM_OK) {
+    int64_t ny = dpm_tensor_numel(&y[0]);
+    double *ref = malloc(ny * sizeof *ref);
+    ref_conv(x, w, b, n, c, h, wd, m, k, s, p, ref);
+    worst = 0;
+    for (int64_t i = 0; i < ny; i++)
+      worst = fmax(worst, fabs(dpm_f32(&y[0])[i] - ref[i]));
+    free(ref);
+    dpm_tensor_fini(&y[0]);
+  } else {
+    printf("    %s\n", err.msg);
+  }
+  free(x), free(w), free(b);
+  return worst;
+}
+
+TEST(op_conv_forward_matches_direct) {
+  /* im2col (C*k < 64) */
+  CHECK(conv_vs_ref(2, 3, 7, 5, 4, 3, 1, 1) >= 0);
+  CHECK(conv_vs_ref(2, 3, 7, 5, 4, 3, 1, 1) < 1e-5);
+  CHECK(conv_vs_ref(1, 2, 9, 8, 3, 4, 3, 2) < 1e-5);
+  CHECK(conv_vs_ref(2, 1, 6, 6, 3, 5, 1, 2) < 1e-5);
+  /* MEC (C*k >= 64): stride 1, stride phases, kernel smaller than stride */
+  CHECK(conv_vs_ref(2, 22, 7, 6, 3, 3, 1, 1) < 1e-4);
+  CHECK(conv_vs_ref(2, 16, 9, 8, 3, 4, 2, 1) < 1e-4);
+  CHECK(conv_vs_ref(1, 13, 11, 10, 2, 5, 3, 2) < 1e-4);
+  CHECK(conv_vs_ref(1, 40, 7, 7, 3, 2, 3, 0) < 1e-4);
+  /* 1x1 kernels */
+  CHECK(conv_vs_ref(3, 64, 4, 3, 5, 1, 1, 0) < 1e-4);
+  CHECK(conv_vs_ref(2, 3, 6, 5, 2, 1, 2, 0) < 1e-5);
+}
+
+/* Conv is linear in each single input element, so a large step has no
+ * truncation error and keeps float rounding in Y out of the difference. */
+#define EPS 0.25
+
+TEST(op_conv_gradcheck) {
+  ot_case c = conv_case("dim_out=4 kernel=3 pad=1", 2, 3, 7, 5, 4, 3, 1);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=2 kernel=3 pad=1 stride=2", 2, 3, 7, 5, 2, 3, 2);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=3 kernel=2 stride=3", 1, 2, 8, 7, 3, 2, 3);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=3 kernel=1", 2, 3, 3, 5, 3, 1, 4);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+}
+
+/* The MEC lowering, with and without stride phases. */
+TEST(op_conv_gradcheck_mec) {
+  ot_case c = conv_case("dim_out=3 kernel=3 pad=1", 2, 22, 6, 5, 3, 3, 5);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=2 kernel=4 pad=1 stride=2", 1, 16, 7, 8, 2, 4, 6);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+}
+
+/* A first layer: no input gradient, so no dL and no scatter back. */
+TEST(op_conv_gradcheck_without_input_grad) {
+  ot_case c = conv_case("dim_out=5 kernel=5 pad=2", 3, 1, 6, 7, 5, 5, 7);
+  c.in[0].no_grad = 1;
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c.in[2].no_grad = 1; /* and a frozen bias */
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+}
+
+TEST(op_conv_rejects_bad_shapes) {
+  ot_case c = conv_case("dim_out=2 kernel=5", 1, 1, 3, 3, 2, 5, 0);
+  CHECK(rejects(&c, "kernel 5 is larger than the padded input 3x3"));
+  c = conv_case("dim_out=2 kernel=5 pad=1", 1, 1, 2, 9, 2, 5, 0);
+  CHECK(rejects(&c, "kernel 5 is larger than the padded input 4x11"));
+  c = conv_case("dim_out=2 kernel=3", 1, 2, 5, 5, 2, 3, 0);
+  c.in[1].shape = ot_f32(4, 2, 1, 3, 3);
+  CHECK(rejects(&c, "weight must be f32[2,2,3,3], got f32[2,1,3,3]"));
+  c = conv_case("dim_out=2 kernel=3", 1, 2, 5, 5, 2, 3, 0);
+  c.in[2].shape = ot_f32(1, 3);
+  CHECK(rejects(&c, "bias must be f32[2], got f32[3]"));
+  c = conv_case("dim_out=2 kernel=3", 1, 2, 5, 5, 2, 3, 0);
+  c.in[0].shape = ot_f32(3, 2, 5, 5);
+  CHECK(rejects(&c, "input must have 4 dimensions"));
+}
+
+TEST(op_conv_rejects_bad_args) {
+  ot_case c = conv_case("kernel=3", 1, 1, 5, 5, 2, 3, 0);
+  CHECK(rejects(&c, "missing required argument 'dim_out'"));
+  c.args = "dim_out=2";
+  CHECK(rejects(&c, "missing required argument 'kernel'"));
+  c.args = "dim_out=2 kernel=3 stride=0";
+  CHECK(rejects(&c, "'stride'"));
+  c.args = "dim_out=2 kernel=3 pad=-1";
+  CHECK(rejects(&c, "'pad'"));
+  c.args = "dim_out=2 kernel=3 weight_init=zeros";
+  CHECK(rejects(&c, "must be one of"));
+}
