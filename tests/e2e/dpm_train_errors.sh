@@ -1,5 +1,5 @@
 # dpm-train: usage errors exit 2, a bad spec exits 1 naming file:line and op.
-. tests/e2e/lib.sh
+. tests/e2e_lib.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 set +e

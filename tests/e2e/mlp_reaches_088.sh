@@ -1,6 +1,6 @@
 # The Fashion-MNIST MLP example reaches >= 0.88 test accuracy in 10 epochs
 # and stays under 80 MB of peak RSS.
-. tests/e2e/lib.sh
+. tests/e2e_lib.sh
 out=$(build/dpm-train examples/fmnist_mlp.yaml --epochs 10 --json)
 echo "$out"
 [ "$(echo "$out" | grep -c '"epoch"')" -eq 10 ] || die "expected 10 epoch lines"

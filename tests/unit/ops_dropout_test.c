@@ -1,20 +1,8 @@
 /* Dropout and DropoutGradient: kept fraction and scaling, reproducibility
  * from the context's seed, identity in test mode and at ratio 0, running in
  * place, gradient checks in both modes, and rejection of bad arguments. */
-#include "engine/rng.h"
 #include "optest.h"
 #include "test.h"
-
-/* ot_forward must fail with a message containing msg. */
-static int rejects(const ot_case *c, const char *msg) {
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  dpm_status got = ot_forward(c, y, &err);
-  if (got == DPM_OK) dpm_tensor_fini(&y[0]);
-  if (got != DPM_OK && strstr(err.msg, msg)) return 1;
-  printf("    status %d \"%s\", expected \"%s\"\n", got, err.msg, msg);
-  return 0;
-}
 
 enum { N = 20000 };
 
@@ -80,49 +68,34 @@ TEST(op_dropout_identity_in_test_mode_and_at_ratio_0) {
                .n_out = 1,
                .is_test = 1,
                .seed = 3};
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
-  double d = ot_maxdiff(dpm_f32(&y[0]), x, 105);
-  dpm_tensor_fini(&y[0]);
-  CHECK(d == 0);
+  CHECK(ot_forward_is(&c, c.in[0].shape, x, 0));
   c.args = "ratio=0", c.is_test = 0;
-  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
-  d = ot_maxdiff(dpm_f32(&y[0]), x, 105);
-  dpm_tensor_fini(&y[0]);
-  CHECK(d == 0);
+  CHECK(ot_forward_is(&c, c.in[0].shape, x, 0));
 }
 
 /* Y (or dX) may be X's (or dY's) own tensor. */
 TEST(op_dropout_runs_in_place) {
-  dpm_node fwd = {.def = dpm_op_find("Dropout"), .n_in = 1, .n_out = 2};
-  dpm_node bwd = {.def = dpm_op_find("DropoutGradient"), .n_in = 2, .n_out = 1};
-  CHECK(fwd.def && bwd.def);
-  CHECK(fwd.def->flags & DPM_OP_INPLACE);
-  CHECK(bwd.def->flags & DPM_OP_INPLACE);
-  dpm_node_set_defaults(&fwd, NULL);
-  dpm_node_set_defaults(&bwd, NULL);
-  dpm_shape s = ot_f32(1, 64);
-  dpm_tensor x = {0}, mask = {0};
-  dpm_tensor_resize(&x, &s);
-  dpm_tensor_resize(&mask, &s);
+  const dpm_op_def *fwd = dpm_op_find("Dropout"), *bwd = dpm_op_find("DropoutGradient");
+  CHECK(fwd && bwd);
+  CHECK(fwd->flags & DPM_OP_INPLACE);
+  CHECK(bwd->flags & DPM_OP_INPLACE);
+  dpm_tensor x = ot_tensor(ot_f32(1, 64), NULL), mask = {0};
   for (int i = 0; i < 64; i++) dpm_f32(&x)[i] = (float)(i + 1);
-  dpm_ctx ctx = {0};
-  dpm_rng_seed(ctx.rng, 5);
-  dpm_op op = {
-      .node = &fwd, .in = {&x}, .out = {&x, &mask}, .n_in = 1, .n_out = 2, .ctx = &ctx};
-  fwd.def->run(&op);
+  dpm_err err = {0};
+  int ran = !ot_run_op("Dropout", "", 0, 1, (dpm_tensor *[]){&x}, 2,
+                       (dpm_tensor *[]){&x, &mask}, &err);
   int bad = 0;
-  for (int i = 0; i < 64; i++)
+  for (int i = 0; ran && i < 64; i++)
     bad += dpm_f32(&x)[i] != (float)(i + 1) * dpm_f32(&mask)[i];
   /* the gradient in place: dX = dY * mask on dY's tensor */
-  dpm_op gop = {
-      .node = &bwd, .in = {&x, &mask}, .out = {&x}, .n_in = 2, .n_out = 1, .ctx = &ctx};
-  bwd.def->run(&gop);
-  for (int i = 0; i < 64; i++)
+  ran = ran && !ot_run_op("DropoutGradient", "", 0, 2, (dpm_tensor *[]){&x, &mask}, 1,
+                          (dpm_tensor *[]){&x}, &err);
+  for (int i = 0; ran && i < 64; i++)
     bad += dpm_f32(&x)[i] != (float)(i + 1) * dpm_f32(&mask)[i] * dpm_f32(&mask)[i];
+  if (!ran) printf("    %s\n", err.msg);
   dpm_tensor_fini(&x);
   dpm_tensor_fini(&mask);
+  CHECK(ran);
   CHECK_INT(bad, 0);
 }
 
@@ -147,10 +120,10 @@ TEST(op_dropout_rejects_bad_args) {
                .n_in = 1,
                .in = {{.shape = ot_f32(2, 4, 4)}},
                .n_out = 1};
-  CHECK(rejects(&c, "ratio must be below 1"));
+  CHECK(ot_rejects(&c, "ratio must be below 1"));
   c.args = "ratio=-0.1";
-  CHECK(rejects(&c, "'ratio'"));
+  CHECK(ot_rejects(&c, "'ratio'"));
   c.args = "ratio=0.5";
   c.in[0].shape = ot_i32(2, 4, 4);
-  CHECK(rejects(&c, "input must be f32"));
+  CHECK(ot_rejects(&c, "input must be f32"));
 }

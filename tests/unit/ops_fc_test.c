@@ -3,17 +3,6 @@
 #include "optest.h"
 #include "test.h"
 
-/* ot_forward must fail with status s and a message containing msg. */
-static int rejects(const ot_case *c, dpm_status s, const char *msg) {
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  dpm_status got = ot_forward(c, y, &err);
-  if (got == DPM_OK) dpm_tensor_fini(&y[0]);
-  if (got == s && strstr(err.msg, msg)) return 1;
-  printf("    status %d \"%s\", expected %d \"%s\"\n", got, err.msg, s, msg);
-  return 0;
-}
-
 TEST(op_fc_forward) {
   const float x[] = {1, 2, 3, 4, 5, 6}, w[] = {1, 0, -1, 0.5f, 0.5f, 0.5f};
   const float b[] = {0.5f, -1};
@@ -22,15 +11,8 @@ TEST(op_fc_forward) {
                       {.shape = ot_f32(2, 2, 3), .f = w},
                       {.shape = ot_f32(1, 2), .f = b}},
                .n_out = 1};
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
-  dpm_shape want_shape = ot_f32(2, 2, 2);
-  CHECK(dpm_shape_equal(&y[0].shape, &want_shape));
   const float want[] = {-1.5f, 2, -1.5f, 6.5f};
-  double d = ot_maxdiff(dpm_f32(&y[0]), want, 4);
-  dpm_tensor_fini(&y[0]);
-  CHECK(d == 0);
+  CHECK(ot_forward_is(&c, ot_f32(2, 2, 2), want, 0));
 }
 
 /* X of 4 dimensions is read as [N, C*H*W]. */
@@ -42,15 +24,8 @@ TEST(op_fc_forward_flattens_input) {
                       {.shape = ot_f32(2, 2, 4), .f = w},
                       {.shape = ot_f32(1, 2), .f = b}},
                .n_out = 1};
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
-  dpm_shape want_shape = ot_f32(2, 2, 2);
-  CHECK(dpm_shape_equal(&y[0].shape, &want_shape));
   const float want[] = {10, 98, -10, 102};
-  double d = ot_maxdiff(dpm_f32(&y[0]), want, 4);
-  dpm_tensor_fini(&y[0]);
-  CHECK(d == 0);
+  CHECK(ot_forward_is(&c, ot_f32(2, 2, 2), want, 0));
 }
 
 TEST(op_fc_gradcheck) {
@@ -110,17 +85,17 @@ TEST(op_fc_rejects_bad_shapes) {
                .in = {{.shape = ot_f32(2, 5, 7)}, {.shape = ot_f32(2, 3, 6)},
                       {.shape = ot_f32(1, 3)}},
                .n_out = 1};
-  CHECK(rejects(&c, DPM_SHAPE,
-                "weight is f32[3,6], expected f32[3,7] for input f32[5,7]"));
+  CHECK(ot_rejects_status(&c, DPM_SHAPE,
+                          "weight is f32[3,6], expected f32[3,7] for input f32[5,7]"));
   c.args = "dim_out=4";
   c.in[1].shape = ot_f32(2, 3, 7);
-  CHECK(rejects(&c, DPM_SHAPE, "weight is f32[3,7], expected f32[4,7]"));
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "weight is f32[3,7], expected f32[4,7]"));
   c.args = "dim_out=3";
   c.in[2].shape = ot_f32(2, 1, 3);
-  CHECK(rejects(&c, DPM_SHAPE, "bias is f32[1,3], expected f32[3]"));
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "bias is f32[1,3], expected f32[3]"));
   c.in[2].shape = ot_f32(1, 3);
   c.in[0].shape = ot_i32(2, 5, 7);
-  CHECK(rejects(&c, DPM_SHAPE, "input must be f32, got i32"));
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "input must be f32, got i32"));
 }
 
 TEST(op_fc_rejects_bad_arguments) {
@@ -128,10 +103,11 @@ TEST(op_fc_rejects_bad_arguments) {
                .in = {{.shape = ot_f32(2, 5, 7)}, {.shape = ot_f32(2, 3, 7)},
                       {.shape = ot_f32(1, 3)}},
                .n_out = 1};
-  CHECK(rejects(&c, DPM_SPEC, "argument 'dim_out' = 0 is outside [1, "));
+  CHECK(ot_rejects_status(&c, DPM_SPEC, "argument 'dim_out' = 0 is outside [1, "));
   c.args = "dim_out=3 weight_init=zeros";
-  CHECK(rejects(&c, DPM_SPEC, "argument 'weight_init' must be one of "
-                              "xavier|msra|gaussian|uniform|constant, got 'zeros'"));
+  CHECK(ot_rejects_status(&c, DPM_SPEC,
+                          "argument 'weight_init' must be one of "
+                          "xavier|msra|gaussian|uniform|constant, got 'zeros'"));
   c.args = "dim_out=3 bias_value=x";
-  CHECK(rejects(&c, DPM_SPEC, "argument 'bias_value' expects a number"));
+  CHECK(ot_rejects_status(&c, DPM_SPEC, "argument 'bias_value' expects a number"));
 }

@@ -5,17 +5,6 @@
 #include "optest.h"
 #include "test.h"
 
-/* ot_forward must fail with a message containing msg. */
-static int rejects(const ot_case *c, const char *msg) {
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  dpm_status got = ot_forward(c, y, &err);
-  if (got == DPM_OK) dpm_tensor_fini(&y[0]);
-  if (got != DPM_OK && strstr(err.msg, msg)) return 1;
-  printf("    status %d \"%s\", expected \"%s\"\n", got, err.msg, msg);
-  return 0;
-}
-
 /* Two channels: c0 = {1, 3, 5, 7} (mean 4, var 5), c1 = {10, -6, 2, 2}
  * (mean 2, var 32); with epsilon 4 the inverse stds are 1/3 and 1/6. */
 static const float x_nchw[] = {1, 3, 10, -6, 5, 7, 2, 2};
@@ -37,31 +26,15 @@ static ot_case bn_case(const char *args, dpm_shape x, const float *xv, int is_te
                    .seed = 1};
 }
 
-/* Runs `c` forward and compares with want[0..n) to within tol. */
-static int forward_near(const ot_case *c, const float *want, int n, double tol) {
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  if (ot_forward(c, y, &err)) {
-    printf("    %s\n", err.msg);
-    return 0;
-  }
-  int ok = dpm_shape_equal(&y[0].shape, &c->in[0].shape) &&
-           ot_maxdiff(dpm_f32(&y[0]), want, n) <= tol;
-  for (int i = 0; i < n && !ok; i++)
-    printf("    y[%d] = %.9g, want %.9g\n", i, dpm_f32(&y[0])[i], want[i]);
-  dpm_tensor_fini(&y[0]);
-  return ok;
-}
-
 TEST(op_bn_forward_train) {
   /* c0: 2 (x - 4) / 3 + 1; c1: (x - 2) / 12 - 1 */
   const float want[] = {-1, 1 / 3.f, -1 / 3.f, -5 / 3.f, 5 / 3.f, 3, -1, -1};
   ot_case c = bn_case("epsilon=4", ot_f32(4, 2, 2, 1, 2), x_nchw, 0);
-  CHECK(forward_near(&c, want, 8, 1e-6));
+  CHECK(ot_forward_is(&c, c.in[0].shape, want, 1e-6));
   /* [N, C]: the same numbers, one value per image and channel */
   const float want_nc[] = {-1, -1 / 3.f, 1 / 3.f, -5 / 3.f, 5 / 3.f, -1, 3, -1};
   c = bn_case("epsilon=4", ot_f32(2, 4, 2), x_nc, 0);
-  CHECK(forward_near(&c, want_nc, 8, 1e-6));
+  CHECK(ot_forward_is(&c, c.in[0].shape, want_nc, 1e-6));
 }
 
 /* Test mode: riv + epsilon = {4, 16}, so y = x on c0, (x + 2) / 8 - 1 on c1. */
@@ -70,53 +43,29 @@ TEST(op_bn_forward_test_uses_running_stats) {
   const float want[] = {1, 3, 0.5f, -1.5f, 5, 7, -0.5f, -0.5f};
   ot_case c = bn_case("epsilon=1", ot_f32(4, 2, 2, 1, 2), x_nchw, 1);
   c.in[3].f = rm, c.in[4].f = riv;
-  CHECK(forward_near(&c, want, 8, 0));
-}
-
-/* Runs op `name` once on in[], outside any net; out[] is sized by infer. */
-static dpm_status run_op(const char *name, const char *args, int is_test, int n_in,
-                         dpm_tensor *in, int n_out, dpm_tensor *out) {
-  dpm_node nd = {
-      .def = dpm_op_find(name), .n_in = n_in, .n_out = n_out, .is_test = is_test};
-  dpm_shape si[DPM_OP_MAX_IO], so[DPM_OP_MAX_IO];
-  dpm_err err = {0};
-  for (int k = 0; k < n_in; k++) si[k] = in[k].shape;
-  if (dpm_node_set_defaults(&nd, &err) || dpm_node_set_args(&nd, args, &err) ||
-      nd.def->infer(&nd, si, so, &err))
-    return err.code;
-  dpm_ctx ctx = {0};
-  dpm_op op = {.node = &nd, .n_in = n_in, .n_out = n_out, .ctx = &ctx};
-  for (int k = 0; k < n_in; k++) op.in[k] = &in[k];
-  for (int k = 0; k < n_out; k++) {
-    if (dpm_tensor_resize(&out[k], &so[k])) return DPM_NOMEM;
-    op.out[k] = &out[k];
-  }
-  nd.def->run(&op);
-  return DPM_OK;
-}
-
-static dpm_tensor tensor(dpm_shape s, const float *v) {
-  dpm_tensor t = {0};
-  dpm_tensor_resize(&t, &s);
-  memcpy(t.data, v, dpm_shape_bytes(&s));
-  return t;
+  CHECK(ot_forward_is(&c, c.in[0].shape, want, 0));
 }
 
 /* Runs SpatialBN on the two-channel x and returns, in order, the running
  * mean and variance after the run, the saved mean and inverse std. */
 static int bn_stats(int is_test, float got[4][2]) {
-  dpm_tensor t[8] = {tensor(ot_f32(4, 2, 2, 1, 2), x_nchw),
-                     tensor(ot_f32(1, 2), scale),
-                     tensor(ot_f32(1, 2), bias),
-                     tensor(ot_f32(1, 2), rm0),
-                     tensor(ot_f32(1, 2), riv0),
+  dpm_tensor t[8] = {ot_tensor(ot_f32(4, 2, 2, 1, 2), x_nchw),
+                     ot_tensor(ot_f32(1, 2), scale),
+                     ot_tensor(ot_f32(1, 2), bias),
+                     ot_tensor(ot_f32(1, 2), rm0),
+                     ot_tensor(ot_f32(1, 2), riv0),
                      {.data = NULL},
                      {.data = NULL},
                      {.data = NULL}};
-  int ok = !run_op("SpatialBN", "epsilon=4", is_test, 5, t, 3, &t[5]);
+  dpm_err err = {0};
+  int ok = !ot_run_op("SpatialBN", "epsilon=4", is_test, 5,
+                      (dpm_tensor *[]){&t[0], &t[1], &t[2], &t[3], &t[4]}, 3,
+                      (dpm_tensor *[]){&t[5], &t[6], &t[7]}, &err);
   if (ok)
     for (int k = 0; k < 4; k++)
       memcpy(got[k], t[k < 2 ? 3 + k : 4 + k].data, 2 * sizeof(float));
+  else
+    printf("    %s\n", err.msg);
   for (int k = 0; k < 8; k++) dpm_tensor_fini(&t[k]);
   return ok;
 }
@@ -154,7 +103,7 @@ TEST(op_bn_variance_of_offset_data) {
   c.in[1].shape = c.in[2].shape = c.in[3].shape = c.in[4].shape = ot_f32(1, 1);
   float want[8];
   for (int i = 0; i < 8; i++) want[i] = 2 * (i % 2 ? 1.f : -1.f) + 1;
-  CHECK(forward_near(&c, want, 8, 2e-3));
+  CHECK(ot_forward_is(&c, c.in[0].shape, want, 2e-3));
 }
 
 /* Channels of 14 to 18 values: with fewer, a step of 1e-2 moves the batch
@@ -186,15 +135,15 @@ TEST(op_bn_gradcheck_test_mode) {
 
 TEST(op_bn_rejects_bad_shapes_and_args) {
   ot_case c = bn_case("", ot_f32(3, 2, 2, 2), NULL, 0);
-  CHECK(rejects(&c, "input must be [N,C] or [N,C,H,W], got f32[2,2,2]"));
+  CHECK(ot_rejects(&c, "input must be [N,C] or [N,C,H,W], got f32[2,2,2]"));
   c = bn_case("", ot_f32(4, 2, 2, 1, 2), x_nchw, 0);
   c.in[2].shape = ot_f32(1, 3);
-  CHECK(rejects(&c, "input 2 must be f32[2], got f32[3]"));
+  CHECK(ot_rejects(&c, "input 2 must be f32[2], got f32[3]"));
   c = bn_case("", ot_f32(4, 2, 2, 1, 2), x_nchw, 0);
   c.in[4].shape = ot_f32(2, 1, 2);
-  CHECK(rejects(&c, "input 4 must be f32[2], got f32[1,2]"));
+  CHECK(ot_rejects(&c, "input 4 must be f32[2], got f32[1,2]"));
   c = bn_case("epsilon=0", ot_f32(4, 2, 2, 1, 2), x_nchw, 0);
-  CHECK(rejects(&c, "'epsilon'"));
+  CHECK(ot_rejects(&c, "'epsilon'"));
   c.args = "momentum=1.5";
-  CHECK(rejects(&c, "'momentum'"));
+  CHECK(ot_rejects(&c, "'momentum'"));
 }

@@ -10,28 +10,6 @@
 
 #define NP 5 /* param elements: odd on purpose */
 
-/* Run op `name` once on tensors; out[k] may be one of in[] (in place).
- * Outputs are resized to their inferred shape. */
-static dpm_status run_op(const char *name, const char *args, int n_in, dpm_tensor **in,
-                         int n_out, dpm_tensor **out, dpm_err *err) {
-  dpm_node node = {.def = dpm_op_find(name), .n_in = n_in, .n_out = n_out};
-  if (!node.def) return dpm_errf(err, DPM_NOT_FOUND, "no op %s", name);
-  dpm_shape is[DPM_OP_MAX_IO], os[DPM_OP_MAX_IO];
-  for (int k = 0; k < n_in; k++) is[k] = in[k]->shape;
-  if (dpm_node_set_defaults(&node, err) || dpm_node_set_args(&node, args, err) ||
-      node.def->infer(&node, is, os, err))
-    return err->code;
-  dpm_op op = {.node = &node, .n_in = n_in, .n_out = n_out};
-  for (int k = 0; k < n_in; k++) op.in[k] = in[k];
-  for (int k = 0; k < n_out; k++) {
-    op.out[k] = out[k];
-    if (dpm_tensor_resize(out[k], &os[k])) /* keeps the data of an in-place one */
-      return dpm_errf(err, DPM_NOMEM, "out of memory");
-  }
-  node.def->run(&op);
-  return DPM_OK;
-}
-
 /* A tensor of shape s holding the n given values (as the shape's dtype). */
 static dpm_tensor make(dpm_shape s, int n, const double *v) {
   dpm_tensor t = {0};
@@ -75,8 +53,8 @@ static void sgd_steps(double wd, const char *args) {
   for (int s = 0; s < 3; s++) {
     set_vec(&tg, G[s]);
     dpm_f32(&tlr)[0] = (float)lr[s];
-    CHECK(!run_op("SGD", args, 3, (dpm_tensor *[]){&tp, &tg, &tlr}, 1,
-                  (dpm_tensor *[]){&tp}, &err));
+    CHECK(!ot_run_op("SGD", args, 0, 3, (dpm_tensor *[]){&tp, &tg, &tlr}, 1,
+                     (dpm_tensor *[]){&tp}, &err));
     for (int i = 0; i < NP; i++) p[i] -= lr[s] * (G[s][i] + wd * p[i]);
     CHECK_VEC(&tp, p);
   }
@@ -90,27 +68,22 @@ TEST(optim_sgd_first_step_by_hand) {
   /* p = 1 - 0.1 * (0.5 + 0.1 * 1) = 0.94 */
   dpm_tensor tp = scalar_f32(1.0), tg = scalar_f32(0.5), tlr = scalar_f32(0.1);
   dpm_err err = {0};
-  CHECK(!run_op("SGD", "weight_decay=0.1", 3, (dpm_tensor *[]){&tp, &tg, &tlr}, 1,
-                (dpm_tensor *[]){&tp}, &err));
+  CHECK(!ot_run_op("SGD", "weight_decay=0.1", 0, 3, (dpm_tensor *[]){&tp, &tg, &tlr}, 1,
+                   (dpm_tensor *[]){&tp}, &err));
   CHECK_NEAR(dpm_f32(&tp)[0], 0.94, 1e-7);
   dpm_tensor_fini(&tp), dpm_tensor_fini(&tg), dpm_tensor_fini(&tlr);
 }
 
 TEST(optim_sgd_rejects_bad_shapes) {
-  dpm_tensor out[1];
-  dpm_err err = {0};
   ot_case c = {.op = "SGD", .n_in = 3, .n_out = 1,
                .in = {{ot_f32(2, 3, 4)}, {ot_f32(2, 4, 3)}, {ot_f32(0)}}};
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "grad must match param");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "grad must match param"));
   c.in[1].shape = ot_f32(2, 3, 4);
   c.in[2].shape = ot_f32(1, 2);
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "lr must be an f32 scalar");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "lr must be an f32 scalar"));
   c.in[2].shape = ot_f32(0);
   c.args = "weight_decay=-1";
-  CHECK(ot_forward(&c, out, &err) != DPM_OK);
-  CHECK_HAS(err.msg, "weight_decay");
+  CHECK(ot_rejects(&c, "weight_decay"));
 }
 
 /* ---- MomentumSGD --------------------------------------------------------- */
@@ -124,8 +97,8 @@ static void momentum_steps(double mu, int nesterov, double wd, const char *args)
   for (int s = 0; s < 3; s++) {
     set_vec(&tg, G[s]);
     dpm_f32(&tlr)[0] = (float)lr[s];
-    CHECK(!run_op("MomentumSGD", args, 4, (dpm_tensor *[]){&tp, &tg, &tm, &tlr}, 2,
-                  (dpm_tensor *[]){&tp, &tm}, &err));
+    CHECK(!ot_run_op("MomentumSGD", args, 0, 4, (dpm_tensor *[]){&tp, &tg, &tm, &tlr}, 2,
+                     (dpm_tensor *[]){&tp, &tm}, &err));
     for (int i = 0; i < NP; i++) {
       double old = m[i];
       m[i] = mu * m[i] + lr[s] * (G[s][i] + wd * p[i]);
@@ -160,9 +133,9 @@ TEST(optim_momentum_two_steps_by_hand) {
                tlr = scalar_f32(0.1);
     dpm_err err = {0};
     for (int s = 0; s < 2; s++) {
-      CHECK(!run_op("MomentumSGD", cases[c].args, 4,
-                    (dpm_tensor *[]){&tp, &tg, &tm, &tlr}, 2,
-                    (dpm_tensor *[]){&tp, &tm}, &err));
+      CHECK(!ot_run_op("MomentumSGD", cases[c].args, 0, 4,
+                       (dpm_tensor *[]){&tp, &tg, &tm, &tlr}, 2,
+                       (dpm_tensor *[]){&tp, &tm}, &err));
       CHECK_NEAR(dpm_f32(&tm)[0], s ? 0.19 : 0.1, 1e-7);
       CHECK_NEAR(dpm_f32(&tp)[0], cases[c].p[s], 1e-6);
     }
@@ -172,16 +145,12 @@ TEST(optim_momentum_two_steps_by_hand) {
 }
 
 TEST(optim_momentum_rejects_bad_shapes) {
-  dpm_tensor out[2];
-  dpm_err err = {0};
   ot_case c = {.op = "MomentumSGD", .n_in = 4, .n_out = 2,
                .in = {{ot_f32(1, 7)}, {ot_f32(1, 7)}, {ot_f32(1, 6)}, {ot_f32(0)}}};
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "momentum must match param");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "momentum must match param"));
   c.in[2].shape = ot_f32(1, 7);
   c.args = "momentum=1.5";
-  CHECK(ot_forward(&c, out, &err) != DPM_OK);
-  CHECK_HAS(err.msg, "momentum");
+  CHECK(ot_rejects(&c, "momentum"));
 }
 
 /* ---- Adam ---------------------------------------------------------------- */
@@ -197,8 +166,9 @@ static void adam_steps(double b1, double b2, double eps, double wd, const char *
     set_vec(&tg, G[s]);
     dpm_f32(&tlr)[0] = (float)lr[s];
     dpm_i64(&tit)[0] = s;
-    CHECK(!run_op("Adam", args, 6, (dpm_tensor *[]){&tp, &tg, &tm1, &tm2, &tlr, &tit},
-                  3, (dpm_tensor *[]){&tp, &tm1, &tm2}, &err));
+    CHECK(!ot_run_op("Adam", args, 0, 6,
+                     (dpm_tensor *[]){&tp, &tg, &tm1, &tm2, &tlr, &tit}, 3,
+                     (dpm_tensor *[]){&tp, &tm1, &tm2}, &err));
     double t = s + 1;
     for (int i = 0; i < NP; i++) {
       double g = G[s][i] + wd * p[i];
@@ -228,8 +198,8 @@ TEST(optim_adam_first_step_is_lr_times_sign) {
   dpm_tensor tp = vec(P0), tg = vec(G[0]), tm1 = vec(z), tm2 = vec(z),
              tlr = scalar_f32(0.01), tit = scalar_i64(0);
   dpm_err err = {0};
-  CHECK(!run_op("Adam", "", 6, (dpm_tensor *[]){&tp, &tg, &tm1, &tm2, &tlr, &tit}, 3,
-                (dpm_tensor *[]){&tp, &tm1, &tm2}, &err));
+  CHECK(!ot_run_op("Adam", "", 0, 6, (dpm_tensor *[]){&tp, &tg, &tm1, &tm2, &tlr, &tit},
+                   3, (dpm_tensor *[]){&tp, &tm1, &tm2}, &err));
   for (int i = 0; i < NP; i++)
     CHECK_NEAR(dpm_f32(&tp)[i], P0[i] - 0.01 * (G[0][i] > 0 ? 1 : -1), 1e-6);
   dpm_tensor_fini(&tp), dpm_tensor_fini(&tg), dpm_tensor_fini(&tm1);
@@ -237,22 +207,17 @@ TEST(optim_adam_first_step_is_lr_times_sign) {
 }
 
 TEST(optim_adam_rejects_bad_inputs) {
-  dpm_tensor out[3];
-  dpm_err err = {0};
   ot_case c = {.op = "Adam", .n_in = 6, .n_out = 3,
                .in = {{ot_f32(2, 2, 3)}, {ot_f32(2, 2, 3)}, {ot_f32(2, 2, 3)},
                       {ot_f32(2, 3, 2)}, {ot_f32(0)},
                       {dpm_shape_scalar(DPM_I64)}}};
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "m2 must match param");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "m2 must match param"));
   c.in[3].shape = ot_f32(2, 2, 3);
   c.in[5].shape = dpm_shape_scalar(DPM_I32);
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "iter must be an i64 scalar");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "iter must be an i64 scalar"));
   c.in[5].shape = dpm_shape_scalar(DPM_I64);
   c.args = "beta2=1";
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "beta2 = 1 must be below 1");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "beta2 = 1 must be below 1"));
 }
 
 /* ---- LearningRate -------------------------------------------------------- */
@@ -261,8 +226,8 @@ TEST(optim_adam_rejects_bad_inputs) {
 static double lr_at(const char *args, int64_t it) {
   dpm_tensor ti = scalar_i64((double)it), lr = {0};
   dpm_err err = {0};
-  dpm_status s = run_op("LearningRate", args, 1, (dpm_tensor *[]){&ti}, 1,
-                        (dpm_tensor *[]){&lr}, &err);
+  dpm_status s = ot_run_op("LearningRate", args, 0, 1, (dpm_tensor *[]){&ti}, 1,
+                           (dpm_tensor *[]){&lr}, &err);
   if (s) printf("    %s\n", err.msg);
   double v = s || lr.shape.ndim != 0 || lr.shape.dtype != DPM_F32 ? NAN : dpm_f32(&lr)[0];
   dpm_tensor_fini(&ti), dpm_tensor_fini(&lr);
@@ -330,19 +295,13 @@ TEST(optim_lr_rejects_inconsistent_args) {
       {"base_lr=-1", "base_lr"},
   };
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-    dpm_tensor out[1];
-    dpm_err err = {0};
     ot_case c = {.op = "LearningRate", .args = bad[k].args, .n_in = 1, .n_out = 1,
                  .in = {{dpm_shape_scalar(DPM_I64)}}};
-    CHECK(ot_forward(&c, out, &err) != DPM_OK);
-    CHECK_HAS(err.msg, bad[k].msg);
+    CHECK(ot_rejects(&c, bad[k].msg));
   }
-  dpm_tensor out[1];
-  dpm_err err = {0};
   ot_case c = {.op = "LearningRate", .args = "base_lr=1", .n_in = 1, .n_out = 1,
                .in = {{ot_f32(0)}}};
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "iter must be an i64 scalar");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "iter must be an i64 scalar"));
 }
 
 /* ---- Iter ---------------------------------------------------------------- */
@@ -351,17 +310,15 @@ TEST(optim_iter_increments_in_place) {
   dpm_tensor it = scalar_i64(41);
   dpm_err err = {0};
   for (int s = 0; s < 3; s++)
-    CHECK(!run_op("Iter", "", 1, (dpm_tensor *[]){&it}, 1, (dpm_tensor *[]){&it}, &err));
+    CHECK(!ot_run_op("Iter", "", 0, 1, (dpm_tensor *[]){&it}, 1, (dpm_tensor *[]){&it},
+                     &err));
   CHECK_INT(dpm_i64(&it)[0], 44);
   dpm_tensor_fini(&it);
 }
 
 TEST(optim_iter_rejects_float) {
-  dpm_tensor out[1];
-  dpm_err err = {0};
   ot_case c = {.op = "Iter", .n_in = 1, .n_out = 1, .in = {{ot_f32(0)}}};
-  CHECK(ot_forward(&c, out, &err) == DPM_SHAPE);
-  CHECK_HAS(err.msg, "iter must be an i64 scalar");
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "iter must be an i64 scalar"));
 }
 
 TEST(optim_ops_are_hidden_without_gradients) {

@@ -5,17 +5,6 @@
 #include "optest.h"
 #include "test.h"
 
-/* ot_forward must fail with a message containing msg. */
-static int rejects(const ot_case *c, const char *msg) {
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  dpm_status got = ot_forward(c, y, &err);
-  if (got == DPM_OK) dpm_tensor_fini(&y[0]);
-  if (got != DPM_OK && strstr(err.msg, msg)) return 1;
-  printf("    status %d \"%s\", expected \"%s\"\n", got, err.msg, msg);
-  return 0;
-}
-
 static ot_case pool_case(const char *op, const char *args, dpm_shape x, const float *v) {
   return (ot_case){.op = op,
                    .args = args,
@@ -25,76 +14,33 @@ static ot_case pool_case(const char *op, const char *args, dpm_shape x, const fl
                    .seed = 1};
 }
 
-/* Runs `c` forward and compares its output with want[0..n) exactly. */
-static int forward_is(const ot_case *c, dpm_shape shape, const float *want, int n) {
-  dpm_tensor y[1];
-  dpm_err err = {0};
-  if (ot_forward(c, y, &err)) {
-    printf("    %s\n", err.msg);
-    return 0;
-  }
-  int ok =
-      dpm_shape_equal(&y[0].shape, &shape) && ot_maxdiff(dpm_f32(&y[0]), want, n) == 0;
-  for (int i = 0; i < n && !ok; i++)
-    printf("    y[%d] = %g, want %g\n", i, dpm_f32(&y[0])[i], want[i]);
-  dpm_tensor_fini(&y[0]);
-  return ok;
-}
-
 static const float x4[] = {1, 5, 2, 0, 3, -1, 4, 8, -2, 6, 7, 1, 9, 0, -3, 2};
 static const float neg3[] = {-1, -2, -3, -4, -5, -6, -7, -8, -9};
 
 TEST(op_maxpool_forward) {
   ot_case c = pool_case("MaxPool", "kernel=2 stride=2", ot_f32(4, 1, 1, 4, 4), x4);
-  CHECK(forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){5, 8, 9, 7}, 4));
+  CHECK(ot_forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){5, 8, 9, 7}, 0));
   /* windows of 4 in-bounds inputs at the corners: the zero padding never wins */
   c = pool_case("MaxPool", "kernel=3 stride=2 pad=1", ot_f32(4, 1, 1, 3, 3), neg3);
-  CHECK(forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){-1, -2, -4, -5}, 4));
+  CHECK(ot_forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){-1, -2, -4, -5}, 0));
   /* default stride 1: overlapping windows, 5 columns give 4 outputs */
   c = pool_case("MaxPool", "kernel=2", ot_f32(4, 1, 1, 2, 5),
                 (const float[]){1, 3, 2, 5, 4, 0, 0, 0, 0, 6});
-  CHECK(forward_is(&c, ot_f32(4, 1, 1, 1, 4), (const float[]){3, 3, 5, 6}, 4));
+  CHECK(ot_forward_is(&c, ot_f32(4, 1, 1, 1, 4), (const float[]){3, 3, 5, 6}, 0));
 }
 
 TEST(op_averagepool_forward) {
   ot_case c = pool_case("AveragePool", "kernel=2 stride=2", ot_f32(4, 1, 1, 4, 4), x4);
-  CHECK(forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){2, 3.5f, 3.25f, 1.75f}, 4));
+  CHECK(ot_forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){2, 3.5f, 3.25f, 1.75f},
+                      0));
   /* padding is not counted: each corner window averages its 4 inputs */
   c = pool_case("AveragePool", "kernel=3 stride=2 pad=1", ot_f32(4, 1, 1, 3, 3), neg3);
-  CHECK(forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){-3, -4, -6, -7}, 4));
+  CHECK(ot_forward_is(&c, ot_f32(4, 1, 1, 2, 2), (const float[]){-3, -4, -6, -7}, 0));
   /* floor: a 5x3 input with kernel 2 stride 2 gives 2x1 */
   float x[15];
   for (int i = 0; i < 15; i++) x[i] = (float)i;
   c = pool_case("AveragePool", "kernel=2 stride=2", ot_f32(4, 1, 1, 5, 3), x);
-  CHECK(forward_is(&c, ot_f32(4, 1, 1, 2, 1), (const float[]){2, 8}, 2));
-}
-
-/* Runs op `name` once on in[], outside any net; out[] is sized by infer. */
-static dpm_status run_op(const char *name, const char *args, int n_in, dpm_tensor *in,
-                         int n_out, dpm_tensor *out) {
-  dpm_node nd = {.def = dpm_op_find(name), .n_in = n_in, .n_out = n_out};
-  dpm_shape si[DPM_OP_MAX_IO], so[DPM_OP_MAX_IO];
-  dpm_err err = {0};
-  for (int k = 0; k < n_in; k++) si[k] = in[k].shape;
-  if (dpm_node_set_defaults(&nd, &err) || dpm_node_set_args(&nd, args, &err) ||
-      nd.def->infer(&nd, si, so, &err))
-    return err.code;
-  dpm_ctx ctx = {0};
-  dpm_op op = {.node = &nd, .n_in = n_in, .n_out = n_out, .ctx = &ctx};
-  for (int k = 0; k < n_in; k++) op.in[k] = &in[k];
-  for (int k = 0; k < n_out; k++) {
-    if (dpm_tensor_resize(&out[k], &so[k])) return DPM_NOMEM;
-    op.out[k] = &out[k];
-  }
-  nd.def->run(&op);
-  return DPM_OK;
-}
-
-static dpm_tensor tensor(dpm_shape s, const float *v) {
-  dpm_tensor t = {0};
-  dpm_tensor_resize(&t, &s);
-  if (v) memcpy(t.data, v, dpm_shape_bytes(&s));
-  return t;
+  CHECK(ot_forward_is(&c, ot_f32(4, 1, 1, 2, 1), (const float[]){2, 8}, 0));
 }
 
 static void fini_all(dpm_tensor *t, int n) {
@@ -106,18 +52,21 @@ TEST(op_maxpool_indices_and_gradient) {
   const float xv[] = {1, 2, 3, 4, 9, 6, 7, 8, 5}, dyv[] = {1, 2, 3, 4};
   const float want[] = {0, 0, 0, 0, 10, 0, 0, 0, 0};
   /* x, y, y_idx, dy, dx */
-  dpm_tensor t[5] = {tensor(ot_f32(4, 1, 1, 3, 3), xv),
+  dpm_tensor t[5] = {ot_tensor(ot_f32(4, 1, 1, 3, 3), xv),
                      {.data = NULL},
                      {.data = NULL},
-                     tensor(ot_f32(4, 1, 1, 2, 2), dyv),
+                     ot_tensor(ot_f32(4, 1, 1, 2, 2), dyv),
                      {.data = NULL}};
-  int ran = !run_op("MaxPool", "kernel=2", 1, &t[0], 2, &t[1]);
+  dpm_err err = {0};
+  int ran = !ot_run_op("MaxPool", "kernel=2", 0, 1, (dpm_tensor *[]){&t[0]}, 2,
+                       (dpm_tensor *[]){&t[1], &t[2]}, &err);
   int32_t idx[4] = {-1, -1, -1, -1};
   double d = -1;
   if (ran) {
     memcpy(idx, t[2].data, sizeof idx);
-    dpm_tensor gin[3] = {t[0], t[3], t[2]};
-    if (!run_op("MaxPoolGradient", "kernel=2", 3, gin, 1, &t[4]))
+    if (!ot_run_op("MaxPoolGradient", "kernel=2", 0, 3,
+                   (dpm_tensor *[]){&t[0], &t[3], &t[2]}, 1, (dpm_tensor *[]){&t[4]},
+                   &err))
       d = ot_maxdiff(dpm_f32(&t[4]), want, 9);
   }
   fini_all(t, 5);
@@ -129,8 +78,11 @@ TEST(op_maxpool_indices_and_gradient) {
 /* Ties go to the first input in row-major order. */
 TEST(op_maxpool_ties_take_the_first) {
   const float xv[] = {7, 7, 7, 7};
-  dpm_tensor t[3] = {tensor(ot_f32(4, 1, 1, 2, 2), xv), {.data = NULL}, {.data = NULL}};
-  int ran = !run_op("MaxPool", "kernel=2", 1, &t[0], 2, &t[1]);
+  dpm_tensor t[3] = {
+      ot_tensor(ot_f32(4, 1, 1, 2, 2), xv), {.data = NULL}, {.data = NULL}};
+  dpm_err err = {0};
+  int ran = !ot_run_op("MaxPool", "kernel=2", 0, 1, (dpm_tensor *[]){&t[0]}, 2,
+                       (dpm_tensor *[]){&t[1], &t[2]}, &err);
   int32_t idx = ran ? dpm_i32(&t[2])[0] : -1;
   fini_all(t, 3);
   CHECK_INT(idx, 0);
@@ -139,11 +91,13 @@ TEST(op_maxpool_ties_take_the_first) {
 TEST(op_averagepool_gradient_counts_in_bounds_only) {
   /* each window spreads dY over its 4 inputs; the centre is in all four */
   const float dyv[] = {4, 8, 12, 16}, want[] = {1, 3, 2, 4, 10, 6, 3, 7, 4};
-  dpm_tensor t[3] = {tensor(ot_f32(4, 1, 1, 3, 3), NULL),
-                     tensor(ot_f32(4, 1, 1, 2, 2), dyv),
+  dpm_tensor t[3] = {ot_tensor(ot_f32(4, 1, 1, 3, 3), NULL),
+                     ot_tensor(ot_f32(4, 1, 1, 2, 2), dyv),
                      {.data = NULL}};
   double d = -1;
-  if (!run_op("AveragePoolGradient", "kernel=3 stride=2 pad=1", 2, t, 1, &t[2]))
+  dpm_err err = {0};
+  if (!ot_run_op("AveragePoolGradient", "kernel=3 stride=2 pad=1", 0, 2,
+                 (dpm_tensor *[]){&t[0], &t[1]}, 1, (dpm_tensor *[]){&t[2]}, &err))
     d = ot_maxdiff(dpm_f32(&t[2]), want, 9);
   fini_all(t, 3);
   CHECK(d == 0);
@@ -187,17 +141,17 @@ TEST(op_pool_rejects_bad_shapes_and_args) {
   const char *ops[] = {"MaxPool", "AveragePool"};
   for (int i = 0; i < 2; i++) {
     ot_case c = pool_case(ops[i], "kernel=2 pad=2", ot_f32(4, 1, 1, 4, 4), NULL);
-    CHECK(rejects(&c, "pad 2 must be smaller than kernel 2"));
+    CHECK(ot_rejects(&c, "pad 2 must be smaller than kernel 2"));
     c.args = "kernel=5 pad=1";
     c.in[0].shape = ot_f32(4, 1, 1, 2, 6);
-    CHECK(rejects(&c, "kernel 5 is larger than the padded input 4x8"));
+    CHECK(ot_rejects(&c, "kernel 5 is larger than the padded input 4x8"));
     c.args = "kernel=2";
     c.in[0].shape = ot_f32(3, 1, 4, 4);
-    CHECK(rejects(&c, "input must have 4 dimensions"));
+    CHECK(ot_rejects(&c, "input must have 4 dimensions"));
     c.in[0].shape = ot_i32(4, 1, 1, 4, 4);
-    CHECK(rejects(&c, "input must be f32"));
+    CHECK(ot_rejects(&c, "input must be f32"));
     c.args = "stride=2";
     c.in[0].shape = ot_f32(4, 1, 1, 4, 4);
-    CHECK(rejects(&c, "missing required argument 'kernel'"));
+    CHECK(ot_rejects(&c, "missing required argument 'kernel'"));
   }
 }

@@ -2,6 +2,7 @@
  * against central finite differences through the engine's own autodiff. */
 #include "optest.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,112 @@ dpm_status ot_forward(const ot_case *c, dpm_tensor *out, dpm_err *err) {
   }
   harness_fini(&h);
   return s;
+}
+
+static void fini_outputs(const ot_case *c, dpm_tensor *out) {
+  for (int k = 0; k < c->n_out; k++) dpm_tensor_fini(&out[k]);
+}
+
+/* want_status < 0: any failure will do. */
+static int rejects(const ot_case *c, int want_status, const char *msg) {
+  dpm_tensor y[DPM_OP_MAX_IO];
+  dpm_err err = {0};
+  dpm_status got = ot_forward(c, y, &err);
+  if (got == DPM_OK) {
+    fini_outputs(c, y);
+    printf("    accepted, expected \"%s\"\n", msg);
+    return 0;
+  }
+  if ((want_status < 0 || got == (dpm_status)want_status) && strstr(err.msg, msg))
+    return 1;
+  printf("    status %s \"%s\", expected %s%s\"%s\"\n", dpm_status_name(got), err.msg,
+         want_status < 0 ? "" : dpm_status_name((dpm_status)want_status),
+         want_status < 0 ? "" : " ", msg);
+  return 0;
+}
+
+int ot_rejects(const ot_case *c, const char *msg) { return rejects(c, -1, msg); }
+
+int ot_rejects_status(const ot_case *c, dpm_status s, const char *msg) {
+  return rejects(c, (int)s, msg);
+}
+
+int ot_forward_is(const ot_case *c, dpm_shape shape, const float *want, double tol) {
+  dpm_tensor y[DPM_OP_MAX_IO];
+  dpm_err err = {0};
+  if (ot_forward(c, y, &err)) {
+    printf("    forward failed: %s\n", err.msg);
+    return 0;
+  }
+  int ok = dpm_shape_equal(&y[0].shape, &shape);
+  if (!ok) {
+    char a[64], b[64];
+    printf("    output %s, expected %s\n", dpm_shape_str(&y[0].shape, a, sizeof a),
+           dpm_shape_str(&shape, b, sizeof b));
+  } else {
+    int64_t n = dpm_shape_numel(&shape);
+    for (int64_t i = 0; i < n; i++)
+      if (!(fabs((double)dpm_f32(&y[0])[i] - want[i]) <= tol)) {
+        if (ok) printf("    %s output differs (tol %g):\n", c->op, tol);
+        printf("    y[%lld] = %.9g, want %.9g\n", (long long)i, dpm_f32(&y[0])[i],
+               want[i]);
+        ok = 0;
+      }
+  }
+  fini_outputs(c, y);
+  return ok;
+}
+
+dpm_status ot_run_op(const char *name, const char *args, int is_test, int n_in,
+                     dpm_tensor **in, int n_out, dpm_tensor **out, dpm_err *err) {
+  dpm_node node = {.def = dpm_op_find(name),
+                   .index = -1,
+                   .n_in = n_in,
+                   .n_out = n_out,
+                   .is_test = is_test};
+  dpm_err local;
+  if (!err) err = &local;
+  if (!node.def) return dpm_errf(err, DPM_NOT_FOUND, "unknown op '%s'", name);
+  if (n_in > DPM_OP_MAX_IO || n_out > DPM_OP_MAX_IO)
+    return dpm_errf(err, DPM_INVALID, "op %s: too many inputs or outputs", name);
+  dpm_shape is[DPM_OP_MAX_IO], os[DPM_OP_MAX_IO];
+  memset(os, 0, sizeof os);
+  for (int k = 0; k < n_in; k++) is[k] = in[k]->shape;
+  if (dpm_node_set_defaults(&node, err) || dpm_node_set_args(&node, args, err) ||
+      dpm_node_check_required(&node, err) || node.def->infer(&node, is, os, err))
+    return dpm_err_prefix(err, "op %s: ", name);
+  dpm_ctx ctx = {0};
+  dpm_rng_seed(ctx.rng, 1);
+  dpm_op op = {.node = &node, .n_in = n_in, .n_out = n_out, .ctx = &ctx};
+  dpm_status s =
+      node.def->scratch ? dpm_ctx_reserve(&ctx, node.def->scratch(&node, is)) : DPM_OK;
+  for (int k = 0; k < n_in; k++) op.in[k] = in[k];
+  for (int k = 0; k < n_out && !s; k++) {
+    op.out[k] = out[k];
+    s = dpm_tensor_resize(out[k], &os[k]); /* keeps the data of an in-place one */
+  }
+  if (s) {
+    dpm_ctx_fini(&ctx);
+    return dpm_errf(err, s, "op %s: out of memory", name);
+  }
+  node.def->run(&op);
+  dpm_ctx_fini(&ctx);
+  return DPM_OK;
+}
+
+dpm_tensor ot_tensor(dpm_shape s, const float *v) {
+  dpm_tensor t = {0};
+  if (dpm_tensor_resize(&t, &s)) {
+    fprintf(stderr, "ot_tensor: out of memory\n");
+    abort();
+  }
+  int64_t n = dpm_shape_numel(&s);
+  for (int64_t i = 0; v && i < n; i++) {
+    if (s.dtype == DPM_F32) dpm_f32(&t)[i] = v[i];
+    if (s.dtype == DPM_I32) dpm_i32(&t)[i] = (int32_t)v[i];
+    if (s.dtype == DPM_I64) dpm_i64(&t)[i] = (int64_t)v[i];
+  }
+  return t;
 }
 
 /* L = sum over visible float outputs of R . Y, in double. */

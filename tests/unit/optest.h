@@ -33,6 +33,36 @@ typedef struct ot_case {
  * shape inference error) returns the status with a message in err. */
 dpm_status ot_forward(const ot_case *c, dpm_tensor *out, dpm_err *err);
 
+/* ot_forward must fail with a message containing msg: returns 1 if it does,
+ * else 0 with what happened instead printed (the outputs of an unexpected
+ * success are freed). */
+int ot_rejects(const ot_case *c, const char *msg);
+/* The same, and the status must be s. */
+int ot_rejects_status(const ot_case *c, dpm_status s, const char *msg);
+
+/* Runs c forward: its first output must have shape `shape` and hold values
+ * within tol of want[0..numel(shape)) (tol 0: exactly; NaN never matches).
+ * Returns 1 if so, else 0 with the failure or the differing values printed.
+ * Every output is freed. */
+int ot_forward_is(const ot_case *c, dpm_shape shape, const float *want, double tol);
+
+/* Runs op `name` once, outside any net, on the given tensors: arguments from
+ * `args` over the defaults (required ones must be there), in test mode if
+ * is_test, outputs resized to the shapes the op's infer gives (the data of
+ * an output that already had that shape is kept, so out[k] may be one of
+ * in[]: the op then runs in place, as the engine binds it). The op gets a
+ * dpm_ctx of its own, with def->scratch bytes of scratch where the def has
+ * one and a fixed rng seed, freed before returning. Errors (unknown op, bad
+ * or missing arguments, shapes infer rejects, DPM_NOMEM) return the status
+ * with a message in err; the op did not run. */
+dpm_status ot_run_op(const char *name, const char *args, int is_test, int n_in,
+                     dpm_tensor **in, int n_out, dpm_tensor **out, dpm_err *err);
+
+/* A tensor of shape s holding v[0..numel(s)) converted to s's dtype, or
+ * zeros where v is NULL; the caller calls dpm_tensor_fini. Aborts when out
+ * of memory. */
+dpm_tensor ot_tensor(dpm_shape s, const float *v);
+
 /* Finite-difference gradient check of every float input without no_grad.
  * The scalar checked is L = sum_k sum_j R_kj * Y_kj over the float outputs
  * (R fixed random); L is accumulated in double; each checked element x gets
