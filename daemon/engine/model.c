@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/autodiff.h"
+#include "engine/fuse.h"
 #include "engine/rng.h"
 
 /* Parameter initialisers: spec name -> fill op and how `value` is passed. */
@@ -374,9 +375,14 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
       if (!dpm_net_add_copy(&m->train, &grad.nodes[i], err)) s = err->code;
     dpm_net_fini(&grad);
   }
+  if (!s) s = test_net(&b); /* from the unfused forward ops */
+  if (!s) dpm_net_fuse(&m->train, &m->n_forward);
   if (!s) s = update_net(&b);
   if (!s) s = schedule_updates(&b);
-  if (!s) s = test_net(&b);
+  if (!s) {
+    int n = m->test.n;
+    dpm_net_fuse(&m->test, &n);
+  }
   if (s) dpm_model_fini(m);
   return s;
 }

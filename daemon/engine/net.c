@@ -51,14 +51,23 @@ dpm_node *dpm_net_add_copy(dpm_net *net, const dpm_node *src, dpm_err *err) {
   n->index = src->index;
   n->line = src->line;
   n->is_test = src->is_test;
+  n->fuse = src->fuse;
   return n;
 }
 
+static void node_fini(dpm_node *n) {
+  for (int k = 0; k < n->n_in; k++) free(n->in[k]);
+  for (int k = 0; k < n->n_out; k++) free(n->out[k]);
+}
+
+void dpm_net_remove(dpm_net *net, int i) {
+  node_fini(&net->nodes[i]);
+  memmove(&net->nodes[i], &net->nodes[i + 1], (size_t)(net->n - i - 1) * sizeof *net->nodes);
+  net->n--;
+}
+
 void dpm_net_fini(dpm_net *net) {
-  for (int i = 0; i < net->n; i++) {
-    for (int k = 0; k < net->nodes[i].n_in; k++) free(net->nodes[i].in[k]);
-    for (int k = 0; k < net->nodes[i].n_out; k++) free(net->nodes[i].out[k]);
-  }
+  for (int i = 0; i < net->n; i++) node_fini(&net->nodes[i]);
   free(net->nodes);
   memset(net, 0, sizeof *net);
 }

@@ -25,6 +25,8 @@ dpm_node *dpm_net_add(dpm_net *net, const dpm_op_def *def, int n_in,
 /* Append a copy of src (names, arguments, position, mode). */
 dpm_node *dpm_net_add_copy(dpm_net *net, const dpm_node *src, dpm_err *err);
 void dpm_net_fini(dpm_net *net);
+/* Remove node i (freeing its names); later nodes move down by one. */
+void dpm_net_remove(dpm_net *net, int i);
 
 /* "spec.yaml:12: op #3 (FC)"; gradient and generated nodes name the spec op
  * they derive from ("... op #3 (FC), gradient FCGradient"). */

@@ -94,7 +94,20 @@ typedef struct dpm_node {
   char *out[DPM_OP_MAX_IO]; /* be NULL (gradient not wanted) */
   dpm_arg arg[DPM_OP_MAX_ARGS]; /* by position in def->args */
   int is_test;      /* test mode: SpatialBN uses running stats, Dropout is off */
+  unsigned fuse;    /* DPM_FUSE_* set by the fusion pass (engine/fuse.c) */
 } dpm_node;
+
+/* Fusions the engine applies after autodiff (see engine/fuse.c). A def
+ * announces what its kernel can absorb in dpm_op_def.fusable. */
+enum {
+  /* Forward: Relu applied to out[0] by the kernel itself (Conv, FC, ...),
+   * replacing a following in-place Relu on that blob. */
+  DPM_FUSE_RELU = 1u << 0,
+  /* Gradient: the kernel masks dX (out[0]) by in[0] > 0, replacing a
+   * following in-place ReluGradient whose Relu output is in[0]
+   * (MaxPoolGradient: the pool input is the Relu output). */
+  DPM_FUSE_RELU_GRAD = 1u << 1,
+};
 
 /* ---- executable ops ----------------------------------------------------- */
 
@@ -165,6 +178,7 @@ struct dpm_op_def {
   /* CPU kernel. Shapes were accepted by infer; outputs are allocated. */
   void (*run)(const dpm_op *op);
   unsigned flags;
+  unsigned fusable; /* DPM_FUSE_* this kernel implements */
 };
 
 /* ---- registry (daemon/ops/registry.c) ----------------------------------- */

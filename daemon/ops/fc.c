@@ -74,6 +74,8 @@ static void fc_run(const dpm_op *op) {
   for (int i = 0; i < n; i++) memcpy(y + (size_t)i * m, b, (size_t)m * sizeof *b);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.f, dpm_f32(x), k,
               dpm_f32(w), k, 1.f, y, m);
+  if (op->node->fuse & DPM_FUSE_RELU) /* Y is still in cache */
+    for (int64_t i = 0; i < (int64_t)n * m; i++) y[i] = y[i] > 0.f ? y[i] : 0.f;
 }
 
 /* FCGradient(X, W, dY) -> dW, db, dX; each output may be absent (NULL). */
@@ -120,7 +122,7 @@ static dpm_status fc_grad(dpm_grad *g, dpm_err *err) {
 static const dpm_op_def fc = {
     .name = "FC", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
     .args = fc_args, .params = fc_params, .param_shapes = fc_param_shapes,
-    .infer = fc_infer, .grad = fc_grad, .run = fc_run,
+    .infer = fc_infer, .grad = fc_grad, .run = fc_run, .fusable = DPM_FUSE_RELU,
 };
 static const dpm_op_def fc_gradient = {
     .name = "FCGradient", .min_in = 3, .max_in = 3, .min_out = 3, .max_out = 3,

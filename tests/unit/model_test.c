@@ -129,6 +129,29 @@ TEST(model_names_params_caffe2_style) {
   dpm_model_fini(&m);
 }
 
+/* An in-place Relu after FC is fused into it (train and test nets), and the
+ * nets still compute what the unfused ops would: the Relu's gradient reads
+ * the fused output. */
+TEST(model_fuses_relu_into_fc) {
+  const char *yaml = HEADER
+      "forward:\n  - {op: FC, in: [data], out: fc1, dim_out: 6}\n"
+      "  - {op: Relu, in: [fc1], out: fc1}\n"
+      "  - {op: FC, in: [fc1], out: pred, dim_out: 4}\n" MLP_TAIL;
+  dpm_model m;
+  dpm_err err = {0};
+  CHECK_INT(build(yaml, &m, &err), DPM_OK);
+  CHECK_INT(m.n_forward, 3); /* FC(+Relu), FC, SoftmaxWithLoss */
+  CHECK(m.train.nodes[0].fuse & DPM_FUSE_RELU);
+  CHECK(m.test.nodes[0].fuse & DPM_FUSE_RELU);
+  int relu_grads = 0;
+  for (int i = 0; i < m.train.n; i++) {
+    CHECK(strcmp(m.train.nodes[i].def->name, "Relu"));
+    relu_grads += !strcmp(m.train.nodes[i].def->name, "ReluGradient");
+  }
+  CHECK_INT(relu_grads, 1);
+  dpm_model_fini(&m);
+}
+
 /* Net-level gradient check: the gradient of the summed loss w.r.t. every
  * parameter, through in-place ops, a blob read by two ops (summed
  * gradients), Concat and the loss, against central differences. */

@@ -15,6 +15,19 @@ TEST(op_fc_forward) {
   CHECK(ot_forward_is(&c, ot_f32(2, 2, 2), want, 0));
 }
 
+/* With DPM_FUSE_RELU the kernel applies Relu to Y itself. */
+TEST(op_fc_fused_relu) {
+  const float x[] = {1, 2, 3, 4, 5, 6}, w[] = {1, 0, -1, 0.5f, 0.5f, 0.5f};
+  const float b[] = {0.5f, -1};
+  ot_case c = {.op = "FC", .args = "dim_out=2", .n_in = 3,
+               .in = {{.shape = ot_f32(2, 2, 3), .f = x},
+                      {.shape = ot_f32(2, 2, 3), .f = w},
+                      {.shape = ot_f32(1, 2), .f = b}},
+               .n_out = 1, .fuse = DPM_FUSE_RELU};
+  const float want[] = {0, 2, 0, 6.5f};
+  CHECK(ot_forward_is(&c, ot_f32(2, 2, 2), want, 0));
+}
+
 /* X of 4 dimensions is read as [N, C*H*W]. */
 TEST(op_fc_forward_flattens_input) {
   const float x[] = {1, 2, 3, 4, -1, -2, -3, -4}, w[] = {1, 1, 1, 1, 1, -1, 1, -1},

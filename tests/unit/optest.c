@@ -57,6 +57,7 @@ static dpm_status setup(harness *h, const ot_case *c, dpm_err *err) {
     snprintf(names[1][n_out], 48, "out0%s", def->aux[a]), out[n_out] = names[1][n_out];
   if (!(h->node = dpm_net_add(&h->net, def, c->n_in, in, n_out, out, err))) return err->code;
   h->node->is_test = c->is_test;
+  h->node->fuse = c->fuse;
   if (dpm_node_set_args(h->node, c->args, err) || dpm_node_check_required(h->node, err))
     return err->code;
   for (int k = 0; k < c->n_in; k++)

@@ -25,6 +25,7 @@ typedef struct ot_case {
   ot_input in[OT_MAX_IN];
   int n_out;        /* spec-visible outputs */
   int is_test;      /* run in test mode */
+  unsigned fuse;    /* DPM_FUSE_* flags for the node (fused kernels) */
   unsigned seed;    /* for random inputs (and the harness's output weights) */
 } ot_case;
 
