@@ -1,0 +1,37 @@
+/* Communicator dispatch: checks what every backend would check the same way
+ * (a group, a rank inside it) and calls the backend's ops table. Stateless;
+ * thread safety is the backend's (see comm.h). */
+#include "comm/comm.h"
+
+static dpm_status check_rank(const dpm_comm *c, int rank, const char *op, dpm_err *err) {
+  if (!c) return dpm_errf(err, DPM_INVALID, "%s: no communicator", op);
+  if (rank < 0 || rank >= c->size)
+    return dpm_errf(err, DPM_INVALID, "%s: rank %d outside the group of %d", op, rank,
+                    c->size);
+  return DPM_OK;
+}
+
+dpm_status dpm_comm_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
+                              dpm_err *err) {
+  dpm_status s = check_rank(c, rank, "allreduce", err);
+  return s ? s : c->ops->allreduce(c, rank, buf, count, err);
+}
+
+dpm_status dpm_comm_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
+                              dpm_err *err) {
+  dpm_status s = check_rank(c, rank, "broadcast", err);
+  return s ? s : c->ops->broadcast(c, rank, root, buf, bytes, err);
+}
+
+dpm_status dpm_comm_barrier(dpm_comm *c, int rank, dpm_err *err) {
+  dpm_status s = check_rank(c, rank, "barrier", err);
+  return s ? s : c->ops->barrier(c, rank, err);
+}
+
+int dpm_comm_size(const dpm_comm *c) { return c ? c->size : 0; }
+
+const char *dpm_comm_backend(const dpm_comm *c) { return c ? c->ops->name : "none"; }
+
+void dpm_comm_destroy(dpm_comm *c) {
+  if (c) c->ops->destroy(c);
+}

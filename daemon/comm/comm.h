@@ -1,0 +1,118 @@
+/* Collective communication for data parallelism: a group of `size` ranks
+ * (one per device replica, possibly on several hosts) that sum gradients,
+ * broadcast parameters and meet at barriers.
+ *
+ * A communicator is a const ops table (dpm_comm_ops) behind an opaque handle,
+ * so backends plug in without the callers changing:
+ *   local  the ranks are threads of this process (CPU replicas); local.c
+ *   gloo   CPU buffers, several hosts over TCP (later)
+ *   nccl   GPU buffers, CUDA streams (later)
+ * The interface assumes nothing about where buffers live or whether ranks
+ * share an address space: a buffer is whatever the backend's devices address
+ * (host memory for local and gloo, device memory for nccl), and each rank
+ * passes only its own buffer.
+ *
+ * Call order: every rank of the group calls the same collectives, with the
+ * same arguments where the documentation says so, in the same order. A rank
+ * that calls a different collective, or the same one with a different
+ * count, size or root, gets DPM_INVALID on every rank (never a hang or
+ * memory corruption), and the group stays usable.
+ *
+ * Threads: each rank calls from its own thread (a device worker); a rank's
+ * calls are sequential, and a group runs one collective at a time. Calls
+ * for different ranks run concurrently by design: that is how a collective
+ * meets. dpm_comm_size and dpm_comm_backend are safe from any thread.
+ *
+ * Completion: when a call returns DPM_OK its result is ready for the rank's
+ * next work on its device: in memory for CPU backends; for stream-ordered
+ * backends (nccl), ordered before the work the rank queues next on its
+ * stream (the stream is bound when that backend's group is created).
+ *
+ * Ownership: buffers stay owned by the caller; a backend reads and writes
+ * them only during the call (peers may touch a rank's buffer while it is
+ * inside the call, never after it returns) and keeps no pointer afterwards.
+ *
+ * Errors: DPM_INVALID for bad arguments or ranks that disagree (every rank
+ * of that collective gets it; buffers are left untouched). DPM_TIMEOUT when
+ * ranks did not arrive within the group's timeout: the message names the
+ * collective and the ranks that did not arrive, and the group is then
+ * broken: every later call on it, by any rank, fails at once with DPM_STATE
+ * ("communicator broken by an earlier timeout: ..."). A broken group cannot
+ * be repaired; join the rank threads, destroy it and create a new one. After
+ * any failure of an allreduce or broadcast the contents of the buffers are
+ * unspecified (DPM_INVALID excepted, see above). */
+#ifndef DPM_COMM_H
+#define DPM_COMM_H
+
+#include <stddef.h>
+
+#include "dpm/status.h"
+
+typedef struct dpm_comm dpm_comm;
+
+/* Most ranks in one group. */
+#define DPM_COMM_MAX_RANKS 1024
+
+/* Sum `count` floats across all ranks, in place in every rank's `buf`
+ * (count must be the same on every rank; buf may be NULL only when count
+ * is 0). Every rank ends with bitwise identical results. The summation
+ * order is fixed, ((b0 + b1) + b2) + ... in rank order, so a result is
+ * reproducible from run to run and independent of timing; a backend that
+ * cannot keep that order documents the order it keeps at its create
+ * function. */
+dpm_status dpm_comm_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
+                              dpm_err *err);
+
+/* Copy `bytes` bytes from rank `root`'s buf into every other rank's buf
+ * (bytes and root the same on every rank; buf may be NULL only when bytes
+ * is 0). The root's buffer is only read. */
+dpm_status dpm_comm_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
+                              dpm_err *err);
+
+/* Return once every rank has called it (DPM_TIMEOUT as above otherwise). */
+dpm_status dpm_comm_barrier(dpm_comm *c, int rank, dpm_err *err);
+
+/* Number of ranks in the group. */
+int dpm_comm_size(const dpm_comm *c);
+/* Backend name: "local", "gloo", "nccl". */
+const char *dpm_comm_backend(const dpm_comm *c);
+
+/* Free the group. No rank may be inside a call, nor call again: join the
+ * rank threads first (also after a timeout, when a late rank may still be
+ * on its way in). NULL is ignored. */
+void dpm_comm_destroy(dpm_comm *c);
+
+/* Local backend: `size` ranks (1..DPM_COMM_MAX_RANKS), each a thread of this
+ * process passing host memory. Ranks wait for each other at most timeout_ms
+ * (> 0) milliseconds per collective; once every rank has arrived, the data
+ * movement runs to completion. Allreduce slices the vector into `size`
+ * slices of whole 64-byte lines (16 floats): rank r sums slice r of every
+ * rank's buffer in rank order and writes the sum into slice r of every
+ * rank's buffer, so each rank reads and writes 1/size of the traffic,
+ * nothing is allocated per call, and there are no copies besides the
+ * result itself. Broadcast: every non-root copies from the root's buffer.
+ * DPM_INVALID for bad arguments, DPM_NOMEM; *out is NULL on failure. */
+dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_err *err);
+
+/* ---- Backend interface (for the files implementing a backend) ----------
+ *
+ * A backend defines its own struct with `dpm_comm base` as its first member,
+ * fills base.ops with a const table and base.size, and hands out &base. The
+ * dispatch functions above check c and rank (0..size-1) before calling the
+ * ops; everything else (buffers, counts, agreement of ranks) is the
+ * backend's to check, so that every rank of a collective fails alike. */
+typedef struct dpm_comm_ops {
+  const char *name; /* "local" */
+  dpm_status (*allreduce)(dpm_comm *c, int rank, float *buf, size_t count, dpm_err *err);
+  dpm_status (*broadcast)(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
+                          dpm_err *err);
+  dpm_status (*barrier)(dpm_comm *c, int rank, dpm_err *err);
+  void (*destroy)(dpm_comm *c); /* frees the whole backend struct */
+} dpm_comm_ops;
+
+struct dpm_comm {
+  const dpm_comm_ops *ops; /* the backend's table; never NULL */
+  int size;                /* ranks in the group, >= 1 */
+};
+
+#endif

@@ -1,0 +1,452 @@
+/* Local communicator: allreduce exactness (same rank order as a reference,
+ * bitwise identical on every rank), repeated calls, broadcast from every
+ * root, barrier, timeouts that break the group, refused disagreements, and
+ * clean destruction. Ranks are threads; only the main thread CHECKs. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "test.h"
+
+#define MAX_RANKS 4
+
+/* One rank's part in a test: its thread runs fn(rank_ctx). */
+typedef struct rank_ctx {
+  dpm_comm *comm;
+  int rank;
+  void *shared; /* the test's own state */
+  dpm_status s; /* the status the rank saw (the first failure, if any) */
+  dpm_err err;  /* with its message */
+  int bad;      /* count of wrong results the rank saw itself */
+  double ms;    /* how long its call took */
+} rank_ctx;
+
+typedef void (*rank_fn)(rank_ctx *);
+
+typedef struct {
+  rank_ctx *ctx;
+  rank_fn fn;
+} rank_start;
+
+static void *rank_main(void *arg) {
+  rank_start *st = arg;
+  st->fn(st->ctx);
+  return NULL;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* Run fn on ranks [0, n) of comm, each on its own thread (ranks listed in
+ * `skip` are left out: they never arrive), and join them. */
+static int run_ranks(dpm_comm *comm, int n, rank_fn fn, void *shared, rank_ctx *ctx,
+                     int skip) {
+  pthread_t th[MAX_RANKS];
+  rank_start st[MAX_RANKS];
+  for (int r = 0; r < n; r++) {
+    ctx[r] = (rank_ctx){.comm = comm, .rank = r, .shared = shared};
+    st[r] = (rank_start){&ctx[r], fn};
+  }
+  int started[MAX_RANKS] = {0};
+  for (int r = 0; r < n; r++)
+    if (r != skip) started[r] = !pthread_create(&th[r], NULL, rank_main, &st[r]);
+  int ok = 1;
+  for (int r = 0; r < n; r++) {
+    if (started[r])
+      pthread_join(th[r], NULL);
+    else if (r != skip)
+      ok = 0;
+  }
+  return ok;
+}
+
+/* ---- allreduce exactness -------------------------------------------- */
+
+typedef struct {
+  float *buf[MAX_RANKS];
+  size_t count;
+} ar_state;
+
+static void ar_rank(rank_ctx *c) {
+  ar_state *st = c->shared;
+  c->s = dpm_comm_allreduce(c->comm, c->rank, st->buf[c->rank], st->count, &c->err);
+}
+
+/* Floats of wildly different magnitudes and signs, so that any other
+ * summation order than the reference's shows in the low bits. */
+static float messy(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  float m = (float)(*x % 2000003) / 1000003.0f - 1.0f;
+  int e = (int)(*x >> 40) % 24 - 12;
+  return ldexpf(m, e);
+}
+
+TEST(comm_allreduce_exact_rank_order) {
+  static const size_t counts[] = {0, 1, 17, 1000003};
+  for (int n = 1; n <= MAX_RANKS; n++) {
+    dpm_comm *comm;
+    dpm_err err;
+    CHECK_INT(dpm_comm_local_create(n, 5000, &comm, &err), DPM_OK);
+    CHECK_INT(dpm_comm_size(comm), n);
+    for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+      size_t count = counts[ci];
+      ar_state st = {.count = count};
+      float *ref = malloc((count ? count : 1) * sizeof *ref);
+      uint64_t x = 0x9e3779b97f4a7c15ull + count * 31 + (uint64_t)n;
+      for (int r = 0; r < n; r++) {
+        st.buf[r] = count ? malloc(count * sizeof(float)) : NULL;
+        for (size_t i = 0; i < count; i++) st.buf[r][i] = messy(&x);
+      }
+      for (size_t i = 0; i < count; i++) {
+        float s = st.buf[0][i];
+        for (int r = 1; r < n; r++) s += st.buf[r][i];
+        ref[i] = s;
+      }
+      rank_ctx ctx[MAX_RANKS];
+      int ok = run_ranks(comm, n, ar_rank, &st, ctx, -1);
+      int same = 1;
+      for (int r = 0; r < n; r++)
+        if (count && memcmp(st.buf[r], ref, count * sizeof *ref)) same = 0;
+      for (int r = 0; r < n; r++) free(st.buf[r]);
+      free(ref);
+      if (!ok || !same) dpm_comm_destroy(comm);
+      CHECK(ok);
+      for (int r = 0; r < n; r++) CHECK_INT(ctx[r].s, DPM_OK);
+      if (!same) printf("    n=%d count=%zu\n", n, count);
+      CHECK(same);
+    }
+    dpm_comm_destroy(comm);
+  }
+}
+
+/* The same vector summed in another order differs: the test above would see
+ * a backend that did not keep rank order. */
+TEST(comm_allreduce_order_matters_for_the_data) {
+  uint64_t x = 12345;
+  int differ = 0;
+  for (int i = 0; i < 1000 && !differ; i++) {
+    float a = messy(&x), b = messy(&x), c = messy(&x);
+    differ = (a + b) + c != a + (b + c);
+  }
+  CHECK(differ);
+}
+
+/* ---- repeated calls -------------------------------------------------- */
+
+#define REPEATS 100
+
+static size_t repeat_count(int it) { return (size_t)(it * 977) % 5003 + (it % 3 == 0); }
+
+/* Values whose sums are exact in any order: each rank checks its own result. */
+static void repeat_rank(rank_ctx *c) {
+  int n = dpm_comm_size(c->comm);
+  for (int it = 0; it < REPEATS; it++) {
+    size_t count = repeat_count(it);
+    float *buf = malloc((count ? count : 1) * sizeof *buf);
+    for (size_t i = 0; i < count; i++)
+      buf[i] = (float)((c->rank + 1) * (int)(i % 7) + it);
+    dpm_status s = dpm_comm_allreduce(c->comm, c->rank, buf, count, &c->err);
+    if (s && !c->s) c->s = s;
+    for (size_t i = 0; i < count && !s; i++) {
+      float want = (float)(n * (n + 1) / 2 * (int)(i % 7) + n * it);
+      if (buf[i] != want) c->bad++;
+    }
+    free(buf);
+  }
+}
+
+TEST(comm_allreduce_repeated) {
+  dpm_comm *comm;
+  CHECK_INT(dpm_comm_local_create(3, 5000, &comm, NULL), DPM_OK);
+  rank_ctx ctx[MAX_RANKS];
+  int ok = run_ranks(comm, 3, repeat_rank, NULL, ctx, -1);
+  dpm_comm_destroy(comm);
+  CHECK(ok);
+  for (int r = 0; r < 3; r++) {
+    CHECK_INT(ctx[r].s, DPM_OK);
+    CHECK_INT(ctx[r].bad, 0);
+  }
+}
+
+/* ---- broadcast and barrier ------------------------------------------ */
+
+typedef struct {
+  int root;
+  size_t bytes;
+} bc_state;
+
+static void bc_rank(rank_ctx *c) {
+  bc_state *st = c->shared;
+  unsigned char *buf = malloc(st->bytes ? st->bytes : 1);
+  for (size_t i = 0; i < st->bytes; i++)
+    buf[i] = c->rank == st->root ? (unsigned char)(i * 7 + (size_t)st->root) : 0xee;
+  c->s = dpm_comm_broadcast(c->comm, c->rank, st->root, st->bytes ? buf : NULL, st->bytes,
+                            &c->err);
+  for (size_t i = 0; i < st->bytes && !c->s; i++)
+    if (buf[i] != (unsigned char)(i * 7 + (size_t)st->root)) c->bad++;
+  free(buf);
+}
+
+TEST(comm_broadcast_every_root) {
+  static const size_t sizes[] = {0, 1, 63, 1001, 300007};
+  for (int n = 1; n <= MAX_RANKS; n++) {
+    dpm_comm *comm;
+    CHECK_INT(dpm_comm_local_create(n, 5000, &comm, NULL), DPM_OK);
+    for (int root = 0; root < n; root++) {
+      for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        bc_state st = {root, sizes[si]};
+        rank_ctx ctx[MAX_RANKS];
+        int ok = run_ranks(comm, n, bc_rank, &st, ctx, -1);
+        int good = ok;
+        for (int r = 0; r < n; r++) good &= ctx[r].s == DPM_OK && !ctx[r].bad;
+        if (!good) {
+          dpm_comm_destroy(comm);
+          printf("    n=%d root=%d bytes=%zu\n", n, root, sizes[si]);
+        }
+        CHECK(good);
+      }
+    }
+    dpm_comm_destroy(comm);
+  }
+}
+
+#define BARRIER_ROUNDS 50
+
+typedef struct {
+  atomic_int arrived[BARRIER_ROUNDS];
+} barrier_state;
+
+/* Nobody leaves round i before everybody has counted in to it. */
+static void barrier_rank(rank_ctx *c) {
+  barrier_state *st = c->shared;
+  int n = dpm_comm_size(c->comm);
+  for (int i = 0; i < BARRIER_ROUNDS; i++) {
+    atomic_fetch_add(&st->arrived[i], 1);
+    dpm_status s = dpm_comm_barrier(c->comm, c->rank, &c->err);
+    if (s && !c->s) c->s = s;
+    if (atomic_load(&st->arrived[i]) != n) c->bad++;
+  }
+}
+
+TEST(comm_barrier) {
+  dpm_comm *comm;
+  CHECK_INT(dpm_comm_local_create(4, 5000, &comm, NULL), DPM_OK);
+  barrier_state st;
+  for (int i = 0; i < BARRIER_ROUNDS; i++) atomic_init(&st.arrived[i], 0);
+  rank_ctx ctx[MAX_RANKS];
+  int ok = run_ranks(comm, 4, barrier_rank, &st, ctx, -1);
+  dpm_comm_destroy(comm);
+  CHECK(ok);
+  for (int r = 0; r < 4; r++) {
+    CHECK_INT(ctx[r].s, DPM_OK);
+    CHECK_INT(ctx[r].bad, 0);
+  }
+}
+
+/* ---- timeouts -------------------------------------------------------- */
+
+/* The ranks that do come start together (shared: a pthread barrier), so
+ * none arrives after the group broke. */
+static void timed_barrier_rank(rank_ctx *c) {
+  pthread_barrier_wait(c->shared);
+  double t0 = now_ms();
+  c->s = dpm_comm_barrier(c->comm, c->rank, &c->err);
+  c->ms = now_ms() - t0;
+}
+
+static void timed_allreduce_rank(rank_ctx *c) {
+  float v[5] = {1, 2, 3, 4, 5};
+  pthread_barrier_wait(c->shared);
+  double t0 = now_ms();
+  c->s = dpm_comm_allreduce(c->comm, c->rank, v, 5, &c->err);
+  c->ms = now_ms() - t0;
+}
+
+TEST(comm_timeout_breaks_the_group) {
+  dpm_comm *comm;
+  CHECK_INT(dpm_comm_local_create(3, 100, &comm, NULL), DPM_OK);
+  rank_ctx ctx[MAX_RANKS];
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, 2);
+  int ok =
+      run_ranks(comm, 3, timed_barrier_rank, &start, ctx, 2); /* rank 2 never comes */
+  pthread_barrier_destroy(&start);
+  dpm_err err;
+  float v[3] = {1, 2, 3};
+  dpm_status late = dpm_comm_barrier(comm, 2, &err), later;
+  char late_msg[sizeof err.msg];
+  memcpy(late_msg, err.msg, sizeof late_msg);
+  later = dpm_comm_allreduce(comm, 0, v, 3, &err);
+  dpm_comm_destroy(comm);
+  CHECK(ok);
+  for (int r = 0; r < 2; r++) {
+    CHECK_INT(ctx[r].s, DPM_TIMEOUT);
+    CHECK_INT(ctx[r].err.code, DPM_TIMEOUT);
+    CHECK_HAS(ctx[r].err.msg, "barrier");
+    CHECK_HAS(ctx[r].err.msg, "missing rank(s) 2");
+    CHECK(ctx[r].ms < 1500);
+  }
+  /* the first to arrive waited the whole timeout; later ones fail with it */
+  CHECK(fmax(ctx[0].ms, ctx[1].ms) >= 95);
+  CHECK_INT(late, DPM_STATE);
+  CHECK_HAS(late_msg, "communicator broken by an earlier timeout");
+  CHECK_INT(later, DPM_STATE);
+  CHECK_HAS(err.msg, "allreduce");
+  CHECK_HAS(err.msg, "broken");
+  CHECK(v[0] == 1 && v[1] == 2 && v[2] == 3);
+}
+
+TEST(comm_timeout_in_allreduce_names_the_ranks) {
+  dpm_comm *comm;
+  CHECK_INT(dpm_comm_local_create(4, 80, &comm, NULL), DPM_OK);
+  rank_ctx ctx[MAX_RANKS];
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, 3);
+  int ok = run_ranks(comm, 4, timed_allreduce_rank, &start, ctx, 1);
+  pthread_barrier_destroy(&start);
+  dpm_err err;
+  dpm_status later = dpm_comm_barrier(comm, 3, &err);
+  dpm_comm_destroy(comm);
+  CHECK(ok);
+  for (int r = 0; r < 4; r++) {
+    if (r == 1) continue;
+    CHECK_INT(ctx[r].s, DPM_TIMEOUT);
+    CHECK_HAS(ctx[r].err.msg, "allreduce: timed out after 80 ms; 3 of 4 ranks arrived");
+    CHECK_HAS(ctx[r].err.msg, "missing rank(s) 1");
+    CHECK(ctx[r].ms < 1500);
+  }
+  CHECK(fmax(fmax(ctx[0].ms, ctx[2].ms), ctx[3].ms) >= 75);
+  CHECK_INT(later, DPM_STATE);
+}
+
+/* ---- refused disagreements and bad arguments ------------------------ */
+
+typedef struct {
+  float buf[MAX_RANKS][40];
+  size_t count[MAX_RANKS];
+  int kind[MAX_RANKS]; /* 0 allreduce, 1 barrier, 2 broadcast */
+  int root[MAX_RANKS];
+  int null_buf[MAX_RANKS];
+} mix_state;
+
+static void mix_rank(rank_ctx *c) {
+  mix_state *st = c->shared;
+  int r = c->rank;
+  float *buf = st->null_buf[r] ? NULL : st->buf[r];
+  switch (st->kind[r]) {
+  case 0:
+    c->s = dpm_comm_allreduce(c->comm, r, buf, st->count[r], &c->err);
+    break;
+  case 1:
+    c->s = dpm_comm_barrier(c->comm, r, &c->err);
+    break;
+  default:
+    c->s = dpm_comm_broadcast(c->comm, r, st->root[r], buf, st->count[r] * sizeof(float),
+                              &c->err);
+  }
+}
+
+/* Runs st on 3 ranks; every rank must get `want` with `msg`, and (when
+ * refused) every buffer must be untouched. */
+static int mix_expect(mix_state *st, dpm_status want, const char *msg) {
+  dpm_comm *comm;
+  if (dpm_comm_local_create(3, 5000, &comm, NULL)) return 0;
+  for (int r = 0; r < 3; r++)
+    for (int i = 0; i < 40; i++) st->buf[r][i] = (float)(r * 100 + i);
+  rank_ctx ctx[MAX_RANKS];
+  int ok = run_ranks(comm, 3, mix_rank, st, ctx, -1);
+  /* the group is still usable after a refusal */
+  mix_state fine = {.count = {40, 40, 40}};
+  rank_ctx again[MAX_RANKS];
+  ok &= run_ranks(comm, 3, mix_rank, &fine, again, -1);
+  dpm_comm_destroy(comm);
+  for (int r = 0; r < 3 && ok; r++) {
+    ok = ctx[r].s == want && again[r].s == DPM_OK && fine.buf[r][39] == 0;
+    if (ok && want) ok = strstr(ctx[r].err.msg, msg) != NULL;
+    for (int i = 0; i < 40 && ok && want; i++) ok = st->buf[r][i] == (float)(r * 100 + i);
+    if (!ok)
+      printf("    rank %d: %s: %s\n", r, dpm_status_name(ctx[r].s), ctx[r].err.msg);
+  }
+  return ok;
+}
+
+TEST(comm_mismatched_counts_refused) {
+  mix_state st = {.count = {40, 39, 40}};
+  CHECK(
+      mix_expect(&st, DPM_INVALID,
+                 "allreduce: ranks disagree on the count: rank 0 has 40, rank 1 has 39"));
+  mix_state big = {.count = {17, 17, 1000}};
+  CHECK(mix_expect(&big, DPM_INVALID, "rank 2 has 1000"));
+}
+
+TEST(comm_mismatched_collectives_refused) {
+  mix_state st = {.count = {40, 40, 40}, .kind = {0, 1, 0}};
+  CHECK(
+      mix_expect(&st, DPM_INVALID,
+                 "collective mismatch: rank 0 called allreduce, rank 1 called barrier"));
+  mix_state roots = {.count = {40, 40, 40}, .kind = {2, 2, 2}, .root = {0, 0, 1}};
+  CHECK(mix_expect(&roots, DPM_INVALID, "ranks disagree on the root"));
+  mix_state bad_root = {.count = {40, 40, 40}, .kind = {2, 2, 2}, .root = {3, 3, 3}};
+  CHECK(mix_expect(&bad_root, DPM_INVALID, "root 3 outside the group of 3"));
+  mix_state null_buf = {.count = {40, 40, 40}, .null_buf = {0, 1, 0}};
+  CHECK(mix_expect(&null_buf, DPM_INVALID, "rank 1 passed no buffer for 40"));
+  mix_state ok = {.count = {40, 40, 40}};
+  CHECK(mix_expect(&ok, DPM_OK, ""));
+}
+
+TEST(comm_bad_arguments) {
+  dpm_comm *comm = (dpm_comm *)1;
+  dpm_err err;
+  CHECK_INT(dpm_comm_local_create(0, 100, &comm, &err), DPM_INVALID);
+  CHECK(comm == NULL);
+  CHECK_HAS(err.msg, "size 0 outside 1..");
+  CHECK_INT(dpm_comm_local_create(DPM_COMM_MAX_RANKS + 1, 100, &comm, &err), DPM_INVALID);
+  CHECK_INT(dpm_comm_local_create(2, 0, &comm, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "timeout");
+  CHECK_INT(dpm_comm_local_create(2, 100, NULL, &err), DPM_INVALID);
+  float v[1] = {1};
+  CHECK_INT(dpm_comm_allreduce(NULL, 0, v, 1, &err), DPM_INVALID);
+  CHECK_INT(dpm_comm_local_create(2, 100, &comm, &err), DPM_OK);
+  CHECK_INT(dpm_comm_allreduce(comm, 2, v, 1, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "rank 2 outside the group of 2");
+  CHECK_INT(dpm_comm_broadcast(comm, -1, 0, v, 4, &err), DPM_INVALID);
+  CHECK_INT(dpm_comm_barrier(comm, 5, &err), DPM_INVALID);
+  CHECK(!strcmp(dpm_comm_backend(comm), "local"));
+  CHECK_INT(dpm_comm_size(comm), 2);
+  dpm_comm_destroy(comm);
+  dpm_comm_destroy(NULL);
+}
+
+/* One rank alone: every collective is immediate and exact. */
+TEST(comm_single_rank) {
+  dpm_comm *comm;
+  dpm_err err;
+  CHECK_INT(dpm_comm_local_create(1, 100, &comm, &err), DPM_OK);
+  float v[3] = {1.5f, -2, 3};
+  CHECK_INT(dpm_comm_allreduce(comm, 0, v, 3, &err), DPM_OK);
+  CHECK(v[0] == 1.5f && v[1] == -2 && v[2] == 3);
+  CHECK_INT(dpm_comm_broadcast(comm, 0, 0, v, sizeof v, &err), DPM_OK);
+  CHECK_INT(dpm_comm_barrier(comm, 0, &err), DPM_OK);
+  CHECK_INT(dpm_comm_broadcast(comm, 0, 1, v, sizeof v, &err), DPM_INVALID);
+  CHECK_INT(dpm_comm_allreduce(comm, 0, NULL, 3, &err), DPM_INVALID);
+  CHECK_INT(dpm_comm_allreduce(comm, 0, NULL, 0, &err), DPM_OK);
+  dpm_comm_destroy(comm);
+}
+
+/* Groups of every size come and go without leaks (ASan checks at exit). */
+TEST(comm_create_destroy) {
+  for (int n = 1; n <= DPM_COMM_MAX_RANKS; n = n * 2 + 1) {
+    dpm_comm *comm;
+    CHECK_INT(dpm_comm_local_create(n, 1000, &comm, NULL), DPM_OK);
+    CHECK_INT(dpm_comm_size(comm), n);
+    dpm_comm_destroy(comm);
+  }
+}
