@@ -1,0 +1,544 @@
+/* The predictor runtime (include/dpm/predictor.h) on the engine: the file's
+ * operators become a test-mode dpm_net, its parameters blobs of a private
+ * workspace; shapes are inferred and the net bound again only when the batch
+ * size changes. Loading checks the whole file first: every op, argument,
+ * name and parameter, and shape inference at batch 1. */
+#include "dpm/predictor.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/exec.h"
+#include "engine/fuse.h"
+#include "engine/predictor_extract.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "predictor tensors are little-endian; a big-endian host must swap");
+
+#define MAX_COUNT (1 << 20)        /* ops, params, inputs or outputs in a file */
+#define MAX_DIM (1ll << 31)        /* one dimension */
+#define MAX_EXAMPLE (1ll << 31)    /* floats in one example of an input */
+#define MAX_FILE ((1ll << 31) - 1) /* protobuf's limit */
+
+struct dpm_predictor {
+  char *source; /* the file, for messages */
+  char *name;   /* the model's name; "" if the file has none */
+  int n_in, n_out;
+  char **in_name, **out_name;
+  dpm_shape *in_shape; /* one example of each input, as [1, ...] */
+  dpm_net net;         /* the ops, test mode, fused */
+  int n_param;         /* ws.blobs[0, n_param) are the parameters */
+  dpm_workspace ws;    /* parameters, inputs and every activation */
+  dpm_shapes shapes;   /* at `batch` */
+  dpm_exec exec;       /* the net bound to ws at `batch` */
+  dpm_ctx ctx;         /* scratch */
+  int batch;           /* batch size bound; 0: none */
+  int ran;             /* the last run succeeded: outputs are valid */
+  dpm_tensor **in_t;   /* input blobs at `batch` */
+  dpm_tensor **out_t;  /* output blobs */
+};
+
+/* err <- code, "SOURCE: message". */
+static dpm_status fail(const dpm_predictor *p, dpm_err *err, dpm_status code,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static dpm_status fail(const dpm_predictor *p, dpm_err *err, dpm_status code,
+                       const char *fmt, ...) {
+  char msg[sizeof err->msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return dpm_errf(err, code, "%s: %s", p->source, msg);
+}
+
+static dpm_status nomem(dpm_err *err) {
+  return dpm_errf(err, DPM_NOMEM, "out of memory");
+}
+
+static int count(const void *const *v) {
+  int n = 0;
+  while (v && v[n]) n++;
+  return n;
+}
+
+static int n_params_of(const dpm_op_def *def) {
+  int n = 0;
+  while (def->params && def->params[n].suffix) n++;
+  return n;
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+static dpm_status load_params(dpm_predictor *p, const Dpm__PredictorDef *d,
+                              dpm_strmap *params, dpm_err *err) {
+  for (size_t i = 0; i < d->n_param; i++) {
+    const Dpm__TensorProto *t = d->param[i];
+    const char *name = t->name;
+    if (!name[0]) return fail(p, err, DPM_CORRUPT, "parameter #%zu has no name", i + 1);
+    if (dpm_strmap_get(params, name) >= 0)
+      return fail(p, err, DPM_CORRUPT, "parameter '%s' appears twice", name);
+    if (t->dtype >= DPM_DTYPE_COUNT)
+      return fail(p, err, DPM_CORRUPT, "parameter '%s' has unknown dtype %u", name,
+                  t->dtype);
+    if (t->n_dims > DPM_MAX_DIMS)
+      return fail(p, err, DPM_CORRUPT, "parameter '%s' has %zu dimensions, at most %d",
+                  name, t->n_dims, DPM_MAX_DIMS);
+    int64_t numel = 1;
+    for (size_t k = 0; k < t->n_dims; k++) {
+      if (t->dims[k] < 0 || t->dims[k] > MAX_DIM)
+        return fail(p, err, DPM_CORRUPT, "parameter '%s' has dimension %lld", name,
+                    (long long)t->dims[k]);
+      numel *= t->dims[k];  /* each factor < 2^31: four of them cannot overflow... */
+      if (numel > MAX_FILE) /* ...when cut as soon as it exceeds any file's size */
+        return fail(p, err, DPM_CORRUPT, "parameter '%s' is larger than a file can hold",
+                    name);
+    }
+    dpm_shape s = dpm_shape_make((dpm_dtype)t->dtype, (int)t->n_dims, t->dims);
+    size_t bytes = dpm_shape_bytes(&s), len = t->has_data ? t->data.len : 0;
+    if (len != bytes) {
+      char b[64];
+      return fail(p, err, DPM_CORRUPT,
+                  "parameter '%s' holds %zu bytes of data; %s needs %zu", name, len,
+                  dpm_shape_str(&s, b, sizeof b), bytes);
+    }
+    dpm_blob *blob;
+    if (dpm_ws_ensure(&p->ws, name, DPM_BLOB_PARAM, &s, &blob) ||
+        dpm_strmap_put(params, name, (int)i))
+      return nomem(err);
+    if (bytes) memcpy(blob->t.data, t->data.data, bytes);
+    p->n_param++;
+  }
+  return DPM_OK;
+}
+
+/* Names of a list: present, unique, not parameters; copied into *out. */
+static dpm_status load_names(dpm_predictor *p, const char *what, char *const *v, int n,
+                             const dpm_strmap *params, char ***out, dpm_err *err) {
+  if (!(*out = calloc((size_t)n + 1, sizeof **out))) return nomem(err);
+  for (int i = 0; i < n; i++) {
+    if (!v[i][0]) return fail(p, err, DPM_CORRUPT, "%s #%d has no name", what, i + 1);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(v[i], v[j]))
+        return fail(p, err, DPM_CORRUPT, "%s '%s' is listed twice", what, v[i]);
+    if (params && dpm_strmap_get(params, v[i]) >= 0)
+      return fail(p, err, DPM_CORRUPT, "%s '%s' is also a parameter", what, v[i]);
+    if (!((*out)[i] = strdup(v[i]))) return nomem(err);
+  }
+  return DPM_OK;
+}
+
+static dpm_status load_inputs(dpm_predictor *p, const Dpm__PredictorDef *d,
+                              const dpm_strmap *params, dpm_err *err) {
+  if (load_names(p, "input", d->input, p->n_in, params, &p->in_name, err))
+    return err->code;
+  if (!(p->in_shape = calloc((size_t)p->n_in, sizeof *p->in_shape))) return nomem(err);
+  for (int i = 0; i < p->n_in; i++) {
+    const Dpm__IntList *l = d->input_shape[i];
+    if (l->n_v > DPM_MAX_DIMS - 1)
+      return fail(p, err, DPM_CORRUPT,
+                  "input '%s' has %zu dimensions per example, at most %d", p->in_name[i],
+                  l->n_v, DPM_MAX_DIMS - 1);
+    int64_t dims[DPM_MAX_DIMS] = {1}, numel = 1;
+    for (size_t k = 0; k < l->n_v; k++) {
+      if (l->v[k] < 1 || l->v[k] > MAX_DIM)
+        return fail(p, err, DPM_CORRUPT, "input '%s' has dimension %lld", p->in_name[i],
+                    (long long)l->v[k]);
+      dims[k + 1] = l->v[k];
+      if ((numel *= l->v[k]) > MAX_EXAMPLE)
+        return fail(p, err, DPM_CORRUPT,
+                    "input '%s' has more than %lld values per example", p->in_name[i],
+                    MAX_EXAMPLE);
+    }
+    p->in_shape[i] = dpm_shape_make(DPM_F32, (int)l->n_v + 1, dims);
+  }
+  return DPM_OK;
+}
+
+/* Argument `a` of op #j into node n. */
+static dpm_status load_arg(dpm_predictor *p, int j, dpm_node *n, const Dpm__Argument *a,
+                           unsigned *seen, dpm_err *err) {
+  const char *op = n->def->name;
+  int k = dpm_op_arg_index(n->def, a->name);
+  if (k < 0)
+    return fail(p, err, DPM_CORRUPT, "op #%d (%s): unknown argument '%s'", j, op,
+                a->name);
+  if (*seen & (1u << k))
+    return fail(p, err, DPM_CORRUPT, "op #%d (%s): argument '%s' appears twice", j, op,
+                a->name);
+  *seen |= 1u << k;
+  int finite = a->value_case != DPM__ARGUMENT__VALUE_F || isfinite(a->f);
+  for (size_t i = 0; a->value_case == DPM__ARGUMENT__VALUE_FLOATS && i < a->floats->n_v;
+       i++)
+    finite &= isfinite(a->floats->v[i]) != 0;
+  if (!finite)
+    return fail(p, err, DPM_CORRUPT, "op #%d (%s): argument '%s' is not finite", j, op,
+                a->name);
+  char text[512];
+  if (dpm_argument_text(a, text, sizeof text))
+    return fail(p, err, DPM_CORRUPT,
+                "op #%d (%s): argument '%s' has no value or is too long", j, op, a->name);
+  dpm_err e = {0};
+  if (dpm_node_set_arg(n, a->name, text, &e))
+    return fail(p, err, DPM_CORRUPT, "op #%d (%s): %s", j, op, e.msg);
+  return DPM_OK;
+}
+
+static dpm_status load_op(dpm_predictor *p, int j, const Dpm__Operator *o,
+                          const dpm_strmap *params, dpm_err *err) {
+  const dpm_op_def *def = dpm_op_find(o->type);
+  if (!def) return fail(p, err, DPM_UNSUPPORTED, "op #%d: unknown op '%s'", j, o->type);
+  if (def->flags & DPM_OP_HIDDEN)
+    return fail(p, err, DPM_CORRUPT,
+                "op #%d (%s) is a training op; a predictor holds forward ops only", j,
+                def->name);
+  int n_par = n_params_of(def), n_aux = count((const void *const *)def->aux);
+  int n_data = (int)o->n_input - n_par, n_user = (int)o->n_output - n_aux;
+  if (o->n_input > DPM_OP_MAX_IO || o->n_output > DPM_OP_MAX_IO || n_data < def->min_in ||
+      n_data > def->max_in || n_user < def->min_out || n_user > def->max_out)
+    return fail(p, err, DPM_CORRUPT,
+                "op #%d (%s) takes %d..%d inputs and %d parameters, %d..%d "
+                "outputs and %d hidden ones; it has %zu inputs and %zu outputs",
+                j, def->name, def->min_in, def->max_in, n_par, def->min_out, def->max_out,
+                n_aux, o->n_input, o->n_output);
+  for (size_t k = 0; k < o->n_input; k++) {
+    if (!o->input[k][0])
+      return fail(p, err, DPM_CORRUPT, "op #%d (%s): input %zu has no name", j, def->name,
+                  k + 1);
+    if ((int)k >= n_data && dpm_strmap_get(params, o->input[k]) < 0)
+      return fail(p, err, DPM_CORRUPT, "op #%d (%s): input '%s' must be a parameter", j,
+                  def->name, o->input[k]);
+  }
+  for (size_t k = 0; k < o->n_output; k++) {
+    if (!o->output[k][0])
+      return fail(p, err, DPM_CORRUPT, "op #%d (%s): output %zu has no name", j,
+                  def->name, k + 1);
+    if (dpm_strmap_get(params, o->output[k]) >= 0)
+      return fail(p, err, DPM_CORRUPT, "op #%d (%s) writes parameter '%s'", j, def->name,
+                  o->output[k]);
+    for (size_t i = 0; i < k; i++)
+      if (!strcmp(o->output[i], o->output[k]))
+        return fail(p, err, DPM_CORRUPT, "op #%d (%s) writes '%s' twice", j, def->name,
+                    o->output[k]);
+    /* In place only where the kernel allows it; infer() then keeps the shape. */
+    for (size_t i = 0; i < o->n_input && !(def->flags & DPM_OP_INPLACE); i++)
+      if (!strcmp(o->input[i], o->output[k]))
+        return fail(p, err, DPM_CORRUPT,
+                    "op #%d (%s) cannot run in place ('%s' is input and output)", j,
+                    def->name, o->output[k]);
+  }
+  dpm_node *n = dpm_net_add(&p->net, def, (int)o->n_input, (const char *const *)o->input,
+                            (int)o->n_output, (const char *const *)o->output, err);
+  if (!n)
+    return err->code == DPM_NOMEM ? DPM_NOMEM
+                                  : fail(p, err, DPM_INTERNAL, "%s", err->msg);
+  n->index = j - 1;
+  n->is_test = 1;
+  unsigned seen = 0;
+  for (size_t a = 0; a < o->n_arg; a++)
+    if (load_arg(p, j, n, o->arg[a], &seen, err)) return err->code;
+  dpm_err e = {0};
+  if (dpm_node_check_required(n, &e))
+    return fail(p, err, DPM_CORRUPT, "op #%d (%s): %s", j, def->name, e.msg);
+  return DPM_OK;
+}
+
+/* Shapes at batch `batch`: parameters and inputs declared, every op inferred.
+ * With `params` (loading), each op's parameters must have the shapes its
+ * param_shapes gives, and read[] marks the parameters some op reads. */
+static dpm_status infer(dpm_predictor *p, int batch, dpm_shapes *t,
+                        const dpm_strmap *params, char *read, dpm_err *err) {
+  for (int i = 0; i < p->n_param; i++)
+    if (dpm_shapes_set(t, p->ws.blobs[i]->name, &p->ws.blobs[i]->t.shape, DPM_BLOB_PARAM))
+      return nomem(err);
+  for (int i = 0; i < p->n_in; i++) {
+    dpm_shape s = p->in_shape[i];
+    s.d[0] = batch;
+    if (dpm_shapes_set(t, p->in_name[i], &s, DPM_BLOB_DATA)) return nomem(err);
+  }
+  for (int j = 0; j < p->net.n; j++) {
+    const dpm_node *n = &p->net.nodes[j];
+    dpm_shape in[DPM_OP_MAX_IO], ps[DPM_OP_MAX_IO];
+    int missing = dpm_node_input_shapes(n, t, in);
+    if (missing >= 0)
+      return fail(p, err, DPM_CORRUPT,
+                  "op #%d (%s): input '%s' is not an input, a parameter "
+                  "or the output of an earlier op",
+                  n->index + 1, n->def->name, n->in[missing]);
+    if (params && n->def->params) {
+      int n_par = n_params_of(n->def), n_data = n->n_in - n_par;
+      dpm_err e = {0};
+      memset(ps, 0, sizeof ps);
+      if (n->def->param_shapes(n, in, ps, &e))
+        return fail(p, err, DPM_CORRUPT, "op #%d (%s): %s", n->index + 1, n->def->name,
+                    e.msg);
+      for (int k = 0; k < n_par; k++)
+        if (!dpm_shape_equal(&in[n_data + k], &ps[k])) {
+          char a[64], b[64];
+          return fail(p, err, DPM_CORRUPT,
+                      "op #%d (%s): parameter '%s' is %s; the op expects %s",
+                      n->index + 1, n->def->name, n->in[n_data + k],
+                      dpm_shape_str(&in[n_data + k], a, sizeof a),
+                      dpm_shape_str(&ps[k], b, sizeof b));
+        }
+    }
+    for (int k = 0; read && k < n->n_in; k++) {
+      int i = params ? dpm_strmap_get(params, n->in[k]) : -1;
+      if (i >= 0) read[i] = 1;
+    }
+    size_t scratch = 0;
+    dpm_err e = {0};
+    if (dpm_node_infer(n, t, DPM_BLOB_ACT, &scratch, NULL, &e)) {
+      if (e.code == DPM_NOMEM) return nomem(err);
+      if (params) return fail(p, err, DPM_CORRUPT, "%s", e.msg);
+      return fail(p, err, DPM_SHAPE, "batch %d: %s", batch, e.msg);
+    }
+  }
+  /* An op may write an input (in place), never change its shape: the run
+   * copies exactly the caller's batch into it. */
+  for (int i = 0; i < p->n_in; i++) {
+    dpm_shape s = p->in_shape[i];
+    s.d[0] = batch;
+    const dpm_blobinfo *b = dpm_shapes_get(t, p->in_name[i]);
+    if (!dpm_shape_equal(&b->shape, &s)) {
+      char a[64], c[64];
+      return fail(p, err, params ? DPM_CORRUPT : DPM_SHAPE,
+                  "batch %d: an op makes input '%s' %s; it is %s", batch, p->in_name[i],
+                  dpm_shape_str(&b->shape, a, sizeof a), dpm_shape_str(&s, c, sizeof c));
+    }
+  }
+  return DPM_OK;
+}
+
+/* Everything about the file that does not depend on the batch size. */
+static dpm_status check(dpm_predictor *p, const Dpm__PredictorDef *d,
+                        const dpm_strmap *params, dpm_err *err) {
+  dpm_shapes t = {0};
+  char *read = calloc(d->n_param + 1, 1);
+  if (!read) return nomem(err);
+  dpm_status s = infer(p, 1, &t, params, read, err);
+  for (int i = 0; i < p->n_out && !s; i++) {
+    const dpm_blobinfo *b = dpm_shapes_get(&t, p->out_name[i]);
+    if (!b)
+      s = fail(p, err, DPM_CORRUPT,
+               "output '%s' is not an input, a parameter or the output of "
+               "an op",
+               p->out_name[i]);
+    else if (b->shape.dtype != DPM_F32)
+      s = fail(p, err, DPM_UNSUPPORTED,
+               "output '%s' is %s; this runtime returns f32 outputs", p->out_name[i],
+               dpm_dtype_name(b->shape.dtype));
+    else if (b->kind == DPM_BLOB_PARAM) /* an output may be a parameter */
+      read[dpm_strmap_get(params, p->out_name[i])] = 1;
+  }
+  for (size_t i = 0; i < d->n_param && !s; i++)
+    if (!read[i])
+      s = fail(p, err, DPM_CORRUPT, "parameter '%s' is not read by any op",
+               d->param[i]->name);
+  free(read);
+  dpm_shapes_fini(&t);
+  return s;
+}
+
+static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *err) {
+  if (d->version != DPM_PREDICTOR_VERSION)
+    return fail(p, err, DPM_UNSUPPORTED,
+                "predictor version %u; this runtime reads version %d", d->version,
+                DPM_PREDICTOR_VERSION);
+  if (d->n_input < 1 || d->n_output < 1)
+    return fail(p, err, DPM_CORRUPT,
+                "a predictor needs at least one input and one output");
+  if (d->n_input > MAX_COUNT || d->n_output > MAX_COUNT || d->n_op > MAX_COUNT ||
+      d->n_param > MAX_COUNT)
+    return fail(p, err, DPM_CORRUPT, "more than %d inputs, outputs, ops or parameters",
+                MAX_COUNT);
+  if (d->n_input_shape != d->n_input)
+    return fail(p, err, DPM_CORRUPT, "%zu inputs but %zu input shapes", d->n_input,
+                d->n_input_shape);
+  p->n_in = (int)d->n_input;
+  p->n_out = (int)d->n_output;
+  if (!(p->name = strdup(d->name ? d->name : ""))) return nomem(err);
+  dpm_strmap params = {0};
+  dpm_status s = load_params(p, d, &params, err);
+  if (!s) s = load_inputs(p, d, &params, err);
+  if (!s) s = load_names(p, "output", d->output, p->n_out, NULL, &p->out_name, err);
+  for (size_t j = 0; j < d->n_op && !s; j++)
+    s = load_op(p, (int)j + 1, d->op[j], &params, err);
+  if (!s) s = check(p, d, &params, err);
+  dpm_strmap_fini(&params);
+  if (s) return s;
+  if (!(p->in_t = calloc((size_t)p->n_in, sizeof *p->in_t)) ||
+      !(p->out_t = calloc((size_t)p->n_out, sizeof *p->out_t)))
+    return nomem(err);
+  int n = p->net.n;
+  dpm_net_fuse(&p->net, &n);
+  p->ctx.rng[0] = 0x9e3779b97f4a7c15ull; /* Dropout does not draw in test mode */
+  p->ctx.rng[1] = 1;
+  return DPM_OK;
+}
+
+dpm_status dpm_predictor_load_buffer(const void *data, size_t len, const char *source,
+                                     dpm_predictor **out, dpm_err *err) {
+  dpm_err local = {0};
+  if (!err) err = &local;
+  if (!out) return dpm_errf(err, DPM_INVALID, "no place for the predictor");
+  *out = NULL;
+  if (!data && len) return dpm_errf(err, DPM_INVALID, "no data");
+  if (!source) source = "predictor";
+  if ((unsigned long long)len > MAX_FILE)
+    return dpm_errf(err, DPM_CORRUPT, "%s: %zu bytes is larger than a predictor can be",
+                    source, len);
+  static const uint8_t none;
+  Dpm__PredictorDef *d = dpm__predictor_def__unpack(NULL, len, data ? data : &none);
+  if (!d)
+    return dpm_errf(err, DPM_CORRUPT,
+                    "%s: not a predictor: %zu bytes do not parse as a "
+                    "PredictorDef (truncated or garbage)",
+                    source, len);
+  dpm_predictor *p = calloc(1, sizeof *p);
+  dpm_status s = p && (p->source = strdup(source)) ? build(p, d, err) : nomem(err);
+  dpm__predictor_def__free_unpacked(d, NULL);
+  if (s) {
+    dpm_predictor_free(p);
+    return s;
+  }
+  *out = p;
+  return DPM_OK;
+}
+
+dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err) {
+  dpm_err local = {0};
+  if (!err) err = &local;
+  if (out) *out = NULL;
+  if (!dir || !out)
+    return dpm_errf(err, DPM_INVALID, "no directory or no place for the predictor");
+  char *path = NULL;
+  if (asprintf(&path, "%s/%s", dir, DPM_PREDICTOR_FILE) < 0) return nomem(err);
+  dpm_status s = DPM_OK;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  FILE *f = fopen(path, "rb");
+  struct stat st;
+  if (!f)
+    s = dpm_errf(err, errno == ENOENT ? DPM_NOT_FOUND : DPM_IO, "%s: %s", path,
+                 strerror(errno));
+  else if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode))
+    s = dpm_errf(err, DPM_IO, "%s: not a regular file", path);
+  else if (st.st_size > MAX_FILE)
+    s = dpm_errf(err, DPM_CORRUPT, "%s: %lld bytes is larger than a predictor can be",
+                 path, (long long)st.st_size);
+  else if (!(buf = malloc((size_t)st.st_size + 1)))
+    s = nomem(err);
+  else if ((len = fread(buf, 1, (size_t)st.st_size, f)) != (size_t)st.st_size ||
+           ferror(f))
+    s = dpm_errf(err, DPM_IO, "%s: read %zu of %lld bytes", path, len,
+                 (long long)st.st_size);
+  if (f) fclose(f);
+  if (!s) s = dpm_predictor_load_buffer(buf, len, path, out, err);
+  free(buf);
+  free(path);
+  return s;
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+/* Infer shapes for `batch` and bind the net and the input/output blobs. */
+static dpm_status bind(dpm_predictor *p, int batch, dpm_err *err) {
+  p->batch = 0;
+  dpm_shapes_fini(&p->shapes);
+  if (infer(p, batch, &p->shapes, NULL, NULL, err)) return err->code;
+  if (dpm_exec_bind(&p->exec, &p->net, &p->shapes, &p->ws, &p->ctx, err))
+    return err->code;
+  for (int i = 0; i < p->n_in; i++) {
+    dpm_blob *b;
+    dpm_shape s = p->in_shape[i];
+    s.d[0] = batch; /* infer() kept it: an op writing an input must keep its shape */
+    if (dpm_ws_ensure(&p->ws, p->in_name[i], DPM_BLOB_DATA, &s, &b)) return nomem(err);
+    p->in_t[i] = &b->t;
+  }
+  for (int i = 0; i < p->n_out; i++) {
+    dpm_blob *b = dpm_ws_find(&p->ws, p->out_name[i]);
+    if (!b) return fail(p, err, DPM_INTERNAL, "output '%s' has no blob", p->out_name[i]);
+    p->out_t[i] = &b->t;
+  }
+  p->batch = batch;
+  return DPM_OK;
+}
+
+dpm_status dpm_predictor_run(dpm_predictor *p, const float *const *inputs, int batch,
+                             dpm_err *err) {
+  dpm_err local = {0};
+  if (!err) err = &local;
+  if (!p || !inputs) return dpm_errf(err, DPM_INVALID, "no predictor or no inputs");
+  if (batch < 1)
+    return fail(p, err, DPM_INVALID, "batch must be at least 1, got %d", batch);
+  for (int i = 0; i < p->n_in; i++)
+    if (!inputs[i]) return fail(p, err, DPM_INVALID, "input '%s' is NULL", p->in_name[i]);
+  p->ran = 0;
+  if (batch != p->batch && bind(p, batch, err)) return err->code;
+  for (int i = 0; i < p->n_in; i++)
+    memcpy(p->in_t[i]->data, inputs[i], dpm_shape_bytes(&p->in_t[i]->shape));
+  dpm_exec_run(&p->exec);
+  p->ran = 1;
+  return DPM_OK;
+}
+
+const float *dpm_predictor_output(const dpm_predictor *p, int i, int64_t dims[4],
+                                  int *ndim) {
+  if (ndim) *ndim = 0;
+  if (!p || !p->ran || i < 0 || i >= p->n_out) return NULL;
+  const dpm_shape *s = &p->out_t[i]->shape;
+  if (ndim) *ndim = s->ndim;
+  if (dims) memcpy(dims, s->d, (size_t)s->ndim * sizeof *dims);
+  return dpm_f32(p->out_t[i]);
+}
+
+/* ---- description -------------------------------------------------------- */
+
+const char *dpm_predictor_name(const dpm_predictor *p) { return p ? p->name : NULL; }
+int dpm_predictor_num_inputs(const dpm_predictor *p) { return p ? p->n_in : 0; }
+int dpm_predictor_num_outputs(const dpm_predictor *p) { return p ? p->n_out : 0; }
+int dpm_predictor_num_ops(const dpm_predictor *p) { return p ? p->net.n : 0; }
+
+const char *dpm_predictor_input_name(const dpm_predictor *p, int i) {
+  return p && i >= 0 && i < p->n_in ? p->in_name[i] : NULL;
+}
+
+const char *dpm_predictor_output_name(const dpm_predictor *p, int i) {
+  return p && i >= 0 && i < p->n_out ? p->out_name[i] : NULL;
+}
+
+int dpm_predictor_input_shape(const dpm_predictor *p, int i, int64_t dims[3]) {
+  if (!p || i < 0 || i >= p->n_in) return -1;
+  const dpm_shape *s = &p->in_shape[i];
+  if (dims) memcpy(dims, s->d + 1, (size_t)(s->ndim - 1) * sizeof *dims);
+  return s->ndim - 1;
+}
+
+int64_t dpm_predictor_input_size(const dpm_predictor *p, int i) {
+  if (!p || i < 0 || i >= p->n_in) return -1;
+  return dpm_shape_span(&p->in_shape[i], 1, p->in_shape[i].ndim);
+}
+
+void dpm_predictor_free(dpm_predictor *p) {
+  if (!p) return;
+  dpm_exec_fini(&p->exec);
+  dpm_ctx_fini(&p->ctx);
+  dpm_shapes_fini(&p->shapes);
+  dpm_ws_fini(&p->ws);
+  dpm_net_fini(&p->net);
+  for (int i = 0; p->in_name && i < p->n_in; i++) free(p->in_name[i]);
+  for (int i = 0; p->out_name && i < p->n_out; i++) free(p->out_name[i]);
+  free(p->in_name);
+  free(p->out_name);
+  free(p->in_shape);
+  free(p->in_t);
+  free(p->out_t);
+  free(p->name);
+  free(p->source);
+  free(p);
+}
