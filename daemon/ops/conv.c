@@ -14,7 +14,10 @@
  *
  * L ends with a row of ones and W_0 with a column holding the bias, so the
  * bias is added by the first sgemm, and its gradient comes out of the first
- * dW sgemm as one more output. */
+ * dW sgemm as one more output.
+ *
+ * Fused with a following in-place Relu (DPM_FUSE_RELU), Conv applies it to
+ * each image's output right after that image's sgemms, while it is in cache. */
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -269,11 +272,17 @@ static void set_ones(const conv_geom *g, float *l) {
   for (int64_t i = 0; i < g->ll; i++) l[g->r * g->ll + i] = 1.f;
 }
 
+/* y = max(y, 0), as Relu computes it. */
+static void relu_inplace(float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.f ? y[i] : 0.f;
+}
+
 static void conv_run(const dpm_op *op) {
   conv_geom g = geom_of(op->node, &op->in[0]->shape);
   const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *b = dpm_f32(op->in[2]);
   float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g);
   const int64_t hw = g.ho * g.wo, ld = g.r + 1;
+  const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
   w_to_blocks(&g, w, wb);
   for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b[m];
   set_ones(&g, l);
@@ -285,6 +294,7 @@ static void conv_run(const dpm_op *op) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.m, (int)hw,
                   (int)(t ? g.r : ld), 1.f, wb + t * g.m * ld, (int)ld, l + window(&g, t),
                   (int)g.ll, t ? 1.f : 0.f, yn, (int)hw);
+    if (relu) relu_inplace(yn, g.m * hw);
   }
 }
 
@@ -346,6 +356,7 @@ static const dpm_op_def conv = {
     .scratch = conv_scratch,
     .grad = conv_grad,
     .run = conv_run,
+    .fusable = DPM_FUSE_RELU,
 };
 static const dpm_op_def conv_gradient = {
     .name = "ConvGradient",

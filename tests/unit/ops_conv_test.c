@@ -1,9 +1,11 @@
 /* Conv and ConvGradient: forward values by hand and against a direct
  * convolution on both lowerings (im2col for small C*k, MEC otherwise),
  * gradient checks with strides, padding, odd sizes and 1x1 kernels, with and
- * without the input gradient, and rejection of bad shapes and arguments. */
+ * without the input gradient, rejection of bad shapes and arguments, and
+ * Conv fused with the Relu after it. */
 #include <stdlib.h>
 
+#include "engine/exec.h"
 #include "optest.h"
 #include "test.h"
 
@@ -173,4 +175,62 @@ TEST(op_conv_rejects_bad_args) {
   CHECK(ot_rejects(&c, "'pad'"));
   c.args = "dim_out=2 kernel=3 weight_init=zeros";
   CHECK(ot_rejects(&c, "must be one of"));
+}
+
+/* Runs op `name` once, as ot_run_op does, on a node carrying fusion flags
+ * as the engine's fusion pass sets them. The outputs must already have the
+ * op's output shapes. Returns 0 if the op is unknown, the args are bad or
+ * scratch cannot be had. */
+static int run_fused(const char *name, const char *args, unsigned fuse, int n_in,
+                     dpm_tensor **in, dpm_tensor *out) {
+  dpm_node node = {
+      .def = dpm_op_find(name), .index = -1, .n_in = n_in, .n_out = 1, .fuse = fuse};
+  dpm_err err = {0};
+  if (!node.def || dpm_node_set_defaults(&node, &err) || dpm_node_set_args(&node, args, &err))
+    return 0;
+  dpm_shape is[DPM_OP_MAX_IO];
+  for (int k = 0; k < n_in; k++) is[k] = in[k]->shape;
+  dpm_ctx ctx = {0};
+  if (node.def->scratch && dpm_ctx_reserve(&ctx, node.def->scratch(&node, is))) return 0;
+  dpm_op op = {.node = &node, .n_in = n_in, .n_out = 1, .out = {out}, .ctx = &ctx};
+  for (int k = 0; k < n_in; k++) op.in[k] = in[k];
+  node.def->run(&op);
+  dpm_ctx_fini(&ctx);
+  return 1;
+}
+
+/* Conv fused with the in-place Relu after it gives exactly what that Relu
+ * gives on the unfused output. */
+static int fused_relu_is_exact(int n, int c, int h, int wd, int m, int k, int s, int p) {
+  char args[96];
+  snprintf(args, sizeof args, "dim_out=%d kernel=%d stride=%d pad=%d", m, k, s, p);
+  /* x, w, b, relu(y), fused y */
+  dpm_tensor t[5] = {ot_tensor(ot_f32(4, n, c, h, wd), NULL),
+                     ot_tensor(ot_f32(4, m, c, k, k), NULL), ot_tensor(ot_f32(1, m), NULL)};
+  for (int j = 0; j < 3; j++)
+    for (int64_t i = 0; i < dpm_tensor_numel(&t[j]); i++)
+      dpm_f32(&t[j])[i] = (float)((i * 37 + j) % 101 - 50) / 50.f;
+  dpm_tensor *in[] = {&t[0], &t[1], &t[2]};
+  int ok = !ot_run_op("Conv", args, 0, 3, in, 1, (dpm_tensor *[]){&t[3]}, NULL) &&
+           !ot_run_op("Relu", "", 0, 1, (dpm_tensor *[]){&t[3]}, 1,
+                      (dpm_tensor *[]){&t[3]}, NULL);
+  if (ok) {
+    int64_t ny = dpm_tensor_numel(&t[3]);
+    t[4] = ot_tensor(t[3].shape, NULL);
+    for (int64_t i = 0; i < ny; i++) dpm_f32(&t[4])[i] = NAN; /* must be overwritten */
+    ok = run_fused("Conv", args, DPM_FUSE_RELU, 3, in, &t[4]) &&
+         !memcmp(dpm_f32(&t[4]), dpm_f32(&t[3]), ny * sizeof(float));
+  }
+  for (int j = 0; j < 5; j++) dpm_tensor_fini(&t[j]);
+  return ok;
+}
+
+TEST(op_conv_fused_relu) {
+  CHECK(dpm_op_find("Conv")->fusable & DPM_FUSE_RELU);
+  /* im2col */
+  CHECK(fused_relu_is_exact(2, 3, 7, 5, 4, 3, 1, 1));
+  CHECK(fused_relu_is_exact(1, 2, 9, 8, 3, 4, 3, 2));
+  /* MEC, with and without stride phases */
+  CHECK(fused_relu_is_exact(2, 22, 7, 6, 3, 3, 1, 1));
+  CHECK(fused_relu_is_exact(2, 16, 9, 8, 3, 4, 2, 1));
 }

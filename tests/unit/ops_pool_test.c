@@ -1,7 +1,11 @@
 /* MaxPool, AveragePool and their gradients: forward values by hand (with
  * padding that must never win a max or count in an average), the argmax
  * indices and the gradient scatter with overlapping windows, gradient checks
- * on odd sizes, strides and padding, and rejection of bad shapes. */
+ * on odd sizes, strides and padding, and rejection of bad shapes; the 2x2
+ * stride 2 fast paths against a computation by hand (ties, odd sizes), and
+ * MaxPoolGradient fused with the ReluGradient before it. */
+#include <stdlib.h>
+
 #include "optest.h"
 #include "test.h"
 
@@ -154,4 +158,164 @@ TEST(op_pool_rejects_bad_shapes_and_args) {
     c.in[0].shape = ot_f32(4, 1, 1, 4, 4);
     CHECK(ot_rejects(&c, "missing required argument 'kernel'"));
   }
+}
+
+/* ---- the 2x2 stride 2 fast paths and the fused ReluGradient ------------ */
+
+/* Values in {-2, ..., 2}: windows full of ties. */
+static void tied(float *v, int n) {
+  for (int i = 0; i < n; i++) v[i] = (float)((i * 7 + i / 5) % 5) - 2;
+}
+
+/* An output tensor holding NaNs: a kernel must overwrite each of them. */
+static dpm_tensor garbage(dpm_shape s) {
+  dpm_tensor t = ot_tensor(s, NULL);
+  for (int64_t i = 0; i < dpm_tensor_numel(&t); i++) dpm_f32(&t)[i] = NAN;
+  return t;
+}
+
+/* MaxPool 2x2/2 of one [n, c, h, w] by hand: each window's first max in
+ * row-major order, then dX scattered from dY; dX and Y_idx are checked
+ * whole, so the dropped last row and column of odd sizes must be zeros. */
+static int maxpool_2x2_is_reference(int n, int c, int h, int w) {
+  const int ho = h / 2, wo = w / 2, nx = n * c * h * w, ny = n * c * ho * wo;
+  float *xv = malloc(nx * sizeof *xv), *dyv = malloc(ny * sizeof *dyv);
+  float *y = malloc(ny * sizeof *y), *dx = calloc(nx, sizeof *dx);
+  int32_t *idx = malloc(ny * sizeof *idx);
+  tied(xv, nx);
+  for (int i = 0; i < ny; i++) dyv[i] = (float)(i + 1);
+  for (int pl = 0, o = 0; pl < n * c; pl++)
+    for (int oy = 0; oy < ho; oy++)
+      for (int ox = 0; ox < wo; ox++, o++) {
+        const float *xp = xv + pl * h * w;
+        int at = 2 * oy * w + 2 * ox;
+        for (int k = 1; k < 4; k++) {
+          int i = (2 * oy + k / 2) * w + 2 * ox + k % 2;
+          if (xp[i] > xp[at]) at = i;
+        }
+        y[o] = xp[at], idx[o] = at;
+        dx[pl * h * w + at] += dyv[o];
+      }
+  /* x, y, y_idx, dy, dx */
+  dpm_tensor t[5] = {ot_tensor(ot_f32(4, n, c, h, w), xv),
+                     {.data = NULL},
+                     {.data = NULL},
+                     ot_tensor(ot_f32(4, n, c, ho, wo), dyv),
+                     garbage(ot_f32(4, n, c, h, w))};
+  int ok = !ot_run_op("MaxPool", "kernel=2 stride=2", 0, 1, (dpm_tensor *[]){&t[0]}, 2,
+                      (dpm_tensor *[]){&t[1], &t[2]}, NULL) &&
+           !ot_run_op("MaxPoolGradient", "kernel=2 stride=2", 0, 3,
+                      (dpm_tensor *[]){&t[0], &t[3], &t[2]}, 1, (dpm_tensor *[]){&t[4]},
+                      NULL) &&
+           !memcmp(dpm_f32(&t[1]), y, ny * sizeof *y) &&
+           !memcmp(dpm_i32(&t[2]), idx, ny * sizeof *idx) &&
+           !memcmp(dpm_f32(&t[4]), dx, nx * sizeof *dx);
+  fini_all(t, 5);
+  free(xv), free(dyv), free(y), free(dx), free(idx);
+  return ok;
+}
+
+TEST(op_maxpool_2x2_matches_reference) {
+  CHECK(maxpool_2x2_is_reference(2, 3, 7, 9)); /* odd: last row and column dropped */
+  CHECK(maxpool_2x2_is_reference(1, 2, 6, 8));
+  CHECK(maxpool_2x2_is_reference(3, 1, 2, 30)); /* one row of windows */
+}
+
+/* Ties in every position of the window go to the first in row-major order. */
+TEST(op_maxpool_2x2_ties_take_the_first) {
+  const float xv[] = {7, 7, 1, 3, 1, 2, 0, 0, /* row 0 */
+                      7, 7, 3, 2, 3, 3, 0, 1 /* row 1 */};
+  const float want_y[] = {7, 3, 3, 1};
+  const int32_t want_idx[] = {0, 3, 12, 15};
+  dpm_tensor t[3] = {ot_tensor(ot_f32(4, 1, 1, 2, 8), xv), {.data = NULL}, {.data = NULL}};
+  int ok = !ot_run_op("MaxPool", "kernel=2 stride=2", 0, 1, (dpm_tensor *[]){&t[0]}, 2,
+                      (dpm_tensor *[]){&t[1], &t[2]}, NULL) &&
+           ot_maxdiff(dpm_f32(&t[1]), want_y, 4) == 0 &&
+           !memcmp(dpm_i32(&t[2]), want_idx, sizeof want_idx);
+  fini_all(t, 3);
+  CHECK(ok);
+}
+
+TEST(op_averagepool_2x2_matches_reference) {
+  /* quarters of small integers: every sum and share is exact */
+  enum { N = 2, C = 3, H = 7, W = 9, HO = 3, WO = 4 };
+  static float xv[N * C * H * W], dyv[N * C * HO * WO], y[N * C * HO * WO], dx[N * C * H * W];
+  tied(xv, N * C * H * W);
+  for (int i = 0; i < N * C * HO * WO; i++) dyv[i] = (float)(i % 9 - 4);
+  for (int pl = 0, o = 0; pl < N * C; pl++)
+    for (int oy = 0; oy < HO; oy++)
+      for (int ox = 0; ox < WO; ox++, o++) {
+        float sum = 0;
+        for (int k = 0; k < 4; k++) {
+          int i = pl * H * W + (2 * oy + k / 2) * W + 2 * ox + k % 2;
+          sum += xv[i];
+          dx[i] = dyv[o] / 4;
+        }
+        y[o] = sum / 4;
+      }
+  ot_case c = pool_case("AveragePool", "kernel=2 stride=2", ot_f32(4, N, C, H, W), xv);
+  CHECK(ot_forward_is(&c, ot_f32(4, N, C, HO, WO), y, 0));
+  dpm_tensor t[3] = {ot_tensor(ot_f32(4, N, C, H, W), NULL),
+                     ot_tensor(ot_f32(4, N, C, HO, WO), dyv),
+                     garbage(ot_f32(4, N, C, H, W))};
+  int ran = !ot_run_op("AveragePoolGradient", "kernel=2 stride=2", 0, 2,
+                       (dpm_tensor *[]){&t[0], &t[1]}, 1, (dpm_tensor *[]){&t[2]}, NULL);
+  int same = ran && !memcmp(dpm_f32(&t[2]), dx, sizeof dx);
+  fini_all(t, 3);
+  CHECK(ran);
+  CHECK(same);
+}
+
+/* Runs op `name` once, as ot_run_op does, on a node carrying fusion flags
+ * as the engine's fusion pass sets them (pool ops need no scratch). The
+ * output must already have the op's output shape. Returns 0 if the op is
+ * unknown or the args are bad. */
+static int run_fused(const char *name, const char *args, unsigned fuse, int n_in,
+                     dpm_tensor **in, dpm_tensor *out) {
+  dpm_node node = {
+      .def = dpm_op_find(name), .index = -1, .n_in = n_in, .n_out = 1, .fuse = fuse};
+  dpm_err err = {0};
+  if (!node.def || dpm_node_set_defaults(&node, &err) || dpm_node_set_args(&node, args, &err))
+    return 0;
+  dpm_ctx ctx = {0};
+  dpm_op op = {.node = &node, .n_in = n_in, .n_out = 1, .out = {out}, .ctx = &ctx};
+  for (int k = 0; k < n_in; k++) op.in[k] = in[k];
+  node.def->run(&op);
+  return 1;
+}
+
+/* MaxPoolGradient fused with the ReluGradient of the Relu before the pool
+ * gives exactly what ReluGradient(X, dX) gives on its unfused dX. X is a
+ * Relu output: zeros, some of them whole windows, and positives. */
+static int fused_relu_grad_is_exact(const char *args, int n, int c, int h, int w) {
+  const int nx = n * c * h * w;
+  float *xv = malloc(nx * sizeof *xv);
+  tied(xv, nx);
+  for (int i = 0; i < nx; i++) xv[i] = xv[i] > 0 ? xv[i] : 0;
+  /* x, y, y_idx, dy, dx, relu'd dx, fused dx */
+  dpm_tensor t[7] = {ot_tensor(ot_f32(4, n, c, h, w), xv)};
+  int ok = !ot_run_op("MaxPool", args, 0, 1, (dpm_tensor *[]){&t[0]}, 2,
+                      (dpm_tensor *[]){&t[1], &t[2]}, NULL);
+  if (ok) {
+    int64_t ny = dpm_tensor_numel(&t[1]);
+    t[3] = ot_tensor(t[1].shape, NULL);
+    for (int64_t i = 0; i < ny; i++) dpm_f32(&t[3])[i] = (float)(i % 11) - 5.5f;
+    t[6] = garbage(t[0].shape);
+    dpm_tensor *gin[] = {&t[0], &t[3], &t[2]};
+    ok = !ot_run_op("MaxPoolGradient", args, 0, 3, gin, 1, (dpm_tensor *[]){&t[4]}, NULL) &&
+         !ot_run_op("ReluGradient", "", 0, 2, (dpm_tensor *[]){&t[0], &t[4]}, 1,
+                    (dpm_tensor *[]){&t[5]}, NULL) &&
+         run_fused("MaxPoolGradient", args, DPM_FUSE_RELU_GRAD, 3, gin, &t[6]) &&
+         !memcmp(dpm_f32(&t[6]), dpm_f32(&t[5]), nx * sizeof(float));
+  }
+  fini_all(t, 7);
+  free(xv);
+  return ok;
+}
+
+TEST(op_maxpoolgradient_fused_relu_grad) {
+  CHECK(dpm_op_find("MaxPoolGradient")->fusable & DPM_FUSE_RELU_GRAD);
+  CHECK(fused_relu_grad_is_exact("kernel=2 stride=2", 2, 3, 7, 9));
+  CHECK(fused_relu_grad_is_exact("kernel=3 stride=2 pad=1", 1, 2, 6, 5));
+  CHECK(fused_relu_grad_is_exact("kernel=3", 2, 1, 4, 5)); /* overlapping windows */
 }
