@@ -17,12 +17,15 @@ ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 PROTO_C  := $(BUILD)/proto/dpm.pb-c.c
 PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
-ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/train/*.c)
+ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/comm/*.c \
+                          daemon/parallel/*.c \
+                          daemon/train/*.c)
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC))
 SPEC_SRC := $(wildcard client/spec/*.c)
 LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C)
 TEST_SRC := $(wildcard tests/unit/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(patsubst $(BUILD)/%,%,$(2)))
 LIB_OBJ      := $(call obj,obj,$(LIB_SRC))
@@ -30,7 +33,7 @@ LIB_ASAN_OBJ := $(call obj,asan,$(LIB_SRC))
 TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
 .PHONY: all deps test bench demo clean format
-all: $(BUILD)/dpm-train $(BUILD)/tests/unit $(BUILD)/bench/engine
+all: $(BUILD)/dpm-train $(BUILD)/tests/unit $(BENCHES)
 
 deps:
 	@./scripts/deps.sh
@@ -64,7 +67,7 @@ $(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench/engine: $(call obj,obj,$(BENCH_SRC)) $(BUILD)/libdpm.a
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -72,8 +75,8 @@ $(BUILD)/bench/engine: $(call obj,obj,$(BENCH_SRC)) $(BUILD)/libdpm.a
 test: deps $(BUILD)/tests/unit $(BUILD)/dpm-train
 	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
 
-bench: deps $(BUILD)/bench/engine $(BUILD)/dpm-train
-	OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/engine
+bench: deps $(BENCHES) $(BUILD)/dpm-train
+	for b in $(BENCHES); do OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 
 demo: deps $(BUILD)/dpm-train
 	OPENBLAS_NUM_THREADS=1 $(BUILD)/dpm-train examples/fmnist_mlp.yaml --epochs 1

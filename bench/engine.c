@@ -21,7 +21,6 @@
 
 #include "engine/exec.h"
 #include "engine/tensor.h"
-#include "ops/families.h"
 #include "spec/spec.h"
 #include "train/trainer.h"
 
@@ -72,33 +71,22 @@ typedef struct {
   int fwd_bwd_only; /* time forward+backward without the optimizer */
 } workload;
 
-static int is_update_op(const dpm_op_def *def) {
-  for (const dpm_op_def *const *d = dpm_ops_optim; *d; d++)
-    if (*d == def) return 1;
-  return 0;
-}
-
-/* Forward+backward alone: the train net without its update ops, run over
- * the trainer's workspace (its last batch). */
+/* Forward+backward alone: the model's train net (the plan adds the
+ * optimizer), run over the trainer's master workspace and its last batch. */
 typedef struct {
-  dpm_net net;
   dpm_exec x;
   dpm_ctx ctx;
 } fwd_bwd;
 
 static dpm_status fwd_bwd_init(fwd_bwd *f, dpm_trainer *t, dpm_err *err) {
   const dpm_model *m = dpm_trainer_model(t);
-  for (int i = 0; i < m->train.n; i++)
-    if (!is_update_op(m->train.nodes[i].def) &&
-        !dpm_net_add_copy(&f->net, &m->train.nodes[i], err))
-      return err->code;
-  return dpm_exec_bind(&f->x, &f->net, &m->shapes, dpm_trainer_workspace(t), &f->ctx, err);
+  return dpm_exec_bind(&f->x, &m->train, &m->shapes, dpm_trainer_workspace(t, 0), &f->ctx,
+                       err);
 }
 
 static void fwd_bwd_fini(fwd_bwd *f) {
   dpm_exec_fini(&f->x);
   dpm_ctx_fini(&f->ctx);
-  dpm_net_fini(&f->net);
 }
 
 /* Rounds alternate one sgemm and a few training steps, so both rates are
@@ -107,7 +95,7 @@ static int run(const workload *w) {
   Dpm__ModelSpec *spec = NULL;
   dpm_trainer *t = NULL;
   dpm_err err = {0};
-  if (dpm_spec_load(w->spec, &spec, &err) || dpm_trainer_create(spec, &t, &err)) {
+  if (dpm_spec_load(w->spec, &spec, &err) || dpm_trainer_create(spec, NULL, &t, &err)) {
     fprintf(stderr, "bench: %s\n", err.msg);
     dpm_spec_free(spec);
     return 1;

@@ -296,49 +296,6 @@ static dpm_status test_net(builder *b) {
   return DPM_OK;
 }
 
-static int node_touches(const dpm_node *n, const char *param, const char *grad) {
-  for (int k = 0; k < n->n_in; k++)
-    if (n->in[k] && !strcmp(n->in[k], param)) return 1;
-  for (int k = 0; k < n->n_out; k++)
-    if (n->out[k] && !strcmp(n->out[k], grad)) return 1;
-  return 0;
-}
-
-/* Merge the update ops into the train net: LearningRate right after the
- * forward ops, each optimizer op as soon as its parameter's gradient is
- * final and no later op reads the parameter (the gradient is still in
- * cache; a data-parallel step reduces and applies per parameter), Iter
- * last. */
-static dpm_status schedule_updates(builder *b) {
-  dpm_model *m = b->m;
-  dpm_net merged = {0}, *train = &m->train, *up = &m->update;
-  int *ready = calloc((size_t)up->n + 1, sizeof *ready);
-  if (!ready) return nomem(b->err);
-  for (int u = 0; u < up->n; u++) {
-    const dpm_node *n = &up->nodes[u];
-    ready[u] = m->n_forward - 1;
-    if (u == up->n - 1) ready[u] = train->n - 1; /* Iter */
-    else if (u > 0) /* an optimizer: in[0] param, in[1] its gradient */
-      for (int j = m->n_forward; j < train->n; j++)
-        if (node_touches(&train->nodes[j], n->in[0], n->in[1])) ready[u] = j;
-  }
-  dpm_status s = DPM_OK;
-  for (int j = 0; j < train->n && !s; j++) {
-    if (!dpm_net_add_copy(&merged, &train->nodes[j], b->err)) s = b->err->code;
-    for (int u = 0; u < up->n && !s; u++)
-      if (ready[u] == j && !dpm_net_add_copy(&merged, &up->nodes[u], b->err)) s = b->err->code;
-  }
-  free(ready);
-  if (s) {
-    dpm_net_fini(&merged);
-    return s;
-  }
-  dpm_net_fini(train);
-  dpm_net_fini(up);
-  *train = merged;
-  return DPM_OK;
-}
-
 static dpm_status find_outputs(builder *b) {
   dpm_model *m = b->m;
   const Dpm__ModelSpec *s = b->spec;
@@ -378,7 +335,6 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
   if (!s) s = test_net(&b); /* from the unfused forward ops */
   if (!s) dpm_net_fuse(&m->train, &m->n_forward);
   if (!s) s = update_net(&b);
-  if (!s) s = schedule_updates(&b);
   if (!s) {
     int n = m->test.n;
     dpm_net_fuse(&m->test, &n);

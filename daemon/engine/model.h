@@ -1,16 +1,17 @@
 /* Model: a ModelSpec turned into validated, shape-inferred nets.
  *
  *   init   fills every parameter (seeded), optimizer state and counters
- *   train  one step: the forward ops in training mode (the first n_forward
- *          nodes), LearningRate, the gradient ops with each parameter's
- *          optimizer op as soon as its gradient is final, Iter last
+ *   train  the forward ops in training mode (the first n_forward nodes),
+ *          then the gradient ops; fused (engine/fuse.h)
+ *   update LearningRate, one optimizer op per parameter (model order), Iter
  *   test   the forward ops in test mode (SpatialBN on running statistics,
  *          Dropout off), shaped per eval batch by dpm_model_test_shapes
  *
  * Building validates the whole spec (ops, arities, arguments, shapes,
  * losses, update) before any tensor exists; errors name the spec file, line
  * and op. A model is immutable once built and may be shared by the device
- * workers that run replicas of it. */
+ * workers that run replicas of it; parallel/plan.h orders train and update
+ * into one step per replica, with the collectives data parallelism needs. */
 #ifndef DPM_MODEL_H
 #define DPM_MODEL_H
 
@@ -20,8 +21,7 @@
 typedef struct dpm_model {
   char *source;       /* spec file name, for messages */
   char *name;         /* spec name */
-  dpm_net init, train, test;
-  dpm_net update;     /* while building only: the update ops before merging */
+  dpm_net init, train, update, test;
   int n_forward;      /* train.nodes[0, n_forward) are the forward ops */
   dpm_shapes shapes;  /* every blob of init/train/update at the training batch */
   char **param_grad;  /* [n_param_grad], indexed like shapes.v: the gradient

@@ -111,12 +111,19 @@ enum {
 
 /* ---- executable ops ----------------------------------------------------- */
 
+struct dpm_comm;
+struct dpm_comm_queue;
+
 /* Per-device execution context, owned by the device worker. */
 typedef struct dpm_ctx {
   void *scratch;        /* 64-byte aligned; at least the net's max def->scratch */
   size_t scratch_bytes;
-  uint64_t rng[2];      /* Dropout's stream; seeded per device, advanced per use */
-  int device;           /* device index, 0 = master */
+  uint64_t rng[2];      /* Dropout's stream; seeded per device and step */
+  int device;           /* device index = rank in comm, 0 = master */
+  struct dpm_comm *comm;         /* the replicas' group; NULL on one device */
+  struct dpm_comm_queue *queue;  /* this device's asynchronous collectives */
+  dpm_status status;    /* first failure of a kernel that can fail (collectives); */
+  dpm_err err;          /* the runner checks and clears it after each net run */
 } dpm_ctx;
 
 typedef struct dpm_op {

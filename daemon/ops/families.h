@@ -15,5 +15,6 @@ extern const dpm_op_def *const dpm_ops_dropout[];     /* Dropout */
 extern const dpm_op_def *const dpm_ops_loss[];        /* Softmax SoftmaxWithLoss Accuracy */
 extern const dpm_op_def *const dpm_ops_fill[];        /* ConstantFill XavierFill MSRAFill GaussianFill UniformFill */
 extern const dpm_op_def *const dpm_ops_optim[];       /* SGD MomentumSGD Adam LearningRate Iter */
+extern const dpm_op_def *const dpm_ops_collective[];  /* Allreduce(Start|Wait) Broadcast */
 
 #endif

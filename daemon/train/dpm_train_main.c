@@ -1,6 +1,9 @@
 /* dpm-train: train a spec in process, without a daemon.
  *
- *   dpm-train SPEC.yaml [--devices cpu:0] [--epochs N | --iters N] [--json]
+ *   dpm-train SPEC.yaml [--devices cpu:0,cpu:1] [--net-type simple|dag]
+ *             [--epochs N | --iters N] [--json] [--resume FILE]
+ *             [--checkpoint FILE] [--extract-predictor DIR --inputs A[,B]
+ *             --outputs X[,Y]]
  *
  * Evaluates on the spec's eval data after each epoch. With --json it prints
  * one JSON object per line: per epoch {"epoch","loss","test_accuracy",
@@ -16,7 +19,8 @@
 #include "train/trainer.h"
 
 typedef struct {
-  const char *spec, *devices;
+  const char *spec, *devices, *net_type, *resume, *checkpoint, *predictor, *inputs,
+      *outputs;
   long epochs, iters;
   int json;
 } options;
@@ -24,31 +28,36 @@ typedef struct {
 /* Command-line options: one table, parsed in one loop. */
 static const struct {
   const char *flag;
-  int takes_value;
   size_t offset;
-  char type; /* 's' string, 'l' long, 'b' flag */
+  char type; /* 's' string, 'l' positive long, 'b' flag */
   const char *help;
 } flags[] = {
-    {"--devices", 1, offsetof(options, devices), 's', "devices, e.g. cpu:0"},
-    {"--epochs", 1, offsetof(options, epochs), 'l', "epochs to train (default 1)"},
-    {"--iters", 1, offsetof(options, iters), 'l', "steps to train instead of epochs"},
-    {"--json", 0, offsetof(options, json), 'b', "one JSON object per line"},
+    {"--devices", offsetof(options, devices), 's', "cpu:0,cpu:1,... (default: the spec's)"},
+    {"--net-type", offsetof(options, net_type), 's', "simple | dag (default: the spec's)"},
+    {"--epochs", offsetof(options, epochs), 'l', "epochs to train (default 1)"},
+    {"--iters", offsetof(options, iters), 'l', "steps to train instead of epochs"},
+    {"--json", offsetof(options, json), 'b', "one JSON object per line"},
+    {"--resume", offsetof(options, resume), 's', "load this checkpoint first"},
+    {"--checkpoint", offsetof(options, checkpoint), 's', "write a checkpoint at the end"},
+    {"--extract-predictor", offsetof(options, predictor), 's', "write a predictor to DIR"},
+    {"--inputs", offsetof(options, inputs), 's', "predictor inputs, A[,B]"},
+    {"--outputs", offsetof(options, outputs), 's', "predictor outputs, X[,Y]"},
 };
+#define N_FLAGS (sizeof flags / sizeof *flags)
 
 static int usage(const char *msg) {
   if (msg) fprintf(stderr, "dpm-train: %s\n", msg);
   fprintf(stderr, "usage: dpm-train SPEC.yaml [options]\n");
-  for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
-    fprintf(stderr, "  %-12s %s %s\n", flags[i].flag, flags[i].takes_value ? "V" : " ",
-            flags[i].help);
+  for (size_t i = 0; i < N_FLAGS; i++)
+    fprintf(stderr, "  %-20s %s\n", flags[i].flag, flags[i].help);
   return 2;
 }
 
 static int parse(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i++) {
     size_t f = 0;
-    while (f < sizeof flags / sizeof *flags && strcmp(argv[i], flags[f].flag)) f++;
-    if (f == sizeof flags / sizeof *flags) {
+    while (f < N_FLAGS && strcmp(argv[i], flags[f].flag)) f++;
+    if (f == N_FLAGS) {
       if (argv[i][0] == '-' || o->spec) return usage("unexpected argument");
       o->spec = argv[i];
       continue;
@@ -68,7 +77,36 @@ static int parse(int argc, char **argv, options *o) {
       *(long *)field = v;
     }
   }
-  return o->spec ? 0 : usage("no spec given");
+  if (!o->spec) return usage("no spec given");
+  if (!o->predictor != !o->inputs || !o->predictor != !o->outputs)
+    return usage("--extract-predictor needs --inputs and --outputs");
+  return 0;
+}
+
+/* "cpu:0,cpu:1" -> 2; distinct cpu:N with N < count. */
+static int parse_devices(const char *list, int *n) {
+  int seen[1024] = {0};
+  *n = 0;
+  for (const char *p = list; *p;) {
+    char *end;
+    if (strncmp(p, "cpu:", 4)) return -1;
+    long d = strtol(p + 4, &end, 10);
+    if (end == p + 4 || d < 0 || d >= 1024 || seen[d]++ || (*end && *end != ',')) return -1;
+    (*n)++;
+    p = *end ? end + 1 : end;
+  }
+  for (int d = 0; d < *n; d++)
+    if (!seen[d]) return -1;
+  return *n ? 0 : -1;
+}
+
+/* Split "a,b" in place into names; returns the count (at most max). */
+static int split(char *list, char **names, int max) {
+  int n = 0;
+  for (char *save, *tok = strtok_r(list, ",", &save); tok && n < max;
+       tok = strtok_r(NULL, ",", &save))
+    names[n++] = tok;
+  return n;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -82,71 +120,76 @@ static double peak_rss_mb(void) {
   return ru.ru_maxrss / 1024.0;
 }
 
-int main(int argc, char **argv) {
-  options o = {.devices = "cpu:0", .epochs = 1};
-  int rc = parse(argc, argv, &o);
-  if (rc) return rc;
-  if (strcmp(o.devices, "cpu:0")) {
-    fprintf(stderr, "dpm-train: only --devices cpu:0 is supported by this build\n");
-    return 2;
-  }
-  Dpm__ModelSpec *spec = NULL;
-  dpm_err err = {0};
-  dpm_trainer *t = NULL;
-  if (dpm_spec_load(o.spec, &spec, &err) || dpm_trainer_create(spec, &t, &err)) {
-    fprintf(stderr, "dpm-train: %s\n", err.msg);
-    dpm_spec_free(spec);
-    return 1;
-  }
+static const char *const net_types[] = {[DPM_NET_SIMPLE] = "simple", [DPM_NET_DAG] = "dag"};
+
+/* Trains o->epochs epochs (or o->iters steps), printing per epoch. */
+static dpm_status train(dpm_trainer *t, const options *o, dpm_err *err) {
   int64_t per_epoch = dpm_trainer_steps_per_epoch(t);
-  int64_t total = o.iters ? o.iters : o.epochs * per_epoch;
-  int64_t epochs = o.iters ? (o.iters + per_epoch - 1) / per_epoch : o.epochs;
-  double *ms = malloc((size_t)total * sizeof *ms), acc = NAN, train_ms = 0;
+  int64_t total = o->iters ? o->iters : o->epochs * per_epoch;
+  int64_t epochs = o->iters ? (o->iters + per_epoch - 1) / per_epoch : o->epochs;
+  int images = dpm_trainer_batch(t) * dpm_trainer_devices(t);
+  double *ms = malloc((size_t)(total ? total : 1) * sizeof *ms), acc = NAN, train_ms = 0;
   int64_t done = 0;
-  rc = 0;
-  for (int64_t e = 0; e < epochs && !rc; e++) {
+  dpm_status s = ms ? DPM_OK : dpm_errf(err, DPM_NOMEM, "out of memory");
+  for (int64_t e = 0; e < epochs && !s; e++) {
     int64_t steps = total - done < per_epoch ? total - done : per_epoch;
-    double loss_sum = 0, epoch_ms = 0;
-    for (int64_t i = 0; i < steps; i++, done++) {
+    double loss_sum = 0, epoch_ms = 0, eval_loss;
+    for (int64_t i = 0; i < steps && !s; i++, done++) {
       dpm_step_stats st;
-      if (dpm_trainer_step(t, 1, &st, &err)) {
-        rc = 1;
-        break;
-      }
+      if ((s = dpm_trainer_step(t, 1, &st, err))) break;
       ms[done] = st.step_ms;
       epoch_ms += st.step_ms;
       loss_sum += st.loss;
     }
-    if (rc) break;
+    if (s || ((s = dpm_trainer_eval(t, &eval_loss, &acc, err)) && s != DPM_STATE)) break;
+    s = DPM_OK;
     train_ms += epoch_ms;
-    double eval_loss;
-    if (dpm_trainer_eval(t, &eval_loss, &acc, &err) && err.code != DPM_STATE) {
-      rc = 1;
-      break;
-    }
-    double ips = steps * dpm_trainer_batch(t) / (epoch_ms / 1e3);
-    if (o.json)
-      printf("{\"epoch\":%lld,\"loss\":%.6f,\"test_accuracy\":%.4f,\"images_per_s\":%.0f}\n",
-             (long long)e + 1, loss_sum / steps, acc, ips);
-    else
-      printf("epoch %lld  loss %.4f  test accuracy %.4f  %.0f images/s\n", (long long)e + 1,
-             loss_sum / steps, acc, ips);
+    double ips = steps * images / (epoch_ms / 1e3);
+    printf(o->json ? "{\"epoch\":%lld,\"loss\":%.6f,\"test_accuracy\":%.4f,\"images_per_s\":%.0f}\n"
+                   : "epoch %lld  loss %.4f  test accuracy %.4f  %.0f images/s\n",
+           (long long)e + 1, loss_sum / steps, acc, ips);
     fflush(stdout);
   }
-  if (rc) {
-    fprintf(stderr, "dpm-train: %s\n", err.msg);
-  } else {
+  if (!s) {
     qsort(ms, (size_t)done, sizeof *ms, cmp_double);
-    double median = done ? ms[done / 2] : NAN;
-    double ips = done * dpm_trainer_batch(t) / (train_ms / 1e3);
-    printf(o.json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%.4f,\"test_accuracy\":%.4f,"
-                    "\"peak_rss_mb\":%.1f}\n"
-                  : "done: %.0f images/s, median step %.4f ms, test accuracy %.4f, "
-                    "peak RSS %.1f MB\n",
-           ips, median, acc, peak_rss_mb());
+    printf(o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%.4f,\"test_accuracy\":%.4f,"
+                     "\"peak_rss_mb\":%.1f}\n"
+                   : "done: %.0f images/s, median step %.4f ms, test accuracy %.4f, "
+                     "peak RSS %.1f MB\n",
+           done * images / (train_ms / 1e3), done ? ms[done / 2] : NAN, acc, peak_rss_mb());
   }
   free(ms);
+  return s;
+}
+
+int main(int argc, char **argv) {
+  options o = {.epochs = 1};
+  int rc = parse(argc, argv, &o);
+  if (rc) return rc;
+  dpm_trainer_options topt = {.net_type = -1};
+  if (o.devices && parse_devices(o.devices, &topt.devices))
+    return usage("--devices takes cpu:0,cpu:1,... (each once, from 0)");
+  for (int k = 0; o.net_type && k < 2; k++)
+    if (!strcmp(o.net_type, net_types[k])) topt.net_type = k;
+  if (o.net_type && topt.net_type < 0) return usage("--net-type is simple or dag");
+  Dpm__ModelSpec *spec = NULL;
+  dpm_err err = {0};
+  dpm_trainer *t = NULL;
+  dpm_status s = dpm_spec_load(o.spec, &spec, &err);
+  if (!s) s = dpm_trainer_create(spec, &topt, &t, &err);
+  if (!s && o.resume) s = dpm_trainer_load(t, o.resume, &err);
+  if (!s) s = train(t, &o, &err);
+  if (!s && o.checkpoint) s = dpm_trainer_checkpoint(t, o.checkpoint, &err);
+  if (!s && o.predictor) {
+    char in_list[1024], out_list[1024], *in[DPM_OP_MAX_IO], *out[DPM_OP_MAX_IO];
+    snprintf(in_list, sizeof in_list, "%s", o.inputs);
+    snprintf(out_list, sizeof out_list, "%s", o.outputs);
+    int n_in = split(in_list, in, DPM_OP_MAX_IO), n_out = split(out_list, out, DPM_OP_MAX_IO);
+    s = dpm_trainer_export_predictor(t, (const char *const *)in, n_in,
+                                     (const char *const *)out, n_out, o.predictor, &err);
+  }
+  if (s) fprintf(stderr, "dpm-train: %s\n", err.msg);
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
-  return rc;
+  return s ? 1 : 0;
 }

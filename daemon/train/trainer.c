@@ -1,25 +1,57 @@
-/* The in-process trainer: reader -> train net -> update net, and eval. */
+/* The data-parallel trainer: replicas, lock-step workers, reader slices,
+ * sync, checkpoints and evaluation. */
 #include "train/trainer.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm.h"
 #include "engine/exec.h"
+#include "engine/predictor_extract.h"
 #include "engine/rng.h"
+#include "io/checkpoint.h"
 #include "io/idx.h"
 #include "io/reader.h"
+#include "parallel/queue.h"
+#include "spec/spec.h"
+
+typedef enum { JOB_STEP, JOB_SYNC } job_kind;
+
+typedef struct replica {
+  struct dpm_trainer *t;
+  int rank;
+  dpm_workspace ws;
+  dpm_ctx ctx;
+  dpm_exec step;
+  void *arena;                 /* the gradients, back to back in plan order */
+  dpm_blob *data, *label, *lr, *accuracy, **losses;
+  pthread_t thread;
+  dpm_status status;           /* of the last job */
+  dpm_err err;
+} replica;
 
 struct dpm_trainer {
   dpm_model model;
+  dpm_plan plan;
+  dpm_trainer_options opt;
   dpm_reader *reader, *eval_reader;
-  dpm_workspace ws;
-  dpm_ctx ctx;
-  dpm_exec train;
-  dpm_blob *data, *label, *lr;
-  dpm_blob **losses, *accuracy;
-  uint64_t iter;
+  dpm_comm *comm;              /* NULL with one replica */
+  int n;                       /* replicas */
+  replica *r;
+  pthread_mutex_t mu;          /* lock-step: job, gen, pending, quit */
+  pthread_cond_t go, done;
+  job_kind job;
+  const char *const *sync_names; /* JOB_SYNC: what to broadcast */
+  int sync_n;
+  unsigned long gen;
+  int pending, quit, threads;
+  atomic_int interrupted;
+  uint64_t iter, seed, spec_hash;
+  int shards;
   int eval_batch;
   char *eval_images, *eval_labels;
   double scale;
@@ -31,8 +63,87 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* One example's shape, from the IDX header (nothing loaded yet) or the
- * synthetic shape. */
+static dpm_status nomem(dpm_err *err) { return dpm_errf(err, DPM_NOMEM, "out of memory"); }
+
+/* ---- lock-step jobs ------------------------------------------------------ */
+
+static dpm_status sync_blobs(replica *r, const char *const *names, int n) {
+  for (int i = 0; i < n && !r->status; i++) {
+    dpm_blob *b = dpm_ws_find(&r->ws, names[i]);
+    if (!b) return dpm_errf(&r->err, DPM_NOT_FOUND, "no blob '%s' to sync", names[i]);
+    r->status = dpm_comm_broadcast(r->t->comm, r->rank, 0, b->t.data,
+                                   dpm_shape_bytes(&b->t.shape), &r->err);
+  }
+  return r->status;
+}
+
+static void run_job(replica *r) {
+  dpm_trainer *t = r->t;
+  r->status = DPM_OK;
+  if (t->job == JOB_SYNC) {
+    sync_blobs(r, t->sync_names, t->sync_n);
+    return;
+  }
+  dpm_exec_run(&r->step);
+  if (r->ctx.status) {
+    r->status = r->ctx.status;
+    r->err = r->ctx.err;
+    r->ctx.status = DPM_OK;
+  }
+}
+
+static void *worker(void *arg) {
+  replica *r = arg;
+  dpm_trainer *t = r->t;
+  unsigned long seen = 0;
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    while (t->gen == seen && !t->quit) pthread_cond_wait(&t->go, &t->mu);
+    if (t->quit) break;
+    seen = t->gen;
+    pthread_mutex_unlock(&t->mu);
+    run_job(r);
+    pthread_mutex_lock(&t->mu);
+    if (--t->pending == 0) pthread_cond_signal(&t->done);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+/* Run a job on every replica (the master on this thread, the others on
+ * their workers); the first replica's failure is the result. */
+static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
+  pthread_mutex_lock(&t->mu);
+  t->job = job;
+  t->pending = t->n - 1;
+  t->gen++;
+  pthread_cond_broadcast(&t->go);
+  pthread_mutex_unlock(&t->mu);
+  run_job(&t->r[0]);
+  pthread_mutex_lock(&t->mu);
+  while (t->pending) pthread_cond_wait(&t->done, &t->mu);
+  pthread_mutex_unlock(&t->mu);
+  for (int d = 0; d < t->n; d++)
+    if (t->r[d].status) {
+      if (err) {
+        *err = t->r[d].err;
+        dpm_err_prefix(err, "cpu:%d: ", d);
+      }
+      return t->r[d].status;
+    }
+  return DPM_OK;
+}
+
+static dpm_status broadcast_from_master(dpm_trainer *t, const char *const *names, int n,
+                                        dpm_err *err) {
+  if (t->n == 1) return DPM_OK;
+  t->sync_names = names;
+  t->sync_n = n;
+  return dispatch(t, JOB_SYNC, err);
+}
+
+/* ---- setup --------------------------------------------------------------- */
+
 static dpm_status input_shape(const Dpm__InputSpec *in, int64_t chw[3], dpm_err *err) {
   if (in->reader == DPM__READER_KIND__READER_IDX) {
     dpm_idx x;
@@ -62,47 +173,121 @@ static dpm_reader_config reader_config(const Dpm__InputSpec *in, int batch) {
   };
 }
 
-static dpm_status bind(dpm_trainer *t, dpm_err *err) {
-  dpm_model *m = &t->model;
-  dpm_exec init = {0};
-  dpm_status s = dpm_exec_bind(&init, &m->init, &m->shapes, &t->ws, &t->ctx, err);
-  if (!s) dpm_exec_run(&init);
-  dpm_exec_fini(&init);
-  if (!s) s = dpm_exec_bind(&t->train, &m->train, &m->shapes, &t->ws, &t->ctx, err);
-  if (s) return s;
-  t->data = dpm_ws_find(&t->ws, m->data);
-  t->label = dpm_ws_find(&t->ws, m->label);
-  t->lr = dpm_ws_find(&t->ws, "lr");
-  t->accuracy = m->accuracy ? dpm_ws_find(&t->ws, m->accuracy) : NULL;
-  if (!(t->losses = calloc((size_t)m->n_losses, sizeof *t->losses)))
-    return dpm_errf(err, DPM_NOMEM, "out of memory");
-  for (int i = 0; i < m->n_losses; i++) t->losses[i] = dpm_ws_find(&t->ws, m->losses[i]);
+/* Devices from the spec: cpu:N entries (CUDA is not in this build). */
+static dpm_status spec_devices(const Dpm__ModelSpec *spec, int *n, dpm_err *err) {
+  const Dpm__ParallelSpec *p = spec->parallel;
+  *n = p && p->n_devices ? (int)p->n_devices : 1;
+  for (size_t i = 0; p && i < p->n_devices; i++)
+    if (strncmp(p->devices[i], "cpu:", 4))
+      return dpm_errf(err, DPM_UNSUPPORTED,
+                      "%s: device '%s': this build has CPU devices only", spec->source,
+                      p->devices[i]);
   return DPM_OK;
 }
 
-dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, dpm_trainer **out,
-                              dpm_err *err) {
-  *out = NULL;
-  if (!spec->input) return dpm_errf(err, DPM_SPEC, "%s: no input section", spec->source);
-  dpm_trainer *t = calloc(1, sizeof *t);
-  if (!t) return dpm_errf(err, DPM_NOMEM, "out of memory");
+/* Lay the gradients out back to back (plan order), so a bucket is one
+ * contiguous reduction. */
+static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
+  size_t total = 0;
+  for (int i = 0; i < p->n_grads; i++)
+    total += (dpm_shape_bytes(&dpm_ws_find(&r->ws, p->grads[i])->t.shape) + DPM_ALIGN - 1) /
+             DPM_ALIGN * DPM_ALIGN;
+  if (!(r->arena = dpm_alloc(total))) return nomem(err);
+  char *at = r->arena;
+  for (int i = 0; i < p->n_grads; i++) {
+    dpm_tensor *g = &dpm_ws_find(&r->ws, p->grads[i])->t;
+    dpm_tensor_view(g, &g->shape, at);
+    at += (dpm_shape_bytes(&g->shape) + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
+  }
+  return DPM_OK;
+}
+
+static dpm_status replica_init(dpm_trainer *t, replica *r, int dag, dpm_err *err) {
+  dpm_model *m = &t->model;
+  r->t = t;
+  r->ctx.device = r->rank;
+  r->ctx.comm = t->comm;
+  if (dag && t->n > 1 && dpm_queue_create(t->comm, r->rank, &r->ctx.queue, err))
+    return err->code;
+  dpm_exec init = {0};
+  dpm_status s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
+  if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
+  dpm_exec_fini(&init);
+  if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
+  if (!s && t->n > 1) s = grad_arena(r, &t->plan, err);
+  if (s) return s;
+  r->data = dpm_ws_find(&r->ws, m->data);
+  r->label = dpm_ws_find(&r->ws, m->label);
+  r->lr = dpm_ws_find(&r->ws, "lr");
+  r->accuracy = m->accuracy ? dpm_ws_find(&r->ws, m->accuracy) : NULL;
+  if (!(r->losses = calloc((size_t)m->n_losses, sizeof *r->losses))) return nomem(err);
+  for (int i = 0; i < m->n_losses; i++) r->losses[i] = dpm_ws_find(&r->ws, m->losses[i]);
+  return DPM_OK;
+}
+
+static dpm_status start_workers(dpm_trainer *t, dpm_err *err) {
+  for (int d = 1; d < t->n; d++, t->threads++)
+    if (pthread_create(&t->r[d].thread, NULL, worker, &t->r[d]))
+      return dpm_errf(err, DPM_NOMEM, "cannot start the worker of cpu:%d", d);
+  return DPM_OK;
+}
+
+static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
+  const Dpm__ParallelSpec *par = spec->parallel;
+  int devices;
+  if (spec_devices(spec, &devices, err)) return err->code;
+  if (t->opt.devices > 0) devices = t->opt.devices;
+  t->n = devices;
+  t->shards = (int)spec->input->num_shards;
+  int type = t->opt.net_type >= 0 ? t->opt.net_type
+             : par && par->net_type == DPM__NET_TYPE__NET_SIMPLE ? DPM_NET_SIMPLE
+                                                                 : DPM_NET_DAG;
   int batch = (int)spec->input->batch_size;
   int64_t chw[3];
   dpm_status s = input_shape(spec->input, chw, err);
-  if (!s) s = dpm_model_build(spec, chw, batch, 1.0f, &t->model, err);
-  if (!s) {
-    dpm_reader_config rc = reader_config(spec->input, batch);
-    s = dpm_reader_create(&rc, &t->reader, err);
+  if (!s) s = dpm_model_build(spec, chw, batch, 1.0f / (float)(devices * t->shards),
+                              &t->model, err);
+  if (!s) s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
+                             par ? par->broadcast_computed_params : 1, &t->plan, err);
+  if (s) return s;
+  /* the spec is valid: now allocate */
+  dpm_reader_config rc = reader_config(spec->input, batch * devices);
+  if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
+  if (devices > 1 && dpm_comm_local_create(devices, t->opt.comm_timeout_ms, &t->comm, err))
+    return err->code;
+  if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
+  for (int d = 0; d < devices; d++) {
+    t->r[d].rank = d;
+    if (replica_init(t, &t->r[d], type == DPM_NET_DAG, err))
+      return dpm_err_prefix(err, "cpu:%d: ", d);
   }
-  if (!s && spec->eval && spec->eval->images) {
+  if (start_workers(t, err)) return err->code;
+  return dpm_trainer_sync(t, err);
+}
+
+dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
+                              dpm_trainer **out, dpm_err *err) {
+  *out = NULL;
+  if (!spec->input) return dpm_errf(err, DPM_SPEC, "%s: no input section", spec->source);
+  dpm_trainer *t = calloc(1, sizeof *t);
+  if (!t) return nomem(err);
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->go, NULL);
+  pthread_cond_init(&t->done, NULL);
+  t->opt = opt ? *opt : (dpm_trainer_options){.net_type = -1};
+  if (!t->opt.comm_timeout_ms) t->opt.comm_timeout_ms = 60000;
+  t->seed = spec->input->seed;
+  t->spec_hash = dpm_spec_hash(spec);
+  if (spec->eval && spec->eval->images) {
     t->eval_batch = (int)spec->eval->batch_size;
     t->scale = spec->input->scale;
     if (!(t->eval_images = strdup(spec->eval->images)) ||
-        !(t->eval_labels = strdup(spec->eval->labels ? spec->eval->labels : "")))
-      s = dpm_errf(err, DPM_NOMEM, "out of memory");
+        !(t->eval_labels = strdup(spec->eval->labels ? spec->eval->labels : ""))) {
+      dpm_trainer_destroy(t);
+      return nomem(err);
+    }
   }
-  dpm_rng_seed(t->ctx.rng, spec->input->seed ^ 0x5eedull);
-  if (!s) s = bind(t, err);
+  dpm_status s = setup(t, spec, err);
   if (s) {
     dpm_trainer_destroy(t);
     return s;
@@ -111,50 +296,153 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, dpm_trainer **out,
   return DPM_OK;
 }
 
-/* The data and label blobs become views of the reader's batch buffer (valid
- * until the next dpm_reader_next): no copy. */
-static void load_batch(dpm_blob *data, dpm_blob *label, const dpm_batch *b) {
-  dpm_tensor_view(&data->t, &data->t.shape, b->data);
-  dpm_tensor_view(&label->t, &label->t.shape, b->label);
+/* ---- training ------------------------------------------------------------ */
+
+/* Replica d's rows of the global batch become its data and label: views,
+ * no copy. Dropout's stream is seeded from (seed, iteration, device), so a
+ * resumed run draws what an uninterrupted one would. */
+static void feed(dpm_trainer *t, const dpm_batch *b) {
+  int per = t->model.batch;
+  size_t example = (size_t)b->c * b->h * b->w;
+  for (int d = 0; d < t->n; d++) {
+    replica *r = &t->r[d];
+    dpm_tensor_view(&r->data->t, &r->data->t.shape, b->data + (size_t)d * per * example);
+    dpm_tensor_view(&r->label->t, &r->label->t.shape, b->label + (size_t)d * per);
+    uint64_t s = t->seed ^ 0x5eedull;
+    s = dpm_splitmix64(&s) ^ t->iter;
+    s = dpm_splitmix64(&s) ^ (uint64_t)d;
+    dpm_rng_seed(r->ctx.rng, s);
+  }
+}
+
+static void stats(const dpm_trainer *t, dpm_step_stats *st) {
+  double loss = 0, acc = 0;
+  for (int d = 0; d < t->n; d++) {
+    for (int l = 0; l < t->model.n_losses; l++) loss += *dpm_f32(&t->r[d].losses[l]->t);
+    if (t->r[d].accuracy) acc += *dpm_f32(&t->r[d].accuracy->t);
+  }
+  st->iter = t->iter;
+  st->loss = loss / t->n;
+  st->accuracy = t->r[0].accuracy ? acc / t->n : NAN;
+  st->lr = *dpm_f32(&t->r[0].lr->t);
 }
 
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err) {
-  for (int i = 0; i < n; i++) {
+  dpm_step_stats st = {0};
+  atomic_store(&t->interrupted, 0);
+  for (int i = 0; i < n && !atomic_load(&t->interrupted); i++) {
     double t0 = now_ms();
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;
-    load_batch(t->data, t->label, b);
-    dpm_exec_run_range(&t->train, 0, t->model.n_forward);
-    double loss = 0;
-    for (int l = 0; l < t->model.n_losses; l++) loss += *dpm_f32(&t->losses[l]->t);
-    if (!isfinite(loss))
-      return dpm_errf(err, DPM_NUMERIC, "loss is %g at iteration %llu", loss,
-                      (unsigned long long)t->iter);
-    dpm_exec_run_range(&t->train, t->model.n_forward, t->train.n);
+    feed(t, b);
+    if (dispatch(t, JOB_STEP, err)) return err->code;
     t->iter++;
-    if (last) {
-      *last = (dpm_step_stats){
-          .iter = t->iter, .loss = loss,
-          .accuracy = t->accuracy ? *dpm_f32(&t->accuracy->t) : NAN,
-          .lr = *dpm_f32(&t->lr->t), .step_ms = now_ms() - t0};
-    }
+    stats(t, &st);
+    st.steps_done = i + 1;
+    st.step_ms = now_ms() - t0;
+    if (!isfinite(st.loss))
+      return dpm_errf(err, DPM_NUMERIC, "loss is %g at iteration %llu", st.loss,
+                      (unsigned long long)t->iter);
+    if (t->opt.progress && t->opt.progress_every && t->iter % t->opt.progress_every == 0)
+      t->opt.progress(t->opt.progress_arg, &st);
+  }
+  if (last) *last = st;
+  return DPM_OK;
+}
+
+void dpm_trainer_interrupt(dpm_trainer *t) { atomic_store(&t->interrupted, 1); }
+
+/* ---- sync and checkpoints ------------------------------------------------ */
+
+dpm_status dpm_trainer_sync(dpm_trainer *t, dpm_err *err) {
+  return broadcast_from_master(t, (const char *const *)t->plan.synced, t->plan.n_synced,
+                               err);
+}
+
+dpm_status dpm_trainer_sync_blobs(dpm_trainer *t, const char *const *names, int n,
+                                  dpm_err *err) {
+  for (int i = 0; i < n; i++)
+    if (!dpm_ws_find(&t->r[0].ws, names[i]))
+      return dpm_errf(err, DPM_NOT_FOUND, "no blob '%s'", names[i]);
+  return broadcast_from_master(t, names, n, err);
+}
+
+dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const char *path, dpm_err *err) {
+  const dpm_plan *p = &t->plan;
+  dpm_ckpt_entry *e = calloc((size_t)p->n_synced + 1, sizeof *e);
+  if (!e) return nomem(err);
+  for (int i = 0; i < p->n_synced; i++) {
+    dpm_blob *b = dpm_ws_find(&t->r[0].ws, p->synced[i]);
+    e[i] = (dpm_ckpt_entry){.name = b->name, .kind = b->kind, .t = &b->t};
+  }
+  dpm_reader_pos pos = dpm_reader_position(t->reader);
+  dpm_ckpt_meta meta = {.spec_hash = t->spec_hash, .iter = t->iter,
+                        .reader_epoch = pos.epoch, .reader_index = pos.index,
+                        .devices = (uint32_t)t->n, .shards = (uint32_t)t->shards,
+                        .created_unix = (int64_t)time(NULL)};
+  dpm_status s = dpm_ckpt_write(path, &meta, e, p->n_synced, err);
+  free(e);
+  return s;
+}
+
+/* Every blob the model checkpoints must be in c with its kind and shape. */
+static dpm_status fits(const dpm_trainer *t, const dpm_ckpt *c, const char *path,
+                       dpm_err *err) {
+  if (c->meta.spec_hash != t->spec_hash)
+    return dpm_errf(err, DPM_SPEC, "%s: written for another spec (hash %016llx, this "
+                    "model's is %016llx)", path, (unsigned long long)c->meta.spec_hash,
+                    (unsigned long long)t->spec_hash);
+  if (c->n != t->plan.n_synced)
+    return dpm_errf(err, DPM_SHAPE, "%s: holds %d blobs, the model has %d", path, c->n,
+                    t->plan.n_synced);
+  for (int i = 0; i < t->plan.n_synced; i++) {
+    const dpm_blob *b = dpm_ws_find(&t->r[0].ws, t->plan.synced[i]);
+    dpm_blob_kind kind;
+    const dpm_tensor *x = dpm_ckpt_find(c, b->name, &kind);
+    char want[64], got[64];
+    if (!x) return dpm_errf(err, DPM_SHAPE, "%s: no blob '%s'", path, b->name);
+    if (kind != b->kind || !dpm_shape_equal(&x->shape, &b->t.shape))
+      return dpm_errf(err, DPM_SHAPE, "%s: '%s' is %s %s, the model's is %s %s", path,
+                      b->name, dpm_blob_kind_name(kind), dpm_shape_str(&x->shape, got, 64),
+                      dpm_blob_kind_name(b->kind), dpm_shape_str(&b->t.shape, want, 64));
   }
   return DPM_OK;
 }
 
+dpm_status dpm_trainer_load(dpm_trainer *t, const char *path, dpm_err *err) {
+  dpm_ckpt c;
+  if (dpm_ckpt_read(path, &c, err)) return err->code;
+  dpm_reader_pos pos = {c.meta.reader_epoch, c.meta.reader_index};
+  dpm_status s = fits(t, &c, path, err);
+  if (!s) s = dpm_reader_seek(t->reader, pos, err);
+  if (!s) {
+    for (int i = 0; i < c.n; i++) {
+      dpm_blob *b = dpm_ws_find(&t->r[0].ws, c.names[i]);
+      memcpy(b->t.data, c.tensors[i].data, dpm_shape_bytes(&b->t.shape));
+    }
+    t->iter = c.meta.iter;
+    s = dpm_trainer_sync(t, err);
+  }
+  dpm_ckpt_fini(&c);
+  return s;
+}
+
+/* ---- evaluation ---------------------------------------------------------- */
+
 dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
                             dpm_err *err) {
   const dpm_model *m = &t->model;
+  replica *r = &t->r[0];
   if (!t->eval_images) return dpm_errf(err, DPM_STATE, "%s: no eval data", m->source);
   if (!t->eval_reader) {
     dpm_reader_config rc = {.kind = DPM_READER_IDX, .images = t->eval_images,
-                            .labels = t->eval_labels, .scale = t->scale, .batch = t->eval_batch,
-                            .num_shards = 1, .prefetch = 2, .repeat = 0};
+                            .labels = t->eval_labels, .scale = t->scale,
+                            .batch = t->eval_batch, .num_shards = 1, .prefetch = 2};
     if (dpm_reader_create(&rc, &t->eval_reader, err)) return err->code;
   } else if (dpm_reader_rewind(t->eval_reader)) {
     return dpm_errf(err, DPM_INTERNAL, "cannot rewind the eval reader");
   }
-  dpm_workspace ws = {.parent = &t->ws};
+  dpm_workspace ws = {.parent = &r->ws};
   dpm_exec x = {0};
   double sum_loss = 0, sum_acc = 0;
   int64_t seen = 0;
@@ -166,12 +454,14 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
     if (b->n != shaped) {
       dpm_shapes shapes = {0};
       s = dpm_model_test_shapes(m, b->n, &shapes, err);
-      if (!s) s = dpm_exec_bind(&x, &m->test, &shapes, &ws, &t->ctx, err);
+      if (!s) s = dpm_exec_bind(&x, &m->test, &shapes, &ws, &r->ctx, err);
       dpm_shapes_fini(&shapes);
       if (s) break;
       shaped = b->n;
     }
-    load_batch(dpm_ws_find(&ws, m->data), dpm_ws_find(&ws, m->label), b);
+    dpm_blob *data = dpm_ws_find(&ws, m->data), *label = dpm_ws_find(&ws, m->label);
+    dpm_tensor_view(&data->t, &data->t.shape, b->data);
+    dpm_tensor_view(&label->t, &label->t.shape, b->label);
     dpm_exec_run(&x);
     for (int l = 0; l < m->n_losses; l++)
       sum_loss += *dpm_f32(&dpm_ws_find(&ws, m->losses[l])->t) * b->n;
@@ -180,30 +470,76 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
   }
   dpm_exec_fini(&x);
   dpm_ws_fini(&ws);
+  /* the master's data and label may now view the eval reader's buffers:
+     the next step re-points them */
   if (s) return s;
   *loss = seen ? sum_loss / seen : NAN;
   *accuracy = seen && m->accuracy ? sum_acc / seen : NAN;
   return DPM_OK;
 }
 
-int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
-  return dpm_reader_size(t->reader) / t->model.batch;
+/* ---- accessors ----------------------------------------------------------- */
+
+const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name) {
+  int d = 0;
+  const char *slash = strrchr(name, '/');
+  if (slash) {
+    char *end;
+    if (strncmp(name, "cpu_", 4)) return NULL;
+    long v = strtol(name + 4, &end, 10);
+    if (end != slash || v < 0 || v >= t->n) return NULL;
+    d = (int)v;
+    name = slash + 1;
+  }
+  const dpm_blob *b = dpm_ws_find(&t->r[d].ws, name);
+  return b ? &b->t : NULL;
 }
 
+int dpm_trainer_devices(const dpm_trainer *t) { return t->n; }
+int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
+  return dpm_reader_size(t->reader) / ((int64_t)t->model.batch * t->n * t->shards);
+}
 int dpm_trainer_batch(const dpm_trainer *t) { return t->model.batch; }
+uint64_t dpm_trainer_iter(const dpm_trainer *t) { return t->iter; }
 const dpm_model *dpm_trainer_model(const dpm_trainer *t) { return &t->model; }
-dpm_workspace *dpm_trainer_workspace(dpm_trainer *t) { return &t->ws; }
+const dpm_plan *dpm_trainer_plan(const dpm_trainer *t) { return &t->plan; }
+dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d) { return &t->r[d].ws; }
 
 void dpm_trainer_destroy(dpm_trainer *t) {
   if (!t) return;
+  if (t->threads) {
+    pthread_mutex_lock(&t->mu);
+    t->quit = 1;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (int d = 1; d <= t->threads; d++) pthread_join(t->r[d].thread, NULL);
+  }
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->go);
+  pthread_cond_destroy(&t->done);
+  for (int d = 0; t->r && d < t->n; d++) {
+    replica *r = &t->r[d];
+    dpm_queue_destroy(r->ctx.queue);
+    dpm_exec_fini(&r->step);
+    dpm_ws_fini(&r->ws);
+    dpm_free(r->arena);
+    dpm_ctx_fini(&r->ctx);
+    free(r->losses);
+  }
+  free(t->r);
+  dpm_comm_destroy(t->comm);
   dpm_reader_destroy(t->reader);
   dpm_reader_destroy(t->eval_reader);
-  dpm_exec_fini(&t->train);
-  dpm_ws_fini(&t->ws);
-  dpm_ctx_fini(&t->ctx);
+  dpm_plan_fini(&t->plan);
   dpm_model_fini(&t->model);
-  free(t->losses);
   free(t->eval_images);
   free(t->eval_labels);
   free(t);
+}
+
+dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *inputs,
+                                        int n_in, const char *const *outputs, int n_out,
+                                        const char *dir, dpm_err *err) {
+  return dpm_predictor_export(&t->model, &t->r[0].ws, inputs, n_in, outputs, n_out, dir,
+                              err);
 }

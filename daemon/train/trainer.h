@@ -1,43 +1,98 @@
-/* In-process trainer: a model's replica on one device, fed by the shared
- * reader, stepped in lock-step; evaluation on the spec's eval data.
+/* The data-parallel trainer (Caffe2's data_parallel_model, in process): one
+ * replica of a model per device, all fed by one shared reader (each device
+ * its slice of the global batch), stepped in lock-step, gradients
+ * all-reduced as the step plan says (parallel/plan.h); checkpoints, load +
+ * sync (FinalizeAfterCheckpoint), blob sync (AddBlobSync), evaluation and
+ * predictor export.
  *
- * Ownership: the trainer copies what it needs from the spec; the caller may
- * free the spec after create. Threads: a trainer is driven by one thread
- * (its reader runs a prefetch thread of its own). Errors: create validates
- * the whole spec before allocating any tensor (DPM_SPEC with file:line and
- * op), a missing data file is DPM_IO; step fails with DPM_NUMERIC when the
- * loss is not finite. */
+ * Devices are CPU replicas (cpu:0 ... cpu:N-1) in this build. Replica 0 is
+ * the master: parameters are initialised there (seeded) and broadcast, and
+ * checkpoints, evaluation and predictors read it. Blob names inside a
+ * replica are unscoped; the scoped form "cpu_1/fc1_w" addresses replica 1.
+ *
+ * Threads: a trainer is driven by one thread (the caller of these
+ * functions), which also runs replica 0; replicas 1.. run on worker threads
+ * of their own, created at create and joined at destroy; the reader has a
+ * prefetch thread, and dag plans a communication thread per replica.
+ * dpm_trainer_interrupt may be called from any thread.
+ *
+ * Errors: create validates the whole spec before allocating any tensor
+ * (DPM_SPEC with file:line and op); a missing data file is DPM_IO; step
+ * fails with DPM_NUMERIC when the loss is not finite and with a collective's
+ * error (DPM_TIMEOUT) if a replica stalls; load refuses a file that does not
+ * fit the model, leaving the model exactly as it was. */
 #ifndef DPM_TRAINER_H
 #define DPM_TRAINER_H
 
 #include <stdint.h>
 
 #include "engine/model.h"
+#include "parallel/plan.h"
 
 typedef struct dpm_trainer dpm_trainer;
+struct dpm_workspace;
 
 typedef struct dpm_step_stats {
   uint64_t iter;     /* completed steps */
-  double loss;       /* of the last step (sum of the losses) */
-  double accuracy;   /* of the last step's batch, NaN without an Accuracy op */
+  int steps_done;    /* steps run by this call (fewer if interrupted) */
+  double loss;       /* of the last step: the losses summed, averaged over replicas */
+  double accuracy;   /* of the last step's global batch; NaN without Accuracy */
   double lr;         /* learning rate used by the last step */
   double step_ms;    /* wall time of the last step */
 } dpm_step_stats;
 
-dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, dpm_trainer **out,
-                              dpm_err *err);
-/* Run n training steps; *last describes the last one. */
+typedef struct dpm_trainer_options {
+  int devices;           /* CPU replicas; 0: as many as the spec's parallel.devices */
+  int net_type;          /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
+  int comm_timeout_ms;   /* collectives' timeout; 0: 60000 */
+  /* called on the driving thread every progress_every steps (0: never) */
+  void (*progress)(void *arg, const dpm_step_stats *st);
+  void *progress_arg;
+  int progress_every;
+} dpm_trainer_options;
+
+/* opt may be NULL (defaults). */
+dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
+                              dpm_trainer **out, dpm_err *err);
+/* Run up to n steps (fewer if interrupted); *last describes the last one. */
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err);
-/* Loss and accuracy over the whole eval set, in test mode. DPM_STATE when
- * the spec has no eval section. */
+/* Ask a running dpm_trainer_step to return after the step in flight. Safe
+ * from any thread (and from a signal handler). */
+void dpm_trainer_interrupt(dpm_trainer *t);
+/* Loss and accuracy over the whole eval set, in test mode, on the master.
+ * DPM_STATE when the spec has no eval section. */
 dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
                             dpm_err *err);
-/* Steps in one epoch of the training data; examples per step. */
+
+/* Write the master's parameters, computed params, optimizer state and
+ * counters, the reader position and the spec hash to path (atomically). */
+dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const char *path, dpm_err *err);
+/* Load a checkpoint into the master and sync it to every replica; the
+ * reader resumes at the saved position. Refuses (DPM_CORRUPT, DPM_SPEC:
+ * another spec, DPM_SHAPE) without touching the model. */
+dpm_status dpm_trainer_load(dpm_trainer *t, const char *path, dpm_err *err);
+/* Broadcast the master's params, computed params, optimizer state and
+ * counters to every replica (FinalizeAfterCheckpoint). */
+dpm_status dpm_trainer_sync(dpm_trainer *t, dpm_err *err);
+/* Broadcast the named blobs (stripped names) from the master (AddBlobSync). */
+dpm_status dpm_trainer_sync_blobs(dpm_trainer *t, const char *const *names, int n,
+                                  dpm_err *err);
+/* Write a predictor for inputs -> outputs (ExtractPredictorNet) to dir. */
+dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *inputs,
+                                        int n_in, const char *const *outputs, int n_out,
+                                        const char *dir, dpm_err *err);
+
+/* A replica's blob by scoped ("cpu_1/fc1_w") or stripped (master) name. */
+const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name);
+int dpm_trainer_devices(const dpm_trainer *t);
+/* Steps in one epoch of the training data; examples per device per step. */
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t);
 int dpm_trainer_batch(const dpm_trainer *t);
+uint64_t dpm_trainer_iter(const dpm_trainer *t);
 const dpm_model *dpm_trainer_model(const dpm_trainer *t);
-/* The workspace of the (master) replica, for tests and benchmarks. */
-struct dpm_workspace *dpm_trainer_workspace(dpm_trainer *t);
+const dpm_plan *dpm_trainer_plan(const dpm_trainer *t);
+/* Replica d's workspace (0 = master), for tests and benchmarks. */
+struct dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d);
 void dpm_trainer_destroy(dpm_trainer *t);
 
 #endif

@@ -1,0 +1,94 @@
+/* Collective ops of a data-parallel step, inserted by parallel/plan.c (never
+ * written in a spec): they run a dpm_comm collective over their blobs, in
+ * place, through the device context (ctx->comm, ctx->queue, ctx->device).
+ *
+ *   Allreduce(g...) -> g...        sum over replicas, synchronous
+ *   AllreduceStart(g...) -> g...   enqueue the sum on the device's comm thread
+ *   AllreduceWait(g...) -> g...    wait for the oldest started sum
+ *   Broadcast(b...) -> b...        copy the master's (rank 0) values
+ *
+ * Blobs laid out back to back (the plan's gradient arena) go in one call.
+ * A failure (timeout, broken group) is recorded in ctx->status for the
+ * runner; later collectives of the step are skipped. */
+#include <string.h>
+
+#include "comm/comm.h"
+#include "engine/op.h"
+#include "ops/families.h"
+#include "parallel/queue.h"
+
+static dpm_status same_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                             dpm_err *err) {
+  (void)err;
+  for (int k = 0; k < n->n_in; k++) out[k] = in[k];
+  return DPM_OK;
+}
+
+static dpm_status reduce_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                               dpm_err *err) {
+  for (int k = 0; k < n->n_in; k++)
+    if (dpm_expect_dtype(&in[k], DPM_F32, "a reduced blob", err)) return err->code;
+  return same_infer(n, in, out, err);
+}
+
+static size_t padded(const dpm_tensor *t) {
+  return (dpm_shape_bytes(&t->shape) + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
+}
+
+/* Whether the blobs lie back to back at aligned offsets, as in the arena. */
+static int contiguous(const dpm_op *op) {
+  for (int k = 1; k < op->n_in; k++)
+    if ((char *)op->in[k]->data != (char *)op->in[k - 1]->data + padded(op->in[k - 1]))
+      return 0;
+  return 1;
+}
+
+/* Calls fn once over all of op's blobs when contiguous, else once per blob
+ * (so a start and its wait make the same number of calls). */
+typedef dpm_status (*span_fn)(dpm_ctx *ctx, void *buf, size_t bytes);
+
+static void over_blobs(const dpm_op *op, span_fn fn) {
+  dpm_ctx *ctx = op->ctx;
+  if (ctx->status) return;
+  if (contiguous(op)) {
+    const dpm_tensor *last = op->in[op->n_in - 1];
+    char *end = (char *)last->data + dpm_shape_bytes(&last->shape);
+    ctx->status = fn(ctx, op->in[0]->data, (size_t)(end - (char *)op->in[0]->data));
+    return;
+  }
+  for (int k = 0; k < op->n_in && !ctx->status; k++)
+    ctx->status = fn(ctx, op->in[k]->data, dpm_shape_bytes(&op->in[k]->shape));
+}
+
+static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
+  return dpm_comm_allreduce(ctx->comm, ctx->device, buf, bytes / sizeof(float), &ctx->err);
+}
+static dpm_status reduce_later(dpm_ctx *ctx, void *buf, size_t bytes) {
+  return dpm_queue_allreduce(ctx->queue, buf, bytes / sizeof(float), &ctx->err);
+}
+static dpm_status wait_one(dpm_ctx *ctx, void *buf, size_t bytes) {
+  (void)buf, (void)bytes;
+  return dpm_queue_wait(ctx->queue, &ctx->err);
+}
+static dpm_status from_master(dpm_ctx *ctx, void *buf, size_t bytes) {
+  return dpm_comm_broadcast(ctx->comm, ctx->device, 0, buf, bytes, &ctx->err);
+}
+
+static void allreduce_run(const dpm_op *op) { over_blobs(op, reduce_now); }
+static void start_run(const dpm_op *op) { over_blobs(op, reduce_later); }
+static void wait_run(const dpm_op *op) { over_blobs(op, wait_one); }
+static void broadcast_run(const dpm_op *op) { over_blobs(op, from_master); }
+
+#define COLLECTIVE(var, op_name, infer_fn, fn)                                     \
+  static const dpm_op_def var = {                                                  \
+      .name = op_name, .min_in = 1, .max_in = DPM_OP_MAX_IO, .min_out = 1,         \
+      .max_out = DPM_OP_MAX_IO, .infer = infer_fn, .run = fn,                      \
+      .flags = DPM_OP_HIDDEN | DPM_OP_INPLACE | DPM_OP_NO_GRAD,                    \
+  }
+COLLECTIVE(allreduce, "Allreduce", reduce_infer, allreduce_run);
+COLLECTIVE(allreduce_start, "AllreduceStart", reduce_infer, start_run);
+COLLECTIVE(allreduce_wait, "AllreduceWait", reduce_infer, wait_run);
+COLLECTIVE(broadcast, "Broadcast", same_infer, broadcast_run);
+
+const dpm_op_def *const dpm_ops_collective[] = {&allreduce, &allreduce_start,
+                                                &allreduce_wait, &broadcast, NULL};

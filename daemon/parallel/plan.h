@@ -1,0 +1,50 @@
+/* The step plan: how one replica runs a training step.
+ *
+ * From a built model and the device count, the plan orders the forward
+ * ops, LearningRate, the gradient ops, the gradient reduction, the
+ * optimizer ops and Iter into one net per replica (Caffe2's
+ * Parallelize_*):
+ *
+ *   one device   each optimizer op runs as soon as its gradient is final
+ *                and nothing later reads its parameter (gradient in cache)
+ *   simple       backward, then Allreduce of the gradient buckets, then
+ *                the optimizer ops
+ *   dag          AllreduceStart of a bucket as soon as its last gradient is
+ *                final, overlapping the rest of backward; AllreduceWait of
+ *                every bucket, then the optimizer ops
+ *
+ * and, with broadcast_computed_params, a Broadcast of the computed
+ * parameters (BN running statistics) from the master at the end.
+ *
+ * Gradients are reduced in the order backward finishes them (last layer
+ * first); every replica runs the same plan, so the collectives match. The
+ * replica lays its gradient blobs out back to back in `grads` order (the
+ * arena), so a bucket is one contiguous reduction. The plan is immutable
+ * once built and shared by all replicas. */
+#ifndef DPM_PARALLEL_PLAN_H
+#define DPM_PARALLEL_PLAN_H
+
+#include "engine/model.h"
+
+typedef enum { DPM_NET_SIMPLE, DPM_NET_DAG } dpm_net_type;
+
+typedef struct dpm_plan {
+  dpm_net step;      /* one training step of one replica */
+  int n_forward;     /* step.nodes[0, n_forward) are the forward ops */
+  char **grads;      /* parameter gradients, in the order backward finishes them */
+  int n_grads;
+  int *bucket_end;   /* bucket b is grads[bucket_end[b-1] (0 for b=0), bucket_end[b]) */
+  int n_buckets;
+  char **synced;     /* what the master broadcasts at init, load and sync:
+                        params, computed params, optimizer state, counters */
+  int n_synced;
+} dpm_plan;
+
+/* Build the plan for `devices` replicas. bucket_bytes bounds a dag bucket
+ * (a bucket holds at least one gradient and at most DPM_OP_MAX_IO). */
+dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
+                          size_t bucket_bytes, int broadcast_computed, dpm_plan *p,
+                          dpm_err *err);
+void dpm_plan_fini(dpm_plan *p);
+
+#endif

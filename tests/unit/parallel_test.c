@@ -1,0 +1,300 @@
+/* Data parallelism: replicas agree with one device, stay bitwise identical,
+ * runs are deterministic, resuming from a checkpoint is exact, bad
+ * checkpoints are refused without touching the model. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "engine/workspace.h"
+#include "io/checkpoint.h"
+#include "spec/spec.h"
+#include "test.h"
+#include "train/trainer.h"
+
+#define MLP_FORWARD                                                              \
+  "  - {op: FC, in: [data], out: fc1, dim_out: 256}\n"                           \
+  "  - {op: Relu, in: [fc1], out: fc1}\n"                                        \
+  "  - {op: FC, in: [fc1], out: fc2, dim_out: 128}\n"                            \
+  "  - {op: Relu, in: [fc2], out: fc2}\n"                                        \
+  "  - {op: FC, in: [fc2], out: pred, dim_out: 10}\n"
+
+/* The Fashion-MNIST CNN's structure with fewer channels (ASan build). */
+#define CNN_FORWARD                                                              \
+  "  - {op: Conv, in: [data], out: conv1, dim_out: 8, kernel: 5, pad: 2}\n"      \
+  "  - {op: Relu, in: [conv1], out: conv1}\n"                                    \
+  "  - {op: MaxPool, in: [conv1], out: pool1, kernel: 2, stride: 2}\n"           \
+  "  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 5, pad: 2}\n"    \
+  "  - {op: Relu, in: [conv2], out: conv2}\n"                                    \
+  "  - {op: MaxPool, in: [conv2], out: pool2, kernel: 2, stride: 2}\n"           \
+  "  - {op: FC, in: [pool2], out: fc3, dim_out: 64}\n"                           \
+  "  - {op: Relu, in: [fc3], out: fc3}\n"                                        \
+  "  - {op: FC, in: [fc3], out: pred, dim_out: 10}\n"
+
+#define DROPOUT_FORWARD                                                          \
+  "  - {op: FC, in: [data], out: fc1, dim_out: 64}\n"                            \
+  "  - {op: Relu, in: [fc1], out: fc1}\n"                                        \
+  "  - {op: Dropout, in: [fc1], out: drop1, ratio: 0.3}\n"                       \
+  "  - {op: FC, in: [drop1], out: pred, dim_out: 10}\n"
+
+/* A spec on synthetic 28x28 data with `per_device` examples per device. */
+static Dpm__ModelSpec *spec_of(const char *forward, int per_device, const char *net_type) {
+  char yaml[4096];
+  snprintf(yaml, sizeof yaml,
+           "name: p\n"
+           "input: {reader: synthetic, batch_size: %d, num_examples: 2048,"
+           " shape: [1, 28, 28], num_classes: 10, scale: 0.0039, seed: 7}\n"
+           "forward:\n%s"
+           "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+           "  - {op: Accuracy, in: [softmax, label], out: accuracy}\n"
+           "losses: [loss]\n"
+           "update: {optimizer: momentum_sgd, momentum: 0.9, weight_decay: 0.0001,"
+           " lr: {base: 0.01}}\n"
+           "parallel: {net_type: %s, bucket_bytes: 65536}\n",
+           per_device, forward, net_type);
+  Dpm__ModelSpec *spec = NULL;
+  dpm_err err = {0};
+  if (dpm_spec_parse(yaml, strlen(yaml), "p.yaml", &spec, &err))
+    printf("    spec: %s\n", err.msg);
+  return spec;
+}
+
+static dpm_trainer *trainer_of(const Dpm__ModelSpec *spec, int devices) {
+  dpm_trainer_options opt = {.devices = devices, .net_type = -1, .comm_timeout_ms = 20000};
+  dpm_trainer *t = NULL;
+  dpm_err err = {0};
+  if (!spec || dpm_trainer_create(spec, &opt, &t, &err)) printf("    create: %s\n", err.msg);
+  return t;
+}
+
+static int steps(dpm_trainer *t, int n) {
+  dpm_err err = {0};
+  dpm_step_stats st;
+  if (dpm_trainer_step(t, n, &st, &err)) {
+    printf("    step: %s\n", err.msg);
+    return 0;
+  }
+  return 1;
+}
+
+/* max |a - b| / max |a| over every parameter of the masters. */
+static double param_rel_diff(dpm_trainer *a, dpm_trainer *b) {
+  const dpm_model *m = dpm_trainer_model(a);
+  double diff = 0, mag = 0;
+  for (int i = 0; i < m->shapes.n; i++) {
+    if (m->shapes.v[i].kind != DPM_BLOB_PARAM) continue;
+    const dpm_tensor *x = dpm_trainer_blob(a, m->shapes.v[i].name);
+    const dpm_tensor *y = dpm_trainer_blob(b, m->shapes.v[i].name);
+    for (int64_t k = 0; k < dpm_tensor_numel(x); k++) {
+      diff = fmax(diff, fabs((double)dpm_f32(x)[k] - dpm_f32(y)[k]));
+      mag = fmax(mag, fabs((double)dpm_f32(x)[k]));
+    }
+  }
+  return diff / mag;
+}
+
+/* Whether blob `name` of every replica equals the master's, bitwise. */
+static int replicas_identical(dpm_trainer *t) {
+  const dpm_plan *p = dpm_trainer_plan(t);
+  for (int d = 1; d < dpm_trainer_devices(t); d++)
+    for (int i = 0; i < p->n_synced; i++) {
+      char scoped[300];
+      snprintf(scoped, sizeof scoped, "cpu_%d/%s", d, p->synced[i]);
+      const dpm_tensor *a = dpm_trainer_blob(t, p->synced[i]), *b = dpm_trainer_blob(t, scoped);
+      if (!a || !b || memcmp(a->data, b->data, dpm_shape_bytes(&a->shape))) {
+        printf("    %s differs from the master's\n", scoped);
+        return 0;
+      }
+    }
+  return 1;
+}
+
+/* 1, 2 and 4 replicas at global batch 64: same parameters after 20 steps. */
+static void equivalence(const char *forward, const char *net_type) {
+  Dpm__ModelSpec *s1 = spec_of(forward, 64, net_type);
+  dpm_trainer *one = trainer_of(s1, 1);
+  if (!one || !steps(one, 20)) {
+    dpm_test_fail(__FILE__, __LINE__, "one device failed");
+    goto done;
+  }
+  for (int n = 2; n <= 4; n *= 2) {
+    Dpm__ModelSpec *sn = spec_of(forward, 64 / n, net_type);
+    dpm_trainer *many = trainer_of(sn, n);
+    int ok = many && steps(many, 20);
+    double rel = ok ? param_rel_diff(one, many) : 1;
+    printf("    %d replicas (%s): max |a-b| / max |a| = %.2g\n", n, net_type, rel);
+    if (!ok || rel > 1e-5 || !replicas_identical(many))
+      dpm_test_fail(__FILE__, __LINE__, "%d replicas (%s) differ: %.3g", n, net_type, rel);
+    dpm_trainer_destroy(many);
+    dpm_spec_free(sn);
+  }
+done:
+  dpm_trainer_destroy(one);
+  dpm_spec_free(s1);
+}
+
+TEST(parallel_mlp_equivalent_simple) { equivalence(MLP_FORWARD, "simple"); }
+TEST(parallel_mlp_equivalent_dag) { equivalence(MLP_FORWARD, "dag"); }
+TEST(parallel_cnn_equivalent_simple) { equivalence(CNN_FORWARD, "simple"); }
+TEST(parallel_cnn_equivalent_dag) { equivalence(CNN_FORWARD, "dag"); }
+
+TEST(parallel_replicas_identical_after_init_and_steps) {
+  Dpm__ModelSpec *spec = spec_of(CNN_FORWARD, 8, "dag");
+  dpm_trainer *t = trainer_of(spec, 3);
+  CHECK(t);
+  CHECK(replicas_identical(t));
+  CHECK(steps(t, 3));
+  CHECK(replicas_identical(t));
+  dpm_trainer_destroy(t);
+  dpm_spec_free(spec);
+}
+
+/* Two runs with the same seed and device count: bitwise equal. */
+TEST(parallel_runs_are_deterministic) {
+  Dpm__ModelSpec *spec = spec_of(DROPOUT_FORWARD, 16, "dag");
+  dpm_trainer *a = trainer_of(spec, 2), *b = trainer_of(spec, 2);
+  CHECK(a && b && steps(a, 10) && steps(b, 10));
+  CHECK(param_rel_diff(a, b) == 0);
+  dpm_trainer_destroy(a);
+  dpm_trainer_destroy(b);
+  dpm_spec_free(spec);
+}
+
+static char *temp_path(const char *name) {
+  static char dir[64];
+  if (!dir[0]) {
+    snprintf(dir, sizeof dir, "/tmp/dpm-parallel-XXXXXX");
+    if (!mkdtemp(dir)) return NULL;
+  }
+  char *p = malloc(128);
+  snprintf(p, 128, "%s/%s", dir, name);
+  return p;
+}
+
+/* k steps, checkpoint, load into a fresh trainer, m more steps == k + m
+ * steps without interruption, bitwise (Dropout included). */
+TEST(parallel_resume_is_exact) {
+  Dpm__ModelSpec *spec = spec_of(DROPOUT_FORWARD, 16, "simple");
+  char *path = temp_path("resume.ckpt");
+  dpm_err err = {0};
+  dpm_trainer *straight = trainer_of(spec, 2), *first = trainer_of(spec, 2);
+  CHECK(straight && first && steps(straight, 12) && steps(first, 7));
+  CHECK_INT(dpm_trainer_checkpoint(first, path, &err), DPM_OK);
+  dpm_trainer *resumed = trainer_of(spec, 2);
+  CHECK_INT(dpm_trainer_load(resumed, path, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_iter(resumed), 7);
+  CHECK(replicas_identical(resumed));
+  CHECK(steps(resumed, 5));
+  CHECK(param_rel_diff(straight, resumed) == 0);
+  dpm_trainer_destroy(straight);
+  dpm_trainer_destroy(first);
+  dpm_trainer_destroy(resumed);
+  dpm_spec_free(spec);
+  unlink(path);
+  free(path);
+}
+
+/* Snapshot of every synced blob of every replica, to prove a refused load
+ * changed nothing. */
+static char *snapshot(dpm_trainer *t, size_t *len) {
+  const dpm_plan *p = dpm_trainer_plan(t);
+  size_t total = 0;
+  for (int d = 0; d < dpm_trainer_devices(t); d++)
+    for (int i = 0; i < p->n_synced; i++)
+      total += dpm_shape_bytes(&dpm_trainer_blob(t, p->synced[i])->shape);
+  char *buf = malloc(total), *at = buf;
+  for (int d = 0; d < dpm_trainer_devices(t); d++)
+    for (int i = 0; i < p->n_synced; i++) {
+      char scoped[300];
+      snprintf(scoped, sizeof scoped, "cpu_%d/%s", d, p->synced[i]);
+      const dpm_tensor *x = dpm_trainer_blob(t, scoped);
+      memcpy(at, x->data, dpm_shape_bytes(&x->shape));
+      at += dpm_shape_bytes(&x->shape);
+    }
+  *len = total;
+  return buf;
+}
+
+static void flip_byte(const char *path, long at) {
+  FILE *f = fopen(path, "r+b");
+  fseek(f, at, at < 0 ? SEEK_END : SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, -1, SEEK_CUR);
+  fputc(c ^ 0x10, f);
+  fclose(f);
+}
+
+TEST(parallel_rejects_bad_checkpoints) {
+  Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
+  Dpm__ModelSpec *other = spec_of(DROPOUT_FORWARD, 8, "dag");
+  char *good = temp_path("good.ckpt"), *bad = temp_path("bad.ckpt");
+  char *foreign = temp_path("foreign.ckpt"), *shaped = temp_path("shaped.ckpt");
+  dpm_err err = {0};
+  dpm_trainer *t = trainer_of(spec, 2), *o = trainer_of(other, 1);
+  CHECK(t && o && steps(t, 3) && steps(o, 1));
+  CHECK_INT(dpm_trainer_checkpoint(t, good, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_checkpoint(o, foreign, &err), DPM_OK);
+  CHECK(steps(t, 2));
+  size_t n0, n1;
+  char *before = snapshot(t, &n0);
+  char cmd[512];
+  /* truncated */
+  snprintf(cmd, sizeof cmd, "head -c 5000 %s > %s", good, bad);
+  CHECK(system(cmd) == 0);
+  CHECK_INT(dpm_trainer_load(t, bad, &err), DPM_CORRUPT);
+  CHECK_HAS(err.msg, "bad.ckpt");
+  /* corrupt: one flipped bit in the tensor data */
+  snprintf(cmd, sizeof cmd, "cp %s %s", good, bad);
+  CHECK(system(cmd) == 0);
+  flip_byte(bad, -100);
+  CHECK_INT(dpm_trainer_load(t, bad, &err), DPM_CORRUPT);
+  CHECK_HAS(err.msg, "checksum");
+  /* another spec */
+  CHECK_INT(dpm_trainer_load(t, foreign, &err), DPM_SPEC);
+  CHECK_HAS(err.msg, "another spec");
+  /* this spec's hash, a wrongly shaped tensor */
+  dpm_ckpt c;
+  CHECK_INT(dpm_ckpt_read(good, &c, &err), DPM_OK);
+  dpm_ckpt_entry e[64];
+  for (int i = 0; i < c.n; i++) e[i] = (dpm_ckpt_entry){c.names[i], c.kinds[i], &c.tensors[i]};
+  dpm_tensor wrong = {0};
+  dpm_shape ws = dpm_shape_make(DPM_F32, 2, (int64_t[]){3, 3});
+  dpm_tensor_resize(&wrong, &ws);
+  e[0].t = &wrong;
+  CHECK_INT(dpm_ckpt_write(shaped, &c.meta, e, c.n, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_load(t, shaped, &err), DPM_SHAPE);
+  CHECK_HAS(err.msg, "the model's is");
+  dpm_tensor_fini(&wrong);
+  dpm_ckpt_fini(&c);
+  /* a missing file */
+  CHECK_INT(dpm_trainer_load(t, "/nonexistent/x.ckpt", &err), DPM_IO);
+  /* nothing changed: blobs, iteration */
+  char *after = snapshot(t, &n1);
+  CHECK(n0 == n1 && !memcmp(before, after, n0));
+  CHECK_INT(dpm_trainer_iter(t), 5);
+  /* and the good one still loads */
+  CHECK_INT(dpm_trainer_load(t, good, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_iter(t), 3);
+  free(before);
+  free(after);
+  dpm_trainer_destroy(t);
+  dpm_trainer_destroy(o);
+  dpm_spec_free(spec);
+  dpm_spec_free(other);
+  for (char **p = (char *[]){good, bad, foreign, shaped, NULL}; *p; p++) {
+    unlink(*p);
+    free(*p);
+  }
+}
+
+/* Scoped names address replicas; a bad scope finds nothing. */
+TEST(parallel_scoped_blob_names) {
+  Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
+  dpm_trainer *t = trainer_of(spec, 2);
+  CHECK(t);
+  CHECK(dpm_trainer_blob(t, "fc1_w") == dpm_trainer_blob(t, "cpu_0/fc1_w"));
+  CHECK(dpm_trainer_blob(t, "cpu_1/fc1_w") != NULL);
+  CHECK(dpm_trainer_blob(t, "cpu_1/fc1_w") != dpm_trainer_blob(t, "cpu_0/fc1_w"));
+  CHECK(dpm_trainer_blob(t, "cpu_2/fc1_w") == NULL);
+  CHECK(dpm_trainer_blob(t, "gpu_0/fc1_w") == NULL);
+  dpm_trainer_destroy(t);
+  dpm_spec_free(spec);
+}
