@@ -18,10 +18,14 @@
  * count, size or root, gets DPM_INVALID on every rank (never a hang or
  * memory corruption), and the group stays usable.
  *
- * Threads: each rank calls from its own thread (a device worker); a rank's
+ * Threads: each rank calls from its own thread (a device worker, or a
+ * rank's communication thread: one thread per rank at any moment); a rank's
  * calls are sequential, and a group runs one collective at a time. Calls
  * for different ranks run concurrently by design: that is how a collective
- * meets. dpm_comm_size and dpm_comm_backend are safe from any thread.
+ * meets. A second call for a rank already inside one is refused with
+ * DPM_INVALID where the backend can tell (local does), and hangs the group
+ * until its timeout otherwise. dpm_comm_size and dpm_comm_backend are safe
+ * from any thread.
  *
  * Completion: when a call returns DPM_OK its result is ready for the rank's
  * next work on its device: in memory for CPU backends; for stream-ordered
@@ -31,13 +35,15 @@
  * Ownership: buffers stay owned by the caller; a backend reads and writes
  * them only during the call (peers may touch a rank's buffer while it is
  * inside the call, never after it returns) and keeps no pointer afterwards.
+ * Buffers of different ranks must not overlap.
  *
  * Errors: DPM_INVALID for bad arguments or ranks that disagree (every rank
  * of that collective gets it; buffers are left untouched). DPM_TIMEOUT when
  * ranks did not arrive within the group's timeout: the message names the
  * collective and the ranks that did not arrive, and the group is then
  * broken: every later call on it, by any rank, fails at once with DPM_STATE
- * ("communicator broken by an earlier timeout: ..."). A broken group cannot
+ * ("allreduce: communicator broken by an earlier timeout (barrier: timed out
+ * after 100 ms; 2 of 3 ranks arrived; missing rank(s) 2)"). A broken group cannot
  * be repaired; join the rank threads, destroy it and create a new one. After
  * any failure of an allreduce or broadcast the contents of the buffers are
  * unspecified (DPM_INVALID excepted, see above). */
