@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/spin.h"
 
 typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER, OP_COUNT } local_op;
 
@@ -177,26 +178,6 @@ static struct timespec deadline_after(int ms) {
  * machine was loaded. */
 #define SPIN_NS 20000
 
-static void spin_while(local_comm *g, unsigned long mine) {
-  double until = 0;
-  for (unsigned i = 1; atomic_load_explicit(&g->gen, memory_order_acquire) == mine; i++) {
-    if (i % 64) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-      continue;
-    }
-    sched_yield();
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double ns = (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-    if (!until)
-      until = ns + SPIN_NS;
-    else if (ns > until)
-      return;
-  }
-}
-
 /* One round: rank arrives with `call` (and, in a first round, its buffer)
  * and returns when all ranks have arrived, with the round's verdict; or
  * DPM_TIMEOUT (timed rounds only) / DPM_STATE / DPM_INVALID (the rank is
@@ -229,7 +210,7 @@ static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int 
       struct timespec until = deadline_after(g->timeout_ms);
       if (g->spin) {
         pthread_mutex_unlock(&g->mu);
-        spin_while(g, mine);
+        dpm_spin_while(&g->gen, mine, SPIN_NS);
         pthread_mutex_lock(&g->mu);
       }
       while (g->gen == mine && !g->broken) {

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
+#include "comm/spin.h"
 #include "engine/exec.h"
 #include "engine/predictor_extract.h"
 #include "engine/rng.h"
@@ -47,8 +48,9 @@ struct dpm_trainer {
   job_kind job;
   const char *const *sync_names; /* JOB_SYNC: what to broadcast */
   int sync_n;
-  unsigned long gen;
-  int pending, quit, threads;
+  atomic_ulong gen;            /* jobs dispatched; written under mu */
+  atomic_ulong pending;        /* workers still running the current job */
+  int quit, threads;
   atomic_int interrupted;
   uint64_t iter, seed, spec_hash;
   int shards;
@@ -92,22 +94,29 @@ static void run_job(replica *r) {
   }
 }
 
+/* Steps follow each other within microseconds: waiters spin that long
+ * before sleeping (comm/spin.h). */
+#define SPIN_NS 200000
+
 static void *worker(void *arg) {
   replica *r = arg;
   dpm_trainer *t = r->t;
   unsigned long seen = 0;
-  pthread_mutex_lock(&t->mu);
   for (;;) {
-    while (t->gen == seen && !t->quit) pthread_cond_wait(&t->go, &t->mu);
-    if (t->quit) break;
-    seen = t->gen;
-    pthread_mutex_unlock(&t->mu);
-    run_job(r);
+    dpm_spin_while(&t->gen, seen, SPIN_NS);
     pthread_mutex_lock(&t->mu);
-    if (--t->pending == 0) pthread_cond_signal(&t->done);
+    while (atomic_load(&t->gen) == seen && !t->quit) pthread_cond_wait(&t->go, &t->mu);
+    int quit = t->quit;
+    seen = atomic_load(&t->gen);
+    pthread_mutex_unlock(&t->mu);
+    if (quit) return NULL;
+    run_job(r);
+    if (atomic_fetch_sub(&t->pending, 1) == 1) {
+      pthread_mutex_lock(&t->mu);
+      pthread_cond_signal(&t->done);
+      pthread_mutex_unlock(&t->mu);
+    }
   }
-  pthread_mutex_unlock(&t->mu);
-  return NULL;
 }
 
 /* Run a job on every replica (the master on this thread, the others on
@@ -115,13 +124,15 @@ static void *worker(void *arg) {
 static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
   pthread_mutex_lock(&t->mu);
   t->job = job;
-  t->pending = t->n - 1;
-  t->gen++;
+  atomic_store(&t->pending, (unsigned long)t->n - 1);
+  atomic_fetch_add(&t->gen, 1);
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
   run_job(&t->r[0]);
+  unsigned long left = atomic_load(&t->pending);
+  while (left && dpm_spin_while(&t->pending, left, SPIN_NS)) left = atomic_load(&t->pending);
   pthread_mutex_lock(&t->mu);
-  while (t->pending) pthread_cond_wait(&t->done, &t->mu);
+  while (atomic_load(&t->pending)) pthread_cond_wait(&t->done, &t->mu);
   pthread_mutex_unlock(&t->mu);
   for (int d = 0; d < t->n; d++)
     if (t->r[d].status) {
