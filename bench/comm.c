@@ -18,25 +18,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "comm/comm.h"
 
 #define RANKS 2
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return v[n / 2];
-}
 
 typedef struct {
   dpm_comm *comm;
@@ -60,18 +45,18 @@ static void *rank_main(void *arg) {
   int r = br->rank;
   for (int i = 0; i < st->warm + st->rounds; i++) {
     dpm_status s = dpm_comm_barrier(st->comm, r, &st->err[r]);
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     if (!s) s = dpm_comm_allreduce(st->comm, r, st->buf[r], st->count, &st->err[r]);
-    double t1 = now_ms();
+    double t1 = bench_now_ms();
     if (!s) s = dpm_comm_barrier(st->comm, r, &st->err[r]);
     if (s) {
       st->s[r] = s;
       return NULL;
     }
     if (r != 0) continue;
-    double t2 = now_ms();
+    double t2 = bench_now_ms();
     memcpy(st->dst, st->src, st->count * sizeof(float));
-    double t3 = now_ms();
+    double t3 = bench_now_ms();
     if (i >= st->warm) {
       st->ar_ms[i - st->warm] = t1 - t0;
       st->cp_ms[i - st->warm] = t3 - t2;
@@ -121,7 +106,7 @@ static int bench_size(size_t bytes, int rounds) {
       rc = 1;
     }
   if (!rc) {
-    double ar = median(st.ar_ms, rounds), cp = median(st.cp_ms, rounds);
+    double ar = bench_median(st.ar_ms, rounds), cp = bench_median(st.cp_ms, rounds);
     double ar_bw = (double)bytes / (ar * 1e-3) / 1e9,
            cp_bw = (double)bytes / (cp * 1e-3) / 1e9;
     char size[32];

@@ -19,33 +19,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "engine/exec.h"
 #include "engine/tensor.h"
 #include "spec/spec.h"
 #include "train/trainer.h"
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp);
-  return v[n / 2];
-}
-
 /* One 1024^3 sgemm, in ms. */
 static double sgemm_ms(float *a, float *b, float *c) {
   const int n = 1024;
-  double t0 = now_ms();
+  double t0 = bench_now_ms();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-  return now_ms() - t0;
+  return bench_now_ms() - t0;
 }
 
 /* Matrix-product FLOPs of one training step of the model's train net
@@ -112,18 +97,18 @@ static int run(const workload *w) {
   for (int r = 0; r < w->rounds && !rc; r++) {
     gm[r] = sgemm_ms(a, b, c);
     for (int i = 0; i < w->steps_per_round && !rc; i++) {
-      double t0 = now_ms();
+      double t0 = bench_now_ms();
       if (w->fwd_bwd_only) dpm_exec_run(&fb.x);
       else rc = dpm_trainer_step(t, 1, &st, &err);
-      ms[r * w->steps_per_round + i] = now_ms() - t0;
+      ms[r * w->steps_per_round + i] = bench_now_ms() - t0;
     }
   }
   fwd_bwd_fini(&fb);
   if (rc) {
     fprintf(stderr, "bench: %s\n", err.msg);
   } else {
-    double flops = step_flops(dpm_trainer_model(t)), med = median(ms, steps);
-    double gf = flops / (med * 1e6), sg = 2.0 * 1024 * 1024 * 1024 / (median(gm, w->rounds) * 1e6);
+    double flops = step_flops(dpm_trainer_model(t)), med = bench_median(ms, steps);
+    double gf = flops / (med * 1e6), sg = 2.0 * 1024 * 1024 * 1024 / (bench_median(gm, w->rounds) * 1e6);
     printf("%-22s %9.3f ms %8.1f MFLOP %7.1f GFLOP/s | sgemm %6.1f GFLOP/s | %5.1f%% | %7.0f img/s\n",
            w->name, med, flops / 1e6, gf, sg, 100 * gf / sg, dpm_trainer_batch(t) / (med / 1e3));
   }

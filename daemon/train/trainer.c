@@ -96,7 +96,7 @@ static void run_job(replica *r) {
 
 /* Steps follow each other within microseconds: waiters spin that long
  * before sleeping (comm/spin.h). */
-#define SPIN_NS 200000
+#define SPIN_NS 50000
 
 static void *worker(void *arg) {
   replica *r = arg;

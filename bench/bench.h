@@ -1,0 +1,26 @@
+/* Small helpers shared by the benchmark programs: a monotonic clock and
+ * medians. Single-threaded use. */
+#ifndef DPM_BENCH_H
+#define DPM_BENCH_H
+
+#include <stdlib.h>
+#include <time.h>
+
+static inline double bench_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline int bench_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (sorts v). */
+static inline double bench_median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, bench_cmp);
+  return v[n / 2];
+}
+
+#endif
