@@ -25,6 +25,16 @@ static const struct {
     {DPM_FUSE_RELU, "Relu"},
 };
 
+/* Training ops whose first output a predictor computes with a simpler op
+ * from the first input alone, when their other outputs are not asked for:
+ * SoftmaxWithLoss(logits, label) -> [softmax, loss] becomes
+ * Softmax(logits) -> softmax, so a predictor needs no label. */
+static const struct {
+  const char *op, *inference_op;
+} inference_forms[] = {
+    {"SoftmaxWithLoss", "Softmax"},
+};
+
 const char *dpm_strip_scope(const char *name) {
   const char *slash = strrchr(name, '/');
   return slash ? slash + 1 : name;
@@ -149,11 +159,39 @@ static dpm_status use_param(extractor *x, const char *name) {
   return DPM_OK;
 }
 
-/* The test net with each fused node followed by the op it absorbed. */
+static int is_output(const extractor *x, const char *name) {
+  for (int i = 0; name && i < x->n_out; i++)
+    if (!strcmp(x->out[i], name)) return 1;
+  return 0;
+}
+
+/* The inference form of src (see inference_forms), or NULL. */
+static const dpm_op_def *inference_form(const extractor *x, const dpm_node *src) {
+  for (size_t f = 0; f < sizeof inference_forms / sizeof *inference_forms; f++) {
+    if (strcmp(src->def->name, inference_forms[f].op)) continue;
+    for (int k = 1; k < src->n_out; k++)
+      if (is_output(x, src->out[k])) return NULL;
+    return dpm_op_find(inference_forms[f].inference_op);
+  }
+  return NULL;
+}
+
+/* The test net with each fused node followed by the op it absorbed, and
+ * training ops in their inference form. */
 static dpm_status expand(extractor *x) {
   const dpm_net *test = &x->m->test;
   for (int i = 0; i < test->n; i++) {
     const dpm_node *src = &test->nodes[i];
+    const dpm_op_def *inf = inference_form(x, src);
+    if (inf) {
+      dpm_node *n = dpm_net_add(&x->net, inf, 1, (const char *const *)src->in, 1,
+                                (const char *const *)src->out, x->err);
+      if (!n) return x->err->code;
+      n->index = src->index;
+      n->line = src->line;
+      n->is_test = 1;
+      continue;
+    }
     dpm_node *n = dpm_net_add_copy(&x->net, src, x->err);
     if (!n) return x->err->code;
     n->fuse = 0;

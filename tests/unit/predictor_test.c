@@ -369,12 +369,13 @@ TEST(predictor_refuses_outputs_it_cannot_compute) {
     teardown(&f);
     return;
   }
-  const char *loss[] = {"loss"}, *softmax[] = {"softmax"}, *acc[] = {"prob", "accuracy"};
+  const char *loss[] = {"loss"}, *acc[] = {"prob", "accuracy"};
   const char *nope[] = {"nope"}, *label[] = {"label"}, *w[] = {"fc1_w"},
              *dup[] = {"data", "data"};
   expect_refused(&f, DATA, 1, loss, 1,
                  "output 'loss' needs 'label', which is not an input");
-  expect_refused(&f, DATA, 1, softmax, 1, "output 'softmax' needs 'label'");
+  const char *softmax_loss[] = {"softmax", "loss"};
+  expect_refused(&f, DATA, 1, softmax_loss, 2, "output 'softmax' needs 'label'");
   expect_refused(&f, DATA, 1, acc, 2, "output 'accuracy' needs 'label'");
   expect_refused(&f, DATA, 1, nope, 1, "output 'nope' is not a blob");
   expect_refused(&f, label, 1, PROB, 1, "input 'label' is i32");
@@ -389,6 +390,30 @@ TEST(predictor_refuses_outputs_it_cannot_compute) {
   dpm_status s = dpm_predictor_export(&f.m, &f.ws, both, 2, loss, 1, f.dir, &err);
   CHECK_INT(s, DPM_INVALID); /* ...but label is i32, which predictor inputs are not */
   CHECK_HAS(err.msg, "input 'label' is i32");
+  teardown(&f);
+}
+
+/* SoftmaxWithLoss's softmax output alone is computed by Softmax in the
+ * predictor (no label needed), equal to the test net's. */
+TEST(predictor_softmax_of_softmax_with_loss) {
+  fixture f;
+  if (setup(&f, MLP, 3)) {
+    teardown(&f);
+    return;
+  }
+  dpm_err err = {0};
+  dpm_predictor *p = NULL;
+  float x[BATCH * EX];
+  example(x, BATCH, 5);
+  const char *softmax[] = {"softmax"};
+  if (export(&f, softmax, 1, &err) || dpm_predictor_load(f.dir, &p, &err))
+    dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+  else {
+    double diff = predictor_vs_test_net(&f, p, x, BATCH, "softmax");
+    printf("    max |predictor softmax - test net| = %.3g\n", diff);
+    CHECK(diff <= 1e-6);
+  }
+  dpm_predictor_free(p);
   teardown(&f);
 }
 
