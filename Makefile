@@ -78,8 +78,14 @@ test: deps $(BUILD)/tests/unit $(BUILD)/dpm-train
 bench: deps $(BENCHES) $(BUILD)/dpm-train
 	for b in $(BENCHES); do OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 
+# Two CPU replicas train the MLP one epoch, evaluate, checkpoint and write a
+# predictor (in process; the daemon, dpmd, is not built yet).
 demo: deps $(BUILD)/dpm-train
-	OPENBLAS_NUM_THREADS=1 $(BUILD)/dpm-train examples/fmnist_mlp.yaml --epochs 1
+	@mkdir -p $(BUILD)/demo
+	OPENBLAS_NUM_THREADS=1 $(BUILD)/dpm-train examples/fmnist_mlp.yaml \
+	  --devices cpu:0,cpu:1 --epochs 1 --checkpoint $(BUILD)/demo/mlp.ckpt \
+	  --extract-predictor $(BUILD)/demo/predictor --inputs data --outputs softmax
+	@ls -l $(BUILD)/demo/mlp.ckpt $(BUILD)/demo/predictor/predictor.pb
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

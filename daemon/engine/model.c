@@ -3,6 +3,7 @@
 #include "engine/model.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,23 +60,42 @@ static dpm_status op_fail(builder *b, int index, unsigned line, const char *type
   return dpm_err_prefix(b->err, "%sop #%d (%s): ", at, index + 1, type);
 }
 
-/* Argument value as the text dpm_node_set_arg parses. */
-static void arg_text(const Dpm__Argument *a, char *buf, size_t n) {
+/* Append printf text at buf[*k]; -1 when it does not fit. */
+static int put(char *buf, size_t n, size_t *k, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int put(char *buf, size_t n, size_t *k, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(buf + *k, n - *k, fmt, ap);
+  va_end(ap);
+  if (w < 0 || (size_t)w >= n - *k) return -1;
+  *k += (size_t)w;
+  return 0;
+}
+
+int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n) {
   size_t k = 0;
+  if (!n) return -1;
   buf[0] = 0;
   switch (a->value_case) {
-  case DPM__ARGUMENT__VALUE_I: snprintf(buf, n, "%" PRId64, a->i); break;
-  case DPM__ARGUMENT__VALUE_F: snprintf(buf, n, "%.17g", a->f); break;
-  case DPM__ARGUMENT__VALUE_S: snprintf(buf, n, "%s", a->s); break;
+  case DPM__ARGUMENT__VALUE_I:
+    return put(buf, n, &k, "%" PRId64, a->i);
+  case DPM__ARGUMENT__VALUE_F:
+    return put(buf, n, &k, "%.17g", a->f);
+  case DPM__ARGUMENT__VALUE_S:
+    return a->s ? put(buf, n, &k, "%s", a->s) : -1;
   case DPM__ARGUMENT__VALUE_INTS:
-    for (size_t i = 0; i < a->ints->n_v && k < n; i++)
-      k += (size_t)snprintf(buf + k, n - k, i ? ",%" PRId64 : "%" PRId64, a->ints->v[i]);
-    break;
+    if (!a->ints) return -1;
+    for (size_t i = 0; i < a->ints->n_v; i++)
+      if (put(buf, n, &k, i ? ",%" PRId64 : "%" PRId64, a->ints->v[i])) return -1;
+    return 0;
   case DPM__ARGUMENT__VALUE_FLOATS:
-    for (size_t i = 0; i < a->floats->n_v && k < n; i++)
-      k += (size_t)snprintf(buf + k, n - k, i ? ",%.17g" : "%.17g", a->floats->v[i]);
-    break;
-  default: break;
+    if (!a->floats) return -1;
+    for (size_t i = 0; i < a->floats->n_v; i++)
+      if (put(buf, n, &k, i ? ",%.17g" : "%.17g", a->floats->v[i])) return -1;
+    return 0;
+  default:
+    return -1;
   }
 }
 
@@ -169,7 +189,10 @@ static dpm_status forward_op(builder *b, int i) {
   n->line = line;
   for (size_t a = 0; a < o->n_arg; a++) {
     char text[512];
-    arg_text(o->arg[a], text, sizeof text);
+    if (dpm_argument_text(o->arg[a], text, sizeof text)) {
+      dpm_errf(b->err, DPM_SPEC, "argument '%s' has no value or is too long", o->arg[a]->name);
+      return op_fail(b, i, line, o->type);
+    }
     if (dpm_node_set_arg(n, o->arg[a]->name, text, b->err)) return op_fail(b, i, line, o->type);
   }
   if (dpm_node_check_required(n, b->err)) return op_fail(b, i, line, o->type);

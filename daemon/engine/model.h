@@ -42,6 +42,13 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
                            float loss_scale, dpm_model *m, dpm_err *err);
 void dpm_model_fini(dpm_model *m);
 
+/* A typed Argument as the text dpm_node_set_arg parses ("5", "0.5",
+ * "xavier", "2,3"); floats print with 17 significant digits, so a double
+ * survives the trip exactly. Returns 0, or -1 when the argument has no value
+ * or the text does not fit in n bytes. */
+int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n);
+
+
 /* Shapes of the test net for `batch` examples, into t (empty on entry; the
  * caller finis it). */
 dpm_status dpm_model_test_shapes(const dpm_model *m, int batch, dpm_shapes *t,

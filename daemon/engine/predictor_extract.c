@@ -40,44 +40,6 @@ const char *dpm_strip_scope(const char *name) {
   return slash ? slash + 1 : name;
 }
 
-/* Append printf text at buf[*k]; -1 when it does not fit. */
-static int put(char *buf, size_t n, size_t *k, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int put(char *buf, size_t n, size_t *k, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int w = vsnprintf(buf + *k, n - *k, fmt, ap);
-  va_end(ap);
-  if (w < 0 || (size_t)w >= n - *k) return -1;
-  *k += (size_t)w;
-  return 0;
-}
-
-int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n) {
-  size_t k = 0;
-  if (!n) return -1;
-  buf[0] = 0;
-  switch (a->value_case) {
-  case DPM__ARGUMENT__VALUE_I:
-    return put(buf, n, &k, "%" PRId64, a->i);
-  case DPM__ARGUMENT__VALUE_F:
-    return put(buf, n, &k, "%.17g", a->f);
-  case DPM__ARGUMENT__VALUE_S:
-    return a->s ? put(buf, n, &k, "%s", a->s) : -1;
-  case DPM__ARGUMENT__VALUE_INTS:
-    if (!a->ints) return -1;
-    for (size_t i = 0; i < a->ints->n_v; i++)
-      if (put(buf, n, &k, i ? ",%" PRId64 : "%" PRId64, a->ints->v[i])) return -1;
-    return 0;
-  case DPM__ARGUMENT__VALUE_FLOATS:
-    if (!a->floats) return -1;
-    for (size_t i = 0; i < a->floats->n_v; i++)
-      if (put(buf, n, &k, i ? ",%.17g" : "%.17g", a->floats->v[i])) return -1;
-    return 0;
-  default:
-    return -1;
-  }
-}
 
 /* ---- allocations of the message being built, freed together ------------ */
 

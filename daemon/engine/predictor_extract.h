@@ -67,11 +67,6 @@ dpm_status dpm_predictor_export(const dpm_model *m, const dpm_workspace *ws,
                                 const char *const *outputs, int n_out, const char *dir,
                                 dpm_err *err);
 
-/* A typed Argument as the text dpm_node_set_arg parses ("5", "0.5",
- * "xavier", "2,3"); floats print with 17 significant digits, so a double
- * survives the trip exactly. Returns 0, or -1 when the argument has no value
- * or the text does not fit in n bytes. (The same conversion the model
- * builder applies to spec arguments.) */
-int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n);
+
 
 #endif
