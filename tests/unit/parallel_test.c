@@ -298,3 +298,54 @@ TEST(parallel_scoped_blob_names) {
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
 }
+
+typedef struct {
+  int calls;
+  uint64_t last_iter;
+  dpm_trainer *t;
+} progress_log;
+
+static void on_progress(void *arg, const dpm_step_stats *st) {
+  progress_log *p = arg;
+  p->calls++;
+  p->last_iter = st->iter;
+  if (p->calls == 3) dpm_trainer_interrupt(p->t); /* stop after this step */
+}
+
+/* The progress callback runs every k steps; an interrupt ends step(n)
+ * after the step in flight. */
+TEST(parallel_progress_and_interrupt) {
+  Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
+  progress_log log = {0};
+  dpm_trainer_options opt = {.devices = 2, .net_type = -1, .progress = on_progress,
+                             .progress_arg = &log, .progress_every = 4};
+  dpm_err err = {0};
+  CHECK_INT(dpm_trainer_create(spec, &opt, &log.t, &err), DPM_OK);
+  dpm_step_stats st;
+  CHECK_INT(dpm_trainer_step(log.t, 100, &st, &err), DPM_OK);
+  CHECK_INT(log.calls, 3);
+  CHECK_INT(log.last_iter, 12);
+  CHECK_INT(st.steps_done, 12);
+  CHECK_INT(dpm_trainer_iter(log.t), 12);
+  CHECK(st.lr > 0 && st.loss > 0 && st.accuracy >= 0 && st.accuracy <= 1);
+  dpm_trainer_destroy(log.t);
+  dpm_spec_free(spec);
+}
+
+/* AddBlobSync: a blob changed on the master reaches every replica. */
+TEST(parallel_sync_blobs) {
+  Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
+  dpm_trainer *t = trainer_of(spec, 3);
+  dpm_err err = {0};
+  CHECK(t);
+  dpm_tensor *w = (dpm_tensor *)dpm_trainer_blob(t, "fc1_b");
+  for (int64_t i = 0; i < dpm_tensor_numel(w); i++) dpm_f32(w)[i] = (float)i;
+  CHECK(!replicas_identical(t));
+  const char *names[] = {"fc1_b"};
+  CHECK_INT(dpm_trainer_sync_blobs(t, names, 1, &err), DPM_OK);
+  CHECK(replicas_identical(t));
+  const char *bad[] = {"nope"};
+  CHECK_INT(dpm_trainer_sync_blobs(t, bad, 1, &err), DPM_NOT_FOUND);
+  dpm_trainer_destroy(t);
+  dpm_spec_free(spec);
+}
