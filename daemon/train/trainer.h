@@ -19,8 +19,9 @@
  * Errors: create validates the whole spec before allocating any tensor
  * (DPM_SPEC with file:line and op); a missing data file is DPM_IO; step
  * fails with DPM_NUMERIC when the loss is not finite and with a collective's
- * error (DPM_TIMEOUT) if a replica stalls; load refuses a file that does not
- * fit the model, leaving the model exactly as it was. */
+ * error (DPM_TIMEOUT) if a replica stalls; after a failed step the replicas
+ * may disagree (load a checkpoint). load refuses a file that does not fit
+ * the model, leaving the model exactly as it was. */
 #ifndef DPM_TRAINER_H
 #define DPM_TRAINER_H
 
