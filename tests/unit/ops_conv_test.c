@@ -177,28 +177,6 @@ TEST(op_conv_rejects_bad_args) {
   CHECK(ot_rejects(&c, "must be one of"));
 }
 
-/* Runs op `name` once, as ot_run_op does, on a node carrying fusion flags
- * as the engine's fusion pass sets them. The outputs must already have the
- * op's output shapes. Returns 0 if the op is unknown, the args are bad or
- * scratch cannot be had. */
-static int run_fused(const char *name, const char *args, unsigned fuse, int n_in,
-                     dpm_tensor **in, dpm_tensor *out) {
-  dpm_node node = {
-      .def = dpm_op_find(name), .index = -1, .n_in = n_in, .n_out = 1, .fuse = fuse};
-  dpm_err err = {0};
-  if (!node.def || dpm_node_set_defaults(&node, &err) || dpm_node_set_args(&node, args, &err))
-    return 0;
-  dpm_shape is[DPM_OP_MAX_IO];
-  for (int k = 0; k < n_in; k++) is[k] = in[k]->shape;
-  dpm_ctx ctx = {0};
-  if (node.def->scratch && dpm_ctx_reserve(&ctx, node.def->scratch(&node, is))) return 0;
-  dpm_op op = {.node = &node, .n_in = n_in, .n_out = 1, .out = {out}, .ctx = &ctx};
-  for (int k = 0; k < n_in; k++) op.in[k] = in[k];
-  node.def->run(&op);
-  dpm_ctx_fini(&ctx);
-  return 1;
-}
-
 /* Conv fused with the in-place Relu after it gives exactly what that Relu
  * gives on the unfused output. */
 static int fused_relu_is_exact(int n, int c, int h, int wd, int m, int k, int s, int p) {
@@ -218,7 +196,7 @@ static int fused_relu_is_exact(int n, int c, int h, int wd, int m, int k, int s,
     int64_t ny = dpm_tensor_numel(&t[3]);
     t[4] = ot_tensor(t[3].shape, NULL);
     for (int64_t i = 0; i < ny; i++) dpm_f32(&t[4])[i] = NAN; /* must be overwritten */
-    ok = run_fused("Conv", args, DPM_FUSE_RELU, 3, in, &t[4]) &&
+    ok = !ot_run_fused("Conv", args, 0, DPM_FUSE_RELU, 3, in, 1, (dpm_tensor *[]){&t[4]}, NULL) &&
          !memcmp(dpm_f32(&t[4]), dpm_f32(&t[3]), ny * sizeof(float));
   }
   for (int j = 0; j < 5; j++) dpm_tensor_fini(&t[j]);

@@ -146,11 +146,18 @@ int ot_forward_is(const ot_case *c, dpm_shape shape, const float *want, double t
 
 dpm_status ot_run_op(const char *name, const char *args, int is_test, int n_in,
                      dpm_tensor **in, int n_out, dpm_tensor **out, dpm_err *err) {
+  return ot_run_fused(name, args, is_test, 0, n_in, in, n_out, out, err);
+}
+
+dpm_status ot_run_fused(const char *name, const char *args, int is_test, unsigned fuse,
+                        int n_in, dpm_tensor **in, int n_out, dpm_tensor **out,
+                        dpm_err *err) {
   dpm_node node = {.def = dpm_op_find(name),
                    .index = -1,
                    .n_in = n_in,
                    .n_out = n_out,
-                   .is_test = is_test};
+                   .is_test = is_test,
+                   .fuse = fuse};
   dpm_err local;
   if (!err) err = &local;
   if (!node.def) return dpm_errf(err, DPM_NOT_FOUND, "unknown op '%s'", name);

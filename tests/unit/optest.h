@@ -58,6 +58,11 @@ int ot_forward_is(const ot_case *c, dpm_shape shape, const float *want, double t
  * with a message in err; the op did not run. */
 dpm_status ot_run_op(const char *name, const char *args, int is_test, int n_in,
                      dpm_tensor **in, int n_out, dpm_tensor **out, dpm_err *err);
+/* ot_run_op on a node carrying fusion flags (DPM_FUSE_*), as the engine's
+ * fusion pass sets them. */
+dpm_status ot_run_fused(const char *name, const char *args, int is_test, unsigned fuse,
+                        int n_in, dpm_tensor **in, int n_out, dpm_tensor **out,
+                        dpm_err *err);
 
 /* A tensor of shape s holding v[0..numel(s)) converted to s's dtype, or
  * zeros where v is NULL; the caller calls dpm_tensor_fini. Aborts when out
