@@ -44,7 +44,8 @@ static double step_flops(const dpm_model *m) {
     if (!grad && strcmp(op, "FC") && strcmp(op, "Conv")) continue;
     const dpm_shape *w = &dpm_shapes_get(&m->shapes, n->in[1])->shape;
     const dpm_shape *y = &dpm_shapes_get(&m->shapes, grad ? n->in[2] : n->out[0])->shape;
-    double one = 2.0 * (double)dpm_shape_numel(y) * (double)(dpm_shape_numel(w) / w->d[0]);
+    double one =
+        2.0 * (double)dpm_shape_numel(y) * (double)(dpm_shape_numel(w) / w->d[0]);
     total += grad ? one * (1 + (n->n_out > 2 && n->out[2] != NULL)) : one;
   }
   return total;
@@ -89,7 +90,8 @@ static int run(const workload *w) {
   float *a = dpm_alloc(n * 4), *b = dpm_alloc(n * 4), *c = dpm_alloc(n * 4);
   for (size_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
   int steps = w->rounds * w->steps_per_round;
-  double *ms = malloc((size_t)steps * sizeof *ms), *gm = malloc((size_t)w->rounds * sizeof *gm);
+  double *ms = malloc((size_t)steps * sizeof *ms),
+         *gm = malloc((size_t)w->rounds * sizeof *gm);
   dpm_step_stats st;
   fwd_bwd fb = {0};
   int rc = dpm_trainer_step(t, w->warmup, &st, &err);
@@ -98,8 +100,10 @@ static int run(const workload *w) {
     gm[r] = sgemm_ms(a, b, c);
     for (int i = 0; i < w->steps_per_round && !rc; i++) {
       double t0 = bench_now_ms();
-      if (w->fwd_bwd_only) dpm_exec_run(&fb.x);
-      else rc = dpm_trainer_step(t, 1, &st, &err);
+      if (w->fwd_bwd_only)
+        dpm_exec_run(&fb.x);
+      else
+        rc = dpm_trainer_step(t, 1, &st, &err);
       ms[r * w->steps_per_round + i] = bench_now_ms() - t0;
     }
   }
@@ -108,9 +112,12 @@ static int run(const workload *w) {
     fprintf(stderr, "bench: %s\n", err.msg);
   } else {
     double flops = step_flops(dpm_trainer_model(t)), med = bench_median(ms, steps);
-    double gf = flops / (med * 1e6), sg = 2.0 * 1024 * 1024 * 1024 / (bench_median(gm, w->rounds) * 1e6);
-    printf("%-22s %9.3f ms %8.1f MFLOP %7.1f GFLOP/s | sgemm %6.1f GFLOP/s | %5.1f%% | %7.0f img/s\n",
-           w->name, med, flops / 1e6, gf, sg, 100 * gf / sg, dpm_trainer_batch(t) / (med / 1e3));
+    double gf = flops / (med * 1e6),
+           sg = 2.0 * 1024 * 1024 * 1024 / (bench_median(gm, w->rounds) * 1e6);
+    printf("%-22s %9.3f ms %8.1f MFLOP %7.1f GFLOP/s | sgemm %6.1f GFLOP/s | %5.1f%% | "
+           "%7.0f img/s\n",
+           w->name, med, flops / 1e6, gf, sg, 100 * gf / sg,
+           dpm_trainer_batch(t) / (med / 1e3));
   }
   dpm_free(a);
   dpm_free(b);
@@ -126,9 +133,11 @@ int main(int argc, char **argv) {
   int rounds = argc > 2 && !strcmp(argv[1], "--rounds") ? atoi(argv[2]) : 0;
   const workload loads[] = {
       {"MLP step, batch 64", "examples/fmnist_mlp.yaml", 50, rounds ? rounds : 40, 25, 0},
-      {"CNN fwd+bwd, batch 64", "examples/fmnist_cnn.yaml", 3, rounds ? rounds : 15, 1, 1},
+      {"CNN fwd+bwd, batch 64", "examples/fmnist_cnn.yaml", 3, rounds ? rounds : 15, 1,
+       1},
   };
-  printf("one thread; medians; the sgemm (1024^3) alternates with the steps in the same run\n");
+  printf("one thread; medians; the sgemm (1024^3) alternates with the steps in the same "
+         "run\n");
   int rc = 0;
   for (size_t i = 0; i < sizeof loads / sizeof *loads; i++) rc |= run(&loads[i]);
   return rc;

@@ -24,8 +24,10 @@ static inline int dpm_spin_while(const atomic_ulong *v, unsigned long mine, long
     sched_yield();
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (!start.tv_sec && !start.tv_nsec) start = now;
-    else if ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) > ns)
+    if (!start.tv_sec && !start.tv_nsec)
+      start = now;
+    else if ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) >
+             ns)
       return 0;
   }
 }

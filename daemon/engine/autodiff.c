@@ -16,14 +16,14 @@ typedef struct {
   dpm_shapes *t;
   const char *source;
   dpm_net *out;
-  dpm_strmap idx;      /* blob name -> dense index */
+  dpm_strmap idx; /* blob name -> dense index */
   int nb;
-  int *cur, *curq;     /* per blob: current version, requires-grad */
-  int *lastver;        /* per blob: version after the whole forward net */
+  int *cur, *curq; /* per blob: current version, requires-grad */
+  int *lastver;    /* per blob: version after the whole forward net */
   int (*vin)[DPM_OP_MAX_IO], (*vout)[DPM_OP_MAX_IO], (*rq)[DPM_OP_MAX_IO];
-  namelist *contrib;   /* per blob: pending gradient contributions */
-  namelist temp;       /* names to free at the end */
-  int fwd_node;        /* node whose gradient is being emitted */
+  namelist *contrib; /* per blob: pending gradient contributions */
+  namelist temp;     /* names to free at the end */
+  int fwd_node;      /* node whose gradient is being emitted */
 } ad;
 
 static int push(namelist *l, const char *s) {
@@ -50,7 +50,9 @@ static int name_index(ad *a, const char *name) {
   return i;
 }
 
-static dpm_status nomem(dpm_err *err) { return dpm_errf(err, DPM_NOMEM, "out of memory"); }
+static dpm_status nomem(dpm_err *err) {
+  return dpm_errf(err, DPM_NOMEM, "out of memory");
+}
 
 /* Index every blob, then simulate the forward net for versions and
  * requires-grad flags. */
@@ -169,8 +171,8 @@ static dpm_status resolve(ad *a, int j, const char *name, const char **grad,
         c->v[m] = s;
       }
     const char *out[] = {base};
-    dpm_node *n = dpm_net_add(a->out, dpm_op_find("Sum"), c->n,
-                              (const char *const *)c->v, 1, out, err);
+    dpm_node *n = dpm_net_add(a->out, dpm_op_find("Sum"), c->n, (const char *const *)c->v,
+                              1, out, err);
     if (!n) return err->code;
     if (push(&a->temp, base)) return nomem(err);
   } else if (push(&a->temp, c->v[0])) {
@@ -219,7 +221,8 @@ static dpm_status seed_losses(ad *a, const char *const *losses, int n, float sca
   for (int l = 0; l < n; l++) {
     const dpm_blobinfo *b = dpm_shapes_get(a->t, losses[l]);
     int j = dpm_strmap_get(&a->idx, losses[l]);
-    if (!b) return dpm_errf(err, DPM_SPEC, "loss '%s' is not computed by the net", losses[l]);
+    if (!b)
+      return dpm_errf(err, DPM_SPEC, "loss '%s' is not computed by the net", losses[l]);
     if (b->shape.dtype != DPM_F32 || !a->curq[j])
       return dpm_errf(err, DPM_SPEC, "loss '%s' does not depend on any parameter",
                       losses[l]);
@@ -257,8 +260,8 @@ static dpm_status param_grads(ad *a, char ***param_grad, dpm_err *err) {
 }
 
 dpm_status dpm_autodiff(const dpm_net *fwd, dpm_shapes *t, const char *const *losses,
-                        int n_losses, float loss_scale, const char *source,
-                        dpm_net *out, char ***param_grad, dpm_err *err) {
+                        int n_losses, float loss_scale, const char *source, dpm_net *out,
+                        char ***param_grad, dpm_err *err) {
   ad a = {.fwd = fwd, .t = t, .source = source, .out = out};
   *param_grad = NULL;
   dpm_status s = forward_pass(&a, err);

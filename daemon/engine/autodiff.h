@@ -21,8 +21,8 @@
  * Errors: DPM_SPEC (unknown loss, loss not depending on a parameter,
  * in-place conflict), DPM_NOMEM. */
 dpm_status dpm_autodiff(const dpm_net *fwd, dpm_shapes *t, const char *const *losses,
-                        int n_losses, float loss_scale, const char *source,
-                        dpm_net *out, char ***param_grad, dpm_err *err);
+                        int n_losses, float loss_scale, const char *source, dpm_net *out,
+                        char ***param_grad, dpm_err *err);
 
 /* The gradient nodes of one node alone, for the op test harness: gout and
  * gin as in dpm_grad (n_out and n_in entries). */

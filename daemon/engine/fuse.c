@@ -23,8 +23,9 @@ static int relu_grad_after(const dpm_node *a, const dpm_node *b) {
 void dpm_net_fuse(dpm_net *net, int *n_forward) {
   for (int i = 0; i + 1 < net->n; i++) {
     dpm_node *a = &net->nodes[i], *b = &net->nodes[i + 1];
-    unsigned f = relu_after(a, b) ? DPM_FUSE_RELU
-                 : relu_grad_after(a, b) ? DPM_FUSE_RELU_GRAD : 0;
+    unsigned f = relu_after(a, b)        ? DPM_FUSE_RELU
+                 : relu_grad_after(a, b) ? DPM_FUSE_RELU_GRAD
+                                         : 0;
     if (!f || a->is_test != b->is_test) continue;
     a->fuse |= f;
     dpm_net_remove(net, i + 1);

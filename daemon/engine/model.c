@@ -37,9 +37,12 @@ static const struct {
 };
 
 static const char *const lr_policies[] = {
-    [DPM__LR_POLICY__LR_FIXED] = "fixed", [DPM__LR_POLICY__LR_STEP] = "step",
-    [DPM__LR_POLICY__LR_MULTISTEP] = "multistep", [DPM__LR_POLICY__LR_EXP] = "exp",
-    [DPM__LR_POLICY__LR_INV] = "inv", [DPM__LR_POLICY__LR_POLY] = "poly",
+    [DPM__LR_POLICY__LR_FIXED] = "fixed",
+    [DPM__LR_POLICY__LR_STEP] = "step",
+    [DPM__LR_POLICY__LR_MULTISTEP] = "multistep",
+    [DPM__LR_POLICY__LR_EXP] = "exp",
+    [DPM__LR_POLICY__LR_INV] = "inv",
+    [DPM__LR_POLICY__LR_POLY] = "poly",
 };
 
 #define ITER "iter"
@@ -52,7 +55,9 @@ typedef struct {
   size_t scratch;
 } builder;
 
-static dpm_status nomem(dpm_err *err) { return dpm_errf(err, DPM_NOMEM, "out of memory"); }
+static dpm_status nomem(dpm_err *err) {
+  return dpm_errf(err, DPM_NOMEM, "out of memory");
+}
 
 static dpm_status op_fail(builder *b, int index, unsigned line, const char *type) {
   char at[200] = "";
@@ -116,10 +121,12 @@ static dpm_status fill(builder *b, const char *blob, const dpm_shape *s, const c
   char args[256], extra[128];
   size_t k = (size_t)snprintf(args, sizeof args, "shape=");
   for (int d = 0; d < s->ndim; d++)
-    k += (size_t)snprintf(args + k, sizeof args - k, d ? ",%" PRId64 : "%" PRId64, s->d[d]);
+    k += (size_t)snprintf(args + k, sizeof args - k, d ? ",%" PRId64 : "%" PRId64,
+                          s->d[d]);
   if (!s->ndim) args[0] = 0;
   uint64_t seed = b->spec->input ? b->spec->input->seed : 1;
-  for (const char *p = blob; *p; p++) seed = (seed ^ (unsigned char)*p) * 1099511628211ull;
+  for (const char *p = blob; *p; p++)
+    seed = (seed ^ (unsigned char)*p) * 1099511628211ull;
   snprintf(extra, sizeof extra, fills[f].fmt, value, value);
   snprintf(args + strlen(args), sizeof args - strlen(args), " seed=%" PRId64 " %s%s",
            (int64_t)(seed >> 1), extra, dtype_i64 ? " dtype=i64" : "");
@@ -133,13 +140,13 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
   dpm_shape data[DPM_OP_MAX_IO], ps[DPM_OP_MAX_IO];
   memset(ps, 0, sizeof ps);
   dpm_node_input_shapes(n, &b->m->shapes, data);
-  if (def->param_shapes(n, data, ps, b->err))
-    return op_fail(b, index, 0, def->name);
+  if (def->param_shapes(n, data, ps, b->err)) return op_fail(b, index, 0, def->name);
   for (int p = 0; def->params[p].suffix; p++) {
     const dpm_param_def *pd = &def->params[p];
     const char *name = n->in[n_data + p];
     if (dpm_shapes_get(&b->m->shapes, name))
-      return dpm_errf(b->err, DPM_SPEC, "parameter '%s' already exists; name the output differently", name);
+      return dpm_errf(b->err, DPM_SPEC,
+                      "parameter '%s' already exists; name the output differently", name);
     if (dpm_shapes_set(&b->m->shapes, name, &ps[p], pd->kind)) return nomem(b->err);
     const char *init = pd->init;
     double value = pd->value;
@@ -161,7 +168,8 @@ static dpm_status forward_op(builder *b, int i) {
     return op_fail(b, i, line, o->type);
   }
   int nin = (int)o->n_input, nout = (int)o->n_output;
-  if (nin < def->min_in || nin > def->max_in || nout < def->min_out || nout > def->max_out) {
+  if (nin < def->min_in || nin > def->max_in || nout < def->min_out ||
+      nout > def->max_out) {
     dpm_errf(b->err, DPM_SPEC, "takes %d..%d inputs and %d..%d outputs, got %d and %d",
              def->min_in, def->max_in, def->min_out, def->max_out, nin, nout);
     return op_fail(b, i, line, o->type);
@@ -190,16 +198,19 @@ static dpm_status forward_op(builder *b, int i) {
   for (size_t a = 0; a < o->n_arg; a++) {
     char text[512];
     if (dpm_argument_text(o->arg[a], text, sizeof text)) {
-      dpm_errf(b->err, DPM_SPEC, "argument '%s' has no value or is too long", o->arg[a]->name);
+      dpm_errf(b->err, DPM_SPEC, "argument '%s' has no value or is too long",
+               o->arg[a]->name);
       return op_fail(b, i, line, o->type);
     }
-    if (dpm_node_set_arg(n, o->arg[a]->name, text, b->err)) return op_fail(b, i, line, o->type);
+    if (dpm_node_set_arg(n, o->arg[a]->name, text, b->err))
+      return op_fail(b, i, line, o->type);
   }
   if (dpm_node_check_required(n, b->err)) return op_fail(b, i, line, o->type);
   for (int k = 0; k < nout; k++) {
     for (int j = 0; j < nin && !(def->flags & DPM_OP_INPLACE); j++)
       if (!strcmp(in[j], out[k])) {
-        dpm_errf(b->err, DPM_SPEC, "cannot run in place ('%s' is input and output)", out[k]);
+        dpm_errf(b->err, DPM_SPEC, "cannot run in place ('%s' is input and output)",
+                 out[k]);
         return op_fail(b, i, line, o->type);
       }
     const dpm_blobinfo *bi = dpm_shapes_get(&b->m->shapes, out[k]);
@@ -217,14 +228,16 @@ static dpm_status forward_op(builder *b, int i) {
     if (!strstr(b->err->msg, "op #")) op_fail(b, i, line, o->type);
     return b->err->code;
   }
-  return dpm_node_infer(n, &b->m->shapes, DPM_BLOB_ACT, &b->scratch, b->m->source, b->err);
+  return dpm_node_infer(n, &b->m->shapes, DPM_BLOB_ACT, &b->scratch, b->m->source,
+                        b->err);
 }
 
 static dpm_status declare_inputs(builder *b, const int64_t chw[3], int batch) {
   const Dpm__InputSpec *in = b->spec->input;
   const char *data = in && in->n_outputs >= 1 ? in->outputs[0] : "data";
   const char *label = in && in->n_outputs >= 2 ? in->outputs[1] : "label";
-  if (!(b->m->data = strdup(data)) || !(b->m->label = strdup(label))) return nomem(b->err);
+  if (!(b->m->data = strdup(data)) || !(b->m->label = strdup(label)))
+    return nomem(b->err);
   int64_t d[4] = {batch, chw[0], chw[1], chw[2]};
   dpm_shape ds = dpm_shape_make(DPM_F32, 4, d), ls = dpm_shape_make(DPM_I32, 1, d);
   if (dpm_shapes_set(&b->m->shapes, data, &ds, DPM_BLOB_DATA) ||
@@ -240,12 +253,13 @@ static dpm_status lr_args(builder *b, char *args, size_t n) {
   if (!lr) lr = &def;
   if ((unsigned)lr->policy >= sizeof lr_policies / sizeof *lr_policies)
     return dpm_errf(b->err, DPM_SPEC, "unknown lr policy");
-  size_t k = (size_t)snprintf(
-      args, n,
-      "base_lr=%.17g policy=%s stepsize=%" PRIu64 " gamma=%.17g power=%.17g max_iter=%" PRIu64
-      " warmup_iters=%" PRIu64 " warmup_start=%.17g",
-      lr->base_lr, lr_policies[lr->policy], lr->stepsize, lr->gamma, lr->power, lr->max_iter,
-      lr->warmup_iters, lr->warmup_start);
+  size_t k =
+      (size_t)snprintf(args, n,
+                       "base_lr=%.17g policy=%s stepsize=%" PRIu64
+                       " gamma=%.17g power=%.17g max_iter=%" PRIu64
+                       " warmup_iters=%" PRIu64 " warmup_start=%.17g",
+                       lr->base_lr, lr_policies[lr->policy], lr->stepsize, lr->gamma,
+                       lr->power, lr->max_iter, lr->warmup_iters, lr->warmup_start);
   for (size_t i = 0; i < lr->n_stepvalues && k < n; i++)
     k += (size_t)snprintf(args + k, n - k, i ? ",%" PRIu64 : " stepvalues=%" PRIu64,
                           lr->stepvalues[i]);
@@ -258,7 +272,8 @@ static dpm_status update_net(builder *b) {
   Dpm__UpdateSpec def = DPM__UPDATE_SPEC__INIT;
   if (!u) u = &def;
   size_t o = 0;
-  while (o < sizeof optimizers / sizeof *optimizers && optimizers[o].kind != u->optimizer) o++;
+  while (o < sizeof optimizers / sizeof *optimizers && optimizers[o].kind != u->optimizer)
+    o++;
   if (o == sizeof optimizers / sizeof *optimizers)
     return dpm_errf(b->err, DPM_SPEC, "%s: update: unknown optimizer", m->source);
   dpm_shape scalar64 = dpm_shape_scalar(DPM_I64), scalar = dpm_shape_scalar(DPM_F32);
@@ -342,7 +357,8 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
       !(m->name = strdup(spec->name ? spec->name : "model")))
     return dpm_model_fini(m), nomem(err);
   dpm_status s = declare_inputs(&b, chw, batch);
-  if (!s && !spec->n_forward) s = dpm_errf(err, DPM_SPEC, "%s: forward is empty", m->source);
+  if (!s && !spec->n_forward)
+    s = dpm_errf(err, DPM_SPEC, "%s: forward is empty", m->source);
   for (size_t i = 0; i < spec->n_forward && !s; i++) s = forward_op(&b, (int)i);
   m->n_forward = m->train.n;
   if (!s) s = find_outputs(&b);

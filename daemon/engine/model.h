@@ -19,8 +19,8 @@
 #include "proto/dpm.pb-c.h"
 
 typedef struct dpm_model {
-  char *source;       /* spec file name, for messages */
-  char *name;         /* spec name */
+  char *source; /* spec file name, for messages */
+  char *name;   /* spec name */
   dpm_net init, train, update, test;
   int n_forward;      /* train.nodes[0, n_forward) are the forward ops */
   dpm_shapes shapes;  /* every blob of init/train/update at the training batch */
@@ -32,7 +32,7 @@ typedef struct dpm_model {
   int batch;          /* examples per device per step */
   char **losses;      /* spec losses */
   int n_losses;
-  char *accuracy;     /* first Accuracy output, or NULL */
+  char *accuracy; /* first Accuracy output, or NULL */
 } dpm_model;
 
 /* Build from spec for `batch` examples per device, data of shape chw, with
@@ -47,7 +47,6 @@ void dpm_model_fini(dpm_model *m);
  * survives the trip exactly. Returns 0, or -1 when the argument has no value
  * or the text does not fit in n bytes. */
 int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n);
-
 
 /* Shapes of the test net for `batch` examples, into t (empty on entry; the
  * caller finis it). */

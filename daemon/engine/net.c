@@ -62,7 +62,8 @@ static void node_fini(dpm_node *n) {
 
 void dpm_net_remove(dpm_net *net, int i) {
   node_fini(&net->nodes[i]);
-  memmove(&net->nodes[i], &net->nodes[i + 1], (size_t)(net->n - i - 1) * sizeof *net->nodes);
+  memmove(&net->nodes[i], &net->nodes[i + 1],
+          (size_t)(net->n - i - 1) * sizeof *net->nodes);
   net->n--;
 }
 
@@ -157,7 +158,8 @@ dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *sc
     if (b && b->version > 0 && !dpm_shape_equal(&b->shape, &out[k])) {
       char a[64], c[64];
       dpm_errf(err, DPM_SHAPE, "output '%s' is %s but was %s before", n->out[k],
-               dpm_shape_str(&out[k], a, sizeof a), dpm_shape_str(&b->shape, c, sizeof c));
+               dpm_shape_str(&out[k], a, sizeof a),
+               dpm_shape_str(&b->shape, c, sizeof c));
       return node_fail(n, source, err);
     }
     dpm_blob_kind k2 = b ? b->kind : kind >= 0 ? (dpm_blob_kind)kind : DPM_BLOB_ACT;

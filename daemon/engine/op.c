@@ -7,9 +7,9 @@
 #include <string.h>
 
 static const char *const blob_kind_names[] = {
-    [DPM_BLOB_ACT] = "activation", [DPM_BLOB_DATA] = "data",
-    [DPM_BLOB_PARAM] = "param",    [DPM_BLOB_COMPUTED] = "computed",
-    [DPM_BLOB_GRAD] = "gradient",  [DPM_BLOB_OPTIM] = "optimizer",
+    [DPM_BLOB_ACT] = "activation",  [DPM_BLOB_DATA] = "data",
+    [DPM_BLOB_PARAM] = "param",     [DPM_BLOB_COMPUTED] = "computed",
+    [DPM_BLOB_GRAD] = "gradient",   [DPM_BLOB_OPTIM] = "optimizer",
     [DPM_BLOB_COUNTER] = "counter",
 };
 _Static_assert(sizeof blob_kind_names / sizeof *blob_kind_names == DPM_BLOB_KIND_COUNT,
@@ -62,8 +62,8 @@ static int choice_index(const char *choices, const char *s) {
 
 static dpm_status bounds(const dpm_arg_def *a, double x, dpm_err *err) {
   if ((a->min != 0 || a->max != 0) && (x < a->min || x > a->max))
-    return dpm_errf(err, DPM_SPEC, "argument '%s' = %g is outside [%g, %g]", a->name,
-                    x, a->min, a->max);
+    return dpm_errf(err, DPM_SPEC, "argument '%s' = %g is outside [%g, %g]", a->name, x,
+                    a->min, a->max);
   return DPM_OK;
 }
 
@@ -75,15 +75,14 @@ static dpm_status parse_list(const dpm_arg_def *a, const char *text, dpm_arg *v,
   for (char *save, *tok = strtok_r(buf, ",", &save); tok;
        tok = strtok_r(NULL, ",", &save)) {
     if (v->n == DPM_ARG_MAX_LIST)
-      return dpm_errf(err, DPM_SPEC, "argument '%s' has more than %d elements",
-                      a->name, DPM_ARG_MAX_LIST);
+      return dpm_errf(err, DPM_SPEC, "argument '%s' has more than %d elements", a->name,
+                      DPM_ARG_MAX_LIST);
     int ok = a->type == DPM_ARG_INTS ? parse_int(tok, &v->v[v->n])
                                      : parse_float(tok, &v->fv[v->n]);
     if (a->type == DPM_ARG_INTS) v->fv[v->n] = (double)v->v[v->n];
     if (!ok)
       return dpm_errf(err, DPM_SPEC, "argument '%s' expects a list of %s, got '%s'",
-                      a->name, a->type == DPM_ARG_INTS ? "integers" : "numbers",
-                      text);
+                      a->name, a->type == DPM_ARG_INTS ? "integers" : "numbers", text);
     if (bounds(a, v->fv[v->n], err)) return err->code;
     v->n++;
   }
@@ -102,12 +101,14 @@ static dpm_status parse_typed(const dpm_arg_def *a, const char *text, dpm_arg *v
     return bounds(a, v->f, err);
   case DPM_ARG_FLOAT:
     if (!parse_float(text, &v->f))
-      return dpm_errf(err, DPM_SPEC, "argument '%s' expects a number, got '%s'",
-                      a->name, text);
+      return dpm_errf(err, DPM_SPEC, "argument '%s' expects a number, got '%s'", a->name,
+                      text);
     return bounds(a, v->f, err);
   case DPM_ARG_BOOL:
-    if (!strcmp(text, "true") || !strcmp(text, "1")) v->i = 1;
-    else if (!strcmp(text, "false") || !strcmp(text, "0")) v->i = 0;
+    if (!strcmp(text, "true") || !strcmp(text, "1"))
+      v->i = 1;
+    else if (!strcmp(text, "false") || !strcmp(text, "0"))
+      v->i = 0;
     else
       return dpm_errf(err, DPM_SPEC, "argument '%s' expects true or false, got '%s'",
                       a->name, text);
@@ -117,8 +118,8 @@ static dpm_status parse_typed(const dpm_arg_def *a, const char *text, dpm_arg *v
     if (strlen(text) >= sizeof v->s)
       return dpm_errf(err, DPM_SPEC, "argument '%s' is too long", a->name);
     if (a->choices && (v->i = choice_index(a->choices, text)) < 0)
-      return dpm_errf(err, DPM_SPEC, "argument '%s' must be one of %s, got '%s'",
-                      a->name, a->choices, text);
+      return dpm_errf(err, DPM_SPEC, "argument '%s' must be one of %s, got '%s'", a->name,
+                      a->choices, text);
     snprintf(v->s, sizeof v->s, "%s", text);
     return DPM_OK;
   case DPM_ARG_INTS:
@@ -160,8 +161,7 @@ dpm_status dpm_node_set_arg(dpm_node *node, const char *name, const char *text,
                             dpm_err *err) {
   int k = dpm_op_arg_index(node->def, name);
   if (k < 0)
-    return dpm_errf(err, DPM_SPEC, "unknown argument '%s' for %s", name,
-                    node->def->name);
+    return dpm_errf(err, DPM_SPEC, "unknown argument '%s' for %s", name, node->def->name);
   return parse_value(&node->def->args[k], text, &node->arg[k], err);
 }
 
@@ -193,6 +193,6 @@ dpm_status dpm_expect_ndim(const dpm_shape *s, int lo, int hi, const char *what,
   if (lo == hi)
     return dpm_errf(err, DPM_SHAPE, "%s must have %d dimensions, got %s", what, lo,
                     dpm_shape_str(s, b, sizeof b));
-  return dpm_errf(err, DPM_SHAPE, "%s must have %d to %d dimensions, got %s", what,
-                  lo, hi, dpm_shape_str(s, b, sizeof b));
+  return dpm_errf(err, DPM_SHAPE, "%s must have %d to %d dimensions, got %s", what, lo,
+                  hi, dpm_shape_str(s, b, sizeof b));
 }

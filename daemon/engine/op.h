@@ -1,7 +1,7 @@
 /* Operators: the op table interface, graph nodes and executable ops.
  *
- * Every operator is one const dpm_op_def in one of daemon/ops/ (one file per family), listed in
- * daemon/ops/registry.c. A def carries everything the engine knows of the op:
+ * Every operator is one const dpm_op_def in one of daemon/ops/ (one file per family),
+ * listed in daemon/ops/registry.c. A def carries everything the engine knows of the op:
  * arity, argument schema, parameters it creates, hidden outputs, shape
  * inference, gradient maker and the CPU kernel.
  *
@@ -19,7 +19,7 @@
 
 #include "engine/tensor.h"
 
-#define DPM_OP_MAX_IO 16  /* inputs or outputs of one node */
+#define DPM_OP_MAX_IO 16   /* inputs or outputs of one node */
 #define DPM_OP_MAX_ARGS 12 /* arguments in one op's schema */
 #define DPM_ARG_MAX_LIST 8 /* elements of an ints/floats argument */
 
@@ -47,11 +47,11 @@ typedef struct dpm_arg_def {
 
 /* A parsed argument value; which fields are meaningful follows the type. */
 typedef struct dpm_arg {
-  int set;      /* 1 once given or defaulted */
-  int64_t i;    /* INT, BOOL, STRING choice index */
-  double f;     /* FLOAT (also set for INT) */
-  char s[32];   /* STRING */
-  int n;        /* INTS/FLOATS length */
+  int set;    /* 1 once given or defaulted */
+  int64_t i;  /* INT, BOOL, STRING choice index */
+  double f;   /* FLOAT (also set for INT) */
+  char s[32]; /* STRING */
+  int n;      /* INTS/FLOATS length */
   int64_t v[DPM_ARG_MAX_LIST];
   double fv[DPM_ARG_MAX_LIST];
 } dpm_arg;
@@ -87,14 +87,14 @@ typedef struct dpm_param_def {
 
 typedef struct dpm_node {
   const dpm_op_def *def;
-  int index;        /* position in the spec's forward list; -1 if generated */
-  unsigned line;    /* spec line (1-based), 0 if unknown */
-  int n_in, n_out;  /* all inputs (data + params) / outputs (user + hidden) */
-  char *in[DPM_OP_MAX_IO];  /* blob names, owned by the node; an output may */
-  char *out[DPM_OP_MAX_IO]; /* be NULL (gradient not wanted) */
+  int index;                    /* position in the spec's forward list; -1 if generated */
+  unsigned line;                /* spec line (1-based), 0 if unknown */
+  int n_in, n_out;              /* all inputs (data + params) / outputs (user + hidden) */
+  char *in[DPM_OP_MAX_IO];      /* blob names, owned by the node; an output may */
+  char *out[DPM_OP_MAX_IO];     /* be NULL (gradient not wanted) */
   dpm_arg arg[DPM_OP_MAX_ARGS]; /* by position in def->args */
-  int is_test;      /* test mode: SpatialBN uses running stats, Dropout is off */
-  unsigned fuse;    /* DPM_FUSE_* set by the fusion pass (engine/fuse.c) */
+  int is_test;   /* test mode: SpatialBN uses running stats, Dropout is off */
+  unsigned fuse; /* DPM_FUSE_* set by the fusion pass (engine/fuse.c) */
 } dpm_node;
 
 /* Fusions the engine applies after autodiff (see engine/fuse.c). A def
@@ -116,19 +116,19 @@ struct dpm_comm_queue;
 
 /* Per-device execution context, owned by the device worker. */
 typedef struct dpm_ctx {
-  void *scratch;        /* 64-byte aligned; at least the net's max def->scratch */
+  void *scratch; /* 64-byte aligned; at least the net's max def->scratch */
   size_t scratch_bytes;
-  uint64_t rng[2];      /* Dropout's stream; seeded per device and step */
-  int device;           /* device index = rank in comm, 0 = master */
-  struct dpm_comm *comm;         /* the replicas' group; NULL on one device */
-  struct dpm_comm_queue *queue;  /* this device's asynchronous collectives */
-  dpm_status status;    /* first failure of a kernel that can fail (collectives); */
-  dpm_err err;          /* the runner checks and clears it after each net run */
+  uint64_t rng[2];              /* Dropout's stream; seeded per device and step */
+  int device;                   /* device index = rank in comm, 0 = master */
+  struct dpm_comm *comm;        /* the replicas' group; NULL on one device */
+  struct dpm_comm_queue *queue; /* this device's asynchronous collectives */
+  dpm_status status; /* first failure of a kernel that can fail (collectives); */
+  dpm_err err;       /* the runner checks and clears it after each net run */
 } dpm_ctx;
 
 typedef struct dpm_op {
-  const dpm_node *node; /* args: node->arg[k] */
-  dpm_tensor *in[DPM_OP_MAX_IO];  /* NULL where the node's name is NULL */
+  const dpm_node *node;          /* args: node->arg[k] */
+  dpm_tensor *in[DPM_OP_MAX_IO]; /* NULL where the node's name is NULL */
   dpm_tensor *out[DPM_OP_MAX_IO];
   int n_in, n_out;
   dpm_ctx *ctx;
@@ -151,26 +151,26 @@ typedef struct dpm_grad {
  * names may be forward blobs, gout or gin names; NULL outputs are skipped by
  * the kernel. Errors: DPM_INTERNAL for an unknown op name. */
 dpm_status dpm_grad_emit(dpm_grad *g, const char *op_name, int n_in,
-                         const char *const *in, int n_out,
-                         const char *const *out, dpm_err *err);
+                         const char *const *in, int n_out, const char *const *out,
+                         dpm_err *err);
 
 /* ---- the op definition -------------------------------------------------- */
 
 enum {
-  DPM_OP_INPLACE = 1u << 0, /* an output may share a blob with an input of the
-                               same shape: each element is read before written */
+  DPM_OP_INPLACE = 1u << 0,          /* an output may share a blob with an input of the
+                                        same shape: each element is read before written */
   DPM_OP_UPDATES_COMPUTED = 1u << 1, /* train mode writes its COMPUTED param inputs */
-  DPM_OP_NO_GRAD = 1u << 2,       /* cuts the graph (StopGradient, Accuracy) */
-  DPM_OP_HIDDEN = 1u << 3,        /* not allowed in a spec (gradient/update ops) */
+  DPM_OP_NO_GRAD = 1u << 2,          /* cuts the graph (StopGradient, Accuracy) */
+  DPM_OP_HIDDEN = 1u << 3,           /* not allowed in a spec (gradient/update ops) */
 };
 
 struct dpm_op_def {
-  const char *name;              /* "FC" */
-  int min_in, max_in;            /* data inputs as written in a spec */
-  int min_out, max_out;          /* outputs as written in a spec */
-  const dpm_arg_def *args;       /* schema; NULL: no arguments */
-  const dpm_param_def *params;   /* created parameters; NULL: none */
-  const char *const *aux;        /* hidden output suffixes ("_mask"), NULL-terminated */
+  const char *name;            /* "FC" */
+  int min_in, max_in;          /* data inputs as written in a spec */
+  int min_out, max_out;        /* outputs as written in a spec */
+  const dpm_arg_def *args;     /* schema; NULL: no arguments */
+  const dpm_param_def *params; /* created parameters; NULL: none */
+  const char *const *aux;      /* hidden output suffixes ("_mask"), NULL-terminated */
   /* Shapes of created params from the data-input shapes; NULL if no params. */
   dpm_status (*param_shapes)(const dpm_node *n, const dpm_shape *data_in,
                              dpm_shape *param, dpm_err *err);
@@ -204,8 +204,8 @@ dpm_status dpm_node_set_defaults(dpm_node *node, dpm_err *err);
 /* Set argument `name` from text ("5", "0.1", "xavier", "2,3"): used for
  * tests and defaults. Errors: DPM_SPEC for an unknown name, a value of the
  * wrong type, out of bounds or not among the choices. */
-dpm_status dpm_node_set_arg(dpm_node *node, const char *name,
-                            const char *text, dpm_err *err);
+dpm_status dpm_node_set_arg(dpm_node *node, const char *name, const char *text,
+                            dpm_err *err);
 /* DPM_SPEC naming the first required argument that was not given. */
 dpm_status dpm_node_check_required(const dpm_node *node, dpm_err *err);
 /* Parse "kernel=5 stride=2 pad=1" (space separated) with dpm_node_set_arg. */

@@ -40,7 +40,6 @@ const char *dpm_strip_scope(const char *name) {
   return slash ? slash + 1 : name;
 }
 
-
 /* ---- allocations of the message being built, freed together ------------ */
 
 typedef struct pool {

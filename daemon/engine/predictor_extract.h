@@ -67,6 +67,4 @@ dpm_status dpm_predictor_export(const dpm_model *m, const dpm_workspace *ws,
                                 const char *const *outputs, int n_out, const char *dir,
                                 dpm_err *err);
 
-
-
 #endif

@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 typedef struct dpm_strmap {
-  char **keys;   /* slots; NULL = empty */
+  char **keys; /* slots; NULL = empty */
   int *vals;
   size_t cap, n; /* cap is a power of two (or 0) */
 } dpm_strmap;

@@ -56,12 +56,8 @@ static inline int64_t dpm_tensor_numel(const dpm_tensor *t) {
   return dpm_shape_numel(&t->shape);
 }
 static inline float *dpm_f32(const dpm_tensor *t) { return (float *)t->data; }
-static inline int32_t *dpm_i32(const dpm_tensor *t) {
-  return (int32_t *)t->data;
-}
-static inline int64_t *dpm_i64(const dpm_tensor *t) {
-  return (int64_t *)t->data;
-}
+static inline int32_t *dpm_i32(const dpm_tensor *t) { return (int32_t *)t->data; }
+static inline int64_t *dpm_i64(const dpm_tensor *t) { return (int64_t *)t->data; }
 
 /* 64-byte aligned allocation (zeroed); free with dpm_free. */
 void *dpm_alloc(size_t bytes);

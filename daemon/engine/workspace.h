@@ -17,10 +17,10 @@ typedef struct dpm_blob {
 } dpm_blob;
 
 typedef struct dpm_workspace {
-  dpm_strmap index;                    /* name -> position in blobs */
-  dpm_blob **blobs;                    /* stable pointers, in creation order */
+  dpm_strmap index; /* name -> position in blobs */
+  dpm_blob **blobs; /* stable pointers, in creation order */
   int n, cap;
-  const struct dpm_workspace *parent;  /* borrowed, may be NULL */
+  const struct dpm_workspace *parent; /* borrowed, may be NULL */
 } dpm_workspace;
 
 /* The blob named `name` here or in a parent, or NULL. */

@@ -61,7 +61,8 @@ static void over_blobs(const dpm_op *op, span_fn fn) {
 }
 
 static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
-  return dpm_comm_allreduce(ctx->comm, ctx->device, buf, bytes / sizeof(float), &ctx->err);
+  return dpm_comm_allreduce(ctx->comm, ctx->device, buf, bytes / sizeof(float),
+                            &ctx->err);
 }
 static dpm_status reduce_later(dpm_ctx *ctx, void *buf, size_t bytes) {
   return dpm_queue_allreduce(ctx->queue, buf, bytes / sizeof(float), &ctx->err);
@@ -79,11 +80,16 @@ static void start_run(const dpm_op *op) { over_blobs(op, reduce_later); }
 static void wait_run(const dpm_op *op) { over_blobs(op, wait_one); }
 static void broadcast_run(const dpm_op *op) { over_blobs(op, from_master); }
 
-#define COLLECTIVE(var, op_name, infer_fn, fn)                                     \
-  static const dpm_op_def var = {                                                  \
-      .name = op_name, .min_in = 1, .max_in = DPM_OP_MAX_IO, .min_out = 1,         \
-      .max_out = DPM_OP_MAX_IO, .infer = infer_fn, .run = fn,                      \
-      .flags = DPM_OP_HIDDEN | DPM_OP_INPLACE | DPM_OP_NO_GRAD,                    \
+#define COLLECTIVE(var, op_name, infer_fn, fn)                                           \
+  static const dpm_op_def var = {                                                        \
+      .name = op_name,                                                                   \
+      .min_in = 1,                                                                       \
+      .max_in = DPM_OP_MAX_IO,                                                           \
+      .min_out = 1,                                                                      \
+      .max_out = DPM_OP_MAX_IO,                                                          \
+      .infer = infer_fn,                                                                 \
+      .run = fn,                                                                         \
+      .flags = DPM_OP_HIDDEN | DPM_OP_INPLACE | DPM_OP_NO_GRAD,                          \
   }
 COLLECTIVE(allreduce, "Allreduce", reduce_infer, allreduce_run);
 COLLECTIVE(allreduce_start, "AllreduceStart", reduce_infer, start_run);

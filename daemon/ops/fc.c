@@ -105,8 +105,8 @@ static void fc_grad_run(const dpm_op *op) {
   int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
   const float *dy = dpm_f32(op->in[2]);
   if (op->out[0]) /* dW [M, K] = dY^T X */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, k, n, 1.f, dy, m,
-                dpm_f32(x), k, 0.f, dpm_f32(op->out[0]), k);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, k, n, 1.f, dy, m, dpm_f32(x),
+                k, 0.f, dpm_f32(op->out[0]), k);
   if (op->out[1]) col_sums(dy, n, m, dpm_f32(op->out[1]));
   if (op->out[2]) /* dX [N, K] = dY W */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, m, 1.f, dy, m,
@@ -120,13 +120,29 @@ static dpm_status fc_grad(dpm_grad *g, dpm_err *err) {
 }
 
 static const dpm_op_def fc = {
-    .name = "FC", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-    .args = fc_args, .params = fc_params, .param_shapes = fc_param_shapes,
-    .infer = fc_infer, .grad = fc_grad, .run = fc_run, .fusable = DPM_FUSE_RELU,
+    .name = "FC",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .args = fc_args,
+    .params = fc_params,
+    .param_shapes = fc_param_shapes,
+    .infer = fc_infer,
+    .grad = fc_grad,
+    .run = fc_run,
+    .fusable = DPM_FUSE_RELU,
 };
 static const dpm_op_def fc_gradient = {
-    .name = "FCGradient", .min_in = 3, .max_in = 3, .min_out = 3, .max_out = 3,
-    .args = fc_args, .infer = fc_grad_infer, .run = fc_grad_run, .flags = DPM_OP_HIDDEN,
+    .name = "FCGradient",
+    .min_in = 3,
+    .max_in = 3,
+    .min_out = 3,
+    .max_out = 3,
+    .args = fc_args,
+    .infer = fc_grad_infer,
+    .run = fc_grad_run,
+    .flags = DPM_OP_HIDDEN,
 };
 
 const dpm_op_def *const dpm_ops_fc[] = {&fc, &fc_gradient, NULL};

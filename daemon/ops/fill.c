@@ -18,8 +18,8 @@
 
 /* Arguments every fill has, first in each table. */
 enum { A_SHAPE, A_SEED, A_FIRST_OWN };
-#define FILL_COMMON_ARGS                                                     \
-  {"shape", DPM_ARG_INTS, "", NULL, 1, 1e12}, {"seed", DPM_ARG_INT, "0", NULL, 0, 0}
+#define FILL_COMMON_ARGS                                                                 \
+  {"shape", DPM_ARG_INTS, "", NULL, 1, 1e12}, { "seed", DPM_ARG_INT, "0", NULL, 0, 0 }
 
 /* ---- shape --------------------------------------------------------------- */
 
@@ -27,8 +27,8 @@ static dpm_status fill_shape(const dpm_node *n, dpm_dtype t, dpm_shape *out,
                              dpm_err *err) {
   const dpm_arg *s = &n->arg[A_SHAPE];
   if (s->n > DPM_MAX_DIMS)
-    return dpm_errf(err, DPM_SHAPE, "shape has %d dimensions, at most %d allowed",
-                    s->n, DPM_MAX_DIMS);
+    return dpm_errf(err, DPM_SHAPE, "shape has %d dimensions, at most %d allowed", s->n,
+                    DPM_MAX_DIMS);
   *out = dpm_shape_make(t, s->n, s->v);
   return DPM_OK;
 }
@@ -77,8 +77,8 @@ static void gaussian_run(const dpm_op *op) {
 }
 
 enum { U_MIN = A_FIRST_OWN, U_MAX };
-static dpm_status uniform_infer(const dpm_node *n, const dpm_shape *in,
-                                dpm_shape *out, dpm_err *err) {
+static dpm_status uniform_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                                dpm_err *err) {
   if (n->arg[U_MIN].f > n->arg[U_MAX].f)
     return dpm_errf(err, DPM_SHAPE, "min %g is greater than max %g", n->arg[U_MIN].f,
                     n->arg[U_MAX].f);
@@ -96,8 +96,8 @@ enum { C_VALUE = A_FIRST_OWN, C_DTYPE };
 static const dpm_dtype const_dtypes[] = {DPM_F32, DPM_I32, DPM_I64};
 static const double const_int_limit[] = {0, 2147483648.0, 9223372036854775808.0};
 
-static dpm_status constant_infer(const dpm_node *n, const dpm_shape *in,
-                                 dpm_shape *out, dpm_err *err) {
+static dpm_status constant_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                                 dpm_err *err) {
   int64_t t = n->arg[C_DTYPE].i;
   double v = n->arg[C_VALUE].f, lim = const_int_limit[t];
   if (lim && (v != floor(v) || v < -lim || v >= lim))
@@ -145,9 +145,11 @@ static const dpm_arg_def uniform_args[] = {
     {NULL},
 };
 
-#define FILL_DEF(op_name, arg_table, infer_fn, run_fn)                       \
-  {.name = op_name, .min_out = 1, .max_out = 1, .args = arg_table,           \
-   .infer = infer_fn, .run = run_fn}
+#define FILL_DEF(op_name, arg_table, infer_fn, run_fn)                                   \
+  {                                                                                      \
+    .name = op_name, .min_out = 1, .max_out = 1, .args = arg_table, .infer = infer_fn,   \
+    .run = run_fn                                                                        \
+  }
 
 static const dpm_op_def constant_fill =
     FILL_DEF("ConstantFill", constant_args, constant_infer, constant_run);

@@ -51,8 +51,7 @@ static dpm_status expect_rows(const dpm_shape *s, const char *what, dpm_err *err
   return dpm_expect_ndim(s, 2, DPM_MAX_DIMS, what, err);
 }
 
-static dpm_status expect_label(const dpm_shape *x, const dpm_shape *label,
-                               dpm_err *err) {
+static dpm_status expect_label(const dpm_shape *x, const dpm_shape *label, dpm_err *err) {
   if (label->dtype == DPM_I32 && label->ndim == 1 && label->d[0] == x->d[0])
     return DPM_OK;
   char b[64];
@@ -60,8 +59,8 @@ static dpm_status expect_label(const dpm_shape *x, const dpm_shape *label,
                   (long long)x->d[0], dpm_shape_str(label, b, sizeof b));
 }
 
-static dpm_status expect_same(const dpm_shape *s, const dpm_shape *ref,
-                              const char *what, dpm_err *err) {
+static dpm_status expect_same(const dpm_shape *s, const dpm_shape *ref, const char *what,
+                              dpm_err *err) {
   if (dpm_shape_equal(s, ref)) return DPM_OK;
   char a[64], b[64];
   return dpm_errf(err, DPM_SHAPE, "%s must be %s, got %s", what,
@@ -77,8 +76,8 @@ static dpm_status expect_scalar(const dpm_shape *s, const char *what, dpm_err *e
 
 /* ---- Softmax ------------------------------------------------------------- */
 
-static dpm_status softmax_infer(const dpm_node *n, const dpm_shape *in,
-                                dpm_shape *out, dpm_err *err) {
+static dpm_status softmax_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                                dpm_err *err) {
   (void)n;
   if (expect_rows(&in[0], "input", err)) return err->code;
   out[0] = in[0];
@@ -86,8 +85,7 @@ static dpm_status softmax_infer(const dpm_node *n, const dpm_shape *in,
 }
 
 static void softmax_run(const dpm_op *op) {
-  softmax_rows(dpm_f32(op->in[0]), dpm_f32(op->out[0]), rows(op->in[0]),
-               cols(op->in[0]));
+  softmax_rows(dpm_f32(op->in[0]), dpm_f32(op->out[0]), rows(op->in[0]), cols(op->in[0]));
 }
 
 /* SoftmaxGradient(Y, dY) -> dX: reads the output only, so Softmax may run in
@@ -145,8 +143,8 @@ static void swl_run(const dpm_op *op) {
  * rows with an out-of-range label get no loss term.
  * The softmax output is normally consumed by nothing differentiable; when it
  * is, its gradient is passed as the fourth input and added. */
-static dpm_status swl_grad_infer(const dpm_node *n, const dpm_shape *in,
-                                 dpm_shape *out, dpm_err *err) {
+static dpm_status swl_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                                 dpm_err *err) {
   if (expect_rows(&in[0], "softmax", err) || expect_label(&in[0], &in[1], err) ||
       expect_scalar(&in[2], "loss gradient", err) ||
       (n->n_in > 3 && expect_same(&in[3], &in[0], "softmax gradient", err)))
@@ -177,15 +175,15 @@ static dpm_status swl_grad(dpm_grad *g, dpm_err *err) {
     return dpm_grad_emit(g, "SoftmaxGradient", 2, in, 1, &g->gin[0], err);
   }
   const char *in[] = {softmax, g->fwd->in[1], dloss, dsoftmax};
-  return dpm_grad_emit(g, "SoftmaxWithLossGradient", dsoftmax ? 4 : 3, in, 1,
-                       &g->gin[0], err);
+  return dpm_grad_emit(g, "SoftmaxWithLossGradient", dsoftmax ? 4 : 3, in, 1, &g->gin[0],
+                       err);
 }
 
 /* ---- Accuracy ------------------------------------------------------------ */
 
 /* (pred, label) -> fraction of rows whose first maximum is at the label. */
-static dpm_status accuracy_infer(const dpm_node *n, const dpm_shape *in,
-                                 dpm_shape *out, dpm_err *err) {
+static dpm_status accuracy_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                                 dpm_err *err) {
   (void)n;
   if (expect_rows(&in[0], "prediction", err) || expect_label(&in[0], &in[1], err))
     return err->code;
@@ -208,30 +206,60 @@ static void accuracy_run(const dpm_op *op) {
 /* ---- table --------------------------------------------------------------- */
 
 static const dpm_op_def softmax = {
-    .name = "Softmax", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-    .infer = softmax_infer, .grad = softmax_grad, .run = softmax_run,
+    .name = "Softmax",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .infer = softmax_infer,
+    .grad = softmax_grad,
+    .run = softmax_run,
     .flags = DPM_OP_INPLACE,
 };
 static const dpm_op_def softmax_gradient = {
-    .name = "SoftmaxGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
-    .infer = softmax_grad_infer, .run = softmax_grad_run,
+    .name = "SoftmaxGradient",
+    .min_in = 2,
+    .max_in = 2,
+    .min_out = 1,
+    .max_out = 1,
+    .infer = softmax_grad_infer,
+    .run = softmax_grad_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 static const dpm_op_def softmax_with_loss = {
-    .name = "SoftmaxWithLoss", .min_in = 2, .max_in = 2, .min_out = 2, .max_out = 2,
-    .infer = swl_infer, .grad = swl_grad, .run = swl_run, .flags = DPM_OP_INPLACE,
+    .name = "SoftmaxWithLoss",
+    .min_in = 2,
+    .max_in = 2,
+    .min_out = 2,
+    .max_out = 2,
+    .infer = swl_infer,
+    .grad = swl_grad,
+    .run = swl_run,
+    .flags = DPM_OP_INPLACE,
 };
 static const dpm_op_def softmax_with_loss_gradient = {
-    .name = "SoftmaxWithLossGradient", .min_in = 3, .max_in = 4, .min_out = 1,
-    .max_out = 1, .infer = swl_grad_infer, .run = swl_grad_run,
+    .name = "SoftmaxWithLossGradient",
+    .min_in = 3,
+    .max_in = 4,
+    .min_out = 1,
+    .max_out = 1,
+    .infer = swl_grad_infer,
+    .run = swl_grad_run,
     .flags = DPM_OP_HIDDEN,
 };
 static const dpm_op_def accuracy = {
-    .name = "Accuracy", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
-    .infer = accuracy_infer, .run = accuracy_run, .flags = DPM_OP_NO_GRAD,
+    .name = "Accuracy",
+    .min_in = 2,
+    .max_in = 2,
+    .min_out = 1,
+    .max_out = 1,
+    .infer = accuracy_infer,
+    .run = accuracy_run,
+    .flags = DPM_OP_NO_GRAD,
 };
 
 const dpm_op_def *const dpm_ops_loss[] = {
-    &softmax,  &softmax_gradient, &softmax_with_loss, &softmax_with_loss_gradient,
-    &accuracy, NULL,
+    &softmax,           &softmax_gradient,
+    &softmax_with_loss, &softmax_with_loss_gradient,
+    &accuracy,          NULL,
 };

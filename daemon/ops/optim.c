@@ -28,9 +28,8 @@ static dpm_status expect_scalar(const dpm_shape *s, dpm_dtype t, const char *wha
 
 /* Inputs (param, state[0..n_state), lr, ...) of an update: every state blob
  * (the gradient first) has the param's shape; every output gets it. */
-static dpm_status infer_update(const dpm_node *n, const dpm_shape *in,
-                               dpm_shape *out, const char *const *state, int n_state,
-                               dpm_err *err) {
+static dpm_status infer_update(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                               const char *const *state, int n_state, dpm_err *err) {
   if (dpm_expect_dtype(&in[0], DPM_F32, "param", err)) return err->code;
   for (int k = 0; k < n_state; k++)
     if (!dpm_shape_equal(&in[1 + k], &in[0])) {
@@ -76,8 +75,8 @@ static void sgd_run(const dpm_op *op) {
  * plain: p -= m; Nesterov: p -= (1 + mu) * m - mu * m_old. */
 enum { MOM_MU, MOM_NESTEROV, MOM_WD };
 
-static dpm_status momentum_infer(const dpm_node *n, const dpm_shape *in,
-                                 dpm_shape *out, dpm_err *err) {
+static dpm_status momentum_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
+                                 dpm_err *err) {
   static const char *const state[] = {"grad", "momentum"};
   return infer_update(n, in, out, state, 2, err);
 }
@@ -120,13 +119,13 @@ static dpm_status adam_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *
 
 static void adam_run(const dpm_op *op) {
   float *restrict p = updated(op, 0, 0), *restrict m1 = updated(op, 1, 2),
-                 *restrict m2 = updated(op, 2, 3);
+                  *restrict m2 = updated(op, 2, 3);
   const float *restrict g = dpm_f32(op->in[1]);
   const dpm_arg *a = op->node->arg;
   const double b1 = a[ADAM_B1].f, b2 = a[ADAM_B2].f;
   const double t = (double)dpm_i64(op->in[5])[0] + 1.0;
-  const float step = (float)(dpm_f32(op->in[4])[0] * sqrt(1.0 - pow(b2, t)) /
-                             (1.0 - pow(b1, t)));
+  const float step =
+      (float)(dpm_f32(op->in[4])[0] * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t)));
   const float fb1 = (float)b1, fb2 = (float)b2, eps = (float)a[ADAM_EPS].f,
               wd = (float)a[ADAM_WD].f;
   int64_t n = dpm_tensor_numel(op->in[0]);
@@ -144,8 +143,15 @@ static void adam_run(const dpm_op *op) {
  * steps), then a linear warm-up (Goyal et al.): for it < warmup_iters the
  * rate is further scaled by warmup_start + (1 - warmup_start) * it / warmup_iters. */
 enum {
-  LR_BASE, LR_POLICY, LR_STEPSIZE, LR_GAMMA, LR_POWER, LR_STEPVALUES, LR_MAX_ITER,
-  LR_WARMUP_ITERS, LR_WARMUP_START,
+  LR_BASE,
+  LR_POLICY,
+  LR_STEPSIZE,
+  LR_GAMMA,
+  LR_POWER,
+  LR_STEPVALUES,
+  LR_MAX_ITER,
+  LR_WARMUP_ITERS,
+  LR_WARMUP_START,
 };
 #define LR_POLICIES "fixed|step|multistep|exp|inv|poly"
 enum { POL_FIXED, POL_STEP, POL_MULTISTEP, POL_EXP, POL_INV, POL_POLY, POL_COUNT };
@@ -254,27 +260,58 @@ static const dpm_arg_def lr_args[] = {
 };
 
 static const dpm_op_def sgd = {
-    .name = "SGD", .min_in = 3, .max_in = 3, .min_out = 1, .max_out = 1,
-    .args = sgd_args, .infer = sgd_infer, .run = sgd_run,
+    .name = "SGD",
+    .min_in = 3,
+    .max_in = 3,
+    .min_out = 1,
+    .max_out = 1,
+    .args = sgd_args,
+    .infer = sgd_infer,
+    .run = sgd_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 static const dpm_op_def momentum_sgd = {
-    .name = "MomentumSGD", .min_in = 4, .max_in = 4, .min_out = 2, .max_out = 2,
-    .args = momentum_args, .infer = momentum_infer, .run = momentum_run,
+    .name = "MomentumSGD",
+    .min_in = 4,
+    .max_in = 4,
+    .min_out = 2,
+    .max_out = 2,
+    .args = momentum_args,
+    .infer = momentum_infer,
+    .run = momentum_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 static const dpm_op_def adam = {
-    .name = "Adam", .min_in = 6, .max_in = 6, .min_out = 3, .max_out = 3,
-    .args = adam_args, .infer = adam_infer, .run = adam_run,
+    .name = "Adam",
+    .min_in = 6,
+    .max_in = 6,
+    .min_out = 3,
+    .max_out = 3,
+    .args = adam_args,
+    .infer = adam_infer,
+    .run = adam_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 static const dpm_op_def learning_rate = {
-    .name = "LearningRate", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-    .args = lr_args, .infer = lr_infer, .run = lr_run, .flags = DPM_OP_HIDDEN,
+    .name = "LearningRate",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .args = lr_args,
+    .infer = lr_infer,
+    .run = lr_run,
+    .flags = DPM_OP_HIDDEN,
 };
 static const dpm_op_def iter = {
-    .name = "Iter", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-    .infer = iter_infer, .run = iter_run, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
+    .name = "Iter",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .infer = iter_infer,
+    .run = iter_run,
+    .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 
 const dpm_op_def *const dpm_ops_optim[] = {

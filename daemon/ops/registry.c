@@ -6,8 +6,8 @@
 #include "ops/families.h"
 
 static const dpm_op_def *const *const families[] = {
-    dpm_ops_elementwise, dpm_ops_shape, dpm_ops_fc,   dpm_ops_conv,
-    dpm_ops_pool,        dpm_ops_norm,  dpm_ops_dropout, dpm_ops_loss,
+    dpm_ops_elementwise, dpm_ops_shape, dpm_ops_fc,         dpm_ops_conv,
+    dpm_ops_pool,        dpm_ops_norm,  dpm_ops_dropout,    dpm_ops_loss,
     dpm_ops_fill,        dpm_ops_optim, dpm_ops_collective,
 };
 

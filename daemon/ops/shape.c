@@ -91,7 +91,8 @@ static dpm_status reshape_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
     }
   }
   int64_t numel = dpm_shape_numel(&in[0]);
-  if (infer_at >= 0 && known > 0 && numel % known == 0) d[infer_at] = numel / known;
+  if (infer_at >= 0 && known > 0 && numel % known == 0)
+    d[infer_at] = numel / known;
   else if (infer_at >= 0 || known != numel)
     return dpm_errf(err, DPM_SHAPE, "shape does not fit the %lld elements of input %s",
                     (long long)numel, dpm_shape_str(&in[0], b, sizeof b));
@@ -142,8 +143,10 @@ static void concat_copy(float *joined, float *const *part, const int64_t *len, i
     for (int k = 0; k < n_part; k++) {
       if (part[k]) {
         float *p = part[k] + r * len[k];
-        if (to_parts) memcpy(p, joined, (size_t)len[k] * sizeof *p);
-        else memcpy(joined, p, (size_t)len[k] * sizeof *p);
+        if (to_parts)
+          memcpy(p, joined, (size_t)len[k] * sizeof *p);
+        else
+          memcpy(joined, p, (size_t)len[k] * sizeof *p);
       }
       joined += len[k];
     }
@@ -211,36 +214,73 @@ static dpm_status concat_grad(dpm_grad *g, dpm_err *err) {
 /* ---- defs ------------------------------------------------------------------ */
 
 static const dpm_op_def flatten = {
-    .name = "Flatten", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-    .args = flatten_args, .infer = flatten_infer, .grad = flatten_grad,
+    .name = "Flatten",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .args = flatten_args,
+    .infer = flatten_infer,
+    .grad = flatten_grad,
     .run = copy_run,
 };
 static const dpm_op_def flatten_gradient = {
-    .name = "FlattenGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
-    .args = flatten_args, .infer = infer_reshape_back, .run = copy_run,
+    .name = "FlattenGradient",
+    .min_in = 2,
+    .max_in = 2,
+    .min_out = 1,
+    .max_out = 1,
+    .args = flatten_args,
+    .infer = infer_reshape_back,
+    .run = copy_run,
     .flags = DPM_OP_HIDDEN,
 };
 static const dpm_op_def reshape = {
-    .name = "Reshape", .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,
-    .args = reshape_args, .infer = reshape_infer, .grad = reshape_grad,
+    .name = "Reshape",
+    .min_in = 1,
+    .max_in = 1,
+    .min_out = 1,
+    .max_out = 1,
+    .args = reshape_args,
+    .infer = reshape_infer,
+    .grad = reshape_grad,
     .run = copy_run,
 };
 static const dpm_op_def reshape_gradient = {
-    .name = "ReshapeGradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,
-    .args = reshape_args, .infer = infer_reshape_back, .run = copy_run,
+    .name = "ReshapeGradient",
+    .min_in = 2,
+    .max_in = 2,
+    .min_out = 1,
+    .max_out = 1,
+    .args = reshape_args,
+    .infer = infer_reshape_back,
+    .run = copy_run,
     .flags = DPM_OP_HIDDEN,
 };
 static const dpm_op_def concat = {
-    .name = "Concat", .min_in = 1, .max_in = DPM_OP_MAX_IO, .min_out = 1, .max_out = 1,
-    .args = concat_args, .infer = concat_infer, .grad = concat_grad, .run = concat_run,
+    .name = "Concat",
+    .min_in = 1,
+    .max_in = DPM_OP_MAX_IO,
+    .min_out = 1,
+    .max_out = 1,
+    .args = concat_args,
+    .infer = concat_infer,
+    .grad = concat_grad,
+    .run = concat_run,
 };
 static const dpm_op_def concat_gradient = {
-    .name = "ConcatGradient", .min_in = 1, .max_in = DPM_OP_MAX_IO, .min_out = 1,
-    .max_out = DPM_OP_MAX_IO, .args = concat_args, .infer = concat_grad_infer,
-    .run = concat_grad_run, .flags = DPM_OP_HIDDEN,
+    .name = "ConcatGradient",
+    .min_in = 1,
+    .max_in = DPM_OP_MAX_IO,
+    .min_out = 1,
+    .max_out = DPM_OP_MAX_IO,
+    .args = concat_args,
+    .infer = concat_grad_infer,
+    .run = concat_grad_run,
+    .flags = DPM_OP_HIDDEN,
 };
 
 const dpm_op_def *const dpm_ops_shape[] = {
-    &flatten, &flatten_gradient, &reshape, &reshape_gradient, &concat, &concat_gradient,
-    NULL,
+    &flatten, &flatten_gradient, &reshape, &reshape_gradient,
+    &concat,  &concat_gradient,  NULL,
 };

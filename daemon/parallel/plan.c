@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dpm_status nomem(dpm_err *err) { return dpm_errf(err, DPM_NOMEM, "out of memory"); }
+static dpm_status nomem(dpm_err *err) {
+  return dpm_errf(err, DPM_NOMEM, "out of memory");
+}
 
 static int reads(const dpm_node *n, const char *blob) {
   for (int k = 0; k < n->n_in; k++)
@@ -62,7 +64,8 @@ static dpm_status buckets(dpm_plan *p, const dpm_model *m, size_t limit, dpm_err
 }
 
 static dpm_status synced_blobs(dpm_plan *p, const dpm_model *m, dpm_err *err) {
-  if (!(p->synced = calloc((size_t)m->shapes.n + 1, sizeof *p->synced))) return nomem(err);
+  if (!(p->synced = calloc((size_t)m->shapes.n + 1, sizeof *p->synced)))
+    return nomem(err);
   for (int i = 0; i < m->shapes.n; i++) {
     dpm_blob_kind k = m->shapes.v[i].kind;
     if (k == DPM_BLOB_PARAM || k == DPM_BLOB_COMPUTED || k == DPM_BLOB_OPTIM ||
@@ -112,7 +115,9 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   if (!(p->grads = calloc((size_t)n_opt + 1, sizeof *p->grads))) s = nomem(err);
   for (int i = 0; i < n_opt && !s; i++, p->n_grads++)
     if (!(p->grads[i] = strdup(u[i].node->in[1]))) s = nomem(err);
-  if (!s) s = buckets(p, m, devices > 1 && type == DPM_NET_DAG ? bucket_bytes : (size_t)-1, err);
+  if (!s)
+    s = buckets(p, m, devices > 1 && type == DPM_NET_DAG ? bucket_bytes : (size_t)-1,
+                err);
   if (!s) s = synced_blobs(p, m, err);
   const dpm_node *lr = &m->update.nodes[0], *iter = &m->update.nodes[m->update.n - 1];
   int dag = devices > 1 && type == DPM_NET_DAG, b = 0;

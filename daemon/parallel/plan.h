@@ -29,14 +29,14 @@
 typedef enum { DPM_NET_SIMPLE, DPM_NET_DAG } dpm_net_type;
 
 typedef struct dpm_plan {
-  dpm_net step;      /* one training step of one replica */
-  int n_forward;     /* step.nodes[0, n_forward) are the forward ops */
-  char **grads;      /* parameter gradients, in the order backward finishes them */
+  dpm_net step;  /* one training step of one replica */
+  int n_forward; /* step.nodes[0, n_forward) are the forward ops */
+  char **grads;  /* parameter gradients, in the order backward finishes them */
   int n_grads;
-  int *bucket_end;   /* bucket b is grads[bucket_end[b-1] (0 for b=0), bucket_end[b]) */
+  int *bucket_end; /* bucket b is grads[bucket_end[b-1] (0 for b=0), bucket_end[b]) */
   int n_buckets;
-  char **synced;     /* what the master broadcasts at init, load and sync:
-                        params, computed params, optimizer state, counters */
+  char **synced; /* what the master broadcasts at init, load and sync:
+                    params, computed params, optimizer state, counters */
   int n_synced;
 } dpm_plan;
 

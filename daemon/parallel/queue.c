@@ -61,7 +61,8 @@ dpm_status dpm_queue_create(dpm_comm *comm, int rank, dpm_comm_queue **out,
   return DPM_OK;
 }
 
-dpm_status dpm_queue_allreduce(dpm_comm_queue *q, float *buf, size_t count, dpm_err *err) {
+dpm_status dpm_queue_allreduce(dpm_comm_queue *q, float *buf, size_t count,
+                               dpm_err *err) {
   pthread_mutex_lock(&q->mu);
   if (q->submitted - q->waited == QUEUE_CAP) {
     pthread_mutex_unlock(&q->mu);

@@ -32,14 +32,17 @@ static const struct {
   char type; /* 's' string, 'l' positive long, 'b' flag */
   const char *help;
 } flags[] = {
-    {"--devices", offsetof(options, devices), 's', "cpu:0,cpu:1,... (default: the spec's)"},
-    {"--net-type", offsetof(options, net_type), 's', "simple | dag (default: the spec's)"},
+    {"--devices", offsetof(options, devices), 's',
+     "cpu:0,cpu:1,... (default: the spec's)"},
+    {"--net-type", offsetof(options, net_type), 's',
+     "simple | dag (default: the spec's)"},
     {"--epochs", offsetof(options, epochs), 'l', "epochs to train (default 1)"},
     {"--iters", offsetof(options, iters), 'l', "steps to train instead of epochs"},
     {"--json", offsetof(options, json), 'b', "one JSON object per line"},
     {"--resume", offsetof(options, resume), 's', "load this checkpoint first"},
     {"--checkpoint", offsetof(options, checkpoint), 's', "write a checkpoint at the end"},
-    {"--extract-predictor", offsetof(options, predictor), 's', "write a predictor to DIR"},
+    {"--extract-predictor", offsetof(options, predictor), 's',
+     "write a predictor to DIR"},
     {"--inputs", offsetof(options, inputs), 's', "predictor inputs, A[,B]"},
     {"--outputs", offsetof(options, outputs), 's', "predictor outputs, X[,Y]"},
 };
@@ -91,7 +94,8 @@ static int parse_devices(const char *list, int *n) {
     char *end;
     if (strncmp(p, "cpu:", 4)) return -1;
     long d = strtol(p + 4, &end, 10);
-    if (end == p + 4 || d < 0 || d >= 1024 || seen[d]++ || (*end && *end != ',')) return -1;
+    if (end == p + 4 || d < 0 || d >= 1024 || seen[d]++ || (*end && *end != ','))
+      return -1;
     (*n)++;
     p = *end ? end + 1 : end;
   }
@@ -120,7 +124,8 @@ static double peak_rss_mb(void) {
   return ru.ru_maxrss / 1024.0;
 }
 
-static const char *const net_types[] = {[DPM_NET_SIMPLE] = "simple", [DPM_NET_DAG] = "dag"};
+static const char *const net_types[] = {
+    [DPM_NET_SIMPLE] = "simple", [DPM_NET_DAG] = "dag"};
 
 /* Trains o->epochs epochs (or o->iters steps), printing per epoch. */
 static dpm_status train(dpm_trainer *t, const options *o, dpm_err *err) {
@@ -145,18 +150,20 @@ static dpm_status train(dpm_trainer *t, const options *o, dpm_err *err) {
     s = DPM_OK;
     train_ms += epoch_ms;
     double ips = steps * images / (epoch_ms / 1e3);
-    printf(o->json ? "{\"epoch\":%lld,\"loss\":%.6f,\"test_accuracy\":%.4f,\"images_per_s\":%.0f}\n"
+    printf(o->json ? "{\"epoch\":%lld,\"loss\":%.6f,\"test_accuracy\":%.4f,\"images_per_"
+                     "s\":%.0f}\n"
                    : "epoch %lld  loss %.4f  test accuracy %.4f  %.0f images/s\n",
            (long long)e + 1, loss_sum / steps, acc, ips);
     fflush(stdout);
   }
   if (!s) {
     qsort(ms, (size_t)done, sizeof *ms, cmp_double);
-    printf(o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%.4f,\"test_accuracy\":%.4f,"
-                     "\"peak_rss_mb\":%.1f}\n"
-                   : "done: %.0f images/s, median step %.4f ms, test accuracy %.4f, "
-                     "peak RSS %.1f MB\n",
-           done * images / (train_ms / 1e3), done ? ms[done / 2] : NAN, acc, peak_rss_mb());
+    printf(
+        o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%.4f,\"test_accuracy\":%.4f,"
+                  "\"peak_rss_mb\":%.1f}\n"
+                : "done: %.0f images/s, median step %.4f ms, test accuracy %.4f, "
+                  "peak RSS %.1f MB\n",
+        done * images / (train_ms / 1e3), done ? ms[done / 2] : NAN, acc, peak_rss_mb());
   }
   free(ms);
   return s;
@@ -184,7 +191,8 @@ int main(int argc, char **argv) {
     char in_list[1024], out_list[1024], *in[DPM_OP_MAX_IO], *out[DPM_OP_MAX_IO];
     snprintf(in_list, sizeof in_list, "%s", o.inputs);
     snprintf(out_list, sizeof out_list, "%s", o.outputs);
-    int n_in = split(in_list, in, DPM_OP_MAX_IO), n_out = split(out_list, out, DPM_OP_MAX_IO);
+    int n_in = split(in_list, in, DPM_OP_MAX_IO),
+        n_out = split(out_list, out, DPM_OP_MAX_IO);
     s = dpm_trainer_export_predictor(t, (const char *const *)in, n_in,
                                      (const char *const *)out, n_out, o.predictor, &err);
   }

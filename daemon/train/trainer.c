@@ -28,10 +28,10 @@ typedef struct replica {
   dpm_workspace ws;
   dpm_ctx ctx;
   dpm_exec step;
-  void *arena;                 /* the gradients, back to back in plan order */
+  void *arena; /* the gradients, back to back in plan order */
   dpm_blob *data, *label, *lr, *accuracy, **losses;
   pthread_t thread;
-  dpm_status status;           /* of the last job */
+  dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
 
@@ -40,16 +40,16 @@ struct dpm_trainer {
   dpm_plan plan;
   dpm_trainer_options opt;
   dpm_reader *reader, *eval_reader;
-  dpm_comm *comm;              /* NULL with one replica */
-  int n;                       /* replicas */
+  dpm_comm *comm; /* NULL with one replica */
+  int n;          /* replicas */
   replica *r;
-  pthread_mutex_t mu;          /* lock-step: job, gen, pending, quit */
+  pthread_mutex_t mu; /* lock-step: job, gen, pending, quit */
   pthread_cond_t go, done;
   job_kind job;
   const char *const *sync_names; /* JOB_SYNC: what to broadcast */
   int sync_n;
-  atomic_ulong gen;            /* jobs dispatched; written under mu */
-  atomic_ulong pending;        /* workers still running the current job */
+  atomic_ulong gen;     /* jobs dispatched; written under mu */
+  atomic_ulong pending; /* workers still running the current job */
   int quit, threads;
   atomic_int interrupted;
   uint64_t iter, seed, spec_hash;
@@ -65,7 +65,9 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static dpm_status nomem(dpm_err *err) { return dpm_errf(err, DPM_NOMEM, "out of memory"); }
+static dpm_status nomem(dpm_err *err) {
+  return dpm_errf(err, DPM_NOMEM, "out of memory");
+}
 
 /* ---- lock-step jobs ------------------------------------------------------ */
 
@@ -130,7 +132,8 @@ static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
   pthread_mutex_unlock(&t->mu);
   run_job(&t->r[0]);
   unsigned long left = atomic_load(&t->pending);
-  while (left && dpm_spin_while(&t->pending, left, SPIN_NS)) left = atomic_load(&t->pending);
+  while (left && dpm_spin_while(&t->pending, left, SPIN_NS))
+    left = atomic_load(&t->pending);
   pthread_mutex_lock(&t->mu);
   while (atomic_load(&t->pending)) pthread_cond_wait(&t->done, &t->mu);
   pthread_mutex_unlock(&t->mu);
@@ -171,11 +174,17 @@ static dpm_status input_shape(const Dpm__InputSpec *in, int64_t chw[3], dpm_err 
 static dpm_reader_config reader_config(const Dpm__InputSpec *in, int batch) {
   return (dpm_reader_config){
       .kind = in->reader == DPM__READER_KIND__READER_IDX ? DPM_READER_IDX
-                                                          : DPM_READER_SYNTHETIC,
-      .images = in->images, .labels = in->labels, .scale = in->scale,
-      .shuffle = in->shuffle, .seed = in->seed, .batch = batch,
-      .shard_id = (int)in->shard_id, .num_shards = (int)in->num_shards,
-      .prefetch = (int)in->prefetch, .repeat = 1,
+                                                         : DPM_READER_SYNTHETIC,
+      .images = in->images,
+      .labels = in->labels,
+      .scale = in->scale,
+      .shuffle = in->shuffle,
+      .seed = in->seed,
+      .batch = batch,
+      .shard_id = (int)in->shard_id,
+      .num_shards = (int)in->num_shards,
+      .prefetch = (int)in->prefetch,
+      .repeat = 1,
       .num_examples = (int)in->num_examples,
       .channels = in->n_shape == 3 ? (int)in->shape[0] : 1,
       .height = in->n_shape == 3 ? (int)in->shape[1] : 28,
@@ -201,8 +210,9 @@ static dpm_status spec_devices(const Dpm__ModelSpec *spec, int *n, dpm_err *err)
 static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
   size_t total = 0;
   for (int i = 0; i < p->n_grads; i++)
-    total += (dpm_shape_bytes(&dpm_ws_find(&r->ws, p->grads[i])->t.shape) + DPM_ALIGN - 1) /
-             DPM_ALIGN * DPM_ALIGN;
+    total +=
+        (dpm_shape_bytes(&dpm_ws_find(&r->ws, p->grads[i])->t.shape) + DPM_ALIGN - 1) /
+        DPM_ALIGN * DPM_ALIGN;
   if (!(r->arena = dpm_alloc(total))) return nomem(err);
   char *at = r->arena;
   for (int i = 0; i < p->n_grads; i++) {
@@ -250,21 +260,24 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (t->opt.devices > 0) devices = t->opt.devices;
   t->n = devices;
   t->shards = (int)spec->input->num_shards;
-  int type = t->opt.net_type >= 0 ? t->opt.net_type
+  int type = t->opt.net_type >= 0                                ? t->opt.net_type
              : par && par->net_type == DPM__NET_TYPE__NET_SIMPLE ? DPM_NET_SIMPLE
                                                                  : DPM_NET_DAG;
   int batch = (int)spec->input->batch_size;
   int64_t chw[3];
   dpm_status s = input_shape(spec->input, chw, err);
-  if (!s) s = dpm_model_build(spec, chw, batch, 1.0f / (float)(devices * t->shards),
-                              &t->model, err);
-  if (!s) s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
-                             par ? par->broadcast_computed_params : 1, &t->plan, err);
+  if (!s)
+    s = dpm_model_build(spec, chw, batch, 1.0f / (float)(devices * t->shards), &t->model,
+                        err);
+  if (!s)
+    s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
+                       par ? par->broadcast_computed_params : 1, &t->plan, err);
   if (s) return s;
   /* the spec is valid: now allocate */
   dpm_reader_config rc = reader_config(spec->input, batch * devices);
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
-  if (devices > 1 && dpm_comm_local_create(devices, t->opt.comm_timeout_ms, &t->comm, err))
+  if (devices > 1 &&
+      dpm_comm_local_create(devices, t->opt.comm_timeout_ms, &t->comm, err))
     return err->code;
   if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
   for (int d = 0; d < devices; d++) {
@@ -387,9 +400,12 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const char *path, dpm_err *err
     e[i] = (dpm_ckpt_entry){.name = b->name, .kind = b->kind, .t = &b->t};
   }
   dpm_reader_pos pos = dpm_reader_position(t->reader);
-  dpm_ckpt_meta meta = {.spec_hash = t->spec_hash, .iter = t->iter,
-                        .reader_epoch = pos.epoch, .reader_index = pos.index,
-                        .devices = (uint32_t)t->n, .shards = (uint32_t)t->shards,
+  dpm_ckpt_meta meta = {.spec_hash = t->spec_hash,
+                        .iter = t->iter,
+                        .reader_epoch = pos.epoch,
+                        .reader_index = pos.index,
+                        .devices = (uint32_t)t->n,
+                        .shards = (uint32_t)t->shards,
                         .created_unix = (int64_t)time(NULL)};
   dpm_status s = dpm_ckpt_write(path, &meta, e, p->n_synced, err);
   free(e);
@@ -400,8 +416,10 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const char *path, dpm_err *err
 static dpm_status fits(const dpm_trainer *t, const dpm_ckpt *c, const char *path,
                        dpm_err *err) {
   if (c->meta.spec_hash != t->spec_hash)
-    return dpm_errf(err, DPM_SPEC, "%s: written for another spec (hash %016llx, this "
-                    "model's is %016llx)", path, (unsigned long long)c->meta.spec_hash,
+    return dpm_errf(err, DPM_SPEC,
+                    "%s: written for another spec (hash %016llx, this "
+                    "model's is %016llx)",
+                    path, (unsigned long long)c->meta.spec_hash,
                     (unsigned long long)t->spec_hash);
   if (c->n != t->plan.n_synced)
     return dpm_errf(err, DPM_SHAPE, "%s: holds %d blobs, the model has %d", path, c->n,
@@ -414,8 +432,9 @@ static dpm_status fits(const dpm_trainer *t, const dpm_ckpt *c, const char *path
     if (!x) return dpm_errf(err, DPM_SHAPE, "%s: no blob '%s'", path, b->name);
     if (kind != b->kind || !dpm_shape_equal(&x->shape, &b->t.shape))
       return dpm_errf(err, DPM_SHAPE, "%s: '%s' is %s %s, the model's is %s %s", path,
-                      b->name, dpm_blob_kind_name(kind), dpm_shape_str(&x->shape, got, 64),
-                      dpm_blob_kind_name(b->kind), dpm_shape_str(&b->t.shape, want, 64));
+                      b->name, dpm_blob_kind_name(kind),
+                      dpm_shape_str(&x->shape, got, 64), dpm_blob_kind_name(b->kind),
+                      dpm_shape_str(&b->t.shape, want, 64));
   }
   return DPM_OK;
 }
@@ -446,9 +465,13 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
   replica *r = &t->r[0];
   if (!t->eval_images) return dpm_errf(err, DPM_STATE, "%s: no eval data", m->source);
   if (!t->eval_reader) {
-    dpm_reader_config rc = {.kind = DPM_READER_IDX, .images = t->eval_images,
-                            .labels = t->eval_labels, .scale = t->scale,
-                            .batch = t->eval_batch, .num_shards = 1, .prefetch = 2};
+    dpm_reader_config rc = {.kind = DPM_READER_IDX,
+                            .images = t->eval_images,
+                            .labels = t->eval_labels,
+                            .scale = t->scale,
+                            .batch = t->eval_batch,
+                            .num_shards = 1,
+                            .prefetch = 2};
     if (dpm_reader_create(&rc, &t->eval_reader, err)) return err->code;
   } else if (dpm_reader_rewind(t->eval_reader)) {
     return dpm_errf(err, DPM_INTERNAL, "cannot rewind the eval reader");

@@ -34,18 +34,18 @@ typedef struct dpm_trainer dpm_trainer;
 struct dpm_workspace;
 
 typedef struct dpm_step_stats {
-  uint64_t iter;     /* completed steps */
-  int steps_done;    /* steps run by this call (fewer if interrupted) */
-  double loss;       /* of the last step: the losses summed, averaged over replicas */
-  double accuracy;   /* of the last step's global batch; NaN without Accuracy */
-  double lr;         /* learning rate used by the last step */
-  double step_ms;    /* wall time of the last step */
+  uint64_t iter;   /* completed steps */
+  int steps_done;  /* steps run by this call (fewer if interrupted) */
+  double loss;     /* of the last step: the losses summed, averaged over replicas */
+  double accuracy; /* of the last step's global batch; NaN without Accuracy */
+  double lr;       /* learning rate used by the last step */
+  double step_ms;  /* wall time of the last step */
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {
-  int devices;           /* CPU replicas; 0: as many as the spec's parallel.devices */
-  int net_type;          /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
-  int comm_timeout_ms;   /* collectives' timeout; 0: 60000 */
+  int devices;         /* CPU replicas; 0: as many as the spec's parallel.devices */
+  int net_type;        /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
+  int comm_timeout_ms; /* collectives' timeout; 0: 60000 */
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;
@@ -62,8 +62,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
 void dpm_trainer_interrupt(dpm_trainer *t);
 /* Loss and accuracy over the whole eval set, in test mode, on the master.
  * DPM_STATE when the spec has no eval section. */
-dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
-                            dpm_err *err);
+dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy, dpm_err *err);
 
 /* Write the master's parameters, computed params, optimizer state and
  * counters, the reader position and the spec hash to path (atomically). */

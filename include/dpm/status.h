@@ -9,21 +9,21 @@
 
 #include <stdarg.h>
 
-#define DPM_STATUS_MAP(XX)                                                    \
-  XX(OK, "ok")                                                                \
-  XX(INVALID, "invalid argument")                                             \
-  XX(SPEC, "invalid model spec")                                              \
-  XX(SHAPE, "shape mismatch")                                                 \
-  XX(NOT_FOUND, "not found")                                                  \
-  XX(EXISTS, "already exists")                                                \
-  XX(IO, "input/output error")                                                \
-  XX(CORRUPT, "corrupt data")                                                 \
-  XX(NOMEM, "out of memory")                                                  \
-  XX(UNSUPPORTED, "not supported")                                            \
-  XX(STATE, "wrong state")                                                    \
-  XX(TIMEOUT, "timed out")                                                    \
-  XX(NUMERIC, "numerical error")                                              \
-  XX(DENIED, "permission denied")                                             \
+#define DPM_STATUS_MAP(XX)                                                               \
+  XX(OK, "ok")                                                                           \
+  XX(INVALID, "invalid argument")                                                        \
+  XX(SPEC, "invalid model spec")                                                         \
+  XX(SHAPE, "shape mismatch")                                                            \
+  XX(NOT_FOUND, "not found")                                                             \
+  XX(EXISTS, "already exists")                                                           \
+  XX(IO, "input/output error")                                                           \
+  XX(CORRUPT, "corrupt data")                                                            \
+  XX(NOMEM, "out of memory")                                                             \
+  XX(UNSUPPORTED, "not supported")                                                       \
+  XX(STATE, "wrong state")                                                               \
+  XX(TIMEOUT, "timed out")                                                               \
+  XX(NUMERIC, "numerical error")                                                         \
+  XX(DENIED, "permission denied")                                                        \
   XX(INTERNAL, "internal error")
 
 typedef enum {

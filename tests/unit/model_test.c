@@ -9,9 +9,9 @@
 
 static const int64_t CHW[3] = {1, 4, 5};
 
-#define HEADER                                                                 \
-  "name: t\n"                                                                  \
-  "input: {reader: synthetic, batch_size: 3, num_examples: 30, shape: [1,4,5]," \
+#define HEADER                                                                           \
+  "name: t\n"                                                                            \
+  "input: {reader: synthetic, batch_size: 3, num_examples: 30, shape: [1,4,5],"          \
   " num_classes: 4, outputs: [data, label]}\n"
 
 /* Parse and build; returns the build status, message in err. */
@@ -29,13 +29,14 @@ static void expect_error(const char *body, dpm_status code, const char *msg) {
   dpm_model m;
   dpm_err err = {0};
   dpm_status s = build(yaml, &m, &err);
-  if (s != code) dpm_test_fail(__FILE__, __LINE__, "status %d (%s), want %d", s, err.msg, code);
+  if (s != code)
+    dpm_test_fail(__FILE__, __LINE__, "status %d (%s), want %d", s, err.msg, code);
   else if (!strstr(err.msg, msg))
     dpm_test_fail(__FILE__, __LINE__, "message \"%s\" lacks \"%s\"", err.msg, msg);
 }
 
-#define MLP_TAIL                                                               \
-  "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"      \
+#define MLP_TAIL                                                                         \
+  "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"                 \
   "losses: [loss]\n"
 
 TEST(model_rejects_unknown_op) {
@@ -45,8 +46,8 @@ TEST(model_rejects_unknown_op) {
 }
 
 TEST(model_rejects_wrong_arity) {
-  expect_error("forward:\n  - {op: Relu, in: [data, data], out: pred}\n" MLP_TAIL, DPM_SPEC,
-               "m.yaml:4: op #1 (Relu): takes 1..1 inputs");
+  expect_error("forward:\n  - {op: Relu, in: [data, data], out: pred}\n" MLP_TAIL,
+               DPM_SPEC, "m.yaml:4: op #1 (Relu): takes 1..1 inputs");
 }
 
 TEST(model_rejects_bad_argument) {
@@ -99,16 +100,16 @@ TEST(model_rejects_inplace_conflict) {
                "  - {op: Sigmoid, in: [a], out: h}\n"
                "  - {op: Scale, in: [h], out: h, scale: 2.0}\n"
                "  - {op: FC, in: [h], out: pred, dim_out: 4}\n" MLP_TAIL,
-               DPM_SPEC, "op #3 (Scale) writes 'h' in place, but the gradient of "
-                         "m.yaml:5: op #2 (Sigmoid) needs its earlier value");
+               DPM_SPEC,
+               "op #3 (Scale) writes 'h' in place, but the gradient of "
+               "m.yaml:5: op #2 (Sigmoid) needs its earlier value");
 }
 
 TEST(model_names_params_caffe2_style) {
-  const char *yaml = HEADER
-      "forward:\n  - {op: FC, in: [data], out: fc1, dim_out: 6}\n"
-      "  - {op: Relu, in: [fc1], out: fc1}\n"
-      "  - {op: FC, in: [fc1], out: pred, dim_out: 4}\n" MLP_TAIL
-      "update: {optimizer: momentum_sgd}\n";
+  const char *yaml = HEADER "forward:\n  - {op: FC, in: [data], out: fc1, dim_out: 6}\n"
+                            "  - {op: Relu, in: [fc1], out: fc1}\n"
+                            "  - {op: FC, in: [fc1], out: pred, dim_out: 4}\n" MLP_TAIL
+                            "update: {optimizer: momentum_sgd}\n";
   dpm_model m;
   dpm_err err = {0};
   CHECK_INT(build(yaml, &m, &err), DPM_OK);
@@ -119,7 +120,8 @@ TEST(model_names_params_caffe2_style) {
     char g[64], mo[64];
     snprintf(g, sizeof g, "%s_grad", params[i]);
     snprintf(mo, sizeof mo, "%s_momentum", params[i]);
-    CHECK(dpm_shapes_get(&m.shapes, g) && dpm_shapes_get(&m.shapes, g)->kind == DPM_BLOB_GRAD);
+    CHECK(dpm_shapes_get(&m.shapes, g) &&
+          dpm_shapes_get(&m.shapes, g)->kind == DPM_BLOB_GRAD);
     CHECK(dpm_shapes_get(&m.shapes, mo)->kind == DPM_BLOB_OPTIM);
   }
   CHECK_INT(dpm_shapes_get(&m.shapes, "fc1_w")->shape.d[0], 6);
@@ -133,10 +135,9 @@ TEST(model_names_params_caffe2_style) {
  * nets still compute what the unfused ops would: the Relu's gradient reads
  * the fused output. */
 TEST(model_fuses_relu_into_fc) {
-  const char *yaml = HEADER
-      "forward:\n  - {op: FC, in: [data], out: fc1, dim_out: 6}\n"
-      "  - {op: Relu, in: [fc1], out: fc1}\n"
-      "  - {op: FC, in: [fc1], out: pred, dim_out: 4}\n" MLP_TAIL;
+  const char *yaml = HEADER "forward:\n  - {op: FC, in: [data], out: fc1, dim_out: 6}\n"
+                            "  - {op: Relu, in: [fc1], out: fc1}\n"
+                            "  - {op: FC, in: [fc1], out: pred, dim_out: 4}\n" MLP_TAIL;
   dpm_model m;
   dpm_err err = {0};
   CHECK_INT(build(yaml, &m, &err), DPM_OK);
@@ -157,15 +158,18 @@ TEST(model_fuses_relu_into_fc) {
  * gradients), Concat and the loss, against central differences. */
 TEST(model_autodiff_matches_finite_differences) {
   const char *yaml = HEADER
-      "forward:\n  - {op: FC, in: [data], out: h, dim_out: 6, weight_init: gaussian, weight_std: 0.5}\n"
+      "forward:\n  - {op: FC, in: [data], out: h, dim_out: 6, weight_init: gaussian, "
+      "weight_std: 0.5}\n"
       "  - {op: Tanh, in: [h], out: h}\n"
-      "  - {op: FC, in: [h], out: a, dim_out: 5, weight_init: gaussian, weight_std: 0.5}\n"
-      "  - {op: FC, in: [h], out: b, dim_out: 5, weight_init: gaussian, weight_std: 0.5}\n"
+      "  - {op: FC, in: [h], out: a, dim_out: 5, weight_init: gaussian, weight_std: "
+      "0.5}\n"
+      "  - {op: FC, in: [h], out: b, dim_out: 5, weight_init: gaussian, weight_std: "
+      "0.5}\n"
       "  - {op: Sigmoid, in: [b], out: b}\n"
       "  - {op: Add, in: [a, b], out: c}\n"
       "  - {op: Concat, in: [c, h], out: d}\n"
-      "  - {op: FC, in: [d], out: pred, dim_out: 4, weight_init: gaussian, weight_std: 0.5}\n"
-      MLP_TAIL "update: {optimizer: sgd, lr: {base: 0}}\n"; /* params stay put */
+      "  - {op: FC, in: [d], out: pred, dim_out: 4, weight_init: gaussian, weight_std: "
+      "0.5}\n" MLP_TAIL "update: {optimizer: sgd, lr: {base: 0}}\n"; /* params stay put */
   dpm_model m;
   dpm_err err = {0};
   if (build(yaml, &m, &err)) {
@@ -208,7 +212,8 @@ TEST(model_autodiff_matches_finite_differences) {
     }
     free(gcopy);
   }
-  printf("    %d parameter elements checked, worst relative error %.2g\n", checked, worst);
+  printf("    %d parameter elements checked, worst relative error %.2g\n", checked,
+         worst);
   CHECK(checked > 50);
   CHECK(worst <= 2e-3);
   dpm_exec_fini(&init);

@@ -184,7 +184,8 @@ static int fused_relu_is_exact(int n, int c, int h, int wd, int m, int k, int s,
   snprintf(args, sizeof args, "dim_out=%d kernel=%d stride=%d pad=%d", m, k, s, p);
   /* x, w, b, relu(y), fused y */
   dpm_tensor t[5] = {ot_tensor(ot_f32(4, n, c, h, wd), NULL),
-                     ot_tensor(ot_f32(4, m, c, k, k), NULL), ot_tensor(ot_f32(1, m), NULL)};
+                     ot_tensor(ot_f32(4, m, c, k, k), NULL),
+                     ot_tensor(ot_f32(1, m), NULL)};
   for (int j = 0; j < 3; j++)
     for (int64_t i = 0; i < dpm_tensor_numel(&t[j]); i++)
       dpm_f32(&t[j])[i] = (float)((i * 37 + j) % 101 - 50) / 50.f;
@@ -196,7 +197,8 @@ static int fused_relu_is_exact(int n, int c, int h, int wd, int m, int k, int s,
     int64_t ny = dpm_tensor_numel(&t[3]);
     t[4] = ot_tensor(t[3].shape, NULL);
     for (int64_t i = 0; i < ny; i++) dpm_f32(&t[4])[i] = NAN; /* must be overwritten */
-    ok = !ot_run_fused("Conv", args, 0, DPM_FUSE_RELU, 3, in, 1, (dpm_tensor *[]){&t[4]}, NULL) &&
+    ok = !ot_run_fused("Conv", args, 0, DPM_FUSE_RELU, 3, in, 1, (dpm_tensor *[]){&t[4]},
+                       NULL) &&
          !memcmp(dpm_f32(&t[4]), dpm_f32(&t[3]), ny * sizeof(float));
   }
   for (int j = 0; j < 5; j++) dpm_tensor_fini(&t[j]);

@@ -6,7 +6,9 @@
 TEST(op_fc_forward) {
   const float x[] = {1, 2, 3, 4, 5, 6}, w[] = {1, 0, -1, 0.5f, 0.5f, 0.5f};
   const float b[] = {0.5f, -1};
-  ot_case c = {.op = "FC", .args = "dim_out=2", .n_in = 3,
+  ot_case c = {.op = "FC",
+               .args = "dim_out=2",
+               .n_in = 3,
                .in = {{.shape = ot_f32(2, 2, 3), .f = x},
                       {.shape = ot_f32(2, 2, 3), .f = w},
                       {.shape = ot_f32(1, 2), .f = b}},
@@ -19,11 +21,14 @@ TEST(op_fc_forward) {
 TEST(op_fc_fused_relu) {
   const float x[] = {1, 2, 3, 4, 5, 6}, w[] = {1, 0, -1, 0.5f, 0.5f, 0.5f};
   const float b[] = {0.5f, -1};
-  ot_case c = {.op = "FC", .args = "dim_out=2", .n_in = 3,
+  ot_case c = {.op = "FC",
+               .args = "dim_out=2",
+               .n_in = 3,
                .in = {{.shape = ot_f32(2, 2, 3), .f = x},
                       {.shape = ot_f32(2, 2, 3), .f = w},
                       {.shape = ot_f32(1, 2), .f = b}},
-               .n_out = 1, .fuse = DPM_FUSE_RELU};
+               .n_out = 1,
+               .fuse = DPM_FUSE_RELU};
   const float want[] = {0, 2, 0, 6.5f};
   CHECK(ot_forward_is(&c, ot_f32(2, 2, 2), want, 0));
 }
@@ -32,7 +37,9 @@ TEST(op_fc_fused_relu) {
 TEST(op_fc_forward_flattens_input) {
   const float x[] = {1, 2, 3, 4, -1, -2, -3, -4}, w[] = {1, 1, 1, 1, 1, -1, 1, -1},
               b[] = {0, 100};
-  ot_case c = {.op = "FC", .args = "dim_out=2", .n_in = 3,
+  ot_case c = {.op = "FC",
+               .args = "dim_out=2",
+               .n_in = 3,
                .in = {{.shape = ot_f32(4, 2, 2, 1, 2), .f = x},
                       {.shape = ot_f32(2, 2, 4), .f = w},
                       {.shape = ot_f32(1, 2), .f = b}},
@@ -42,10 +49,14 @@ TEST(op_fc_forward_flattens_input) {
 }
 
 TEST(op_fc_gradcheck) {
-  ot_case c = {.op = "FC", .args = "dim_out=3", .n_in = 3,
-               .in = {{.shape = ot_f32(2, 5, 7)}, {.shape = ot_f32(2, 3, 7)},
+  ot_case c = {.op = "FC",
+               .args = "dim_out=3",
+               .n_in = 3,
+               .in = {{.shape = ot_f32(2, 5, 7)},
+                      {.shape = ot_f32(2, 3, 7)},
                       {.shape = ot_f32(1, 3)}},
-               .n_out = 1, .seed = 1};
+               .n_out = 1,
+               .seed = 1};
   CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
   /* 4-D input, 17 outputs: one 16-column block of db and a remainder */
   c.args = "dim_out=17";
@@ -57,11 +68,14 @@ TEST(op_fc_gradcheck) {
 
 /* The data input's gradient is usually not wanted: dX is skipped. */
 TEST(op_fc_gradcheck_without_input_grad) {
-  ot_case c = {.op = "FC", .args = "dim_out=33", .n_in = 3,
+  ot_case c = {.op = "FC",
+               .args = "dim_out=33",
+               .n_in = 3,
                .in = {{.shape = ot_f32(2, 9, 13), .no_grad = 1},
                       {.shape = ot_f32(2, 33, 13)},
                       {.shape = ot_f32(1, 33)}},
-               .n_out = 1, .seed = 2};
+               .n_out = 1,
+               .seed = 2};
   CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
   c.in[2].no_grad = 1; /* and a frozen bias */
   CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
@@ -94,8 +108,11 @@ TEST(op_fc_param_shapes) {
 }
 
 TEST(op_fc_rejects_bad_shapes) {
-  ot_case c = {.op = "FC", .args = "dim_out=3", .n_in = 3,
-               .in = {{.shape = ot_f32(2, 5, 7)}, {.shape = ot_f32(2, 3, 6)},
+  ot_case c = {.op = "FC",
+               .args = "dim_out=3",
+               .n_in = 3,
+               .in = {{.shape = ot_f32(2, 5, 7)},
+                      {.shape = ot_f32(2, 3, 6)},
                       {.shape = ot_f32(1, 3)}},
                .n_out = 1};
   CHECK(ot_rejects_status(&c, DPM_SHAPE,
@@ -112,8 +129,11 @@ TEST(op_fc_rejects_bad_shapes) {
 }
 
 TEST(op_fc_rejects_bad_arguments) {
-  ot_case c = {.op = "FC", .args = "dim_out=0", .n_in = 3,
-               .in = {{.shape = ot_f32(2, 5, 7)}, {.shape = ot_f32(2, 3, 7)},
+  ot_case c = {.op = "FC",
+               .args = "dim_out=0",
+               .n_in = 3,
+               .in = {{.shape = ot_f32(2, 5, 7)},
+                      {.shape = ot_f32(2, 3, 7)},
                       {.shape = ot_f32(1, 3)}},
                .n_out = 1};
   CHECK(ot_rejects_status(&c, DPM_SPEC, "argument 'dim_out' = 0 is outside [1, "));

@@ -23,8 +23,8 @@ static void logits(float *x, int n) {
 
 TEST(loss_softmax_forward) {
   const float x[] = {1, 2, 3, 0, 0, 0};
-  ot_case c = {.op = "Softmax", .n_in = 1, .in = {{.shape = ot_f32(2, 2, 3), .f = x}},
-               .n_out = 1};
+  ot_case c = {
+      .op = "Softmax", .n_in = 1, .in = {{.shape = ot_f32(2, 2, 3), .f = x}}, .n_out = 1};
   dpm_tensor y[1];
   dpm_err err = {0};
   CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
@@ -36,8 +36,8 @@ TEST(loss_softmax_forward) {
 
 TEST(loss_softmax_is_stable_for_large_logits) {
   const float x[] = {1000, 1001, -1000, -1001};
-  ot_case c = {.op = "Softmax", .n_in = 1, .in = {{.shape = ot_f32(2, 2, 2), .f = x}},
-               .n_out = 1};
+  ot_case c = {
+      .op = "Softmax", .n_in = 1, .in = {{.shape = ot_f32(2, 2, 2), .f = x}}, .n_out = 1};
   dpm_tensor y[1];
   dpm_err err = {0};
   CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
@@ -50,8 +50,10 @@ TEST(loss_softmax_is_stable_for_large_logits) {
 TEST(loss_softmax_flattens_at_axis_1) {
   float x[2 * 3 * 2 * 2];
   logits(x, 24);
-  ot_case c = {.op = "Softmax", .n_in = 1,
-               .in = {{.shape = ot_f32(4, 2, 3, 2, 2), .f = x}}, .n_out = 1};
+  ot_case c = {.op = "Softmax",
+               .n_in = 1,
+               .in = {{.shape = ot_f32(4, 2, 3, 2, 2), .f = x}},
+               .n_out = 1};
   dpm_tensor y[1];
   dpm_err err = {0};
   CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
@@ -68,7 +70,10 @@ TEST(loss_softmax_gradcheck) {
   const dpm_shape shapes[] = {ot_f32(2, 3, 5), ot_f32(2, 1, 7), ot_f32(4, 2, 3, 3, 1),
                               ot_f32(2, 9, 1)};
   for (int s = 0; s < 4; s++) {
-    ot_case c = {.op = "Softmax", .n_in = 1, .n_out = 1, .seed = (unsigned)s,
+    ot_case c = {.op = "Softmax",
+                 .n_in = 1,
+                 .n_out = 1,
+                 .seed = (unsigned)s,
                  .in = {{.shape = shapes[s]}}};
     CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
   }
@@ -84,9 +89,11 @@ TEST(loss_softmax_rejects_vector) {
 TEST(loss_softmax_with_loss_forward) {
   const float x[] = {1, 2, 3, 1, 1, 1};
   const int32_t label[] = {2, 0};
-  ot_case c = {.op = "SoftmaxWithLoss", .n_in = 2, .n_out = 2,
-               .in = {{.shape = ot_f32(2, 2, 3), .f = x},
-                      {.shape = ot_i32(1, 2), .i = label}}};
+  ot_case c = {
+      .op = "SoftmaxWithLoss",
+      .n_in = 2,
+      .n_out = 2,
+      .in = {{.shape = ot_f32(2, 2, 3), .f = x}, {.shape = ot_i32(1, 2), .i = label}}};
   dpm_tensor y[2];
   dpm_err err = {0};
   CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
@@ -102,9 +109,11 @@ TEST(loss_softmax_with_loss_clamps_probability) {
   /* p(label 1) = e^-100 / (1 + e^-100) underflows: the loss is -log(1e-20). */
   const float x[] = {100, 0};
   const int32_t label[] = {1};
-  ot_case c = {.op = "SoftmaxWithLoss", .n_in = 2, .n_out = 2,
-               .in = {{.shape = ot_f32(2, 1, 2), .f = x},
-                      {.shape = ot_i32(1, 1), .i = label}}};
+  ot_case c = {
+      .op = "SoftmaxWithLoss",
+      .n_in = 2,
+      .n_out = 2,
+      .in = {{.shape = ot_f32(2, 1, 2), .f = x}, {.shape = ot_i32(1, 1), .i = label}}};
   dpm_tensor y[2];
   dpm_err err = {0};
   CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
@@ -116,9 +125,11 @@ TEST(loss_softmax_with_loss_out_of_range_label) {
   /* Labels 3 and -1 with 3 classes: zero-probability classes, no reads. */
   const float x[] = {1, 2, 3, 1, 1, 1, 0, 0, 0};
   const int32_t label[] = {3, -1, 1};
-  ot_case c = {.op = "SoftmaxWithLoss", .n_in = 2, .n_out = 2,
-               .in = {{.shape = ot_f32(2, 3, 3), .f = x},
-                      {.shape = ot_i32(1, 3), .i = label}}};
+  ot_case c = {
+      .op = "SoftmaxWithLoss",
+      .n_in = 2,
+      .n_out = 2,
+      .in = {{.shape = ot_f32(2, 3, 3), .f = x}, {.shape = ot_i32(1, 3), .i = label}}};
   dpm_tensor y[2];
   dpm_err err = {0};
   CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
@@ -130,7 +141,9 @@ TEST(loss_softmax_with_loss_gradient_by_hand) {
   /* dlogits = (softmax - onehot) * dloss / N with dloss 3, N 2. */
   const float p[] = {0.2f, 0.3f, 0.5f, 0.6f, 0.3f, 0.1f}, dloss[] = {3};
   const int32_t label[] = {2, 0};
-  ot_case c = {.op = "SoftmaxWithLossGradient", .n_in = 3, .n_out = 1,
+  ot_case c = {.op = "SoftmaxWithLossGradient",
+               .n_in = 3,
+               .n_out = 1,
                .in = {{.shape = ot_f32(2, 2, 3), .f = p},
                       {.shape = ot_i32(1, 2), .i = label},
                       {.shape = ot_f32(0), .f = dloss}}};
@@ -164,7 +177,10 @@ TEST(loss_softmax_with_loss_gradcheck) {
       label[i] = (int32_t)((i * 5 + s) % d);
       x[i * d + label[i]] += 3.f;
     }
-    ot_case c = {.op = "SoftmaxWithLoss", .n_in = 2, .n_out = 2, .seed = (unsigned)s,
+    ot_case c = {.op = "SoftmaxWithLoss",
+                 .n_in = 2,
+                 .n_out = 2,
+                 .seed = (unsigned)s,
                  .in = {{.shape = shapes[s], .f = x},
                         {.shape = ot_i32(1, (int)n), .i = label, .no_grad = 1}}};
     CHECK(ot_gradcheck(&c, 2e-2, 200) <= 1e-3);
@@ -172,7 +188,9 @@ TEST(loss_softmax_with_loss_gradcheck) {
 }
 
 TEST(loss_softmax_with_loss_rejects_bad_label) {
-  ot_case c = {.op = "SoftmaxWithLoss", .n_in = 2, .n_out = 2,
+  ot_case c = {.op = "SoftmaxWithLoss",
+               .n_in = 2,
+               .n_out = 2,
                .in = {{.shape = ot_f32(2, 4, 3)}, {.shape = ot_f32(1, 4)}}};
   CHECK(ot_rejects_status(&c, DPM_SHAPE, "label must be i32[4]"));
   c.in[1].shape = ot_i32(1, 5);
@@ -191,9 +209,11 @@ TEST(loss_accuracy_forward) {
    * range: wrong. */
   const float x[] = {0.1f, 0.9f, 0, 0.5f, 0.5f, 0, 0.2f, 0.3f, 0.5f, 1, 0, 0};
   const int32_t label[] = {1, 1, 2, 5};
-  ot_case c = {.op = "Accuracy", .n_in = 2, .n_out = 1,
-               .in = {{.shape = ot_f32(2, 4, 3), .f = x},
-                      {.shape = ot_i32(1, 4), .i = label}}};
+  ot_case c = {
+      .op = "Accuracy",
+      .n_in = 2,
+      .n_out = 1,
+      .in = {{.shape = ot_f32(2, 4, 3), .f = x}, {.shape = ot_i32(1, 4), .i = label}}};
   dpm_tensor y[1];
   dpm_err err = {0};
   CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
@@ -208,7 +228,9 @@ TEST(loss_accuracy_has_no_gradient) {
 }
 
 TEST(loss_accuracy_rejects_bad_label) {
-  ot_case c = {.op = "Accuracy", .n_in = 2, .n_out = 1,
+  ot_case c = {.op = "Accuracy",
+               .n_in = 2,
+               .n_out = 1,
                .in = {{.shape = ot_f32(2, 4, 3)}, {.shape = ot_i32(1, 3)}}};
   CHECK(ot_rejects_status(&c, DPM_SHAPE, "label must be i32[4]"));
 }

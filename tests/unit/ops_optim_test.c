@@ -31,8 +31,8 @@ static void set_vec(dpm_tensor *t, const double *v) {
 }
 
 /* Relative-or-absolute closeness for float results against double references. */
-#define CHECK_VEC(t, ref)                                                    \
-  for (int i_ = 0; i_ < NP; i_++)                                            \
+#define CHECK_VEC(t, ref)                                                                \
+  for (int i_ = 0; i_ < NP; i_++)                                                        \
   CHECK_NEAR(dpm_f32(t)[i_], (ref)[i_], 1e-6 + 1e-5 * fabs((ref)[i_]))
 
 static const double P0[NP] = {1.0, -2.0, 0.5, 3.0, -0.25};
@@ -75,7 +75,9 @@ TEST(optim_sgd_first_step_by_hand) {
 }
 
 TEST(optim_sgd_rejects_bad_shapes) {
-  ot_case c = {.op = "SGD", .n_in = 3, .n_out = 1,
+  ot_case c = {.op = "SGD",
+               .n_in = 3,
+               .n_out = 1,
                .in = {{ot_f32(2, 3, 4)}, {ot_f32(2, 4, 3)}, {ot_f32(0)}}};
   CHECK(ot_rejects_status(&c, DPM_SHAPE, "grad must match param"));
   c.in[1].shape = ot_f32(2, 3, 4);
@@ -145,7 +147,9 @@ TEST(optim_momentum_two_steps_by_hand) {
 }
 
 TEST(optim_momentum_rejects_bad_shapes) {
-  ot_case c = {.op = "MomentumSGD", .n_in = 4, .n_out = 2,
+  ot_case c = {.op = "MomentumSGD",
+               .n_in = 4,
+               .n_out = 2,
                .in = {{ot_f32(1, 7)}, {ot_f32(1, 7)}, {ot_f32(1, 6)}, {ot_f32(0)}}};
   CHECK(ot_rejects_status(&c, DPM_SHAPE, "momentum must match param"));
   c.in[2].shape = ot_f32(1, 7);
@@ -174,8 +178,8 @@ static void adam_steps(double b1, double b2, double eps, double wd, const char *
       double g = G[s][i] + wd * p[i];
       m1[i] = b1 * m1[i] + (1 - b1) * g;
       m2[i] = b2 * m2[i] + (1 - b2) * g * g;
-      p[i] -= lr[s] * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t)) * m1[i] /
-              (sqrt(m2[i]) + eps);
+      p[i] -=
+          lr[s] * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t)) * m1[i] / (sqrt(m2[i]) + eps);
     }
     CHECK_VEC(&tp, p);
     CHECK_VEC(&tm1, m1);
@@ -207,9 +211,14 @@ TEST(optim_adam_first_step_is_lr_times_sign) {
 }
 
 TEST(optim_adam_rejects_bad_inputs) {
-  ot_case c = {.op = "Adam", .n_in = 6, .n_out = 3,
-               .in = {{ot_f32(2, 2, 3)}, {ot_f32(2, 2, 3)}, {ot_f32(2, 2, 3)},
-                      {ot_f32(2, 3, 2)}, {ot_f32(0)},
+  ot_case c = {.op = "Adam",
+               .n_in = 6,
+               .n_out = 3,
+               .in = {{ot_f32(2, 2, 3)},
+                      {ot_f32(2, 2, 3)},
+                      {ot_f32(2, 2, 3)},
+                      {ot_f32(2, 3, 2)},
+                      {ot_f32(0)},
                       {dpm_shape_scalar(DPM_I64)}}};
   CHECK(ot_rejects_status(&c, DPM_SHAPE, "m2 must match param"));
   c.in[3].shape = ot_f32(2, 2, 3);
@@ -295,11 +304,17 @@ TEST(optim_lr_rejects_inconsistent_args) {
       {"base_lr=-1", "base_lr"},
   };
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-    ot_case c = {.op = "LearningRate", .args = bad[k].args, .n_in = 1, .n_out = 1,
+    ot_case c = {.op = "LearningRate",
+                 .args = bad[k].args,
+                 .n_in = 1,
+                 .n_out = 1,
                  .in = {{dpm_shape_scalar(DPM_I64)}}};
     CHECK(ot_rejects(&c, bad[k].msg));
   }
-  ot_case c = {.op = "LearningRate", .args = "base_lr=1", .n_in = 1, .n_out = 1,
+  ot_case c = {.op = "LearningRate",
+               .args = "base_lr=1",
+               .n_in = 1,
+               .n_out = 1,
                .in = {{ot_f32(0)}}};
   CHECK(ot_rejects_status(&c, DPM_SHAPE, "iter must be an i64 scalar"));
 }

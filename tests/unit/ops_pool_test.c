@@ -227,7 +227,8 @@ TEST(op_maxpool_2x2_ties_take_the_first) {
                       7, 7, 3, 2, 3, 3, 0, 1 /* row 1 */};
   const float want_y[] = {7, 3, 3, 1};
   const int32_t want_idx[] = {0, 3, 12, 15};
-  dpm_tensor t[3] = {ot_tensor(ot_f32(4, 1, 1, 2, 8), xv), {.data = NULL}, {.data = NULL}};
+  dpm_tensor t[3] = {
+      ot_tensor(ot_f32(4, 1, 1, 2, 8), xv), {.data = NULL}, {.data = NULL}};
   int ok = !ot_run_op("MaxPool", "kernel=2 stride=2", 0, 1, (dpm_tensor *[]){&t[0]}, 2,
                       (dpm_tensor *[]){&t[1], &t[2]}, NULL) &&
            ot_maxdiff(dpm_f32(&t[1]), want_y, 4) == 0 &&
@@ -239,7 +240,8 @@ TEST(op_maxpool_2x2_ties_take_the_first) {
 TEST(op_averagepool_2x2_matches_reference) {
   /* quarters of small integers: every sum and share is exact */
   enum { N = 2, C = 3, H = 7, W = 9, HO = 3, WO = 4 };
-  static float xv[N * C * H * W], dyv[N * C * HO * WO], y[N * C * HO * WO], dx[N * C * H * W];
+  static float xv[N * C * H * W], dyv[N * C * HO * WO], y[N * C * HO * WO],
+      dx[N * C * H * W];
   tied(xv, N * C * H * W);
   for (int i = 0; i < N * C * HO * WO; i++) dyv[i] = (float)(i % 9 - 4);
   for (int pl = 0, o = 0; pl < N * C; pl++)
@@ -284,10 +286,12 @@ static int fused_relu_grad_is_exact(const char *args, int n, int c, int h, int w
     for (int64_t i = 0; i < ny; i++) dpm_f32(&t[3])[i] = (float)(i % 11) - 5.5f;
     t[6] = garbage(t[0].shape);
     dpm_tensor *gin[] = {&t[0], &t[3], &t[2]};
-    ok = !ot_run_op("MaxPoolGradient", args, 0, 3, gin, 1, (dpm_tensor *[]){&t[4]}, NULL) &&
+    ok = !ot_run_op("MaxPoolGradient", args, 0, 3, gin, 1, (dpm_tensor *[]){&t[4]},
+                    NULL) &&
          !ot_run_op("ReluGradient", "", 0, 2, (dpm_tensor *[]){&t[0], &t[4]}, 1,
                     (dpm_tensor *[]){&t[5]}, NULL) &&
-         !ot_run_fused("MaxPoolGradient", args, 0, DPM_FUSE_RELU_GRAD, 3, gin, 1, (dpm_tensor *[]){&t[6]}, NULL) &&
+         !ot_run_fused("MaxPoolGradient", args, 0, DPM_FUSE_RELU_GRAD, 3, gin, 1,
+                       (dpm_tensor *[]){&t[6]}, NULL) &&
          !memcmp(dpm_f32(&t[6]), dpm_f32(&t[5]), nx * sizeof(float));
   }
   fini_all(t, 7);

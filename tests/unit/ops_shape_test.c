@@ -9,8 +9,10 @@ __attribute__((constructor)) static void fill_iota(void) {
 }
 
 TEST(op_flatten_forward) {
-  ot_case c = {.op = "Flatten", .n_in = 1,
-               .in = {{.shape = ot_f32(3, 2, 3, 4), .f = iota}}, .n_out = 1};
+  ot_case c = {.op = "Flatten",
+               .n_in = 1,
+               .in = {{.shape = ot_f32(3, 2, 3, 4), .f = iota}},
+               .n_out = 1};
   CHECK(ot_forward_is(&c, ot_f32(2, 2, 12), iota, 0));
   c.args = "axis=2";
   CHECK(ot_forward_is(&c, ot_f32(2, 6, 4), iota, 0));
@@ -21,8 +23,8 @@ TEST(op_flatten_forward) {
 }
 
 TEST(op_flatten_gradcheck) {
-  ot_case c = {.op = "Flatten", .n_in = 1, .in = {{.shape = ot_f32(4, 2, 3, 1, 5)}},
-               .n_out = 1};
+  ot_case c = {
+      .op = "Flatten", .n_in = 1, .in = {{.shape = ot_f32(4, 2, 3, 1, 5)}}, .n_out = 1};
   CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
   c.args = "axis=3";
   c.in[0].shape = ot_f32(4, 3, 1, 7, 2);
@@ -30,16 +32,22 @@ TEST(op_flatten_gradcheck) {
 }
 
 TEST(op_flatten_rejects_bad_axis) {
-  ot_case c = {.op = "Flatten", .args = "axis=3", .n_in = 1,
-               .in = {{.shape = ot_f32(2, 4, 5)}}, .n_out = 1};
+  ot_case c = {.op = "Flatten",
+               .args = "axis=3",
+               .n_in = 1,
+               .in = {{.shape = ot_f32(2, 4, 5)}},
+               .n_out = 1};
   CHECK(ot_rejects(&c, "axis 3 is beyond the 2 dimensions of input f32[4,5]"));
   c.args = "axis=-1";
   CHECK(ot_rejects(&c, "argument 'axis' = -1 is outside [0, 4]"));
 }
 
 TEST(op_reshape_forward) {
-  ot_case c = {.op = "Reshape", .args = "shape=0,-1", .n_in = 1,
-               .in = {{.shape = ot_f32(3, 2, 3, 4), .f = iota}}, .n_out = 1};
+  ot_case c = {.op = "Reshape",
+               .args = "shape=0,-1",
+               .n_in = 1,
+               .in = {{.shape = ot_f32(3, 2, 3, 4), .f = iota}},
+               .n_out = 1};
   CHECK(ot_forward_is(&c, ot_f32(2, 2, 12), iota, 0));
   c.args = "shape=4,-1,2";
   CHECK(ot_forward_is(&c, ot_f32(3, 4, 3, 2), iota, 0));
@@ -50,8 +58,11 @@ TEST(op_reshape_forward) {
 }
 
 TEST(op_reshape_gradcheck) {
-  ot_case c = {.op = "Reshape", .args = "shape=-1,5", .n_in = 1,
-               .in = {{.shape = ot_f32(3, 3, 5, 1)}}, .n_out = 1};
+  ot_case c = {.op = "Reshape",
+               .args = "shape=-1,5",
+               .n_in = 1,
+               .in = {{.shape = ot_f32(3, 3, 5, 1)}},
+               .n_out = 1};
   CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
   c.args = "shape=0,7,-1";
   c.in[0].shape = ot_f32(2, 3, 21);
@@ -59,8 +70,11 @@ TEST(op_reshape_gradcheck) {
 }
 
 TEST(op_reshape_rejects_bad_shape) {
-  ot_case c = {.op = "Reshape", .args = "shape=5,-1", .n_in = 1,
-               .in = {{.shape = ot_f32(2, 4, 6)}}, .n_out = 1};
+  ot_case c = {.op = "Reshape",
+               .args = "shape=5,-1",
+               .n_in = 1,
+               .in = {{.shape = ot_f32(2, 4, 6)}},
+               .n_out = 1};
   CHECK(ot_rejects(&c, "shape does not fit the 24 elements of input f32[4,6]"));
   c.args = "shape=5,5";
   CHECK(ot_rejects(&c, "shape does not fit the 24 elements"));
@@ -78,7 +92,8 @@ TEST(op_reshape_rejects_bad_shape) {
 
 TEST(op_concat_forward) {
   const float a[] = {0, 1, 2, 3}, b[] = {10, 11, 12, 13, 14, 15, 16, 17};
-  ot_case c = {.op = "Concat", .n_in = 2,
+  ot_case c = {.op = "Concat",
+               .n_in = 2,
                .in = {{.shape = ot_f32(3, 2, 1, 2), .f = a},
                       {.shape = ot_f32(3, 2, 2, 2), .f = b}},
                .n_out = 1};
@@ -97,11 +112,13 @@ TEST(op_concat_forward) {
 }
 
 TEST(op_concat_gradcheck) {
-  ot_case c = {.op = "Concat", .n_in = 3,
+  ot_case c = {.op = "Concat",
+               .n_in = 3,
                .in = {{.shape = ot_f32(4, 2, 3, 2, 3)},
                       {.shape = ot_f32(4, 2, 1, 2, 3)},
                       {.shape = ot_f32(4, 2, 5, 2, 3)}},
-               .n_out = 1, .seed = 11};
+               .n_out = 1,
+               .seed = 11};
   CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
   c.args = "axis=3";
   c.in[0].shape = ot_f32(4, 3, 1, 2, 1);
@@ -124,7 +141,8 @@ TEST(op_concat_gradcheck_one_and_many_inputs) {
 }
 
 TEST(op_concat_rejects_mismatch) {
-  ot_case c = {.op = "Concat", .n_in = 2,
+  ot_case c = {.op = "Concat",
+               .n_in = 2,
                .in = {{.shape = ot_f32(3, 2, 3, 4)}, {.shape = ot_f32(3, 2, 5, 3)}},
                .n_out = 1};
   CHECK(

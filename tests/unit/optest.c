@@ -51,17 +51,21 @@ static dpm_status setup(harness *h, const ot_case *c, dpm_err *err) {
   char names[2][DPM_OP_MAX_IO][48];
   const char *in[DPM_OP_MAX_IO], *out[DPM_OP_MAX_IO];
   int n_out = c->n_out;
-  for (int k = 0; k < c->n_in; k++) snprintf(names[0][k], 48, "in%d", k), in[k] = names[0][k];
-  for (int k = 0; k < c->n_out; k++) snprintf(names[1][k], 48, "out%d", k), out[k] = names[1][k];
+  for (int k = 0; k < c->n_in; k++)
+    snprintf(names[0][k], 48, "in%d", k), in[k] = names[0][k];
+  for (int k = 0; k < c->n_out; k++)
+    snprintf(names[1][k], 48, "out%d", k), out[k] = names[1][k];
   for (int a = 0; def->aux && def->aux[a]; a++, n_out++)
     snprintf(names[1][n_out], 48, "out0%s", def->aux[a]), out[n_out] = names[1][n_out];
-  if (!(h->node = dpm_net_add(&h->net, def, c->n_in, in, n_out, out, err))) return err->code;
+  if (!(h->node = dpm_net_add(&h->net, def, c->n_in, in, n_out, out, err)))
+    return err->code;
   h->node->is_test = c->is_test;
   h->node->fuse = c->fuse;
   if (dpm_node_set_args(h->node, c->args, err) || dpm_node_check_required(h->node, err))
     return err->code;
   for (int k = 0; k < c->n_in; k++)
-    if (dpm_shapes_set(&h->shapes, in[k], &c->in[k].shape, DPM_BLOB_DATA)) return DPM_NOMEM;
+    if (dpm_shapes_set(&h->shapes, in[k], &c->in[k].shape, DPM_BLOB_DATA))
+      return DPM_NOMEM;
   size_t scratch = 0;
   if (dpm_net_infer(&h->net, &h->shapes, -1, &scratch, "test", err)) return err->code;
   if (dpm_exec_bind(&h->fx, &h->net, &h->shapes, &h->ws, &h->ctx, err)) return err->code;

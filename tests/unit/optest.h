@@ -23,10 +23,10 @@ typedef struct ot_case {
   const char *args; /* "kernel=3 stride=2 pad=1" */
   int n_in;
   ot_input in[OT_MAX_IN];
-  int n_out;        /* spec-visible outputs */
-  int is_test;      /* run in test mode */
-  unsigned fuse;    /* DPM_FUSE_* flags for the node (fused kernels) */
-  unsigned seed;    /* for random inputs (and the harness's output weights) */
+  int n_out;     /* spec-visible outputs */
+  int is_test;   /* run in test mode */
+  unsigned fuse; /* DPM_FUSE_* flags for the node (fused kernels) */
+  unsigned seed; /* for random inputs (and the harness's output weights) */
 } ot_case;
 
 /* Run the op forward. On success out[0..n_out) hold the spec-visible outputs

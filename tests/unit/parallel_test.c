@@ -10,33 +10,34 @@
 #include "test.h"
 #include "train/trainer.h"
 
-#define MLP_FORWARD                                                              \
-  "  - {op: FC, in: [data], out: fc1, dim_out: 256}\n"                           \
-  "  - {op: Relu, in: [fc1], out: fc1}\n"                                        \
-  "  - {op: FC, in: [fc1], out: fc2, dim_out: 128}\n"                            \
-  "  - {op: Relu, in: [fc2], out: fc2}\n"                                        \
+#define MLP_FORWARD                                                                      \
+  "  - {op: FC, in: [data], out: fc1, dim_out: 256}\n"                                   \
+  "  - {op: Relu, in: [fc1], out: fc1}\n"                                                \
+  "  - {op: FC, in: [fc1], out: fc2, dim_out: 128}\n"                                    \
+  "  - {op: Relu, in: [fc2], out: fc2}\n"                                                \
   "  - {op: FC, in: [fc2], out: pred, dim_out: 10}\n"
 
 /* The Fashion-MNIST CNN's structure with fewer channels (ASan build). */
-#define CNN_FORWARD                                                              \
-  "  - {op: Conv, in: [data], out: conv1, dim_out: 8, kernel: 5, pad: 2}\n"      \
-  "  - {op: Relu, in: [conv1], out: conv1}\n"                                    \
-  "  - {op: MaxPool, in: [conv1], out: pool1, kernel: 2, stride: 2}\n"           \
-  "  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 5, pad: 2}\n"    \
-  "  - {op: Relu, in: [conv2], out: conv2}\n"                                    \
-  "  - {op: MaxPool, in: [conv2], out: pool2, kernel: 2, stride: 2}\n"           \
-  "  - {op: FC, in: [pool2], out: fc3, dim_out: 64}\n"                           \
-  "  - {op: Relu, in: [fc3], out: fc3}\n"                                        \
+#define CNN_FORWARD                                                                      \
+  "  - {op: Conv, in: [data], out: conv1, dim_out: 8, kernel: 5, pad: 2}\n"              \
+  "  - {op: Relu, in: [conv1], out: conv1}\n"                                            \
+  "  - {op: MaxPool, in: [conv1], out: pool1, kernel: 2, stride: 2}\n"                   \
+  "  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 5, pad: 2}\n"            \
+  "  - {op: Relu, in: [conv2], out: conv2}\n"                                            \
+  "  - {op: MaxPool, in: [conv2], out: pool2, kernel: 2, stride: 2}\n"                   \
+  "  - {op: FC, in: [pool2], out: fc3, dim_out: 64}\n"                                   \
+  "  - {op: Relu, in: [fc3], out: fc3}\n"                                                \
   "  - {op: FC, in: [fc3], out: pred, dim_out: 10}\n"
 
-#define DROPOUT_FORWARD                                                          \
-  "  - {op: FC, in: [data], out: fc1, dim_out: 64}\n"                            \
-  "  - {op: Relu, in: [fc1], out: fc1}\n"                                        \
-  "  - {op: Dropout, in: [fc1], out: drop1, ratio: 0.3}\n"                       \
+#define DROPOUT_FORWARD                                                                  \
+  "  - {op: FC, in: [data], out: fc1, dim_out: 64}\n"                                    \
+  "  - {op: Relu, in: [fc1], out: fc1}\n"                                                \
+  "  - {op: Dropout, in: [fc1], out: drop1, ratio: 0.3}\n"                               \
   "  - {op: FC, in: [drop1], out: pred, dim_out: 10}\n"
 
 /* A spec on synthetic 28x28 data with `per_device` examples per device. */
-static Dpm__ModelSpec *spec_of(const char *forward, int per_device, const char *net_type) {
+static Dpm__ModelSpec *spec_of(const char *forward, int per_device,
+                               const char *net_type) {
   char yaml[4096];
   snprintf(yaml, sizeof yaml,
            "name: p\n"
@@ -58,10 +59,12 @@ static Dpm__ModelSpec *spec_of(const char *forward, int per_device, const char *
 }
 
 static dpm_trainer *trainer_of(const Dpm__ModelSpec *spec, int devices) {
-  dpm_trainer_options opt = {.devices = devices, .net_type = -1, .comm_timeout_ms = 20000};
+  dpm_trainer_options opt = {
+      .devices = devices, .net_type = -1, .comm_timeout_ms = 20000};
   dpm_trainer *t = NULL;
   dpm_err err = {0};
-  if (!spec || dpm_trainer_create(spec, &opt, &t, &err)) printf("    create: %s\n", err.msg);
+  if (!spec || dpm_trainer_create(spec, &opt, &t, &err))
+    printf("    create: %s\n", err.msg);
   return t;
 }
 
@@ -98,7 +101,8 @@ static int replicas_identical(dpm_trainer *t) {
     for (int i = 0; i < p->n_synced; i++) {
       char scoped[300];
       snprintf(scoped, sizeof scoped, "cpu_%d/%s", d, p->synced[i]);
-      const dpm_tensor *a = dpm_trainer_blob(t, p->synced[i]), *b = dpm_trainer_blob(t, scoped);
+      const dpm_tensor *a = dpm_trainer_blob(t, p->synced[i]),
+                       *b = dpm_trainer_blob(t, scoped);
       if (!a || !b || memcmp(a->data, b->data, dpm_shape_bytes(&a->shape))) {
         printf("    %s differs from the master's\n", scoped);
         return 0;
@@ -122,7 +126,8 @@ static void equivalence(const char *forward, const char *net_type) {
     double rel = ok ? param_rel_diff(one, many) : 1;
     printf("    %d replicas (%s): max |a-b| / max |a| = %.2g\n", n, net_type, rel);
     if (!ok || rel > 1e-5 || !replicas_identical(many))
-      dpm_test_fail(__FILE__, __LINE__, "%d replicas (%s) differ: %.3g", n, net_type, rel);
+      dpm_test_fail(__FILE__, __LINE__, "%d replicas (%s) differ: %.3g", n, net_type,
+                    rel);
     dpm_trainer_destroy(many);
     dpm_spec_free(sn);
   }
@@ -254,7 +259,8 @@ TEST(parallel_rejects_bad_checkpoints) {
   dpm_ckpt c;
   CHECK_INT(dpm_ckpt_read(good, &c, &err), DPM_OK);
   dpm_ckpt_entry e[64];
-  for (int i = 0; i < c.n; i++) e[i] = (dpm_ckpt_entry){c.names[i], c.kinds[i], &c.tensors[i]};
+  for (int i = 0; i < c.n; i++)
+    e[i] = (dpm_ckpt_entry){c.names[i], c.kinds[i], &c.tensors[i]};
   dpm_tensor wrong = {0};
   dpm_shape ws = dpm_shape_make(DPM_F32, 2, (int64_t[]){3, 3});
   dpm_tensor_resize(&wrong, &ws);
@@ -317,8 +323,11 @@ static void on_progress(void *arg, const dpm_step_stats *st) {
 TEST(parallel_progress_and_interrupt) {
   Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
   progress_log log = {0};
-  dpm_trainer_options opt = {.devices = 2, .net_type = -1, .progress = on_progress,
-                             .progress_arg = &log, .progress_every = 4};
+  dpm_trainer_options opt = {.devices = 2,
+                             .net_type = -1,
+                             .progress = on_progress,
+                             .progress_arg = &log,
+                             .progress_every = 4};
   dpm_err err = {0};
   CHECK_INT(dpm_trainer_create(spec, &opt, &log.t, &err), DPM_OK);
   dpm_step_stats st;

@@ -15,49 +15,49 @@ void dpm_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int dpm_test_has_failed(void);
 
-#define TEST(name)                                                           \
-  static void test_##name(void);                                             \
-  __attribute__((constructor)) static void register_##name(void) {           \
-    dpm_test_register(#name, __FILE__, test_##name);                         \
-  }                                                                          \
+#define TEST(name)                                                                       \
+  static void test_##name(void);                                                         \
+  __attribute__((constructor)) static void register_##name(void) {                       \
+    dpm_test_register(#name, __FILE__, test_##name);                                     \
+  }                                                                                      \
   static void test_##name(void)
 
-#define CHECK(c)                                                             \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      dpm_test_fail(__FILE__, __LINE__, "%s", #c);                           \
-      return;                                                                \
-    }                                                                        \
+#define CHECK(c)                                                                         \
+  do {                                                                                   \
+    if (!(c)) {                                                                          \
+      dpm_test_fail(__FILE__, __LINE__, "%s", #c);                                       \
+      return;                                                                            \
+    }                                                                                    \
   } while (0)
 
-#define CHECK_INT(a, b)                                                      \
-  do {                                                                       \
-    long long a_ = (long long)(a), b_ = (long long)(b);                      \
-    if (a_ != b_) {                                                          \
-      dpm_test_fail(__FILE__, __LINE__, "%s == %lld, expected %lld", #a, a_, b_); \
-      return;                                                                \
-    }                                                                        \
+#define CHECK_INT(a, b)                                                                  \
+  do {                                                                                   \
+    long long a_ = (long long)(a), b_ = (long long)(b);                                  \
+    if (a_ != b_) {                                                                      \
+      dpm_test_fail(__FILE__, __LINE__, "%s == %lld, expected %lld", #a, a_, b_);        \
+      return;                                                                            \
+    }                                                                                    \
   } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                \
-  do {                                                                       \
-    double a_ = (double)(a), b_ = (double)(b);                               \
-    if (!(fabs(a_ - b_) <= (tol))) {                                         \
-      dpm_test_fail(__FILE__, __LINE__, "%s == %.9g, expected %.9g (tol %g)", \
-                    #a, a_, b_, (double)(tol));                              \
-      return;                                                                \
-    }                                                                        \
+#define CHECK_NEAR(a, b, tol)                                                            \
+  do {                                                                                   \
+    double a_ = (double)(a), b_ = (double)(b);                                           \
+    if (!(fabs(a_ - b_) <= (tol))) {                                                     \
+      dpm_test_fail(__FILE__, __LINE__, "%s == %.9g, expected %.9g (tol %g)", #a, a_,    \
+                    b_, (double)(tol));                                                  \
+      return;                                                                            \
+    }                                                                                    \
   } while (0)
 
 /* Checks that a string contains a substring. */
-#define CHECK_HAS(s, sub)                                                    \
-  do {                                                                       \
-    const char *s_ = (s), *sub_ = (sub);                                     \
-    if (!s_ || !strstr(s_, sub_)) {                                          \
-      dpm_test_fail(__FILE__, __LINE__, "%s = \"%s\" lacks \"%s\"", #s,      \
-                    s_ ? s_ : "(null)", sub_);                               \
-      return;                                                                \
-    }                                                                        \
+#define CHECK_HAS(s, sub)                                                                \
+  do {                                                                                   \
+    const char *s_ = (s), *sub_ = (sub);                                                 \
+    if (!s_ || !strstr(s_, sub_)) {                                                      \
+      dpm_test_fail(__FILE__, __LINE__, "%s = \"%s\" lacks \"%s\"", #s,                  \
+                    s_ ? s_ : "(null)", sub_);                                           \
+      return;                                                                            \
+    }                                                                                    \
   } while (0)
 
 #endif
