@@ -5,13 +5,14 @@
 CC       ?= gcc
 BUILD    := build
 PKGS     := libprotobuf-c yaml-0.1 zlib openblas
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# Deferred (=): on a fresh machine the packages exist only once `deps` ran.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g -ftree-vectorize -fno-math-errno
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Idaemon -Iclient \
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Idaemon -Iclient \
               -I$(BUILD) $(PKG_CFLAGS) -MMD -MP
-LDLIBS   := $(PKG_LIBS) -lpthread -lm
+LDLIBS   = $(PKG_LIBS) -lpthread -lm
 ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
             -fno-sanitize-recover=undefined
 
