@@ -111,6 +111,16 @@ TEST(op_conv_forward_matches_direct) {
   CHECK(conv_vs_ref(2, 16, 9, 8, 3, 4, 2, 1) < 1e-4);
   CHECK(conv_vs_ref(1, 13, 11, 10, 2, 5, 3, 2) < 1e-4);
   CHECK(conv_vs_ref(1, 40, 7, 7, 3, 2, 3, 0) < 1e-4);
+  /* stride 1 with Wo == W ("same" padding) lowers whole planes at once;
+   * stride 1 otherwise goes row by row */
+  CHECK(conv_vs_ref(2, 2, 6, 7, 3, 5, 1, 2) < 1e-5);
+  CHECK(conv_vs_ref(2, 13, 6, 6, 3, 5, 1, 2) < 1e-4);
+  CHECK(conv_vs_ref(2, 32, 5, 9, 2, 5, 1, 2) < 1e-4);
+  CHECK(conv_vs_ref(2, 2, 1, 6, 3, 5, 1, 2) < 1e-5); /* padding taller than X */
+  CHECK(conv_vs_ref(2, 13, 2, 5, 3, 5, 1, 2) < 1e-4);
+  CHECK(conv_vs_ref(2, 3, 7, 6, 4, 3, 1, 0) < 1e-5);
+  CHECK(conv_vs_ref(2, 22, 7, 6, 3, 3, 1, 0) < 1e-4);
+  CHECK(conv_vs_ref(1, 22, 5, 6, 3, 3, 1, 2) < 1e-4);
   /* 1x1 kernels */
   CHECK(conv_vs_ref(3, 64, 4, 3, 5, 1, 1, 0) < 1e-4);
   CHECK(conv_vs_ref(2, 3, 6, 5, 2, 1, 2, 0) < 1e-5);
@@ -136,6 +146,23 @@ TEST(op_conv_gradcheck_mec) {
   ot_case c = conv_case("dim_out=3 kernel=3 pad=1", 2, 22, 6, 5, 3, 3, 5);
   CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
   c = conv_case("dim_out=2 kernel=4 pad=1 stride=2", 1, 16, 7, 8, 2, 4, 6);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+}
+
+/* Stride 1 with Wo == W, where lower and unlower move whole planes, on both
+ * lowerings, and stride 1 without it. */
+TEST(op_conv_gradcheck_same_width) {
+  ot_case c = conv_case("dim_out=3 kernel=5 pad=2", 2, 13, 6, 7, 3, 5, 9);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=2 kernel=5 pad=2", 2, 2, 7, 6, 2, 5, 10);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=2 kernel=3", 2, 22, 6, 5, 2, 3, 11);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=2 kernel=3 pad=2", 1, 22, 4, 5, 2, 3, 12);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=2 kernel=5 pad=2", 2, 13, 2, 5, 2, 5, 13);
+  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  c = conv_case("dim_out=2 kernel=5 pad=2", 2, 2, 1, 6, 2, 5, 14);
   CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
 }
 
@@ -213,4 +240,6 @@ TEST(op_conv_fused_relu) {
   /* MEC, with and without stride phases */
   CHECK(fused_relu_is_exact(2, 22, 7, 6, 3, 3, 1, 1));
   CHECK(fused_relu_is_exact(2, 16, 9, 8, 3, 4, 2, 1));
+  /* whole-plane lowering (stride 1, Wo == W) */
+  CHECK(fused_relu_is_exact(2, 13, 6, 6, 3, 5, 1, 2));
 }
