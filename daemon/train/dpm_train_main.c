@@ -124,6 +124,14 @@ static double peak_rss_mb(void) {
   return ru.ru_maxrss / 1024.0;
 }
 
+/* v with prec decimals; null (JSON) or n/a (text) when not finite, e.g. the
+ * test accuracy of a spec without eval data. */
+static const char *num(char *buf, size_t n, double v, int prec, int json) {
+  if (!isfinite(v)) return json ? "null" : "n/a";
+  snprintf(buf, n, "%.*f", prec, v);
+  return buf;
+}
+
 static const char *const net_types[] = {
     [DPM_NET_SIMPLE] = "simple", [DPM_NET_DAG] = "dag"};
 
@@ -150,20 +158,23 @@ static dpm_status train(dpm_trainer *t, const options *o, dpm_err *err) {
     s = DPM_OK;
     train_ms += epoch_ms;
     double ips = steps * images / (epoch_ms / 1e3);
-    printf(o->json ? "{\"epoch\":%lld,\"loss\":%.6f,\"test_accuracy\":%.4f,\"images_per_"
-                     "s\":%.0f}\n"
-                   : "epoch %lld  loss %.4f  test accuracy %.4f  %.0f images/s\n",
-           (long long)e + 1, loss_sum / steps, acc, ips);
+    char a[32], l[32];
+    printf(o->json ? "{\"epoch\":%lld,\"loss\":%s,\"test_accuracy\":%s,\"images_per_s\":%.0f}\n"
+                   : "epoch %lld  loss %s  test accuracy %s  %.0f images/s\n",
+           (long long)e + 1, num(l, sizeof l, loss_sum / steps, 6, o->json),
+           num(a, sizeof a, acc, 4, o->json), ips);
     fflush(stdout);
   }
   if (!s) {
     qsort(ms, (size_t)done, sizeof *ms, cmp_double);
-    printf(
-        o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%.4f,\"test_accuracy\":%.4f,"
-                  "\"peak_rss_mb\":%.1f}\n"
-                : "done: %.0f images/s, median step %.4f ms, test accuracy %.4f, "
-                  "peak RSS %.1f MB\n",
-        done * images / (train_ms / 1e3), done ? ms[done / 2] : NAN, acc, peak_rss_mb());
+    char a[32], m[32], r[32];
+    printf(o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%s,\"test_accuracy\":%s,"
+                     "\"peak_rss_mb\":%s}\n"
+                   : "done: %.0f images/s, median step %s ms, test accuracy %s, "
+                     "peak RSS %s MB\n",
+           done * images / (train_ms / 1e3),
+           num(m, sizeof m, done ? ms[done / 2] : NAN, 4, o->json),
+           num(a, sizeof a, acc, 4, o->json), num(r, sizeof r, peak_rss_mb(), 1, o->json));
   }
   free(ms);
   return s;
