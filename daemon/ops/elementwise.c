@@ -160,69 +160,22 @@ static dpm_status scale_grad(dpm_grad *g, dpm_err *err) {
 
 /* ---- defs ---------------------------------------------------------------- */
 
-static const dpm_op_def relu = {
-    .name = "Relu",
-    .min_in = 1,
-    .max_in = 1,
-    .min_out = 1,
-    .max_out = 1,
-    .infer = infer_same,
-    .grad = relu_grad,
-    .run = relu_run,
-    .flags = DPM_OP_INPLACE,
-};
-static const dpm_op_def relu_gradient = {
-    .name = "ReluGradient",
-    .min_in = 2,
-    .max_in = 2,
-    .min_out = 1,
-    .max_out = 1,
-    .infer = infer_same,
-    .run = relu_grad_run,
-    .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
-};
-static const dpm_op_def sigmoid = {
-    .name = "Sigmoid",
-    .min_in = 1,
-    .max_in = 1,
-    .min_out = 1,
-    .max_out = 1,
-    .infer = infer_same,
-    .grad = sigmoid_grad,
-    .run = sigmoid_run,
-    .flags = DPM_OP_INPLACE,
-};
-static const dpm_op_def sigmoid_gradient = {
-    .name = "SigmoidGradient",
-    .min_in = 2,
-    .max_in = 2,
-    .min_out = 1,
-    .max_out = 1,
-    .infer = infer_same,
-    .run = sigmoid_grad_run,
-    .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
-};
-static const dpm_op_def tanh_ = {
-    .name = "Tanh",
-    .min_in = 1,
-    .max_in = 1,
-    .min_out = 1,
-    .max_out = 1,
-    .infer = infer_same,
-    .grad = tanh_grad,
-    .run = tanh_run,
-    .flags = DPM_OP_INPLACE,
-};
-static const dpm_op_def tanh_gradient = {
-    .name = "TanhGradient",
-    .min_in = 2,
-    .max_in = 2,
-    .min_out = 1,
-    .max_out = 1,
-    .infer = infer_same,
-    .run = tanh_grad_run,
-    .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
-};
+/* An activation y = f(x) and its gradient dx = f'(y) * dy, which reads the
+ * output only: both may run in place. */
+/* clang-format off */
+#define ACTIVATION(var, op_name, grad_fn, run_fn, grad_run_fn)                            \
+  static const dpm_op_def var = {                                                        \
+      .name = op_name, .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,             \
+      .infer = infer_same, .grad = grad_fn, .run = run_fn, .flags = DPM_OP_INPLACE};     \
+  static const dpm_op_def var##_gradient = {                                             \
+      .name = op_name "Gradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,  \
+      .infer = infer_same, .run = grad_run_fn, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN}
+/* clang-format on */
+
+ACTIVATION(relu, "Relu", relu_grad, relu_run, relu_grad_run);
+ACTIVATION(sigmoid, "Sigmoid", sigmoid_grad, sigmoid_run, sigmoid_grad_run);
+ACTIVATION(tanh_op, "Tanh", tanh_grad, tanh_run, tanh_grad_run);
+
 static const dpm_op_def add = {
     .name = "Add",
     .min_in = 2,
@@ -280,6 +233,6 @@ static const dpm_op_def stop_gradient = {
 };
 
 const dpm_op_def *const dpm_ops_elementwise[] = {
-    &relu, &relu_gradient, &sigmoid, &sigmoid_gradient, &tanh_, &tanh_gradient, &add,
+    &relu, &relu_gradient, &sigmoid, &sigmoid_gradient, &tanh_op, &tanh_op_gradient, &add,
     &sum,  &scale,         &copy,    &stop_gradient,    NULL,
 };
