@@ -59,10 +59,6 @@ static void relu_grad_run(const dpm_op *op) {
   }
 }
 
-static dpm_status relu_grad(dpm_grad *g, dpm_err *err) {
-  return emit_from_output(g, "ReluGradient", err);
-}
-
 /* ---- Sigmoid, Tanh ------------------------------------------------------- */
 
 static void sigmoid_run(const dpm_op *op) {
@@ -80,10 +76,6 @@ static void sigmoid_grad_run(const dpm_op *op) {
   for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.f - y[i]);
 }
 
-static dpm_status sigmoid_grad(dpm_grad *g, dpm_err *err) {
-  return emit_from_output(g, "SigmoidGradient", err);
-}
-
 static void tanh_run(const dpm_op *op) {
   const float *x = dpm_f32(op->in[0]);
   float *y = dpm_f32(op->out[0]);
@@ -97,10 +89,6 @@ static void tanh_grad_run(const dpm_op *op) {
   float *dx = dpm_f32(op->out[0]);
   int64_t n = dpm_tensor_numel(op->in[0]);
   for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.f - y[i] * y[i]);
-}
-
-static dpm_status tanh_grad(dpm_grad *g, dpm_err *err) {
-  return emit_from_output(g, "TanhGradient", err);
 }
 
 /* ---- Add, Sum ------------------------------------------------------------ */
@@ -163,18 +151,21 @@ static dpm_status scale_grad(dpm_grad *g, dpm_err *err) {
 /* An activation y = f(x) and its gradient dx = f'(y) * dy, which reads the
  * output only: both may run in place. */
 /* clang-format off */
-#define ACTIVATION(var, op_name, grad_fn, run_fn, grad_run_fn)                            \
+#define ACTIVATION(var, op_name, run_fn, grad_run_fn)                                     \
+  static dpm_status var##_grad(dpm_grad *g, dpm_err *err) {                              \
+    return emit_from_output(g, op_name "Gradient", err);                                 \
+  }                                                                                      \
   static const dpm_op_def var = {                                                        \
       .name = op_name, .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,             \
-      .infer = infer_same, .grad = grad_fn, .run = run_fn, .flags = DPM_OP_INPLACE};     \
+      .infer = infer_same, .grad = var##_grad, .run = run_fn, .flags = DPM_OP_INPLACE};  \
   static const dpm_op_def var##_gradient = {                                             \
       .name = op_name "Gradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,  \
       .infer = infer_same, .run = grad_run_fn, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN}
 /* clang-format on */
 
-ACTIVATION(relu, "Relu", relu_grad, relu_run, relu_grad_run);
-ACTIVATION(sigmoid, "Sigmoid", sigmoid_grad, sigmoid_run, sigmoid_grad_run);
-ACTIVATION(tanh_op, "Tanh", tanh_grad, tanh_run, tanh_grad_run);
+ACTIVATION(relu, "Relu", relu_run, relu_grad_run);
+ACTIVATION(sigmoid, "Sigmoid", sigmoid_run, sigmoid_grad_run);
+ACTIVATION(tanh_op, "Tanh", tanh_run, tanh_grad_run);
 
 static const dpm_op_def add = {
     .name = "Add",

@@ -61,6 +61,9 @@ static void example(float *x, int b, int seed) {
 }
 
 /* Build the spec, initialise, train `steps` steps. 0 on success. */
+static void teardown(fixture *f);
+
+/* Builds and trains the fixture; on failure reports it and tears down. */
 static int setup(fixture *f, const char *yaml, int steps) {
   memset(f, 0, sizeof *f);
   Dpm__ModelSpec *spec = NULL;
@@ -82,7 +85,10 @@ static int setup(fixture *f, const char *yaml, int steps) {
   }
   snprintf(f->dir, sizeof f->dir, "/tmp/dpm_predictor_XXXXXX");
   if (!s && !mkdtemp(f->dir)) s = dpm_errf(&err, DPM_IO, "mkdtemp failed");
-  if (s) dpm_test_fail(__FILE__, __LINE__, "setup: %s", err.msg);
+  if (s) {
+    dpm_test_fail(__FILE__, __LINE__, "setup: %s", err.msg);
+    teardown(f);
+  }
   return s;
 }
 
@@ -199,10 +205,7 @@ static double predictor_vs_test_net(fixture *f, dpm_predictor *p, const float *x
 
 TEST(predictor_matches_test_net_mlp) {
   fixture f;
-  if (setup(&f, MLP, 3)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 3)) return;
   dpm_err err = {0};
   dpm_predictor *p = NULL;
   float x[BATCH * EX];
@@ -234,10 +237,7 @@ TEST(predictor_matches_test_net_mlp) {
 
 TEST(predictor_file_holds_only_needed_forward_ops) {
   fixture f;
-  if (setup(&f, MLP, 2)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 2)) return;
   dpm_err err = {0};
   char path[128];
   size_t len = 0;
@@ -303,10 +303,7 @@ TEST(predictor_file_holds_only_needed_forward_ops) {
 
 TEST(predictor_uses_running_stats_and_no_dropout) {
   fixture f;
-  if (setup(&f, BN, 4)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, BN, 4)) return;
   dpm_err err = {0};
   dpm_predictor *p = NULL;
   float x[BATCH * EX];
@@ -365,10 +362,7 @@ static void expect_refused(fixture *f, const char *const *in, int n_in,
 
 TEST(predictor_refuses_outputs_it_cannot_compute) {
   fixture f;
-  if (setup(&f, MLP, 0)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 0)) return;
   const char *loss[] = {"loss"}, *acc[] = {"prob", "accuracy"};
   const char *nope[] = {"nope"}, *label[] = {"label"}, *w[] = {"fc1_w"},
              *dup[] = {"data", "data"};
@@ -397,10 +391,7 @@ TEST(predictor_refuses_outputs_it_cannot_compute) {
  * predictor (no label needed), equal to the test net's. */
 TEST(predictor_softmax_of_softmax_with_loss) {
   fixture f;
-  if (setup(&f, MLP, 3)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 3)) return;
   dpm_err err = {0};
   dpm_predictor *p = NULL;
   float x[BATCH * EX];
@@ -420,10 +411,7 @@ TEST(predictor_softmax_of_softmax_with_loss) {
 /* An input in the middle: fc1 as FC left it, so the (fused) Relu stays. */
 TEST(predictor_starts_at_a_middle_input) {
   fixture f;
-  if (setup(&f, MLP, 2)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 2)) return;
   const char *in[] = {"fc1"};
   dpm_err err = {0};
   uint8_t *buf = NULL;
@@ -526,10 +514,7 @@ static void e_read_early(Dpm__PredictorDef *d) { /* reads what a later op writes
 
 TEST(predictor_refuses_corrupt_files) {
   fixture f;
-  if (setup(&f, MLP, 1)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 1)) return;
   dpm_err err = {0};
   dpm_predictor *p = NULL;
   char path[128];
@@ -640,10 +625,7 @@ TEST(predictor_refuses_corrupt_files) {
 
 TEST(predictor_handles_batch_size_changes) {
   fixture f;
-  if (setup(&f, MLP, 2)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 2)) return;
   dpm_err err = {0};
   dpm_predictor *p = NULL;
   if (export(&f, PROB, 1, &err) || dpm_predictor_load(f.dir, &p, &err)) {
@@ -673,10 +655,7 @@ TEST(predictor_handles_batch_size_changes) {
 
 TEST(predictor_export_is_atomic_and_replaces) {
   fixture f;
-  if (setup(&f, MLP, 1)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, MLP, 1)) return;
   char dir[128], path[160];
   snprintf(dir, sizeof dir, "%s/a/b", f.dir); /* parents are created */
   snprintf(path, sizeof path, "%s/predictor.pb", dir);
@@ -767,10 +746,7 @@ TEST(predictor_strips_scoped_blob_names) {
   };
   const char *out[] = {"cpu_0/prob"};
   fixture f;
-  if (setup(&f, specs[0], 1)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, specs[0], 1)) return;
   dpm_err err = {0};
   uint8_t *buf = NULL;
   size_t len = 0;
@@ -792,10 +768,7 @@ TEST(predictor_strips_scoped_blob_names) {
   dpm_predictor_free(p);
   free(buf);
   teardown(&f);
-  if (setup(&f, specs[1], 0)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, specs[1], 0)) return;
   CHECK_INT(dpm_predictor_extract(&f.m, &f.ws, DATA, 1, out, 1, &buf, &len, &err),
             DPM_INVALID);
   CHECK_HAS(err.msg, "blobs 'cpu_0/h_w' and 'cpu_1/h_w' both strip to 'h_w'");
@@ -812,10 +785,7 @@ static uint64_t lcg(uint64_t *s) {
  * kernels for out-of-bounds access. */
 TEST(predictor_survives_mutated_files) {
   fixture f;
-  if (setup(&f, BN, 1)) {
-    teardown(&f);
-    return;
-  }
+  if (setup(&f, BN, 1)) return;
   dpm_err err = {0};
   uint8_t *good = NULL;
   size_t len = 0;
