@@ -4,7 +4,7 @@
 
 CC       ?= gcc
 BUILD    := build
-PKGS     := libprotobuf-c yaml-0.1 zlib openblas
+PKGS     := libprotobuf-c yaml-0.1 zlib openblas libuv nanomsg
 # Deferred (=): on a fresh machine the packages exist only once `deps` ran.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -20,10 +20,11 @@ PROTO_C  := $(BUILD)/proto/dpm.pb-c.c
 PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
 ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/comm/*.c \
                           daemon/parallel/*.c \
-                          daemon/train/*.c)
+                          daemon/train/*.c daemon/server/*.c)
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC))
-SPEC_SRC := $(wildcard client/spec/*.c)
+SPEC_SRC := $(wildcard client/spec/*.c client/lib/*.c)
 LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C)
+CTL_SRC  := $(wildcard client/dpmctl/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
@@ -33,8 +34,9 @@ LIB_OBJ      := $(call obj,obj,$(LIB_SRC))
 LIB_ASAN_OBJ := $(call obj,asan,$(LIB_SRC))
 TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
-.PHONY: all deps test bench demo clean format
-all: $(BUILD)/dpm-train $(BUILD)/tests/unit $(BENCHES)
+.PHONY: all deps test bench demo clean format install
+PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train
+all: $(PROGS) $(BUILD)/tests/unit $(BENCHES)
 
 deps:
 	@./scripts/deps.sh
@@ -64,6 +66,17 @@ $(BUILD)/libdpm-asan.a: $(LIB_ASAN_OBJ)
 $(BUILD)/dpm-train: $(BUILD)/obj/daemon/train/dpm_train_main.o $(BUILD)/libdpm.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/dpmd: $(BUILD)/obj/daemon/server/dpmd_main.o $(BUILD)/libdpm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/dpmctl: $(call obj,obj,$(CTL_SRC)) $(BUILD)/libdpm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# ASan builds of the programs, for the integration tests' bad-input checks.
+$(BUILD)/asan-bin/dpmd: $(BUILD)/asan/daemon/server/dpmd_main.o $(BUILD)/libdpm-asan.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
@@ -73,7 +86,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md).
-test: deps $(BUILD)/tests/unit $(BUILD)/dpm-train
+test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd
 	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train
@@ -87,6 +100,23 @@ demo: deps $(BUILD)/dpm-train
 	  --devices cpu:0,cpu:1 --epochs 1 --checkpoint $(BUILD)/demo/mlp.ckpt \
 	  --extract-predictor $(BUILD)/demo/predictor --inputs data --outputs softmax
 	@ls -l $(BUILD)/demo/mlp.ckpt $(BUILD)/demo/predictor/predictor.pb
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
+# and client headers, the systemd unit and the default config (never
+# overwriting an existing /etc/dpmd/dpmd.yaml).
+PREFIX  ?= /usr/local
+SYSCONF ?= /etc
+UNITDIR ?= /lib/systemd/system
+install: $(PROGS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/dpm \
+	  $(DESTDIR)$(PREFIX)/include/dpm/proto $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONF)/dpmd
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 include/dpm/*.h $(DESTDIR)$(PREFIX)/include/dpm/
+	install -m 644 $(PROTO_H) $(DESTDIR)$(PREFIX)/include/dpm/proto/
+	sed 's|@BINDIR@|$(PREFIX)/bin|g' systemd/dpmd.service > $(DESTDIR)$(UNITDIR)/dpmd.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/dpmd.service
+	[ -e $(DESTDIR)$(SYSCONF)/dpmd/dpmd.yaml ] || \
+	  install -m 644 systemd/dpmd.yaml $(DESTDIR)$(SYSCONF)/dpmd/dpmd.yaml
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

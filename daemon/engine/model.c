@@ -352,6 +352,7 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
   memset(m, 0, sizeof *m);
   builder b = {.m = m, .spec = spec, .err = err};
   m->batch = batch;
+  m->input_scale = spec->input ? spec->input->scale : 1.0;
   memcpy(m->chw, chw, sizeof m->chw);
   if (!(m->source = strdup(spec->source ? spec->source : "spec")) ||
       !(m->name = strdup(spec->name ? spec->name : "model")))

@@ -30,6 +30,7 @@ typedef struct dpm_model {
   char *data, *label; /* reader output blob names */
   int64_t chw[3];     /* one example's shape */
   int batch;          /* examples per device per step */
+  double input_scale; /* the reader's pixel scale (spec input.scale) */
   char **losses;      /* spec losses */
   int n_losses;
   char *accuracy; /* first Accuracy output, or NULL */

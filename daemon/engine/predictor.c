@@ -38,6 +38,7 @@ struct dpm_predictor {
   dpm_exec exec;       /* the net bound to ws at `batch` */
   dpm_ctx ctx;         /* scratch */
   int batch;           /* batch size bound; 0: none */
+  double input_scale;  /* raw pixel -> input value */
   int ran;             /* the last run succeeded: outputs are valid */
   dpm_tensor **in_t;   /* input blobs at `batch` */
   dpm_tensor **out_t;  /* output blobs */
@@ -349,6 +350,7 @@ static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *e
     return fail(p, err, DPM_UNSUPPORTED,
                 "predictor version %u; this runtime reads version %d", d->version,
                 DPM_PREDICTOR_VERSION);
+  p->input_scale = d->input_scale;
   if (d->n_input < 1 || d->n_output < 1)
     return fail(p, err, DPM_CORRUPT,
                 "a predictor needs at least one input and one output");
@@ -518,6 +520,8 @@ int dpm_predictor_input_shape(const dpm_predictor *p, int i, int64_t dims[3]) {
   if (dims) memcpy(dims, s->d + 1, (size_t)(s->ndim - 1) * sizeof *dims);
   return s->ndim - 1;
 }
+
+double dpm_predictor_input_scale(const dpm_predictor *p) { return p->input_scale; }
 
 int64_t dpm_predictor_input_size(const dpm_predictor *p, int i) {
   if (!p || i < 0 || i >= p->n_in) return -1;

@@ -442,6 +442,8 @@ static dpm_status tensor(extractor *x, const char *name, Dpm__TensorProto **out)
 static dpm_status message(extractor *x, Dpm__PredictorDef *d) {
   d->version = DPM_PREDICTOR_VERSION;
   d->name = x->m->name;
+  d->has_input_scale = 1;
+  d->input_scale = x->m->input_scale;
   int kept = 0;
   for (int i = 0; i < x->net.n; i++) kept += x->keep[i];
   if (!(d->op = pool_alloc(&x->pool, (size_t)kept, sizeof *d->op))) return nomem(x->err);

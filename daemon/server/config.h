@@ -1,0 +1,69 @@
+/* dpmd's configuration: defaults, then the YAML file (/etc/dpmd/dpmd.yaml
+ * or --config), then command-line flags. Documented key by key in
+ * systemd/dpmd.yaml (the default config installed with the daemon).
+ *
+ * Errors: DPM_SPEC with "FILE:LINE:COL: message" for a bad file (unknown,
+ * duplicate or missing keys, wrong types, out-of-range values), DPM_IO when
+ * a file named explicitly cannot be read (the default path may be absent:
+ * then the defaults hold), DPM_INVALID for bad flags or combinations (a
+ * non-loopback TCP listen address without auth_token_file).
+ *
+ * Ownership: dpmd_config owns every string and array in it; free with
+ * dpmd_config_fini. Threads: loaded once at start; read-only afterwards. */
+#ifndef DPMD_CONFIG_H
+#define DPMD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpm/status.h"
+
+#define DPMD_DEFAULT_CONFIG "/etc/dpmd/dpmd.yaml"
+
+typedef enum { DPMD_LOG_ERROR, DPMD_LOG_WARNING, DPMD_LOG_INFO, DPMD_LOG_DEBUG } dpmd_log_level;
+
+typedef struct dpmd_config {
+  char **listen;            /* RPC endpoints; default ipc:///run/dpmd/dpmd.sock */
+  int n_listen;
+  char *events;             /* PUB endpoint; default: "events.sock" beside the
+                               first ipc listen address, else none (NULL) */
+  char *state_dir;          /* default /var/lib/dpmd */
+  int cpu_devices;          /* CPU replicas served (devices.cpu); default: cores */
+  int cuda;                 /* devices.cuda: 1 auto (load the backend if present), 0 off */
+  int max_models;           /* default 16 */
+  int checkpoint_retention; /* checkpoints kept per model; default 3 (0: all) */
+  int checkpoint_on_shutdown; /* default 1 */
+  char **allowed_paths;     /* besides state_dir, where checkpoints and
+                               predictors may be read and written */
+  int n_allowed_paths;
+  char *auth_token_file;    /* NULL: no token */
+  char *token;              /* its contents, trailing whitespace removed */
+  dpmd_log_level log_level; /* default info */
+  size_t max_message_bytes; /* largest request accepted; default 64 MiB */
+  uint64_t max_model_bytes; /* bytes of tensors per model (all replicas); default 8 GiB */
+  int progress_every;       /* steps between progress events; default 10 */
+  int foreground;           /* --foreground (informational: dpmd never forks) */
+} dpmd_config;
+
+/* Fills *cfg with the defaults, then reads path (NULL: DPMD_DEFAULT_CONFIG,
+ * silently skipped when absent). */
+dpm_status dpmd_config_load(const char *path, dpmd_config *cfg, dpm_err *err);
+/* Parses text (for tests); source names it in messages. */
+dpm_status dpmd_config_parse(const char *text, size_t len, const char *source,
+                             dpmd_config *cfg, dpm_err *err);
+/* Applies dpmd's flags (argv without the program name; --config is skipped
+ * here, the caller reads it first with dpmd_config_flag_path). Flags:
+ * --listen ADDR (repeatable; replaces the file's list), --events ADDR,
+ * --state-dir DIR, --devices N, --log-level L, --foreground. */
+dpm_status dpmd_config_flags(dpmd_config *cfg, int argc, char **argv, dpm_err *err);
+/* The value of --config in argv, or NULL. */
+const char *dpmd_config_flag_path(int argc, char **argv);
+/* Final checks and the token file: call after flags. */
+dpm_status dpmd_config_finish(dpmd_config *cfg, dpm_err *err);
+void dpmd_config_fini(dpmd_config *cfg);
+
+/* True when path (absolute, need not exist yet) resolves under state_dir or
+ * an allowed path (symlinks of existing parents resolved; ".." refused). */
+int dpmd_path_allowed(const dpmd_config *cfg, const char *path);
+
+#endif
