@@ -92,14 +92,10 @@ test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd
 bench: deps $(BENCHES) $(BUILD)/dpm-train
 	for b in $(BENCHES); do OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 
-# Two CPU replicas train the MLP one epoch, evaluate, checkpoint and write a
-# predictor (in process; the daemon, dpmd, is not built yet).
-demo: deps $(BUILD)/dpm-train
-	@mkdir -p $(BUILD)/demo
-	OPENBLAS_NUM_THREADS=1 $(BUILD)/dpm-train examples/fmnist_mlp.yaml \
-	  --devices cpu:0,cpu:1 --epochs 1 --checkpoint $(BUILD)/demo/mlp.ckpt \
-	  --extract-predictor $(BUILD)/demo/predictor --inputs data --outputs softmax
-	@ls -l $(BUILD)/demo/mlp.ckpt $(BUILD)/demo/predictor/predictor.pb
+# A real dpmd trains the MLP on two CPU replicas for one epoch, evaluates,
+# checkpoints, extracts a predictor and runs it (scripts/demo.sh).
+demo: deps $(PROGS)
+	./scripts/demo.sh
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
 # and client headers, the systemd unit and the default config (never

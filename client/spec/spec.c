@@ -1064,6 +1064,8 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
   Dpm__UpdateSpec up;
   Dpm__EvalSpec ev;
   top.source = NULL;
+  top.name = NULL;     /* a model may be renamed ...          */
+  top.parallel = NULL; /* ... or moved to other devices (spec.h) */
   top.n_forward = 0;
   top.forward = NULL;
   if (spec->input) {

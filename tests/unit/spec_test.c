@@ -197,6 +197,19 @@ TEST(spec_defaults_and_hash) {
   CHECK(dpm_spec_hash(a) == dpm_spec_hash(b));
   CHECK(dpm_spec_hash(a) != dpm_spec_hash(c));
   CHECK(dpm_spec_hash(NULL) == 0);
+  { /* renamed or on other devices: the same model for a checkpoint */
+    uint64_t h = dpm_spec_hash(a);
+    char *name = a->name;
+    a->name = "renamed";
+    CHECK(dpm_spec_hash(a) == h);
+    a->name = name;
+    const char *t4 = MINI "input: {images: i, labels: l}\n"
+                          "parallel: {devices: [cpu:0, cpu:1], net_type: simple}\n";
+    Dpm__ModelSpec *e = NULL;
+    CHECK_INT(dpm_spec_parse(t4, strlen(t4), NULL, &e, NULL), DPM_OK);
+    CHECK(dpm_spec_hash(e) == h);
+    dpm_spec_free(e);
+  }
   /* Packs, unpacks, hashes the same and frees with the same function. */
   size_t n = dpm__model_spec__get_packed_size(a);
   uint8_t *buf = malloc(n);

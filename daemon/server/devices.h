@@ -1,0 +1,36 @@
+/* The devices dpmd serves, found at start, and their warm crews: worker
+ * threads and communicators created once per device group and lent to
+ * every model that trains on it (parallel/crew.h), so a second model on
+ * the same devices starts without creating threads or communicators.
+ *
+ * CPU devices are "cpu:0" .. "cpu:N-1" (N from the config). CUDA devices
+ * would be "cuda:K"; this build has no CUDA backend, so a model asking for
+ * one is refused with DPM_UNSUPPORTED and a message saying so.
+ *
+ * Threads: dpmd_devices_check and dpmd_devices_crew may be called from any
+ * thread (a mutex guards the crew table); crews live until destroy. */
+#ifndef DPMD_DEVICES_H
+#define DPMD_DEVICES_H
+
+#include <stddef.h>
+
+#include "dpm/status.h"
+
+struct dpm_crew;
+typedef struct dpmd_devices dpmd_devices;
+
+dpm_status dpmd_devices_create(int cpu, int comm_timeout_ms, dpmd_devices **out,
+                               dpm_err *err);
+/* The device names, for version/ping ("cpu:0", ...). */
+int dpmd_devices_count(const dpmd_devices *dv);
+const char *dpmd_devices_name(const dpmd_devices *dv, int i);
+/* Checks a model's device list: known, distinct, one kind. */
+dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t n,
+                              dpm_err *err);
+/* The crew for a group of n replicas (created on first use). */
+dpm_status dpmd_devices_crew(dpmd_devices *dv, int n, struct dpm_crew **out, dpm_err *err);
+/* How many crews exist (for metrics and tests). */
+int dpmd_devices_crews(dpmd_devices *dv);
+void dpmd_devices_destroy(dpmd_devices *dv);
+
+#endif

@@ -1,0 +1,69 @@
+/* dpmd: the resident training daemon.
+ *
+ *   dpmd [--config FILE] [--listen ADDR]... [--state-dir DIR] [--foreground]
+ *        [--events ADDR] [--devices N] [--log-level L] [--token-file FILE]
+ *
+ * Reads the config (server/config.h), discovers its devices, binds its
+ * sockets, brings back the models in the state dir and serves until
+ * SIGTERM, SIGINT or a shutdown request, after which it finishes the steps
+ * in flight, checkpoints training models and exits 0. Exit status 1: it
+ * could not start (the reason is logged); 2: bad usage or config. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "server/devices.h"
+#include "server/dpmd.h"
+#include "server/log.h"
+#include "server/notify.h"
+#include "server/store.h"
+
+static const char usage[] =
+    "usage: dpmd [--config FILE] [--listen ADDR]... [--state-dir DIR] [--foreground]\n"
+    "            [--events ADDR] [--devices N] [--log-level error|warning|info|debug]\n"
+    "            [--token-file FILE]\n";
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (!strcmp(argv[i], "--version")) {
+      printf("dpmd %s (protocol %d)\n", DPMD_VERSION, DPM_PROTOCOL_VERSION);
+      return 0;
+    }
+  }
+  dpmd_config cfg;
+  dpm_err err = {0};
+  if (dpmd_config_load(dpmd_config_flag_path(argc, argv), &cfg, &err) ||
+      dpmd_config_flags(&cfg, argc - 1, argv + 1, &err) || dpmd_config_finish(&cfg, &err)) {
+    fprintf(stderr, "dpmd: %s\n%s", err.msg, err.code == DPM_IO ? "" : usage);
+    dpmd_config_fini(&cfg);
+    return err.code == DPM_IO ? 1 : 2;
+  }
+  dpmd_log_init(cfg.log_level);
+  umask(0007); /* sockets and files: owner and group only */
+  openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
+  dpmd d = {.cfg = &cfg, .loop = uv_default_loop()};
+  int rc = 1;
+  if (dpmd_store_init(cfg.state_dir, &err) ||
+      dpmd_devices_create(cfg.cpu_devices, 60000, &d.devices, &err)) {
+    dpmd_error("%s", err.msg);
+  } else {
+    dpmd_info("dpmd %s: %d cpu device(s), state in %s%s", DPMD_VERSION, cfg.cpu_devices,
+              cfg.state_dir, cfg.cuda ? "; no CUDA backend in this build" : "");
+    if (dpmd_serve(&d, &err))
+      dpmd_error("%s", err.msg);
+    else
+      rc = 0;
+  }
+  uv_loop_close(d.loop);
+  dpmd_devices_destroy(d.devices);
+  free(d.models);
+  dpmd_config_fini(&cfg);
+  if (!rc) dpmd_info("stopped");
+  return rc;
+}

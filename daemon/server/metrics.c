@@ -1,0 +1,106 @@
+/* The metrics command: Prometheus text exposition format, version 0.0.4. */
+#include <math.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "server/devices.h"
+#include "server/dpmd.h"
+#include "server/model.h"
+
+typedef struct text {
+  char *buf;
+  size_t len, cap;
+  int failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !t->failed; tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) break;
+    if ((size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = (t->cap + (size_t)n) * 2;
+    char *b = realloc(t->buf, cap);
+    if (!b) break;
+    t->buf = b;
+    t->cap = cap;
+  }
+  t->failed = 1;
+}
+
+static void head(text *t, const char *name, const char *type, const char *help) {
+  put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Per-model gauges: one family each, read from a model snapshot. */
+typedef struct {
+  const char *name, *help;
+  int has_off, val_off; /* offsets into Dpm__ModelInfo; has_off < 0: always */
+  int is_u64;
+  double scale; /* to the metric's unit */
+} family;
+
+#define F(n, h, field, u, k) {n, h, offsetof(Dpm__ModelInfo, has_##field), \
+                              offsetof(Dpm__ModelInfo, field), u, k}
+static const family families[] = {
+    F("dpm_model_iteration", "Completed training steps.", iter, 1, 1),
+    F("dpm_model_loss", "Loss of the last step.", loss, 0, 1),
+    F("dpm_model_images_per_second", "Training throughput of the last steps.", images_per_s, 0, 1),
+    F("dpm_model_step_seconds", "Wall time of the last step.", step_ms, 0, 1e-3),
+    F("dpm_model_tensor_bytes", "Bytes of tensors over all replicas.", tensor_bytes, 1, 1),
+};
+#undef F
+
+char *dpmd_metrics_text(dpmd *d) {
+  text t = {0};
+  head(&t, "dpmd_uptime_seconds", "gauge", "Seconds since dpmd started.");
+  put(&t, "dpmd_uptime_seconds %.3f\n", dpmd_now() - d->started);
+  head(&t, "dpmd_models", "gauge", "Models by state.");
+  for (int s = 0; s < DPMD_STATE_COUNT; s++) {
+    int n = 0;
+    for (int i = 0; i < d->n_models; i++) n += dpmd_model_state(d->models[i]) == (dpmd_state)s;
+    put(&t, "dpmd_models{state=\"%s\"} %d\n", dpmd_state_name(s), n);
+  }
+  head(&t, "dpmd_device_crews", "gauge", "Warm device groups (worker threads and communicators).");
+  put(&t, "dpmd_device_crews %d\n", dpmd_devices_crews(d->devices));
+  head(&t, "dpmd_requests_total", "counter", "Requests answered, by command and status.");
+  for (int c = 0; c < DPMD_MAX_COMMAND; c++)
+    for (int s = 0; s < 16 && s < DPM_STATUS_COUNT; s++)
+      if (d->requests[c][s])
+        put(&t, "dpmd_requests_total{command=\"%s\",status=\"%s\"} %llu\n",
+            dpmd_command_name(c), dpm_status_name((dpm_status)s),
+            (unsigned long long)d->requests[c][s]);
+  head(&t, "dpmd_dropped_messages_total", "counter", "Requests that could not be decoded.");
+  put(&t, "dpmd_dropped_messages_total %llu\n", (unsigned long long)d->dropped);
+  Dpm__ModelInfo *info = calloc((size_t)d->n_models + 1, sizeof *info);
+  dpmd_info_buf *buf = calloc((size_t)d->n_models + 1, sizeof *buf);
+  if (!info || !buf) t.failed = 1;
+  for (int i = 0; !t.failed && i < d->n_models; i++)
+    dpmd_model_info(d->models[i], &info[i], &buf[i]);
+  for (size_t f = 0; !t.failed && f < sizeof families / sizeof *families; f++) {
+    head(&t, families[f].name, "gauge", families[f].help);
+    for (int i = 0; i < d->n_models; i++) {
+      const char *p = (const char *)&info[i];
+      if (!*(const protobuf_c_boolean *)(p + families[f].has_off)) continue;
+      double v = families[f].is_u64 ? (double)*(const uint64_t *)(p + families[f].val_off)
+                                    : *(const double *)(p + families[f].val_off);
+      if (isfinite(v)) put(&t, "%s{model=\"%s\"} %.17g\n", families[f].name, info[i].name,
+                         v * families[f].scale);
+    }
+  }
+  free(info);
+  free(buf);
+  if (t.failed) {
+    free(t.buf);
+    return NULL;
+  }
+  return t.buf;
+}

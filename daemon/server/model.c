@@ -1,0 +1,594 @@
+/* A served model: its thread, its job queue, training in chunks, and the
+ * jobs that run between steps. */
+#include "server/model.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/workspace.h"
+#include "server/devices.h"
+#include "server/log.h"
+#include "server/store.h"
+#include "spec/spec.h"
+#include "train/trainer.h"
+
+typedef enum { JOB_REQUEST, JOB_DELETE, JOB_SHUTDOWN } job_kind;
+
+typedef struct job {
+  struct job *next;
+  job_kind kind;
+  Dpm__Request *rq; /* JOB_REQUEST: owned */
+  dpmd_reply_to to; /* header NULL: nobody to answer */
+} job;
+
+typedef struct waiter { /* a train --wait to answer when the run ends */
+  struct waiter *next;
+  dpmd_reply_to to;
+} waiter;
+
+struct dpmd_model {
+  dpmd *d;
+  Dpm__ModelSpec *spec; /* owned; immutable once the thread runs */
+  char dir[PATH_MAX];
+  int restore;
+  dpmd_reply_to submit_to;
+  pthread_t thread;
+  int started;
+  pthread_mutex_t mu; /* guards what follows, up to `t` */
+  pthread_cond_t cv;
+  job *jobs, *jobs_tail;
+  int ending;
+  dpmd_state state;
+  uint64_t iter, target, ckpt_iter, tensor_bytes;
+  dpm_step_stats last;
+  int has_last;
+  double images_per_s;
+  char error[512], ckpt[PATH_MAX];
+  dpm_trainer *t; /* set and cleared under mu (interrupt reads it) */
+  /* model thread only */
+  waiter *waiters;
+  int global_batch;
+};
+
+static const char *const state_names[DPMD_STATE_COUNT] = {"building", "ready", "training",
+                                                           "paused", "failed"};
+const char *dpmd_state_name(dpmd_state s) { return state_names[s]; }
+const char *dpmd_model_name(const dpmd_model *m) { return m->spec->name; }
+
+dpmd_state dpmd_model_state(dpmd_model *m) {
+  pthread_mutex_lock(&m->mu);
+  dpmd_state s = m->state;
+  pthread_mutex_unlock(&m->mu);
+  return s;
+}
+
+int dpmd_model_ending(const dpmd_model *m) { return m->ending; }
+
+/* ---- snapshots and events ----------------------------------------------- */
+
+void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
+  dpm__model_info__init(info);
+  info->name = m->spec->name;
+  info->n_devices = m->spec->parallel ? m->spec->parallel->n_devices : 0;
+  info->devices = m->spec->parallel ? m->spec->parallel->devices : NULL;
+  pthread_mutex_lock(&m->mu);
+  info->state = (char *)state_names[m->state];
+  info->has_iter = info->has_target_iter = 1;
+  info->iter = m->iter;
+  info->target_iter = m->target > m->iter ? m->target : m->iter;
+  if (m->has_last) {
+    info->has_loss = info->has_accuracy = info->has_lr = info->has_step_ms = 1;
+    info->loss = m->last.loss;
+    info->accuracy = m->last.accuracy;
+    info->lr = m->last.lr;
+    info->step_ms = m->last.step_ms;
+    info->has_images_per_s = 1;
+    info->images_per_s = m->images_per_s;
+  }
+  if (m->error[0]) info->error = strcpy(buf->error, m->error);
+  if (m->ckpt[0]) {
+    info->checkpoint = strcpy(buf->checkpoint, m->ckpt);
+    info->has_checkpoint_iter = 1;
+    info->checkpoint_iter = m->ckpt_iter;
+  }
+  info->has_tensor_bytes = m->tensor_bytes > 0;
+  info->tensor_bytes = m->tensor_bytes;
+  pthread_mutex_unlock(&m->mu);
+}
+
+static void publish(dpmd_model *m, Dpm__EventKind kind, const char *msg) {
+  Dpm__Event ev = DPM__EVENT__INIT;
+  Dpm__ModelInfo info;
+  dpmd_info_buf buf;
+  dpmd_model_info(m, &info, &buf);
+  ev.kind = kind;
+  ev.model = &info;
+  ev.message = (char *)msg;
+  ev.has_time = 1;
+  ev.time = dpmd_now();
+  dpmd_publish(m->d, m->spec->name, &ev);
+}
+
+static void set_state(dpmd_model *m, dpmd_state s) {
+  pthread_mutex_lock(&m->mu);
+  dpmd_state old = m->state;
+  m->state = s;
+  pthread_mutex_unlock(&m->mu);
+  if (old != s) {
+    dpmd_info("model %s: %s", m->spec->name, state_names[s]);
+    publish(m, DPM__EVENT_KIND__EVENT_STATE, NULL);
+  }
+}
+
+static void reply_info(dpmd_model *m, dpmd_reply_to *to) {
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  Dpm__ModelInfo info;
+  dpmd_info_buf buf;
+  dpmd_model_info(m, &info, &buf);
+  rs.result_case = DPM__RESPONSE__RESULT_MODEL;
+  rs.model = &info;
+  dpmd_reply(m->d, to, &rs);
+}
+
+static void reply_err(dpmd_model *m, dpmd_reply_to *to, const dpm_err *err) {
+  dpmd_reply_error(m->d, to, err->code, "%s: %s", m->spec->name, err->msg);
+}
+
+/* Answer every train --wait: with the model (ok) or with err. */
+static void release_waiters(dpmd_model *m, const dpm_err *err) {
+  for (waiter *w; (w = m->waiters);) {
+    m->waiters = w->next;
+    if (err)
+      reply_err(m, &w->to, err);
+    else
+      reply_info(m, &w->to);
+    free(w);
+  }
+}
+
+static void fail(dpmd_model *m, const dpm_err *err) {
+  dpmd_error("model %s failed: %s", m->spec->name, err->msg);
+  pthread_mutex_lock(&m->mu);
+  snprintf(m->error, sizeof m->error, "%s", err->msg);
+  pthread_mutex_unlock(&m->mu);
+  set_state(m, DPMD_FAILED);
+  publish(m, DPM__EVENT_KIND__EVENT_ERROR, err->msg);
+  release_waiters(m, err);
+}
+
+/* ---- building ------------------------------------------------------------ */
+
+static uint64_t trainer_bytes(dpm_trainer *t) {
+  uint64_t b = 0;
+  for (int r = 0; r < dpm_trainer_devices(t); r++)
+    b += dpm_ws_bytes(dpm_trainer_workspace(t, r));
+  return b;
+}
+
+static dpm_status checkpoint_to(dpmd_model *m, const char *path, dpm_err *err);
+
+/* Restore: the newest checkpoint that loads; a torn or corrupt one (a
+ * crash while writing) is skipped with a warning. */
+static void restore_checkpoint(dpmd_model *m) {
+  uint64_t it[64];
+  int n = dpmd_store_checkpoints(m->dir, it, 64);
+  for (int i = 0; i < n; i++) {
+    char path[PATH_MAX];
+    dpm_err err = {0};
+    if (dpmd_store_checkpoint_path(m->dir, it[i], path, sizeof path)) continue;
+    if (dpm_trainer_load(m->t, path, &err)) {
+      dpmd_warn("model %s: skipping checkpoint: %s", m->spec->name, err.msg);
+      continue;
+    }
+    pthread_mutex_lock(&m->mu);
+    m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
+    snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
+    pthread_mutex_unlock(&m->mu);
+    dpmd_info("model %s: restored from %s (iteration %llu)", m->spec->name, path,
+              (unsigned long long)m->iter);
+    set_state(m, DPMD_PAUSED);
+    return;
+  }
+  set_state(m, DPMD_READY);
+}
+
+static dpm_status build(dpmd_model *m, dpm_err *err) {
+  const Dpm__ParallelSpec *par = m->spec->parallel;
+  int n = par && par->n_devices ? (int)par->n_devices : 1;
+  dpm_trainer_options opt = {.net_type = -1, .devices = n};
+  dpm_status s = dpmd_devices_crew(m->d->devices, n, &opt.crew, err);
+  dpm_trainer *t = NULL;
+  if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
+  if (s) return s;
+  uint64_t bytes = trainer_bytes(t);
+  if (bytes > m->d->cfg->max_model_bytes) {
+    dpm_trainer_destroy(t);
+    return dpm_errf(err, DPM_DENIED, "the model needs %llu bytes of tensors; max_model_bytes is %llu",
+                    (unsigned long long)bytes, (unsigned long long)m->d->cfg->max_model_bytes);
+  }
+  if (!m->restore && dpmd_store_save_spec(m->dir, m->spec, err)) {
+    dpm_trainer_destroy(t);
+    return err->code;
+  }
+  pthread_mutex_lock(&m->mu);
+  m->t = t;
+  m->tensor_bytes = bytes;
+  pthread_mutex_unlock(&m->mu);
+  m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
+  if (m->restore)
+    restore_checkpoint(m);
+  else
+    set_state(m, DPMD_READY);
+  return DPM_OK;
+}
+
+/* ---- training ------------------------------------------------------------ */
+
+static double mono_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void train_chunk(dpmd_model *m) {
+  uint64_t left = m->target - m->iter;
+  int every = m->d->cfg->progress_every > 0 ? m->d->cfg->progress_every : 10;
+  int n = left < (uint64_t)every ? (int)left : every;
+  dpm_step_stats st;
+  dpm_err err = {0};
+  double t0 = mono_s();
+  dpm_status s = dpm_trainer_step(m->t, n, &st, &err);
+  double dt = mono_s() - t0;
+  pthread_mutex_lock(&m->mu);
+  m->iter = dpm_trainer_iter(m->t);
+  if (!s && st.steps_done > 0) {
+    m->last = st;
+    m->has_last = 1;
+    m->images_per_s = dt > 0 ? st.steps_done * (double)m->global_batch / dt : 0;
+  }
+  pthread_mutex_unlock(&m->mu);
+  if (s) {
+    fail(m, &err);
+    return;
+  }
+  if (st.steps_done > 0) publish(m, DPM__EVENT_KIND__EVENT_PROGRESS, NULL);
+  if (m->iter >= m->target) {
+    set_state(m, DPMD_READY);
+    publish(m, DPM__EVENT_KIND__EVENT_DONE, NULL);
+    release_waiters(m, NULL);
+  }
+}
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+typedef void (*job_fn)(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+
+static void reply_state(dpmd_model *m, dpmd_reply_to *to, const char *what) {
+  dpmd_reply_error(m->d, to, DPM_STATE, "%s: model is %s%s%s", m->spec->name,
+                   state_names[m->state], what ? ": " : "", what ? what : "");
+}
+
+static void job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  const Dpm__TrainRequest *r = rq->train;
+  if (m->state == DPMD_FAILED)
+    return reply_state(m, to, "load a checkpoint to recover");
+  if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it or wait");
+  pthread_mutex_lock(&m->mu);
+  m->target = m->iter + r->iters;
+  pthread_mutex_unlock(&m->mu);
+  set_state(m, DPMD_TRAINING);
+  if (!r->wait) return reply_info(m, to);
+  waiter *w = malloc(sizeof *w);
+  if (!w) return dpmd_reply_error(m->d, to, DPM_NOMEM, "out of memory");
+  w->to = *to;
+  w->next = m->waiters;
+  m->waiters = w;
+}
+
+static void job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  (void)rq;
+  if (m->state != DPMD_TRAINING) return reply_state(m, to, "not training");
+  set_state(m, DPMD_PAUSED);
+  reply_info(m, to);
+}
+
+static void job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  (void)rq;
+  if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
+  set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
+  reply_info(m, to);
+}
+
+static void reply_path(dpmd_model *m, dpmd_reply_to *to, const char *path, uint64_t iter) {
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  Dpm__PathResult pr = DPM__PATH_RESULT__INIT;
+  pr.path = (char *)path;
+  pr.has_iter = 1;
+  pr.iter = iter;
+  rs.result_case = DPM__RESPONSE__RESULT_PATH;
+  rs.path = &pr;
+  dpmd_reply(m->d, to, &rs);
+}
+
+static dpm_status checkpoint_to(dpmd_model *m, const char *path, dpm_err *err) {
+  dpm_status s = dpm_trainer_checkpoint(m->t, path, err);
+  if (s) return s;
+  pthread_mutex_lock(&m->mu);
+  snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
+  m->ckpt_iter = m->iter;
+  pthread_mutex_unlock(&m->mu);
+  dpmd_info("model %s: checkpoint %s (iteration %llu)", m->spec->name, path,
+            (unsigned long long)m->iter);
+  return DPM_OK;
+}
+
+/* Into the model's own directory, keeping checkpoint_retention files. */
+static dpm_status checkpoint_default(dpmd_model *m, char *path, size_t n, dpm_err *err) {
+  if (dpmd_store_checkpoint_path(m->dir, m->iter, path, n))
+    return dpm_errf(err, DPM_INVALID, "state dir path too long");
+  dpm_status s = checkpoint_to(m, path, err);
+  if (!s) dpmd_store_retain(m->dir, m->d->cfg->checkpoint_retention);
+  return s;
+}
+
+static void job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  if (m->state == DPMD_FAILED) return reply_state(m, to, "its parameters may not be finite");
+  char path[PATH_MAX];
+  dpm_err err = {0};
+  const char *out = rq->checkpoint->out;
+  dpm_status s;
+  if (out && *out) {
+    snprintf(path, sizeof path, "%s", out);
+    s = checkpoint_to(m, path, &err);
+  } else {
+    s = checkpoint_default(m, path, sizeof path, &err);
+  }
+  if (s) return reply_err(m, to, &err);
+  reply_path(m, to, path, m->iter);
+}
+
+static void job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it first");
+  dpm_err err = {0};
+  if (dpm_trainer_load(m->t, rq->load->path, &err)) return reply_err(m, to, &err);
+  pthread_mutex_lock(&m->mu);
+  m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
+  snprintf(m->ckpt, sizeof m->ckpt, "%s", rq->load->path);
+  m->error[0] = 0;
+  pthread_mutex_unlock(&m->mu);
+  if (m->state == DPMD_FAILED) set_state(m, DPMD_READY);
+  reply_info(m, to);
+}
+
+static void job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  (void)rq;
+  dpm_err err = {0};
+  if (dpm_trainer_sync(m->t, &err)) return reply_err(m, to, &err);
+  reply_info(m, to);
+}
+
+static void job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  (void)rq;
+  dpm_err err = {0};
+  Dpm__EvalResult ev = DPM__EVAL_RESULT__INIT;
+  if (dpm_trainer_eval(m->t, &ev.loss, &ev.accuracy, &err)) return reply_err(m, to, &err);
+  ev.has_iter = 1;
+  ev.iter = m->iter;
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  rs.result_case = DPM__RESPONSE__RESULT_EVAL;
+  rs.eval = &ev;
+  dpmd_reply(m->d, to, &rs);
+}
+
+static void job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  const Dpm__ExtractRequest *r = rq->extract_predictor;
+  dpm_err err = {0};
+  if (dpm_trainer_export_predictor(m->t, (const char *const *)r->inputs, (int)r->n_inputs,
+                                   (const char *const *)r->outputs, (int)r->n_outputs,
+                                   r->out, &err))
+    return reply_err(m, to, &err);
+  reply_path(m, to, r->out, m->iter);
+}
+
+static void job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  const Dpm__GetBlobRequest *r = rq->get_blob;
+  char name[512];
+  int rank = 0;
+  if (r->device && *r->device) {
+    const Dpm__ParallelSpec *par = m->spec->parallel;
+    rank = -1;
+    for (size_t i = 0; par && i < par->n_devices; i++)
+      if (strcmp(par->devices[i], r->device) == 0) rank = (int)i;
+    if (rank < 0)
+      return dpmd_reply_error(m->d, to, DPM_NOT_FOUND, "%s: no device %s in this model",
+                              m->spec->name, r->device);
+  }
+  if (strchr(r->blob, '/') || rank == 0)
+    snprintf(name, sizeof name, "%s", r->blob);
+  else
+    snprintf(name, sizeof name, "cpu_%d/%s", rank, r->blob);
+  const dpm_tensor *t = dpm_trainer_blob(m->t, name);
+  if (!t || !t->data)
+    return dpmd_reply_error(m->d, to, DPM_NOT_FOUND, "%s: no blob '%s'", m->spec->name,
+                            name);
+  Dpm__TensorProto tp = DPM__TENSOR_PROTO__INIT;
+  tp.name = name;
+  tp.dtype = (uint32_t)t->shape.dtype;
+  tp.n_dims = (size_t)t->shape.ndim;
+  tp.dims = (int64_t *)t->shape.d;
+  tp.has_data = 1;
+  tp.data.len = dpm_shape_bytes(&t->shape);
+  tp.data.data = t->data;
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  rs.result_case = DPM__RESPONSE__RESULT_BLOB;
+  rs.blob = &tp;
+  dpmd_reply(m->d, to, &rs);
+}
+
+/* The commands a model thread runs, by the request's command. */
+static const struct {
+  Dpm__Request__CommandCase cmd;
+  job_fn fn;
+} jobs[] = {
+    {DPM__REQUEST__COMMAND_TRAIN, job_train},
+    {DPM__REQUEST__COMMAND_PAUSE, job_pause},
+    {DPM__REQUEST__COMMAND_RESUME, job_resume},
+    {DPM__REQUEST__COMMAND_CHECKPOINT, job_checkpoint},
+    {DPM__REQUEST__COMMAND_LOAD, job_load},
+    {DPM__REQUEST__COMMAND_SYNC, job_sync},
+    {DPM__REQUEST__COMMAND_EVAL, job_eval},
+    {DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR, job_extract},
+    {DPM__REQUEST__COMMAND_GET_BLOB, job_get_blob},
+};
+
+static void run_request(dpmd_model *m, job *j) {
+  for (size_t i = 0; i < sizeof jobs / sizeof *jobs; i++)
+    if (jobs[i].cmd == j->rq->command_case) return jobs[i].fn(m, j->rq, &j->to);
+  dpmd_reply_error(m->d, &j->to, DPM_INTERNAL, "no model job for command %d",
+                   (int)j->rq->command_case);
+}
+
+/* ---- the thread ----------------------------------------------------------- */
+
+static job *next_job(dpmd_model *m) {
+  pthread_mutex_lock(&m->mu);
+  while (!m->jobs && m->state != DPMD_TRAINING) pthread_cond_wait(&m->cv, &m->mu);
+  job *j = m->jobs;
+  if (j && !(m->jobs = j->next)) m->jobs_tail = NULL;
+  pthread_mutex_unlock(&m->mu);
+  return j;
+}
+
+/* The model's last job: delete (files removed) or shut down (checkpointed
+ * first when it was training and the config says so). */
+static void finish(dpmd_model *m, job *j) {
+  dpm_err err = {0};
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  if (j->kind == JOB_SHUTDOWN && m->t && m->state == DPMD_TRAINING &&
+      m->d->cfg->checkpoint_on_shutdown) {
+    char path[PATH_MAX];
+    if (checkpoint_default(m, path, sizeof path, &err))
+      dpmd_error("model %s: checkpoint at shutdown failed: %s", m->spec->name, err.msg);
+  }
+  err = (dpm_err){.code = DPM_STATE};
+  snprintf(err.msg, sizeof err.msg, "%s",
+           j->kind == JOB_DELETE ? "model deleted" : "daemon shutting down");
+  release_waiters(m, &err);
+  if (j->kind == JOB_DELETE && dpmd_store_remove(m->dir, &err)) {
+    rs.status = err.code;
+    rs.message = err.msg;
+  }
+  dpmd_model_exited(m->d, m, j->to.header ? &j->to : NULL, &rs);
+}
+
+static void *model_main(void *arg) {
+  dpmd_model *m = arg;
+  dpm_err err = {0};
+  if (build(m, &err)) {
+    dpmd_error("model %s: %s", m->spec->name, err.msg);
+    Dpm__Response rs = DPM__RESPONSE__INIT;
+    rs.status = err.code;
+    rs.message = err.msg;
+    dpmd_model_exited(m->d, m, m->submit_to.header ? &m->submit_to : NULL, &rs);
+    return NULL;
+  }
+  if (m->submit_to.header) reply_info(m, &m->submit_to);
+  for (;;) {
+    job *j = next_job(m);
+    if (!j) {
+      train_chunk(m);
+      continue;
+    }
+    if (j->kind != JOB_REQUEST) {
+      finish(m, j);
+      free(j);
+      return NULL;
+    }
+    run_request(m, j);
+    dpm__request__free_unpacked(j->rq, NULL);
+    free(j);
+  }
+}
+
+static void push(dpmd_model *m, job *j) {
+  pthread_mutex_lock(&m->mu);
+  if (m->jobs_tail)
+    m->jobs_tail->next = j;
+  else
+    m->jobs = j;
+  m->jobs_tail = j;
+  if (m->t) dpm_trainer_interrupt(m->t);
+  pthread_cond_signal(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+void dpmd_model_post(dpmd_model *m, Dpm__Request *rq, dpmd_reply_to *to) {
+  job *j = calloc(1, sizeof *j);
+  if (!j) {
+    dpm__request__free_unpacked(rq, NULL);
+    return dpmd_reply_error(m->d, to, DPM_NOMEM, "out of memory");
+  }
+  j->kind = JOB_REQUEST;
+  j->rq = rq;
+  j->to = *to;
+  push(m, j);
+}
+
+void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to) {
+  job *j = calloc(1, sizeof *j);
+  if (!j) { /* cannot queue: answer, and end at shutdown instead */
+    if (to) dpmd_reply_error(m->d, to, DPM_NOMEM, "out of memory");
+    return;
+  }
+  m->ending = 1;
+  j->kind = delete ? JOB_DELETE : JOB_SHUTDOWN;
+  if (to) j->to = *to;
+  push(m, j);
+}
+
+dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore, dpmd_reply_to *to,
+                          dpmd_model **out, dpm_err *err) {
+  *out = NULL;
+  dpmd_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    dpm_spec_free(spec);
+    return dpm_errf(err, DPM_NOMEM, "out of memory");
+  }
+  m->d = d;
+  m->spec = spec;
+  m->restore = restore;
+  if (to) m->submit_to = *to;
+  m->state = DPMD_BUILDING;
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_cond_init(&m->cv, NULL);
+  if (dpmd_store_model_dir(d->cfg->state_dir, spec->name, m->dir, sizeof m->dir) ||
+      !(m->started = !pthread_create(&m->thread, NULL, model_main, m))) {
+    m->submit_to.header = NULL;
+    dpmd_model_free(m);
+    return dpm_errf(err, DPM_NOMEM, "cannot start the model's thread");
+  }
+  *out = m;
+  return DPM_OK;
+}
+
+void dpmd_model_free(dpmd_model *m) {
+  if (!m) return;
+  if (m->started) pthread_join(m->thread, NULL);
+  dpm_trainer_destroy(m->t);
+  for (job *j; (j = m->jobs);) {
+    m->jobs = j->next;
+    if (j->rq) dpm__request__free_unpacked(j->rq, NULL);
+    if (j->to.header) dpmd_reply_error(m->d, &j->to, DPM_STATE, "model %s is gone",
+                                       m->spec->name);
+    free(j);
+  }
+  pthread_mutex_destroy(&m->mu);
+  pthread_cond_destroy(&m->cv);
+  dpm_spec_free(m->spec);
+  free(m);
+}

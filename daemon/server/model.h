@@ -1,0 +1,64 @@
+/* A model served by dpmd: its spec, its trainer (replicas on warm devices)
+ * and the thread that drives it.
+ *
+ * Every model has one thread of its own. It builds the trainer, trains in
+ * chunks of progress_every steps, and between steps runs the jobs the loop
+ * posts (checkpoint, load, sync, eval, extract-predictor, get-blob, pause,
+ * delete, shutdown), so a checkpoint or get-blob during training sees the
+ * state between two steps and never waits for the whole run. Posting a job
+ * interrupts the step loop after the step in flight.
+ *
+ * States: building -> ready <-> training <-> paused; any -> failed when a
+ * step fails (NaN loss, I/O error) — the model keeps its trainer, so a load
+ * of a checkpoint brings it back to ready. Failure touches no other model.
+ *
+ * Threads: dpmd_model_new/post/info/interrupt run on the loop thread (info
+ * also anywhere); the model thread owns the trainer. `mu` guards the
+ * snapshot (state, counters, last stats, error text) and the job queue.
+ *
+ * Files: DIR/spec.pb (the spec as submitted, with name and devices
+ * applied) and DIR/checkpoints/ckpt-ITER.dpmckpt (store.h). */
+#ifndef DPMD_MODEL_H
+#define DPMD_MODEL_H
+
+#include "server/dpmd.h"
+
+typedef enum {
+  DPMD_BUILDING,
+  DPMD_READY,
+  DPMD_TRAINING,
+  DPMD_PAUSED,
+  DPMD_FAILED,
+  DPMD_STATE_COUNT
+} dpmd_state;
+
+const char *dpmd_state_name(dpmd_state s);
+
+typedef struct dpmd_model dpmd_model;
+
+/* Starts a model: takes ownership of spec (name and devices already
+ * applied; spec->name is the model's name) and begins building it on its
+ * thread. restore: bring it back from its directory (last good checkpoint,
+ * paused) instead of answering a submit; then `to` is NULL. */
+dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore, dpmd_reply_to *to,
+                          dpmd_model **out, dpm_err *err);
+/* Queue a request for the model thread (takes rq; answers `to`). */
+void dpmd_model_post(dpmd_model *m, Dpm__Request *rq, dpmd_reply_to *to);
+/* Ask the model thread to end: delete (remove its files; answers `to`) or
+ * shut down (checkpoint if training and configured; to may be NULL). */
+void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to);
+/* Copies of a model's mutable strings for a snapshot. */
+typedef struct dpmd_info_buf {
+  char error[512];
+  char checkpoint[4096];
+} dpmd_info_buf;
+/* Snapshot of the model into info (strings point into buf or into the
+ * model's immutable spec). Any thread. */
+void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf);
+const char *dpmd_model_name(const dpmd_model *m);
+dpmd_state dpmd_model_state(dpmd_model *m);
+int dpmd_model_ending(const dpmd_model *m);
+/* Join the model thread and free everything (after dpmd_model_exited). */
+void dpmd_model_free(dpmd_model *m);
+
+#endif

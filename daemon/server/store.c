@@ -1,0 +1,207 @@
+/* dpmd's state directory: specs, checkpoint names, retention, removal. */
+#include "server/store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "spec/spec.h"
+
+#define MAX_SPEC_FILE (64u << 20)
+
+int dpmd_name_valid(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n > 64 || name[0] == '.') return 0;
+  return strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+         n;
+}
+
+static int fits(int r, size_t n) { return r >= 0 && (size_t)r < n ? 0 : -1; }
+
+int dpmd_store_model_dir(const char *state_dir, const char *name, char *buf, size_t n) {
+  return fits(snprintf(buf, n, "%s/models/%s", state_dir, name), n);
+}
+
+int dpmd_store_checkpoint_path(const char *dir, uint64_t iter, char *buf, size_t n) {
+  return fits(snprintf(buf, n, "%s/checkpoints/ckpt-%012" PRIu64 ".dpmckpt", dir, iter), n);
+}
+
+static dpm_status io_err(dpm_err *err, const char *path, const char *what) {
+  return dpm_errf(err, DPM_IO, "%s: %s: %s", path, what, strerror(errno));
+}
+
+static dpm_status mkdirs(const char *path, dpm_err *err) {
+  char buf[PATH_MAX];
+  if (fits(snprintf(buf, sizeof buf, "%s", path), sizeof buf))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", path);
+  for (char *p = buf + 1;; p++) {
+    char c = *p;
+    if (c != '/' && c) continue;
+    *p = 0;
+    if (mkdir(buf, 0750) && errno != EEXIST) return io_err(err, buf, "mkdir");
+    if (!c) return DPM_OK;
+    *p = c;
+  }
+}
+
+dpm_status dpmd_store_init(const char *state_dir, dpm_err *err) {
+  char path[PATH_MAX];
+  if (fits(snprintf(path, sizeof path, "%s/models", state_dir), sizeof path))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", state_dir);
+  return mkdirs(path, err);
+}
+
+static void fsync_dir(const char *path) {
+  char buf[PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  int fd = open(dirname(buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+}
+
+dpm_status dpmd_store_write_file(const char *path, const void *data, size_t len,
+                                 dpm_err *err) {
+  char tmp[PATH_MAX];
+  if (fits(snprintf(tmp, sizeof tmp, "%s.tmp", path), sizeof tmp))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return io_err(err, tmp, "open");
+  const char *p = data;
+  for (size_t done = 0; done < len;) {
+    ssize_t w = write(fd, p + done, len - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      io_err(err, tmp, "write");
+      close(fd);
+      unlink(tmp);
+      return DPM_IO;
+    }
+    done += (size_t)w;
+  }
+  if (fsync(fd) || close(fd)) {
+    io_err(err, tmp, "fsync");
+    unlink(tmp);
+    return DPM_IO;
+  }
+  if (rename(tmp, path)) {
+    io_err(err, path, "rename");
+    unlink(tmp);
+    return DPM_IO;
+  }
+  fsync_dir(path);
+  return DPM_OK;
+}
+
+dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm_err *err) {
+  char path[PATH_MAX];
+  if (fits(snprintf(path, sizeof path, "%s/checkpoints", dir), sizeof path))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
+  if (mkdirs(path, err)) return err->code;
+  snprintf(path, sizeof path, "%s/spec.pb", dir);
+  size_t len = dpm__model_spec__get_packed_size(spec);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  dpm__model_spec__pack(spec, buf);
+  dpm_status s = dpmd_store_write_file(path, buf, len, err);
+  free(buf);
+  return s;
+}
+
+dpm_status dpmd_store_load_spec(const char *dir, Dpm__ModelSpec **out, dpm_err *err) {
+  char path[PATH_MAX];
+  *out = NULL;
+  if (fits(snprintf(path, sizeof path, "%s/spec.pb", dir), sizeof path))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
+  FILE *f = fopen(path, "rb");
+  if (!f) return io_err(err, path, "open");
+  uint8_t *buf = malloc(MAX_SPEC_FILE);
+  size_t len = buf ? fread(buf, 1, MAX_SPEC_FILE, f) : 0;
+  int bad = ferror(f) || len == MAX_SPEC_FILE;
+  fclose(f);
+  if (!buf) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (!bad) *out = dpm__model_spec__unpack(NULL, len, buf);
+  free(buf);
+  if (!*out) return dpm_errf(err, DPM_CORRUPT, "%s: not a model spec", path);
+  return DPM_OK;
+}
+
+static int newest_first(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int dpmd_store_checkpoints(const char *dir, uint64_t *iters, int max) {
+  char path[PATH_MAX];
+  if (fits(snprintf(path, sizeof path, "%s/checkpoints", dir), sizeof path)) return 0;
+  DIR *dp = opendir(path);
+  if (!dp) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(dp));) {
+    unsigned long long it;
+    int end = 0;
+    size_t len = strlen(e->d_name);
+    if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
+      unlinkat(dirfd(dp), e->d_name, 0);
+      continue;
+    }
+    if (sscanf(e->d_name, "ckpt-%12llu.dpmckpt%n", &it, &end) == 1 && end == (int)len &&
+        n < max)
+      iters[n++] = it;
+  }
+  closedir(dp);
+  qsort(iters, (size_t)n, sizeof *iters, newest_first);
+  return n;
+}
+
+void dpmd_store_retain(const char *dir, int keep) {
+  if (keep <= 0) return;
+  uint64_t *it = malloc(DPMD_MAX_CHECKPOINTS * sizeof *it);
+  if (!it) return;
+  int n = dpmd_store_checkpoints(dir, it, DPMD_MAX_CHECKPOINTS);
+  for (int i = keep; i < n; i++) {
+    char path[PATH_MAX];
+    if (!dpmd_store_checkpoint_path(dir, it[i], path, sizeof path)) unlink(path);
+  }
+  free(it);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+dpm_status dpmd_store_remove(const char *dir, dpm_err *err) {
+  if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT)
+    return io_err(err, dir, "remove");
+  return DPM_OK;
+}
+
+char **dpmd_store_models(const char *state_dir, int *n) {
+  char path[PATH_MAX];
+  *n = 0;
+  if (fits(snprintf(path, sizeof path, "%s/models", state_dir), sizeof path)) return NULL;
+  DIR *dp = opendir(path);
+  if (!dp) return NULL;
+  char **names = NULL;
+  for (struct dirent *e; (e = readdir(dp));) {
+    if (!dpmd_name_valid(e->d_name)) continue;
+    char **grown = realloc(names, (size_t)(*n + 1) * sizeof *names);
+    if (!grown) break;
+    names = grown;
+    if (!(names[*n] = strdup(e->d_name))) break;
+    (*n)++;
+  }
+  closedir(dp);
+  return names;
+}

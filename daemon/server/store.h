@@ -1,0 +1,49 @@
+/* dpmd's files under the state dir:
+ *
+ *   STATE/models/NAME/spec.pb                       the spec (ModelSpec, packed)
+ *   STATE/models/NAME/checkpoints/ckpt-ITER.dpmckpt ITER zero-padded to 12 digits
+ *
+ * Every file is written to a temporary name, fsynced, renamed and its
+ * directory fsynced, so a crash leaves either the old or the new file;
+ * leftover temporaries (".tmp") are ignored and removed at start.
+ *
+ * Threads: no shared state; each model's thread touches only its own
+ * directory. Errors: DPM_IO with the path and strerror text. */
+#ifndef DPMD_STORE_H
+#define DPMD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpm/status.h"
+#include "proto/dpm.pb-c.h"
+
+#define DPMD_MAX_CHECKPOINTS 4096
+
+/* Creates STATE/models if missing. */
+dpm_status dpmd_store_init(const char *state_dir, dpm_err *err);
+/* A model name: 1..64 of [A-Za-z0-9._-], not starting with '.'. */
+int dpmd_name_valid(const char *name);
+/* STATE/models/NAME into buf; -1 if it does not fit. */
+int dpmd_store_model_dir(const char *state_dir, const char *name, char *buf, size_t n);
+/* DIR/checkpoints/ckpt-ITER.dpmckpt into buf; -1 if it does not fit. */
+int dpmd_store_checkpoint_path(const char *dir, uint64_t iter, char *buf, size_t n);
+/* Creates DIR and DIR/checkpoints and writes DIR/spec.pb atomically. */
+dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm_err *err);
+/* Reads DIR/spec.pb (caller frees with dpm_spec_free). */
+dpm_status dpmd_store_load_spec(const char *dir, Dpm__ModelSpec **out, dpm_err *err);
+/* The iterations of DIR's checkpoints, newest first; returns how many
+ * (at most max). Removes leftover temporaries. */
+int dpmd_store_checkpoints(const char *dir, uint64_t *iters, int max);
+/* Removes all but the newest `keep` checkpoints (keep 0: none removed). */
+void dpmd_store_retain(const char *dir, int keep);
+/* Removes DIR and everything in it. */
+dpm_status dpmd_store_remove(const char *dir, dpm_err *err);
+/* Names of the models under STATE/models (malloc'd array of malloc'd
+ * strings, *n of them); NULL with *n = 0 when there are none. */
+char **dpmd_store_models(const char *state_dir, int *n);
+/* Writes len bytes to path atomically (temporary, fsync, rename, fsync dir). */
+dpm_status dpmd_store_write_file(const char *path, const void *data, size_t len,
+                                 dpm_err *err);
+
+#endif
