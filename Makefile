@@ -77,6 +77,10 @@ $(BUILD)/asan-bin/dpmd: $(BUILD)/asan/daemon/server/dpmd_main.o $(BUILD)/libdpm-
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/tests/nnsend: $(BUILD)/obj/tests/tools/nnsend.o $(BUILD)/libdpm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
@@ -86,7 +90,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md).
-test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd
+test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd $(BUILD)/tests/nnsend
 	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train

@@ -350,6 +350,8 @@ static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *e
     return fail(p, err, DPM_UNSUPPORTED,
                 "predictor version %u; this runtime reads version %d", d->version,
                 DPM_PREDICTOR_VERSION);
+  if (!d->has_input_scale || !(d->input_scale > 0) || !isfinite(d->input_scale))
+    return fail(p, err, DPM_CORRUPT, "no valid input_scale (a positive number)");
   p->input_scale = d->input_scale;
   if (d->n_input < 1 || d->n_output < 1)
     return fail(p, err, DPM_CORRUPT,

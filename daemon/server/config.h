@@ -3,10 +3,13 @@
  * systemd/dpmd.yaml (the default config installed with the daemon).
  *
  * Errors: DPM_SPEC with "FILE:LINE:COL: message" for a bad file (unknown,
- * duplicate or missing keys, wrong types, out-of-range values), DPM_IO when
- * a file named explicitly cannot be read (the default path may be absent:
- * then the defaults hold), DPM_INVALID for bad flags or combinations (a
- * non-loopback TCP listen address without auth_token_file).
+ * duplicate or missing keys, wrong types, out-of-range values, endpoints
+ * that are not ipc:// or tcp://, relative paths), DPM_IO when a file named
+ * explicitly cannot be read (the default path may be absent: then the
+ * defaults hold; so may the token file), DPM_INVALID for bad flags or
+ * combinations (a non-loopback TCP listen address without auth_token_file;
+ * an empty or world-readable token file). An empty or comments-only file
+ * means the defaults.
  *
  * Ownership: dpmd_config owns every string and array in it; free with
  * dpmd_config_fini. Threads: loaded once at start; read-only afterwards. */
@@ -27,6 +30,8 @@ typedef struct dpmd_config {
   int n_listen;
   char *events;             /* PUB endpoint; default: "events.sock" beside the
                                first ipc listen address, else none (NULL) */
+  int events_set;           /* events given by the file or --events (null or
+                               "none": no events socket); else derived */
   char *state_dir;          /* default /var/lib/dpmd */
   int cpu_devices;          /* CPU replicas served (devices.cpu); default: cores */
   int cuda;                 /* devices.cuda: 1 auto (load the backend if present), 0 off */
@@ -46,24 +51,37 @@ typedef struct dpmd_config {
 } dpmd_config;
 
 /* Fills *cfg with the defaults, then reads path (NULL: DPMD_DEFAULT_CONFIG,
- * silently skipped when absent). */
+ * silently skipped when absent). *cfg is output only (not freed first); on
+ * failure it is left zeroed, and dpmd_config_fini on it is harmless. */
 dpm_status dpmd_config_load(const char *path, dpmd_config *cfg, dpm_err *err);
-/* Parses text (for tests); source names it in messages. */
+/* Defaults, then text (for tests); source names it in messages. Same
+ * ownership as dpmd_config_load. */
 dpm_status dpmd_config_parse(const char *text, size_t len, const char *source,
                              dpmd_config *cfg, dpm_err *err);
 /* Applies dpmd's flags (argv without the program name; --config is skipped
  * here, the caller reads it first with dpmd_config_flag_path). Flags:
- * --listen ADDR (repeatable; replaces the file's list), --events ADDR,
- * --state-dir DIR, --devices N, --log-level L, --foreground. */
+ * --listen ADDR (repeatable; replaces the file's list), --events ADDR|none,
+ * --state-dir DIR, --devices N|auto (CPU replicas), --log-level L,
+ * --token-file FILE (auth_token_file), --foreground; "--flag=value" works
+ * too. Anything else (unknown flags, stray arguments; --help is the
+ * caller's) is DPM_INVALID naming it. On failure cfg stays valid (fini it). */
 dpm_status dpmd_config_flags(dpmd_config *cfg, int argc, char **argv, dpm_err *err);
 /* The value of --config in argv, or NULL. */
 const char *dpmd_config_flag_path(int argc, char **argv);
-/* Final checks and the token file: call after flags. */
+/* Final checks and the token file: call after flags. Checks state_dir and
+ * allowed_paths are absolute, events differs from every listen address, a
+ * non-loopback tcp:// listen address (anything but 127.0.0.0/8, localhost,
+ * [::1], lo) has auth_token_file; reads the token file (regular, not
+ * readable by other users, at most 4 KiB, not empty once trailing
+ * whitespace is stripped) into cfg->token. */
 dpm_status dpmd_config_finish(dpmd_config *cfg, dpm_err *err);
 void dpmd_config_fini(dpmd_config *cfg);
 
 /* True when path (absolute, need not exist yet) resolves under state_dir or
- * an allowed path (symlinks of existing parents resolved; ".." refused). */
+ * an allowed path (symlinks of existing parents resolved; ".." refused).
+ * Compares whole components: /var/lib/dpmdX is not under /var/lib/dpmd. A
+ * check at one moment: callers still open what they write without following
+ * a final symlink (O_NOFOLLOW) where that matters. */
 int dpmd_path_allowed(const dpmd_config *cfg, const char *path);
 
 #endif

@@ -98,8 +98,7 @@ int dpm_predictor_input_shape(const dpm_predictor *p, int i, int64_t dims[3]);
 /* Floats in one example of input i (the product of its shape), or -1. */
 int64_t dpm_predictor_input_size(const dpm_predictor *p, int i);
 /* The training reader's pixel scale: an image of raw pixel values (0..255
- * for IDX files) times this is what the first input expects. 1 when the
- * file does not say. */
+ * for IDX files) times this is what the first input expects. */
 double dpm_predictor_input_scale(const dpm_predictor *p);
 /* Number of operators run per batch (after the runtime's own fusion of an
  * in-place Relu into the FC or Conv before it). */

@@ -465,6 +465,8 @@ static void set_str(char **field, const char *v) {
   *field = copy;
 }
 static void e_version(Dpm__PredictorDef *d) { d->version = 2; }
+static void e_no_scale(Dpm__PredictorDef *d) { d->has_input_scale = 0; }
+static void e_bad_scale(Dpm__PredictorDef *d) { d->input_scale = -1; }
 static void e_gradient_op(Dpm__PredictorDef *d) {
   set_str(&d->op[0]->type, "FCGradient");
 }
@@ -563,6 +565,8 @@ TEST(predictor_refuses_corrupt_files) {
     const char *msg;
   } cases[] = {
       {e_version, DPM_UNSUPPORTED, "predictor version 2"},
+      {e_no_scale, DPM_CORRUPT, "no valid input_scale"},
+      {e_bad_scale, DPM_CORRUPT, "no valid input_scale"},
       {e_gradient_op, DPM_CORRUPT, "op #1 (FCGradient) is a training op"},
       {e_fill_arity, DPM_CORRUPT, "op #4 (ConstantFill) takes 0..0 inputs"},
       {e_unknown_op, DPM_UNSUPPORTED, "op #4: unknown op 'Frobnicate'"},
