@@ -30,6 +30,8 @@ dpm_status dpm_comm_barrier(dpm_comm *c, int rank, dpm_err *err) {
 
 int dpm_comm_size(const dpm_comm *c) { return c ? c->size : 0; }
 
+int dpm_comm_broken(dpm_comm *c) { return c ? c->ops->broken(c) : 0; }
+
 const char *dpm_comm_backend(const dpm_comm *c) { return c ? c->ops->name : "none"; }
 
 void dpm_comm_destroy(dpm_comm *c) {

@@ -80,6 +80,10 @@ dpm_status dpm_comm_barrier(dpm_comm *c, int rank, dpm_err *err);
 
 /* Number of ranks in the group. */
 int dpm_comm_size(const dpm_comm *c);
+/* Whether a timeout broke the group (see Errors above): then destroy it
+ * and create a new one once every rank has left it. Safe from any thread;
+ * 0 for NULL. */
+int dpm_comm_broken(dpm_comm *c);
 /* Backend name: "local", "gloo", "nccl". */
 const char *dpm_comm_backend(const dpm_comm *c);
 
@@ -113,6 +117,7 @@ typedef struct dpm_comm_ops {
   dpm_status (*broadcast)(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
                           dpm_err *err);
   dpm_status (*barrier)(dpm_comm *c, int rank, dpm_err *err);
+  int (*broken)(dpm_comm *c);   /* dpm_comm_broken */
   void (*destroy)(dpm_comm *c); /* frees the whole backend struct */
 } dpm_comm_ops;
 

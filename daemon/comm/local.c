@@ -308,6 +308,14 @@ static dpm_status local_barrier(dpm_comm *c, int rank, dpm_err *err) {
   return meet(local_of(c), rank, (local_call){.op = OP_BARRIER}, NULL, 1, err);
 }
 
+static int local_broken(dpm_comm *c) {
+  local_comm *g = local_of(c);
+  pthread_mutex_lock(&g->mu);
+  int broken = g->broken;
+  pthread_mutex_unlock(&g->mu);
+  return broken;
+}
+
 static void local_destroy(dpm_comm *c) {
   local_comm *g = local_of(c);
   pthread_cond_destroy(&g->cv);
@@ -323,6 +331,7 @@ static const dpm_comm_ops local_comm_ops = {
     .allreduce = local_allreduce,
     .broadcast = local_broadcast,
     .barrier = local_barrier,
+    .broken = local_broken,
     .destroy = local_destroy,
 };
 

@@ -3,34 +3,31 @@
 #include "train/trainer.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/comm.h"
-#include "comm/spin.h"
 #include "engine/exec.h"
 #include "engine/predictor_extract.h"
 #include "engine/rng.h"
 #include "io/checkpoint.h"
 #include "io/idx.h"
 #include "io/reader.h"
+#include "parallel/crew.h"
 #include "parallel/queue.h"
 #include "spec/spec.h"
 
 typedef enum { JOB_STEP, JOB_SYNC } job_kind;
 
 typedef struct replica {
-  struct dpm_trainer *t;
   int rank;
   dpm_workspace ws;
   dpm_ctx ctx;
   dpm_exec step;
   void *arena; /* the gradients, back to back in plan order */
   dpm_blob *data, *label, *lr, *accuracy, **losses;
-  pthread_t thread;
   dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
@@ -40,17 +37,14 @@ struct dpm_trainer {
   dpm_plan plan;
   dpm_trainer_options opt;
   dpm_reader *reader, *eval_reader;
-  dpm_comm *comm; /* NULL with one replica */
-  int n;          /* replicas */
+  dpm_crew *crew; /* the replicas' workers and comm: opt.crew or own_crew */
+  dpm_crew *own_crew;
+  int n;   /* replicas */
+  int dag; /* the plan queues collectives (dag, n > 1) */
   replica *r;
-  pthread_mutex_t mu; /* lock-step: job, gen, pending, quit */
-  pthread_cond_t go, done;
-  job_kind job;
+  job_kind job;                  /* of the crew run in flight */
   const char *const *sync_names; /* JOB_SYNC: what to broadcast */
   int sync_n;
-  atomic_ulong gen;     /* jobs dispatched; written under mu */
-  atomic_ulong pending; /* workers still running the current job */
-  int quit, threads;
   atomic_int interrupted;
   uint64_t iter, seed, spec_hash;
   int shards;
@@ -75,14 +69,29 @@ static dpm_status sync_blobs(replica *r, const char *const *names, int n) {
   for (int i = 0; i < n && !r->status; i++) {
     dpm_blob *b = dpm_ws_find(&r->ws, names[i]);
     if (!b) return dpm_errf(&r->err, DPM_NOT_FOUND, "no blob '%s' to sync", names[i]);
-    r->status = dpm_comm_broadcast(r->t->comm, r->rank, 0, b->t.data,
+    r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, b->t.data,
                                    dpm_shape_bytes(&b->t.shape), &r->err);
   }
   return r->status;
 }
 
-static void run_job(replica *r) {
-  dpm_trainer *t = r->t;
+/* After a failed step a dag replica may still have collectives queued (the
+ * waits after the failure were skipped): wait for them all, so that none is
+ * in flight when the crew's run ends (crew.h). dpm_queue_wait answers
+ * DPM_INTERNAL once nothing is left to wait for (a collective never does). */
+static void drain(dpm_comm_queue *q) {
+  dpm_err ignored;
+  while (q && dpm_queue_wait(q, &ignored) != DPM_INTERNAL) {
+  }
+}
+
+/* One rank's part of a crew run: the job on replica `rank`. The crew's comm
+ * and queue are looked up per run (the crew renews a broken comm). */
+static void run_job(void *arg, int rank) {
+  dpm_trainer *t = arg;
+  replica *r = &t->r[rank];
+  r->ctx.comm = dpm_crew_comm(t->crew);
+  r->ctx.queue = t->dag ? dpm_crew_queue(t->crew, rank) : NULL;
   r->status = DPM_OK;
   if (t->job == JOB_SYNC) {
     sync_blobs(r, t->sync_names, t->sync_n);
@@ -93,50 +102,16 @@ static void run_job(replica *r) {
     r->status = r->ctx.status;
     r->err = r->ctx.err;
     r->ctx.status = DPM_OK;
+    drain(r->ctx.queue);
   }
 }
 
-/* Steps follow each other within microseconds: waiters spin that long
- * before sleeping (comm/spin.h). */
-#define SPIN_NS 50000
-
-static void *worker(void *arg) {
-  replica *r = arg;
-  dpm_trainer *t = r->t;
-  unsigned long seen = 0;
-  for (;;) {
-    dpm_spin_while(&t->gen, seen, SPIN_NS);
-    pthread_mutex_lock(&t->mu);
-    while (atomic_load(&t->gen) == seen && !t->quit) pthread_cond_wait(&t->go, &t->mu);
-    int quit = t->quit;
-    seen = atomic_load(&t->gen);
-    pthread_mutex_unlock(&t->mu);
-    if (quit) return NULL;
-    run_job(r);
-    if (atomic_fetch_sub(&t->pending, 1) == 1) {
-      pthread_mutex_lock(&t->mu);
-      pthread_cond_signal(&t->done);
-      pthread_mutex_unlock(&t->mu);
-    }
-  }
-}
-
-/* Run a job on every replica (the master on this thread, the others on
- * their workers); the first replica's failure is the result. */
+/* Run a job on every replica (the master on this thread, the others on the
+ * crew's workers), one crew run; the first replica's failure is the
+ * result. */
 static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
-  pthread_mutex_lock(&t->mu);
   t->job = job;
-  atomic_store(&t->pending, (unsigned long)t->n - 1);
-  atomic_fetch_add(&t->gen, 1);
-  pthread_cond_broadcast(&t->go);
-  pthread_mutex_unlock(&t->mu);
-  run_job(&t->r[0]);
-  unsigned long left = atomic_load(&t->pending);
-  while (left && dpm_spin_while(&t->pending, left, SPIN_NS))
-    left = atomic_load(&t->pending);
-  pthread_mutex_lock(&t->mu);
-  while (atomic_load(&t->pending)) pthread_cond_wait(&t->done, &t->mu);
-  pthread_mutex_unlock(&t->mu);
+  dpm_crew_run(t->crew, run_job, t);
   for (int d = 0; d < t->n; d++)
     if (t->r[d].status) {
       if (err) {
@@ -223,13 +198,9 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
   return DPM_OK;
 }
 
-static dpm_status replica_init(dpm_trainer *t, replica *r, int dag, dpm_err *err) {
+static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_model *m = &t->model;
-  r->t = t;
-  r->ctx.device = r->rank;
-  r->ctx.comm = t->comm;
-  if (dag && t->n > 1 && dpm_queue_create(t->comm, r->rank, &r->ctx.queue, err))
-    return err->code;
+  r->ctx.device = r->rank; /* comm and queue: set per crew run */
   dpm_exec init = {0};
   dpm_status s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
   if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
@@ -246,18 +217,14 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, int dag, dpm_err *err
   return DPM_OK;
 }
 
-static dpm_status start_workers(dpm_trainer *t, dpm_err *err) {
-  for (int d = 1; d < t->n; d++, t->threads++)
-    if (pthread_create(&t->r[d].thread, NULL, worker, &t->r[d]))
-      return dpm_errf(err, DPM_NOMEM, "cannot start the worker of cpu:%d", d);
-  return DPM_OK;
-}
-
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *par = spec->parallel;
   int devices;
   if (spec_devices(spec, &devices, err)) return err->code;
   if (t->opt.devices > 0) devices = t->opt.devices;
+  if (t->opt.crew && dpm_crew_size(t->opt.crew) != devices)
+    return dpm_errf(err, DPM_INVALID, "%s: %d devices, but the crew has %d ranks",
+                    spec->source, devices, dpm_crew_size(t->opt.crew));
   t->n = devices;
   t->shards = (int)spec->input->num_shards;
   int type = t->opt.net_type >= 0                                ? t->opt.net_type
@@ -276,16 +243,18 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   /* the spec is valid: now allocate */
   dpm_reader_config rc = reader_config(spec->input, batch * devices);
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
-  if (devices > 1 &&
-      dpm_comm_local_create(devices, t->opt.comm_timeout_ms, &t->comm, err))
-    return err->code;
+  if (!(t->crew = t->opt.crew)) {
+    if (dpm_crew_create(devices, t->opt.comm_timeout_ms, &t->own_crew, err))
+      return err->code;
+    t->crew = t->own_crew;
+  }
+  t->dag = type == DPM_NET_DAG && devices > 1;
+  if (t->dag && dpm_crew_enable_queues(t->crew, err)) return err->code;
   if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
   for (int d = 0; d < devices; d++) {
     t->r[d].rank = d;
-    if (replica_init(t, &t->r[d], type == DPM_NET_DAG, err))
-      return dpm_err_prefix(err, "cpu:%d: ", d);
+    if (replica_init(t, &t->r[d], err)) return dpm_err_prefix(err, "cpu:%d: ", d);
   }
-  if (start_workers(t, err)) return err->code;
   return dpm_trainer_sync(t, err);
 }
 
@@ -295,9 +264,6 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
   if (!spec->input) return dpm_errf(err, DPM_SPEC, "%s: no input section", spec->source);
   dpm_trainer *t = calloc(1, sizeof *t);
   if (!t) return nomem(err);
-  pthread_mutex_init(&t->mu, NULL);
-  pthread_cond_init(&t->go, NULL);
-  pthread_cond_init(&t->done, NULL);
   t->opt = opt ? *opt : (dpm_trainer_options){.net_type = -1};
   if (!t->opt.comm_timeout_ms) t->opt.comm_timeout_ms = 60000;
   t->seed = spec->input->seed;
@@ -541,19 +507,9 @@ dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d) { return &t->r[d].ws
 
 void dpm_trainer_destroy(dpm_trainer *t) {
   if (!t) return;
-  if (t->threads) {
-    pthread_mutex_lock(&t->mu);
-    t->quit = 1;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
-    for (int d = 1; d <= t->threads; d++) pthread_join(t->r[d].thread, NULL);
-  }
-  pthread_mutex_destroy(&t->mu);
-  pthread_cond_destroy(&t->go);
-  pthread_cond_destroy(&t->done);
+  dpm_crew_destroy(t->own_crew); /* a borrowed crew stays */
   for (int d = 0; t->r && d < t->n; d++) {
     replica *r = &t->r[d];
-    dpm_queue_destroy(r->ctx.queue);
     dpm_exec_fini(&r->step);
     dpm_ws_fini(&r->ws);
     dpm_free(r->arena);
@@ -561,7 +517,6 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     free(r->losses);
   }
   free(t->r);
-  dpm_comm_destroy(t->comm);
   dpm_reader_destroy(t->reader);
   dpm_reader_destroy(t->eval_reader);
   dpm_plan_fini(&t->plan);

@@ -11,16 +11,23 @@
  * replica are unscoped; the scoped form "cpu_1/fc1_w" addresses replica 1.
  *
  * Threads: a trainer is driven by one thread (the caller of these
- * functions), which also runs replica 0; replicas 1.. run on worker threads
- * of their own, created at create and joined at destroy; the reader has a
- * prefetch thread, and dag plans a communication thread per replica.
- * dpm_trainer_interrupt may be called from any thread.
+ * functions), which also runs replica 0; replicas 1.. run on the workers of
+ * a crew (parallel/crew.h), whose communicator carries the collectives and,
+ * for dag plans, whose communication threads (one per replica) overlap them
+ * with backward. The crew is either borrowed (options.crew: warm devices
+ * shared with other trainers; the trainer starts no worker or communication
+ * thread) or created at create and destroyed at destroy. Each step, each
+ * sync and the initial broadcast is one run of the crew, so trainers sharing
+ * a crew, driven from their own threads, interleave step by step. The reader
+ * has a prefetch thread of its own. dpm_trainer_interrupt may be called from
+ * any thread.
  *
  * Errors: create validates the whole spec before allocating any tensor
  * (DPM_SPEC with file:line and op); a missing data file is DPM_IO; step
  * fails with DPM_NUMERIC when the loss is not finite and with a collective's
- * error (DPM_TIMEOUT) if a replica stalls; after a failed step the replicas
- * may disagree (load a checkpoint). load refuses a file that does not fit
+ * error (DPM_TIMEOUT) if a replica stalls (the crew then renews its broken
+ * communicator before its next run); after a failed step the replicas may
+ * disagree (load a checkpoint). load refuses a file that does not fit
  * the model, leaving the model exactly as it was. */
 #ifndef DPM_TRAINER_H
 #define DPM_TRAINER_H
@@ -32,6 +39,7 @@
 
 typedef struct dpm_trainer dpm_trainer;
 struct dpm_workspace;
+struct dpm_crew;
 
 typedef struct dpm_step_stats {
   uint64_t iter;   /* completed steps */
@@ -45,7 +53,10 @@ typedef struct dpm_step_stats {
 typedef struct dpm_trainer_options {
   int devices;         /* CPU replicas; 0: as many as the spec's parallel.devices */
   int net_type;        /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
-  int comm_timeout_ms; /* collectives' timeout; 0: 60000 */
+  int comm_timeout_ms; /* collectives' timeout; 0: 60000 (own crew only) */
+  /* Borrowed crew, its size the device count (else DPM_INVALID); it must
+   * outlive the trainer. NULL: the trainer creates one of its own. */
+  struct dpm_crew *crew;
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;

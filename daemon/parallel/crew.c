@@ -1,0 +1,215 @@
+/* A device set's warm workers, communicator and comm queues (crew.h).
+ *
+ * Lock-step: a run publishes fn/arg, sets `pending` to n-1 and bumps `gen`;
+ * each worker, having seen the new gen, runs fn and decrements pending; the
+ * last one signals `done`. Turns: callers take a ticket under mu and wait
+ * on `turn` until it is served; the turn ends (serving++) under the same
+ * lock that waits for the workers, so a run costs the two mutex sections it
+ * cost before runs could come from several threads.
+ *
+ * Threads: mu guards fn, arg, the tickets, quit, and the comm and queues
+ * pointers' changes (made only while the changer holds the turn, no rank
+ * inside fn). gen and pending are atomics written under mu (gen) or by the
+ * ranks (pending); a worker's acquire of gen orders its reads of fn/arg and
+ * of whatever the caller wrote before the run, and the caller's acquire of
+ * pending orders what the ranks wrote before its return. */
+#include "parallel/crew.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "comm/comm.h"
+#include "comm/spin.h"
+#include "parallel/queue.h"
+
+/* Runs of one model follow each other within microseconds: waiters spin
+ * that long before sleeping (comm/spin.h). */
+#define SPIN_NS 50000
+
+typedef struct {
+  dpm_crew *c;
+  int rank;
+  pthread_t thread;
+} crew_worker;
+
+struct dpm_crew {
+  int n, timeout_ms;
+  dpm_comm *comm;          /* NULL when n == 1 */
+  dpm_comm_queue **queues; /* [n] once enabled */
+  crew_worker *w;          /* [n]; w[0] unused (the caller is rank 0) */
+  int threads;             /* workers started */
+  pthread_mutex_t mu;
+  pthread_cond_t go, done, turn;
+  void (*fn)(void *arg, int rank);
+  void *arg;
+  unsigned long next_ticket, serving; /* turns, FIFO */
+  atomic_ulong gen;                   /* runs dispatched; written under mu */
+  atomic_ulong pending;               /* workers still in the current run */
+  int quit;
+};
+
+static void *worker(void *arg) {
+  crew_worker *w = arg;
+  dpm_crew *c = w->c;
+  unsigned long seen = 0;
+  for (;;) {
+    dpm_spin_while(&c->gen, seen, SPIN_NS);
+    pthread_mutex_lock(&c->mu);
+    while (atomic_load(&c->gen) == seen && !c->quit) pthread_cond_wait(&c->go, &c->mu);
+    int quit = c->quit;
+    seen = atomic_load(&c->gen);
+    void (*fn)(void *, int) = c->fn;
+    void *fn_arg = c->arg;
+    pthread_mutex_unlock(&c->mu);
+    if (quit) return NULL;
+    fn(fn_arg, w->rank);
+    if (atomic_fetch_sub(&c->pending, 1) == 1) {
+      pthread_mutex_lock(&c->mu);
+      pthread_cond_signal(&c->done);
+      pthread_mutex_unlock(&c->mu);
+    }
+  }
+}
+
+/* Under mu: wait for this caller's turn. */
+static void take_turn(dpm_crew *c) {
+  unsigned long mine = c->next_ticket++;
+  while (c->serving != mine) pthread_cond_wait(&c->turn, &c->mu);
+}
+
+/* Under mu: hand the crew to the next caller. */
+static void end_turn(dpm_crew *c) {
+  c->serving++;
+  if (c->next_ticket != c->serving) pthread_cond_broadcast(&c->turn);
+}
+
+static void destroy_queues(dpm_comm_queue **q, int n) {
+  for (int r = 0; q && r < n; r++) dpm_queue_destroy(q[r]);
+  free(q);
+}
+
+static dpm_status create_queues(dpm_comm *comm, int n, dpm_comm_queue ***out,
+                                dpm_err *err) {
+  dpm_comm_queue **q = calloc((size_t)n, sizeof *q);
+  if (!q) return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
+  for (int r = 0; r < n; r++)
+    if (dpm_queue_create(comm, r, &q[r], err)) {
+      destroy_queues(q, n);
+      return err->code;
+    }
+  *out = q;
+  return DPM_OK;
+}
+
+/* Holding the turn, no rank inside the comm: replace a broken comm (and
+ * its queues) with a new one. On failure the broken one stays, for the
+ * next run to try again. */
+static void renew_comm(dpm_crew *c) {
+  dpm_comm *comm;
+  dpm_comm_queue **q = NULL;
+  dpm_err err;
+  if (dpm_comm_local_create(c->n, c->timeout_ms, &comm, &err)) return;
+  if (c->queues && create_queues(comm, c->n, &q, &err)) {
+    dpm_comm_destroy(comm);
+    return;
+  }
+  destroy_queues(c->queues, c->n);
+  dpm_comm_destroy(c->comm);
+  c->comm = comm;
+  c->queues = q;
+}
+
+void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
+  pthread_mutex_lock(&c->mu);
+  take_turn(c);
+  if (c->comm && dpm_comm_broken(c->comm)) renew_comm(c);
+  c->fn = fn;
+  c->arg = arg;
+  if (c->n > 1) {
+    atomic_store(&c->pending, (unsigned long)c->n - 1);
+    atomic_fetch_add(&c->gen, 1);
+    pthread_cond_broadcast(&c->go);
+  }
+  pthread_mutex_unlock(&c->mu);
+  fn(arg, 0);
+  unsigned long left = atomic_load(&c->pending);
+  while (left && dpm_spin_while(&c->pending, left, SPIN_NS))
+    left = atomic_load(&c->pending);
+  pthread_mutex_lock(&c->mu);
+  while (atomic_load(&c->pending)) pthread_cond_wait(&c->done, &c->mu);
+  end_turn(c);
+  pthread_mutex_unlock(&c->mu);
+}
+
+dpm_status dpm_crew_enable_queues(dpm_crew *c, dpm_err *err) {
+  if (c->n == 1) return DPM_OK;
+  pthread_mutex_lock(&c->mu);
+  take_turn(c);
+  dpm_status s = c->queues ? DPM_OK : create_queues(c->comm, c->n, &c->queues, err);
+  end_turn(c);
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+
+dpm_comm *dpm_crew_comm(dpm_crew *c) { return c->comm; }
+
+dpm_comm_queue *dpm_crew_queue(dpm_crew *c, int rank) {
+  return c->queues ? c->queues[rank] : NULL;
+}
+
+int dpm_crew_size(const dpm_crew *c) { return c->n; }
+
+dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *err) {
+  *out = NULL;
+  if (n < 1 || n > DPM_COMM_MAX_RANKS)
+    return dpm_errf(err, DPM_INVALID, "crew: %d ranks outside 1..%d", n,
+                    DPM_COMM_MAX_RANKS);
+  if (comm_timeout_ms <= 0)
+    return dpm_errf(err, DPM_INVALID, "crew: timeout %d ms must be positive",
+                    comm_timeout_ms);
+  dpm_crew *c = calloc(1, sizeof *c);
+  if (!c) return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
+  c->n = n;
+  c->timeout_ms = comm_timeout_ms;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->go, NULL);
+  pthread_cond_init(&c->done, NULL);
+  pthread_cond_init(&c->turn, NULL);
+  if (!(c->w = calloc((size_t)n, sizeof *c->w))) {
+    dpm_crew_destroy(c);
+    return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
+  }
+  if (n > 1 && dpm_comm_local_create(n, comm_timeout_ms, &c->comm, err)) {
+    dpm_crew_destroy(c);
+    return err->code;
+  }
+  for (int r = 1; r < n; r++, c->threads++) {
+    c->w[r] = (crew_worker){.c = c, .rank = r};
+    if (pthread_create(&c->w[r].thread, NULL, worker, &c->w[r])) {
+      dpm_crew_destroy(c);
+      return dpm_errf(err, DPM_NOMEM, "crew: cannot start the worker of rank %d", r);
+    }
+  }
+  *out = c;
+  return DPM_OK;
+}
+
+void dpm_crew_destroy(dpm_crew *c) {
+  if (!c) return;
+  if (c->threads) {
+    pthread_mutex_lock(&c->mu);
+    c->quit = 1;
+    pthread_cond_broadcast(&c->go);
+    pthread_mutex_unlock(&c->mu);
+    for (int r = 1; r <= c->threads; r++) pthread_join(c->w[r].thread, NULL);
+  }
+  destroy_queues(c->queues, c->n);
+  dpm_comm_destroy(c->comm);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->go);
+  pthread_cond_destroy(&c->done);
+  pthread_cond_destroy(&c->turn);
+  free(c->w);
+  free(c);
+}
