@@ -151,7 +151,7 @@ int dpmd_store_checkpoints(const char *dir, uint64_t *iters, int max) {
     unsigned long long it;
     int end = 0;
     size_t len = strlen(e->d_name);
-    if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
+    if (strstr(e->d_name, ".tmp")) { /* a write cut short (NAME.tmp or NAME.tmp.PID) */
       unlinkat(dirfd(dp), e->d_name, 0);
       continue;
     }

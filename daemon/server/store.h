@@ -5,7 +5,7 @@
  *
  * Every file is written to a temporary name, fsynced, renamed and its
  * directory fsynced, so a crash leaves either the old or the new file;
- * leftover temporaries (".tmp") are ignored and removed at start.
+ * leftover temporaries ("*.tmp*") are ignored and removed at start.
  *
  * Threads: no shared state; each model's thread touches only its own
  * directory. Errors: DPM_IO with the path and strerror text. */

@@ -1,0 +1,115 @@
+# A real dpmd driven through every dpmctl verb: submit on two replicas,
+# train, status, list, get-blob (replicas equal), eval, checkpoint,
+# delete -> submit again -> load (parameters equal the checkpoint on every
+# device), sync, extract-predictor + predict, watch, pause/resume, a second
+# model on warm devices, metrics, shutdown.
+. tests/e2e_lib.sh
+. tests/dpmd_lib.sh
+start_dpmd
+
+v=$(ctl version)
+expect "protocol" "$(json_field "$v" protocol)" 1
+echo "$v" | grep -q '"devices":\["cpu:0","cpu:1"\]' || die "version: $v"
+
+s=$(ctl submit examples/fmnist_mlp.yaml --name m1 --devices cpu:0,cpu:1)
+expect "submit state" "$(json_str "$s" state)" ready
+echo "$s" | grep -q '"devices":\["cpu:0","cpu:1"\]' || die "submit: $s"
+[ -f "$STATE/models/m1/spec.pb" ] || die "no spec.pb in the state dir"
+
+s=$(ctl train m1 --iters 30 --wait)
+expect "iter after train --wait" "$(json_field "$s" iter)" 30
+expect "state after train --wait" "$(json_str "$s" state)" ready
+
+# blob_hash NAME BLOB DEVICE: FNV-1a of the tensor's bytes on that device
+blob_hash() { json_str "$(ctl get-blob "$1" "$2" --device "$3")" fnv1a64; }
+for b in fc1_w fc1_b pred_w; do
+  expect "$b on cpu:1" "$(blob_hash m1 $b cpu:1)" "$(blob_hash m1 $b cpu:0)"
+done
+ctl get-blob m1 fc1_w --out "$T/fc1_w.bin" >/dev/null
+expect "get-blob --out size" "$(wc -c <"$T/fc1_w.bin")" $((256 * 784 * 4))
+
+e=$(ctl eval m1)
+at_least "$(json_field "$e" accuracy)" 0.3 || die "eval: $e"
+
+c=$(ctl checkpoint m1 --out "$STATE/saved.ckpt")
+expect "checkpoint path" "$(json_str "$c" path)" "$STATE/saved.ckpt"
+expect "checkpoint iter" "$(json_field "$c" iter)" 30
+saved_w=$(blob_hash m1 fc1_w cpu:0)
+saved_b=$(blob_hash m1 pred_b cpu:0)
+c=$(ctl checkpoint m1)
+case "$(json_str "$c" path)" in
+"$STATE"/models/m1/checkpoints/ckpt-000000000030.dpmckpt) ;;
+*) die "default checkpoint path: $c" ;;
+esac
+
+# delete -> submit again -> load: every device holds the checkpoint
+ctl train m1 --iters 10 --wait >/dev/null
+[ "$(blob_hash m1 fc1_w cpu:0)" != "$saved_w" ] || die "training did not change fc1_w"
+ctl delete m1 >/dev/null
+ctl list | grep -q '"m1"' && die "m1 still listed after delete"
+[ -d "$STATE/models/m1" ] && die "m1's directory is still there"
+ctl_fails 1 status m1 | grep -q NOT_FOUND || die "status of a deleted model"
+s=$(ctl submit examples/fmnist_mlp.yaml --name m1 --devices cpu:0,cpu:1)
+expect "iter after resubmit" "$(json_field "$s" iter)" 0
+s=$(ctl load m1 "$STATE/saved.ckpt")
+expect "iter after load" "$(json_field "$s" iter)" 30
+for d in cpu:0 cpu:1; do
+  expect "fc1_w on $d after load" "$(blob_hash m1 fc1_w $d)" "$saved_w"
+  expect "pred_b on $d after load" "$(blob_hash m1 pred_b $d)" "$saved_b"
+done
+ctl sync m1 >/dev/null
+expect "fc1_w on cpu:1 after sync" "$(blob_hash m1 fc1_w cpu:1)" "$saved_w"
+
+# predictor
+p=$(ctl extract-predictor m1 --inputs data --outputs softmax --out "$STATE/pred")
+expect "predictor path" "$(json_str "$p" path)" "$STATE/pred"
+p=$(ctl predict "$STATE/pred" --input $DATA/t10k-images-idx3-ubyte.gz \
+  --labels $DATA/t10k-labels-idx1-ubyte.gz --count 200)
+at_least "$(json_field "$p" accuracy)" 0.4 || die "predict: $p"
+ctl_fails 1 extract-predictor m1 --inputs data --outputs softmax --out "$STATE/p2" \
+  --format onnx | grep -q UNSUPPORTED || die "onnx not refused"
+
+# watch: progress events and the end of the run
+build/dpmctl --json watch m1 --until-done >"$T/watch.out" &
+wpid=$!
+sleep 0.5
+ctl train m1 --iters 25 --wait >/dev/null
+wait $wpid || die "watch exited $?"
+grep -q '"kind":"progress"' "$T/watch.out" || die "no progress event: $(cat "$T/watch.out")"
+grep -q '"kind":"done".*"iter":55' "$T/watch.out" || die "no done event: $(cat "$T/watch.out")"
+
+# plain progress lines when stderr is not a terminal
+build/dpmctl train m1 --iters 20 --wait >"$T/progress.txt" 2>&1
+grep -q "^iter 75/75" "$T/progress.txt" || die "progress lines: $(cat "$T/progress.txt")"
+
+# a second model on the same devices starts warm: no new device crew
+crews() { ctl metrics | sed -n 's/^dpmd_device_crews \([0-9]*\).*/\1/p'; }
+before=$(crews)
+ctl submit examples/fmnist_mlp.yaml --name m2 --devices cpu:0,cpu:1 >/dev/null
+expect "crews after a second model" "$(crews)" "$before"
+
+# pause / resume
+ctl train m2 --iters 1000000 >/dev/null
+wait_state m2 training
+ctl_fails 1 train m2 --iters 5 | grep -q STATE || die "train while training"
+s=$(ctl pause m2)
+expect "state after pause" "$(json_str "$s" state)" paused
+i1=$(json_field "$(ctl status m2)" iter)
+sleep 0.3
+expect "iter while paused" "$(json_field "$(ctl status m2)" iter)" "$i1"
+s=$(ctl resume m2)
+expect "state after resume" "$(json_str "$s" state)" training
+sleep 0.5
+i2=$(json_field "$(ctl status m2)" iter)
+[ "$i2" -gt "$i1" ] || die "no progress after resume ($i1 -> $i2)"
+# other verbs are answered between steps while m2 trains
+ctl get-blob m2 fc1_w >/dev/null
+ctl pause m2 >/dev/null
+
+n=$(ctl list | grep -o '"name":"m[12]"' | wc -l)
+expect "models listed" "$n" 2
+m=$(build/dpmctl metrics)
+echo "$m" | grep -q 'dpmd_requests_total{command="train",status="OK"}' || die "metrics: $m"
+echo "$m" | grep -q 'dpm_model_iteration{model="m1"} 75' || die "metrics: $m"
+echo "$m" | grep -q 'dpmd_models{state="paused"} 1' || die "metrics: $m"
+stop_dpmd
