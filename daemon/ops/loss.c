@@ -6,7 +6,8 @@
  * outside [0, D) never indexes memory: SoftmaxWithLoss treats it as a class
  * of probability zero, so the row adds the constant -log(1e-20) to the loss
  * (visible, not silent) and, being constant, nothing to the gradient;
- * Accuracy counts the row as wrong. */
+ * Accuracy counts the row as wrong. A NaN probability (diverged logits)
+ * makes the loss NaN, never the floor, so training stops on it. */
 #include <math.h>
 
 #include "engine/op.h"
@@ -133,7 +134,7 @@ static void swl_run(const dpm_op *op) {
   for (int64_t i = 0; i < n; i++) {
     int32_t l = label[i];
     double p = l >= 0 && l < d ? y[i * d + l] : 0.0;
-    loss -= log(p > PROB_FLOOR ? p : PROB_FLOOR);
+    loss -= log(p > PROB_FLOOR || isnan(p) ? p : PROB_FLOOR); /* NaN stays NaN */
   }
   dpm_f32(op->out[1])[0] = (float)(loss / (double)n);
 }

@@ -160,6 +160,7 @@ static void cmd_submit(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model 
   if (dpmd_model_new(d, spec, 0, to, &d->models[d->n_models], &err))
     return dpmd_reply_error(d, to, err.code, "%s", err.msg);
   d->n_models++;
+  dpmd_notify_status(d);
   dpmd_info("model %s: submitted on %zu device(s)", spec->name, spec->parallel->n_devices);
 }
 

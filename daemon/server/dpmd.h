@@ -84,5 +84,6 @@ char *dpmd_metrics_text(dpmd *d);
 dpm_status dpmd_serve(dpmd *d, dpm_err *err); /* runs until shut down */
 void dpmd_shutdown(dpmd *d);                  /* loop thread: begin stopping */
 double dpmd_now(void);                        /* CLOCK_REALTIME seconds */
+void dpmd_notify_status(dpmd *d);             /* systemd STATUS= line */
 
 #endif

@@ -65,6 +65,10 @@ static void send_reply(dpmd *d, void *header, int command, int status, uint8_t *
   }
 }
 
+void dpmd_notify_status(dpmd *d) {
+  if (!d->stopping) dpmd_notifyf("STATUS=serving %d model(s)", d->n_models);
+}
+
 static void remove_model(dpmd *d, dpmd_model *m) {
   for (int i = 0; i < d->n_models; i++)
     if (d->models[i] == m) {
@@ -72,6 +76,7 @@ static void remove_model(dpmd *d, dpmd_model *m) {
       break;
     }
   dpmd_model_free(m);
+  dpmd_notify_status(d);
 }
 
 static void finish_stop(dpmd *d);
@@ -323,7 +328,8 @@ dpm_status dpmd_serve(dpmd *d, dpm_err *err) {
   if (!s) s = watch(d, err);
   if (!s) {
     dpmd_restore_models(d);
-    dpmd_notifyf("READY=1\nSTATUS=serving %d model(s)", d->n_models);
+    dpmd_notify("READY=1");
+    dpmd_notify_status(d);
     uv_run(d->loop, UV_RUN_DEFAULT);
   }
   if (d->rep >= 0) nn_close(d->rep);

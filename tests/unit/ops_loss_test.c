@@ -121,6 +121,23 @@ TEST(loss_softmax_with_loss_clamps_probability) {
   dpm_tensor_fini(&y[0]), dpm_tensor_fini(&y[1]);
 }
 
+TEST(loss_softmax_with_loss_nan_is_not_clamped) {
+  /* Diverged logits: the loss must be NaN (the trainer stops on it), not
+   * the clamped -log(1e-20). */
+  const float x[] = {NAN, 0, 1, 2};
+  const int32_t label[] = {1, 0};
+  ot_case c = {
+      .op = "SoftmaxWithLoss",
+      .n_in = 2,
+      .n_out = 2,
+      .in = {{.shape = ot_f32(2, 2, 2), .f = x}, {.shape = ot_i32(1, 2), .i = label}}};
+  dpm_tensor y[2];
+  dpm_err err = {0};
+  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
+  CHECK(isnan(dpm_f32(&y[1])[0]));
+  dpm_tensor_fini(&y[0]), dpm_tensor_fini(&y[1]);
+}
+
 TEST(loss_softmax_with_loss_out_of_range_label) {
   /* Labels 3 and -1 with 3 classes: zero-probability classes, no reads. */
   const float x[] = {1, 2, 3, 1, 1, 1, 0, 0, 0};

@@ -1,0 +1,31 @@
+# A model whose loss becomes NaN fails with a message and touches no other
+# model; loading a checkpoint brings it back.
+. tests/e2e_lib.sh
+. tests/dpmd_lib.sh
+# pixels scaled beyond float range: the first step's loss is not finite
+sed -e 's/scale: 0.00392156862 /scale: 1.0e+300/' -e '/op: Relu/d' examples/fmnist_mlp.yaml >"$T/diverge.yaml"
+grep -q 'scale: 1.0e+300' "$T/diverge.yaml" || die "could not make the diverging spec"
+start_dpmd
+ctl submit examples/fmnist_mlp.yaml --name good --devices cpu:0 >/dev/null
+ctl submit "$T/diverge.yaml" --name bad --devices cpu:1 >/dev/null
+c=$(ctl checkpoint bad)
+ckpt=$(json_str "$c" path)
+ctl train good --iters 100000 >/dev/null
+out=$(ctl_fails 1 train bad --iters 500 --wait)
+echo "$out" | grep -q '"status":"NUMERIC"' || die "diverging train: $out"
+s=$(ctl status bad)
+expect "state of the diverged model" "$(json_str "$s" state)" failed
+echo "$s" | grep -q '"error":"loss is -*nan' || die "no error text: $s"
+ctl_fails 1 train bad --iters 5 | grep -q STATE || die "train of a failed model"
+ctl_fails 1 checkpoint bad | grep -q STATE || die "checkpoint of a failed model"
+# the other model kept training
+wait_state good training
+i1=$(json_field "$(ctl status good)" iter)
+sleep 0.3
+i2=$(json_field "$(ctl status good)" iter)
+[ "$i2" -gt "$i1" ] || die "good model stalled ($i1 -> $i2)"
+# a checkpoint brings the failed model back
+s=$(ctl load bad "$ckpt")
+expect "state after load" "$(json_str "$s" state)" ready
+expect "iter after load" "$(json_field "$s" iter)" 0
+stop_dpmd
