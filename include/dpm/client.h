@@ -53,7 +53,9 @@ dpm_status dpm_client_set_token(dpm_client *c, const char *token, dpm_err *err);
 /* Changes the timeout of later calls (< 0: forever). */
 void dpm_client_set_timeout(dpm_client *c, int timeout_ms);
 const char *dpm_client_endpoint(const dpm_client *c);
-/* Sends req and waits for its response. */
+/* Sends req and waits for its response. A call never resends on its own
+ * (a resent train would train twice); a Response whose id differs from the
+ * request's is DPM_CORRUPT. */
 dpm_status dpm_client_call(dpm_client *c, Dpm__Request *req, Dpm__Response **resp,
                            dpm_err *err);
 void dpm_client_free_response(Dpm__Response *resp);
@@ -64,7 +66,8 @@ void dpm_client_close(dpm_client *c);
 dpm_status dpm_events_open(const char *endpoint, const char *name, dpm_events **out,
                            dpm_err *err);
 /* Waits up to timeout_ms (< 0: forever) for the next event: DPM_TIMEOUT when
- * none came. */
+ * none came, or when a signal interrupted the wait (the caller looks at its
+ * own flags). Publications that are not "MODEL\n" + an Event are skipped. */
 dpm_status dpm_events_next(dpm_events *e, int timeout_ms, Dpm__Event **ev, dpm_err *err);
 void dpm_event_free(Dpm__Event *ev);
 void dpm_events_close(dpm_events *e);

@@ -1,0 +1,180 @@
+/* dpmctl's command-line parser: checks argv against the verb table (names,
+ * positional counts, which options a verb takes, required options) and
+ * leaves values to the verbs. Also the small number and list parsers the
+ * verbs share. No output, no global state: the unit tests drive it. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpmctl/dpmctl.h"
+
+const ctl_option ctl_options[O_N_OPTIONS] = {
+    [O_ENDPOINT] = {"--endpoint", 1},
+    [O_TIMEOUT] = {"--timeout", 1},
+    [O_JSON] = {"--json", 0},
+    [O_TOKEN_FILE] = {"--token-file", 1},
+    [O_HELP] = {"--help", 0},
+    [O_NAME] = {"--name", 1},
+    [O_DEVICES] = {"--devices", 1},
+    [O_ITERS] = {"--iters", 1},
+    [O_WAIT] = {"--wait", 0},
+    [O_NO_PROGRESS] = {"--no-progress", 0},
+    [O_OUT] = {"--out", 1},
+    [O_INPUTS] = {"--inputs", 1},
+    [O_OUTPUTS] = {"--outputs", 1},
+    [O_FORMAT] = {"--format", 1},
+    [O_DEVICE] = {"--device", 1},
+    [O_INPUT] = {"--input", 1},
+    [O_LABELS] = {"--labels", 1},
+    [O_COUNT] = {"--count", 1},
+    [O_UNTIL_DONE] = {"--until-done", 0},
+};
+
+#define GLOBAL_OPTS ((1u << CTL_N_GLOBAL) - 1)
+
+__attribute__((format(printf, 3, 4))) static int fail(char *msg, size_t cap,
+                                                      const char *fmt, ...) {
+  if (msg && cap) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+  }
+  return CTL_USAGE;
+}
+
+/* The option named by arg ("--iters" or "--iters=5"), or -1. */
+static int find_option(const char *arg, const char **inline_value) {
+  const char *eq = strchr(arg, '=');
+  size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+  *inline_value = eq ? eq + 1 : NULL;
+  if (n == 2 && !strncmp(arg, "-h", 2)) return O_HELP;
+  for (int o = 0; o < O_N_OPTIONS; o++)
+    if (strlen(ctl_options[o].name) == n && !strncmp(arg, ctl_options[o].name, n))
+      return o;
+  return -1;
+}
+
+/* Takes the option at argv[*i] (accepted: the OPT bits allowed here). */
+static int take_option(int argc, char **argv, int *i, unsigned accepted, const char *verb,
+                       ctl_args *a, char *msg, size_t cap) {
+  const char *arg = argv[*i], *value;
+  int o = find_option(arg, &value);
+  if (o < 0) return fail(msg, cap, "unknown option '%s'", arg);
+  if (!(accepted & OPT(o))) {
+    if (verb) return fail(msg, cap, "%s does not take %s", verb, ctl_options[o].name);
+    return fail(msg, cap, "%s comes after the command", ctl_options[o].name);
+  }
+  if (ctl_options[o].has_value) {
+    if (!value) {
+      if (*i + 1 >= argc) return fail(msg, cap, "%s needs a value", ctl_options[o].name);
+      value = argv[++*i];
+    }
+  } else if (value) {
+    return fail(msg, cap, "%s takes no value", ctl_options[o].name);
+  } else {
+    value = "";
+  }
+  a->opt[o] = value;
+  return CTL_OK;
+}
+
+static int is_option(const char *s) { return s[0] == '-' && s[1] != 0; }
+
+int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_args *a,
+              char *msg, size_t cap) {
+  memset(a, 0, sizeof *a);
+  if (msg && cap) msg[0] = 0;
+  int i = 1;
+  for (; i < argc && is_option(argv[i]); i++) {
+    if (!strcmp(argv[i], "--")) {
+      i++;
+      break;
+    }
+    int rc = take_option(argc, argv, &i, GLOBAL_OPTS, NULL, a, msg, cap);
+    if (rc) return rc;
+  }
+  if (i >= argc) {
+    if (a->opt[O_HELP]) return CTL_OK;
+    return fail(msg, cap, "no command given");
+  }
+  const char *name = argv[i++];
+  for (int v = 0; v < n_verbs; v++)
+    if (!strcmp(verbs[v].name, name)) a->verb = &verbs[v];
+  if (!a->verb) return fail(msg, cap, "unknown command '%s'", name);
+  const ctl_verb *v = a->verb;
+  int options_done = 0;
+  for (; i < argc; i++) {
+    if (!options_done && !strcmp(argv[i], "--")) {
+      options_done = 1;
+      continue;
+    }
+    if (!options_done && is_option(argv[i])) {
+      int rc = take_option(argc, argv, &i, GLOBAL_OPTS | v->opts, v->name, a, msg, cap);
+      if (rc) return rc;
+      continue;
+    }
+    if (a->npos >= v->max_pos || a->npos >= CTL_MAX_POS)
+      return fail(msg, cap, "unexpected argument '%s' for %s", argv[i], v->name);
+    a->pos[a->npos++] = argv[i];
+  }
+  if (a->opt[O_HELP]) return CTL_OK; /* "dpmctl train --help" */
+  if (a->npos < v->min_pos) return fail(msg, cap, "%s needs more arguments", v->name);
+  for (int o = 0; o < O_N_OPTIONS; o++)
+    if ((v->required & OPT(o)) && !a->opt[o])
+      return fail(msg, cap, "%s needs %s", v->name, ctl_options[o].name);
+  return CTL_OK;
+}
+
+int ctl_parse_u64(const char *s, uint64_t max, uint64_t *out) {
+  if (!s || !*s) return -1;
+  for (const char *p = s; *p; p++)
+    if (*p < '0' || *p > '9') return -1;
+  errno = 0;
+  unsigned long long v = strtoull(s, NULL, 10);
+  if (errno || v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+int ctl_parse_int(const char *s, int min, int max, int *out) {
+  if (!s) return -1;
+  int neg = s[0] == '-';
+  uint64_t v;
+  if (ctl_parse_u64(s + neg, (uint64_t)INT_MAX + 1, &v)) return -1;
+  long long x = neg ? -(long long)v : (long long)v;
+  if (x < min || x > max) return -1;
+  *out = (int)x;
+  return 0;
+}
+
+void ctl_free_list(char **items, size_t n) {
+  if (!items) return;
+  for (size_t i = 0; i < n; i++) free(items[i]);
+  free(items);
+}
+
+int ctl_split(const char *s, char ***items, size_t *n) {
+  *items = NULL;
+  *n = 0;
+  if (!s) return -1;
+  size_t count = 1;
+  for (const char *p = s; *p; p++) count += *p == ',';
+  char **v = calloc(count, sizeof *v);
+  if (!v) return -1;
+  const char *p = s;
+  for (size_t k = 0; k < count; k++) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == 0 || !(v[k] = strndup(p, len))) {
+      ctl_free_list(v, count);
+      return -1;
+    }
+    p = end ? end + 1 : p + len;
+  }
+  *items = v;
+  *n = count;
+  return 0;
+}

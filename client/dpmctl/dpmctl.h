@@ -1,0 +1,171 @@
+/* dpmctl's shared declarations: options, the verb table's shape, the
+ * context a verb runs in, and the helpers the files share.
+ *
+ *   main.c      global options, environment, dispatch, exit codes
+ *   args.c      the command-line parser over the verb table
+ *   verbs.c     the verb table and the request/response verbs
+ *   output.c    JSON and human output of results and errors
+ *   progress.c  train --wait: the progress bar and its events thread
+ *   watch.c     watch: events as lines; the events endpoint
+ *   predict.c   predict: runs an extracted predictor, no daemon
+ *
+ * Exit codes (ARCHITECTURE.md, "Command line contract"): 0 ok, 1 the daemon
+ * refused or failed (or a local failure: bad spec, unwritable file), 2 usage,
+ * 3 could not reach the daemon. */
+#ifndef DPMCTL_H
+#define DPMCTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dpm/client.h"
+#include "lib/json.h"
+
+enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2, CTL_UNREACHABLE = 3 };
+
+#define CTL_DEFAULT_TIMEOUT_MS 10000
+#define CTL_LONG_TIMEOUT_MS 120000 /* submit and other slow verbs (verbs.c) */
+#define CTL_MAX_POS 4              /* positional arguments a verb may take */
+
+/* Every option; the first CTL_N_GLOBAL are global (accepted anywhere). */
+typedef enum {
+  O_ENDPOINT,
+  O_TIMEOUT,
+  O_JSON,
+  O_TOKEN_FILE,
+  O_HELP,
+  O_NAME,
+  O_DEVICES,
+  O_ITERS,
+  O_WAIT,
+  O_NO_PROGRESS,
+  O_OUT,
+  O_INPUTS,
+  O_OUTPUTS,
+  O_FORMAT,
+  O_DEVICE,
+  O_INPUT,
+  O_LABELS,
+  O_COUNT,
+  O_UNTIL_DONE,
+  O_N_OPTIONS
+} ctl_opt;
+#define CTL_N_GLOBAL (O_HELP + 1)
+#define OPT(o) (1u << (o))
+
+typedef struct ctl_option {
+  const char *name; /* "--iters" */
+  int has_value;    /* takes a value (--iters N); else a flag */
+} ctl_option;
+extern const ctl_option ctl_options[O_N_OPTIONS];
+
+struct ctl_ctx;
+typedef int (*ctl_handler)(struct ctl_ctx *ctx); /* returns the exit code */
+
+/* One verb of the table (verbs.c). */
+typedef struct ctl_verb {
+  const char *name;
+  const char *usage; /* after "dpmctl [global options] " */
+  int min_pos, max_pos;
+  unsigned opts;     /* OPT() bits of the verb's own options */
+  unsigned required; /* of those, the ones that must be given */
+  ctl_handler run;
+  int needs_daemon;
+  int long_running; /* the daemon answers when done: default timeout raised */
+} ctl_verb;
+extern const ctl_verb ctl_verbs[];
+extern const int ctl_n_verbs;
+
+/* A parsed command line. */
+typedef struct ctl_args {
+  const ctl_verb *verb; /* NULL: none given (with --help) */
+  const char *pos[CTL_MAX_POS];
+  int npos;
+  const char *opt[O_N_OPTIONS]; /* value; "" for a flag given; NULL absent */
+} ctl_args;
+
+/* args.c. Parses argv[1..argc) against the table: global options before the
+ * command, then the command, then its positional arguments and options in
+ * any order (global options too); "--opt=value" and "--opt value" both
+ * work; "--" ends options. Returns CTL_OK, or CTL_USAGE with a message in
+ * msg (a->verb is set when the command was recognised, for its usage). */
+int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_args *a,
+              char *msg, size_t cap);
+/* Whole decimal numbers, nothing else ("12", not "+12", " 12", "1e3").
+ * Return 0 on success, -1 otherwise. */
+int ctl_parse_u64(const char *s, uint64_t max, uint64_t *out);
+int ctl_parse_int(const char *s, int min, int max, int *out);
+/* Splits a comma-separated list into a new array of new strings; empty items
+ * are an error (-1). Free with ctl_free_list. */
+int ctl_split(const char *s, char ***items, size_t *n);
+void ctl_free_list(char **items, size_t n);
+
+/* What a verb runs with. */
+typedef struct ctl_ctx {
+  const ctl_args *a;
+  dpm_client *client; /* open for verbs that need the daemon */
+  const char *endpoint;
+  int timeout_ms;    /* from --timeout or the default; < 0 forever */
+  int timeout_given; /* --timeout was on the command line */
+  int json;
+} ctl_ctx;
+
+/* verbs.c: sends req and handles every failure (prints it, returns its exit
+ * code: 3 transport, 1 refused). On CTL_OK *resp is the daemon's answer. */
+int ctl_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
+/* The second half of ctl_call: s and err from dpm_client_call. */
+int ctl_check(ctl_ctx *ctx, dpm_status s, const dpm_err *err, Dpm__Response **resp);
+/* The exit code of a library failure: 3 for transport (TIMEOUT, IO,
+ * CORRUPT), else 1. */
+int ctl_transport_exit(dpm_status s);
+/* Print the verb's usage (or all of them for NULL) to f. */
+void ctl_usage(FILE *f, const ctl_verb *v);
+/* After a usage error: the verb's usage, or one line pointing at help. */
+void ctl_usage_short(FILE *f, const ctl_verb *v);
+
+/* output.c */
+/* An error of status name `status` ("NOT_FOUND", "USAGE"): "dpmctl: STATUS:
+ * message" on stderr, and with --json {"error":..,"status":..} on stdout. */
+void ctl_error(const ctl_ctx *ctx, const char *status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prints the JSON document and a newline on stdout. Returns CTL_OK, or
+ * CTL_FAILED when the writer failed (out of memory). */
+int ctl_emit(dpm_json *j);
+void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m);
+/* "mlp  training  iter 120/500  loss 0.4123  acc 0.875  1234 img/s" */
+void ctl_model_line(FILE *f, const Dpm__ModelInfo *m);
+/* Prints a successful response by its result; ok_text is the human line
+ * when there is no result ("deleted mlp"). Returns the exit code. */
+int ctl_print_response(const ctl_ctx *ctx, const Dpm__Response *r, const char *ok_text);
+/* ping: the answer and the round trip. */
+int ctl_print_ping(const ctl_ctx *ctx, const Dpm__Response *r, double rtt_ms);
+/* get-blob: prints the tensor (summary, or JSON); out: write its data. */
+int ctl_print_blob(const ctl_ctx *ctx, const Dpm__TensorProto *t, const char *out);
+uint64_t ctl_fnv1a64(const void *data, size_t n);
+const char *ctl_event_kind(int kind); /* "progress" ... */
+/* One event as one line (JSON object with --json). */
+void ctl_print_event(const ctl_ctx *ctx, const Dpm__Event *ev);
+/* Seconds as "0:42", "1:02:03". */
+void ctl_format_duration(double s, char *buf, size_t cap);
+
+/* progress.c: train --wait: subscribes to NAME's events, sends req with no
+ * timeout and shows progress until the answer comes. */
+int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
+/* The bar line for a progress event of a train of `iters` steps, into buf:
+ * "[#####.....] 120/500 loss 0.4123 acc 0.875 1234 img/s ETA 0:42". */
+void ctl_progress_bar(const Dpm__ModelInfo *m, uint64_t iters, double eta_s, char *buf,
+                      size_t cap);
+
+/* watch.c: the daemon's events endpoint (a watch request for name, which
+ * may be NULL). Returns CTL_OK with *endpoint a new string ("" when the
+ * daemon publishes none, or refused and quiet_refusal is set), or an exit
+ * code after printing the error. */
+int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
+                        char **endpoint);
+
+/* The handlers, for the table. */
+int ctl_cmd_watch(ctl_ctx *ctx);
+int ctl_cmd_predict(ctl_ctx *ctx);
+
+#endif

@@ -1,0 +1,438 @@
+/* dpmctl's output: results and errors as short human lines, or with --json
+ * as exactly one JSON object on stdout (watch: one object per event line).
+ * Only fields the daemon set are printed; non-finite numbers are null. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dpmctl/dpmctl.h"
+
+void ctl_error(const ctl_ctx *ctx, const char *status, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (!strcmp(status, "USAGE"))
+    fprintf(stderr, "dpmctl: %s\n", msg);
+  else
+    fprintf(stderr, "dpmctl: %s: %s\n", status, msg);
+  if (ctx && ctx->json) {
+    dpm_json j;
+    dpm_json_init(&j);
+    dpm_json_object(&j, NULL);
+    dpm_json_str(&j, "error", msg);
+    dpm_json_str(&j, "status", status);
+    dpm_json_end(&j);
+    ctl_emit(&j);
+    dpm_json_fini(&j);
+  }
+}
+
+int ctl_emit(dpm_json *j) {
+  const char *t = dpm_json_text(j);
+  if (!t) {
+    fprintf(stderr, "dpmctl: NOMEM: out of memory writing JSON\n");
+    return CTL_FAILED;
+  }
+  fputs(t, stdout);
+  fputc('\n', stdout);
+  return CTL_OK;
+}
+
+static void json_strings(dpm_json *j, const char *key, char **v, size_t n) {
+  dpm_json_array(j, key);
+  for (size_t i = 0; i < n; i++) dpm_json_str(j, NULL, v[i]);
+  dpm_json_end(j);
+}
+
+void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
+  dpm_json_object(j, key);
+  dpm_json_str(j, "name", m->name);
+  dpm_json_str(j, "state", m->state);
+  if (m->has_iter) dpm_json_uint(j, "iter", m->iter);
+  if (m->has_target_iter) dpm_json_uint(j, "target_iter", m->target_iter);
+  if (m->n_devices) json_strings(j, "devices", m->devices, m->n_devices);
+  if (m->has_loss) dpm_json_num(j, "loss", m->loss);
+  if (m->has_accuracy) dpm_json_num(j, "accuracy", m->accuracy);
+  if (m->has_lr) dpm_json_num(j, "lr", m->lr);
+  if (m->has_images_per_s) dpm_json_num(j, "images_per_s", m->images_per_s);
+  if (m->has_step_ms) dpm_json_num(j, "step_ms", m->step_ms);
+  if (m->error) dpm_json_str(j, "error", m->error);
+  if (m->checkpoint) dpm_json_str(j, "checkpoint", m->checkpoint);
+  if (m->has_checkpoint_iter) dpm_json_uint(j, "checkpoint_iter", m->checkpoint_iter);
+  dpm_json_end(j);
+}
+
+/* "  iter 120/500  loss 0.4123  acc 0.875  1234 img/s" */
+static void stats(FILE *f, const Dpm__ModelInfo *m) {
+  if (m->has_iter) {
+    fprintf(f, "  iter %" PRIu64, m->iter);
+    if (m->has_target_iter) fprintf(f, "/%" PRIu64, m->target_iter);
+  }
+  if (m->has_loss) fprintf(f, "  loss %.4f", m->loss);
+  if (m->has_accuracy) fprintf(f, "  acc %.3f", m->accuracy);
+  if (m->has_images_per_s) fprintf(f, "  %.0f img/s", m->images_per_s);
+}
+
+void ctl_model_line(FILE *f, const Dpm__ModelInfo *m) {
+  fprintf(f, "%s  %s", m->name ? m->name : "?", m->state ? m->state : "?");
+  stats(f, m);
+  if (m->error && *m->error) fprintf(f, "  error: %s", m->error);
+  fputc('\n', f);
+}
+
+static void join(FILE *f, char **v, size_t n) {
+  for (size_t i = 0; i < n; i++) fprintf(f, "%s%s", i ? "," : "", v[i]);
+}
+
+/* One model in detail: its line, then what else the daemon said. */
+static void model_detail(FILE *f, const Dpm__ModelInfo *m) {
+  ctl_model_line(f, m);
+  if (m->n_devices) {
+    fputs("  devices ", f);
+    join(f, m->devices, m->n_devices);
+    fputc('\n', f);
+  }
+  if (m->has_lr || m->has_step_ms) {
+    fputc(' ', f);
+    if (m->has_lr) fprintf(f, " lr %g", m->lr);
+    if (m->has_step_ms) fprintf(f, " step %.2f ms", m->step_ms);
+    fputc('\n', f);
+  }
+  if (m->checkpoint) {
+    fprintf(f, "  checkpoint %s", m->checkpoint);
+    if (m->has_checkpoint_iter) fprintf(f, " (iter %" PRIu64 ")", m->checkpoint_iter);
+    fputc('\n', f);
+  }
+}
+
+static void json_version(dpm_json *j, const Dpm__VersionInfo *v) {
+  dpm_json_str(j, "version", v->version);
+  dpm_json_uint(j, "protocol", v->protocol);
+  json_strings(j, "devices", v->devices, v->n_devices);
+  if (v->has_uptime_s) dpm_json_num(j, "uptime_s", v->uptime_s);
+}
+
+void ctl_format_duration(double s, char *buf, size_t cap) {
+  if (!isfinite(s) || s < 0 || s > 1e9) {
+    snprintf(buf, cap, "?:??");
+    return;
+  }
+  long t = lround(s);
+  if (t >= 3600)
+    snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else
+    snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void version_line(FILE *f, const Dpm__VersionInfo *v) {
+  fprintf(f, "dpmd %s  protocol %u", v->version ? v->version : "?", v->protocol);
+  if (v->n_devices) {
+    fputs("  devices ", f);
+    join(f, v->devices, v->n_devices);
+  }
+  if (v->has_uptime_s) {
+    char d[32];
+    ctl_format_duration(v->uptime_s, d, sizeof d);
+    fprintf(f, "  up %s", d);
+  }
+  if (v->protocol != DPM_PROTOCOL_VERSION)
+    fprintf(f, "  (dpmctl speaks protocol %d)", DPM_PROTOCOL_VERSION);
+  fputc('\n', f);
+}
+
+int ctl_print_response(const ctl_ctx *ctx, const Dpm__Response *r, const char *ok_text) {
+  dpm_json j;
+  dpm_json_init(&j);
+  FILE *f = stdout;
+  if (r->result_case == DPM__RESPONSE__RESULT_MODEL) { /* the model is the object */
+    int rc = CTL_OK;
+    if (ctx->json) {
+      ctl_json_model(&j, NULL, r->model);
+      rc = ctl_emit(&j);
+    } else {
+      model_detail(f, r->model);
+    }
+    dpm_json_fini(&j);
+    return rc;
+  }
+  if (r->result_case == DPM__RESPONSE__RESULT_BLOB)
+    return ctl_print_blob(ctx, r->blob, NULL);
+  dpm_json_object(&j, NULL);
+  switch (r->result_case) {
+  case DPM__RESPONSE__RESULT_VERSION:
+    if (ctx->json)
+      json_version(&j, r->version);
+    else
+      version_line(f, r->version);
+    break;
+  case DPM__RESPONSE__RESULT_MODELS:
+    if (ctx->json) {
+      dpm_json_array(&j, "models");
+      for (size_t i = 0; i < r->models->n_model; i++)
+        ctl_json_model(&j, NULL, r->models->model[i]);
+      dpm_json_end(&j);
+    } else {
+      if (!r->models->n_model) fputs("no models\n", f);
+      for (size_t i = 0; i < r->models->n_model; i++)
+        ctl_model_line(f, r->models->model[i]);
+    }
+    break;
+  case DPM__RESPONSE__RESULT_EVAL:
+    if (ctx->json) {
+      dpm_json_num(&j, "loss", r->eval->loss);
+      dpm_json_num(&j, "accuracy", r->eval->accuracy);
+      if (r->eval->has_iter) dpm_json_uint(&j, "iter", r->eval->iter);
+    } else {
+      fprintf(f, "loss %.4f  accuracy %.4f", r->eval->loss, r->eval->accuracy);
+      if (r->eval->has_iter) fprintf(f, "  (iter %" PRIu64 ")", r->eval->iter);
+      fputc('\n', f);
+    }
+    break;
+  case DPM__RESPONSE__RESULT_PATH:
+    if (ctx->json) {
+      dpm_json_str(&j, "path", r->path->path);
+      if (r->path->has_iter) dpm_json_uint(&j, "iter", r->path->iter);
+    } else {
+      fprintf(f, "%s%s", ok_text ? ok_text : "", ok_text ? " " : "");
+      fputs(r->path->path ? r->path->path : "?", f);
+      if (r->path->has_iter) fprintf(f, "  (iter %" PRIu64 ")", r->path->iter);
+      fputc('\n', f);
+    }
+    break;
+  case DPM__RESPONSE__RESULT_METRICS:
+    if (ctx->json) {
+      dpm_json_str(&j, "metrics", r->metrics);
+    } else if (r->metrics) {
+      size_t n = strlen(r->metrics);
+      fputs(r->metrics, f);
+      if (n && r->metrics[n - 1] != '\n') fputc('\n', f);
+    }
+    break;
+  case DPM__RESPONSE__RESULT_WATCH:
+    if (ctx->json)
+      dpm_json_str(&j, "events", r->watch->events);
+    else
+      fprintf(f, "events %s\n", r->watch->events ? r->watch->events : "");
+    break;
+  default:
+    if (ctx->json)
+      dpm_json_bool(&j, "ok", 1);
+    else
+      fprintf(f, "%s\n", ok_text ? ok_text : "ok");
+    break;
+  }
+  int rc = CTL_OK;
+  if (ctx->json) {
+    dpm_json_end(&j);
+    rc = ctl_emit(&j);
+  }
+  dpm_json_fini(&j);
+  return rc;
+}
+
+int ctl_print_ping(const ctl_ctx *ctx, const Dpm__Response *r, double rtt_ms) {
+  const Dpm__VersionInfo *v =
+      r->result_case == DPM__RESPONSE__RESULT_VERSION ? r->version : NULL;
+  if (!ctx->json) {
+    printf("ok  %s  %.3f ms", ctx->endpoint, rtt_ms);
+    if (v) {
+      printf("  ");
+      version_line(stdout, v);
+    } else {
+      putchar('\n');
+    }
+    return CTL_OK;
+  }
+  dpm_json j;
+  dpm_json_init(&j);
+  dpm_json_object(&j, NULL);
+  dpm_json_bool(&j, "ok", 1);
+  dpm_json_str(&j, "endpoint", ctx->endpoint);
+  dpm_json_num(&j, "rtt_ms", rtt_ms);
+  if (v) json_version(&j, v);
+  dpm_json_end(&j);
+  int rc = ctl_emit(&j);
+  dpm_json_fini(&j);
+  return rc;
+}
+
+uint64_t ctl_fnv1a64(const void *data, size_t n) {
+  const unsigned char *p = data;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* Element i of little-endian data of dtype (0 f32, 1 i32, 2 i64). */
+static double element(const uint8_t *d, uint32_t dtype, size_t i, int64_t *as_int) {
+  uint64_t u = 0;
+  size_t size = dtype == 2 ? 8 : 4;
+  for (size_t b = 0; b < size; b++) u |= (uint64_t)d[i * size + b] << (8 * b);
+  if (dtype == 0) {
+    uint32_t w = (uint32_t)u;
+    float x;
+    memcpy(&x, &w, sizeof x);
+    *as_int = 0;
+    return x;
+  }
+  *as_int = dtype == 1 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+  return (double)*as_int;
+}
+
+int ctl_print_blob(const ctl_ctx *ctx, const Dpm__TensorProto *t, const char *out) {
+  static const char *const names[] = {"f32", "i32", "i64"};
+  const uint8_t *data = t->has_data ? t->data.data : NULL;
+  size_t bytes = t->has_data ? t->data.len : 0;
+  int known = t->dtype <= 2;
+  char dtype[16];
+  if (known)
+    snprintf(dtype, sizeof dtype, "%s", names[t->dtype]);
+  else
+    snprintf(dtype, sizeof dtype, "dtype%u", t->dtype);
+  size_t esize = t->dtype == 2 ? 8 : 4;
+  uint64_t count = 1;
+  for (size_t i = 0; i < t->n_dims; i++)
+    count *= t->dims[i] > 0 ? (uint64_t)t->dims[i] : 0;
+  size_t have = known ? bytes / esize : 0; /* elements present */
+  if (have > count) have = (size_t)count;
+
+  if (out) {
+    FILE *f = fopen(out, "wb");
+    int ok = f && (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
+    if (f && fclose(f)) ok = 0;
+    if (!ok) {
+      ctl_error(ctx, "IO", "cannot write %s: %m", out);
+      return CTL_FAILED;
+    }
+  }
+  uint64_t hash = ctl_fnv1a64(data, bytes);
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016" PRIx64, hash);
+  if (ctx->json) {
+    dpm_json j;
+    dpm_json_init(&j);
+    dpm_json_object(&j, NULL);
+    dpm_json_str(&j, "name", t->name);
+    dpm_json_str(&j, "dtype", dtype);
+    dpm_json_array(&j, "dims");
+    for (size_t i = 0; i < t->n_dims; i++) dpm_json_int(&j, NULL, t->dims[i]);
+    dpm_json_end(&j);
+    dpm_json_uint(&j, "bytes", bytes);
+    dpm_json_str(&j, "fnv1a64", hex);
+    dpm_json_array(&j, "values");
+    for (size_t i = 0; i < have && i < 16; i++) {
+      int64_t iv;
+      double v = element(data, t->dtype, i, &iv);
+      if (t->dtype == 0)
+        dpm_json_float(&j, NULL, (float)v);
+      else
+        dpm_json_int(&j, NULL, iv);
+    }
+    dpm_json_end(&j);
+    if (out) dpm_json_str(&j, "out", out);
+    dpm_json_end(&j);
+    int rc = ctl_emit(&j);
+    dpm_json_fini(&j);
+    return rc;
+  }
+  printf("%s %s[", t->name ? t->name : "?", dtype);
+  for (size_t i = 0; i < t->n_dims; i++) printf("%s%" PRId64, i ? "," : "", t->dims[i]);
+  printf("]  %" PRIu64 " values  %zu bytes  fnv1a64 %s\n", count, bytes, hex);
+  if (known && have) {
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < have; i++) {
+      int64_t iv;
+      double v = element(data, t->dtype, i, &iv);
+      if (!isfinite(v)) {
+        nonfinite++;
+        continue;
+      }
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+      sum += v;
+    }
+    if (have > nonfinite)
+      printf("  min %g  max %g  mean %g", lo, hi, sum / (double)(have - nonfinite));
+    if (nonfinite) printf("  %zu non-finite", nonfinite);
+    printf("\n  values");
+    for (size_t i = 0; i < have && i < 8; i++) {
+      int64_t iv;
+      double v = element(data, t->dtype, i, &iv);
+      if (t->dtype == 0)
+        printf(" %g", v);
+      else
+        printf(" %" PRId64, iv);
+    }
+    printf("%s\n", have > 8 ? " ..." : "");
+  }
+  if (known && bytes != count * esize)
+    printf("  warning: %zu data bytes, the dims say %" PRIu64 "\n", bytes, count * esize);
+  if (out) printf("  wrote %zu bytes to %s\n", bytes, out);
+  return CTL_OK;
+}
+
+const char *ctl_event_kind(int kind) {
+  switch (kind) {
+  case DPM__EVENT_KIND__EVENT_PROGRESS:
+    return "progress";
+  case DPM__EVENT_KIND__EVENT_STATE:
+    return "state";
+  case DPM__EVENT_KIND__EVENT_ERROR:
+    return "error";
+  case DPM__EVENT_KIND__EVENT_DONE:
+    return "done";
+  default:
+    return "unknown";
+  }
+}
+
+void ctl_print_event(const ctl_ctx *ctx, const Dpm__Event *ev) {
+  const Dpm__ModelInfo *m = ev->model;
+  if (ctx->json) {
+    dpm_json j;
+    dpm_json_init(&j);
+    dpm_json_object(&j, NULL);
+    dpm_json_str(&j, "model", m->name);
+    dpm_json_str(&j, "kind", ctl_event_kind(ev->kind));
+    dpm_json_str(&j, "state", m->state);
+    if (m->has_iter) dpm_json_uint(&j, "iter", m->iter);
+    if (m->has_target_iter) dpm_json_uint(&j, "target_iter", m->target_iter);
+    if (m->has_loss) dpm_json_num(&j, "loss", m->loss);
+    if (m->has_accuracy) dpm_json_num(&j, "accuracy", m->accuracy);
+    if (m->has_images_per_s) dpm_json_num(&j, "images_per_s", m->images_per_s);
+    if (ev->message)
+      dpm_json_str(&j, "message", ev->message);
+    else if (m->error && ev->kind == DPM__EVENT_KIND__EVENT_ERROR)
+      dpm_json_str(&j, "message", m->error);
+    if (ev->has_time) dpm_json_num(&j, "time", ev->time);
+    dpm_json_end(&j);
+    ctl_emit(&j);
+    dpm_json_fini(&j);
+  } else {
+    if (ev->has_time && isfinite(ev->time)) {
+      time_t t = (time_t)ev->time;
+      struct tm tm;
+      char hms[16];
+      if (localtime_r(&t, &tm) && strftime(hms, sizeof hms, "%H:%M:%S", &tm))
+        printf("%s ", hms);
+    }
+    printf("%s %s", m->name ? m->name : "?", ctl_event_kind(ev->kind));
+    if (ev->kind == DPM__EVENT_KIND__EVENT_STATE)
+      printf(" %s", m->state ? m->state : "?");
+    stats(stdout, m);
+    const char *msg = ev->message ? ev->message : ev->kind == 2 ? m->error : NULL;
+    if (msg && *msg) printf(": %s", msg);
+    putchar('\n');
+  }
+  fflush(stdout);
+}

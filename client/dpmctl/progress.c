@@ -1,0 +1,178 @@
+/* train --wait: the daemon answers the train request only when its steps
+ * are done, so the main thread sends it with no timeout while a second
+ * thread reads the model's events and shows progress:
+ *   - stderr is a terminal: one bar line on stderr, redrawn with '\r'
+ *     "[#####...............] 120/500 loss 0.4123 acc 0.875 1234 img/s ETA 0:42";
+ *   - otherwise, without --json: a plain line on stdout per progress event
+ *     "iter 120/500 loss 0.4123 acc 0.875 img/s 1234";
+ *   - --no-progress, or --json without a terminal: nothing.
+ * A watch request comes first, within --timeout: it names the events
+ * endpoint and shows that the daemon is there before the unbounded wait. A
+ * daemon that publishes no events (or refuses watch) just gets no progress.
+ * The first events after subscribing may be missed (nanomsg connects in the
+ * background); progress events keep coming, so the bar catches up. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpmctl/dpmctl.h"
+
+#define BAR_WIDTH 20
+
+enum { SHOW_NONE, SHOW_BAR, SHOW_LINES };
+
+typedef struct progress {
+  dpm_events *events;
+  atomic_int stop;
+  int mode;
+  uint64_t iters; /* steps of this train */
+  size_t drawn;   /* length of the bar line on screen; 0: none */
+  int have_first; /* rate estimate without step_ms */
+  double t_first;
+  uint64_t iter_first;
+} progress;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+void ctl_progress_bar(const Dpm__ModelInfo *m, uint64_t iters, double eta_s, char *buf,
+                      size_t cap) {
+  size_t n = 0;
+#define ADD(...)                                                                         \
+  do {                                                                                   \
+    if (n < cap) {                                                                       \
+      int k_ = snprintf(buf + n, cap - n, __VA_ARGS__);                                  \
+      if (k_ > 0) n += (size_t)k_;                                                       \
+    }                                                                                    \
+  } while (0)
+  if (cap) buf[0] = 0;
+  double frac = -1;
+  if (m->has_iter && m->has_target_iter && m->target_iter > 0) {
+    uint64_t start = m->target_iter >= iters ? m->target_iter - iters : 0;
+    uint64_t span = m->target_iter - start;
+    uint64_t done = m->iter > start ? m->iter - start : 0;
+    frac = span ? (double)done / (double)span : 1;
+    if (frac > 1) frac = 1;
+  }
+  int fill = frac < 0 ? 0 : (int)lround(frac * BAR_WIDTH);
+  char bar[BAR_WIDTH + 1];
+  for (int i = 0; i < BAR_WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+  bar[BAR_WIDTH] = 0;
+  ADD("[%s]", bar);
+  if (m->has_iter) {
+    ADD(" %llu", (unsigned long long)m->iter);
+    if (m->has_target_iter) ADD("/%llu", (unsigned long long)m->target_iter);
+  }
+  if (m->has_loss) ADD(" loss %.4f", m->loss);
+  if (m->has_accuracy) ADD(" acc %.3f", m->accuracy);
+  if (m->has_images_per_s) ADD(" %.0f img/s", m->images_per_s);
+  if (eta_s >= 0 && isfinite(eta_s)) {
+    char d[32];
+    ctl_format_duration(eta_s, d, sizeof d);
+    ADD(" ETA %s", d);
+  }
+#undef ADD
+}
+
+/* Seconds left, or -1 when unknown. */
+static double eta(progress *p, const Dpm__ModelInfo *m) {
+  if (!m->has_iter || !m->has_target_iter) return -1;
+  uint64_t left = m->target_iter > m->iter ? m->target_iter - m->iter : 0;
+  if (m->has_step_ms && m->step_ms > 0) return (double)left * m->step_ms / 1e3;
+  double t = now_s();
+  if (!p->have_first) {
+    p->have_first = 1;
+    p->t_first = t;
+    p->iter_first = m->iter;
+    return -1;
+  }
+  if (m->iter <= p->iter_first) return -1;
+  return (double)left * (t - p->t_first) / (double)(m->iter - p->iter_first);
+}
+
+static void show(progress *p, const Dpm__ModelInfo *m) {
+  if (p->mode == SHOW_LINES) {
+    printf("iter %llu", (unsigned long long)m->iter);
+    if (m->has_target_iter) printf("/%llu", (unsigned long long)m->target_iter);
+    if (m->has_loss) printf(" loss %.4f", m->loss);
+    if (m->has_accuracy) printf(" acc %.3f", m->accuracy);
+    if (m->has_images_per_s) printf(" img/s %.0f", m->images_per_s);
+    putchar('\n');
+    fflush(stdout);
+    return;
+  }
+  char line[256];
+  ctl_progress_bar(m, p->iters, eta(p, m), line, sizeof line);
+  size_t n = strlen(line);
+  fprintf(stderr, "\r%s", line);
+  for (size_t i = n; i < p->drawn; i++) fputc(' ', stderr); /* wipe a longer line */
+  fflush(stderr);
+  p->drawn = n > 0 ? n : 1;
+}
+
+static void *run(void *arg) {
+  progress *p = arg;
+  while (!atomic_load(&p->stop)) {
+    Dpm__Event *e;
+    dpm_err err;
+    dpm_status s = dpm_events_next(p->events, 200, &e, &err);
+    if (s == DPM_TIMEOUT) continue;
+    if (s) break; /* no more progress; the train answer still comes */
+    if (e->kind == DPM__EVENT_KIND__EVENT_PROGRESS ||
+        (e->kind == DPM__EVENT_KIND__EVENT_DONE && p->mode == SHOW_BAR)) /* a full bar */
+      show(p, e->model);
+    dpm_event_free(e);
+  }
+  return NULL;
+}
+
+int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
+  *resp = NULL;
+  progress p;
+  memset(&p, 0, sizeof p);
+  atomic_init(&p.stop, 0);
+  p.iters = req->train->iters;
+  if (ctx->a->opt[O_NO_PROGRESS])
+    p.mode = SHOW_NONE;
+  else if (isatty(STDERR_FILENO))
+    p.mode = SHOW_BAR;
+  else if (!ctx->json)
+    p.mode = SHOW_LINES;
+  else
+    p.mode = SHOW_NONE;
+
+  /* the watch request: the daemon is there, and where its events are */
+  char *ep = NULL;
+  int rc = ctl_events_endpoint(ctx, req->train->name, 1, &ep);
+  if (rc) return rc;
+  if (p.mode != SHOW_NONE && *ep) {
+    dpm_err oerr = {0};
+    if (dpm_events_open(ep, req->train->name, &p.events, &oerr)) {
+      fprintf(stderr, "dpmctl: warning: no progress: %s\n", oerr.msg);
+      p.events = NULL;
+    }
+  }
+  free(ep);
+  pthread_t thread;
+  int threaded = p.events && pthread_create(&thread, NULL, run, &p) == 0;
+
+  dpm_client_set_timeout(ctx->client, -1);
+  dpm_err err = {0};
+  dpm_status s = dpm_client_call(ctx->client, req, resp, &err);
+  dpm_client_set_timeout(ctx->client, ctx->timeout_ms);
+
+  if (threaded) {
+    atomic_store(&p.stop, 1);
+    pthread_join(thread, NULL);
+  }
+  dpm_events_close(p.events);
+  if (p.drawn) fputc('\n', stderr);
+  return ctl_check(ctx, s, &err, resp); /* errors after the bar's line */
+}

@@ -1,0 +1,461 @@
+/* dpmctl's verb table (the one place verbs are declared: name, usage,
+ * positional counts, options, handler, whether the daemon is needed) and
+ * the handlers of the verbs that are one request and one response.
+ *
+ * Paths sent to the daemon (checkpoint --out, load FILE, extract-predictor
+ * --out, the spec's data files) are made absolute against dpmctl's working
+ * directory: the daemon runs elsewhere and only takes absolute paths.
+ *
+ * Long verbs (the daemon answers when the work is done: submit, checkpoint,
+ * load, sync, eval, extract-predictor, get-blob) first ping the daemon
+ * within --timeout, so that an absent daemon is reported as quickly as for
+ * any verb, then wait for the answer max(--timeout, 120 s). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dpmctl/dpmctl.h"
+#include "spec/spec.h"
+
+/* ---- shared helpers ---- */
+
+int ctl_transport_exit(dpm_status s) {
+  return s == DPM_TIMEOUT || s == DPM_IO || s == DPM_CORRUPT ? CTL_UNREACHABLE
+                                                             : CTL_FAILED;
+}
+
+int ctl_check(ctl_ctx *ctx, dpm_status s, const dpm_err *err, Dpm__Response **resp) {
+  if (s) {
+    ctl_error(ctx, dpm_status_name(s), "%s", err->msg);
+    dpm_client_free_response(*resp);
+    *resp = NULL;
+    return ctl_transport_exit(s);
+  }
+  Dpm__Response *r = *resp;
+  if (r->status) {
+    const char *msg = r->message && *r->message ? r->message : dpm_strerror(r->status);
+    ctl_error(ctx, dpm_status_name((dpm_status)r->status), "%s", msg);
+    dpm_client_free_response(r);
+    *resp = NULL;
+    return CTL_FAILED;
+  }
+  return CTL_OK;
+}
+
+int ctl_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
+  dpm_err err = {0};
+  *resp = NULL;
+  dpm_status s = dpm_client_call(ctx->client, req, resp, &err);
+  return ctl_check(ctx, s, &err, resp);
+}
+
+/* Sends req and prints the answer (ok_text: the human line of an answer
+ * without a result). */
+static int call_print(ctl_ctx *ctx, Dpm__Request *req, const char *ok_text) {
+  Dpm__Response *r;
+  int rc = ctl_call(ctx, req, &r);
+  if (rc) return rc;
+  rc = ctl_print_response(ctx, r, ok_text);
+  dpm_client_free_response(r);
+  return rc;
+}
+
+/* For long verbs: a ping within the normal timeout, then req with the long
+ * one. Returns like ctl_call. */
+static int long_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
+  Dpm__Request ping = DPM__REQUEST__INIT;
+  Dpm__Empty empty = DPM__EMPTY__INIT;
+  ping.command_case = DPM__REQUEST__COMMAND_PING;
+  ping.ping = &empty;
+  Dpm__Response *r = NULL;
+  dpm_err err = {0};
+  *resp = NULL;
+  dpm_status s = dpm_client_call(ctx->client, &ping, &r, &err);
+  if (s) { /* a refused ping still proves the daemon is there */
+    ctl_error(ctx, dpm_status_name(s), "%s", err.msg);
+    return ctl_transport_exit(s);
+  }
+  dpm_client_free_response(r);
+  int t = ctx->timeout_ms;
+  if (t >= 0 && t < CTL_LONG_TIMEOUT_MS) t = CTL_LONG_TIMEOUT_MS;
+  dpm_client_set_timeout(ctx->client, t);
+  int rc = ctl_call(ctx, req, resp);
+  dpm_client_set_timeout(ctx->client, ctx->timeout_ms);
+  return rc;
+}
+
+static int long_call_print(ctl_ctx *ctx, Dpm__Request *req, const char *ok_text) {
+  Dpm__Response *r;
+  int rc = long_call(ctx, req, &r);
+  if (rc) return rc;
+  rc = ctl_print_response(ctx, r, ok_text);
+  dpm_client_free_response(r);
+  return rc;
+}
+
+/* A new absolute, lexically normalised ("." and ".." resolved) copy of path
+ * against the working directory; NULL when out of memory or no cwd. */
+static char *absolute(const char *path) {
+  char *cwd = NULL;
+  if (path[0] != '/' && !(cwd = getcwd(NULL, 0))) return NULL;
+  size_t n = (cwd ? strlen(cwd) : 0) + strlen(path) + 2;
+  char *joined = malloc(n), *outp = malloc(n);
+  if (!joined || !outp) {
+    free(cwd);
+    free(joined);
+    free(outp);
+    return NULL;
+  }
+  snprintf(joined, n, "%s/%s", cwd ? cwd : "", path);
+  free(cwd);
+  size_t len = 0;
+  for (char *save = NULL, *part = strtok_r(joined, "/", &save); part;
+       part = strtok_r(NULL, "/", &save)) {
+    if (!strcmp(part, ".")) continue;
+    if (!strcmp(part, "..")) {
+      while (len > 0 && outp[len - 1] != '/') len--;
+      if (len > 0) len--; /* the slash */
+      continue;
+    }
+    outp[len++] = '/';
+    size_t pl = strlen(part);
+    memcpy(outp + len, part, pl);
+    len += pl;
+  }
+  if (len == 0) outp[len++] = '/';
+  outp[len] = 0;
+  free(joined);
+  return outp;
+}
+
+/* *field (a malloc'd string or NULL) made absolute in place. */
+static int absolutize(char **field) {
+  if (!*field || !**field || (*field)[0] == '/') return 0;
+  char *a = absolute(*field);
+  if (!a) return -1;
+  free(*field);
+  *field = a;
+  return 0;
+}
+
+static int no_memory(ctl_ctx *ctx) {
+  ctl_error(ctx, "NOMEM", "out of memory");
+  return CTL_FAILED;
+}
+
+static int usage_error(ctl_ctx *ctx, const char *msg) {
+  ctl_error(ctx, "USAGE", "%s", msg);
+  ctl_usage_short(stderr, ctx->a->verb);
+  return CTL_USAGE;
+}
+
+static const char *pos(const ctl_ctx *ctx, int i) {
+  return i < ctx->a->npos ? ctx->a->pos[i] : NULL;
+}
+
+/* ---- handlers ---- */
+
+static Dpm__Empty empty_msg = DPM__EMPTY__INIT;
+
+static int cmd_ping(ctl_ctx *ctx) {
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_PING;
+  req.ping = &empty_msg;
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  Dpm__Response *r;
+  int rc = ctl_call(ctx, &req, &r);
+  if (rc) return rc;
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+  rc = ctl_print_ping(ctx, r, ms);
+  dpm_client_free_response(r);
+  return rc;
+}
+
+static int cmd_version(ctl_ctx *ctx) {
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_VERSION_INFO;
+  req.version_info = &empty_msg;
+  return call_print(ctx, &req, NULL);
+}
+
+static int cmd_submit(ctl_ctx *ctx) {
+  const char *path = pos(ctx, 0);
+  Dpm__ModelSpec *spec = NULL;
+  dpm_err err = {0};
+  dpm_status s = dpm_spec_load(path, &spec, &err);
+  if (s) {
+    ctl_error(ctx, dpm_status_name(s), "%s", err.msg);
+    return CTL_FAILED;
+  }
+  int rc;
+  char **devices = NULL;
+  size_t n_devices = 0;
+  const char *dev = ctx->a->opt[O_DEVICES];
+  if (dev && ctl_split(dev, &devices, &n_devices)) {
+    dpm_spec_free(spec);
+    return usage_error(ctx, "--devices takes a list such as cpu:0,cpu:1");
+  }
+  if ((spec->input &&
+       (absolutize(&spec->input->images) || absolutize(&spec->input->labels))) ||
+      (spec->eval &&
+       (absolutize(&spec->eval->images) || absolutize(&spec->eval->labels))) ||
+      absolutize(&spec->source)) {
+    rc = no_memory(ctx);
+  } else {
+    Dpm__SubmitRequest sub = DPM__SUBMIT_REQUEST__INIT;
+    sub.spec = spec;
+    sub.name = (char *)ctx->a->opt[O_NAME];
+    sub.devices = devices;
+    sub.n_devices = n_devices;
+    Dpm__Request req = DPM__REQUEST__INIT;
+    req.command_case = DPM__REQUEST__COMMAND_SUBMIT;
+    req.submit = &sub;
+    rc = long_call_print(ctx, &req, NULL);
+  }
+  ctl_free_list(devices, n_devices);
+  dpm_spec_free(spec);
+  return rc;
+}
+
+static int cmd_train(ctl_ctx *ctx) {
+  uint64_t iters;
+  if (ctl_parse_u64(ctx->a->opt[O_ITERS], UINT64_MAX, &iters) || iters == 0)
+    return usage_error(ctx, "--iters takes a positive whole number");
+  Dpm__TrainRequest tr = DPM__TRAIN_REQUEST__INIT;
+  tr.name = (char *)pos(ctx, 0);
+  tr.iters = iters;
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_TRAIN;
+  req.train = &tr;
+  if (!ctx->a->opt[O_WAIT]) return call_print(ctx, &req, NULL);
+  tr.has_wait = 1;
+  tr.wait = 1;
+  Dpm__Response *r;
+  int rc = ctl_train_wait(ctx, &req, &r);
+  if (rc) return rc;
+  rc = ctl_print_response(ctx, r, NULL);
+  dpm_client_free_response(r);
+  return rc;
+}
+
+/* The NameRequest verbs. */
+static int name_verb(ctl_ctx *ctx, Dpm__Request__CommandCase c, const char *ok_fmt,
+                     int long_running) {
+  Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
+  nr.name = (char *)pos(ctx, 0);
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = c;
+  switch (c) {
+  case DPM__REQUEST__COMMAND_STATUS:
+    req.status = &nr;
+    break;
+  case DPM__REQUEST__COMMAND_SYNC:
+    req.sync = &nr;
+    break;
+  case DPM__REQUEST__COMMAND_EVAL:
+    req.eval = &nr;
+    break;
+  case DPM__REQUEST__COMMAND_PAUSE:
+    req.pause = &nr;
+    break;
+  case DPM__REQUEST__COMMAND_RESUME:
+    req.resume = &nr;
+    break;
+  case DPM__REQUEST__COMMAND_DELETE:
+    req.delete_ = &nr;
+    break;
+  default:
+    return CTL_FAILED;
+  }
+  char ok[512];
+  snprintf(ok, sizeof ok, ok_fmt, nr.name ? nr.name : "");
+  return long_running ? long_call_print(ctx, &req, ok) : call_print(ctx, &req, ok);
+}
+
+static int cmd_status(ctl_ctx *ctx) {
+  return name_verb(ctx, DPM__REQUEST__COMMAND_STATUS, "%s", 0);
+}
+static int cmd_sync(ctl_ctx *ctx) {
+  return name_verb(ctx, DPM__REQUEST__COMMAND_SYNC, "synced %s", 1);
+}
+static int cmd_eval(ctl_ctx *ctx) {
+  return name_verb(ctx, DPM__REQUEST__COMMAND_EVAL, "%s evaluated", 1);
+}
+static int cmd_pause(ctl_ctx *ctx) {
+  return name_verb(ctx, DPM__REQUEST__COMMAND_PAUSE, "paused %s", 0);
+}
+static int cmd_resume(ctl_ctx *ctx) {
+  return name_verb(ctx, DPM__REQUEST__COMMAND_RESUME, "resumed %s", 0);
+}
+static int cmd_delete(ctl_ctx *ctx) {
+  return name_verb(ctx, DPM__REQUEST__COMMAND_DELETE, "deleted %s", 0);
+}
+
+static int cmd_list(ctl_ctx *ctx) {
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_LIST;
+  req.list = &empty_msg;
+  return call_print(ctx, &req, "no models");
+}
+
+static int cmd_metrics(ctl_ctx *ctx) {
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_METRICS;
+  req.metrics = &empty_msg;
+  return call_print(ctx, &req, "");
+}
+
+static int cmd_shutdown(ctl_ctx *ctx) {
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_SHUTDOWN;
+  req.shutdown = &empty_msg;
+  return long_call_print(ctx, &req, "dpmd is shutting down");
+}
+
+static int cmd_checkpoint(ctl_ctx *ctx) {
+  Dpm__CheckpointRequest cr = DPM__CHECKPOINT_REQUEST__INIT;
+  cr.name = (char *)pos(ctx, 0);
+  char *out = NULL;
+  if (ctx->a->opt[O_OUT] && !(out = absolute(ctx->a->opt[O_OUT]))) return no_memory(ctx);
+  cr.out = out;
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_CHECKPOINT;
+  req.checkpoint = &cr;
+  int rc = long_call_print(ctx, &req, "checkpoint");
+  free(out);
+  return rc;
+}
+
+static int cmd_load(ctl_ctx *ctx) {
+  Dpm__LoadRequest lr = DPM__LOAD_REQUEST__INIT;
+  lr.name = (char *)pos(ctx, 0);
+  char *path = absolute(pos(ctx, 1));
+  if (!path) return no_memory(ctx);
+  lr.path = path;
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_LOAD;
+  req.load = &lr;
+  int rc = long_call_print(ctx, &req, NULL);
+  free(path);
+  return rc;
+}
+
+static int cmd_extract(ctl_ctx *ctx) {
+  Dpm__ExtractRequest er = DPM__EXTRACT_REQUEST__INIT;
+  er.name = (char *)pos(ctx, 0);
+  int rc;
+  char *out = absolute(ctx->a->opt[O_OUT]);
+  if (!out) return no_memory(ctx);
+  if (ctl_split(ctx->a->opt[O_INPUTS], &er.inputs, &er.n_inputs)) {
+    rc = usage_error(ctx, "--inputs takes blob names separated by commas");
+  } else if (ctl_split(ctx->a->opt[O_OUTPUTS], &er.outputs, &er.n_outputs)) {
+    rc = usage_error(ctx, "--outputs takes blob names separated by commas");
+  } else {
+    er.out = out;
+    er.format = (char *)ctx->a->opt[O_FORMAT]; /* NULL: the default, dpm */
+    Dpm__Request req = DPM__REQUEST__INIT;
+    req.command_case = DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR;
+    req.extract_predictor = &er;
+    rc = long_call_print(ctx, &req, "predictor");
+  }
+  ctl_free_list(er.inputs, er.n_inputs);
+  ctl_free_list(er.outputs, er.n_outputs);
+  free(out);
+  return rc;
+}
+
+static int cmd_get_blob(ctl_ctx *ctx) {
+  Dpm__GetBlobRequest gb = DPM__GET_BLOB_REQUEST__INIT;
+  gb.name = (char *)pos(ctx, 0);
+  gb.blob = (char *)pos(ctx, 1);
+  gb.device = (char *)ctx->a->opt[O_DEVICE];
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_GET_BLOB;
+  req.get_blob = &gb;
+  Dpm__Response *r;
+  int rc = long_call(ctx, &req, &r);
+  if (rc) return rc;
+  if (r->result_case == DPM__RESPONSE__RESULT_BLOB) {
+    rc = ctl_print_blob(ctx, r->blob, ctx->a->opt[O_OUT]);
+  } else {
+    ctl_error(ctx, "CORRUPT", "dpmd answered get-blob without a tensor");
+    rc = CTL_FAILED;
+  }
+  dpm_client_free_response(r);
+  return rc;
+}
+
+static int cmd_help(ctl_ctx *ctx) {
+  const char *name = pos(ctx, 0);
+  for (int i = 0; name && i < ctl_n_verbs; i++)
+    if (!strcmp(ctl_verbs[i].name, name)) {
+      ctl_usage(stdout, &ctl_verbs[i]);
+      return CTL_OK;
+    }
+  if (name) return usage_error(ctx, "no such command");
+  ctl_usage(stdout, NULL);
+  return CTL_OK;
+}
+
+/* ---- the table ---- */
+
+const ctl_verb ctl_verbs[] = {
+    {"ping", "ping", 0, 0, 0, 0, cmd_ping, 1, 0},
+    {"version", "version", 0, 0, 0, 0, cmd_version, 1, 0},
+    {"submit", "submit SPEC.yaml [--name N] [--devices cpu:0,cpu:1]", 1, 1,
+     OPT(O_NAME) | OPT(O_DEVICES), 0, cmd_submit, 1, 1},
+    {"train", "train NAME --iters N [--wait] [--no-progress]", 1, 1,
+     OPT(O_ITERS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), OPT(O_ITERS), cmd_train, 1, 0},
+    {"status", "status [NAME]", 0, 1, 0, 0, cmd_status, 1, 0},
+    {"list", "list", 0, 0, 0, 0, cmd_list, 1, 0},
+    {"watch", "watch [NAME] [--count N] [--until-done]", 0, 1,
+     OPT(O_COUNT) | OPT(O_UNTIL_DONE), 0, ctl_cmd_watch, 1, 0},
+    {"checkpoint", "checkpoint NAME [--out FILE]", 1, 1, OPT(O_OUT), 0, cmd_checkpoint, 1,
+     1},
+    {"load", "load NAME FILE", 2, 2, 0, 0, cmd_load, 1, 1},
+    {"sync", "sync NAME", 1, 1, 0, 0, cmd_sync, 1, 1},
+    {"extract-predictor",
+     "extract-predictor NAME --inputs A[,B] --outputs X[,Y] --out DIR [--format "
+     "dpm|onnx]",
+     1, 1, OPT(O_INPUTS) | OPT(O_OUTPUTS) | OPT(O_OUT) | OPT(O_FORMAT),
+     OPT(O_INPUTS) | OPT(O_OUTPUTS) | OPT(O_OUT), cmd_extract, 1, 1},
+    {"eval", "eval NAME", 1, 1, 0, 0, cmd_eval, 1, 1},
+    {"predict", "predict DIR --input FILE [--labels FILE] [--count N]", 1, 1,
+     OPT(O_INPUT) | OPT(O_LABELS) | OPT(O_COUNT), OPT(O_INPUT), ctl_cmd_predict, 0, 0},
+    {"get-blob", "get-blob NAME BLOB [--device cpu:1] [--out FILE]", 2, 2,
+     OPT(O_DEVICE) | OPT(O_OUT), 0, cmd_get_blob, 1, 1},
+    {"pause", "pause NAME", 1, 1, 0, 0, cmd_pause, 1, 0},
+    {"resume", "resume NAME", 1, 1, 0, 0, cmd_resume, 1, 0},
+    {"delete", "delete NAME", 1, 1, 0, 0, cmd_delete, 1, 0},
+    {"metrics", "metrics", 0, 0, 0, 0, cmd_metrics, 1, 0},
+    {"shutdown", "shutdown", 0, 0, 0, 0, cmd_shutdown, 1, 1},
+    {"help", "help [COMMAND]", 0, 1, 0, 0, cmd_help, 0, 0},
+};
+const int ctl_n_verbs = (int)(sizeof ctl_verbs / sizeof *ctl_verbs);
+
+#define GLOBAL_USAGE "[--endpoint ADDR] [--timeout MS] [--json] [--token-file FILE]"
+
+void ctl_usage_short(FILE *f, const ctl_verb *v) {
+  if (v)
+    ctl_usage(f, v);
+  else
+    fprintf(f,
+            "usage: dpmctl " GLOBAL_USAGE " COMMAND ...  ('dpmctl help' lists them)\n");
+}
+
+void ctl_usage(FILE *f, const ctl_verb *v) {
+  if (v) {
+    fprintf(f, "usage: dpmctl " GLOBAL_USAGE " %s\n", v->usage);
+    return;
+  }
+  fprintf(f, "usage: dpmctl " GLOBAL_USAGE " COMMAND\n");
+  for (int i = 0; i < ctl_n_verbs; i++) fprintf(f, "  %s\n", ctl_verbs[i].usage);
+  fprintf(f, "endpoint: --endpoint, else $DPM_ENDPOINT, else " DPM_DEFAULT_ENDPOINT "\n"
+             "token: --token-file, else $DPM_TOKEN_FILE\n"
+             "exit: 0 ok, 1 refused or failed, 2 usage, 3 daemon unreachable\n");
+}
