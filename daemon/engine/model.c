@@ -140,7 +140,7 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
   dpm_shape data[DPM_OP_MAX_IO], ps[DPM_OP_MAX_IO];
   memset(ps, 0, sizeof ps);
   dpm_node_input_shapes(n, &b->m->shapes, data);
-  if (def->param_shapes(n, data, ps, b->err)) return op_fail(b, index, 0, def->name);
+  if (def->param_shapes(n, data, ps, b->err)) return op_fail(b, index, n->line, def->name);
   for (int p = 0; def->params[p].suffix; p++) {
     const dpm_param_def *pd = &def->params[p];
     const char *name = n->in[n_data + p];

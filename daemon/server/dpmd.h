@@ -54,7 +54,8 @@ typedef struct dpmd {
   double started;      /* CLOCK_REALTIME seconds */
   int stopping;        /* shutdown requested: refuse new work */
   uint64_t requests[DPMD_MAX_COMMAND][16];
-  uint64_t dropped;    /* undecodable or oversized messages */
+  uint64_t dropped;    /* requests refused undecoded (garbage, over the size
+                          limit; nanomsg drops far larger ones unseen) */
 } dpmd;
 
 /* Send resp (id filled in) to `to` and release to's header. Any thread. */

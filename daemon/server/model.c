@@ -200,17 +200,15 @@ static void restore_checkpoint(dpmd_model *m) {
 static dpm_status build(dpmd_model *m, dpm_err *err) {
   const Dpm__ParallelSpec *par = m->spec->parallel;
   int n = par && par->n_devices ? (int)par->n_devices : 1;
-  dpm_trainer_options opt = {.net_type = -1, .devices = n};
+  dpm_trainer_options opt = {.net_type = -1, .devices = n,
+                             .max_bytes = m->d->cfg->max_model_bytes};
   dpm_status s = dpmd_devices_crew(m->d->devices, n, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
+  if (s == DPM_DENIED) /* over the tensor limit: name the setting */
+    strncat(err->msg, " (max_model_bytes)", sizeof err->msg - strlen(err->msg) - 1);
   if (s) return s;
   uint64_t bytes = trainer_bytes(t);
-  if (bytes > m->d->cfg->max_model_bytes) {
-    dpm_trainer_destroy(t);
-    return dpm_errf(err, DPM_DENIED, "the model needs %llu bytes of tensors; max_model_bytes is %llu",
-                    (unsigned long long)bytes, (unsigned long long)m->d->cfg->max_model_bytes);
-  }
   if (!m->restore && dpmd_store_save_spec(m->dir, m->spec, err)) {
     dpm_trainer_destroy(t);
     return err->code;

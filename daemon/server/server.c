@@ -208,6 +208,11 @@ static int token_ok(const char *want, const char *got) {
 
 static void on_request(dpmd *d, const uint8_t *body, size_t len, void *header) {
   dpmd_reply_to to = {.header = header};
+  if (len > d->cfg->max_message_bytes) {
+    d->dropped++;
+    return dpmd_reply_error(d, &to, DPM_DENIED, "request of %zu bytes; max_message_bytes is %zu",
+                            len, d->cfg->max_message_bytes);
+  }
   Dpm__Request *rq = dpm__request__unpack(NULL, len, body);
   if (!rq) {
     d->dropped++;
@@ -282,8 +287,9 @@ static void finish_stop(dpmd *d) { uv_timer_start(&d->stop_timer, close_all, 100
 static dpm_status bind_all(dpmd *d, dpm_err *err) {
   if ((d->rep = nn_socket(AF_SP_RAW, NN_REP)) < 0)
     return dpm_errf(err, DPM_IO, "nn_socket: %s", nn_strerror(nn_errno()));
-  int max = d->cfg->max_message_bytes > (size_t)0x7fffffff ? 0x7fffffff
-                                                            : (int)d->cfg->max_message_bytes;
+  /* nanomsg counts its own header: leave room, then check the body here */
+  int max = d->cfg->max_message_bytes > (size_t)0x7fffff00 ? 0x7fffffff
+                                                            : (int)d->cfg->max_message_bytes + 64;
   nn_setsockopt(d->rep, NN_SOL_SOCKET, NN_RCVMAXSIZE, &max, sizeof max);
   for (int i = 0; i < d->cfg->n_listen; i++) {
     const char *a = d->cfg->listen[i];

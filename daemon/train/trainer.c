@@ -217,6 +217,14 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   return DPM_OK;
 }
 
+/* Bytes of every blob the nets declare (params, optimizer state,
+ * activations, gradients), times the replicas: known before allocation. */
+static uint64_t planned_bytes(const dpm_model *m, int devices) {
+  uint64_t b = 0;
+  for (int i = 0; i < m->shapes.n; i++) b += dpm_shape_bytes(&m->shapes.v[i].shape);
+  return b * (uint64_t)devices;
+}
+
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *par = spec->parallel;
   int devices;
@@ -240,6 +248,12 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
                        par ? par->broadcast_computed_params : 1, &t->plan, err);
   if (s) return s;
+  uint64_t need = planned_bytes(&t->model, devices);
+  if (t->opt.max_bytes && need > t->opt.max_bytes)
+    return dpm_errf(err, DPM_DENIED,
+                    "%s: %d replica(s) need %llu bytes of tensors; the limit is %llu",
+                    spec->source, devices, (unsigned long long)need,
+                    (unsigned long long)t->opt.max_bytes);
   /* the spec is valid: now allocate */
   dpm_reader_config rc = reader_config(spec->input, batch * devices);
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;

@@ -57,6 +57,9 @@ typedef struct dpm_trainer_options {
   /* Borrowed crew, its size the device count (else DPM_INVALID); it must
    * outlive the trainer. NULL: the trainer creates one of its own. */
   struct dpm_crew *crew;
+  /* Refuse (DPM_DENIED), before allocating anything, a model whose tensors
+   * over all replicas would take more bytes than this; 0: no limit. */
+  uint64_t max_bytes;
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;
