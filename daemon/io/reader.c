@@ -124,11 +124,17 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
                             r->scratch, &s->batch.label[k]);
       src = r->scratch;
     }
-    float *dst = s->batch.data + k * (uint64_t)r->chw;
-    for (int64_t j = 0; j < r->chw; j++) dst[j] = r->lut[src[j]];
+    if (cfg->raw)
+      memcpy(s->batch.pixels + k * (uint64_t)r->chw, src, (size_t)r->chw);
+    else
+      dpm_reader_convert(r, src, s->batch.data + k * (uint64_t)r->chw, (size_t)r->chw);
   }
   s->batch.n = (int)cnt;
   s->next = reader_advance(r, pos);
+}
+
+void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, size_t n) {
+  for (size_t j = 0; j < n; j++) dst[j] = r->lut[src[j]];
 }
 
 static void *reader_main(void *arg) {
@@ -225,6 +231,7 @@ static void reader_free(dpm_reader *r) {
   if (r->slots)
     for (int i = 0; i < r->nslots; i++) {
       dpm_free(r->slots[i].batch.data);
+      dpm_free(r->slots[i].batch.pixels);
       dpm_free(r->slots[i].batch.label);
     }
   free(r->slots);
@@ -262,9 +269,13 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
     s->batch.c = r->c;
     s->batch.h = r->h;
     s->batch.w = r->w;
-    s->batch.data = dpm_alloc((size_t)r->cfg.batch * (size_t)r->chw * sizeof(float));
+    size_t px = (size_t)r->cfg.batch * (size_t)r->chw;
+    if (r->cfg.raw)
+      s->batch.pixels = dpm_alloc(px);
+    else
+      s->batch.data = dpm_alloc(px * sizeof(float));
     s->batch.label = dpm_alloc((size_t)r->cfg.batch * sizeof(int32_t));
-    ok = s->batch.data && s->batch.label;
+    ok = (s->batch.data || s->batch.pixels) && s->batch.label;
   }
   if (ok && r->cfg.shuffle)
     ok = (r->order = malloc((size_t)r->n * sizeof *r->order)) != NULL;

@@ -43,6 +43,7 @@
 #ifndef DPM_IO_READER_H
 #define DPM_IO_READER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dpm/status.h"
@@ -70,6 +71,10 @@ typedef struct dpm_reader_config {
   int num_examples;            /* examples in the synthetic set */
   int channels, height, width; /* synthetic image shape */
   int num_classes;             /* labels are in [0, num_classes) */
+  /* 1: batches carry the raw pixels (dpm_batch.pixels) and each consumer
+   * converts its own rows with dpm_reader_convert, in parallel on the
+   * device workers; 0: the producer converts (dpm_batch.data). */
+  int raw;
 } dpm_reader_config;
 
 /* A position in the stream: the epoch and the index (in that epoch's order)
@@ -83,7 +88,8 @@ typedef struct dpm_reader_pos {
 typedef struct dpm_batch {
   int n;              /* examples in this batch (= batch unless partial) */
   int c, h, w;        /* image shape */
-  float *data;        /* [n, c, h, w], 64-byte aligned, pixel * scale */
+  float *data;        /* [n, c, h, w], 64-byte aligned, pixel * scale; NULL if raw */
+  uint8_t *pixels;    /* raw readers: [n, c, h, w] pixels; else NULL */
   int32_t *label;     /* [n], in [0, num_classes) */
   dpm_reader_pos pos; /* position of this batch */
 } dpm_batch;
@@ -95,6 +101,9 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
 /* Block for the next batch. *out is valid until the next call of next,
  * seek, rewind or destroy; *out is NULL at the end of a one-pass reader. */
 dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err);
+/* dst[i] = src[i] * scale for n pixels (what a non-raw reader stores in
+ * data). Reads only the reader's constant table: safe from any thread. */
+void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, size_t n);
 /* Position of the batch the next call to next() returns (the one to save in
  * a checkpoint); {0, size} once a one-pass reader has run out. */
 dpm_reader_pos dpm_reader_position(const dpm_reader *r);

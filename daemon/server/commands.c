@@ -191,13 +191,7 @@ static void reply_models(dpmd *d, dpmd_reply_to *to, dpmd_model **models, int n)
 static void cmd_status(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
   if (rq->command_case == DPM__REQUEST__COMMAND_LIST || !m)
     return reply_models(d, to, d->models, d->n_models);
-  Dpm__ModelInfo info;
-  dpmd_info_buf buf;
-  dpmd_model_info(m, &info, &buf);
-  Dpm__Response rs = DPM__RESPONSE__INIT;
-  rs.result_case = DPM__RESPONSE__RESULT_MODEL;
-  rs.model = &info;
-  dpmd_reply(d, to, &rs);
+  dpmd_model_reply_info(m, to);
 }
 
 static void cmd_watch(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {

@@ -125,7 +125,7 @@ static void set_state(dpmd_model *m, dpmd_state s) {
   }
 }
 
-static void reply_info(dpmd_model *m, dpmd_reply_to *to) {
+void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to) {
   Dpm__Response rs = DPM__RESPONSE__INIT;
   Dpm__ModelInfo info;
   dpmd_info_buf buf;
@@ -146,7 +146,7 @@ static void release_waiters(dpmd_model *m, const dpm_err *err) {
     if (err)
       reply_err(m, &w->to, err);
     else
-      reply_info(m, &w->to);
+      dpmd_model_reply_info(m, &w->to);
     free(w);
   }
 }
@@ -280,7 +280,7 @@ static void job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) 
   m->target = m->iter + r->iters;
   pthread_mutex_unlock(&m->mu);
   set_state(m, DPMD_TRAINING);
-  if (!r->wait) return reply_info(m, to);
+  if (!r->wait) return dpmd_model_reply_info(m, to);
   waiter *w = malloc(sizeof *w);
   if (!w) return dpmd_reply_error(m->d, to, DPM_NOMEM, "out of memory");
   w->to = *to;
@@ -292,14 +292,14 @@ static void job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) 
   (void)rq;
   if (m->state != DPMD_TRAINING) return reply_state(m, to, "not training");
   set_state(m, DPMD_PAUSED);
-  reply_info(m, to);
+  dpmd_model_reply_info(m, to);
 }
 
 static void job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
   set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
-  reply_info(m, to);
+  dpmd_model_reply_info(m, to);
 }
 
 static void reply_path(dpmd_model *m, dpmd_reply_to *to, const char *path, uint64_t iter) {
@@ -360,14 +360,14 @@ static void job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   m->error[0] = 0;
   pthread_mutex_unlock(&m->mu);
   if (m->state == DPMD_FAILED) set_state(m, DPMD_READY);
-  reply_info(m, to);
+  dpmd_model_reply_info(m, to);
 }
 
 static void job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   dpm_err err = {0};
   if (dpm_trainer_sync(m->t, &err)) return reply_err(m, to, &err);
-  reply_info(m, to);
+  dpmd_model_reply_info(m, to);
 }
 
 static void job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
@@ -495,7 +495,7 @@ static void *model_main(void *arg) {
     dpmd_model_exited(m->d, m, m->submit_to.header ? &m->submit_to : NULL, &rs);
     return NULL;
   }
-  if (m->submit_to.header) reply_info(m, &m->submit_to);
+  if (m->submit_to.header) dpmd_model_reply_info(m, &m->submit_to);
   for (;;) {
     job *j = next_job(m);
     if (!j) {

@@ -12,9 +12,10 @@
  * step fails (NaN loss, I/O error) — the model keeps its trainer, so a load
  * of a checkpoint brings it back to ready. Failure touches no other model.
  *
- * Threads: dpmd_model_new/post/info/interrupt run on the loop thread (info
- * also anywhere); the model thread owns the trainer. `mu` guards the
- * snapshot (state, counters, last stats, error text) and the job queue.
+ * Threads: dpmd_model_new, _post, _end and _free run on the loop thread;
+ * _info, _reply_info and _state on any; the model thread owns the trainer.
+ * `mu` guards the snapshot (state, counters, last stats, error text) and
+ * the job queue.
  *
  * Files: DIR/spec.pb (the spec as submitted, with name and devices
  * applied) and DIR/checkpoints/ckpt-ITER.dpmckpt (store.h). */
@@ -55,6 +56,8 @@ typedef struct dpmd_info_buf {
 /* Snapshot of the model into info (strings point into buf or into the
  * model's immutable spec). Any thread. */
 void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf);
+/* Answer `to` with the model's snapshot. Any thread. */
+void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to);
 const char *dpmd_model_name(const dpmd_model *m);
 dpmd_state dpmd_model_state(dpmd_model *m);
 int dpmd_model_ending(const dpmd_model *m);

@@ -28,6 +28,8 @@ typedef struct replica {
   dpm_exec step;
   void *arena; /* the gradients, back to back in plan order */
   dpm_blob *data, *label, *lr, *accuracy, **losses;
+  float *input;          /* the data blob's memory: this replica's rows, as floats */
+  const uint8_t *pixels; /* ... converted from these raw pixels at the step's start */
   dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
@@ -97,6 +99,7 @@ static void run_job(void *arg, int rank) {
     sync_blobs(r, t->sync_names, t->sync_n);
     return;
   }
+  dpm_reader_convert(t->reader, r->pixels, r->input, (size_t)dpm_shape_numel(&r->data->t.shape));
   dpm_exec_run(&r->step);
   if (r->ctx.status) {
     r->status = r->ctx.status;
@@ -209,6 +212,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   if (!s && t->n > 1) s = grad_arena(r, &t->plan, err);
   if (s) return s;
   r->data = dpm_ws_find(&r->ws, m->data);
+  if (!(r->input = dpm_alloc(dpm_shape_bytes(&r->data->t.shape)))) return nomem(err);
   r->label = dpm_ws_find(&r->ws, m->label);
   r->lr = dpm_ws_find(&r->ws, "lr");
   r->accuracy = m->accuracy ? dpm_ws_find(&r->ws, m->accuracy) : NULL;
@@ -256,6 +260,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
                     (unsigned long long)t->opt.max_bytes);
   /* the spec is valid: now allocate */
   dpm_reader_config rc = reader_config(spec->input, batch * devices);
+  rc.raw = 1; /* each replica converts its rows on its own worker */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   if (!(t->crew = t->opt.crew)) {
     if (dpm_crew_create(devices, t->opt.comm_timeout_ms, &t->own_crew, err))
@@ -302,15 +307,16 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
 
 /* ---- training ------------------------------------------------------------ */
 
-/* Replica d's rows of the global batch become its data and label: views,
- * no copy. Dropout's stream is seeded from (seed, iteration, device), so a
+/* Replica d's rows of the global batch become its data (converted from the
+ * raw pixels by its worker, in run_job) and its label (a view, no copy). Dropout's stream is seeded from (seed, iteration, device), so a
  * resumed run draws what an uninterrupted one would. */
 static void feed(dpm_trainer *t, const dpm_batch *b) {
   int per = t->model.batch;
   size_t example = (size_t)b->c * b->h * b->w;
   for (int d = 0; d < t->n; d++) {
     replica *r = &t->r[d];
-    dpm_tensor_view(&r->data->t, &r->data->t.shape, b->data + (size_t)d * per * example);
+    dpm_tensor_view(&r->data->t, &r->data->t.shape, r->input); /* eval may re-point it */
+    r->pixels = b->pixels + (size_t)d * per * example;
     dpm_tensor_view(&r->label->t, &r->label->t.shape, b->label + (size_t)d * per);
     uint64_t s = t->seed ^ 0x5eedull;
     s = dpm_splitmix64(&s) ^ t->iter;
@@ -527,6 +533,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     dpm_exec_fini(&r->step);
     dpm_ws_fini(&r->ws);
     dpm_free(r->arena);
+    dpm_free(r->input);
     dpm_ctx_fini(&r->ctx);
     free(r->losses);
   }
