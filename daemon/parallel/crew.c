@@ -16,6 +16,7 @@
 #include "parallel/crew.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -30,11 +31,13 @@
 typedef struct {
   dpm_crew *c;
   int rank;
+  int core; /* CPU the worker runs on; -1: anywhere */
   pthread_t thread;
 } crew_worker;
 
 struct dpm_crew {
   int n, timeout_ms;
+  int core0;               /* CPU for rank 0 (the caller) during runs; -1: anywhere */
   dpm_comm *comm;          /* NULL when n == 1 */
   dpm_comm_queue **queues; /* [n] once enabled */
   crew_worker *w;          /* [n]; w[0] unused (the caller is rank 0) */
@@ -49,10 +52,21 @@ struct dpm_crew {
   int quit;
 };
 
+/* Pins the calling thread to one CPU (best effort: a CPU outside this
+ * process's set, or a failing call, leaves the thread where it was). */
+static void pin(int core) {
+  if (core < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 static void *worker(void *arg) {
   crew_worker *w = arg;
   dpm_crew *c = w->c;
   unsigned long seen = 0;
+  pin(w->core);
   for (;;) {
     dpm_spin_while(&c->gen, seen, SPIN_NS);
     pthread_mutex_lock(&c->mu);
@@ -89,14 +103,16 @@ static void destroy_queues(dpm_comm_queue **q, int n) {
   free(q);
 }
 
-static dpm_status create_queues(dpm_comm *comm, int n, dpm_comm_queue ***out,
-                                dpm_err *err) {
+static dpm_status create_queues(dpm_comm *comm, int n, const crew_worker *w,
+                                int core0, dpm_comm_queue ***out, dpm_err *err) {
   dpm_comm_queue **q = calloc((size_t)n, sizeof *q);
   if (!q) return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
   for (int r = 0; r < n; r++)
     if (dpm_queue_create(comm, r, &q[r], err)) {
       destroy_queues(q, n);
       return err->code;
+    } else {
+      dpm_queue_pin(q[r], r ? w[r].core : core0);
     }
   *out = q;
   return DPM_OK;
@@ -110,7 +126,7 @@ static void renew_comm(dpm_crew *c) {
   dpm_comm_queue **q = NULL;
   dpm_err err;
   if (dpm_comm_local_create(c->n, c->timeout_ms, &comm, &err)) return;
-  if (c->queues && create_queues(comm, c->n, &q, &err)) {
+  if (c->queues && create_queues(comm, c->n, c->w, c->core0, &q, &err)) {
     dpm_comm_destroy(comm);
     return;
   }
@@ -121,6 +137,8 @@ static void renew_comm(dpm_crew *c) {
 }
 
 void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
+  static _Thread_local int pinned = -1; /* the core this thread was pinned to */
+  if (c->core0 >= 0 && pinned != c->core0) pin(pinned = c->core0);
   pthread_mutex_lock(&c->mu);
   take_turn(c);
   if (c->comm && dpm_comm_broken(c->comm)) renew_comm(c);
@@ -146,7 +164,7 @@ dpm_status dpm_crew_enable_queues(dpm_crew *c, dpm_err *err) {
   if (c->n == 1) return DPM_OK;
   pthread_mutex_lock(&c->mu);
   take_turn(c);
-  dpm_status s = c->queues ? DPM_OK : create_queues(c->comm, c->n, &c->queues, err);
+  dpm_status s = c->queues ? DPM_OK : create_queues(c->comm, c->n, c->w, c->core0, &c->queues, err);
   end_turn(c);
   pthread_mutex_unlock(&c->mu);
   return s;
@@ -161,6 +179,11 @@ dpm_comm_queue *dpm_crew_queue(dpm_crew *c, int rank) {
 int dpm_crew_size(const dpm_crew *c) { return c->n; }
 
 dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *err) {
+  return dpm_crew_create_pinned(n, comm_timeout_ms, NULL, out, err);
+}
+
+dpm_status dpm_crew_create_pinned(int n, int comm_timeout_ms, const int *cores,
+                                  dpm_crew **out, dpm_err *err) {
   *out = NULL;
   if (n < 1 || n > DPM_COMM_MAX_RANKS)
     return dpm_errf(err, DPM_INVALID, "crew: %d ranks outside 1..%d", n,
@@ -172,6 +195,7 @@ dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *
   if (!c) return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
   c->n = n;
   c->timeout_ms = comm_timeout_ms;
+  c->core0 = cores ? cores[0] : -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->go, NULL);
   pthread_cond_init(&c->done, NULL);
@@ -185,7 +209,7 @@ dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *
     return err->code;
   }
   for (int r = 1; r < n; r++, c->threads++) {
-    c->w[r] = (crew_worker){.c = c, .rank = r};
+    c->w[r] = (crew_worker){.c = c, .rank = r, .core = cores ? cores[r] : -1};
     if (pthread_create(&c->w[r].thread, NULL, worker, &c->w[r])) {
       dpm_crew_destroy(c);
       return dpm_errf(err, DPM_NOMEM, "crew: cannot start the worker of rank %d", r);

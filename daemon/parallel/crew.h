@@ -45,6 +45,16 @@ typedef struct dpm_crew dpm_crew;
  * comm_timeout_ms (> 0) milliseconds. DPM_INVALID, DPM_NOMEM (also when a
  * thread cannot be started); *out is NULL on failure. */
 dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *err);
+/* The same, with rank r's thread pinned to CPU cores[r] (cores: n entries,
+ * -1 for "anywhere"): workers at start, and rank 0, the caller, at its
+ * first run on this crew (the calling thread stays pinned afterwards: give
+ * a crew with cores a thread of its own, as the daemon's model threads
+ * and dpm-train's main thread are). Lock-step replicas run at the pace of
+ * the slowest; pinned, none is migrated onto a core another replica is
+ * using. Pinning is best effort (a core outside the process's CPU set is
+ * ignored). */
+dpm_status dpm_crew_create_pinned(int n, int comm_timeout_ms, const int *cores,
+                                  dpm_crew **out, dpm_err *err);
 
 /* fn(arg, rank) on every rank: rank 0 on the calling thread, the others on
  * the crew's workers; returns when all have returned. */

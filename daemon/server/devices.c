@@ -7,15 +7,22 @@
 #include <string.h>
 
 #include "parallel/crew.h"
+#include "train/trainer.h"
 
 #define MAX_CPU 1024
+
+typedef struct crew_entry { /* one device group's crew */
+  struct crew_entry *next;
+  char *key; /* the group's devices, "cpu:0,cpu:1", in the model's order */
+  struct dpm_crew *crew;
+} crew_entry;
 
 struct dpmd_devices {
   int cpu;
   int timeout_ms;
   char (*names)[16];
   pthread_mutex_t mu;
-  struct dpm_crew *crew[MAX_CPU + 1]; /* by group size */
+  crew_entry *crews;
 };
 
 dpm_status dpmd_devices_create(int cpu, int comm_timeout_ms, dpmd_devices **out,
@@ -59,30 +66,69 @@ dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t
   return DPM_OK;
 }
 
-dpm_status dpmd_devices_crew(dpmd_devices *dv, int n, struct dpm_crew **out, dpm_err *err) {
+static char *group_key(char *const *names, size_t n) {
+  size_t len = 1;
+  for (size_t i = 0; i < n; i++) len += strlen(names[i]) + 1;
+  char *key = malloc(len), *p = key;
+  for (size_t i = 0; key && i < n; i++) p += sprintf(p, "%s%s", i ? "," : "", names[i]);
+  if (key && !n) *key = 0;
+  return key;
+}
+
+dpm_status dpmd_devices_crew(dpmd_devices *dv, char *const *names, size_t n,
+                             struct dpm_crew **out, dpm_err *err) {
   *out = NULL;
-  if (n < 1 || n > dv->cpu)
-    return dpm_errf(err, DPM_INVALID, "%d replicas; this dpmd serves %d cpu devices", n,
-                    dv->cpu);
-  pthread_mutex_lock(&dv->mu);
+  char *key = group_key(names, n);
+  int *cores = calloc(n ? n : 1, sizeof *cores);
+  crew_entry *e = NULL;
   dpm_status s = DPM_OK;
-  if (!dv->crew[n]) s = dpm_crew_create(n, dv->timeout_ms, &dv->crew[n], err);
-  *out = dv->crew[n];
+  pthread_mutex_lock(&dv->mu);
+  if (!key || !cores) {
+    s = dpm_errf(err, DPM_NOMEM, "out of memory");
+    goto done;
+  }
+  for (e = dv->crews; e && strcmp(e->key, key); e = e->next) {
+  }
+  if (!e) { /* first model on this group: its warm crew, pinned to its cores */
+    dpm_device_cores((const char *const *)names, (int)n, (int)n, cores);
+    if (!(e = calloc(1, sizeof *e))) {
+      s = dpm_errf(err, DPM_NOMEM, "out of memory");
+      goto done;
+    }
+    if ((s = dpm_crew_create_pinned((int)n, dv->timeout_ms, cores, &e->crew, err))) {
+      free(e);
+      e = NULL;
+      goto done;
+    }
+    e->key = key;
+    key = NULL;
+    e->next = dv->crews;
+    dv->crews = e;
+  }
+  *out = e->crew;
+done:
   pthread_mutex_unlock(&dv->mu);
+  free(key);
+  free(cores);
   return s;
 }
 
 int dpmd_devices_crews(dpmd_devices *dv) {
   int c = 0;
   pthread_mutex_lock(&dv->mu);
-  for (int i = 0; i <= dv->cpu; i++) c += dv->crew[i] != NULL;
+  for (crew_entry *e = dv->crews; e; e = e->next) c++;
   pthread_mutex_unlock(&dv->mu);
   return c;
 }
 
 void dpmd_devices_destroy(dpmd_devices *dv) {
   if (!dv) return;
-  for (int i = 0; i <= dv->cpu; i++) dpm_crew_destroy(dv->crew[i]);
+  for (crew_entry *e; (e = dv->crews);) {
+    dv->crews = e->next;
+    dpm_crew_destroy(e->crew);
+    free(e->key);
+    free(e);
+  }
   pthread_mutex_destroy(&dv->mu);
   free(dv->names);
   free(dv);

@@ -1,7 +1,9 @@
 /* The devices dpmd serves, found at start, and their warm crews: worker
- * threads and communicators created once per device group and lent to
- * every model that trains on it (parallel/crew.h), so a second model on
- * the same devices starts without creating threads or communicators.
+ * threads and communicators created once per device group (a list such
+ * as cpu:0,cpu:1) and lent to every model that trains on it
+ * (parallel/crew.h), so a second model on the same devices starts without
+ * creating threads or communicators, and models on other devices run in
+ * parallel with it.
  *
  * CPU devices are "cpu:0" .. "cpu:N-1" (N from the config). CUDA devices
  * would be "cuda:K"; this build has no CUDA backend, so a model asking for
@@ -27,8 +29,11 @@ const char *dpmd_devices_name(const dpmd_devices *dv, int i);
 /* Checks a model's device list: known, distinct, one kind. */
 dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t n,
                               dpm_err *err);
-/* The crew for a group of n replicas (created on first use). */
-dpm_status dpmd_devices_crew(dpmd_devices *dv, int n, struct dpm_crew **out, dpm_err *err);
+/* The crew of a device group (names as checked by dpmd_devices_check, in
+ * the model's order), created on first use with rank r pinned to the core
+ * of names[r]; every later model on the same group shares it. */
+dpm_status dpmd_devices_crew(dpmd_devices *dv, char *const *names, size_t n,
+                             struct dpm_crew **out, dpm_err *err);
 /* How many crews exist (for metrics and tests). */
 int dpmd_devices_crews(dpmd_devices *dv);
 void dpmd_devices_destroy(dpmd_devices *dv);

@@ -202,7 +202,7 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   int n = par && par->n_devices ? (int)par->n_devices : 1;
   dpm_trainer_options opt = {.net_type = -1, .devices = n,
                              .max_bytes = m->d->cfg->max_model_bytes};
-  dpm_status s = dpmd_devices_crew(m->d->devices, n, &opt.crew, err);
+  dpm_status s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
   if (s == DPM_DENIED) /* over the tensor limit: name the setting */

@@ -3,10 +3,13 @@
 #include "train/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "engine/exec.h"
@@ -221,6 +224,19 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   return DPM_OK;
 }
 
+void dpm_device_cores(const char *const *names, int n_names, int n, int *cores) {
+  cpu_set_t set;
+  int allowed[CPU_SETSIZE], n_allowed = 0;
+  if (!sched_getaffinity(0, sizeof set, &set))
+    for (int c = 0; c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &set)) allowed[n_allowed++] = c;
+  for (int r = 0; r < n; r++) {
+    int k = r;
+    if (r < n_names) sscanf(names[r], "cpu:%d", &k);
+    cores[r] = n_allowed && k >= 0 ? allowed[k % n_allowed] : -1;
+  }
+}
+
 /* Bytes of every blob the nets declare (params, optimizer state,
  * activations, gradients), times the replicas: known before allocation. */
 static uint64_t planned_bytes(const dpm_model *m, int devices) {
@@ -263,8 +279,14 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   rc.raw = 1; /* each replica converts its rows on its own worker */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   if (!(t->crew = t->opt.crew)) {
-    if (dpm_crew_create(devices, t->opt.comm_timeout_ms, &t->own_crew, err))
-      return err->code;
+    int *cores = malloc((size_t)devices * sizeof *cores);
+    if (!cores) return nomem(err);
+    dpm_device_cores(par ? (const char *const *)par->devices : NULL,
+                     par && (int)par->n_devices == devices ? devices : 0, devices, cores);
+    dpm_status cs =
+        dpm_crew_create_pinned(devices, t->opt.comm_timeout_ms, cores, &t->own_crew, err);
+    free(cores);
+    if (cs) return cs;
     t->crew = t->own_crew;
   }
   t->dag = type == DPM_NET_DAG && devices > 1;

@@ -66,6 +66,11 @@ typedef struct dpm_trainer_options {
   int progress_every;
 } dpm_trainer_options;
 
+/* The CPU core for each of n replicas: device "cpu:K" (names[r], r <
+ * n_names; else K = r) runs on the (K mod count)-th CPU this process may
+ * use. For dpm_crew_create_pinned (parallel/crew.h). */
+void dpm_device_cores(const char *const *names, int n_names, int n, int *cores);
+
 /* opt may be NULL (defaults). */
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err);

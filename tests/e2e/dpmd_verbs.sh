@@ -83,10 +83,15 @@ build/dpmctl train m1 --iters 20 --wait >"$T/progress.txt" 2>&1
 grep -q "^iter 75/75" "$T/progress.txt" || die "progress lines: $(cat "$T/progress.txt")"
 
 # a second model on the same devices starts warm: no new device crew
-crews() { ctl metrics | sed -n 's/^dpmd_device_crews \([0-9]*\).*/\1/p'; }
+crews() { build/dpmctl metrics | sed -n 's/^dpmd_device_crews \([0-9]*\).*/\1/p'; }
 before=$(crews)
+expect "crews after the first model" "$before" 1
 ctl submit examples/fmnist_mlp.yaml --name m2 --devices cpu:0,cpu:1 >/dev/null
 expect "crews after a second model" "$(crews)" "$before"
+# a model on other devices gets a crew of its own (and runs beside them)
+ctl submit examples/fmnist_mlp.yaml --name m3 --devices cpu:1 >/dev/null
+expect "crews after a model on cpu:1" "$(crews)" "$((before + 1))"
+ctl delete m3 >/dev/null
 
 # pause / resume
 ctl train m2 --iters 1000000 >/dev/null

@@ -5,6 +5,7 @@
  * reader's; a communicator broken by a timeout is renewed for the next run. */
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -65,6 +66,35 @@ typedef struct {
   int calls[3];
   int runs;
 } runner;
+
+static int cpu_of[2];
+static void where(void *arg, int rank) {
+  (void)arg;
+  cpu_of[rank] = sched_getcpu();
+}
+
+TEST(crew_pins_ranks_to_their_cores) {
+  int cores[2];
+  const char *const names[] = {"cpu:1", "cpu:0"};
+  dpm_device_cores(names, 2, 2, cores);
+  cpu_set_t set;
+  CHECK(!sched_getaffinity(0, sizeof set, &set));
+  if (CPU_COUNT(&set) < 2) return; /* one CPU: nothing to tell apart */
+  CHECK(cores[0] != cores[1]);
+  dpm_crew *c = NULL;
+  dpm_err err = {0};
+  pthread_t self = pthread_self();
+  cpu_set_t before;
+  pthread_getaffinity_np(self, sizeof before, &before);
+  CHECK_INT(dpm_crew_create_pinned(2, 1000, cores, &c, &err), DPM_OK);
+  for (int i = 0; i < 5; i++) {
+    dpm_crew_run(c, where, NULL);
+    CHECK_INT(cpu_of[0], cores[0]);
+    CHECK_INT(cpu_of[1], cores[1]);
+  }
+  dpm_crew_destroy(c);
+  pthread_setaffinity_np(self, sizeof before, &before); /* unpin the test thread */
+}
 
 static atomic_ulong inside;
 static atomic_int overlaps;

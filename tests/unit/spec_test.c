@@ -462,7 +462,8 @@ TEST(spec_examples_parse) {
     CHECK(s->eval && strstr(s->eval->images, "t10k"));
     CHECK(s->parallel && s->parallel->n_devices == 1);
     CHECK(strcmp(s->parallel->devices[0], "cpu:0") == 0);
-    CHECK(s->parallel->net_type == DPM__NET_TYPE__NET_DAG);
+    CHECK(s->parallel->net_type ==
+          (i == 0 ? DPM__NET_TYPE__NET_SIMPLE : DPM__NET_TYPE__NET_DAG));
     if (i == 1) {
       const Dpm__Operator *conv = s->forward[0];
       CHECK(strcmp(conv->type, "Conv") == 0);
