@@ -103,16 +103,14 @@ static void destroy_queues(dpm_comm_queue **q, int n) {
   free(q);
 }
 
-static dpm_status create_queues(dpm_comm *comm, int n, const crew_worker *w,
-                                int core0, dpm_comm_queue ***out, dpm_err *err) {
+static dpm_status create_queues(dpm_comm *comm, int n, dpm_comm_queue ***out,
+                                dpm_err *err) {
   dpm_comm_queue **q = calloc((size_t)n, sizeof *q);
   if (!q) return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
   for (int r = 0; r < n; r++)
     if (dpm_queue_create(comm, r, &q[r], err)) {
       destroy_queues(q, n);
       return err->code;
-    } else {
-      dpm_queue_pin(q[r], r ? w[r].core : core0);
     }
   *out = q;
   return DPM_OK;
@@ -126,7 +124,7 @@ static void renew_comm(dpm_crew *c) {
   dpm_comm_queue **q = NULL;
   dpm_err err;
   if (dpm_comm_local_create(c->n, c->timeout_ms, &comm, &err)) return;
-  if (c->queues && create_queues(comm, c->n, c->w, c->core0, &q, &err)) {
+  if (c->queues && create_queues(comm, c->n, &q, &err)) {
     dpm_comm_destroy(comm);
     return;
   }
@@ -164,7 +162,7 @@ dpm_status dpm_crew_enable_queues(dpm_crew *c, dpm_err *err) {
   if (c->n == 1) return DPM_OK;
   pthread_mutex_lock(&c->mu);
   take_turn(c);
-  dpm_status s = c->queues ? DPM_OK : create_queues(c->comm, c->n, c->w, c->core0, &c->queues, err);
+  dpm_status s = c->queues ? DPM_OK : create_queues(c->comm, c->n, &c->queues, err);
   end_turn(c);
   pthread_mutex_unlock(&c->mu);
   return s;

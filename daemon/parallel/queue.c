@@ -61,14 +61,6 @@ dpm_status dpm_queue_create(dpm_comm *comm, int rank, dpm_comm_queue **out,
   return DPM_OK;
 }
 
-void dpm_queue_pin(dpm_comm_queue *q, int core) {
-  if (core < 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(core, &set);
-  pthread_setaffinity_np(q->thread, sizeof set, &set);
-}
-
 dpm_status dpm_queue_allreduce(dpm_comm_queue *q, float *buf, size_t count,
                                dpm_err *err) {
   pthread_mutex_lock(&q->mu);

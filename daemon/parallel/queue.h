@@ -18,8 +18,6 @@ typedef struct dpm_comm_queue dpm_comm_queue;
 
 dpm_status dpm_queue_create(struct dpm_comm *comm, int rank, dpm_comm_queue **out,
                             dpm_err *err);
-/* Pin the queue's thread to CPU core (best effort; core < 0: no change). */
-void dpm_queue_pin(dpm_comm_queue *q, int core);
 /* Enqueue an allreduce (sum, in place) of count floats at buf. */
 dpm_status dpm_queue_allreduce(dpm_comm_queue *q, float *buf, size_t count, dpm_err *err);
 /* Wait for the oldest job not yet waited for; its status. */
