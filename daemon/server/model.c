@@ -185,12 +185,14 @@ static void restore_checkpoint(dpmd_model *m) {
       dpmd_warn("model %s: skipping checkpoint: %s", m->spec->name, err.msg);
       continue;
     }
+    uint64_t target = dpmd_store_take_target(m->dir);
     pthread_mutex_lock(&m->mu);
     m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
+    if (target > m->iter) m->target = target; /* `resume` finishes that run */
     snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
     pthread_mutex_unlock(&m->mu);
-    dpmd_info("model %s: restored from %s (iteration %llu)", m->spec->name, path,
-              (unsigned long long)m->iter);
+    dpmd_info("model %s: restored from %s (iteration %llu of %llu)", m->spec->name, path,
+              (unsigned long long)m->iter, (unsigned long long)m->target);
     set_state(m, DPMD_PAUSED);
     return;
   }
@@ -470,7 +472,8 @@ static void finish(dpmd_model *m, job *j) {
   if (j->kind == JOB_SHUTDOWN && m->t && m->state == DPMD_TRAINING &&
       m->d->cfg->checkpoint_on_shutdown) {
     char path[PATH_MAX];
-    if (checkpoint_default(m, path, sizeof path, &err))
+    if (checkpoint_default(m, path, sizeof path, &err) ||
+        dpmd_store_save_target(m->dir, m->target, &err))
       dpmd_error("model %s: checkpoint at shutdown failed: %s", m->spec->name, err.msg);
   }
   err = (dpm_err){.code = DPM_STATE};

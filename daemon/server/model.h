@@ -18,7 +18,9 @@
  * the job queue.
  *
  * Files: DIR/spec.pb (the spec as submitted, with name and devices
- * applied) and DIR/checkpoints/ckpt-ITER.dpmckpt (store.h). */
+ * applied), DIR/checkpoints/ckpt-ITER.dpmckpt and, after a shutdown that
+ * interrupted a run, DIR/target (store.h): restored, the model is paused
+ * at its newest checkpoint and `resume` finishes that run. */
 #ifndef DPMD_MODEL_H
 #define DPMD_MODEL_H
 

@@ -176,6 +176,26 @@ void dpmd_store_retain(const char *dir, int keep) {
   free(it);
 }
 
+dpm_status dpmd_store_save_target(const char *dir, uint64_t target, dpm_err *err) {
+  char path[PATH_MAX], text[32];
+  if (fits(snprintf(path, sizeof path, "%s/target", dir), sizeof path))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
+  int n = snprintf(text, sizeof text, "%" PRIu64 "\n", target);
+  return dpmd_store_write_file(path, text, (size_t)n, err);
+}
+
+uint64_t dpmd_store_take_target(const char *dir) {
+  char path[PATH_MAX];
+  unsigned long long t = 0;
+  if (fits(snprintf(path, sizeof path, "%s/target", dir), sizeof path)) return 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  if (fscanf(f, "%llu", &t) != 1) t = 0;
+  fclose(f);
+  unlink(path);
+  return t;
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;
   return remove(path);

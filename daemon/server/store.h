@@ -2,6 +2,8 @@
  *
  *   STATE/models/NAME/spec.pb                       the spec (ModelSpec, packed)
  *   STATE/models/NAME/checkpoints/ckpt-ITER.dpmckpt ITER zero-padded to 12 digits
+ *   STATE/models/NAME/target                        where a run stopped by a
+ *                                                   shutdown was headed (text)
  *
  * Every file is written to a temporary name, fsynced, renamed and its
  * directory fsynced, so a crash leaves either the old or the new file;
@@ -37,6 +39,11 @@ dpm_status dpmd_store_load_spec(const char *dir, Dpm__ModelSpec **out, dpm_err *
 int dpmd_store_checkpoints(const char *dir, uint64_t *iters, int max);
 /* Removes all but the newest `keep` checkpoints (keep 0: none removed). */
 void dpmd_store_retain(const char *dir, int keep);
+/* DIR/target: the iteration an interrupted run was training to. save
+ * writes it (atomically); take reads and removes it, returning 0 when there
+ * is none or it is unreadable. */
+dpm_status dpmd_store_save_target(const char *dir, uint64_t target, dpm_err *err);
+uint64_t dpmd_store_take_target(const char *dir);
 /* Removes DIR and everything in it. */
 dpm_status dpmd_store_remove(const char *dir, dpm_err *err);
 /* Names of the models under STATE/models (malloc'd array of malloc'd

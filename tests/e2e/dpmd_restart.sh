@@ -26,7 +26,8 @@ log_since() { tail -n "+$((mark + 1))" "$T/dpmd.log"; }
 start_dpmd
 ctl submit examples/fmnist_mlp.yaml --name mlp --devices cpu:0,cpu:1 >/dev/null
 wait_state mlp ready
-ctl train mlp --iters 100000 >/dev/null
+MLP_TARGET=100000
+ctl train mlp --iters $MLP_TARGET >/dev/null
 it=0
 for _ in $(seq 300); do
   it=$(json_field "$(ctl status mlp)" iter)
@@ -53,11 +54,17 @@ start_dpmd
 wait_state mlp paused
 s=$(ctl status mlp)
 expect "restored iter" "$(json_field "$s" iter)" "$I"
-expect "restored target_iter" "$(json_field "$s" target_iter)" "$I"
+expect "restored target_iter (the interrupted run's)" "$(json_field "$s" target_iter)" \
+  "$((MLP_TARGET))"
 expect "restored checkpoint_iter" "$(json_field "$s" checkpoint_iter)" "$I"
 expect "restored checkpoint" "$(json_str "$s" checkpoint)" "$P"
-log_since | grep -qF "model mlp: restored from $P (iteration $I)" ||
+log_since | grep -qF "model mlp: restored from $P (iteration $I of $MLP_TARGET)" ||
   die "restore not logged: $(log_since)"
+[ ! -e "$STATE/models/mlp/target" ] || die "target file left after the restore"
+s=$(ctl resume mlp)
+expect "state after resume" "$(json_str "$s" state)" training
+ctl pause mlp >/dev/null
+I=$(json_field "$(ctl status mlp)" iter)
 s=$(ctl train mlp --iters 5 --wait --no-progress)
 expect "iter after 5 more" "$(json_field "$s" iter)" "$((I + 5))"
 expect "state after 5 more" "$(json_str "$s" state)" ready
@@ -146,7 +153,7 @@ expect "iter after kill -9" "$(json_field "$s" iter)" "$I2"
 expect "checkpoint_iter after kill -9" "$(json_field "$s" checkpoint_iter)" "$I2"
 expect "checkpoint after kill -9" "$(json_str "$s" checkpoint)" "$P2"
 ! has_tmp || die "temporary left after the restart: $(ls -la "$cdir")"
-log_since | grep -qF "model cnn: restored from $P2 (iteration $I2)" ||
+log_since | grep -qF "model cnn: restored from $P2 (iteration $I2 of $I2)" ||
   die "restore not logged: $(log_since)"
 # the older checkpoint loads too
 s=$(ctl load cnn "$P1")
@@ -165,7 +172,7 @@ expect "checkpoint_iter from the older checkpoint" "$(json_field "$s" checkpoint
 expect "checkpoint from the older checkpoint" "$(json_str "$s" checkpoint)" "$P1"
 log_since | grep "warning" | grep -qF "$P2" ||
   die "no warning naming the truncated $P2: $(log_since)"
-log_since | grep -qF "model cnn: restored from $P1 (iteration $I1)" ||
+log_since | grep -qF "model cnn: restored from $P1 (iteration $I1 of $I1)" ||
   die "restore not logged: $(log_since)"
 s=$(ctl train cnn --iters 1 --wait --no-progress)
 expect "iter after training on" "$(json_field "$s" iter)" "$((I1 + 1))"
