@@ -484,6 +484,11 @@ static void finish(dpmd_model *m, job *j) {
     rs.status = err.code;
     rs.message = err.msg;
   }
+  pthread_mutex_lock(&m->mu); /* freed here, not on the loop thread */
+  dpm_trainer *t = m->t;
+  m->t = NULL;
+  pthread_mutex_unlock(&m->mu);
+  dpm_trainer_destroy(t);
   dpmd_model_exited(m->d, m, j->to.header ? &j->to : NULL, &rs);
 }
 
