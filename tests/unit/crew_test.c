@@ -16,6 +16,7 @@
 #include "spec/spec.h"
 #include "test.h"
 #include "train/trainer.h"
+#include "trainer_fixture.h"
 
 /* ---- runs ---------------------------------------------------------------- */
 
@@ -208,44 +209,7 @@ TEST(crew_renews_a_comm_broken_by_a_timeout) {
   "  - {op: FC, in: [fc2], out: pred, dim_out: 10}\n"
 
 static Dpm__ModelSpec *spec_of(const char *net_type, int seed) {
-  char yaml[4096];
-  snprintf(yaml, sizeof yaml,
-           "name: c\n"
-           "input: {reader: synthetic, batch_size: 16, num_examples: 1024,"
-           " shape: [1, 28, 28], num_classes: 10, scale: 0.0039, seed: %d}\n"
-           "forward:\n" SMALL_MLP
-           "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
-           "  - {op: Accuracy, in: [softmax, label], out: accuracy}\n"
-           "losses: [loss]\n"
-           "update: {optimizer: momentum_sgd, momentum: 0.9, weight_decay: 0.0001,"
-           " lr: {base: 0.05}}\n"
-           "parallel: {net_type: %s, bucket_bytes: 8192}\n",
-           seed, net_type);
-  Dpm__ModelSpec *spec = NULL;
-  dpm_err err = {0};
-  if (dpm_spec_parse(yaml, strlen(yaml), "c.yaml", &spec, &err))
-    printf("    spec: %s\n", err.msg);
-  return spec;
-}
-
-static dpm_trainer *trainer_on(const Dpm__ModelSpec *spec, dpm_crew *crew) {
-  dpm_trainer_options opt = {
-      .devices = 2, .net_type = -1, .comm_timeout_ms = 20000, .crew = crew};
-  dpm_trainer *t = NULL;
-  dpm_err err = {0};
-  if (!spec || dpm_trainer_create(spec, &opt, &t, &err))
-    printf("    create: %s\n", err.msg);
-  return t;
-}
-
-static int steps(dpm_trainer *t, int n) {
-  dpm_err err = {0};
-  dpm_step_stats st;
-  if (dpm_trainer_step(t, n, &st, &err) || st.steps_done != n) {
-    printf("    step: %s\n", err.msg);
-    return 0;
-  }
-  return 1;
+  return tf_spec(SMALL_MLP, 16, seed, 0.05, net_type, 8192);
 }
 
 /* Every synced blob of every replica of a and b: bitwise equal. */
@@ -269,10 +233,10 @@ static void borrowed_equals_own(const char *net_type) {
   Dpm__ModelSpec *spec = spec_of(net_type, 7);
   dpm_crew *crew = NULL;
   dpm_err err = {0};
-  dpm_trainer *own = trainer_on(spec, NULL), *borrowed = NULL;
-  if (dpm_crew_create(2, 20000, &crew, &err) || !own || !steps(own, 12) ||
-      !(borrowed = trainer_on(spec, crew)) || !steps(borrowed, 5) ||
-      !steps(borrowed, 7) || !same_state(own, borrowed))
+  dpm_trainer *own = tf_trainer(spec, 2, NULL), *borrowed = NULL;
+  if (dpm_crew_create(2, 20000, &crew, &err) || !own || !tf_steps(own, 12) ||
+      !(borrowed = tf_trainer(spec, 2, crew)) || !tf_steps(borrowed, 5) ||
+      !tf_steps(borrowed, 7) || !same_state(own, borrowed))
     dpm_test_fail(__FILE__, __LINE__, "%s: a trainer on a borrowed crew differs",
                   net_type);
   dpm_trainer_destroy(borrowed);
@@ -321,7 +285,7 @@ static void on_step(void *arg, const dpm_step_stats *st) {
 static void *drive(void *arg) {
   driver *d = arg;
   pthread_barrier_wait(&start_line);
-  d->ok = steps(d->t, d->n);
+  d->ok = tf_steps(d->t, d->n);
   return NULL;
 }
 
@@ -331,8 +295,8 @@ TEST(crew_two_trainers_interleave_and_match_alone) {
   dpm_crew *crew = NULL;
   dpm_err err = {0};
   CHECK(sa && sb);
-  dpm_trainer *alone_a = trainer_on(sa, NULL), *alone_b = trainer_on(sb, NULL);
-  CHECK(alone_a && alone_b && steps(alone_a, k) && steps(alone_b, k));
+  dpm_trainer *alone_a = tf_trainer(sa, 2, NULL), *alone_b = tf_trainer(sb, 2, NULL);
+  CHECK(alone_a && alone_b && tf_steps(alone_a, k) && tf_steps(alone_b, k));
   CHECK_INT(dpm_crew_create(2, 20000, &crew, &err), DPM_OK);
   static char tag_a = 'a', tag_b = 'b';
   dpm_trainer_options opt = {.devices = 2,
@@ -405,18 +369,18 @@ TEST(crew_borrowing_trainer_starts_no_workers) {
   CHECK(base >= 1);
   CHECK_INT(dpm_crew_create(2, 20000, &crew, &err), DPM_OK);
   CHECK_INT(threads_now(), base + 1); /* the worker of rank 1 */
-  dpm_trainer *first = trainer_on(dag, crew);
+  dpm_trainer *first = tf_trainer(dag, 2, crew);
   CHECK(first);
   /* the first dag trainer gives the crew its 2 comm threads; + its reader */
   CHECK_INT(threads_now(), base + 1 + 2 + 1);
   int warm = threads_now();
-  dpm_trainer *second = trainer_on(dag, crew), *third = trainer_on(simple, crew);
-  CHECK(second && third && steps(second, 3) && steps(third, 3) && steps(first, 3));
+  dpm_trainer *second = tf_trainer(dag, 2, crew), *third = tf_trainer(simple, 2, crew);
+  CHECK(second && third && tf_steps(second, 3) && tf_steps(third, 3) && tf_steps(first, 3));
   CHECK_INT(threads_now(), warm + 2); /* their readers only */
   dpm_trainer_destroy(second);
   dpm_trainer_destroy(third);
   CHECK_INT(threads_settle(warm), warm);
-  dpm_trainer *own = trainer_on(dag, NULL); /* 1 worker, 2 comm threads, reader */
+  dpm_trainer *own = tf_trainer(dag, 2, NULL); /* 1 worker, 2 comm threads, reader */
   CHECK(own);
   CHECK_INT(threads_now(), warm + 4);
   dpm_trainer_destroy(own);

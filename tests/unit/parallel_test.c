@@ -9,6 +9,7 @@
 #include "spec/spec.h"
 #include "test.h"
 #include "train/trainer.h"
+#include "trainer_fixture.h"
 
 #define MLP_FORWARD                                                                      \
   "  - {op: FC, in: [data], out: fc1, dim_out: 256}\n"                                   \
@@ -38,47 +39,9 @@
 /* A spec on synthetic 28x28 data with `per_device` examples per device. */
 static Dpm__ModelSpec *spec_of(const char *forward, int per_device,
                                const char *net_type) {
-  char yaml[4096];
-  snprintf(yaml, sizeof yaml,
-           "name: p\n"
-           "input: {reader: synthetic, batch_size: %d, num_examples: 2048,"
-           " shape: [1, 28, 28], num_classes: 10, scale: 0.0039, seed: 7}\n"
-           "forward:\n%s"
-           "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
-           "  - {op: Accuracy, in: [softmax, label], out: accuracy}\n"
-           "losses: [loss]\n"
-           "update: {optimizer: momentum_sgd, momentum: 0.9, weight_decay: 0.0001,"
-           " lr: {base: 0.01}}\n"
-           "parallel: {net_type: %s, bucket_bytes: 65536}\n",
-           per_device, forward, net_type);
-  Dpm__ModelSpec *spec = NULL;
-  dpm_err err = {0};
-  if (dpm_spec_parse(yaml, strlen(yaml), "p.yaml", &spec, &err))
-    printf("    spec: %s\n", err.msg);
-  return spec;
+  return tf_spec(forward, per_device, 7, 0.01, net_type, 65536);
 }
 
-static dpm_trainer *trainer_of(const Dpm__ModelSpec *spec, int devices) {
-  dpm_trainer_options opt = {
-      .devices = devices, .net_type = -1, .comm_timeout_ms = 20000};
-  dpm_trainer *t = NULL;
-  dpm_err err = {0};
-  if (!spec || dpm_trainer_create(spec, &opt, &t, &err))
-    printf("    create: %s\n", err.msg);
-  return t;
-}
-
-static int steps(dpm_trainer *t, int n) {
-  dpm_err err = {0};
-  dpm_step_stats st;
-  if (dpm_trainer_step(t, n, &st, &err)) {
-    printf("    step: %s\n", err.msg);
-    return 0;
-  }
-  return 1;
-}
-
-/* max |a - b| / max |a| over every parameter of the masters. */
 static double param_rel_diff(dpm_trainer *a, dpm_trainer *b) {
   const dpm_model *m = dpm_trainer_model(a);
   double diff = 0, mag = 0;
@@ -114,15 +77,15 @@ static int replicas_identical(dpm_trainer *t) {
 /* 1, 2 and 4 replicas at global batch 64: same parameters after 20 steps. */
 static void equivalence(const char *forward, const char *net_type) {
   Dpm__ModelSpec *s1 = spec_of(forward, 64, net_type);
-  dpm_trainer *one = trainer_of(s1, 1);
-  if (!one || !steps(one, 20)) {
+  dpm_trainer *one = tf_trainer(s1, 1, NULL);
+  if (!one || !tf_steps(one, 20)) {
     dpm_test_fail(__FILE__, __LINE__, "one device failed");
     goto done;
   }
   for (int n = 2; n <= 4; n *= 2) {
     Dpm__ModelSpec *sn = spec_of(forward, 64 / n, net_type);
-    dpm_trainer *many = trainer_of(sn, n);
-    int ok = many && steps(many, 20);
+    dpm_trainer *many = tf_trainer(sn, n, NULL);
+    int ok = many && tf_steps(many, 20);
     double rel = ok ? param_rel_diff(one, many) : 1;
     printf("    %d replicas (%s): max |a-b| / max |a| = %.2g\n", n, net_type, rel);
     if (!ok || rel > 1e-5 || !replicas_identical(many))
@@ -143,10 +106,10 @@ TEST(parallel_cnn_equivalent_dag) { equivalence(CNN_FORWARD, "dag"); }
 
 TEST(parallel_replicas_identical_after_init_and_steps) {
   Dpm__ModelSpec *spec = spec_of(CNN_FORWARD, 8, "dag");
-  dpm_trainer *t = trainer_of(spec, 3);
+  dpm_trainer *t = tf_trainer(spec, 3, NULL);
   CHECK(t);
   CHECK(replicas_identical(t));
-  CHECK(steps(t, 3));
+  CHECK(tf_steps(t, 3));
   CHECK(replicas_identical(t));
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
@@ -155,8 +118,8 @@ TEST(parallel_replicas_identical_after_init_and_steps) {
 /* Two runs with the same seed and device count: bitwise equal. */
 TEST(parallel_runs_are_deterministic) {
   Dpm__ModelSpec *spec = spec_of(DROPOUT_FORWARD, 16, "dag");
-  dpm_trainer *a = trainer_of(spec, 2), *b = trainer_of(spec, 2);
-  CHECK(a && b && steps(a, 10) && steps(b, 10));
+  dpm_trainer *a = tf_trainer(spec, 2, NULL), *b = tf_trainer(spec, 2, NULL);
+  CHECK(a && b && tf_steps(a, 10) && tf_steps(b, 10));
   CHECK(param_rel_diff(a, b) == 0);
   dpm_trainer_destroy(a);
   dpm_trainer_destroy(b);
@@ -180,14 +143,14 @@ TEST(parallel_resume_is_exact) {
   Dpm__ModelSpec *spec = spec_of(DROPOUT_FORWARD, 16, "simple");
   char *path = temp_path("resume.ckpt");
   dpm_err err = {0};
-  dpm_trainer *straight = trainer_of(spec, 2), *first = trainer_of(spec, 2);
-  CHECK(straight && first && steps(straight, 12) && steps(first, 7));
+  dpm_trainer *straight = tf_trainer(spec, 2, NULL), *first = tf_trainer(spec, 2, NULL);
+  CHECK(straight && first && tf_steps(straight, 12) && tf_steps(first, 7));
   CHECK_INT(dpm_trainer_checkpoint(first, path, &err), DPM_OK);
-  dpm_trainer *resumed = trainer_of(spec, 2);
+  dpm_trainer *resumed = tf_trainer(spec, 2, NULL);
   CHECK_INT(dpm_trainer_load(resumed, path, &err), DPM_OK);
   CHECK_INT(dpm_trainer_iter(resumed), 7);
   CHECK(replicas_identical(resumed));
-  CHECK(steps(resumed, 5));
+  CHECK(tf_steps(resumed, 5));
   CHECK(param_rel_diff(straight, resumed) == 0);
   dpm_trainer_destroy(straight);
   dpm_trainer_destroy(first);
@@ -233,11 +196,11 @@ TEST(parallel_rejects_bad_checkpoints) {
   char *good = temp_path("good.ckpt"), *bad = temp_path("bad.ckpt");
   char *foreign = temp_path("foreign.ckpt"), *shaped = temp_path("shaped.ckpt");
   dpm_err err = {0};
-  dpm_trainer *t = trainer_of(spec, 2), *o = trainer_of(other, 1);
-  CHECK(t && o && steps(t, 3) && steps(o, 1));
+  dpm_trainer *t = tf_trainer(spec, 2, NULL), *o = tf_trainer(other, 1, NULL);
+  CHECK(t && o && tf_steps(t, 3) && tf_steps(o, 1));
   CHECK_INT(dpm_trainer_checkpoint(t, good, &err), DPM_OK);
   CHECK_INT(dpm_trainer_checkpoint(o, foreign, &err), DPM_OK);
-  CHECK(steps(t, 2));
+  CHECK(tf_steps(t, 2));
   size_t n0, n1;
   char *before = snapshot(t, &n0);
   char cmd[512];
@@ -294,7 +257,7 @@ TEST(parallel_rejects_bad_checkpoints) {
 /* Scoped names address replicas; a bad scope finds nothing. */
 TEST(parallel_scoped_blob_names) {
   Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
-  dpm_trainer *t = trainer_of(spec, 2);
+  dpm_trainer *t = tf_trainer(spec, 2, NULL);
   CHECK(t);
   CHECK(dpm_trainer_blob(t, "fc1_w") == dpm_trainer_blob(t, "cpu_0/fc1_w"));
   CHECK(dpm_trainer_blob(t, "cpu_1/fc1_w") != NULL);
@@ -344,7 +307,7 @@ TEST(parallel_progress_and_interrupt) {
 /* AddBlobSync: a blob changed on the master reaches every replica. */
 TEST(parallel_sync_blobs) {
   Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
-  dpm_trainer *t = trainer_of(spec, 3);
+  dpm_trainer *t = tf_trainer(spec, 3, NULL);
   dpm_err err = {0};
   CHECK(t);
   dpm_tensor *w = (dpm_tensor *)dpm_trainer_blob(t, "fc1_b");
