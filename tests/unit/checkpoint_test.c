@@ -16,6 +16,7 @@
 
 #include "io/checkpoint.h"
 #include "test.h"
+#include "testfile.h"
 
 /* ---- temporary directory -------------------------------------------------- */
 
@@ -64,29 +65,6 @@ static int count_temp_files(void) {
     if (strstr(de->d_name, ".tmp.")) n++;
   if (d) closedir(d);
   return n;
-}
-
-static uint8_t *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
-
-static int spit(const char *path, const void *b, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  int ok = len == 0 || fwrite(b, 1, len, f) == len;
-  return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 /* ---- fixture -------------------------------------------------------------- */
@@ -262,7 +240,7 @@ TEST(ckpt_no_entries) {
   CHECK(c.n == 0 && !memcmp(&c.meta, &m, sizeof m));
   dpm_ckpt_fini(&c);
   size_t len;
-  uint8_t *b = slurp(p, &len);
+  uint8_t *b = test_read_file(p, &len);
   CHECK(b);
   int size_ok = len == 128;
   free(b);
@@ -278,7 +256,7 @@ TEST(ckpt_documented_layout) {
   fixture f;
   CHECK(fx_init(&f, 0) == 0);
   size_t len;
-  uint8_t *b = slurp(p, &len);
+  uint8_t *b = test_read_file(p, &len);
   int ok = b && !memcmp(b, "DPMCKPT\0", 8) && rd32(b + 8) == 1 && rd32(b + 12) == 96 &&
            rd64(b + 16) == f.meta.spec_hash && rd64(b + 24) == f.meta.iter &&
            rd64(b + 32) == 7 && rd64(b + 40) == f.meta.reader_index &&
@@ -318,12 +296,12 @@ TEST(ckpt_truncated_everywhere) {
   const char *p = ck_path(0, "full.ckpt"), *cut = ck_path(1, "cut.ckpt");
   CHECK_INT(fx_write(p, 0), DPM_OK);
   size_t len;
-  uint8_t *b = slurp(p, &len);
+  uint8_t *b = test_read_file(p, &len);
   CHECK(b);
   int bad = 0;
   size_t data_offset = rd64(b + 72);
   for (size_t n = 0; n < len && bad < 3; n = next_probe(n, data_offset, len)) {
-    if (spit(cut, b, n))
+    if (test_write_file(cut, b, n))
       bad++;
     else if (!refused(cut, DPM_CORRUPT, n == 0 ? "empty file" : "truncated"))
       bad++;
@@ -339,7 +317,7 @@ TEST(ckpt_bit_flip_everywhere) {
   const char *p = ck_path(0, "full.ckpt"), *q = ck_path(1, "flip.ckpt");
   CHECK_INT(fx_write(p, 0), DPM_OK);
   size_t len;
-  uint8_t *b = slurp(p, &len);
+  uint8_t *b = test_read_file(p, &len);
   CHECK(b);
   uint64_t data_offset = rd64(b + 72);
   int bad = 0;
@@ -347,7 +325,7 @@ TEST(ckpt_bit_flip_everywhere) {
     b[i] ^= (uint8_t)(1u << (i % 8));
     dpm_ckpt c;
     dpm_err err = {0};
-    dpm_status st = spit(q, b, len) ? DPM_IO : dpm_ckpt_read(q, &c, &err);
+    dpm_status st = test_write_file(q, b, len) ? DPM_IO : dpm_ckpt_read(q, &c, &err);
     b[i] ^= (uint8_t)(1u << (i % 8));
     if (st == DPM_OK) dpm_ckpt_fini(&c);
     if (st != DPM_CORRUPT && !(st == DPM_UNSUPPORTED && i >= 8 && i < 12)) {
@@ -365,7 +343,7 @@ TEST(ckpt_bit_flip_everywhere) {
   for (size_t k = 0; k < sizeof where / sizeof *where && !bad; k++) {
     size_t at = (size_t)atoi(where[k][0]);
     b[at] ^= 4;
-    bad += spit(q, b, len) || !refused(q, DPM_CORRUPT, where[k][1]);
+    bad += test_write_file(q, b, len) || !refused(q, DPM_CORRUPT, where[k][1]);
     b[at] ^= 4;
   }
   for (int i = 0; i < FX_N && !bad; i++) {
@@ -374,20 +352,20 @@ TEST(ckpt_bit_flip_everywhere) {
     char want[96];
     snprintf(want, sizeof want, "checksum mismatch in tensor '%s'", fx_names[i]);
     b[at] ^= 0x80;
-    bad += spit(q, b, len) || !refused(q, DPM_CORRUPT, want);
+    bad += test_write_file(q, b, len) || !refused(q, DPM_CORRUPT, want);
     b[at] ^= 0x80;
   }
   /* Padding after the index and between tensors. */
   size_t index_end = 96 + rd32(b + 68);
   if (!bad && index_end < data_offset) {
     b[data_offset - 1] = 1;
-    bad += spit(q, b, len) || !refused(q, DPM_CORRUPT, "nonzero padding after the index");
+    bad += test_write_file(q, b, len) || !refused(q, DPM_CORRUPT, "nonzero padding after the index");
     b[data_offset - 1] = 0;
   }
   const uint8_t *e1 = b + entry_at(b, 1);
   if (!bad && rd64(e1 + 40) > data_offset) {
     b[rd64(e1 + 40) - 1] = 1;
-    bad += spit(q, b, len) ||
+    bad += test_write_file(q, b, len) ||
            !refused(q, DPM_CORRUPT, "nonzero padding before tensor 'conv1_w_momentum'");
     b[rd64(e1 + 40) - 1] = 0;
   }
@@ -401,31 +379,31 @@ TEST(ckpt_refuses_foreign_files) {
   const char *p = ck_path(0, "full.ckpt"), *q = ck_path(1, "other");
   CHECK_INT(fx_write(p, 0), DPM_OK);
   size_t len;
-  uint8_t *b = slurp(p, &len);
+  uint8_t *b = test_read_file(p, &len);
   CHECK(b);
   int bad = 0;
   /* Bad magic, text, a short foreign file. */
   b[3] = 'X';
-  bad += spit(q, b, len) || !refused(q, DPM_CORRUPT, "not a dpm checkpoint (bad magic)");
+  bad += test_write_file(q, b, len) || !refused(q, DPM_CORRUPT, "not a dpm checkpoint (bad magic)");
   b[3] = 'C';
   bad +=
-      spit(q, "hello, world\n", 13) || !refused(q, DPM_CORRUPT, "not a dpm checkpoint");
-  bad += spit(q, "\x89PNG", 4) || !refused(q, DPM_CORRUPT, "not a dpm checkpoint");
+      test_write_file(q, "hello, world\n", 13) || !refused(q, DPM_CORRUPT, "not a dpm checkpoint");
+  bad += test_write_file(q, "\x89PNG", 4) || !refused(q, DPM_CORRUPT, "not a dpm checkpoint");
   /* A newer version, and version 0. */
   wr32(b + 8, 7);
   bad +=
-      spit(q, b, len) || !refused(q, DPM_UNSUPPORTED, "unsupported checkpoint version 7");
+      test_write_file(q, b, len) || !refused(q, DPM_UNSUPPORTED, "unsupported checkpoint version 7");
   wr32(b + 8, 0);
-  bad += spit(q, b, len) || !refused(q, DPM_CORRUPT, "invalid checkpoint version 0");
+  bad += test_write_file(q, b, len) || !refused(q, DPM_CORRUPT, "invalid checkpoint version 0");
   wr32(b + 8, 1);
   /* Trailing bytes are refused. */
   uint8_t *longer = calloc(1, len + 3);
   if (longer) memcpy(longer, b, len);
-  bad += !longer || spit(q, longer, len + 3) ||
+  bad += !longer || test_write_file(q, longer, len + 3) ||
          !refused(q, DPM_CORRUPT, "3 trailing bytes after the end of the checkpoint");
   free(longer);
   /* Empty file, directory, missing file. */
-  bad += spit(q, "", 0) || !refused(q, DPM_CORRUPT, "empty file, not a dpm checkpoint");
+  bad += test_write_file(q, "", 0) || !refused(q, DPM_CORRUPT, "empty file, not a dpm checkpoint");
   bad += !refused(ck_dir, DPM_IO, "is a directory");
   bad += !refused(ck_path(2, "missing.ckpt"), DPM_IO, "cannot open: No such file");
   free(b);
@@ -440,7 +418,7 @@ TEST(ckpt_refuses_bad_entries) {
   const char *p = ck_path(0, "full.ckpt"), *q = ck_path(1, "bad.ckpt");
   CHECK_INT(fx_write(p, 0), DPM_OK);
   size_t len;
-  uint8_t *orig = slurp(p, &len);
+  uint8_t *orig = test_read_file(p, &len);
   uint8_t *b = malloc(len ? len : 1);
   if (!orig || !b) {
     free(orig);
@@ -491,7 +469,7 @@ TEST(ckpt_refuses_bad_entries) {
     for (int i = 0; i < cases[k].width; i++)
       b[cases[k].at + i] = (uint8_t)(cases[k].value >> 8 * i);
     reseal(b);
-    if (spit(q, b, len) || !refused(q, DPM_CORRUPT, cases[k].want)) {
+    if (test_write_file(q, b, len) || !refused(q, DPM_CORRUPT, cases[k].want)) {
       printf("    case %zu\n", k);
       bad++;
     }
@@ -499,7 +477,7 @@ TEST(ckpt_refuses_bad_entries) {
   /* The unpatched image still reads (the cases were the only fault). */
   memcpy(b, orig, len);
   reseal(b);
-  bad += spit(q, b, len) || !fx_reads_as(q, 0);
+  bad += test_write_file(q, b, len) || !fx_reads_as(q, 0);
   free(orig);
   free(b);
   CHECK_INT(bad, 0);
@@ -640,11 +618,11 @@ TEST(ckpt_crash_mid_write) {
   CHECK_INT(fx_write(p, 0), DPM_OK);
   CHECK_INT(fx_write(other, 1), DPM_OK);
   size_t len;
-  uint8_t *b = slurp(other, &len);
+  uint8_t *b = test_read_file(other, &len);
   CHECK(b);
   char tmp[300];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
-  int bad = spit(tmp, b, len / 2) != 0;
+  int bad = test_write_file(tmp, b, len / 2) != 0;
   unlink(other);
   free(b);
   bad += !fx_reads_as(p, 0);

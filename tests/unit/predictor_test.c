@@ -12,6 +12,7 @@
 #include "engine/predictor_extract.h"
 #include "spec/spec.h"
 #include "test.h"
+#include "testfile.h"
 
 static const int64_t CHW[3] = {1, 4, 5};
 #define EX 20 /* floats per example */
@@ -153,25 +154,6 @@ static double max_diff(const float *a, const float *b, int64_t n) {
   return worst;
 }
 
-static uint8_t *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *buf = malloc((size_t)n + 1);
-  *len = fread(buf, 1, (size_t)n, f);
-  fclose(f);
-  return buf;
-}
-
-static int write_all(const char *path, const void *buf, size_t len) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  size_t w = fwrite(buf, 1, len, f);
-  return fclose(f) || w != len ? -1 : 0;
-}
-
 static const char *const DATA[] = {"data"};
 static const char *const PROB[] = {"prob"};
 
@@ -246,7 +228,7 @@ TEST(predictor_file_holds_only_needed_forward_ops) {
   uint8_t *buf = NULL;
   if (export(&f, PROB, 1, &err)) {
     dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
-  } else if (!(buf = read_all(path, &len)) ||
+  } else if (!(buf = test_read_file(path, &len)) ||
              !(d = dpm__predictor_def__unpack(NULL, len, buf))) {
     dpm_test_fail(__FILE__, __LINE__, "cannot read back %s", path);
   } else {
@@ -531,16 +513,16 @@ TEST(predictor_refuses_corrupt_files) {
     }
   }
   size_t len = 0;
-  uint8_t *good = read_all(path, &len);
+  uint8_t *good = test_read_file(path, &len);
   CHECK(good && len > 100);
   /* Garbage. */
   const char junk[] = "this is not a predictor at all";
-  CHECK(!write_all(path, junk, sizeof junk));
+  CHECK(!test_write_file(path, junk, sizeof junk));
   CHECK_INT(dpm_predictor_load(f.dir, &p, &err), DPM_CORRUPT);
   CHECK(p == NULL);
   CHECK_HAS(err.msg, "predictor.pb: not a predictor");
   /* Truncated on disk. */
-  CHECK(!write_all(path, good, len / 2));
+  CHECK(!test_write_file(path, good, len / 2));
   CHECK_INT(dpm_predictor_load(f.dir, &p, &err), DPM_CORRUPT);
   CHECK_HAS(err.msg, "predictor.pb");
   /* Every strict prefix is refused as corrupt. */
@@ -668,12 +650,12 @@ TEST(predictor_export_is_atomic_and_replaces) {
   CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, PROB, 1, dir, &err), DPM_OK);
   CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, two, 2, dir, &err), DPM_OK);
   size_t len = 0;
-  uint8_t *before = read_all(path, &len);
+  uint8_t *before = test_read_file(path, &len);
   /* A refused export leaves the file as it was. */
   const char *loss[] = {"loss"};
   CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, loss, 1, dir, &err), DPM_INVALID);
   size_t len2 = 0;
-  uint8_t *after = read_all(path, &len2);
+  uint8_t *after = test_read_file(path, &len2);
   CHECK(before && after && len == len2 && !memcmp(before, after, len));
   free(before);
   free(after);
