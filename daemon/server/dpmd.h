@@ -53,7 +53,7 @@ typedef struct dpmd {
   struct dpmd_devices *devices;
   double started;      /* CLOCK_REALTIME seconds */
   int stopping;        /* shutdown requested: refuse new work */
-  uint64_t requests[DPMD_MAX_COMMAND][16];
+  uint64_t requests[DPMD_MAX_COMMAND][DPM_STATUS_COUNT];
   uint64_t dropped;    /* requests refused undecoded (garbage, over the size
                           limit; nanomsg drops far larger ones unseen) */
 } dpmd;

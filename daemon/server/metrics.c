@@ -73,7 +73,7 @@ char *dpmd_metrics_text(dpmd *d) {
   put(&t, "dpmd_device_crews %d\n", dpmd_devices_crews(d->devices));
   head(&t, "dpmd_requests_total", "counter", "Requests answered, by command and status.");
   for (int c = 0; c < DPMD_MAX_COMMAND; c++)
-    for (int s = 0; s < 16 && s < DPM_STATUS_COUNT; s++)
+    for (int s = 0; s < DPM_STATUS_COUNT; s++)
       if (d->requests[c][s])
         put(&t, "dpmd_requests_total{command=\"%s\",status=\"%s\"} %llu\n",
             dpmd_command_name(c), dpm_status_name((dpm_status)s),

@@ -48,7 +48,7 @@ static int on_loop(dpmd *d) { return pthread_equal(pthread_self(), d->loop_threa
 
 static void count(dpmd *d, int command, int status) {
   if (command < 0 || command >= DPMD_MAX_COMMAND) command = 0;
-  if (status < 0 || status >= 16) status = DPM_INTERNAL;
+  if (status < 0 || status >= DPM_STATUS_COUNT) status = DPM_INTERNAL;
   d->requests[command][status]++;
 }
 
