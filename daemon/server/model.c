@@ -200,9 +200,10 @@ static void restore_checkpoint(dpmd_model *m) {
 }
 
 static dpm_status build(dpmd_model *m, dpm_err *err) {
-  const Dpm__ParallelSpec *par = m->spec->parallel;
-  int n = par && par->n_devices ? (int)par->n_devices : 1;
-  dpm_trainer_options opt = {.net_type = -1, .devices = n,
+  const Dpm__ParallelSpec *par = m->spec->parallel; /* submit always sets devices */
+  if (!par || !par->n_devices)
+    return dpm_errf(err, DPM_SPEC, "%s: the spec names no devices", m->spec->name);
+  dpm_trainer_options opt = {.net_type = -1, .devices = (int)par->n_devices,
                              .max_bytes = m->d->cfg->max_model_bytes};
   dpm_status s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
@@ -237,7 +238,7 @@ static double mono_s(void) {
 
 static void train_chunk(dpmd_model *m) {
   uint64_t left = m->target - m->iter;
-  int every = m->d->cfg->progress_every > 0 ? m->d->cfg->progress_every : 10;
+  int every = m->d->cfg->progress_every; /* >= 1 (config.c) */
   int n = left < (uint64_t)every ? (int)left : every;
   dpm_step_stats st;
   dpm_err err = {0};
