@@ -6,7 +6,12 @@
  * producer writes slot (head + count) % nslots outside the lock, only while
  * count < nslots, so it never touches a filled or held slot. A seek bumps
  * `gen` and empties the ring; a producer that finishes a slot for an older
- * generation throws it away. */
+ * generation throws it away.
+ *
+ * A full ring puts the producer to sleep, and the consumer wakes it only once
+ * the ring has drained to half (`low`): waking a sleeping thread costs tens
+ * of microseconds on a virtual machine, so it happens once per few batches,
+ * not once per batch. */
 #include "io/reader.h"
 
 #include <errno.h>
@@ -37,7 +42,7 @@ struct dpm_reader {
   int64_t chw;           /* pixels per example */
   int64_t global;        /* batch x num_shards: one step of pos.index */
   dpm_idx_dataset data;  /* idx: the loaded files */
-  float lut[256];        /* pixel -> pixel * scale */
+  float scale;           /* pixel -> (float)pixel * scale, as the predictor does */
 
   /* Producer-private. */
   uint32_t *order;      /* the current epoch's order (shuffle only) */
@@ -51,6 +56,7 @@ struct dpm_reader {
   pthread_cond_t not_empty; /* consumer waits: ring empty */
   reader_slot *slots;       /* nslots = prefetch + 1 */
   int nslots;
+  int low;                  /* the consumer wakes the producer at count <= low */
   int head, count, holding;
   int done;                /* the producer produced the end marker */
   int stop;                /* destroy asked the producer to exit */
@@ -134,7 +140,8 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
 }
 
 void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, size_t n) {
-  for (size_t j = 0; j < n; j++) dst[j] = r->lut[src[j]];
+  const float scale = r->scale;
+  for (size_t j = 0; j < n; j++) dst[j] = (float)src[j] * scale; /* vectorised */
 }
 
 static void *reader_main(void *arg) {
@@ -260,8 +267,9 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
     reader_free(r);
     return st;
   }
-  for (int i = 0; i < 256; i++) r->lut[i] = (float)(i * r->cfg.scale);
+  r->scale = (float)r->cfg.scale;
   r->nslots = r->cfg.prefetch + 1;
+  r->low = r->nslots > 3 ? (r->nslots - 1) / 2 : 1; /* a ready batch remains */
   r->slots = calloc((size_t)r->nslots, sizeof *r->slots);
   int ok = r->slots != NULL;
   for (int i = 0; ok && i < r->nslots; i++) {
@@ -309,7 +317,7 @@ dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err) {
     r->head = (r->head + 1) % r->nslots;
     r->count--;
     r->holding = 0;
-    pthread_cond_signal(&r->not_full);
+    if (r->count <= r->low) pthread_cond_signal(&r->not_full);
   }
   while (r->count == 0) pthread_cond_wait(&r->not_empty, &r->mu);
   reader_slot *s = &r->slots[r->head];

@@ -101,8 +101,9 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
 /* Block for the next batch. *out is valid until the next call of next,
  * seek, rewind or destroy; *out is NULL at the end of a one-pass reader. */
 dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err);
-/* dst[i] = src[i] * scale for n pixels (what a non-raw reader stores in
- * data). Reads only the reader's constant table: safe from any thread. */
+/* dst[i] = (float)src[i] * (float)scale for n pixels (what a non-raw reader
+ * stores in data, and what the predictor runtime's users compute). Reads
+ * only the reader's constants: safe from any thread. */
 void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, size_t n);
 /* Position of the batch the next call to next() returns (the one to save in
  * a checkpoint); {0, size} once a one-pass reader has run out. */

@@ -305,7 +305,7 @@ TEST(idx_fashion_mnist) {
       uint32_t ex = order[rows + k];
       if (b->label[k] != t.labels.data[ex]) bad = 3;
       for (int j = 0; j < 784; j++)
-        if (b->data[k * 784 + j] != (float)(t.images.data[ex * 784 + j] * (1.0 / 255)))
+        if (b->data[k * 784 + j] != (float)t.images.data[ex * 784 + j] * (float)(1.0 / 255))
           bad = 4;
     }
     rows += b->n;
@@ -769,7 +769,7 @@ TEST(reader_synthetic_deterministic_and_learnable) {
       hist[y]++;
       for (int j = 0; j < 60; j++) {
         float v = a->data[k * 60 + j];
-        if (v != (float)(px[j] * (1.0 / 255))) bad = 4;
+        if (v != (float)px[j] * (float)(1.0 / 255)) bad = 4;
         int band = (j % 30) * 10 / 30;
         if (band == y)
           on += v, n_on++;

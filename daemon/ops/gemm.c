@@ -1,0 +1,258 @@
+/* FC and Conv matrix products: AVX-512 register tiles, or cblas. */
+#include "ops/gemm.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- cblas ----------------------------------------------------------------- */
+
+static void nt_blas(int n, int m, int k, const float *x, int64_t ldx, const float *w,
+                    int64_t ldw, const float *b, int relu, float *y, int64_t ldy) {
+  for (int i = 0; i < n; i++) {
+    float *yi = y + i * ldy;
+    if (b)
+      memcpy(yi, b, (size_t)m * sizeof *yi);
+    else
+      memset(yi, 0, (size_t)m * sizeof *yi);
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.f, x, (int)ldx, w,
+              (int)ldw, 1.f, y, (int)ldy);
+  for (int i = 0; relu && i < n; i++)
+    for (int j = 0; j < m; j++) y[i * ldy + j] = y[i * ldy + j] > 0.f ? y[i * ldy + j] : 0.f;
+}
+
+static void outer_blas(int rows, int cols, int inner, const float *a, int64_t ars,
+                       int64_t ass, const float *b, int64_t ldb, int acc, float *o,
+                       int64_t ldo) {
+  int trans = ars == 1 && ass != 1;
+  cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, rows, cols,
+              inner, 1.f, a, (int)(trans ? ass : ars), b, (int)ldb, acc ? 1.f : 0.f, o,
+              (int)ldo);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f"), always_inline)) static inline
+#define UNROLL _Pragma("GCC unroll 8")
+#define AVX512_FN __attribute__((target("avx512f"))) static
+
+static inline int min_i(int a, int b) { return a < b ? a : b; }
+
+/* Lanes of a 16-float vector that hold columns [c, c + 16) of `cols`. */
+static inline __mmask16 lanes(int c, int cols) {
+  int left = cols - c;
+  return left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+}
+
+/* ---- dot tiles (nt): 4 rows of X against 6 rows of W --------------------- */
+
+/* The k chunk a tile sums before it is folded into Y: 6 rows of W (24 KiB)
+ * stay in L1 while every row tile of X streams past them from L2. */
+#define NT_KC 1024
+
+/* acc[0..3][j] (16 partial sums each) -> q whose 128-bit lane i holds four
+ * partials of acc[i][j]. */
+AVX512 __m512 nt_gather(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  __m512 p01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44),
+                             _mm512_shuffle_f32x4(a0, a1, 0xEE));
+  __m512 p23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44),
+                             _mm512_shuffle_f32x4(a2, a3, 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(p01, p23, 0x88),
+                       _mm512_shuffle_f32x4(p01, p23, 0xDD));
+}
+
+/* Totals of acc[i][j]: lane i of out[0] holds j = 0..3, elements 0 and 1 of
+ * lane i of out[1] hold j = 4, 5. */
+AVX512 void nt_reduce(__m512 acc[4][6], __m512 out[2]) {
+  __m512 q[6];
+  UNROLL
+  for (int j = 0; j < 6; j++) q[j] = nt_gather(acc[0][j], acc[1][j], acc[2][j], acc[3][j]);
+  __m512 u01 = _mm512_add_ps(_mm512_unpacklo_ps(q[0], q[1]), _mm512_unpackhi_ps(q[0], q[1]));
+  __m512 u23 = _mm512_add_ps(_mm512_unpacklo_ps(q[2], q[3]), _mm512_unpackhi_ps(q[2], q[3]));
+  __m512 u45 = _mm512_add_ps(_mm512_unpacklo_ps(q[4], q[5]), _mm512_unpackhi_ps(q[4], q[5]));
+  __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23));
+  __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23));
+  out[0] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+  /* u45 per lane: [q4 0+2, q5 0+2, q4 1+3, q5 1+3]; add the upper pair */
+  out[1] = _mm512_add_ps(u45, _mm512_castpd_ps(_mm512_permute_pd(_mm512_castps_pd(u45), 0x55)));
+}
+
+/* Sums over k in [k0, k1) for rows xr[0..3] and wr[0..5], as nt_reduce
+ * leaves them. */
+AVX512 void nt_tile(const float *xr[4], const float *wr[6], int k0, int k1, __m512 out[2]) {
+  __m512 acc[4][6];
+  UNROLL
+  for (int i = 0; i < 4; i++)
+    UNROLL
+    for (int j = 0; j < 6; j++) acc[i][j] = _mm512_setzero_ps();
+  int k = k0;
+  for (; k + 16 <= k1; k += 16) {
+    __m512 xv[4];
+    UNROLL
+    for (int i = 0; i < 4; i++) xv[i] = _mm512_loadu_ps(xr[i] + k);
+    UNROLL
+    for (int j = 0; j < 6; j++) {
+      __m512 wv = _mm512_loadu_ps(wr[j] + k);
+      UNROLL
+      for (int i = 0; i < 4; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  if (k < k1) { /* the last, partial vector */
+    __mmask16 mk = lanes(k, k1);
+    __m512 xv[4];
+    UNROLL
+    for (int i = 0; i < 4; i++) xv[i] = _mm512_maskz_loadu_ps(mk, xr[i] + k);
+    UNROLL
+    for (int j = 0; j < 6; j++) {
+      __m512 wv = _mm512_maskz_loadu_ps(mk, wr[j] + k);
+      UNROLL
+      for (int i = 0; i < 4; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  nt_reduce(acc, out);
+}
+
+AVX512_FN void nt_avx512(int n, int m, int k, const float *x, int64_t ldx, const float *w,
+                         int64_t ldw, const float *b, int relu, float *y, int64_t ldy) {
+  for (int k0 = 0; k0 < k || k0 == 0; k0 += NT_KC) {
+    int k1 = min_i(k, k0 + NT_KC), first = k0 == 0, last = k1 == k;
+    for (int j0 = 0; j0 < m; j0 += 6) {
+      int nj = min_i(6, m - j0);
+      const float *wr[6];
+      for (int j = 0; j < 6; j++) wr[j] = w + min_i(j0 + j, m - 1) * ldw;
+      __mmask16 jm = (__mmask16)((1u << nj) - 1); /* j0 + j for j < nj, as lanes */
+      __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+      if (b && last) {
+        float bj[8] = {0};
+        memcpy(bj, b + j0, (size_t)nj * sizeof *bj);
+        bias[0] = _mm512_broadcast_f32x4(_mm_loadu_ps(bj));
+        bias[1] = _mm512_broadcast_f32x4(_mm_loadu_ps(bj + 4));
+      }
+      for (int i0 = 0; i0 < n; i0 += 4) {
+        int ni = min_i(4, n - i0);
+        const float *xr[4];
+        for (int i = 0; i < 4; i++) xr[i] = x + min_i(i0 + i, n - 1) * ldx;
+        __m512 v[2];
+        nt_tile(xr, wr, k0, k1, v);
+        for (int h = 0; h < 2; h++) {
+          __mmask16 hm = (__mmask16)(h ? jm >> 4 & 3 : jm & 15);
+          for (int i = 0; i < ni; i++) {
+            /* lane i of v[h] goes to Y[i0 + i][j0 + 4h ...]: a masked store of
+             * the whole vector from 4i floats before (no fault, no write) */
+            float *at = (float *)((uintptr_t)(y + (i0 + i) * ldy + j0 + 4 * h) - 16 * (unsigned)i);
+            __mmask16 lm = (__mmask16)(hm << 4 * i);
+            __m512 r = _mm512_add_ps(v[h], bias[h]);
+            if (!first) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(lm, at));
+            if (relu && last) r = _mm512_max_ps(r, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(at, lm, r);
+          }
+        }
+      }
+    }
+  }
+}
+
+/* ---- outer-product tiles: 6 rows of O by NV vectors of 16 columns -------- */
+
+#define OUT_R 6
+/* The inner chunk a tile sums before it is folded into O: a chunk of B's
+ * column panel (128 x 64 floats, 32 KiB) stays in L1 across row tiles. */
+#define OUT_SC 128
+
+AVX512 void outer_tile(int nv, const float *ar[OUT_R], int64_t ass, const float *b,
+                       int64_t ldb, int s0, int s1, const __mmask16 mk[4], int nr, int add,
+                       float *o, int64_t ldo) {
+  __m512 acc[OUT_R][4];
+  UNROLL
+  for (int i = 0; i < OUT_R; i++)
+    UNROLL
+    for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();
+  for (int s = s0; s < s1; s++) {
+    const float *bs = b + s * ldb;
+    __m512 bv[4];
+    UNROLL
+    for (int v = 0; v < nv; v++) bv[v] = _mm512_maskz_loadu_ps(mk[v], bs + 16 * v);
+    UNROLL
+    for (int i = 0; i < OUT_R; i++) {
+      __m512 av = _mm512_set1_ps(ar[i][s * ass]);
+      UNROLL
+      for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+  UNROLL
+  for (int i = 0; i < nr; i++)
+    UNROLL
+    for (int v = 0; v < nv; v++) {
+      float *oi = o + i * ldo + 16 * v;
+      __m512 r = add ? _mm512_add_ps(acc[i][v], _mm512_maskz_loadu_ps(mk[v], oi)) : acc[i][v];
+      _mm512_mask_storeu_ps(oi, mk[v], r);
+    }
+}
+
+AVX512_FN void outer_avx512(int rows, int cols, int inner, const float *a, int64_t ars,
+                            int64_t ass, const float *b, int64_t ldb, int acc, float *o,
+                            int64_t ldo) {
+  for (int s0 = 0; s0 < inner || s0 == 0; s0 += OUT_SC) {
+    int s1 = min_i(inner, s0 + OUT_SC), add = acc || s0 > 0;
+    for (int c0 = 0; c0 < cols; c0 += 64) {
+      __mmask16 mk[4];
+      UNROLL
+      for (int v = 0; v < 4; v++) mk[v] = lanes(c0 + 16 * v, cols);
+      int nv = min_i(4, (cols - c0 + 15) / 16);
+      for (int r0 = 0; r0 < rows; r0 += OUT_R) {
+        const float *ar[OUT_R];
+        UNROLL
+        for (int i = 0; i < OUT_R; i++) ar[i] = a + min_i(r0 + i, rows - 1) * ars;
+        int nr = min_i(OUT_R, rows - r0);
+        float *or0 = o + r0 * ldo + c0;
+        const float *bc = b + c0;
+        switch (nv) { /* constant nv: every acc[][] stays in a register */
+        case 4: outer_tile(4, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
+        case 3: outer_tile(3, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
+        case 2: outer_tile(2, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
+        default: outer_tile(1, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
+        }
+      }
+    }
+  }
+}
+
+static int cpu_has_avx512(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+#else
+static int cpu_has_avx512(void) { return 0; }
+#define nt_avx512 nt_blas
+#define outer_avx512 outer_blas
+#endif
+
+/* -1 until the first call looks at the CPU. */
+static atomic_int tiled = -1;
+
+int dpm_gemm_tiled(void) {
+  int t = atomic_load_explicit(&tiled, memory_order_relaxed);
+  if (t < 0) atomic_store(&tiled, t = cpu_has_avx512());
+  return t;
+}
+
+void dpm_gemm_use_tiled(int on) { atomic_store(&tiled, on && cpu_has_avx512()); }
+
+void dpm_gemm_nt(int n, int m, int k, const float *x, int64_t ldx, const float *w,
+                 int64_t ldw, const float *b, int relu, float *y, int64_t ldy) {
+  if (n <= 0 || m <= 0) return;
+  (dpm_gemm_tiled() ? nt_avx512 : nt_blas)(n, m, k, x, ldx, w, ldw, b, relu, y, ldy);
+}
+
+void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
+                    int64_t ass, const float *b, int64_t ldb, int acc, float *o,
+                    int64_t ldo) {
+  assert(ars == 1 || ass == 1);
+  if (rows <= 0 || cols <= 0) return;
+  (dpm_gemm_tiled() ? outer_avx512 : outer_blas)(rows, cols, inner, a, ars, ass, b, ldb,
+                                                  acc, o, ldo);
+}
