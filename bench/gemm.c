@@ -1,5 +1,5 @@
-/* The FC products of the Fashion-MNIST MLP (batch 64, and 32 per replica on
- * two) and of the CNN's big FC, through dpm_gemm with its AVX-512 tiles and
+/* The matrix products of the Fashion-MNIST MLP (batch 64, and 32 per replica
+ * on two) and of the CNN (its convolutions per image, and its big FC), through dpm_gemm with its AVX-512 tiles and
  * with cblas, side by side in one run (the two alternate, medians), plus a
  * 1024^3 sgemm for scale.
  *
@@ -14,26 +14,30 @@
 #include "engine/tensor.h"
 #include "ops/gemm.h"
 
-typedef enum { FWD, DW, DX } product;
+/* One product: an nt call (n, m, k) or an outer call (rows, cols, inner; A
+ * stored transposed or not), on tight operands. */
+typedef enum { NT, OUTER, OUTER_T } kind;
 
 typedef struct {
   const char *name;
-  product p;
-  int n, m, k; /* FC: batch, outputs, inputs */
+  kind p;
+  int a, b, c;
 } shape;
 
 static float *x, *w, *dy, *out;
 
 static void run_one(const shape *s) {
   switch (s->p) {
-  case FWD: /* Y = X W^T + b, Relu */
-    dpm_gemm_nt(s->n, s->m, s->k, x, s->k, w, s->k, w, 1, out, s->m);
+  case NT: /* Y[a][b] = X[a][.] W[b][.]^T over c, + bias, Relu */
+    dpm_gemm_nt(&(dpm_gemm_nt_args){.n = s->a, .m = s->b, .k = s->c, .x = x, .ldx = s->c,
+                                    .w = w, .ldw = s->c, .b = w, .relu = 1, .y = out,
+                                    .ldy = s->b});
     break;
-  case DW: /* dW = dY^T X */
-    dpm_gemm_outer(s->m, s->k, s->n, dy, 1, s->m, x, s->k, 0, out, s->k);
+  case OUTER: /* O[a][b] = A[a][c] B[c][b] */
+    dpm_gemm_outer(s->a, s->b, s->c, dy, s->c, 1, w, s->b, 0, out, s->b);
     break;
-  case DX: /* dX = dY W */
-    dpm_gemm_outer(s->n, s->k, s->m, dy, s->m, 1, w, s->k, 0, out, s->k);
+  case OUTER_T: /* O[a][b] = A[c][a]^T B[c][b] */
+    dpm_gemm_outer(s->a, s->b, s->c, dy, 1, s->a, x, s->b, 0, out, s->b);
     break;
   }
 }
@@ -45,7 +49,7 @@ static void measure(const shape *s, int rounds, double us[2]) {
   const int reps = 10;
   for (int r = 0; r < rounds; r++)
     for (int tiled = 0; tiled < 2; tiled++) {
-      dpm_gemm_use_tiled(tiled);
+      dpm_gemm_use(tiled ? DPM_GEMM_TILES : DPM_GEMM_BLAS);
       run_one(s);
       double t0 = bench_now_ms();
       for (int i = 0; i < reps; i++) run_one(s);
@@ -59,7 +63,6 @@ static void measure(const shape *s, int rounds, double us[2]) {
 
 int main(int argc, char **argv) {
   int rounds = argc > 2 && !strcmp(argv[1], "--rounds") ? atoi(argv[2]) : 31;
-  dpm_gemm_use_tiled(1);
   if (!dpm_gemm_tiled()) {
     printf("this CPU has no AVX-512F: dpm_gemm is cblas; nothing to compare\n");
     return 0;
@@ -72,19 +75,37 @@ int main(int argc, char **argv) {
     w[i] = (float)(i % 7) * 0.02f - 0.06f;
     dy[i] = (float)(i % 5) * 0.03f - 0.06f;
   }
+  /* FC with batch N, M outputs, K inputs: forward NT(N, M, K), dW OUTER_T(M,
+   * K, N), dX OUTER(N, K, M). Conv per image, lowered (conv.c): forward
+   * OUTER(filters, pixels, rows of L), dW NT(rows of L, filters, pixels), dL
+   * OUTER_T(rows of L, pixels, filters). */
   const shape shapes[] = {
-      {"MLP fc1 forward  64x256x784", FWD, 64, 256, 784},
-      {"MLP fc1 dW       64x256x784", DW, 64, 256, 784},
-      {"MLP fc2 forward  64x128x256", FWD, 64, 128, 256},
-      {"MLP fc2 dW       64x128x256", DW, 64, 128, 256},
-      {"MLP fc2 dX       64x128x256", DX, 64, 128, 256},
-      {"MLP fc3 forward  64x10x128", FWD, 64, 10, 128},
-      {"MLP fc3 dX       64x10x128", DX, 64, 10, 128},
-      {"MLP fc1 forward  32x256x784", FWD, 32, 256, 784},
-      {"MLP fc1 dW       32x256x784", DW, 32, 256, 784},
-      {"CNN fc forward   64x1024x3136", FWD, 64, 1024, 3136},
-      {"CNN fc dW        64x1024x3136", DW, 64, 1024, 3136},
-      {"CNN fc dX        64x1024x3136", DX, 64, 1024, 3136},
+      {"MLP fc1 forward  64x256x784", NT, 64, 256, 784},
+      {"MLP fc1 dW       64x256x784", OUTER_T, 256, 784, 64},
+      {"MLP fc2 forward  64x128x256", NT, 64, 128, 256},
+      {"MLP fc2 dW       64x128x256", OUTER_T, 128, 256, 64},
+      {"MLP fc2 dX       64x128x256", OUTER, 64, 256, 128},
+      {"MLP fc3 forward  64x10x128", NT, 64, 10, 128},
+      {"MLP fc3 dX       64x10x128", OUTER, 64, 128, 10},
+      {"MLP fc1 forward  32x256x784", NT, 32, 256, 784},
+      {"MLP fc1 dW       32x256x784", OUTER_T, 256, 784, 32},
+      {"CNN conv1 fwd    32x784x26", OUTER, 32, 784, 26},
+      {"CNN conv1 dW     26x32x784", NT, 26, 32, 784},
+      {"CNN conv2 fwd    64x196x161", OUTER, 64, 196, 161},
+      {"CNN conv2 dW     161x64x196", NT, 161, 64, 196},
+      {"CNN conv2 dW'    64x161x196", NT, 64, 161, 196},
+      {"CNN conv2 dW^T   161x64x196", OUTER, 161, 64, 196},
+      {"CNN conv2 fwd^T  196x64x161", OUTER_T, 196, 64, 161},
+      {"CNN conv2 dL^T   196x160x64", OUTER, 196, 160, 64},
+      {"CNN conv1 fwd^T  784x32x26", OUTER_T, 784, 32, 26},
+      {"CNN conv1 dW^T   26x32x784", OUTER, 26, 32, 784},
+      {"CNN conv2 dL     160x196x64", OUTER_T, 160, 196, 64},
+      {"CNN conv2 fwd x8 64x1568x160", OUTER, 64, 1568, 160},
+      {"CNN conv2 dW x8  160x64x1568", NT, 160, 64, 1568},
+      {"CNN conv2 dL x8  160x1568x64", OUTER_T, 160, 1568, 64},
+      {"CNN fc forward   64x1024x3136", NT, 64, 1024, 3136},
+      {"CNN fc dW        64x1024x3136", OUTER_T, 1024, 3136, 64},
+      {"CNN fc dX        64x1024x3136", OUTER, 64, 3136, 1024},
   };
   double ref_ms[9];
   for (int i = 0; i < 9; i++) {
@@ -102,7 +123,7 @@ int main(int argc, char **argv) {
     const shape *s = &shapes[i];
     double us[2];
     measure(s, rounds, us);
-    double flops = 2.0 * s->n * s->m * s->k;
+    double flops = 2.0 * s->a * s->b * s->c;
     printf("%-30s %10.1f %10.1f %7.2fx %8.1f\n", s->name, us[0], us[1], us[0] / us[1],
            flops / (us[1] * 1e3));
   }

@@ -1,7 +1,8 @@
 /* Conv: 2-D convolution of NCHW float32 with square kernels, and
  * ConvGradient.
  *
- * Both lower one image at a time into a matrix L and run sgemms on it.
+ * Both lower one image at a time into a matrix L and run matrix products
+ * (ops/gemm.h; "sgemms" below) on it.
  * When C*k is large, L is lowered along x only (MEC, Cho & Brand 2017): row
  * (c, kx) holds the input rows of channel c shifted by kx, every kernel row
  * ky reads a [C*k, Ho*Wo] window L_ky of it, and the convolution is k sgemms
@@ -16,6 +17,12 @@
  * bias is added by the first sgemm, and its gradient comes out of the first
  * dW sgemm as one more output.
  *
+ * With many filters (M >= TRANSPOSED_MIN_FILTERS) the forward and the
+ * weight gradient run transposed, so that the filters lie along the
+ * products' columns, which the AVX-512 tiles of ops/gemm.h fill whole:
+ *   Y[n]^T += L_ky^T * W_ky^T,   dW_ky^T += L_ky * dY[n]^T
+ * at the cost of transposing one image's output (or output gradient).
+ *
  * At stride 1 with a "same" output width (Wo == W), the rows of L that one
  * (channel, kernel row, kx) gives are, end to end, the input plane shifted
  * by a constant, so lower and unlower move them as one run with a few
@@ -23,12 +30,12 @@
  *
  * Fused with a following in-place Relu (DPM_FUSE_RELU), Conv applies it to
  * each image's output right after that image's sgemms, while it is in cache. */
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
 #include "engine/op.h"
 #include "ops/families.h"
+#include "ops/gemm.h"
 
 #define CONV_INITS "xavier|msra|gaussian|uniform|constant"
 
@@ -61,10 +68,14 @@ typedef struct conv_geom {
   int64_t kg, nt;     /* kernel rows folded into L (1 or k); sgemms: k / kg */
   int64_t ph, j;      /* stride phases in L (s or 1), lowered rows per phase */
   int64_t r, ll;      /* rows of L before the ones (C*kg*k), their length */
+  int64_t tr;         /* products in the transposed forms (see the top) */
 } conv_geom;
 
 /* Below this sgemm inner dimension C*k, fold all kernel rows into L. */
 #define MEC_MIN_ROWS 64
+/* From this many filters on, the forward and the weight gradient run in
+ * the transposed forms (filters along the product's columns). */
+#define TRANSPOSED_MIN_FILTERS 48
 
 static conv_geom geom_of(const dpm_node *nd, const dpm_shape *x) {
   conv_geom g = {
@@ -85,6 +96,7 @@ static conv_geom geom_of(const dpm_node *nd, const dpm_shape *x) {
   g.j = g.ho + (g.k - g.kg) / g.s;
   g.r = g.c * g.kg * g.k;
   g.ll = g.ph * g.j * g.wo;
+  g.tr = g.m >= TRANSPOSED_MIN_FILTERS;
   return g;
 }
 
@@ -156,20 +168,25 @@ static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_s
   return DPM_OK;
 }
 
-/* Scratch: L with its row of ones, the weight blocks W_t [M, R+1] and
- * (gradient only) the transposed gradient blocks [R+1, M]; each part 64-byte
+/* Scratch: L with its row of ones, the weight blocks W_t [M, R+1] (or, in
+ * the transposed forms, W_t^T [R+1, M]), the transposed gradient blocks
+ * [R+1, M] (gradient only), and one image's output or output gradient
+ * transposed [Ho*Wo, M] (transposed forms only); each part 64-byte
  * aligned. */
 static int64_t align16(int64_t floats) { return (floats + 15) & ~(int64_t)15; }
 static int64_t l_floats(const conv_geom *g) { return align16((g->r + 1) * g->ll); }
 static int64_t w_floats(const conv_geom *g) { return align16(g->nt * g->m * (g->r + 1)); }
+static int64_t t_floats(const conv_geom *g) {
+  return g->tr ? align16(g->m * g->ho * g->wo) : 0;
+}
 
 static size_t conv_scratch(const dpm_node *nd, const dpm_shape *in) {
   conv_geom g = geom_of(nd, &in[0]);
-  return (size_t)(l_floats(&g) + w_floats(&g)) * sizeof(float);
+  return (size_t)(l_floats(&g) + w_floats(&g) + t_floats(&g)) * sizeof(float);
 }
 static size_t conv_grad_scratch(const dpm_node *nd, const dpm_shape *in) {
   conv_geom g = geom_of(nd, &in[0]);
-  return (size_t)(l_floats(&g) + 2 * w_floats(&g)) * sizeof(float);
+  return (size_t)(l_floats(&g) + 2 * w_floats(&g) + t_floats(&g)) * sizeof(float);
 }
 
 /* wb[t][m][(c*kg + a)*k + kx] = w[m][c][t*kg + a][kx]: block t (row stride
@@ -181,6 +198,29 @@ static void w_to_blocks(const conv_geom *g, const float *w, float *wb) {
       for (int64_t c = 0; c < g->c; c++)
         memcpy(wb + (t * g->m + m) * ld + c * kk,
                w + ((m * g->c + c) * g->k + t * g->kg) * g->k, kk * sizeof *w);
+}
+
+/* The same blocks transposed, wt[t][(c*kg + a)*k + kx][m]; row R of block 0
+ * is the bias. */
+static void w_to_blocks_t(const conv_geom *g, const float *w, const float *b, float *wt) {
+  const int64_t kk = g->kg * g->k, ld = g->r + 1;
+  for (int64_t t = 0; t < g->nt; t++)
+    for (int64_t m = 0; m < g->m; m++)
+      for (int64_t c = 0; c < g->c; c++) {
+        const float *src = w + ((m * g->c + c) * g->k + t * g->kg) * g->k;
+        float *dst = wt + (t * ld + c * kk) * g->m + m;
+        for (int64_t j = 0; j < kk; j++) dst[j * g->m] = src[j];
+      }
+  memcpy(wt + g->r * g->m, b, g->m * sizeof *b);
+}
+
+/* dst[j][i] = src[i][j] for an [rows, cols] src, in 16x16 blocks. */
+static void transpose(const float *restrict src, int64_t rows, int64_t cols,
+                      float *restrict dst) {
+  for (int64_t i0 = 0; i0 < rows; i0 += 16)
+    for (int64_t j0 = 0; j0 < cols; j0 += 16)
+      for (int64_t i = i0; i < i0 + 16 && i < rows; i++)
+        for (int64_t j = j0; j < j0 + 16 && j < cols; j++) dst[j * rows + i] = src[i * cols + j];
 }
 
 /* dW from its blocks transposed: w[m][c][t*kg + a][kx] =
@@ -353,20 +393,31 @@ static void relu_inplace(float *y, int64_t n) {
 static void conv_run(const dpm_op *op) {
   conv_geom g = geom_of(op->node, &op->in[0]->shape);
   const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *b = dpm_f32(op->in[2]);
-  float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g);
+  float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g),
+        *yt = wb + w_floats(&g);
   const int64_t hw = g.ho * g.wo, ld = g.r + 1;
   const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
-  w_to_blocks(&g, w, wb);
-  for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b[m];
+  if (g.tr) {
+    w_to_blocks_t(&g, w, b, wb);
+  } else {
+    w_to_blocks(&g, w, wb);
+    for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b[m];
+  }
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
     float *yn = y + n * g.m * hw;
     lower(&g, x + n * g.c * g.h * g.w, l);
-    /* Block 0 includes the bias column and the ones row; the rest add on. */
-    for (int64_t t = 0; t < g.nt; t++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.m, (int)hw,
-                  (int)(t ? g.r : ld), 1.f, wb + t * g.m * ld, (int)ld, l + window(&g, t),
-                  (int)g.ll, t ? 1.f : 0.f, yn, (int)hw);
+    /* Block 0 includes the bias and the ones row; the rest add on. */
+    for (int64_t t = 0; t < g.nt; t++) {
+      int inner = (int)(t ? g.r : ld);
+      if (g.tr) /* Y^T (+)= L_t^T W_t^T */
+        dpm_gemm_outer((int)hw, (int)g.m, inner, l + window(&g, t), 1, g.ll,
+                       wb + t * ld * g.m, g.m, t > 0, yt, g.m);
+      else /* Y (+)= W_t L_t */
+        dpm_gemm_outer((int)g.m, (int)hw, inner, wb + t * g.m * ld, ld, 1,
+                       l + window(&g, t), g.ll, t > 0, yn, hw);
+    }
+    if (g.tr) transpose(yt, hw, g.m, yn);
     if (relu) relu_inplace(yn, g.m * hw);
   }
 }
@@ -377,29 +428,43 @@ static void conv_grad_run(const dpm_op *op) {
   float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
   float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
   float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
-  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwt = wb + w_floats(&g);
+  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwt = wb + w_floats(&g),
+        *dyt = dwt + w_floats(&g);
   const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
   if (dx) w_to_blocks(&g, w, wb);
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
     const float *dyn = dy + n * g.m * hw;
     if (dw || db) {
-      /* dW_t^T = L_t * dY^T (faster than dY * L_t^T for these shapes); block
-       * 0 gets db as its last row, from L's row of ones. */
+      /* dW_t^T += L_t dY^T; block 0 gets db as its last row, from L's row
+       * of ones. */
       lower(&g, x + n * chw, l);
-      for (int64_t t = 0; t < g.nt; t++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t ? g.r : ld),
-                    (int)g.m, (int)hw, 1.f, l + window(&g, t), (int)g.ll, dyn, (int)hw,
-                    n ? 1.f : 0.f, dwt + t * ld * g.m, (int)g.m);
+      if (g.tr) transpose(dyn, g.m, hw, dyt);
+      for (int64_t t = 0; t < g.nt; t++) {
+        int rows = (int)(t ? g.r : ld);
+        if (g.tr)
+          dpm_gemm_outer(rows, (int)g.m, (int)hw, l + window(&g, t), g.ll, 1, dyt, g.m,
+                         n > 0, dwt + t * ld * g.m, g.m);
+        else
+          dpm_gemm_nt(&(dpm_gemm_nt_args){.n = rows,
+                                          .m = (int)g.m,
+                                          .k = (int)hw,
+                                          .x = l + window(&g, t),
+                                          .ldx = g.ll,
+                                          .w = dyn,
+                                          .ldw = hw,
+                                          .acc = n > 0,
+                                          .y = dwt + t * ld * g.m,
+                                          .ldy = g.m});
+      }
     }
     if (dx) {
       /* dL overwrites L but its row of ones. */
       float *dxn = dx + n * chw;
       memset(l, 0, g.r * g.ll * sizeof *l);
-      for (int64_t t = 0; t < g.nt; t++)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g.r, (int)hw, (int)g.m,
-                    1.f, wb + t * g.m * ld, (int)ld, dyn, (int)hw, 1.f, l + window(&g, t),
-                    (int)g.ll);
+      for (int64_t t = 0; t < g.nt; t++) /* dL_t += W_t^T dY */
+        dpm_gemm_outer((int)g.r, (int)hw, (int)g.m, wb + t * g.m * ld, 1, ld, dyn, hw, 1,
+                       l + window(&g, t), g.ll);
       memset(dxn, 0, chw * sizeof *dxn);
       unlower(&g, l, dxn);
     }

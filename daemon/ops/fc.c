@@ -70,8 +70,10 @@ static dpm_status fc_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *ou
 static void fc_run(const dpm_op *op) {
   const dpm_tensor *x = op->in[0], *w = op->in[1];
   int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
-  dpm_gemm_nt(n, m, k, dpm_f32(x), k, dpm_f32(w), k, dpm_f32(op->in[2]),
-              !!(op->node->fuse & DPM_FUSE_RELU), dpm_f32(op->out[0]), m);
+  dpm_gemm_nt(&(dpm_gemm_nt_args){.n = n, .m = m, .k = k, .x = dpm_f32(x), .ldx = k,
+                                  .w = dpm_f32(w), .ldw = k, .b = dpm_f32(op->in[2]),
+                                  .relu = !!(op->node->fuse & DPM_FUSE_RELU),
+                                  .y = dpm_f32(op->out[0]), .ldy = m});
 }
 
 /* FCGradient(X, W, dY) -> dW, db, dX; each output may be absent (NULL). */

@@ -9,19 +9,23 @@
 
 /* ---- cblas ----------------------------------------------------------------- */
 
-static void nt_blas(int n, int m, int k, const float *x, int64_t ldx, const float *w,
-                    int64_t ldw, const float *b, int relu, float *y, int64_t ldy) {
-  for (int i = 0; i < n; i++) {
-    float *yi = y + i * ldy;
-    if (b)
-      memcpy(yi, b, (size_t)m * sizeof *yi);
+static void nt_blas(const dpm_gemm_nt_args *a) {
+  for (int i = 0; i < a->n; i++) {
+    float *yi = a->y + i * a->ldy;
+    if (a->acc)
+      for (int j = 0; a->b && j < a->m; j++) yi[j] += a->b[j];
+    else if (a->b)
+      memcpy(yi, a->b, (size_t)a->m * sizeof *yi);
     else
-      memset(yi, 0, (size_t)m * sizeof *yi);
+      memset(yi, 0, (size_t)a->m * sizeof *yi);
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.f, x, (int)ldx, w,
-              (int)ldw, 1.f, y, (int)ldy);
-  for (int i = 0; relu && i < n; i++)
-    for (int j = 0; j < m; j++) y[i * ldy + j] = y[i * ldy + j] > 0.f ? y[i * ldy + j] : 0.f;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->n, a->m, a->k, 1.f, a->x,
+              (int)a->ldx, a->w, (int)a->ldw, 1.f, a->y, (int)a->ldy);
+  for (int i = 0; a->relu && i < a->n; i++)
+    for (int j = 0; j < a->m; j++) {
+      float *v = &a->y[i * a->ldy + j];
+      *v = *v > 0.f ? *v : 0.f;
+    }
 }
 
 static void outer_blas(int rows, int cols, int inner, const float *a, int64_t ars,
@@ -81,7 +85,7 @@ AVX512 void nt_reduce(__m512 acc[4][6], __m512 out[2]) {
   out[1] = _mm512_add_ps(u45, _mm512_castpd_ps(_mm512_permute_pd(_mm512_castps_pd(u45), 0x55)));
 }
 
-/* Sums over k in [k0, k1) for rows xr[0..3] and wr[0..5], as nt_reduce
+/* Sums over k in [k0, k1) of rows xr[0..3] and wr[0..5], left as nt_reduce
  * leaves them. */
 AVX512 void nt_tile(const float *xr[4], const float *wr[6], int k0, int k1, __m512 out[2]) {
   __m512 acc[4][6];
@@ -116,26 +120,27 @@ AVX512 void nt_tile(const float *xr[4], const float *wr[6], int k0, int k1, __m5
   nt_reduce(acc, out);
 }
 
-AVX512_FN void nt_avx512(int n, int m, int k, const float *x, int64_t ldx, const float *w,
-                         int64_t ldw, const float *b, int relu, float *y, int64_t ldy) {
+AVX512_FN void nt_avx512(const dpm_gemm_nt_args *a) {
+  const int n = a->n, m = a->m, k = a->k;
+  const int64_t ldy = a->ldy;
   for (int k0 = 0; k0 < k || k0 == 0; k0 += NT_KC) {
-    int k1 = min_i(k, k0 + NT_KC), first = k0 == 0, last = k1 == k;
+    int k1 = min_i(k, k0 + NT_KC), first = k0 == 0 && !a->acc, last = k1 == k;
     for (int j0 = 0; j0 < m; j0 += 6) {
       int nj = min_i(6, m - j0);
       const float *wr[6];
-      for (int j = 0; j < 6; j++) wr[j] = w + min_i(j0 + j, m - 1) * ldw;
+      for (int j = 0; j < 6; j++) wr[j] = a->w + min_i(j0 + j, m - 1) * a->ldw;
       __mmask16 jm = (__mmask16)((1u << nj) - 1); /* j0 + j for j < nj, as lanes */
       __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-      if (b && last) {
+      if (a->b && last) {
         float bj[8] = {0};
-        memcpy(bj, b + j0, (size_t)nj * sizeof *bj);
+        memcpy(bj, a->b + j0, (size_t)nj * sizeof *bj);
         bias[0] = _mm512_broadcast_f32x4(_mm_loadu_ps(bj));
         bias[1] = _mm512_broadcast_f32x4(_mm_loadu_ps(bj + 4));
       }
       for (int i0 = 0; i0 < n; i0 += 4) {
         int ni = min_i(4, n - i0);
         const float *xr[4];
-        for (int i = 0; i < 4; i++) xr[i] = x + min_i(i0 + i, n - 1) * ldx;
+        for (int i = 0; i < 4; i++) xr[i] = a->x + min_i(i0 + i, n - 1) * a->ldx;
         __m512 v[2];
         nt_tile(xr, wr, k0, k1, v);
         for (int h = 0; h < 2; h++) {
@@ -143,11 +148,12 @@ AVX512_FN void nt_avx512(int n, int m, int k, const float *x, int64_t ldx, const
           for (int i = 0; i < ni; i++) {
             /* lane i of v[h] goes to Y[i0 + i][j0 + 4h ...]: a masked store of
              * the whole vector from 4i floats before (no fault, no write) */
-            float *at = (float *)((uintptr_t)(y + (i0 + i) * ldy + j0 + 4 * h) - 16 * (unsigned)i);
+            float *at = (float *)((uintptr_t)(a->y + (i0 + i) * ldy + j0 + 4 * h) -
+                                  16 * (unsigned)i);
             __mmask16 lm = (__mmask16)(hm << 4 * i);
             __m512 r = _mm512_add_ps(v[h], bias[h]);
             if (!first) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(lm, at));
-            if (relu && last) r = _mm512_max_ps(r, _mm512_setzero_ps());
+            if (a->relu && last) r = _mm512_max_ps(r, _mm512_setzero_ps());
             _mm512_mask_storeu_ps(at, lm, r);
           }
         }
@@ -163,9 +169,16 @@ AVX512_FN void nt_avx512(int n, int m, int k, const float *x, int64_t ldx, const
  * column panel (128 x 64 floats, 32 KiB) stays in L1 across row tiles. */
 #define OUT_SC 128
 
-AVX512 void outer_tile(int nv, const float *ar[OUT_R], int64_t ass, const float *b,
-                       int64_t ldb, int s0, int s1, const __mmask16 mk[4], int nr, int add,
-                       float *o, int64_t ldo) {
+/* Vector v of a tile's row at p: a plain load, or a masked one for the last
+ * vector of a partial panel (`masked` and `nv` are constants: no mask
+ * register is touched in full panels). */
+AVX512 __m512 tile_load(int v, int nv, int masked, __mmask16 tail, const float *p) {
+  return masked && v == nv - 1 ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p);
+}
+
+AVX512 void outer_tile(int nv, int masked, __mmask16 tail, const float *ar[OUT_R],
+                       int64_t ass, const float *b, int64_t ldb, int s0, int s1, int nr,
+                       int add, float *o, int64_t ldo) {
   __m512 acc[OUT_R][4];
   UNROLL
   for (int i = 0; i < OUT_R; i++)
@@ -175,7 +188,7 @@ AVX512 void outer_tile(int nv, const float *ar[OUT_R], int64_t ass, const float 
     const float *bs = b + s * ldb;
     __m512 bv[4];
     UNROLL
-    for (int v = 0; v < nv; v++) bv[v] = _mm512_maskz_loadu_ps(mk[v], bs + 16 * v);
+    for (int v = 0; v < nv; v++) bv[v] = tile_load(v, nv, masked, tail, bs + 16 * v);
     UNROLL
     for (int i = 0; i < OUT_R; i++) {
       __m512 av = _mm512_set1_ps(ar[i][s * ass]);
@@ -183,13 +196,15 @@ AVX512 void outer_tile(int nv, const float *ar[OUT_R], int64_t ass, const float 
       for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
     }
   }
-  UNROLL
   for (int i = 0; i < nr; i++)
     UNROLL
     for (int v = 0; v < nv; v++) {
       float *oi = o + i * ldo + 16 * v;
-      __m512 r = add ? _mm512_add_ps(acc[i][v], _mm512_maskz_loadu_ps(mk[v], oi)) : acc[i][v];
-      _mm512_mask_storeu_ps(oi, mk[v], r);
+      __m512 r = add ? _mm512_add_ps(acc[i][v], tile_load(v, nv, masked, tail, oi)) : acc[i][v];
+      if (masked && v == nv - 1)
+        _mm512_mask_storeu_ps(oi, tail, r);
+      else
+        _mm512_storeu_ps(oi, r);
     }
 }
 
@@ -199,10 +214,8 @@ AVX512_FN void outer_avx512(int rows, int cols, int inner, const float *a, int64
   for (int s0 = 0; s0 < inner || s0 == 0; s0 += OUT_SC) {
     int s1 = min_i(inner, s0 + OUT_SC), add = acc || s0 > 0;
     for (int c0 = 0; c0 < cols; c0 += 64) {
-      __mmask16 mk[4];
-      UNROLL
-      for (int v = 0; v < 4; v++) mk[v] = lanes(c0 + 16 * v, cols);
-      int nv = min_i(4, (cols - c0 + 15) / 16);
+      int nv = min_i(4, (cols - c0 + 15) / 16), masked = c0 + 16 * nv > cols;
+      __mmask16 tail = lanes(c0 + 16 * (nv - 1), cols);
       for (int r0 = 0; r0 < rows; r0 += OUT_R) {
         const float *ar[OUT_R];
         UNROLL
@@ -210,12 +223,18 @@ AVX512_FN void outer_avx512(int rows, int cols, int inner, const float *a, int64
         int nr = min_i(OUT_R, rows - r0);
         float *or0 = o + r0 * ldo + c0;
         const float *bc = b + c0;
-        switch (nv) { /* constant nv: every acc[][] stays in a register */
-        case 4: outer_tile(4, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
-        case 3: outer_tile(3, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
-        case 2: outer_tile(2, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
-        default: outer_tile(1, ar, ass, bc, ldb, s0, s1, mk, nr, add, or0, ldo); break;
+#define TILE(NV, M) outer_tile(NV, M, tail, ar, ass, bc, ldb, s0, s1, nr, add, or0, ldo)
+        switch (nv * 2 + masked) { /* constants: every acc[][] stays in a register */
+        case 8: TILE(4, 0); break;
+        case 9: TILE(4, 1); break;
+        case 6: TILE(3, 0); break;
+        case 7: TILE(3, 1); break;
+        case 4: TILE(2, 0); break;
+        case 5: TILE(2, 1); break;
+        case 2: TILE(1, 0); break;
+        default: TILE(1, 1); break;
         }
+#undef TILE
       }
     }
   }
@@ -231,21 +250,33 @@ static int cpu_has_avx512(void) { return 0; }
 #define outer_avx512 outer_blas
 #endif
 
-/* -1 until the first call looks at the CPU. */
-static atomic_int tiled = -1;
+/* A dpm_gemm_mode; -1 until the first call looks at the CPU. */
+static atomic_int mode = -1;
 
 int dpm_gemm_tiled(void) {
-  int t = atomic_load_explicit(&tiled, memory_order_relaxed);
-  if (t < 0) atomic_store(&tiled, t = cpu_has_avx512());
-  return t;
+  int m = atomic_load_explicit(&mode, memory_order_relaxed);
+  if (m < 0) atomic_store(&mode, m = cpu_has_avx512() ? DPM_GEMM_AUTO : DPM_GEMM_BLAS);
+  return m;
 }
 
-void dpm_gemm_use_tiled(int on) { atomic_store(&tiled, on && cpu_has_avx512()); }
+void dpm_gemm_use(dpm_gemm_mode m) { atomic_store(&mode, cpu_has_avx512() ? (int)m : 0); }
 
-void dpm_gemm_nt(int n, int m, int k, const float *x, int64_t ldx, const float *w,
-                 int64_t ldw, const float *b, int relu, float *y, int64_t ldy) {
-  if (n <= 0 || m <= 0) return;
-  (dpm_gemm_tiled() ? nt_avx512 : nt_blas)(n, m, k, x, ldx, w, ldw, b, relu, y, ldy);
+/* Where the tiles lose to cblas (bench/gemm): an nt product with few rows
+ * on both sides (partial tiles dominate); an outer product whose inner sum
+ * is short (the tile's stores dominate), whose rows are narrow (too few
+ * accumulators), or whose operands are far larger than L2 (cblas packs). */
+static int nt_tiles_win(const dpm_gemm_nt_args *a) { return a->n >= 48 || a->m >= 48; }
+
+static int outer_tiles_win(int rows, int cols, int inner) {
+  const int64_t l2 = 1 << 20; /* floats */
+  return inner >= 32 && cols >= 48 && (int64_t)inner * cols <= l2 &&
+         (int64_t)rows * cols <= l2;
+}
+
+void dpm_gemm_nt(const dpm_gemm_nt_args *a) {
+  if (a->n <= 0 || a->m <= 0) return;
+  int m = dpm_gemm_tiled();
+  (m == DPM_GEMM_TILES || (m && nt_tiles_win(a)) ? nt_avx512 : nt_blas)(a);
 }
 
 void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
@@ -253,6 +284,7 @@ void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
                     int64_t ldo) {
   assert(ars == 1 || ass == 1);
   if (rows <= 0 || cols <= 0) return;
-  (dpm_gemm_tiled() ? outer_avx512 : outer_blas)(rows, cols, inner, a, ars, ass, b, ldb,
-                                                  acc, o, ldo);
+  int m = dpm_gemm_tiled();
+  int tiles = m == DPM_GEMM_TILES || (m && outer_tiles_win(rows, cols, inner));
+  (tiles ? outer_avx512 : outer_blas)(rows, cols, inner, a, ars, ass, b, ldb, acc, o, ldo);
 }

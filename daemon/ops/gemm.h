@@ -5,9 +5,11 @@
  * On x86-64 CPUs with AVX-512F (checked once, at the first call) each is a
  * register-tiled kernel that reads its operands where they lie: no packing
  * copies, no zeroing pass before a product, and FC's bias and Relu applied
- * while a tile is still in registers. For these shapes that is 1.2-1.5x
+ * while a tile is still in registers. For these shapes that is 1.1-1.6x
  * OpenBLAS's sgemm, which spends much of its time packing (bench/gemm).
- * Elsewhere each is one cblas_sgemm, plus the bias and Relu passes.
+ * Shapes where the tiles lose (tiny or far larger than L2; gemm.c lists
+ * them), and CPUs without AVX-512F, get one cblas_sgemm plus the bias and
+ * Relu passes.
  *
  * The order of summation depends only on the shapes, so replicas computing
  * the same product on the same kind of CPU agree bitwise. Thread-safe; no
@@ -17,10 +19,21 @@
 
 #include <stdint.h>
 
-/* Y[i][j] = relu?(b[j] + sum_k X[i][k] W[j][k]) for i < n, j < m: the rows of
- * X and W both run along k (FC's forward). b may be NULL; relu is 0 or 1. */
-void dpm_gemm_nt(int n, int m, int k, const float *x, int64_t ldx, const float *w,
-                 int64_t ldw, const float *b, int relu, float *y, int64_t ldy);
+/* Y[i][j] = relu?((acc ? Y[i][j] : 0) + b[j] + sum_k X[i][k] W[j][k]) for
+ * i < n, j < m: the rows of X and W both run along k (FC's forward). b may
+ * be NULL; relu and acc are 0 or 1. */
+typedef struct dpm_gemm_nt_args {
+  int n, m, k;
+  const float *x;
+  int64_t ldx;
+  const float *w;
+  int64_t ldw;
+  const float *b;
+  int relu, acc;
+  float *y;
+  int64_t ldy;
+} dpm_gemm_nt_args;
+void dpm_gemm_nt(const dpm_gemm_nt_args *a);
 
 /* O[r][c] = (acc ? O[r][c] : 0) + sum_s A(r, s) B[s][c] for r < rows,
  * c < cols, where A(r, s) = a[r * ars + s * ass] and one of ars, ass is 1
@@ -29,9 +42,11 @@ void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
                     int64_t ass, const float *b, int64_t ldb, int acc, float *o,
                     int64_t ldo);
 
-/* Whether the AVX-512 kernels are in use; tests and benchmarks may turn them
- * off (cblas) and on again (where the CPU has AVX-512F). */
-int dpm_gemm_tiled(void);
-void dpm_gemm_use_tiled(int on);
+/* Which kernels run: cblas only; the tiles where they win (the default where
+ * the CPU has AVX-512F); the tiles for every product (tests of their edge
+ * cases). Tests and benchmarks switch; without AVX-512F it stays BLAS. */
+typedef enum { DPM_GEMM_BLAS, DPM_GEMM_AUTO, DPM_GEMM_TILES } dpm_gemm_mode;
+int dpm_gemm_tiled(void); /* the current dpm_gemm_mode */
+void dpm_gemm_use(dpm_gemm_mode m);
 
 #endif

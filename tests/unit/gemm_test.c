@@ -44,28 +44,33 @@ static int check_out(const float *o, const double *want, const double *mag, int 
   return 1;
 }
 
-static int nt_case(int n, int m, int k, int bias, int relu) {
+static int nt_case(int n, int m, int k, int bias, int relu, int acc) {
   int64_t ldx = k + 3, ldw = k + 1, ldy = m + 5;
-  float *x = filled((size_t)n * ldx, 1u + n), *w = filled((size_t)m * ldw, 2u + m),
-        *b = filled((size_t)m, 3u), *y = malloc((size_t)n * ldy * sizeof *y);
+  float *x = filled((size_t)(n * ldx), 1u + n), *w = filled((size_t)(m * ldw), 2u + m),
+        *b = filled((size_t)m, 3u), *y = malloc((size_t)n * ldy * sizeof *y),
+        *y0 = filled((size_t)n * m, 4u);
   double *want = malloc((size_t)n * m * sizeof *want), *mag = malloc((size_t)n * m * sizeof *mag);
   for (int i = 0; i < n; i++)
     for (int j = 0; j < m; j++) {
-      double s = bias ? b[j] : 0, a = bias ? fabs(b[j]) : 0;
+      double s = (bias ? b[j] : 0) + (acc ? y0[i * m + j] : 0);
+      double a = fabs(bias ? b[j] : 0) + fabs(acc ? y0[i * m + j] : 0);
       for (int q = 0; q < k; q++) {
-        s += (double)x[i * ldx + q] * w[j * ldw + q];
-        a += fabs((double)x[i * ldx + q] * w[j * ldw + q]);
+        double t = (double)x[i * ldx + q] * w[j * ldw + q];
+        s += t, a += fabs(t);
       }
       want[i * m + j] = relu && s < 0 ? 0 : s;
       mag[i * m + j] = a;
     }
-  for (int64_t i = 0; i < n * ldy; i++) y[i] = GUARD;
-  dpm_gemm_nt(n, m, k, x, ldx, w, ldw, bias ? b : NULL, relu, y, ldy);
-  char what[96];
-  snprintf(what, sizeof what, "nt n=%d m=%d k=%d bias=%d relu=%d tiled=%d", n, m, k, bias,
-           relu, dpm_gemm_tiled());
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < ldy; j++) y[i * ldy + j] = j < m ? y0[i * m + j] : GUARD;
+  dpm_gemm_nt(&(dpm_gemm_nt_args){.n = n, .m = m, .k = k, .x = x, .ldx = ldx, .w = w,
+                                  .ldw = ldw, .b = bias ? b : NULL, .relu = relu,
+                                  .acc = acc, .y = y, .ldy = ldy});
+  char what[112];
+  snprintf(what, sizeof what, "nt n=%d m=%d k=%d bias=%d relu=%d acc=%d mode=%d", n, m, k,
+           bias, relu, acc, dpm_gemm_tiled());
   int ok = check_out(y, want, mag, n, m, ldy, what);
-  free(x), free(w), free(b), free(y), free(want), free(mag);
+  free(x), free(w), free(b), free(y), free(y0), free(want), free(mag);
   return ok;
 }
 
@@ -91,7 +96,7 @@ static int outer_case(int rows, int cols, int inner, int trans, int acc) {
     }
   dpm_gemm_outer(rows, cols, inner, a, ars, ass, b, ldb, acc, o, ldo);
   char what[96];
-  snprintf(what, sizeof what, "outer rows=%d cols=%d inner=%d trans=%d acc=%d tiled=%d",
+  snprintf(what, sizeof what, "outer rows=%d cols=%d inner=%d trans=%d acc=%d mode=%d",
            rows, cols, inner, trans, acc, dpm_gemm_tiled());
   int ok = check_out(o, want, mag, rows, cols, ldo, what);
   free(a), free(b), free(o), free(o0), free(want), free(mag);
@@ -100,24 +105,27 @@ static int outer_case(int rows, int cols, int inner, int trans, int acc) {
 
 TEST(gemm_nt_matches_reference) {
   static const int ns[] = {1, 3, 4, 5, 9}, ms[] = {1, 4, 6, 7, 13}, ks[] = {0, 1, 16, 17, 40};
-  for (int tiled = 1; tiled >= 0; tiled--) {
-    dpm_gemm_use_tiled(tiled);
+  for (int mode = DPM_GEMM_TILES; mode >= DPM_GEMM_BLAS; mode--) {
+    dpm_gemm_use(mode);
     for (int a = 0; a < 5; a++)
       for (int b = 0; b < 5; b++)
         for (int c = 0; c < 5; c++)
-          if (!nt_case(ns[a], ms[b], ks[c], (a + b + c) % 2, (a + c) % 2)) goto done;
+          if (!nt_case(ns[a], ms[b], ks[c], (a + b + c) % 2, (a + c) % 2, (b + c) % 2))
+            goto done;
     /* past one k chunk, a full-size layer */
-    if (!nt_case(7, 11, 2100, 1, 1) || !nt_case(64, 128, 256, 1, 1)) goto done;
+    if (!nt_case(7, 11, 2100, 1, 1, 0) || !nt_case(7, 11, 2100, 0, 0, 1) ||
+        !nt_case(64, 128, 256, 1, 1, 0))
+      goto done;
   }
 done:
-  dpm_gemm_use_tiled(1);
+  dpm_gemm_use(DPM_GEMM_AUTO);
 }
 
 TEST(gemm_outer_matches_reference) {
   static const int rs[] = {1, 5, 6, 7, 13}, cs[] = {1, 16, 17, 63, 65, 130},
                    is[] = {0, 1, 7, 129};
-  for (int tiled = 1; tiled >= 0; tiled--) {
-    dpm_gemm_use_tiled(tiled);
+  for (int mode = DPM_GEMM_TILES; mode >= DPM_GEMM_BLAS; mode--) {
+    dpm_gemm_use(mode);
     for (int a = 0; a < 5; a++)
       for (int b = 0; b < 6; b++)
         for (int c = 0; c < 4; c++)
@@ -126,5 +134,5 @@ TEST(gemm_outer_matches_reference) {
     if (!outer_case(128, 256, 64, 1, 0) || !outer_case(64, 256, 300, 0, 1)) goto done;
   }
 done:
-  dpm_gemm_use_tiled(1);
+  dpm_gemm_use(DPM_GEMM_AUTO);
 }

@@ -124,6 +124,10 @@ TEST(op_conv_forward_matches_direct) {
   /* 1x1 kernels */
   CHECK(conv_vs_ref(3, 64, 4, 3, 5, 1, 1, 0) < 1e-4);
   CHECK(conv_vs_ref(2, 3, 6, 5, 2, 1, 2, 0) < 1e-5);
+  /* many filters: the transposed forms, on both lowerings */
+  CHECK(conv_vs_ref(2, 22, 7, 6, 50, 3, 1, 1) < 1e-4);
+  CHECK(conv_vs_ref(2, 3, 7, 5, 67, 3, 2, 1) < 1e-5);
+  CHECK(conv_vs_ref(1, 13, 6, 6, 64, 5, 1, 2) < 1e-4);
 }
 
 /* Conv is linear in each single input element, so a large step has no
@@ -147,6 +151,14 @@ TEST(op_conv_gradcheck_mec) {
   CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
   c = conv_case("dim_out=2 kernel=4 pad=1 stride=2", 1, 16, 7, 8, 2, 4, 6);
   CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+}
+
+/* Many filters: forward and weight gradient in the transposed forms. */
+TEST(op_conv_gradcheck_many_filters) {
+  ot_case c = conv_case("dim_out=49 kernel=3 pad=1", 2, 22, 5, 4, 49, 3, 15);
+  CHECK(ot_gradcheck(&c, EPS, 300) <= 1e-3);
+  c = conv_case("dim_out=50 kernel=3 pad=1 stride=2", 2, 3, 7, 5, 50, 3, 16);
+  CHECK(ot_gradcheck(&c, EPS, 300) <= 1e-3);
 }
 
 /* Stride 1 with Wo == W, where lower and unlower move whole planes, on both
