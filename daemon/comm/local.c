@@ -15,9 +15,14 @@
  * (and must not return while a peer may still write the caller's buffer).
  * A timeout marks the group broken for good (comm.h).
  *
- * Threads: the group's state is guarded by mu; the published buffer
- * pointers are written under mu in a first round and read unlocked between
- * the two rounds, when nobody can write them. */
+ * Threads: a rank arrives lock-free (its own slot of calls, bufs and here,
+ * then one atomic increment of arrived); the last to arrive judges the
+ * round and bumps gen under mu, and the others watch gen, spinning, then
+ * sleeping on cv under mu. So a round between quick ranks makes no system
+ * call: a futex wake-up costs tens of microseconds in a VM, several times
+ * per training step. The published buffer pointers are read between the two
+ * rounds, when nobody can write them; broken and its message change under
+ * mu only. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -46,18 +51,19 @@ typedef struct {
 typedef struct {
   dpm_comm base;        /* first: handed out as dpm_comm */
   int timeout_ms;       /* bound on the first round of each collective */
-  pthread_mutex_t mu;   /* guards everything below but bufs' reads */
+  pthread_mutex_t mu;   /* guards sleepers, verdict and broken's writes */
   pthread_cond_t cv;    /* signalled when a round completes or breaks */
-  atomic_ulong gen;     /* rounds completed; written under mu */
+  atomic_ulong gen;     /* rounds completed; bumped under mu */
   int spin;             /* spin before sleeping: ranks <= CPUs */
-  int arrived;          /* ranks arrived at the current round */
-  int broken;           /* set by a timeout, never cleared */
+  int sleepers;         /* ranks waiting on cv */
+  atomic_int arrived;   /* ranks arrived at the current round */
+  atomic_int broken;    /* set by a timeout, never cleared */
   char broken_msg[384]; /* the timeout that broke the group */
   dpm_status verdict;   /* of the round completed last: DPM_OK or DPM_INVALID */
   char verdict_msg[320];
-  local_call *calls;   /* [size] what each rank called at the current round */
-  unsigned char *here; /* [size] 1 once the rank arrived at the current round */
-  void **bufs;         /* [size] each rank's buffer, set in first rounds */
+  local_call *calls; /* [size] what each rank called at the current round */
+  atomic_uchar *here; /* [size] 1 once the rank arrived at the current round */
+  void **bufs;        /* [size] each rank's buffer, set in first rounds */
 } local_comm;
 
 /* Per-op agreement check, run by the last rank to arrive at a first round:
@@ -144,9 +150,9 @@ static void break_group(local_comm *g, const char *op) {
   size_t cap = sizeof g->broken_msg, len;
   len = (size_t)snprintf(
       m, cap, "%s: timed out after %d ms; %d of %d ranks arrived; missing rank(s)", op,
-      g->timeout_ms, g->arrived, g->base.size);
+      g->timeout_ms, atomic_load(&g->arrived), g->base.size);
   for (int r = 0, k = 0; r < g->base.size && len < cap; r++) {
-    if (g->here[r]) continue;
+    if (atomic_load(&g->here[r])) continue;
     if (len + 16 >= cap) {
       snprintf(m + len, cap - len, " ...");
       break;
@@ -176,7 +182,7 @@ static struct timespec deadline_after(int ms) {
  * 2 shared cores, 256 KiB allreduce over 2 ranks: ~10 us with the spin,
  * ~25-60 us without; a spin without the yields doubled the time when the
  * machine was loaded. */
-#define SPIN_NS 20000
+#define SPIN_NS 200000
 
 /* One round: rank arrives with `call` (and, in a first round, its buffer)
  * and returns when all ranks have arrived, with the round's verdict; or
@@ -185,47 +191,54 @@ static struct timespec deadline_after(int ms) {
 static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int timed,
                        dpm_err *err) {
   const char *op = local_ops[call.op].name;
-  dpm_status s;
-  pthread_mutex_lock(&g->mu);
-  if (g->broken) {
-    s = dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier timeout (%s)", op,
-                 g->broken_msg);
-  } else if (g->here[rank]) {
-    s = dpm_errf(
+  if (atomic_load(&g->broken)) {
+    pthread_mutex_lock(&g->mu);
+    dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier timeout (%s)", op,
+             g->broken_msg);
+    pthread_mutex_unlock(&g->mu);
+    return DPM_STATE;
+  }
+  if (atomic_exchange(&g->here[rank], 1))
+    return dpm_errf(
         err, DPM_INVALID,
         "%s: rank %d is already inside a collective (one call per rank at a time)", op,
         rank);
-  } else {
-    g->calls[rank] = call;
-    if (call.phase == 0) g->bufs[rank] = buf;
-    g->here[rank] = 1;
-    unsigned long mine = g->gen;
-    if (++g->arrived == g->base.size) {
+  struct timespec until = deadline_after(g->timeout_ms);
+  g->calls[rank] = call;
+  if (call.phase == 0) g->bufs[rank] = buf;
+  unsigned long mine = atomic_load(&g->gen); /* gen waits for this rank */
+  if (atomic_fetch_add(&g->arrived, 1) + 1 == g->base.size) {
+    pthread_mutex_lock(&g->mu); /* the last one in: judge and publish */
+    if (!g->broken) {
       g->verdict = judge(g);
-      g->arrived = 0;
-      memset(g->here, 0, (size_t)g->base.size);
-      g->gen++;
-      pthread_cond_broadcast(&g->cv);
-    } else {
-      struct timespec until = deadline_after(g->timeout_ms);
-      if (g->spin) {
-        pthread_mutex_unlock(&g->mu);
-        dpm_spin_while(&g->gen, mine, SPIN_NS);
-        pthread_mutex_lock(&g->mu);
-      }
-      while (g->gen == mine && !g->broken) {
+      atomic_store(&g->arrived, 0);
+      for (int r = 0; r < g->base.size; r++) atomic_store(&g->here[r], 0);
+      atomic_fetch_add(&g->gen, 1);
+      if (g->sleepers) pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+  } else {
+    if (g->spin) dpm_spin_while(&g->gen, mine, SPIN_NS);
+    if (atomic_load(&g->gen) == mine) {
+      pthread_mutex_lock(&g->mu);
+      g->sleepers++;
+      while (atomic_load(&g->gen) == mine && !g->broken) {
         int rc = timed ? pthread_cond_timedwait(&g->cv, &g->mu, &until)
                        : pthread_cond_wait(&g->cv, &g->mu);
-        if (rc == ETIMEDOUT && g->gen == mine && !g->broken) break_group(g, op);
+        /* all in: the last one is on its way to publish */
+        if (rc == ETIMEDOUT && atomic_load(&g->gen) == mine && !g->broken &&
+            atomic_load(&g->arrived) < g->base.size)
+          break_group(g, op);
       }
+      g->sleepers--;
+      pthread_mutex_unlock(&g->mu);
     }
-    if (g->gen == mine) /* the round broke while this rank waited in it */
-      s = dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
-    else
-      s = g->verdict ? dpm_errf(err, g->verdict, "%s", g->verdict_msg) : DPM_OK;
   }
-  pthread_mutex_unlock(&g->mu);
-  return s;
+  /* Both messages were written before gen moved or broken was set, and
+   * stay until every rank, this one included, is in the next round. */
+  if (atomic_load(&g->gen) == mine) /* the round broke while this rank was in it */
+    return dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+  return g->verdict ? dpm_errf(err, g->verdict, "%s", g->verdict_msg) : DPM_OK;
 }
 
 /* Slice r of n items split over `size` ranks in whole multiples of `align`
@@ -308,13 +321,7 @@ static dpm_status local_barrier(dpm_comm *c, int rank, dpm_err *err) {
   return meet(local_of(c), rank, (local_call){.op = OP_BARRIER}, NULL, 1, err);
 }
 
-static int local_broken(dpm_comm *c) {
-  local_comm *g = local_of(c);
-  pthread_mutex_lock(&g->mu);
-  int broken = g->broken;
-  pthread_mutex_unlock(&g->mu);
-  return broken;
-}
+static int local_broken(dpm_comm *c) { return atomic_load(&local_of(c)->broken); }
 
 static void local_destroy(dpm_comm *c) {
   local_comm *g = local_of(c);
@@ -347,7 +354,7 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
   local_comm *g = calloc(1, sizeof *g);
   if (!g) return dpm_errf(err, DPM_NOMEM, "local comm: out of memory");
   g->calls = calloc((size_t)size, sizeof *g->calls);
-  g->here = calloc((size_t)size, 1);
+  g->here = calloc((size_t)size, sizeof *g->here);
   g->bufs = calloc((size_t)size, sizeof *g->bufs);
   pthread_condattr_t ca;
   int cv_ok = 0, mu_ok = !pthread_mutex_init(&g->mu, NULL);

@@ -26,7 +26,7 @@
 
 /* Runs of one model follow each other within microseconds: waiters spin
  * that long before sleeping (comm/spin.h). */
-#define SPIN_NS 50000
+#define SPIN_NS 200000
 
 typedef struct {
   dpm_crew *c;
@@ -49,6 +49,8 @@ struct dpm_crew {
   unsigned long next_ticket, serving; /* turns, FIFO */
   atomic_ulong gen;                   /* runs dispatched; written under mu */
   atomic_ulong pending;               /* workers still in the current run */
+  int sleepers;                       /* workers waiting on go, under mu */
+  atomic_int caller_sleeps;           /* the caller waits on done */
   int quit;
 };
 
@@ -62,23 +64,30 @@ static void pin(int core) {
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
+/* A worker watches gen lock-free while it spins, and takes mu only to
+ * sleep: a run then costs no system call when the threads are quick, which
+ * matters in a VM, where each futex wake-up costs tens of microseconds.
+ * fn and arg are written before gen is bumped, and read after it is seen. */
 static void *worker(void *arg) {
   crew_worker *w = arg;
   dpm_crew *c = w->c;
   unsigned long seen = 0;
   pin(w->core);
   for (;;) {
-    dpm_spin_while(&c->gen, seen, SPIN_NS);
-    pthread_mutex_lock(&c->mu);
-    while (atomic_load(&c->gen) == seen && !c->quit) pthread_cond_wait(&c->go, &c->mu);
-    int quit = c->quit;
+    if (!dpm_spin_while(&c->gen, seen, SPIN_NS)) {
+      pthread_mutex_lock(&c->mu);
+      c->sleepers++;
+      while (atomic_load(&c->gen) == seen && !c->quit) pthread_cond_wait(&c->go, &c->mu);
+      c->sleepers--;
+      int quit = c->quit;
+      pthread_mutex_unlock(&c->mu);
+      if (quit) return NULL;
+    }
     seen = atomic_load(&c->gen);
-    void (*fn)(void *, int) = c->fn;
-    void *fn_arg = c->arg;
-    pthread_mutex_unlock(&c->mu);
-    if (quit) return NULL;
-    fn(fn_arg, w->rank);
-    if (atomic_fetch_sub(&c->pending, 1) == 1) {
+    c->fn(c->arg, w->rank);
+    /* The caller set caller_sleeps (under mu) before it last looked at
+     * pending: if it is clear here, the caller sees pending reach 0. */
+    if (atomic_fetch_sub(&c->pending, 1) == 1 && atomic_load(&c->caller_sleeps)) {
       pthread_mutex_lock(&c->mu);
       pthread_cond_signal(&c->done);
       pthread_mutex_unlock(&c->mu);
@@ -145,7 +154,7 @@ void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
   if (c->n > 1) {
     atomic_store(&c->pending, (unsigned long)c->n - 1);
     atomic_fetch_add(&c->gen, 1);
-    pthread_cond_broadcast(&c->go);
+    if (c->sleepers) pthread_cond_broadcast(&c->go);
   }
   pthread_mutex_unlock(&c->mu);
   fn(arg, 0);
@@ -153,7 +162,11 @@ void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
   while (left && dpm_spin_while(&c->pending, left, SPIN_NS))
     left = atomic_load(&c->pending);
   pthread_mutex_lock(&c->mu);
-  while (atomic_load(&c->pending)) pthread_cond_wait(&c->done, &c->mu);
+  if (atomic_load(&c->pending)) {
+    atomic_store(&c->caller_sleeps, 1);
+    while (atomic_load(&c->pending)) pthread_cond_wait(&c->done, &c->mu);
+    atomic_store(&c->caller_sleeps, 0);
+  }
   end_turn(c);
   pthread_mutex_unlock(&c->mu);
 }

@@ -126,12 +126,15 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
     if (!s && j == m->n_forward - 1) s = add(p, lr, err);
     for (int i = 0; devices == 1 && i < n_opt && !s; i++) /* one device: update early */
       if (u[i].param_free == j) s = add(p, u[i].node, err);
-    for (; dag && b < p->n_buckets && !s && u[p->bucket_end[b] - 1].grad_ready == j; b++)
+    for (; dag && b < p->n_buckets - 1 && !s && u[p->bucket_end[b] - 1].grad_ready == j;
+         b++)
       s = collective(p, "AllreduceStart", p->grads, b ? p->bucket_end[b - 1] : 0,
                      p->bucket_end[b], err);
   }
+  /* The last bucket is ready only when backward ends: nothing is left to
+   * overlap, so it is reduced in place, after the started ones. */
   for (b = 0; devices > 1 && b < p->n_buckets && !s; b++)
-    s = collective(p, dag ? "AllreduceWait" : "Allreduce", p->grads,
+    s = collective(p, dag && b < p->n_buckets - 1 ? "AllreduceWait" : "Allreduce", p->grads,
                    b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
   for (int i = 0; devices > 1 && i < n_opt && !s; i++) s = add(p, u[i].node, err);
   if (!s && devices > 1 && broadcast_computed) s = computed_broadcast(p, m, err);

@@ -45,7 +45,7 @@ struct dpm_trainer {
   dpm_crew *crew; /* the replicas' workers and comm: opt.crew or own_crew */
   dpm_crew *own_crew;
   int n;   /* replicas */
-  int dag; /* the plan queues collectives (dag, n > 1) */
+  int dag; /* the plan queues collectives (dag, n > 1, several buckets) */
   replica *r;
   job_kind job;                  /* of the crew run in flight */
   const char *const *sync_names; /* JOB_SYNC: what to broadcast */
@@ -224,12 +224,19 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   return DPM_OK;
 }
 
+/* The CPUs this process may use, as the main thread found them at load:
+ * crew runs pin their callers, so a thread's own set later may be one CPU. */
+static cpu_set_t process_cpus;
+static int process_cpus_known;
+
+__attribute__((constructor)) static void remember_process_cpus(void) {
+  process_cpus_known = !sched_getaffinity(0, sizeof process_cpus, &process_cpus);
+}
+
 void dpm_device_cores(const char *const *names, int n_names, int n, int *cores) {
-  cpu_set_t set;
   int allowed[CPU_SETSIZE], n_allowed = 0;
-  if (!sched_getaffinity(0, sizeof set, &set))
-    for (int c = 0; c < CPU_SETSIZE; c++)
-      if (CPU_ISSET(c, &set)) allowed[n_allowed++] = c;
+  for (int c = 0; process_cpus_known && c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &process_cpus)) allowed[n_allowed++] = c;
   for (int r = 0; r < n; r++) {
     int k = r;
     if (r < n_names) sscanf(names[r], "cpu:%d", &k);
@@ -289,7 +296,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     if (cs) return cs;
     t->crew = t->own_crew;
   }
-  t->dag = type == DPM_NET_DAG && devices > 1;
+  t->dag = type == DPM_NET_DAG && devices > 1 && t->plan.n_buckets > 1;
   if (t->dag && dpm_crew_enable_queues(t->crew, err)) return err->code;
   if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
   for (int d = 0; d < devices; d++) {

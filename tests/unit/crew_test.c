@@ -94,7 +94,12 @@ TEST(crew_pins_ranks_to_their_cores) {
     CHECK_INT(cpu_of[1], cores[1]);
   }
   dpm_crew_destroy(c);
+  /* this thread is pinned now; a second crew still gets the process's CPUs */
+  int again[2];
+  dpm_device_cores(names, 2, 2, again);
   pthread_setaffinity_np(self, sizeof before, &before); /* unpin the test thread */
+  CHECK_INT(again[0], cores[0]);
+  CHECK_INT(again[1], cores[1]);
 }
 
 static atomic_ulong inside;
