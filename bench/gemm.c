@@ -63,7 +63,7 @@ static void measure(const shape *s, int rounds, double us[2]) {
 
 int main(int argc, char **argv) {
   int rounds = argc > 2 && !strcmp(argv[1], "--rounds") ? atoi(argv[2]) : 31;
-  if (!dpm_gemm_tiled()) {
+  if (!dpm_gemm_current()) {
     printf("this CPU has no AVX-512F: dpm_gemm is cblas; nothing to compare\n");
     return 0;
   }

@@ -31,10 +31,11 @@ static void nt_blas(const dpm_gemm_nt_args *a) {
 static void outer_blas(int rows, int cols, int inner, const float *a, int64_t ars,
                        int64_t ass, const float *b, int64_t ldb, int acc, float *o,
                        int64_t ldo) {
-  int trans = ars == 1 && ass != 1;
+  int trans = ass != 1; /* then ars == 1 */
+  /* one row: its stride is free, and cblas wants lda >= inner */
+  int64_t lda = trans ? ass : rows > 1 ? ars : (inner > 1 ? inner : 1);
   cblas_sgemm(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, CblasNoTrans, rows, cols,
-              inner, 1.f, a, (int)(trans ? ass : ars), b, (int)ldb, acc ? 1.f : 0.f, o,
-              (int)ldo);
+              inner, 1.f, a, (int)lda, b, (int)ldb, acc ? 1.f : 0.f, o, (int)ldo);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -253,10 +254,10 @@ static int cpu_has_avx512(void) { return 0; }
 /* A dpm_gemm_mode; -1 until the first call looks at the CPU. */
 static atomic_int mode = -1;
 
-int dpm_gemm_tiled(void) {
+dpm_gemm_mode dpm_gemm_current(void) {
   int m = atomic_load_explicit(&mode, memory_order_relaxed);
   if (m < 0) atomic_store(&mode, m = cpu_has_avx512() ? DPM_GEMM_AUTO : DPM_GEMM_BLAS);
-  return m;
+  return (dpm_gemm_mode)m;
 }
 
 void dpm_gemm_use(dpm_gemm_mode m) { atomic_store(&mode, cpu_has_avx512() ? (int)m : 0); }
@@ -275,7 +276,7 @@ static int outer_tiles_win(int rows, int cols, int inner) {
 
 void dpm_gemm_nt(const dpm_gemm_nt_args *a) {
   if (a->n <= 0 || a->m <= 0) return;
-  int m = dpm_gemm_tiled();
+  dpm_gemm_mode m = dpm_gemm_current();
   (m == DPM_GEMM_TILES || (m && nt_tiles_win(a)) ? nt_avx512 : nt_blas)(a);
 }
 
@@ -284,7 +285,7 @@ void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
                     int64_t ldo) {
   assert(ars == 1 || ass == 1);
   if (rows <= 0 || cols <= 0) return;
-  int m = dpm_gemm_tiled();
+  dpm_gemm_mode m = dpm_gemm_current();
   int tiles = m == DPM_GEMM_TILES || (m && outer_tiles_win(rows, cols, inner));
   (tiles ? outer_avx512 : outer_blas)(rows, cols, inner, a, ars, ass, b, ldb, acc, o, ldo);
 }

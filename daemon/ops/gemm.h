@@ -20,8 +20,8 @@
 #include <stdint.h>
 
 /* Y[i][j] = relu?((acc ? Y[i][j] : 0) + b[j] + sum_k X[i][k] W[j][k]) for
- * i < n, j < m: the rows of X and W both run along k (FC's forward). b may
- * be NULL; relu and acc are 0 or 1. */
+ * i < n, j < m: the rows of X and W both run along k (FC's forward, Conv's
+ * weight gradient over few filters). b may be NULL; relu and acc are 0 or 1. */
 typedef struct dpm_gemm_nt_args {
   int n, m, k;
   const float *x;
@@ -46,7 +46,7 @@ void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
  * the CPU has AVX-512F); the tiles for every product (tests of their edge
  * cases). Tests and benchmarks switch; without AVX-512F it stays BLAS. */
 typedef enum { DPM_GEMM_BLAS, DPM_GEMM_AUTO, DPM_GEMM_TILES } dpm_gemm_mode;
-int dpm_gemm_tiled(void); /* the current dpm_gemm_mode */
+dpm_gemm_mode dpm_gemm_current(void);
 void dpm_gemm_use(dpm_gemm_mode m);
 
 #endif
