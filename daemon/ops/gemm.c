@@ -163,8 +163,12 @@ AVX512_FN void nt_avx512(const dpm_gemm_nt_args *a) {
   }
 }
 
-/* ---- outer-product tiles: 6 rows of O by NV vectors of 16 columns -------- */
+/* ---- outer-product tiles: R rows of O by NV vectors of 16 columns ------- */
 
+/* Panels are 4 vectors (64 columns) wide, with 6-row tiles (24
+ * accumulators); a last panel that would be one vector wide joins the one
+ * before it as 5 vectors with 5-row tiles (25): alone, its single vector
+ * per row would leave the tile bound by its loads, not its FMAs. */
 #define OUT_R 6
 /* The inner chunk a tile sums before it is folded into O: a chunk of B's
  * column panel (128 x 64 floats, 32 KiB) stays in L1 across row tiles. */
@@ -177,63 +181,74 @@ AVX512 __m512 tile_load(int v, int nv, int masked, __mmask16 tail, const float *
   return masked && v == nv - 1 ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p);
 }
 
-AVX512 void outer_tile(int nv, int masked, __mmask16 tail, const float *ar[OUT_R],
-                       int64_t ass, const float *b, int64_t ldb, int s0, int s1, int nr,
-                       int add, float *o, int64_t ldo) {
-  __m512 acc[OUT_R][4];
-  UNROLL
-  for (int i = 0; i < OUT_R; i++)
-    UNROLL
-    for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();
-  for (int s = s0; s < s1; s++) {
-    const float *bs = b + s * ldb;
-    __m512 bv[4];
-    UNROLL
-    for (int v = 0; v < nv; v++) bv[v] = tile_load(v, nv, masked, tail, bs + 16 * v);
-    UNROLL
-    for (int i = 0; i < OUT_R; i++) {
-      __m512 av = _mm512_set1_ps(ar[i][s * ass]);
-      UNROLL
-      for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
-    }
+/* A tile's body, for accumulators of at most RMAX x VMAX vectors (fixed
+ * sizes keep them in registers; R and nv are constants once inlined). */
+#define OUTER_TILE(name, RMAX, VMAX)                                                     \
+  AVX512 void name(int R, int nv, int masked, __mmask16 tail, const float *ar[OUT_R],    \
+                   int64_t ass, const float *b, int64_t ldb, int s0, int s1, int nr,     \
+                   int add, float *o, int64_t ldo) {                                     \
+    __m512 acc[RMAX][VMAX];                                                              \
+    UNROLL                                                                               \
+    for (int i = 0; i < R; i++)                                                          \
+      UNROLL                                                                             \
+      for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();                     \
+    for (int s = s0; s < s1; s++) {                                                      \
+      const float *bs = b + s * ldb;                                                     \
+      __m512 bv[VMAX];                                                                   \
+      UNROLL                                                                             \
+      for (int v = 0; v < nv; v++) bv[v] = tile_load(v, nv, masked, tail, bs + 16 * v); \
+      UNROLL                                                                             \
+      for (int i = 0; i < R; i++) {                                                      \
+        __m512 av = _mm512_set1_ps(ar[i][s * ass]);                                      \
+        UNROLL                                                                           \
+        for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);  \
+      }                                                                                  \
+    }                                                                                    \
+    UNROLL /* to R, not nr: constant indices keep acc in registers */                  \
+    for (int i = 0; i < R; i++)                                                          \
+      UNROLL                                                                             \
+      for (int v = 0; v < nv && i < nr; v++) {                                           \
+        float *oi = o + i * ldo + 16 * v;                                                \
+        __m512 r = add ? _mm512_add_ps(acc[i][v], tile_load(v, nv, masked, tail, oi))    \
+                       : acc[i][v];                                                      \
+        if (masked && v == nv - 1)                                                       \
+          _mm512_mask_storeu_ps(oi, tail, r);                                            \
+        else                                                                             \
+          _mm512_storeu_ps(oi, r);                                                       \
+      }                                                                                  \
   }
-  for (int i = 0; i < nr; i++)
-    UNROLL
-    for (int v = 0; v < nv; v++) {
-      float *oi = o + i * ldo + 16 * v;
-      __m512 r = add ? _mm512_add_ps(acc[i][v], tile_load(v, nv, masked, tail, oi)) : acc[i][v];
-      if (masked && v == nv - 1)
-        _mm512_mask_storeu_ps(oi, tail, r);
-      else
-        _mm512_storeu_ps(oi, r);
-    }
-}
+OUTER_TILE(outer_tile, OUT_R, 4)
+OUTER_TILE(outer_tile5, 5, 5)
 
 AVX512_FN void outer_avx512(int rows, int cols, int inner, const float *a, int64_t ars,
                             int64_t ass, const float *b, int64_t ldb, int acc, float *o,
                             int64_t ldo) {
   for (int s0 = 0; s0 < inner || s0 == 0; s0 += OUT_SC) {
     int s1 = min_i(inner, s0 + OUT_SC), add = acc || s0 > 0;
-    for (int c0 = 0; c0 < cols; c0 += 64) {
-      int nv = min_i(4, (cols - c0 + 15) / 16), masked = c0 + 16 * nv > cols;
+    for (int c0 = 0, nv; c0 < cols; c0 += 16 * nv) {
+      nv = min_i(4, (cols - c0 + 15) / 16);
+      if (cols - c0 > 64 && cols - c0 <= 80) nv = 5; /* the last vector joins */
+      int masked = c0 + 16 * nv > cols, R = nv == 5 ? 5 : OUT_R;
       __mmask16 tail = lanes(c0 + 16 * (nv - 1), cols);
-      for (int r0 = 0; r0 < rows; r0 += OUT_R) {
+      for (int r0 = 0; r0 < rows; r0 += R) {
         const float *ar[OUT_R];
         UNROLL
         for (int i = 0; i < OUT_R; i++) ar[i] = a + min_i(r0 + i, rows - 1) * ars;
-        int nr = min_i(OUT_R, rows - r0);
+        int nr = min_i(R, rows - r0);
         float *or0 = o + r0 * ldo + c0;
         const float *bc = b + c0;
-#define TILE(NV, M) outer_tile(NV, M, tail, ar, ass, bc, ldb, s0, s1, nr, add, or0, ldo)
+#define TILE(F, R, NV, M) F(R, NV, M, tail, ar, ass, bc, ldb, s0, s1, nr, add, or0, ldo)
         switch (nv * 2 + masked) { /* constants: every acc[][] stays in a register */
-        case 8: TILE(4, 0); break;
-        case 9: TILE(4, 1); break;
-        case 6: TILE(3, 0); break;
-        case 7: TILE(3, 1); break;
-        case 4: TILE(2, 0); break;
-        case 5: TILE(2, 1); break;
-        case 2: TILE(1, 0); break;
-        default: TILE(1, 1); break;
+        case 10: TILE(outer_tile5, 5, 5, 0); break;
+        case 11: TILE(outer_tile5, 5, 5, 1); break;
+        case 8: TILE(outer_tile, OUT_R, 4, 0); break;
+        case 9: TILE(outer_tile, OUT_R, 4, 1); break;
+        case 6: TILE(outer_tile, OUT_R, 3, 0); break;
+        case 7: TILE(outer_tile, OUT_R, 3, 1); break;
+        case 4: TILE(outer_tile, OUT_R, 2, 0); break;
+        case 5: TILE(outer_tile, OUT_R, 2, 1); break;
+        case 2: TILE(outer_tile, OUT_R, 1, 0); break;
+        default: TILE(outer_tile, OUT_R, 1, 1); break;
         }
 #undef TILE
       }
