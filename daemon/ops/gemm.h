@@ -5,7 +5,7 @@
  * On x86-64 CPUs with AVX-512F (checked once, at the first call) each is a
  * register-tiled kernel that reads its operands where they lie: no packing
  * copies, no zeroing pass before a product, and FC's bias and Relu applied
- * while a tile is still in registers. For these shapes that is 1.1-1.6x
+ * while a tile is still in registers. For these shapes that is 1.1-1.8x
  * OpenBLAS's sgemm, which spends much of its time packing (bench/gemm).
  * Shapes where the tiles lose (tiny or far larger than L2; gemm.c lists
  * them), and CPUs without AVX-512F, get one cblas_sgemm plus the bias and
