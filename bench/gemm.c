@@ -1,5 +1,6 @@
 /* The matrix products of the Fashion-MNIST MLP (batch 64, and 32 per replica
- * on two) and of the CNN (its convolutions per image, and its big FC), through dpm_gemm with its AVX-512 tiles and
+ * on two) and of the CNN (its convolutions per image, and its big FC),
+ * through dpm_gemm with its AVX-512 tiles and
  * with cblas, side by side in one run (the two alternate, medians), plus a
  * 1024^3 sgemm for scale.
  *
@@ -106,8 +107,8 @@ int main(int argc, char **argv) {
   double ref_ms[9];
   for (int i = 0; i < 9; i++) {
     double t0 = bench_now_ms();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1024, 1024, 1024, 1, x, 1024, w,
-                1024, 0, out, 1024);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1024, 1024, 1024, 1, x, 1024,
+                w, 1024, 0, out, 1024);
     ref_ms[i] = bench_now_ms() - t0;
   }
   printf("one thread; median µs per product; the kernels and cblas alternate; "

@@ -220,7 +220,8 @@ static void transpose(const float *restrict src, int64_t rows, int64_t cols,
   for (int64_t i0 = 0; i0 < rows; i0 += 16)
     for (int64_t j0 = 0; j0 < cols; j0 += 16)
       for (int64_t i = i0; i < i0 + 16 && i < rows; i++)
-        for (int64_t j = j0; j < j0 + 16 && j < cols; j++) dst[j * rows + i] = src[i * cols + j];
+        for (int64_t j = j0; j < j0 + 16 && j < cols; j++)
+          dst[j * rows + i] = src[i * cols + j];
 }
 
 /* dW from its blocks transposed: w[m][c][t*kg + a][kx] =

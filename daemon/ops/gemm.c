@@ -75,20 +75,25 @@ AVX512 __m512 nt_gather(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 AVX512 void nt_reduce(__m512 acc[4][6], __m512 out[2]) {
   __m512 q[6];
   UNROLL
-  for (int j = 0; j < 6; j++) q[j] = nt_gather(acc[0][j], acc[1][j], acc[2][j], acc[3][j]);
-  __m512 u01 = _mm512_add_ps(_mm512_unpacklo_ps(q[0], q[1]), _mm512_unpackhi_ps(q[0], q[1]));
-  __m512 u23 = _mm512_add_ps(_mm512_unpacklo_ps(q[2], q[3]), _mm512_unpackhi_ps(q[2], q[3]));
-  __m512 u45 = _mm512_add_ps(_mm512_unpacklo_ps(q[4], q[5]), _mm512_unpackhi_ps(q[4], q[5]));
-  __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23));
-  __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u01), _mm512_castps_pd(u23));
+  for (int j = 0; j < 6; j++)
+    q[j] = nt_gather(acc[0][j], acc[1][j], acc[2][j], acc[3][j]);
+  __m512 u[3]; /* per lane: [q2h 0+2, q2h+1 0+2, q2h 1+3, q2h+1 1+3] */
+  UNROLL
+  for (int h = 0; h < 3; h++)
+    u[h] = _mm512_add_ps(_mm512_unpacklo_ps(q[2 * h], q[2 * h + 1]),
+                         _mm512_unpackhi_ps(q[2 * h], q[2 * h + 1]));
+  __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]));
+  __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]));
   out[0] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
-  /* u45 per lane: [q4 0+2, q5 0+2, q4 1+3, q5 1+3]; add the upper pair */
-  out[1] = _mm512_add_ps(u45, _mm512_castpd_ps(_mm512_permute_pd(_mm512_castps_pd(u45), 0x55)));
+  /* for q4, q5: add the upper pair of each lane to the lower */
+  __m512d swapped = _mm512_permute_pd(_mm512_castps_pd(u[2]), 0x55);
+  out[1] = _mm512_add_ps(u[2], _mm512_castpd_ps(swapped));
 }
 
 /* Sums over k in [k0, k1) of rows xr[0..3] and wr[0..5], left as nt_reduce
  * leaves them. */
-AVX512 void nt_tile(const float *xr[4], const float *wr[6], int k0, int k1, __m512 out[2]) {
+AVX512 void nt_tile(const float *xr[4], const float *wr[6], int k0, int k1,
+                    __m512 out[2]) {
   __m512 acc[4][6];
   UNROLL
   for (int i = 0; i < 4; i++)
@@ -302,5 +307,6 @@ void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
   if (rows <= 0 || cols <= 0) return;
   dpm_gemm_mode m = dpm_gemm_current();
   int tiles = m == DPM_GEMM_TILES || (m && outer_tiles_win(rows, cols, inner));
-  (tiles ? outer_avx512 : outer_blas)(rows, cols, inner, a, ars, ass, b, ldb, acc, o, ldo);
+  (tiles ? outer_avx512 : outer_blas)(rows, cols, inner, a, ars, ass, b, ldb, acc, o,
+                                      ldo);
 }

@@ -134,8 +134,8 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   /* The last bucket is ready only when backward ends: nothing is left to
    * overlap, so it is reduced in place, after the started ones. */
   for (b = 0; devices > 1 && b < p->n_buckets && !s; b++)
-    s = collective(p, dag && b < p->n_buckets - 1 ? "AllreduceWait" : "Allreduce", p->grads,
-                   b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
+    s = collective(p, dag && b < p->n_buckets - 1 ? "AllreduceWait" : "Allreduce",
+                   p->grads, b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
   for (int i = 0; devices > 1 && i < n_opt && !s; i++) s = add(p, u[i].node, err);
   if (!s && devices > 1 && broadcast_computed) s = computed_broadcast(p, m, err);
   if (!s) s = add(p, iter, err);

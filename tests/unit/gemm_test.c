@@ -29,15 +29,16 @@ static int check_out(const float *o, const double *want, const double *mag, int 
       float got = o[r * ld + c];
       if (c >= cols) {
         if (got != GUARD) {
-          dpm_test_fail(__FILE__, __LINE__, "%s: padding [%d][%d] overwritten", what, r, c);
+          dpm_test_fail(__FILE__, __LINE__, "%s: padding [%d][%d] overwritten", what, r,
+                        c);
           return 0;
         }
         continue;
       }
       double w = want[r * cols + c], tol = 1e-5 * mag[r * cols + c] + 1e-6;
       if (!(fabs(got - w) <= tol)) {
-        dpm_test_fail(__FILE__, __LINE__, "%s: [%d][%d] = %.9g, expected %.9g", what, r, c,
-                      got, w);
+        dpm_test_fail(__FILE__, __LINE__, "%s: [%d][%d] = %.9g, expected %.9g", what, r,
+                      c, got, w);
         return 0;
       }
     }
@@ -49,7 +50,8 @@ static int nt_case(int n, int m, int k, int bias, int relu, int acc) {
   float *x = filled((size_t)(n * ldx), 1u + n), *w = filled((size_t)(m * ldw), 2u + m),
         *b = filled((size_t)m, 3u), *y = malloc((size_t)n * ldy * sizeof *y),
         *y0 = filled((size_t)n * m, 4u);
-  double *want = malloc((size_t)n * m * sizeof *want), *mag = malloc((size_t)n * m * sizeof *mag);
+  double *want = malloc((size_t)n * m * sizeof *want),
+         *mag = malloc((size_t)n * m * sizeof *mag);
   for (int i = 0; i < n; i++)
     for (int j = 0; j < m; j++) {
       double s = (bias ? b[j] : 0) + (acc ? y0[i * m + j] : 0);
@@ -76,11 +78,13 @@ static int nt_case(int n, int m, int k, int bias, int relu, int acc) {
 
 static int outer_case(int rows, int cols, int inner, int trans, int acc) {
   /* odd row counts get a tight A (one row, transposed: both strides 1) */
-  int64_t lda = (trans ? rows : inner) + (rows % 2 ? 0 : 2), ldb = cols + 4, ldo = cols + 3;
+  int64_t lda = (trans ? rows : inner) + (rows % 2 ? 0 : 2), ldb = cols + 4,
+          ldo = cols + 3;
   int64_t ars = trans ? 1 : lda, ass = trans ? lda : 1;
   float *a = filled((size_t)(trans ? inner : rows) * lda + 1, 5u + rows),
         *b = filled((size_t)inner * ldb + 1, 6u + cols),
-        *o = malloc((size_t)rows * ldo * sizeof *o), *o0 = filled((size_t)rows * cols, 7u);
+        *o = malloc((size_t)rows * ldo * sizeof *o),
+        *o0 = filled((size_t)rows * cols, 7u);
   double *want = malloc((size_t)rows * cols * sizeof *want),
          *mag = malloc((size_t)rows * cols * sizeof *mag);
   for (int r = 0; r < rows; r++)
@@ -105,7 +109,8 @@ static int outer_case(int rows, int cols, int inner, int trans, int acc) {
 }
 
 TEST(gemm_nt_matches_reference) {
-  static const int ns[] = {1, 3, 4, 5, 9}, ms[] = {1, 4, 6, 7, 13}, ks[] = {0, 1, 16, 17, 40};
+  static const int ns[] = {1, 3, 4, 5, 9}, ms[] = {1, 4, 6, 7, 13},
+                   ks[] = {0, 1, 16, 17, 40};
   for (int mode = DPM_GEMM_TILES; mode >= DPM_GEMM_BLAS; mode--) {
     dpm_gemm_use(mode);
     for (int a = 0; a < 5; a++)
