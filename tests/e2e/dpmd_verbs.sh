@@ -20,6 +20,11 @@ s=$(ctl train m1 --iters 30 --wait)
 expect "iter after train --wait" "$(json_field "$s" iter)" 30
 expect "state after train --wait" "$(json_str "$s" state)" ready
 
+# training threads (the model's, its crew worker and reader) yield to the
+# loop thread, which keeps its priority
+expect "nice of dpmd's loop thread" "$(ps -o ni= -p "$DPMD_PID" | tr -d ' ')" 0
+expect "dpmd threads at nice 5" "$(ps -L -o ni= -p "$DPMD_PID" | grep -c '^ *5$')" 3
+
 # blob_hash NAME BLOB DEVICE: FNV-1a of the tensor's bytes on that device
 blob_hash() { json_str "$(ctl get-blob "$1" "$2" --device "$3")" fnv1a64; }
 for b in fc1_w fc1_b pred_w; do
