@@ -271,13 +271,15 @@ static int cpu_has_avx512(void) { return 0; }
 #define outer_avx512 outer_blas
 #endif
 
-/* A dpm_gemm_mode; -1 until the first call looks at the CPU. */
-static atomic_int mode = -1;
+/* A dpm_gemm_mode, set from the CPU at load (before any thread exists). */
+static atomic_int mode;
+
+__attribute__((constructor)) static void choose_mode(void) {
+  atomic_store(&mode, cpu_has_avx512() ? DPM_GEMM_AUTO : DPM_GEMM_BLAS);
+}
 
 dpm_gemm_mode dpm_gemm_current(void) {
-  int m = atomic_load_explicit(&mode, memory_order_relaxed);
-  if (m < 0) atomic_store(&mode, m = cpu_has_avx512() ? DPM_GEMM_AUTO : DPM_GEMM_BLAS);
-  return (dpm_gemm_mode)m;
+  return (dpm_gemm_mode)atomic_load_explicit(&mode, memory_order_relaxed);
 }
 
 void dpm_gemm_use(dpm_gemm_mode m) { atomic_store(&mode, cpu_has_avx512() ? (int)m : 0); }

@@ -2,7 +2,7 @@
  * rows against weights of tens to a few thousand columns. FC and Conv run
  * every product through these two entry points.
  *
- * On x86-64 CPUs with AVX-512F (checked once, at the first call) each is a
+ * On x86-64 CPUs with AVX-512F (checked once, at load) each is a
  * register-tiled kernel that reads its operands where they lie: no packing
  * copies, no zeroing pass before a product, and FC's bias and Relu applied
  * while a tile is still in registers. For these shapes that is 1.1-1.8x
