@@ -114,7 +114,11 @@ typedef struct ctl_ctx {
 /* verbs.c: sends req and handles every failure (prints it, returns its exit
  * code: 3 transport, 1 refused). On CTL_OK *resp is the daemon's answer. */
 int ctl_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
-/* The second half of ctl_call: s and err from dpm_client_call. */
+/* Like ctl_call, but a refusal is not a failure: only transport errors are
+ * printed and returned; on CTL_OK *resp may carry a refusing status. */
+int ctl_send(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
+/* The second half of ctl_call: s and err from dpm_client_call (err may be
+ * NULL when s is DPM_OK). */
 int ctl_check(ctl_ctx *ctx, dpm_status s, const dpm_err *err, Dpm__Response **resp);
 /* The exit code of a library failure: 3 for transport (TIMEOUT, IO,
  * CORRUPT), else 1. */

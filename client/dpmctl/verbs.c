@@ -45,11 +45,16 @@ int ctl_check(ctl_ctx *ctx, dpm_status s, const dpm_err *err, Dpm__Response **re
   return CTL_OK;
 }
 
-int ctl_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
+int ctl_send(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
   dpm_err err = {0};
   *resp = NULL;
   dpm_status s = dpm_client_call(ctx->client, req, resp, &err);
-  return ctl_check(ctx, s, &err, resp);
+  return s ? ctl_check(ctx, s, &err, resp) : CTL_OK;
+}
+
+int ctl_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
+  int rc = ctl_send(ctx, req, resp);
+  return rc ? rc : ctl_check(ctx, DPM_OK, NULL, resp);
 }
 
 /* Sends req and prints the answer (ok_text: the human line of an answer
@@ -70,19 +75,15 @@ static int long_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
   Dpm__Empty empty = DPM__EMPTY__INIT;
   ping.command_case = DPM__REQUEST__COMMAND_PING;
   ping.ping = &empty;
-  Dpm__Response *r = NULL;
-  dpm_err err = {0};
+  Dpm__Response *r;
   *resp = NULL;
-  dpm_status s = dpm_client_call(ctx->client, &ping, &r, &err);
-  if (s) { /* a refused ping still proves the daemon is there */
-    ctl_error(ctx, dpm_status_name(s), "%s", err.msg);
-    return ctl_transport_exit(s);
-  }
+  int rc = ctl_send(ctx, &ping, &r); /* a refused ping still proves the daemon is there */
+  if (rc) return rc;
   dpm_client_free_response(r);
   int t = ctx->timeout_ms;
   if (t >= 0 && t < CTL_LONG_TIMEOUT_MS) t = CTL_LONG_TIMEOUT_MS;
   dpm_client_set_timeout(ctx->client, t);
-  int rc = ctl_call(ctx, req, resp);
+  rc = ctl_call(ctx, req, resp);
   dpm_client_set_timeout(ctx->client, ctx->timeout_ms);
   return rc;
 }

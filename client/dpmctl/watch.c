@@ -48,19 +48,9 @@ int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
   Dpm__Request req = DPM__REQUEST__INIT;
   req.command_case = DPM__REQUEST__COMMAND_WATCH;
   req.watch = &nr;
-  Dpm__Response *r = NULL;
-  dpm_err err = {0};
-  dpm_status s = dpm_client_call(ctx->client, &req, &r, &err);
-  if (s) {
-    ctl_error(ctx, dpm_status_name(s), "%s", err.msg);
-    return ctl_transport_exit(s);
-  }
-  if (r->status && !quiet_refusal) {
-    const char *msg = r->message && *r->message ? r->message : dpm_strerror(r->status);
-    ctl_error(ctx, dpm_status_name((dpm_status)r->status), "%s", msg);
-    dpm_client_free_response(r);
-    return CTL_FAILED;
-  }
+  Dpm__Response *r;
+  int rc = quiet_refusal ? ctl_send(ctx, &req, &r) : ctl_call(ctx, &req, &r);
+  if (rc) return rc;
   const char *ev =
       !r->status && r->result_case == DPM__RESPONSE__RESULT_WATCH && r->watch->events
           ? r->watch->events
