@@ -11,7 +11,11 @@
  * A full ring puts the producer to sleep, and the consumer wakes it only once
  * the ring has drained to half (`low`): waking a sleeping thread costs tens
  * of microseconds on a virtual machine, so it happens once per few batches,
- * not once per batch. */
+ * not once per batch. A raw idx batch is row pointers and labels, filled in
+ * about a microsecond: its ring is long (DPM_READER_RAW_QUEUE), so the
+ * producer wakes once per 16 steps and runs too briefly to hold up the
+ * device worker whose core it lands on (it used to copy 100 KB of pixels
+ * per MLP step there, and the other worker waited at the all-reduce). */
 #include "io/reader.h"
 
 #include <errno.h>
@@ -30,7 +34,8 @@
 #define READER_MAX_EXAMPLE (1ll << 24) /* pixels in one synthetic example */
 
 typedef struct reader_slot {
-  dpm_batch batch;     /* what next() hands out; data/label allocated once */
+  dpm_batch batch;     /* what next() hands out; data/rows/label allocated once */
+  uint8_t *pixels;     /* raw synthetic: the examples that rows point to */
   int end;             /* a one-pass reader ran out: next() yields NULL */
   dpm_reader_pos next; /* position of the batch after this one */
 } reader_slot;
@@ -126,12 +131,12 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
       src = r->data.images.data + ex * (uint64_t)r->chw;
       s->batch.label[k] = r->data.labels.data[ex];
     } else {
+      src = cfg->raw ? s->pixels + k * (uint64_t)r->chw : r->scratch;
       dpm_synthetic_example(cfg->seed, (int64_t)ex, r->c, r->h, r->w, cfg->num_classes,
-                            r->scratch, &s->batch.label[k]);
-      src = r->scratch;
+                            (uint8_t *)src, &s->batch.label[k]);
     }
     if (cfg->raw)
-      memcpy(s->batch.pixels + k * (uint64_t)r->chw, src, (size_t)r->chw);
+      s->batch.rows[k] = src;
     else
       dpm_reader_convert(r, src, s->batch.data + k * (uint64_t)r->chw, (size_t)r->chw);
   }
@@ -142,6 +147,12 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
 void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, size_t n) {
   const float scale = r->scale;
   for (size_t j = 0; j < n; j++) dst[j] = (float)src[j] * scale; /* vectorised */
+}
+
+void dpm_reader_gather(const dpm_reader *r, const uint8_t *const *rows, int n,
+                       float *dst) {
+  for (int k = 0; k < n; k++)
+    dpm_reader_convert(r, rows[k], dst + (size_t)k * (size_t)r->chw, (size_t)r->chw);
 }
 
 static void *reader_main(void *arg) {
@@ -238,7 +249,8 @@ static void reader_free(dpm_reader *r) {
   if (r->slots)
     for (int i = 0; i < r->nslots; i++) {
       dpm_free(r->slots[i].batch.data);
-      dpm_free(r->slots[i].batch.pixels);
+      dpm_free(r->slots[i].pixels);
+      free(r->slots[i].batch.rows);
       dpm_free(r->slots[i].batch.label);
     }
   free(r->slots);
@@ -268,7 +280,10 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
     return st;
   }
   r->scale = (float)r->cfg.scale;
-  r->nslots = r->cfg.prefetch + 1;
+  int queue = r->cfg.prefetch; /* an idx raw batch is row pointers: queue many */
+  if (r->cfg.raw && r->cfg.kind == DPM_READER_IDX && queue < DPM_READER_RAW_QUEUE)
+    queue = DPM_READER_RAW_QUEUE;
+  r->nslots = queue + 1;
   r->low = r->nslots > 3 ? (r->nslots - 1) / 2 : 1; /* a ready batch remains */
   r->slots = calloc((size_t)r->nslots, sizeof *r->slots);
   int ok = r->slots != NULL;
@@ -278,16 +293,18 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
     s->batch.h = r->h;
     s->batch.w = r->w;
     size_t px = (size_t)r->cfg.batch * (size_t)r->chw;
-    if (r->cfg.raw)
-      s->batch.pixels = dpm_alloc(px);
-    else
+    if (!r->cfg.raw)
       s->batch.data = dpm_alloc(px * sizeof(float));
+    else if (!(s->batch.rows = calloc((size_t)r->cfg.batch, sizeof *s->batch.rows)))
+      ok = 0;
+    else if (r->cfg.kind == DPM_READER_SYNTHETIC)
+      ok = (s->pixels = dpm_alloc(px)) != NULL;
     s->batch.label = dpm_alloc((size_t)r->cfg.batch * sizeof(int32_t));
-    ok = (s->batch.data || s->batch.pixels) && s->batch.label;
+    ok = ok && (s->batch.data || s->batch.rows) && s->batch.label;
   }
   if (ok && r->cfg.shuffle)
     ok = (r->order = malloc((size_t)r->n * sizeof *r->order)) != NULL;
-  if (ok && r->cfg.kind == DPM_READER_SYNTHETIC)
+  if (ok && r->cfg.kind == DPM_READER_SYNTHETIC && !r->cfg.raw)
     ok = (r->scratch = malloc((size_t)r->chw)) != NULL;
   if (!ok) {
     reader_free(r);

@@ -5,7 +5,8 @@
  * io/idx.h), kept as uint8 in memory; kind 1 generates a synthetic set that
  * is a pure function of the seed (uniform noise plus a class-dependent band,
  * labels uniform in [0, num_classes)), computed on the fly, so it costs no
- * memory. Pixels become floats (pixel * scale) in the producer thread.
+ * memory. Pixels become floats (pixel * scale) in the producer thread, or,
+ * for raw readers, in each consumer, which gathers its rows itself.
  *
  * Order: epoch e visits the examples in a permutation that depends only on
  * (seed, e) when shuffle is on (Fisher-Yates; dpm_reader_order), else in file
@@ -27,7 +28,8 @@
  *
  * Threads: dpm_reader_create starts one producer thread that fills a ring of
  * prefetch + 1 batch buffers allocated once (prefetch batches queued ahead
- * plus the one the consumer holds); nothing is allocated per batch. All the
+ * plus the one the consumer holds; at least DPM_READER_RAW_QUEUE + 1 for
+ * raw idx readers); nothing is allocated per batch. All the
  * dpm_reader_* functions are to be called from ONE consumer thread (or with
  * the caller's own lock); they are not safe to call concurrently.
  *
@@ -50,6 +52,7 @@
 
 enum { DPM_READER_IDX = 0, DPM_READER_SYNTHETIC = 1 };
 #define DPM_READER_MAX_PREFETCH 64
+#define DPM_READER_RAW_QUEUE 32 /* batches an idx raw reader queues, at least */
 
 typedef struct dpm_reader dpm_reader;
 
@@ -71,9 +74,13 @@ typedef struct dpm_reader_config {
   int num_examples;            /* examples in the synthetic set */
   int channels, height, width; /* synthetic image shape */
   int num_classes;             /* labels are in [0, num_classes) */
-  /* 1: batches carry the raw pixels (dpm_batch.pixels) and each consumer
-   * converts its own rows with dpm_reader_convert, in parallel on the
-   * device workers; 0: the producer converts (dpm_batch.data). */
+  /* 1: batches carry where each example's raw pixels lie (dpm_batch.rows)
+   * and each consumer gathers and converts its own rows with
+   * dpm_reader_gather, in parallel on the device workers: the producer
+   * copies no pixels of an idx file (it generates synthetic ones), so a
+   * batch costs it microseconds and an idx ring holds at least
+   * DPM_READER_RAW_QUEUE batches whatever prefetch says; 0: the producer
+   * converts (dpm_batch.data). */
   int raw;
 } dpm_reader_config;
 
@@ -89,7 +96,7 @@ typedef struct dpm_batch {
   int n;              /* examples in this batch (= batch unless partial) */
   int c, h, w;        /* image shape */
   float *data;        /* [n, c, h, w], 64-byte aligned, pixel * scale; NULL if raw */
-  uint8_t *pixels;    /* raw readers: [n, c, h, w] pixels; else NULL */
+  const uint8_t **rows; /* raw readers: [n] example k's c*h*w pixels; else NULL */
   int32_t *label;     /* [n], in [0, num_classes) */
   dpm_reader_pos pos; /* position of this batch */
 } dpm_batch;
@@ -105,6 +112,12 @@ dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err);
  * stores in data, and what the predictor runtime's users compute). Reads
  * only the reader's constants: safe from any thread. */
 void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, size_t n);
+/* Raw readers: convert examples rows[0..n) into dst, one after another
+ * (n x c*h*w floats): what a non-raw reader stores in data for them. Reads
+ * the rows and the reader's constants: safe from any thread while the
+ * batch holding rows is valid. */
+void dpm_reader_gather(const dpm_reader *r, const uint8_t *const *rows, int n,
+                       float *dst);
 /* Position of the batch the next call to next() returns (the one to save in
  * a checkpoint); {0, size} once a one-pass reader has run out. */
 dpm_reader_pos dpm_reader_position(const dpm_reader *r);

@@ -31,8 +31,8 @@ typedef struct replica {
   dpm_exec step;
   void *arena; /* the gradients, back to back in plan order */
   dpm_blob *data, *label, *lr, *accuracy, **losses;
-  float *input;          /* the data blob's memory: this replica's rows, as floats */
-  const uint8_t *pixels; /* ... converted from these raw pixels at the step's start */
+  float *input; /* the data blob's memory: this replica's rows, as floats */
+  const uint8_t *const *rows; /* ... gathered from these examples at the step's start */
   dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
@@ -102,7 +102,7 @@ static void run_job(void *arg, int rank) {
     sync_blobs(r, t->sync_names, t->sync_n);
     return;
   }
-  dpm_reader_convert(t->reader, r->pixels, r->input, (size_t)dpm_shape_numel(&r->data->t.shape));
+  dpm_reader_gather(t->reader, r->rows, t->model.batch, r->input);
   dpm_exec_run(&r->step);
   if (r->ctx.status) {
     r->status = r->ctx.status;
@@ -283,7 +283,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
                     (unsigned long long)t->opt.max_bytes);
   /* the spec is valid: now allocate */
   dpm_reader_config rc = reader_config(spec->input, batch * devices);
-  rc.raw = 1; /* each replica converts its rows on its own worker */
+  rc.raw = 1; /* each replica gathers and converts its rows on its own worker */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   if (!(t->crew = t->opt.crew)) {
     int *cores = malloc((size_t)devices * sizeof *cores);
@@ -336,16 +336,16 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
 
 /* ---- training ------------------------------------------------------------ */
 
-/* Replica d's rows of the global batch become its data (converted from the
- * raw pixels by its worker, in run_job) and its label (a view, no copy). Dropout's stream is seeded from (seed, iteration, device), so a
- * resumed run draws what an uninterrupted one would. */
+/* Replica d's rows of the global batch become its data (gathered and
+ * converted by its worker, in run_job) and its label (a view, no copy).
+ * Dropout's stream is seeded from (seed, iteration, device), so a resumed
+ * run draws what an uninterrupted one would. */
 static void feed(dpm_trainer *t, const dpm_batch *b) {
   int per = t->model.batch;
-  size_t example = (size_t)b->c * b->h * b->w;
   for (int d = 0; d < t->n; d++) {
     replica *r = &t->r[d];
     dpm_tensor_view(&r->data->t, &r->data->t.shape, r->input); /* eval may re-point it */
-    r->pixels = b->pixels + (size_t)d * per * example;
+    r->rows = b->rows + (size_t)d * per;
     dpm_tensor_view(&r->label->t, &r->label->t.shape, b->label + (size_t)d * per);
     uint64_t s = t->seed ^ 0x5eedull;
     s = dpm_splitmix64(&s) ^ t->iter;
