@@ -184,6 +184,12 @@ struct dpm_op_def {
   dpm_status (*grad)(dpm_grad *g, dpm_err *err);
   /* CPU kernel. Shapes were accepted by infer; outputs are allocated. */
   void (*run)(const dpm_op *op);
+  /* Optional split of run: parts(op) independent pieces (0: none here);
+   * run_part for every part in [0, parts), in any order and on any threads,
+   * does what run does, bit for bit (run is those parts, in order). Lets an
+   * idle device worker take parts of a peer replica's op (parallel/share.h). */
+  int (*parts)(const dpm_op *op);
+  void (*run_part)(const dpm_op *op, int part);
   unsigned flags;
   unsigned fusable; /* DPM_FUSE_* this kernel implements */
 };

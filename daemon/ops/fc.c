@@ -91,20 +91,46 @@ static dpm_status fc_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
   return DPM_OK;
 }
 
-/* db[j] = sum over rows of dy[i][j], row by row (db stays in L1). */
-static void col_sums(const float *restrict dy, int n, int m, float *restrict db) {
-  memset(db, 0, (size_t)m * sizeof *db);
+/* db[j] = sum over rows of dy[i][j] for j in [lo, hi), row by row (db
+ * stays in L1). dy has m columns. */
+static void col_sums(const float *restrict dy, int n, int m, int lo, int hi,
+                     float *restrict db) {
+  memset(db + lo, 0, (size_t)(hi - lo) * sizeof *db);
   for (int i = 0; i < n; i++)
-    for (int j = 0; j < m; j++) db[j] += dy[(size_t)i * m + j];
+    for (int j = lo; j < hi; j++) db[j] += dy[(size_t)i * m + j];
+}
+
+/* Without dX (the first layer: the last op of backward), FCGradient splits
+ * into parts of FC_PART_ROWS output units (whole 6-row tiles of
+ * dpm_gemm_outer): each part's rows of dW and db. */
+#define FC_PART_ROWS 24
+
+static int fc_grad_parts(const dpm_op *op) {
+  if (!op->out[0] || op->out[2]) return 0;
+  return (int)((op->in[1]->shape.d[0] + FC_PART_ROWS - 1) / FC_PART_ROWS);
+}
+
+static void fc_grad_part(const dpm_op *op, int part) {
+  const dpm_tensor *x = op->in[0], *w = op->in[1];
+  int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
+  int lo = part * FC_PART_ROWS, hi = lo + FC_PART_ROWS < m ? lo + FC_PART_ROWS : m;
+  const float *dy = dpm_f32(op->in[2]);
+  /* dW [lo, hi) = dY[:, lo..hi)^T X */
+  dpm_gemm_outer(hi - lo, k, n, dy + lo, 1, m, dpm_f32(x), k, 0,
+                 dpm_f32(op->out[0]) + (size_t)lo * k, k);
+  if (op->out[1]) col_sums(dy, n, m, lo, hi, dpm_f32(op->out[1]));
 }
 
 static void fc_grad_run(const dpm_op *op) {
   const dpm_tensor *x = op->in[0], *w = op->in[1];
   int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
   const float *dy = dpm_f32(op->in[2]);
+  int parts = fc_grad_parts(op);
+  for (int p = 0; p < parts; p++) fc_grad_part(op, p);
+  if (parts) return;
   if (op->out[0]) /* dW [M, K] = dY^T X */
     dpm_gemm_outer(m, k, n, dy, 1, m, dpm_f32(x), k, 0, dpm_f32(op->out[0]), k);
-  if (op->out[1]) col_sums(dy, n, m, dpm_f32(op->out[1]));
+  if (op->out[1]) col_sums(dy, n, m, 0, m, dpm_f32(op->out[1]));
   if (op->out[2]) /* dX [N, K] = dY W */
     dpm_gemm_outer(n, k, m, dy, m, 1, dpm_f32(w), k, 0, dpm_f32(op->out[2]), k);
 }
@@ -138,6 +164,8 @@ static const dpm_op_def fc_gradient = {
     .args = fc_args,
     .infer = fc_grad_infer,
     .run = fc_grad_run,
+    .parts = fc_grad_parts,
+    .run_part = fc_grad_part,
     .flags = DPM_OP_HIDDEN,
 };
 

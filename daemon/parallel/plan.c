@@ -91,6 +91,23 @@ static update_op *optimizer_ops(const dpm_model *m, int *n) {
   return u;
 }
 
+/* The last op of backward, when it can be split, and the first collective
+ * that waits for the peers (after it: only AllreduceStart in between). */
+static void shared_op(dpm_plan *p, int last_train) {
+  p->shared_op = p->help_at = -1;
+  const dpm_op_def *d = p->step.nodes[last_train].def;
+  if (!d->parts || !d->run_part) return;
+  for (int i = last_train + 1; i < p->step.n; i++) {
+    const char *name = p->step.nodes[i].def->name;
+    if (!strcmp(name, "Allreduce") || !strcmp(name, "AllreduceWait")) {
+      p->shared_op = last_train;
+      p->help_at = i;
+      return;
+    }
+    if (strcmp(name, "AllreduceStart")) return;
+  }
+}
+
 static dpm_status computed_broadcast(dpm_plan *p, const dpm_model *m, dpm_err *err) {
   char *names[DPM_OP_MAX_IO];
   int n = 0;
@@ -120,9 +137,10 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
                 err);
   if (!s) s = synced_blobs(p, m, err);
   const dpm_node *lr = &m->update.nodes[0], *iter = &m->update.nodes[m->update.n - 1];
-  int dag = devices > 1 && type == DPM_NET_DAG, b = 0;
+  int dag = devices > 1 && type == DPM_NET_DAG, b = 0, last_train = -1;
   for (int j = 0; j < m->train.n && !s; j++) {
     s = add(p, &m->train.nodes[j], err);
+    last_train = p->step.n - 1;
     if (!s && j == m->n_forward - 1) s = add(p, lr, err);
     for (int i = 0; devices == 1 && i < n_opt && !s; i++) /* one device: update early */
       if (u[i].param_free == j) s = add(p, u[i].node, err);
@@ -140,6 +158,8 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   if (!s && devices > 1 && broadcast_computed) s = computed_broadcast(p, m, err);
   if (!s) s = add(p, iter, err);
   p->n_forward = m->n_forward;
+  p->shared_op = p->help_at = -1;
+  if (!s && devices > 1 && last_train >= 0) shared_op(p, last_train);
   free(u);
   if (s) dpm_plan_fini(p);
   return s;

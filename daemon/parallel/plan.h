@@ -16,6 +16,12 @@
  * and, with broadcast_computed_params, a Broadcast of the computed
  * parameters (BN running statistics) from the master at the end.
  *
+ * With several devices, when the last op of backward can be split into
+ * parts (dpm_op_def.parts), the plan names it (shared_op) and the op where
+ * a replica that is done with its own may take parts of its peers' instead
+ * of waiting (help_at: the first collective that waits for the peers); see
+ * parallel/share.h.
+ *
  * Gradients are reduced in the order backward finishes them (last layer
  * first); every replica runs the same plan, so the collectives match. The
  * replica lays its gradient blobs out back to back in `grads` order (the
@@ -38,6 +44,8 @@ typedef struct dpm_plan {
   char **synced; /* what the master broadcasts at init, load and sync:
                     params, computed params, optimizer state, counters */
   int n_synced;
+  int shared_op; /* step.nodes index of the op peers may take parts of; -1: none */
+  int help_at;   /* step.nodes index before which a replica helps its peers */
 } dpm_plan;
 
 /* Build the plan for `devices` replicas. bucket_bytes bounds a dag bucket

@@ -20,6 +20,7 @@
 #include "io/reader.h"
 #include "parallel/crew.h"
 #include "parallel/queue.h"
+#include "parallel/share.h"
 #include "spec/spec.h"
 
 typedef enum { JOB_STEP, JOB_SYNC } job_kind;
@@ -46,6 +47,7 @@ struct dpm_trainer {
   dpm_crew *own_crew;
   int n;   /* replicas */
   int dag; /* the plan queues collectives (dag, n > 1, several buckets) */
+  dpm_share *share; /* replicas take parts of each other's last backward op */
   replica *r;
   job_kind job;                  /* of the crew run in flight */
   const char *const *sync_names; /* JOB_SYNC: what to broadcast */
@@ -90,6 +92,22 @@ static void drain(dpm_comm_queue *q) {
   }
 }
 
+/* The step net; with a share, the last backward op is run with the peers'
+ * help, and a replica done with its own helps the others before it waits
+ * for them at the reduction. */
+static void run_step(dpm_trainer *t, replica *r) {
+  const dpm_plan *p = &t->plan;
+  if (!t->share) {
+    dpm_exec_run(&r->step);
+    return;
+  }
+  dpm_exec_run_range(&r->step, 0, p->shared_op);
+  dpm_share_run(t->share, r->rank, &r->step.ops[p->shared_op]);
+  dpm_exec_run_range(&r->step, p->shared_op + 1, p->help_at);
+  dpm_share_help(t->share, r->rank, t->opt.comm_timeout_ms);
+  dpm_exec_run_range(&r->step, p->help_at, r->step.n);
+}
+
 /* One rank's part of a crew run: the job on replica `rank`. The crew's comm
  * and queue are looked up per run (the crew renews a broken comm). */
 static void run_job(void *arg, int rank) {
@@ -103,7 +121,7 @@ static void run_job(void *arg, int rank) {
     return;
   }
   dpm_reader_gather(t->reader, r->rows, t->model.batch, r->input);
-  dpm_exec_run(&r->step);
+  run_step(t, r);
   if (r->ctx.status) {
     r->status = r->ctx.status;
     r->err = r->ctx.err;
@@ -298,6 +316,11 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   }
   t->dag = type == DPM_NET_DAG && devices > 1 && t->plan.n_buckets > 1;
   if (t->dag && dpm_crew_enable_queues(t->crew, err)) return err->code;
+  /* with more replicas than CPUs, one waiting to help would hold a CPU a peer needs */
+  int cpus = process_cpus_known ? CPU_COUNT(&process_cpus) : 1;
+  if (!t->opt.no_share && t->plan.shared_op >= 0 && devices <= cpus &&
+      dpm_share_create(devices, &t->share, err))
+    return err->code;
   if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
   for (int d = 0; d < devices; d++) {
     t->r[d].rank = d;
@@ -557,6 +580,7 @@ dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d) { return &t->r[d].ws
 void dpm_trainer_destroy(dpm_trainer *t) {
   if (!t) return;
   dpm_crew_destroy(t->own_crew); /* a borrowed crew stays */
+  dpm_share_destroy(t->share);
   for (int d = 0; t->r && d < t->n; d++) {
     replica *r = &t->r[d];
     dpm_exec_fini(&r->step);

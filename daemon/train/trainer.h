@@ -14,7 +14,9 @@
  * functions), which also runs replica 0; replicas 1.. run on the workers of
  * a crew (parallel/crew.h), whose communicator carries the collectives and,
  * for dag plans, whose communication threads (one per replica) overlap them
- * with backward. The crew is either borrowed (options.crew: warm devices
+ * with backward. Replicas that finish backward early take parts of the
+ * slower replicas' last backward op (parallel/share.h; when there are no
+ * more replicas than CPUs). The crew is either borrowed (options.crew: warm devices
  * shared with other trainers; the trainer starts no worker or communication
  * thread) or created at create and destroyed at destroy. Each step, each
  * sync and the initial broadcast is one run of the crew, so trainers sharing
@@ -60,6 +62,10 @@ typedef struct dpm_trainer_options {
   /* Refuse (DPM_DENIED), before allocating anything, a model whose tensors
    * over all replicas would take more bytes than this; 0: no limit. */
   uint64_t max_bytes;
+  /* 1: a replica that finishes backward early waits for the others at the
+   * reduction instead of taking parts of their last backward op
+   * (parallel/share.h); for comparisons. Results are the same either way. */
+  int no_share;
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;
