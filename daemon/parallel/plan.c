@@ -94,7 +94,6 @@ static update_op *optimizer_ops(const dpm_model *m, int *n) {
 /* The last op of backward, when it can be split, and the first collective
  * that waits for the peers (after it: only AllreduceStart in between). */
 static void shared_op(dpm_plan *p, int last_train) {
-  p->shared_op = p->help_at = -1;
   const dpm_op_def *d = p->step.nodes[last_train].def;
   if (!d->parts || !d->run_part) return;
   for (int i = last_train + 1; i < p->step.n; i++) {

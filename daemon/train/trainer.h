@@ -16,9 +16,9 @@
  * for dag plans, whose communication threads (one per replica) overlap them
  * with backward. Replicas that finish backward early take parts of the
  * slower replicas' last backward op (parallel/share.h; when there are no
- * more replicas than CPUs). The crew is either borrowed (options.crew: warm devices
- * shared with other trainers; the trainer starts no worker or communication
- * thread) or created at create and destroyed at destroy. Each step, each
+ * more replicas than CPUs). The crew is either borrowed (options.crew:
+ * warm devices shared with other trainers; the trainer starts no worker or
+ * communication thread) or created at create and destroyed at destroy. Each step, each
  * sync and the initial broadcast is one run of the crew, so trainers sharing
  * a crew, driven from their own threads, interleave step by step. The reader
  * has a prefetch thread of its own. dpm_trainer_interrupt may be called from
