@@ -186,8 +186,8 @@ struct dpm_op_def {
   void (*run)(const dpm_op *op);
   /* Optional split of run: parts(op) independent pieces (0: none here);
    * run_part for every part in [0, parts), in any order and on any threads,
-   * does what run does, bit for bit (run is those parts, in order). Lets an
-   * idle device worker take parts of a peer replica's op (parallel/share.h). */
+   * does what run does, bit for bit. Lets an idle device worker take parts
+   * of a peer replica's op (parallel/share.h). */
   int (*parts)(const dpm_op *op);
   void (*run_part)(const dpm_op *op, int part);
   unsigned flags;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/model.h"
+#include "ops/gemm.h"
 #include "parallel/plan.h"
 #include "parallel/share.h"
 #include "spec/spec.h"
@@ -141,8 +142,7 @@ static float *filled(size_t n, unsigned seed) {
 /* FCGradient with X [n, k], W [m, k] and dY [n, m], without dX: split into
  * parts (24 rows each), run in reverse order, they give run's dW and db
  * bit for bit; with dX wanted there are no parts. */
-TEST(share_fc_gradient_parts_equal_run) {
-  const int n = 37, m = 61, k = 83;
+static void fc_gradient_parts_equal_run(int n, int m, int k) {
   const dpm_op_def *def = dpm_op_find("FCGradient");
   CHECK(def && def->parts && def->run_part);
   dpm_node node = {.def = def};
@@ -189,6 +189,16 @@ TEST(share_fc_gradient_parts_equal_run) {
   CHECK(same_b);
   CHECK(worst < 1e-4);
   CHECK_INT(parts_dx, 0);
+}
+
+TEST(share_fc_gradient_parts_equal_run) {
+  static const dpm_gemm_mode modes[] = {DPM_GEMM_TILES, DPM_GEMM_BLAS, DPM_GEMM_AUTO};
+  for (int i = 0; i < 3 && !dpm_test_has_failed(); i++) {
+    dpm_gemm_use(modes[i]);
+    fc_gradient_parts_equal_run(37, 61, 83);
+    fc_gradient_parts_equal_run(64, 256, 784); /* the MLP's first layer */
+  }
+  dpm_gemm_use(DPM_GEMM_AUTO);
 }
 
 /* ---- plans --------------------------------------------------------------- */
