@@ -114,26 +114,29 @@ static int fc_grad_parts(const dpm_op *op) {
   return (int)((op->in[1]->shape.d[0] + FC_PART_ROWS - 1) / FC_PART_ROWS);
 }
 
-static void fc_grad_part(const dpm_op *op, int part) {
+/* dW and db for output units [lo, hi): dW[lo, hi) = dY[:, lo..hi)^T X. */
+static void fc_grad_units(const dpm_op *op, int lo, int hi) {
   const dpm_tensor *x = op->in[0], *w = op->in[1];
   int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
-  int lo = part * FC_PART_ROWS, hi = lo + FC_PART_ROWS < m ? lo + FC_PART_ROWS : m;
   const float *dy = dpm_f32(op->in[2]);
-  /* dW [lo, hi) = dY[:, lo..hi)^T X */
-  dpm_gemm_outer(hi - lo, k, n, dy + lo, 1, m, dpm_f32(x), k, 0,
-                 dpm_f32(op->out[0]) + (size_t)lo * k, k);
+  if (op->out[0])
+    dpm_gemm_outer(hi - lo, k, n, dy + lo, 1, m, dpm_f32(x), k, 0,
+                   dpm_f32(op->out[0]) + (size_t)lo * k, k);
   if (op->out[1]) col_sums(dy, n, m, lo, hi, dpm_f32(op->out[1]));
+}
+
+static void fc_grad_part(const dpm_op *op, int part) {
+  int m = (int)op->in[1]->shape.d[0], lo = part * FC_PART_ROWS;
+  fc_grad_units(op, lo, lo + FC_PART_ROWS < m ? lo + FC_PART_ROWS : m);
 }
 
 static void fc_grad_run(const dpm_op *op) {
   const dpm_tensor *x = op->in[0], *w = op->in[1];
   int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
-  const float *dy = dpm_f32(op->in[2]);
-  if (op->out[0]) /* dW [M, K] = dY^T X */
-    dpm_gemm_outer(m, k, n, dy, 1, m, dpm_f32(x), k, 0, dpm_f32(op->out[0]), k);
-  if (op->out[1]) col_sums(dy, n, m, 0, m, dpm_f32(op->out[1]));
+  fc_grad_units(op, 0, m);
   if (op->out[2]) /* dX [N, K] = dY W */
-    dpm_gemm_outer(n, k, m, dy, m, 1, dpm_f32(w), k, 0, dpm_f32(op->out[2]), k);
+    dpm_gemm_outer(n, k, m, dpm_f32(op->in[2]), m, 1, dpm_f32(w), k, 0,
+                   dpm_f32(op->out[2]), k);
 }
 
 static dpm_status fc_grad(dpm_grad *g, dpm_err *err) {

@@ -91,22 +91,6 @@ static update_op *optimizer_ops(const dpm_model *m, int *n) {
   return u;
 }
 
-/* The last op of backward, when it can be split, and the first collective
- * that waits for the peers (after it: only AllreduceStart in between). */
-static void shared_op(dpm_plan *p, int last_train) {
-  const dpm_op_def *d = p->step.nodes[last_train].def;
-  if (!d->parts || !d->run_part) return;
-  for (int i = last_train + 1; i < p->step.n; i++) {
-    const char *name = p->step.nodes[i].def->name;
-    if (!strcmp(name, "Allreduce") || !strcmp(name, "AllreduceWait")) {
-      p->shared_op = last_train;
-      p->help_at = i;
-      return;
-    }
-    if (strcmp(name, "AllreduceStart")) return;
-  }
-}
-
 static dpm_status computed_broadcast(dpm_plan *p, const dpm_model *m, dpm_err *err) {
   char *names[DPM_OP_MAX_IO];
   int n = 0;
@@ -150,6 +134,7 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   }
   /* The last bucket is ready only when backward ends: nothing is left to
    * overlap, so it is reduced in place, after the started ones. */
+  int first_wait = p->step.n; /* the first collective that waits for the peers */
   for (b = 0; devices > 1 && b < p->n_buckets && !s; b++)
     s = collective(p, dag && b < p->n_buckets - 1 ? "AllreduceWait" : "Allreduce",
                    p->grads, b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
@@ -158,7 +143,11 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   if (!s) s = add(p, iter, err);
   p->n_forward = m->n_forward;
   p->shared_op = p->help_at = -1;
-  if (!s && devices > 1 && last_train >= 0) shared_op(p, last_train);
+  const dpm_op_def *last = last_train >= 0 ? p->step.nodes[last_train].def : NULL;
+  if (!s && devices > 1 && p->n_buckets && last && last->parts && last->run_part) {
+    p->shared_op = last_train; /* backward's last op, which splits */
+    p->help_at = first_wait;
+  }
   free(u);
   if (s) dpm_plan_fini(p);
   return s;

@@ -12,13 +12,13 @@
  * rewrites them for the next round (with the same values). */
 #include "parallel/share.h"
 
-#include <sched.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "comm/comm.h"
+#include "comm/spin.h"
 
 typedef struct {
   _Alignas(64) atomic_ullong claim; /* round << 32 | next part to take */
@@ -63,13 +63,6 @@ void dpm_share_destroy(dpm_share *s) {
   free(s);
 }
 
-static void pause_or_yield(unsigned spins) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-  if (spins % 64 == 0) sched_yield();
-}
-
 static void run_part(const dpm_op *op, uint32_t k) {
   op->node->def->run_part(op, (int)k);
 }
@@ -89,9 +82,9 @@ void dpm_share_run(dpm_share *s, int rank, const dpm_op *op) {
   }
   /* the peers' parts: they are running (yielding in case one was preempted
    * by a thread of this core) */
-  for (unsigned spins = 1; atomic_load_explicit(&me->done, memory_order_acquire) < parts;
-       spins++)
-    pause_or_yield(spins);
+  struct timespec start = {0};
+  for (unsigned i = 1; atomic_load_explicit(&me->done, memory_order_acquire) < parts; i++)
+    dpm_spin_step(i, &start, LONG_MAX);
 }
 
 /* One part of peer q's op of `round`: 1 when taken and run, 0 when none is
@@ -111,16 +104,10 @@ static int take(share_slot *q, uint32_t round) {
   }
 }
 
-static long elapsed_ms(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
-}
-
 void dpm_share_help(dpm_share *s, int rank, int timeout_ms) {
   uint32_t round = s->slot[rank].round;
-  struct timespec t0 = {0};
-  for (unsigned spins = 1;; spins++) {
+  struct timespec start = {0};
+  for (unsigned i = 1;; i++) {
     int waiting = 0, took = 0;
     for (int i = 1; i < s->n; i++) {
       int got = take(&s->slot[(rank + i) % s->n], round);
@@ -128,12 +115,6 @@ void dpm_share_help(dpm_share *s, int rank, int timeout_ms) {
       waiting |= got < 0;
     }
     if (took) continue;
-    if (!waiting) return;
-    pause_or_yield(spins); /* a peer (or the reader) may share this core */
-    if (spins % 64) continue;
-    if (!t0.tv_sec && !t0.tv_nsec)
-      clock_gettime(CLOCK_MONOTONIC, &t0);
-    else if (elapsed_ms(&t0) > timeout_ms)
-      return;
+    if (!waiting || !dpm_spin_step(i, &start, timeout_ms * 1000000L)) return;
   }
 }
