@@ -17,6 +17,17 @@ dpm_status dpm_comm_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
   return s ? s : c->ops->allreduce(c, rank, buf, count, err);
 }
 
+dpm_status dpm_comm_allreduce_start(dpm_comm *c, int rank, float *buf, size_t count,
+                                    dpm_err *err) {
+  dpm_status s = check_rank(c, rank, "allreduce start", err);
+  return s ? s : c->ops->allreduce_start(c, rank, buf, count, err);
+}
+
+dpm_status dpm_comm_allreduce_wait(dpm_comm *c, int rank, dpm_err *err) {
+  dpm_status s = check_rank(c, rank, "allreduce wait", err);
+  return s ? s : c->ops->allreduce_wait(c, rank, err);
+}
+
 dpm_status dpm_comm_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
                               dpm_err *err) {
   dpm_status s = check_rank(c, rank, "broadcast", err);

@@ -19,7 +19,7 @@
  * memory corruption), and the group stays usable.
  *
  * Threads: each rank calls from its own thread (a device worker, or a
- * rank's communication thread: one thread per rank at any moment); a rank's
+ * thread of the rank's: one thread per rank at any moment); a rank's
  * calls are sequential, and a group runs one collective at a time. Calls
  * for different ranks run concurrently by design: that is how a collective
  * meets. A second call for a rank already inside one is refused with
@@ -69,6 +69,26 @@ typedef struct dpm_comm dpm_comm;
 dpm_status dpm_comm_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
                               dpm_err *err);
 
+/* Started allreduces, for reductions that overlap computation (dag plans):
+ * dpm_comm_allreduce_start begins the sum of `count` floats at buf, with
+ * dpm_comm_allreduce's arguments and result, and returns at once;
+ * dpm_comm_allreduce_wait completes this rank's oldest started allreduce
+ * not yet waited for and returns its status. Every rank starts the same
+ * allreduces in the same order; between start and wait the caller leaves
+ * buf alone (peers may be reading and writing it). A rank may have at most
+ * DPM_COMM_MAX_STARTED started and not waited for (more: DPM_INVALID from
+ * start); wait with none: DPM_INVALID. Where the work happens is the
+ * backend's: local sums in the waits (see dpm_comm_local_create), a
+ * network backend on its own thread or stream. Errors as for allreduce,
+ * reported by the wait (a start fails only on a broken group, too many
+ * started, or a timeout waiting for a peer to wait for a job started
+ * DPM_COMM_MAX_STARTED earlier). Blocking collectives may be called in
+ * between; they do not complete started ones. */
+#define DPM_COMM_MAX_STARTED 64
+dpm_status dpm_comm_allreduce_start(dpm_comm *c, int rank, float *buf, size_t count,
+                                    dpm_err *err);
+dpm_status dpm_comm_allreduce_wait(dpm_comm *c, int rank, dpm_err *err);
+
 /* Copy `bytes` bytes from rank `root`'s buf into every other rank's buf
  * (bytes and root the same on every rank; buf may be NULL only when bytes
  * is 0). The root's buffer is only read. */
@@ -101,6 +121,11 @@ void dpm_comm_destroy(dpm_comm *c);
  * rank's buffer, so each rank reads and writes 1/size of the traffic,
  * nothing is allocated per call, and there are no copies besides the
  * result itself. Broadcast: every non-root copies from the root's buffer.
+ * Started allreduces are summed in the waits, 32 KiB chunks at a time, by
+ * every rank that waits for them, in the same rank order (so the result is
+ * the blocking call's): a rank that waits while its peers still compute
+ * sums all they have started, and the last to arrive finds its sums done.
+ * No thread is started.
  * DPM_INVALID for bad arguments, DPM_NOMEM; *out is NULL on failure. */
 dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_err *err);
 
@@ -117,6 +142,9 @@ typedef struct dpm_comm_ops {
   dpm_status (*broadcast)(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
                           dpm_err *err);
   dpm_status (*barrier)(dpm_comm *c, int rank, dpm_err *err);
+  dpm_status (*allreduce_start)(dpm_comm *c, int rank, float *buf, size_t count,
+                                dpm_err *err);
+  dpm_status (*allreduce_wait)(dpm_comm *c, int rank, dpm_err *err);
   int (*broken)(dpm_comm *c);   /* dpm_comm_broken */
   void (*destroy)(dpm_comm *c); /* frees the whole backend struct */
 } dpm_comm_ops;

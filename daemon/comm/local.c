@@ -15,6 +15,10 @@
  * (and must not return while a peer may still write the caller's buffer).
  * A timeout marks the group broken for good (comm.h).
  *
+ * Started allreduces (dpm_comm_allreduce_start/_wait) are jobs in a ring of
+ * slots, summed in chunks claimed by the waiting ranks; see "Started
+ * allreduces" below.
+ *
  * Threads: a rank arrives lock-free (its own slot of calls, bufs and here,
  * then one atomic increment of arrived); the last to arrive judges the
  * round and bumps gen under mu, and the others watch gen, spinning, then
@@ -48,6 +52,28 @@ typedef struct {
   int root;  /* broadcast only */
 } local_call;
 
+/* Started allreduces in flight per group: job k lives in slot k % LOCAL_JOBS. */
+#define LOCAL_JOBS DPM_COMM_MAX_STARTED
+/* Added to a job's arrivals by a rank that gives up on it: never published. */
+#define LOCAL_POISON (1 << 20)
+/* Bytes of a refusal's message. */
+#define LOCAL_MSG 320
+
+/* One started allreduce, every rank's k-th start. */
+typedef struct {
+  atomic_ulong uses;  /* jobs that used this slot and were left by every rank */
+  atomic_ulong ready; /* k + 1 once job k is judged and published */
+  atomic_int arrived; /* ranks that started it (+ LOCAL_POISON per rank that gave up) */
+  atomic_int left;    /* ranks whose wait for it is over */
+  atomic_ulong next;  /* chunks claimed */
+  atomic_ulong done;  /* chunks summed */
+  unsigned long chunks;
+  dpm_status verdict; /* set with chunks by the judge, before ready */
+  char msg[LOCAL_MSG];
+  local_call *calls; /* [size] the count each rank passed */
+  void **bufs;       /* [size] */
+} local_job;
+
 typedef struct {
   dpm_comm base;        /* first: handed out as dpm_comm */
   int timeout_ms;       /* bound on the first round of each collective */
@@ -60,10 +86,15 @@ typedef struct {
   atomic_int broken;    /* set by a timeout, never cleared */
   char broken_msg[384]; /* the timeout that broke the group */
   dpm_status verdict;   /* of the round completed last: DPM_OK or DPM_INVALID */
-  char verdict_msg[320];
+  char verdict_msg[LOCAL_MSG];
   local_call *calls; /* [size] what each rank called at the current round */
   atomic_uchar *here; /* [size] 1 once the rank arrived at the current round */
   void **bufs;        /* [size] each rank's buffer, set in first rounds */
+  /* started allreduces (see "Started allreduces" below) */
+  local_job *jobs;        /* [LOCAL_JOBS] */
+  atomic_ulong *started;  /* [size] allreduces each rank started */
+  atomic_ulong *waited;   /* [size] of those, the ones it waited for */
+  atomic_int job_sleepers; /* ranks asleep on cv in a job wait */
 } local_comm;
 
 /* Per-op agreement check, run by the last rank to arrive at a first round:
@@ -89,35 +120,36 @@ _Static_assert(sizeof local_ops / sizeof *local_ops == OP_COUNT, "local ops tabl
 
 static local_comm *local_of(dpm_comm *c) { return (local_comm *)c; }
 
-static dpm_status refuse(local_comm *g, const char *fmt, ...)
+static dpm_status refuse(char *msg, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static dpm_status refuse(local_comm *g, const char *fmt, ...) {
+static dpm_status refuse(char *msg, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(g->verdict_msg, sizeof g->verdict_msg, fmt, ap);
+  vsnprintf(msg, LOCAL_MSG, fmt, ap);
   va_end(ap);
   return DPM_INVALID;
 }
 
 /* The checks shared by allreduce and broadcast: the same n on every rank,
- * a buffer wherever n > 0. */
-static dpm_status check_sized(local_comm *g, const char *what) {
-  const char *op = local_ops[g->calls[0].op].name;
-  for (int r = 1; r < g->base.size; r++)
-    if (g->calls[r].n != g->calls[0].n)
-      return refuse(g, "%s: ranks disagree on the %s: rank 0 has %zu, rank %d has %zu",
-                    op, what, g->calls[0].n, r, g->calls[r].n);
-  for (int r = 0; r < g->base.size; r++)
-    if (g->calls[r].n && !g->bufs[r])
-      return refuse(g, "%s: rank %d passed no buffer for %zu %s", op, r, g->calls[r].n,
+ * a buffer wherever n > 0; a refusal's message goes to msg. */
+static dpm_status check_sized(const local_call *calls, void *const *bufs, int size,
+                              const char *what, char *msg) {
+  const char *op = local_ops[calls[0].op].name;
+  for (int r = 1; r < size; r++)
+    if (calls[r].n != calls[0].n)
+      return refuse(msg, "%s: ranks disagree on the %s: rank 0 has %zu, rank %d has %zu",
+                    op, what, calls[0].n, r, calls[r].n);
+  for (int r = 0; r < size; r++)
+    if (calls[r].n && !bufs[r])
+      return refuse(msg, "%s: rank %d passed no buffer for %zu %s", op, r, calls[r].n,
                     what);
+  if (calls[0].op == OP_ALLREDUCE && calls[0].n > SIZE_MAX / sizeof(float))
+    return refuse(msg, "allreduce: count %zu is too large", calls[0].n);
   return DPM_OK;
 }
 
 static dpm_status check_allreduce(local_comm *g) {
-  if (g->calls[0].n > SIZE_MAX / sizeof(float))
-    return refuse(g, "allreduce: count %zu is too large", g->calls[0].n);
-  return check_sized(g, "count");
+  return check_sized(g->calls, g->bufs, g->base.size, "count", g->verdict_msg);
 }
 
 static dpm_status check_broadcast(local_comm *g) {
@@ -125,11 +157,13 @@ static dpm_status check_broadcast(local_comm *g) {
   for (int r = 1; r < g->base.size; r++)
     if (g->calls[r].root != root)
       return refuse(
-          g, "broadcast: ranks disagree on the root: rank 0 has %d, rank %d has %d", root,
-          r, g->calls[r].root);
+          g->verdict_msg,
+          "broadcast: ranks disagree on the root: rank 0 has %d, rank %d has %d", root, r,
+          g->calls[r].root);
   if (root < 0 || root >= g->base.size)
-    return refuse(g, "broadcast: root %d outside the group of %d", root, g->base.size);
-  return check_sized(g, "bytes");
+    return refuse(g->verdict_msg, "broadcast: root %d outside the group of %d", root,
+                  g->base.size);
+  return check_sized(g->calls, g->bufs, g->base.size, "bytes", g->verdict_msg);
 }
 
 /* Run by the last rank to arrive: the verdict on the round. */
@@ -138,26 +172,47 @@ static dpm_status judge(local_comm *g) {
   for (int r = 1; r < g->base.size; r++) {
     const local_call *c = &g->calls[r];
     if (c->op != c0->op || c->phase != c0->phase)
-      return refuse(g, "collective mismatch: rank 0 called %s, rank %d called %s",
+      return refuse(g->verdict_msg,
+                    "collective mismatch: rank 0 called %s, rank %d called %s",
                     local_ops[c0->op].name, r, local_ops[c->op].name);
   }
   return c0->phase == 0 ? local_ops[c0->op].check(g) : DPM_OK;
 }
 
-/* Under mu: record in g->broken_msg which ranks did not arrive at `op`. */
-static void break_group(local_comm *g, const char *op) {
+/* Whether rank r is missing, for a timeout's message: from the current
+ * round (meet), from job k (a job's wait), or from the waits for job k (a
+ * start that needs k's slot). */
+typedef int (*local_absent_fn)(local_comm *g, int r, unsigned long k);
+
+static int absent_from_round(local_comm *g, int r, unsigned long k) {
+  (void)k;
+  return !atomic_load(&g->here[r]);
+}
+static int absent_from_job(local_comm *g, int r, unsigned long k) {
+  return atomic_load(&g->started[r]) <= k;
+}
+static int absent_from_waits(local_comm *g, int r, unsigned long k) {
+  return atomic_load(&g->waited[r]) <= k;
+}
+
+/* Under mu: mark the group broken, recording in g->broken_msg which ranks
+ * did not arrive at `op`, and wake every sleeper. */
+static void break_group(local_comm *g, const char *op, local_absent_fn absent,
+                        unsigned long k) {
   char *m = g->broken_msg;
   size_t cap = sizeof g->broken_msg, len;
+  int arrived = 0;
+  for (int r = 0; r < g->base.size; r++) arrived += !absent(g, r, k);
   len = (size_t)snprintf(
       m, cap, "%s: timed out after %d ms; %d of %d ranks arrived; missing rank(s)", op,
-      g->timeout_ms, atomic_load(&g->arrived), g->base.size);
-  for (int r = 0, k = 0; r < g->base.size && len < cap; r++) {
-    if (atomic_load(&g->here[r])) continue;
+      g->timeout_ms, arrived, g->base.size);
+  for (int r = 0, n = 0; r < g->base.size && len < cap; r++) {
+    if (!absent(g, r, k)) continue;
     if (len + 16 >= cap) {
       snprintf(m + len, cap - len, " ...");
       break;
     }
-    len += (size_t)snprintf(m + len, cap - len, "%s %d", k++ ? "," : "", r);
+    len += (size_t)snprintf(m + len, cap - len, "%s %d", n++ ? "," : "", r);
   }
   g->broken = 1;
   pthread_cond_broadcast(&g->cv);
@@ -184,6 +239,21 @@ static struct timespec deadline_after(int ms) {
  * machine was loaded. */
 #define SPIN_NS 200000
 
+/* The error of a call on a group that a timeout broke earlier. */
+static dpm_status broken_state(local_comm *g, const char *op, dpm_err *err) {
+  pthread_mutex_lock(&g->mu);
+  dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier timeout (%s)", op,
+           g->broken_msg);
+  pthread_mutex_unlock(&g->mu);
+  return DPM_STATE;
+}
+
+/* Spin until *w >= want: for work already running on a peer's CPU. */
+static void spin_until(atomic_ulong *w, unsigned long want) {
+  struct timespec start = {0};
+  for (unsigned i = 1; atomic_load(w) < want; i++) dpm_spin_step(i, &start, 0);
+}
+
 /* One round: rank arrives with `call` (and, in a first round, its buffer)
  * and returns when all ranks have arrived, with the round's verdict; or
  * DPM_TIMEOUT (timed rounds only) / DPM_STATE / DPM_INVALID (the rank is
@@ -191,13 +261,7 @@ static struct timespec deadline_after(int ms) {
 static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int timed,
                        dpm_err *err) {
   const char *op = local_ops[call.op].name;
-  if (atomic_load(&g->broken)) {
-    pthread_mutex_lock(&g->mu);
-    dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier timeout (%s)", op,
-             g->broken_msg);
-    pthread_mutex_unlock(&g->mu);
-    return DPM_STATE;
-  }
+  if (atomic_load(&g->broken)) return broken_state(g, op, err);
   if (atomic_exchange(&g->here[rank], 1))
     return dpm_errf(
         err, DPM_INVALID,
@@ -228,7 +292,7 @@ static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int 
         /* all in: the last one is on its way to publish */
         if (rc == ETIMEDOUT && atomic_load(&g->gen) == mine && !g->broken &&
             atomic_load(&g->arrived) < g->base.size)
-          break_group(g, op);
+          break_group(g, op, absent_from_round, 0);
       }
       g->sleepers--;
       pthread_mutex_unlock(&g->mu);
@@ -321,16 +385,150 @@ static dpm_status local_barrier(dpm_comm *c, int rank, dpm_err *err) {
   return meet(local_of(c), rank, (local_call){.op = OP_BARRIER}, NULL, 1, err);
 }
 
+/* ---- Started allreduces -------------------------------------------------
+ *
+ * Job k is every rank's k-th start. A start records the rank's buffer and
+ * count in the job's slot and counts the rank in; the last rank in judges
+ * (the same count everywhere, check_sized) and publishes the job (ready =
+ * k + 1). The summing happens in the waits: each waiting rank claims chunks
+ * of LOCAL_CHUNK floats and sums each in rank order into every buffer
+ * (reduce_slice), so a rank that waits while its peers still compute sums
+ * all that they have started, and a slower rank finds its sums done. A wait
+ * returns once every chunk is summed; the last rank to leave resets the
+ * slot for job k + LOCAL_JOBS (uses). A rank that gives up on a job not
+ * every rank has started (its timeout, or a group broken elsewhere) first
+ * adds LOCAL_POISON to the arrivals, so that the job can never be published
+ * and no peer writes the buffer of a rank that has returned. */
+
+/* Floats a waiting rank claims at a time: 32 KiB, a few microseconds. */
+#define LOCAL_CHUNK 8192
+
+/* Wake the ranks asleep in a job wait, after the store they wait for. */
+static void wake_job_sleepers(local_comm *g) {
+  if (!atomic_load(&g->job_sleepers)) return;
+  pthread_mutex_lock(&g->mu);
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Wait until *w >= want: spinning first when the ranks have CPUs of their
+ * own, then asleep on cv. Returns 1 once there, 0 when the group broke or
+ * `until` passed first. */
+static int await_count(local_comm *g, atomic_ulong *w, unsigned long want,
+                       const struct timespec *until) {
+  struct timespec start = {0};
+  for (unsigned i = 1; g->spin; i++) {
+    if (atomic_load(w) >= want) return 1;
+    if (atomic_load(&g->broken) || !dpm_spin_step(i, &start, SPIN_NS)) break;
+  }
+  pthread_mutex_lock(&g->mu);
+  atomic_fetch_add(&g->job_sleepers, 1);
+  while (atomic_load(w) < want && !g->broken)
+    if (pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT) break;
+  atomic_fetch_sub(&g->job_sleepers, 1);
+  pthread_mutex_unlock(&g->mu);
+  return atomic_load(w) >= want;
+}
+
+/* The status of a rank that gives up: the group is broken, by this rank
+ * (its timeout, recorded as `op` missing `absent` ranks) or another. */
+static dpm_status give_up(local_comm *g, const char *op, local_absent_fn absent,
+                          unsigned long k, dpm_err *err) {
+  pthread_mutex_lock(&g->mu);
+  if (!g->broken) break_group(g, op, absent, k);
+  dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+  pthread_mutex_unlock(&g->mu);
+  return DPM_TIMEOUT;
+}
+
+static void publish(local_comm *g, local_job *j, unsigned long k) {
+  j->verdict = check_sized(j->calls, j->bufs, g->base.size, "count", j->msg);
+  j->chunks = j->verdict ? 0 : (j->calls[0].n + LOCAL_CHUNK - 1) / LOCAL_CHUNK;
+  atomic_store(&j->ready, k + 1);
+  wake_job_sleepers(g);
+}
+
+static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
+                              dpm_err *err) {
+  local_comm *g = local_of(c);
+  unsigned long k = atomic_load(&g->started[rank]);
+  if (atomic_load(&g->broken)) return broken_state(g, "allreduce start", err);
+  if (k - atomic_load(&g->waited[rank]) == LOCAL_JOBS)
+    return dpm_errf(err, DPM_INVALID,
+                    "allreduce start: rank %d already has %d started allreduces not "
+                    "waited for",
+                    rank, LOCAL_JOBS);
+  local_job *j = &g->jobs[k % LOCAL_JOBS];
+  struct timespec until = deadline_after(g->timeout_ms);
+  if (!await_count(g, &j->uses, k / LOCAL_JOBS, &until))
+    return give_up(g, "allreduce start (an earlier allreduce not yet waited for)",
+                   absent_from_waits, k - LOCAL_JOBS, err);
+  j->calls[rank] = (local_call){.op = OP_ALLREDUCE, .n = count};
+  j->bufs[rank] = buf;
+  atomic_store(&g->started[rank], k + 1);
+  if (atomic_fetch_add(&j->arrived, 1) + 1 == c->size) publish(g, j, k);
+  return DPM_OK;
+}
+
+/* Sum the job's unclaimed chunks, then wait for the peers' claimed ones. */
+static void sum_chunks(local_comm *g, local_job *j) {
+  size_t n = j->calls[0].n;
+  for (unsigned long ch; (ch = atomic_fetch_add(&j->next, 1)) < j->chunks;) {
+    size_t lo = ch * LOCAL_CHUNK, hi = n - lo > LOCAL_CHUNK ? lo + LOCAL_CHUNK : n;
+    reduce_slice((float *const *)j->bufs, g->base.size, lo, hi);
+    atomic_fetch_add(&j->done, 1);
+  }
+  spin_until(&j->done, j->chunks);
+}
+
+static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
+  local_comm *g = local_of(c);
+  unsigned long k = atomic_load(&g->waited[rank]);
+  if (k == atomic_load(&g->started[rank]))
+    return dpm_errf(err, DPM_INVALID, "allreduce wait: rank %d has no started allreduce",
+                    rank);
+  local_job *j = &g->jobs[k % LOCAL_JOBS];
+  atomic_store(&g->waited[rank], k + 1);
+  struct timespec until = deadline_after(g->timeout_ms);
+  if (!await_count(g, &j->ready, k + 1, &until)) {
+    if (atomic_fetch_add(&j->arrived, LOCAL_POISON) != c->size)
+      return give_up(g, "allreduce", absent_from_job, k, err);
+    spin_until(&j->ready, k + 1); /* all were in: the judge is publishing it */
+  }
+  dpm_status s = j->verdict ? dpm_errf(err, j->verdict, "%s", j->msg) : DPM_OK;
+  if (!s && c->size > 1) sum_chunks(g, j);
+  if (atomic_fetch_add(&j->left, 1) + 1 == c->size) {
+    atomic_store(&j->arrived, 0);
+    atomic_store(&j->next, 0);
+    atomic_store(&j->done, 0);
+    atomic_store(&j->left, 0);
+    atomic_fetch_add(&j->uses, 1);
+    wake_job_sleepers(g);
+  }
+  return s;
+}
+
 static int local_broken(dpm_comm *c) { return atomic_load(&local_of(c)->broken); }
+
+static void free_all(local_comm *g) {
+  for (int k = 0; g->jobs && k < LOCAL_JOBS; k++) {
+    free(g->jobs[k].calls);
+    free(g->jobs[k].bufs);
+  }
+  free(g->jobs);
+  free(g->started);
+  free(g->waited);
+  free(g->calls);
+  free(g->here);
+  free(g->bufs);
+  free(g);
+}
 
 static void local_destroy(dpm_comm *c) {
   local_comm *g = local_of(c);
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->mu);
-  free(g->calls);
-  free(g->here);
-  free(g->bufs);
-  free(g);
+  free_all(g);
 }
 
 static const dpm_comm_ops local_comm_ops = {
@@ -338,6 +536,8 @@ static const dpm_comm_ops local_comm_ops = {
     .allreduce = local_allreduce,
     .broadcast = local_broadcast,
     .barrier = local_barrier,
+    .allreduce_start = local_start,
+    .allreduce_wait = local_wait,
     .broken = local_broken,
     .destroy = local_destroy,
 };
@@ -356,6 +556,14 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
   g->calls = calloc((size_t)size, sizeof *g->calls);
   g->here = calloc((size_t)size, sizeof *g->here);
   g->bufs = calloc((size_t)size, sizeof *g->bufs);
+  g->started = calloc((size_t)size, sizeof *g->started);
+  g->waited = calloc((size_t)size, sizeof *g->waited);
+  int jobs_ok = (g->jobs = calloc(LOCAL_JOBS, sizeof *g->jobs)) != NULL;
+  for (int k = 0; jobs_ok && k < LOCAL_JOBS; k++) {
+    g->jobs[k].calls = calloc((size_t)size, sizeof *g->jobs[k].calls);
+    g->jobs[k].bufs = calloc((size_t)size, sizeof *g->jobs[k].bufs);
+    jobs_ok = g->jobs[k].calls && g->jobs[k].bufs;
+  }
   pthread_condattr_t ca;
   int cv_ok = 0, mu_ok = !pthread_mutex_init(&g->mu, NULL);
   if (!pthread_condattr_init(&ca)) {
@@ -363,13 +571,11 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
             !pthread_cond_init(&g->cv, &ca);
     pthread_condattr_destroy(&ca);
   }
-  if (!g->calls || !g->here || !g->bufs || !mu_ok || !cv_ok) {
+  if (!g->calls || !g->here || !g->bufs || !g->started || !g->waited || !jobs_ok ||
+      !mu_ok || !cv_ok) {
     if (mu_ok) pthread_mutex_destroy(&g->mu);
     if (cv_ok) pthread_cond_destroy(&g->cv);
-    free(g->calls);
-    free(g->here);
-    free(g->bufs);
-    free(g);
+    free_all(g);
     return dpm_errf(err, DPM_NOMEM, "local comm: out of memory for %d ranks", size);
   }
   g->base = (dpm_comm){.ops = &local_comm_ops, .size = size};

@@ -112,7 +112,6 @@ enum {
 /* ---- executable ops ----------------------------------------------------- */
 
 struct dpm_comm;
-struct dpm_comm_queue;
 
 /* Per-device execution context, owned by the device worker. */
 typedef struct dpm_ctx {
@@ -121,7 +120,8 @@ typedef struct dpm_ctx {
   uint64_t rng[2];              /* Dropout's stream; seeded per device and step */
   int device;                   /* device index = rank in comm, 0 = master */
   struct dpm_comm *comm;        /* the replicas' group; NULL on one device */
-  struct dpm_comm_queue *queue; /* this device's asynchronous collectives */
+  int started;      /* allreduces started on comm and not yet waited for */
+  uint64_t comm_ns; /* time spent in collective ops, accumulated */
   dpm_status status; /* first failure of a kernel that can fail (collectives); */
   dpm_err err;       /* the runner checks and clears it after each net run */
 } dpm_ctx;

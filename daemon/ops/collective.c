@@ -1,21 +1,24 @@
 /* Collective ops of a data-parallel step, inserted by parallel/plan.c (never
  * written in a spec): they run a dpm_comm collective over their blobs, in
- * place, through the device context (ctx->comm, ctx->queue, ctx->device).
+ * place, through the device context (ctx->comm, ctx->device).
  *
  *   Allreduce(g...) -> g...        sum over replicas, synchronous
- *   AllreduceStart(g...) -> g...   enqueue the sum on the device's comm thread
- *   AllreduceWait(g...) -> g...    wait for the oldest started sum
+ *   AllreduceStart(g...) -> g...   start the sum (dpm_comm_allreduce_start)
+ *   AllreduceWait(g...) -> g...    complete the oldest started sum
  *   Broadcast(b...) -> b...        copy the master's (rank 0) values
  *
  * Blobs laid out back to back (the plan's gradient arena) go in one call.
  * A failure (timeout, broken group) is recorded in ctx->status for the
- * runner; later collectives of the step are skipped. */
+ * runner; later collectives of the step are skipped (ctx->started counts
+ * the sums started and not yet waited for, which the runner then waits
+ * for). ctx->comm_ns accumulates the time spent in these ops. */
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm.h"
 #include "engine/op.h"
 #include "ops/families.h"
-#include "parallel/queue.h"
 
 static dpm_status same_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                              dpm_err *err) {
@@ -50,14 +53,18 @@ typedef dpm_status (*span_fn)(dpm_ctx *ctx, void *buf, size_t bytes);
 static void over_blobs(const dpm_op *op, span_fn fn) {
   dpm_ctx *ctx = op->ctx;
   if (ctx->status) return;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   if (contiguous(op)) {
     const dpm_tensor *last = op->in[op->n_in - 1];
     char *end = (char *)last->data + dpm_shape_bytes(&last->shape);
     ctx->status = fn(ctx, op->in[0]->data, (size_t)(end - (char *)op->in[0]->data));
-    return;
+  } else {
+    for (int k = 0; k < op->n_in && !ctx->status; k++)
+      ctx->status = fn(ctx, op->in[k]->data, dpm_shape_bytes(&op->in[k]->shape));
   }
-  for (int k = 0; k < op->n_in && !ctx->status; k++)
-    ctx->status = fn(ctx, op->in[k]->data, dpm_shape_bytes(&op->in[k]->shape));
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ctx->comm_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
 }
 
 static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
@@ -65,11 +72,15 @@ static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
                             &ctx->err);
 }
 static dpm_status reduce_later(dpm_ctx *ctx, void *buf, size_t bytes) {
-  return dpm_queue_allreduce(ctx->queue, buf, bytes / sizeof(float), &ctx->err);
+  dpm_status s =
+      dpm_comm_allreduce_start(ctx->comm, ctx->device, buf, bytes / sizeof(float), &ctx->err);
+  ctx->started += !s;
+  return s;
 }
 static dpm_status wait_one(dpm_ctx *ctx, void *buf, size_t bytes) {
   (void)buf, (void)bytes;
-  return dpm_queue_wait(ctx->queue, &ctx->err);
+  ctx->started--;
+  return dpm_comm_allreduce_wait(ctx->comm, ctx->device, &ctx->err);
 }
 static dpm_status from_master(dpm_ctx *ctx, void *buf, size_t bytes) {
   return dpm_comm_broadcast(ctx->comm, ctx->device, 0, buf, bytes, &ctx->err);

@@ -1,4 +1,4 @@
-/* A device set's warm workers, communicator and comm queues (crew.h).
+/* A device set's warm workers and communicator (crew.h).
  *
  * Lock-step: a run publishes fn/arg, sets `pending` to n-1 and bumps `gen`;
  * each worker, having seen the new gen, runs fn and decrements pending; the
@@ -7,8 +7,8 @@
  * lock that waits for the workers, so a run costs the two mutex sections it
  * cost before runs could come from several threads.
  *
- * Threads: mu guards fn, arg, the tickets, quit, and the comm and queues
- * pointers' changes (made only while the changer holds the turn, no rank
+ * Threads: mu guards fn, arg, the tickets, quit, and the comm pointer's
+ * changes (made only while the changer holds the turn, no rank
  * inside fn). gen and pending are atomics written under mu (gen) or by the
  * ranks (pending); a worker's acquire of gen orders its reads of fn/arg and
  * of whatever the caller wrote before the run, and the caller's acquire of
@@ -22,7 +22,6 @@
 
 #include "comm/comm.h"
 #include "comm/spin.h"
-#include "parallel/queue.h"
 
 /* Runs of one model follow each other within microseconds: waiters spin
  * that long before sleeping (comm/spin.h). */
@@ -38,10 +37,9 @@ typedef struct {
 struct dpm_crew {
   int n, timeout_ms;
   int core0;               /* CPU for rank 0 (the caller) during runs; -1: anywhere */
-  dpm_comm *comm;          /* NULL when n == 1 */
-  dpm_comm_queue **queues; /* [n] once enabled */
-  crew_worker *w;          /* [n]; w[0] unused (the caller is rank 0) */
-  int threads;             /* workers started */
+  dpm_comm *comm; /* NULL when n == 1 */
+  crew_worker *w;  /* [n]; w[0] unused (the caller is rank 0) */
+  int threads;     /* workers started */
   pthread_mutex_t mu;
   pthread_cond_t go, done, turn;
   void (*fn)(void *arg, int rank);
@@ -107,40 +105,14 @@ static void end_turn(dpm_crew *c) {
   if (c->next_ticket != c->serving) pthread_cond_broadcast(&c->turn);
 }
 
-static void destroy_queues(dpm_comm_queue **q, int n) {
-  for (int r = 0; q && r < n; r++) dpm_queue_destroy(q[r]);
-  free(q);
-}
-
-static dpm_status create_queues(dpm_comm *comm, int n, dpm_comm_queue ***out,
-                                dpm_err *err) {
-  dpm_comm_queue **q = calloc((size_t)n, sizeof *q);
-  if (!q) return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
-  for (int r = 0; r < n; r++)
-    if (dpm_queue_create(comm, r, &q[r], err)) {
-      destroy_queues(q, n);
-      return err->code;
-    }
-  *out = q;
-  return DPM_OK;
-}
-
-/* Holding the turn, no rank inside the comm: replace a broken comm (and
- * its queues) with a new one. On failure the broken one stays, for the
- * next run to try again. */
+/* Holding the turn, no rank inside the comm: replace a broken comm with a
+ * new one. On failure the broken one stays, for the next run to try again. */
 static void renew_comm(dpm_crew *c) {
   dpm_comm *comm;
-  dpm_comm_queue **q = NULL;
   dpm_err err;
   if (dpm_comm_local_create(c->n, c->timeout_ms, &comm, &err)) return;
-  if (c->queues && create_queues(comm, c->n, &q, &err)) {
-    dpm_comm_destroy(comm);
-    return;
-  }
-  destroy_queues(c->queues, c->n);
   dpm_comm_destroy(c->comm);
   c->comm = comm;
-  c->queues = q;
 }
 
 void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
@@ -171,21 +143,7 @@ void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
   pthread_mutex_unlock(&c->mu);
 }
 
-dpm_status dpm_crew_enable_queues(dpm_crew *c, dpm_err *err) {
-  if (c->n == 1) return DPM_OK;
-  pthread_mutex_lock(&c->mu);
-  take_turn(c);
-  dpm_status s = c->queues ? DPM_OK : create_queues(c->comm, c->n, &c->queues, err);
-  end_turn(c);
-  pthread_mutex_unlock(&c->mu);
-  return s;
-}
-
 dpm_comm *dpm_crew_comm(dpm_crew *c) { return c->comm; }
-
-dpm_comm_queue *dpm_crew_queue(dpm_crew *c, int rank) {
-  return c->queues ? c->queues[rank] : NULL;
-}
 
 int dpm_crew_size(const dpm_crew *c) { return c->n; }
 
@@ -239,7 +197,6 @@ void dpm_crew_destroy(dpm_crew *c) {
     pthread_mutex_unlock(&c->mu);
     for (int r = 1; r <= c->threads; r++) pthread_join(c->w[r].thread, NULL);
   }
-  destroy_queues(c->queues, c->n);
   dpm_comm_destroy(c->comm);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->go);

@@ -2,10 +2,8 @@
  * and shared by every model (trainer) that runs on those devices.
  *
  * A crew of n ranks has n-1 persistent worker threads (ranks 1..n-1; rank 0
- * is whichever thread calls dpm_crew_run), the group's communicator (local
- * backend, size n; none when n == 1) and, once a dag plan asked for them,
- * one asynchronous-collective queue per rank (parallel/queue.h: a
- * communication thread each) on that communicator.
+ * is whichever thread calls dpm_crew_run) and the group's communicator
+ * (local backend, size n; none when n == 1).
  *
  * Runs: dpm_crew_run(fn, arg) calls fn(arg, rank) once on every rank, in
  * lock-step, and returns when all have returned. Runs are serialised, one
@@ -14,31 +12,29 @@
  * spins briefly before sleeping (comm/spin.h), so runs that follow each
  * other within microseconds do not pay a wake-up.
  *
- * What fn must do: use dpm_crew_comm / dpm_crew_queue as they are during
- * the run (read them inside fn: a renewal between runs replaces them), and
- * leave nothing in flight on them when it returns, on any rank: every
- * collective it started, also on a queue, has finished (after a failure:
- * wait for what was queued). Then no collective of one run can meet one of
- * the next, whoever runs it. fn must not call dpm_crew_run on its own crew.
+ * What fn must do: use dpm_crew_comm as it is during the run (read it
+ * inside fn: a renewal between runs replaces it), and leave nothing in
+ * flight on it when it returns, on any rank: every collective it started
+ * has been waited for (after a failure too). Then no collective of one run
+ * can meet one of the next, whoever runs it. fn must not call dpm_crew_run
+ * on its own crew.
  *
  * A broken communicator (a collective timed out, comm.h) is renewed at the
  * start of the next run: the crew destroys it (every rank has left it: the
- * run that broke it is over) and creates a new one, with new queues; the run
- * that timed out reports its errors, the next one starts on a healthy group.
+ * run that broke it is over) and creates a new one; the run that timed out
+ * reports its errors, the next one starts on a healthy group.
  * If the renewal itself fails (out of memory) the run gets the broken group
  * (its collectives fail with DPM_STATE) and the next run tries again.
  *
- * Threads: dpm_crew_run and dpm_crew_enable_queues from any threads;
- * dpm_crew_comm and dpm_crew_queue inside fn (or when no run can be in
- * flight); dpm_crew_size anywhere; create and destroy by the owner, destroy
- * when nobody runs on the crew any more. */
+ * Threads: dpm_crew_run from any threads; dpm_crew_comm inside fn (or
+ * when no run can be in flight); dpm_crew_size anywhere; create and destroy
+ * by the owner, destroy when nobody runs on the crew any more. */
 #ifndef DPM_PARALLEL_CREW_H
 #define DPM_PARALLEL_CREW_H
 
 #include "dpm/status.h"
 
 struct dpm_comm;
-struct dpm_comm_queue;
 typedef struct dpm_crew dpm_crew;
 
 /* n ranks (1..DPM_COMM_MAX_RANKS); collectives wait for peers at most
@@ -60,18 +56,11 @@ dpm_status dpm_crew_create_pinned(int n, int comm_timeout_ms, const int *cores,
  * the crew's workers; returns when all have returned. */
 void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg);
 
-/* Give every rank an asynchronous-collective queue on the crew's comm (dag
- * plans). Idempotent; waits for its turn like a run. Nothing to do when
- * n == 1. DPM_NOMEM when a thread cannot be started (no queue then). */
-dpm_status dpm_crew_enable_queues(dpm_crew *c, dpm_err *err);
-
 /* The group's communicator; NULL when n == 1. */
 struct dpm_comm *dpm_crew_comm(dpm_crew *c);
-/* Rank's queue; NULL before dpm_crew_enable_queues and when n == 1. */
-struct dpm_comm_queue *dpm_crew_queue(dpm_crew *c, int rank);
 int dpm_crew_size(const dpm_crew *c);
 
-/* Joins the workers, frees the queues and the comm. NULL is ignored. */
+/* Joins the workers, frees the comm. NULL is ignored. */
 void dpm_crew_destroy(dpm_crew *c);
 
 #endif

@@ -9,6 +9,7 @@
  * one JSON object per line: per epoch {"epoch","loss","test_accuracy",
  * "images_per_s"}, last a summary {"images_per_s","step_ms_median",
  * "test_accuracy","peak_rss_mb"}. Exit codes: 0 ok, 1 failed, 2 usage. */
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,7 @@ int main(int argc, char **argv) {
   options o = {.epochs = 1};
   int rc = parse(argc, argv, &o);
   if (rc) return rc;
+  openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
   dpm_trainer_options topt = {.net_type = -1};
   if (o.devices && parse_devices(o.devices, &topt.devices))
     return usage("--devices takes cpu:0,cpu:1,... (each once, from 0)");

@@ -19,7 +19,6 @@
 #include "io/idx.h"
 #include "io/reader.h"
 #include "parallel/crew.h"
-#include "parallel/queue.h"
 #include "parallel/share.h"
 #include "spec/spec.h"
 
@@ -46,7 +45,6 @@ struct dpm_trainer {
   dpm_crew *crew; /* the replicas' workers and comm: opt.crew or own_crew */
   dpm_crew *own_crew;
   int n;   /* replicas */
-  int dag; /* the plan queues collectives (dag, n > 1, several buckets) */
   dpm_share *share; /* replicas take parts of each other's last backward op */
   replica *r;
   job_kind job;                  /* of the crew run in flight */
@@ -82,14 +80,13 @@ static dpm_status sync_blobs(replica *r, const char *const *names, int n) {
   return r->status;
 }
 
-/* After a failed step a dag replica may still have collectives queued (the
+/* After a failed step a dag replica may still have allreduces started (the
  * waits after the failure were skipped): wait for them all, so that none is
- * in flight when the crew's run ends (crew.h). dpm_queue_wait answers
- * DPM_INTERNAL once nothing is left to wait for (a collective never does). */
-static void drain(dpm_comm_queue *q) {
+ * in flight when the crew's run ends (crew.h). */
+static void drain(dpm_ctx *ctx) {
   dpm_err ignored;
-  while (q && dpm_queue_wait(q, &ignored) != DPM_INTERNAL) {
-  }
+  for (; ctx->started > 0; ctx->started--)
+    dpm_comm_allreduce_wait(ctx->comm, ctx->device, &ignored);
 }
 
 /* The step net; with a share, the last backward op is run with the peers'
@@ -109,12 +106,11 @@ static void run_step(dpm_trainer *t, replica *r) {
 }
 
 /* One rank's part of a crew run: the job on replica `rank`. The crew's comm
- * and queue are looked up per run (the crew renews a broken comm). */
+ * is looked up per run (the crew renews a broken comm). */
 static void run_job(void *arg, int rank) {
   dpm_trainer *t = arg;
   replica *r = &t->r[rank];
   r->ctx.comm = dpm_crew_comm(t->crew);
-  r->ctx.queue = t->dag ? dpm_crew_queue(t->crew, rank) : NULL;
   r->status = DPM_OK;
   if (t->job == JOB_SYNC) {
     sync_blobs(r, t->sync_names, t->sync_n);
@@ -126,7 +122,7 @@ static void run_job(void *arg, int rank) {
     r->status = r->ctx.status;
     r->err = r->ctx.err;
     r->ctx.status = DPM_OK;
-    drain(r->ctx.queue);
+    drain(&r->ctx);
   }
 }
 
@@ -224,7 +220,7 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
 
 static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_model *m = &t->model;
-  r->ctx.device = r->rank; /* comm and queue: set per crew run */
+  r->ctx.device = r->rank; /* comm: set per crew run */
   dpm_exec init = {0};
   dpm_status s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
   if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
@@ -314,8 +310,6 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     if (cs) return cs;
     t->crew = t->own_crew;
   }
-  t->dag = type == DPM_NET_DAG && devices > 1 && t->plan.n_buckets > 1;
-  if (t->dag && dpm_crew_enable_queues(t->crew, err)) return err->code;
   /* with more replicas than CPUs, one waiting to help would hold a CPU a peer needs */
   int cpus = process_cpus_known ? CPU_COUNT(&process_cpus) : 1;
   if (!t->opt.no_share && t->plan.shared_op >= 0 && devices <= cpus &&
@@ -397,11 +391,13 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;
     feed(t, b);
+    uint64_t comm0 = t->r[0].ctx.comm_ns;
     if (dispatch(t, JOB_STEP, err)) return err->code;
     t->iter++;
     stats(t, &st);
     st.steps_done = i + 1;
     st.step_ms = now_ms() - t0;
+    st.comm_ms = (double)(t->r[0].ctx.comm_ns - comm0) / 1e6;
     if (!isfinite(st.loss))
       return dpm_errf(err, DPM_NUMERIC, "loss is %g at iteration %llu", st.loss,
                       (unsigned long long)t->iter);

@@ -12,14 +12,16 @@
  *
  * Threads: a trainer is driven by one thread (the caller of these
  * functions), which also runs replica 0; replicas 1.. run on the workers of
- * a crew (parallel/crew.h), whose communicator carries the collectives and,
- * for dag plans, whose communication threads (one per replica) overlap them
- * with backward. Replicas that finish backward early take parts of the
- * slower replicas' last backward op (parallel/share.h; when there are no
- * more replicas than CPUs). The crew is either borrowed (options.crew:
- * warm devices shared with other trainers; the trainer starts no worker or
- * communication thread) or created at create and destroyed at destroy. Each step, each
- * sync and the initial broadcast is one run of the crew, so trainers sharing
+ * a crew (parallel/crew.h), whose communicator carries the collectives (dag
+ * plans start a bucket's sum as soon as its gradients are final; the
+ * replicas sum it when they wait for it, so one that finishes backward
+ * first sums what its peers have started: comm.h). Replicas that finish
+ * backward early take parts of the slower replicas' last backward op
+ * (parallel/share.h; when there are no more replicas than CPUs). The crew
+ * is either borrowed (options.crew: warm devices shared with other
+ * trainers; the trainer starts no worker) or created at create and
+ * destroyed at destroy. Each step, each sync and the initial broadcast is
+ * one run of the crew, so trainers sharing
  * a crew, driven from their own threads, interleave step by step. The reader
  * has a prefetch thread of its own. dpm_trainer_interrupt may be called from
  * any thread.
@@ -50,6 +52,8 @@ typedef struct dpm_step_stats {
   double accuracy; /* of the last step's global batch; NaN without Accuracy */
   double lr;       /* learning rate used by the last step */
   double step_ms;  /* wall time of the last step */
+  double comm_ms;  /* of it, the master replica's time in collectives: waiting for
+                      peers and summing (the reduction not hidden behind backward) */
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {

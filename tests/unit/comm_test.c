@@ -3,6 +3,7 @@
  * root, barrier, timeouts that break the group, refused disagreements, and
  * clean destruction. Ranks are threads; only the main thread CHECKs. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,11 +72,18 @@ static int run_ranks(dpm_comm *comm, int n, rank_fn fn, void *shared, rank_ctx *
 typedef struct {
   float *buf[MAX_RANKS];
   size_t count;
+  int started; /* through dpm_comm_allreduce_start and _wait */
 } ar_state;
 
 static void ar_rank(rank_ctx *c) {
   ar_state *st = c->shared;
-  c->s = dpm_comm_allreduce(c->comm, c->rank, st->buf[c->rank], st->count, &c->err);
+  float *buf = st->buf[c->rank];
+  if (!st->started) {
+    c->s = dpm_comm_allreduce(c->comm, c->rank, buf, st->count, &c->err);
+    return;
+  }
+  c->s = dpm_comm_allreduce_start(c->comm, c->rank, buf, st->count, &c->err);
+  if (!c->s) c->s = dpm_comm_allreduce_wait(c->comm, c->rank, &c->err);
 }
 
 /* Floats of wildly different magnitudes and signs, so that any other
@@ -89,8 +97,11 @@ static float messy(uint64_t *x) {
   return ldexpf(m, e);
 }
 
+/* Blocking and started allreduces alike (mode 1: started; its chunks are
+ * summed by whichever rank claims them). */
 TEST(comm_allreduce_exact_rank_order) {
   static const size_t counts[] = {0, 1, 17, 1000003};
+  for (int mode = 0; mode < 2; mode++)
   for (int n = 1; n <= MAX_RANKS; n++) {
     dpm_comm *comm;
     dpm_err err;
@@ -98,7 +109,7 @@ TEST(comm_allreduce_exact_rank_order) {
     CHECK_INT(dpm_comm_size(comm), n);
     for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
       size_t count = counts[ci];
-      ar_state st = {.count = count};
+      ar_state st = {.count = count, .started = mode};
       float *ref = malloc((count ? count : 1) * sizeof *ref);
       uint64_t x = 0x9e3779b97f4a7c15ull + count * 31 + (uint64_t)n;
       for (int r = 0; r < n; r++) {
@@ -120,7 +131,7 @@ TEST(comm_allreduce_exact_rank_order) {
       if (!ok || !same) dpm_comm_destroy(comm);
       CHECK(ok);
       for (int r = 0; r < n; r++) CHECK_INT(ctx[r].s, DPM_OK);
-      if (!same) printf("    n=%d count=%zu\n", n, count);
+      if (!same) printf("    mode=%d n=%d count=%zu\n", mode, n, count);
       CHECK(same);
     }
     dpm_comm_destroy(comm);
@@ -174,6 +185,139 @@ TEST(comm_allreduce_repeated) {
     CHECK_INT(ctx[r].s, DPM_OK);
     CHECK_INT(ctx[r].bad, 0);
   }
+}
+
+/* ---- started allreduces ---------------------------------------------- */
+
+/* Rounds of 1..4 started allreduces, then their waits, oldest first: 150
+ * rounds pass every slot of the group's jobs several times. Sums exact in
+ * any order; each rank checks its own. */
+static void started_rank(rank_ctx *c) {
+  int n = dpm_comm_size(c->comm);
+  for (int it = 0; it < 150; it++) {
+    float *buf[4] = {0};
+    size_t count[4];
+    int k = it % 4 + 1;
+    for (int j = 0; j < k; j++) {
+      count[j] = repeat_count(it * 4 + j) * 7; /* up to 35k floats: several chunks */
+      buf[j] = malloc((count[j] ? count[j] : 1) * sizeof *buf[j]);
+      for (size_t i = 0; i < count[j]; i++)
+        buf[j][i] = (float)((c->rank + 1) * (int)(i % 7) + it + j);
+      dpm_status s = dpm_comm_allreduce_start(c->comm, c->rank, buf[j], count[j], &c->err);
+      if (s && !c->s) c->s = s;
+    }
+    for (int j = 0; j < k; j++) {
+      dpm_status s = dpm_comm_allreduce_wait(c->comm, c->rank, &c->err);
+      if (s && !c->s) c->s = s;
+      for (size_t i = 0; i < count[j] && !s; i++)
+        if (buf[j][i] != (float)(n * (n + 1) / 2 * (int)(i % 7) + n * (it + j))) c->bad++;
+      free(buf[j]);
+    }
+  }
+}
+
+TEST(comm_started_allreduces_repeated) {
+  dpm_comm *comm;
+  CHECK_INT(dpm_comm_local_create(3, 5000, &comm, NULL), DPM_OK);
+  rank_ctx ctx[MAX_RANKS];
+  int ok = run_ranks(comm, 3, started_rank, NULL, ctx, -1);
+  dpm_comm_destroy(comm);
+  CHECK(ok);
+  for (int r = 0; r < 3; r++) {
+    CHECK_INT(ctx[r].s, DPM_OK);
+    CHECK_INT(ctx[r].bad, 0);
+  }
+}
+
+typedef struct {
+  float *buf[2];
+  size_t count;
+  atomic_int rank0_done; /* rank 0's wait has returned */
+  int rank1_saw_it;      /* rank 1 saw that before its own wait */
+} early_state;
+
+/* Rank 1 starts, then waits only after rank 0's wait has returned (or 5 s
+ * passed): rank 0's wait must have summed everything, rank 1's chunks too. */
+static void early_rank(rank_ctx *c) {
+  early_state *st = c->shared;
+  c->s = dpm_comm_allreduce_start(c->comm, c->rank, st->buf[c->rank], st->count, &c->err);
+  if (c->rank == 1) {
+    double t0 = now_ms();
+    while (!atomic_load(&st->rank0_done) && now_ms() - t0 < 5000) sched_yield();
+    st->rank1_saw_it = atomic_load(&st->rank0_done);
+  }
+  if (!c->s) c->s = dpm_comm_allreduce_wait(c->comm, c->rank, &c->err);
+  if (c->rank == 0) atomic_store(&st->rank0_done, 1);
+}
+
+TEST(comm_started_allreduce_summed_by_the_rank_that_waits) {
+  dpm_comm *comm;
+  CHECK_INT(dpm_comm_local_create(2, 10000, &comm, NULL), DPM_OK);
+  early_state st = {.count = 100003};
+  float *ref = malloc(st.count * sizeof *ref);
+  uint64_t x = 77;
+  for (int r = 0; r < 2; r++) {
+    st.buf[r] = malloc(st.count * sizeof(float));
+    for (size_t i = 0; i < st.count; i++) st.buf[r][i] = messy(&x);
+  }
+  for (size_t i = 0; i < st.count; i++) ref[i] = st.buf[0][i] + st.buf[1][i];
+  rank_ctx ctx[MAX_RANKS];
+  int ok = run_ranks(comm, 2, early_rank, &st, ctx, -1);
+  int same = !memcmp(st.buf[0], ref, st.count * sizeof *ref) &&
+             !memcmp(st.buf[1], ref, st.count * sizeof *ref);
+  for (int r = 0; r < 2; r++) free(st.buf[r]);
+  free(ref);
+  dpm_comm_destroy(comm);
+  CHECK(ok);
+  CHECK_INT(ctx[0].s, DPM_OK);
+  CHECK_INT(ctx[1].s, DPM_OK);
+  CHECK(st.rank1_saw_it);
+  CHECK(same);
+}
+
+/* One thread playing both ranks: starts never wait for peers, so every
+ * case is deterministic. */
+TEST(comm_started_allreduce_errors) {
+  dpm_comm *comm;
+  dpm_err err;
+  CHECK_INT(dpm_comm_local_create(2, 100, &comm, &err), DPM_OK);
+  float a[41], b[41];
+  for (int i = 0; i < 41; i++) a[i] = (float)i, b[i] = (float)(2 * i);
+  CHECK_INT(dpm_comm_allreduce_wait(comm, 0, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "rank 0 has no started allreduce");
+  /* disagreeing counts: both waits refuse, the buffers stay as they were */
+  CHECK_INT(dpm_comm_allreduce_start(comm, 0, a, 40, &err), DPM_OK);
+  CHECK_INT(dpm_comm_allreduce_start(comm, 1, b, 41, &err), DPM_OK);
+  for (int r = 0; r < 2; r++) {
+    CHECK_INT(dpm_comm_allreduce_wait(comm, r, &err), DPM_INVALID);
+    CHECK_HAS(err.msg, "ranks disagree on the count: rank 0 has 40, rank 1 has 41");
+  }
+  CHECK(a[40] == 40 && b[40] == 80 && a[3] == 3 && b[3] == 6);
+  /* at most DPM_COMM_MAX_STARTED in flight per rank; the group goes on */
+  for (int k = 0; k < DPM_COMM_MAX_STARTED; k++)
+    CHECK_INT(dpm_comm_allreduce_start(comm, 0, a, 1, &err), DPM_OK);
+  CHECK_INT(dpm_comm_allreduce_start(comm, 0, a, 1, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "already has 64 started allreduces");
+  for (int k = 0; k < DPM_COMM_MAX_STARTED; k++)
+    CHECK_INT(dpm_comm_allreduce_start(comm, 1, b, 1, &err), DPM_OK);
+  for (int k = 0; k < DPM_COMM_MAX_STARTED; k++) {
+    CHECK_INT(dpm_comm_allreduce_wait(comm, 1, &err), DPM_OK); /* rank 1 sums them */
+    CHECK_INT(dpm_comm_allreduce_wait(comm, 0, &err), DPM_OK);
+  }
+  CHECK(a[0] == 0 && b[0] == 0 && a[1] == 1 && b[1] == 2); /* 0 + 0, 64 times */
+  /* a peer that never starts: the wait times out naming it, the group breaks */
+  double t0 = now_ms();
+  CHECK_INT(dpm_comm_allreduce_start(comm, 0, a, 41, &err), DPM_OK);
+  CHECK_INT(dpm_comm_allreduce_wait(comm, 0, &err), DPM_TIMEOUT);
+  CHECK(now_ms() - t0 >= 95);
+  CHECK_HAS(err.msg, "allreduce: timed out after 100 ms; 1 of 2 ranks arrived");
+  CHECK_HAS(err.msg, "missing rank(s) 1");
+  CHECK(dpm_comm_broken(comm));
+  CHECK_INT(dpm_comm_allreduce_start(comm, 1, b, 41, &err), DPM_STATE);
+  CHECK_HAS(err.msg, "broken by an earlier timeout");
+  CHECK_INT(dpm_comm_allreduce_wait(comm, 1, &err), DPM_INVALID);
+  CHECK(a[40] == 40 && b[40] == 80);
+  dpm_comm_destroy(comm);
 }
 
 /* ---- broadcast and barrier ------------------------------------------ */

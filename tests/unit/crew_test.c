@@ -12,7 +12,6 @@
 
 #include "comm/comm.h"
 #include "parallel/crew.h"
-#include "parallel/queue.h"
 #include "spec/spec.h"
 #include "test.h"
 #include "train/trainer.h"
@@ -39,7 +38,6 @@ TEST(crew_runs_fn_on_every_rank_once) {
     CHECK_INT(dpm_crew_create(n, 1000, &c, &err), DPM_OK);
     CHECK_INT(dpm_crew_size(c), n);
     CHECK((dpm_crew_comm(c) != NULL) == (n > 1));
-    CHECK(!dpm_crew_queue(c, 0));
     rank_log l = {.caller = pthread_self()};
     for (int i = 0; i < 200; i++) {
       dpm_crew_run(c, log_rank, &l);
@@ -163,22 +161,19 @@ static void barrier_job(void *arg, int rank) {
       rank == j->skip ? DPM_OK : dpm_comm_barrier(dpm_crew_comm(j->c), rank, &err);
 }
 
-static void queued_allreduce(void *arg, int rank) {
+static void started_allreduce(void *arg, int rank) {
   comm_job *j = arg;
   dpm_err err;
+  dpm_comm *comm = dpm_crew_comm(j->c);
   for (int i = 0; i < 40; i++) j->v[rank][i] = (float)(rank + 1) * (float)i;
-  dpm_comm_queue *q = dpm_crew_queue(j->c, rank);
-  j->got[rank] = dpm_queue_allreduce(q, j->v[rank], 40, &err);
-  if (!j->got[rank]) j->got[rank] = dpm_queue_wait(q, &err);
+  j->got[rank] = dpm_comm_allreduce_start(comm, rank, j->v[rank], 40, &err);
+  if (!j->got[rank]) j->got[rank] = dpm_comm_allreduce_wait(comm, rank, &err);
 }
 
 TEST(crew_renews_a_comm_broken_by_a_timeout) {
   dpm_err err = {0};
   dpm_crew *c;
   CHECK_INT(dpm_crew_create(3, 50, &c, &err), DPM_OK);
-  CHECK_INT(dpm_crew_enable_queues(c, &err), DPM_OK);
-  CHECK_INT(dpm_crew_enable_queues(c, &err), DPM_OK); /* idempotent */
-  for (int r = 0; r < 3; r++) CHECK(dpm_crew_queue(c, r));
   comm_job j = {.c = c, .skip = 1};
   dpm_crew_run(c, barrier_job, &j);
   CHECK_INT(j.got[0], DPM_TIMEOUT);
@@ -189,8 +184,8 @@ TEST(crew_renews_a_comm_broken_by_a_timeout) {
     dpm_crew_run(c, barrier_job, &j);
     for (int r = 0; r < 3; r++) CHECK_INT(j.got[r], DPM_OK);
     CHECK(!dpm_comm_broken(dpm_crew_comm(c)));
-    /* the queues were renewed with the comm */
-    dpm_crew_run(c, queued_allreduce, &j);
+    /* started allreduces run on the renewed comm */
+    dpm_crew_run(c, started_allreduce, &j);
     for (int r = 0; r < 3; r++) {
       CHECK_INT(j.got[r], DPM_OK);
       for (int i = 0; i < 40; i++) CHECK(j.v[r][i] == 6.0f * (float)i);
@@ -364,7 +359,8 @@ static int threads_settle(int want) {
 }
 
 /* A trainer on a borrowed crew starts one thread: its reader's. One with a
- * crew of its own starts the workers (and, dag, the comm threads) too. */
+ * crew of its own starts the workers too. A dag plan starts no thread: its
+ * reductions are summed by the device workers as they wait for them. */
 TEST(crew_borrowing_trainer_starts_no_workers) {
   Dpm__ModelSpec *dag = spec_of("dag", 7), *simple = spec_of("simple", 7);
   dpm_crew *crew;
@@ -376,8 +372,7 @@ TEST(crew_borrowing_trainer_starts_no_workers) {
   CHECK_INT(threads_now(), base + 1); /* the worker of rank 1 */
   dpm_trainer *first = tf_trainer(dag, 2, crew);
   CHECK(first);
-  /* the first dag trainer gives the crew its 2 comm threads; + its reader */
-  CHECK_INT(threads_now(), base + 1 + 2 + 1);
+  CHECK_INT(threads_now(), base + 1 + 1); /* + its reader */
   int warm = threads_now();
   dpm_trainer *second = tf_trainer(dag, 2, crew), *third = tf_trainer(simple, 2, crew);
   CHECK(second && third && tf_steps(second, 3) && tf_steps(third, 3) && tf_steps(first, 3));
@@ -385,12 +380,12 @@ TEST(crew_borrowing_trainer_starts_no_workers) {
   dpm_trainer_destroy(second);
   dpm_trainer_destroy(third);
   CHECK_INT(threads_settle(warm), warm);
-  dpm_trainer *own = tf_trainer(dag, 2, NULL); /* 1 worker, 2 comm threads, reader */
+  dpm_trainer *own = tf_trainer(dag, 2, NULL); /* 1 worker, reader */
   CHECK(own);
-  CHECK_INT(threads_now(), warm + 4);
+  CHECK_INT(threads_now(), warm + 2);
   dpm_trainer_destroy(own);
   dpm_trainer_destroy(first);
-  CHECK_INT(threads_settle(base + 3), base + 3); /* the crew's */
+  CHECK_INT(threads_settle(base + 1), base + 1); /* the crew's */
   dpm_crew_destroy(crew);
   CHECK_INT(threads_settle(base), base);
   dpm_spec_free(dag);
