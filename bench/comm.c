@@ -31,7 +31,7 @@ typedef struct {
   size_t count;     /* floats per rank */
   int rounds, warm; /* measured rounds, after `warm` unmeasured ones */
   float *buf[RANKS];
-  char *src, *dst; /* memcpy reference, rank 0 only */
+  char *src, *dst;               /* memcpy reference, rank 0 only */
   double *ar_ms, *cp_ms, *st_ms; /* blocking, memcpy, started */
   dpm_status s[RANKS];
   dpm_err err[RANKS];

@@ -31,10 +31,10 @@
 typedef struct {
   const char *label;
   int devices, net_type, no_share;
-  int independent; /* devices one-replica trainers, one per core, unsynchronised */
+  int independent;       /* devices one-replica trainers, one per core, unsynchronised */
   dpm_trainer *t, *peer; /* independent: the second trainer */
   dpm_crew *crews[2];    /* independent: each trainer's, pinned */
-  double *ms, *comm_ms; /* per round: mean step; the last step's collectives */
+  double *ms, *comm_ms;  /* per round: mean step; the last step's collectives */
   int n;
 } config;
 

@@ -87,13 +87,13 @@ typedef struct {
   char broken_msg[384]; /* the timeout that broke the group */
   dpm_status verdict;   /* of the round completed last: DPM_OK or DPM_INVALID */
   char verdict_msg[LOCAL_MSG];
-  local_call *calls; /* [size] what each rank called at the current round */
+  local_call *calls;  /* [size] what each rank called at the current round */
   atomic_uchar *here; /* [size] 1 once the rank arrived at the current round */
   void **bufs;        /* [size] each rank's buffer, set in first rounds */
   /* started allreduces (see "Started allreduces" below) */
-  local_job *jobs;        /* [LOCAL_JOBS] */
-  atomic_ulong *started;  /* [size] allreduces each rank started */
-  atomic_ulong *waited;   /* [size] of those, the ones it waited for */
+  local_job *jobs;         /* [LOCAL_JOBS] */
+  atomic_ulong *started;   /* [size] allreduces each rank started */
+  atomic_ulong *waited;    /* [size] of those, the ones it waited for */
   atomic_int job_sleepers; /* ranks asleep on cv in a job wait */
 } local_comm;
 

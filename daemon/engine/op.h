@@ -117,13 +117,13 @@ struct dpm_comm;
 typedef struct dpm_ctx {
   void *scratch; /* 64-byte aligned; at least the net's max def->scratch */
   size_t scratch_bytes;
-  uint64_t rng[2];              /* Dropout's stream; seeded per device and step */
-  int device;                   /* device index = rank in comm, 0 = master */
-  struct dpm_comm *comm;        /* the replicas' group; NULL on one device */
-  int started;      /* allreduces started on comm and not yet waited for */
-  uint64_t comm_ns; /* time spent in collective ops, accumulated */
-  dpm_status status; /* first failure of a kernel that can fail (collectives); */
-  dpm_err err;       /* the runner checks and clears it after each net run */
+  uint64_t rng[2];       /* Dropout's stream; seeded per device and step */
+  int device;            /* device index = rank in comm, 0 = master */
+  struct dpm_comm *comm; /* the replicas' group; NULL on one device */
+  int started;           /* allreduces started on comm and not yet waited for */
+  uint64_t comm_ns;      /* time spent in collective ops, accumulated */
+  dpm_status status;     /* first failure of a kernel that can fail (collectives); */
+  dpm_err err;           /* the runner checks and clears it after each net run */
 } dpm_ctx;
 
 typedef struct dpm_op {

@@ -64,7 +64,8 @@ static void over_blobs(const dpm_op *op, span_fn fn) {
       ctx->status = fn(ctx, op->in[k]->data, dpm_shape_bytes(&op->in[k]->shape));
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  ctx->comm_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
+  ctx->comm_ns +=
+      (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
 }
 
 static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
@@ -72,8 +73,8 @@ static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
                             &ctx->err);
 }
 static dpm_status reduce_later(dpm_ctx *ctx, void *buf, size_t bytes) {
-  dpm_status s =
-      dpm_comm_allreduce_start(ctx->comm, ctx->device, buf, bytes / sizeof(float), &ctx->err);
+  dpm_status s = dpm_comm_allreduce_start(ctx->comm, ctx->device, buf,
+                                          bytes / sizeof(float), &ctx->err);
   ctx->started += !s;
   return s;
 }

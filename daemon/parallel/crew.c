@@ -36,10 +36,10 @@ typedef struct {
 
 struct dpm_crew {
   int n, timeout_ms;
-  int core0;               /* CPU for rank 0 (the caller) during runs; -1: anywhere */
+  int core0;      /* CPU for rank 0 (the caller) during runs; -1: anywhere */
   dpm_comm *comm; /* NULL when n == 1 */
-  crew_worker *w;  /* [n]; w[0] unused (the caller is rank 0) */
-  int threads;     /* workers started */
+  crew_worker *w; /* [n]; w[0] unused (the caller is rank 0) */
+  int threads;    /* workers started */
   pthread_mutex_t mu;
   pthread_cond_t go, done, turn;
   void (*fn)(void *arg, int rank);

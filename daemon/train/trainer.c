@@ -3,12 +3,12 @@
 #include "train/trainer.h"
 
 #include <math.h>
-#include <stdio.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -31,9 +31,9 @@ typedef struct replica {
   dpm_exec step;
   void *arena; /* the gradients, back to back in plan order */
   dpm_blob *data, *label, *lr, *accuracy, **losses;
-  float *input; /* the data blob's memory: this replica's rows, as floats */
+  float *input;               /* the data blob's memory: this replica's rows, as floats */
   const uint8_t *const *rows; /* ... gathered from these examples at the step's start */
-  dpm_status status; /* of the last job */
+  dpm_status status;          /* of the last job */
   dpm_err err;
 } replica;
 
@@ -44,7 +44,7 @@ struct dpm_trainer {
   dpm_reader *reader, *eval_reader;
   dpm_crew *crew; /* the replicas' workers and comm: opt.crew or own_crew */
   dpm_crew *own_crew;
-  int n;   /* replicas */
+  int n;            /* replicas */
   dpm_share *share; /* replicas take parts of each other's last backward op */
   replica *r;
   job_kind job;                  /* of the crew run in flight */

@@ -101,8 +101,8 @@ static float messy(uint64_t *x) {
  * summed by whichever rank claims them). */
 TEST(comm_allreduce_exact_rank_order) {
   static const size_t counts[] = {0, 1, 17, 1000003};
-  for (int mode = 0; mode < 2; mode++)
-  for (int n = 1; n <= MAX_RANKS; n++) {
+  for (int t = 0; t < 2 * MAX_RANKS; t++) {
+    int mode = t / MAX_RANKS, n = t % MAX_RANKS + 1;
     dpm_comm *comm;
     dpm_err err;
     CHECK_INT(dpm_comm_local_create(n, 5000, &comm, &err), DPM_OK);
@@ -203,7 +203,8 @@ static void started_rank(rank_ctx *c) {
       buf[j] = malloc((count[j] ? count[j] : 1) * sizeof *buf[j]);
       for (size_t i = 0; i < count[j]; i++)
         buf[j][i] = (float)((c->rank + 1) * (int)(i % 7) + it + j);
-      dpm_status s = dpm_comm_allreduce_start(c->comm, c->rank, buf[j], count[j], &c->err);
+      dpm_status s =
+          dpm_comm_allreduce_start(c->comm, c->rank, buf[j], count[j], &c->err);
       if (s && !c->s) c->s = s;
     }
     for (int j = 0; j < k; j++) {

@@ -375,7 +375,8 @@ TEST(crew_borrowing_trainer_starts_no_workers) {
   CHECK_INT(threads_now(), base + 1 + 1); /* + its reader */
   int warm = threads_now();
   dpm_trainer *second = tf_trainer(dag, 2, crew), *third = tf_trainer(simple, 2, crew);
-  CHECK(second && third && tf_steps(second, 3) && tf_steps(third, 3) && tf_steps(first, 3));
+  CHECK(second && third && tf_steps(second, 3) && tf_steps(third, 3) &&
+        tf_steps(first, 3));
   CHECK_INT(threads_now(), warm + 2); /* their readers only */
   dpm_trainer_destroy(second);
   dpm_trainer_destroy(third);
