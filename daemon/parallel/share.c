@@ -104,17 +104,17 @@ static int take(share_slot *q, uint32_t round) {
   }
 }
 
-void dpm_share_help(dpm_share *s, int rank, int timeout_ms) {
+void dpm_share_help(dpm_share *s, int rank, int wait_ms) {
   uint32_t round = s->slot[rank].round;
   struct timespec start = {0};
   for (unsigned i = 1;; i++) {
     int waiting = 0, took = 0;
-    for (int i = 1; i < s->n; i++) {
-      int got = take(&s->slot[(rank + i) % s->n], round);
+    for (int k = 1; k < s->n; k++) {
+      int got = take(&s->slot[(rank + k) % s->n], round);
       took |= got > 0;
       waiting |= got < 0;
     }
     if (took) continue;
-    if (!waiting || !dpm_spin_step(i, &start, timeout_ms * 1000000L)) return;
+    if (!waiting || !dpm_spin_step(i, &start, wait_ms * 1000000L)) return;
   }
 }

@@ -38,10 +38,10 @@ dpm_status dpm_share_create(int n, dpm_share **out, dpm_err *err);
  * parts until none is left, then waits for those peers took. */
 void dpm_share_run(dpm_share *s, int rank, const dpm_op *op);
 /* Take parts of every peer's op of this round until all are taken,
- * waiting for a peer that has not reached its op yet; gives up on a
- * peer after timeout_ms (its collectives will then time out). Call after
- * this round's dpm_share_run. */
-void dpm_share_help(dpm_share *s, int rank, int timeout_ms);
+ * spinning for a peer that has not reached its op yet; gives up on a
+ * peer after wait_ms (the caller then meets it at a collective, which
+ * sleeps and times out). Call after this round's dpm_share_run. */
+void dpm_share_help(dpm_share *s, int rank, int wait_ms);
 /* NULL is ignored. */
 void dpm_share_destroy(dpm_share *s);
 

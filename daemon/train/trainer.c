@@ -89,6 +89,13 @@ static void drain(dpm_ctx *ctx) {
     dpm_comm_allreduce_wait(ctx->comm, ctx->device, &ignored);
 }
 
+/* How long a replica done with its own last backward op spins for a peer
+ * that has not reached its own: replicas a step apart differ by
+ * microseconds to a few milliseconds; a peer later than this is preempted
+ * or stalled, and the wait moves to the collective, which sleeps and, for
+ * a stalled peer, times out (comm_timeout_ms, not twice that). */
+#define HELP_WAIT_MS 20
+
 /* The step net; with a share, the last backward op is run with the peers'
  * help, and a replica done with its own helps the others before it waits
  * for them at the reduction. */
@@ -101,7 +108,7 @@ static void run_step(dpm_trainer *t, replica *r) {
   dpm_exec_run_range(&r->step, 0, p->shared_op);
   dpm_share_run(t->share, r->rank, &r->step.ops[p->shared_op]);
   dpm_exec_run_range(&r->step, p->shared_op + 1, p->help_at);
-  dpm_share_help(t->share, r->rank, t->opt.comm_timeout_ms);
+  dpm_share_help(t->share, r->rank, HELP_WAIT_MS);
   dpm_exec_run_range(&r->step, p->help_at, r->step.n);
 }
 
