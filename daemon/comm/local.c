@@ -77,11 +77,11 @@ typedef struct {
 typedef struct {
   dpm_comm base;        /* first: handed out as dpm_comm */
   int timeout_ms;       /* bound on the first round of each collective */
-  pthread_mutex_t mu;   /* guards sleepers, verdict and broken's writes */
+  pthread_mutex_t mu;   /* guards sleepers' changes, verdict and broken's writes */
   pthread_cond_t cv;    /* signalled when a round completes or breaks */
   atomic_ulong gen;     /* rounds completed; bumped under mu */
   int spin;             /* spin before sleeping: ranks <= CPUs */
-  int sleepers;         /* ranks waiting on cv */
+  atomic_int sleepers;  /* ranks asleep on cv (await) */
   atomic_int arrived;   /* ranks arrived at the current round */
   atomic_int broken;    /* set by a timeout, never cleared */
   char broken_msg[384]; /* the timeout that broke the group */
@@ -91,10 +91,9 @@ typedef struct {
   atomic_uchar *here; /* [size] 1 once the rank arrived at the current round */
   void **bufs;        /* [size] each rank's buffer, set in first rounds */
   /* started allreduces (see "Started allreduces" below) */
-  local_job *jobs;         /* [LOCAL_JOBS] */
-  atomic_ulong *started;   /* [size] allreduces each rank started */
-  atomic_ulong *waited;    /* [size] of those, the ones it waited for */
-  atomic_int job_sleepers; /* ranks asleep on cv in a job wait */
+  local_job *jobs;       /* [LOCAL_JOBS] */
+  atomic_ulong *started; /* [size] allreduces each rank started */
+  atomic_ulong *waited;  /* [size] of those, the ones it waited for */
 } local_comm;
 
 /* Per-op agreement check, run by the last rank to arrive at a first round:
@@ -248,10 +247,33 @@ static dpm_status broken_state(local_comm *g, const char *op, dpm_err *err) {
   return DPM_STATE;
 }
 
-/* Spin until *w >= want: for work already running on a peer's CPU. */
-static void spin_until(atomic_ulong *w, unsigned long want) {
+/* Wake the ranks asleep in await, after the store they wait for. */
+static void wake_sleepers(local_comm *g) {
+  if (!atomic_load(&g->sleepers)) return;
+  pthread_mutex_lock(&g->mu);
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Wait until *w >= want (a counter that only grows): spinning first when
+ * the ranks have CPUs of their own, then asleep on cv. Returns 1 once
+ * there, 0 when the group broke or `until` (NULL: no deadline) passed. */
+static int await(local_comm *g, atomic_ulong *w, unsigned long want,
+                 const struct timespec *until) {
   struct timespec start = {0};
-  for (unsigned i = 1; atomic_load(w) < want; i++) dpm_spin_step(i, &start, 0);
+  for (unsigned i = 1; g->spin; i++) {
+    if (atomic_load(w) >= want) return 1;
+    if (atomic_load(&g->broken) || !dpm_spin_step(i, &start, SPIN_NS)) break;
+  }
+  pthread_mutex_lock(&g->mu);
+  atomic_fetch_add(&g->sleepers, 1);
+  while (atomic_load(w) < want && !g->broken)
+    if (until ? pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT
+              : pthread_cond_wait(&g->cv, &g->mu) != 0)
+      break;
+  atomic_fetch_sub(&g->sleepers, 1);
+  pthread_mutex_unlock(&g->mu);
+  return atomic_load(w) >= want;
 }
 
 /* One round: rank arrives with `call` (and, in a first round, its buffer)
@@ -278,23 +300,17 @@ static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int 
       atomic_store(&g->arrived, 0);
       for (int r = 0; r < g->base.size; r++) atomic_store(&g->here[r], 0);
       atomic_fetch_add(&g->gen, 1);
-      if (g->sleepers) pthread_cond_broadcast(&g->cv);
+      if (atomic_load(&g->sleepers)) pthread_cond_broadcast(&g->cv);
     }
     pthread_mutex_unlock(&g->mu);
   } else {
-    if (g->spin) dpm_spin_while(&g->gen, mine, SPIN_NS);
-    if (atomic_load(&g->gen) == mine) {
-      pthread_mutex_lock(&g->mu);
-      g->sleepers++;
-      while (atomic_load(&g->gen) == mine && !g->broken) {
-        int rc = timed ? pthread_cond_timedwait(&g->cv, &g->mu, &until)
-                       : pthread_cond_wait(&g->cv, &g->mu);
-        /* all in: the last one is on its way to publish */
-        if (rc == ETIMEDOUT && atomic_load(&g->gen) == mine && !g->broken &&
-            atomic_load(&g->arrived) < g->base.size)
-          break_group(g, op, absent_from_round, 0);
-      }
-      g->sleepers--;
+    while (!await(g, &g->gen, mine + 1, timed ? &until : NULL) &&
+           !atomic_load(&g->broken)) {
+      pthread_mutex_lock(&g->mu); /* the deadline passed */
+      /* (with every rank in, the last one is on its way to publish) */
+      if (atomic_load(&g->gen) == mine && !g->broken &&
+          atomic_load(&g->arrived) < g->base.size)
+        break_group(g, op, absent_from_round, 0);
       pthread_mutex_unlock(&g->mu);
     }
   }
@@ -403,33 +419,6 @@ static dpm_status local_barrier(dpm_comm *c, int rank, dpm_err *err) {
 /* Floats a waiting rank claims at a time: 32 KiB, a few microseconds. */
 #define LOCAL_CHUNK 8192
 
-/* Wake the ranks asleep in a job wait, after the store they wait for. */
-static void wake_job_sleepers(local_comm *g) {
-  if (!atomic_load(&g->job_sleepers)) return;
-  pthread_mutex_lock(&g->mu);
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
-/* Wait until *w >= want: spinning first when the ranks have CPUs of their
- * own, then asleep on cv. Returns 1 once there, 0 when the group broke or
- * `until` passed first. */
-static int await_count(local_comm *g, atomic_ulong *w, unsigned long want,
-                       const struct timespec *until) {
-  struct timespec start = {0};
-  for (unsigned i = 1; g->spin; i++) {
-    if (atomic_load(w) >= want) return 1;
-    if (atomic_load(&g->broken) || !dpm_spin_step(i, &start, SPIN_NS)) break;
-  }
-  pthread_mutex_lock(&g->mu);
-  atomic_fetch_add(&g->job_sleepers, 1);
-  while (atomic_load(w) < want && !g->broken)
-    if (pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT) break;
-  atomic_fetch_sub(&g->job_sleepers, 1);
-  pthread_mutex_unlock(&g->mu);
-  return atomic_load(w) >= want;
-}
-
 /* The status of a rank that gives up: the group is broken, by this rank
  * (its timeout, recorded as `op` missing `absent` ranks) or another. */
 static dpm_status give_up(local_comm *g, const char *op, local_absent_fn absent,
@@ -445,7 +434,7 @@ static void publish(local_comm *g, local_job *j, unsigned long k) {
   j->verdict = check_sized(j->calls, j->bufs, g->base.size, "count", j->msg);
   j->chunks = j->verdict ? 0 : (j->calls[0].n + LOCAL_CHUNK - 1) / LOCAL_CHUNK;
   atomic_store(&j->ready, k + 1);
-  wake_job_sleepers(g);
+  wake_sleepers(g);
 }
 
 static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
@@ -460,7 +449,7 @@ static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
                     rank, LOCAL_JOBS);
   local_job *j = &g->jobs[k % LOCAL_JOBS];
   struct timespec until = deadline_after(g->timeout_ms);
-  if (!await_count(g, &j->uses, k / LOCAL_JOBS, &until))
+  if (!await(g, &j->uses, k / LOCAL_JOBS, &until))
     return give_up(g, "allreduce start (an earlier allreduce not yet waited for)",
                    absent_from_waits, k - LOCAL_JOBS, err);
   j->calls[rank] = (local_call){.op = OP_ALLREDUCE, .n = count};
@@ -478,7 +467,7 @@ static void sum_chunks(local_comm *g, local_job *j) {
     reduce_slice((float *const *)j->bufs, g->base.size, lo, hi);
     atomic_fetch_add(&j->done, 1);
   }
-  spin_until(&j->done, j->chunks);
+  dpm_spin_until(&j->done, j->chunks); /* the peers' claimed chunks */
 }
 
 static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
@@ -490,10 +479,10 @@ static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
   local_job *j = &g->jobs[k % LOCAL_JOBS];
   atomic_store(&g->waited[rank], k + 1);
   struct timespec until = deadline_after(g->timeout_ms);
-  if (!await_count(g, &j->ready, k + 1, &until)) {
+  if (!await(g, &j->ready, k + 1, &until)) {
     if (atomic_fetch_add(&j->arrived, LOCAL_POISON) != c->size)
       return give_up(g, "allreduce", absent_from_job, k, err);
-    spin_until(&j->ready, k + 1); /* all were in: the judge is publishing it */
+    dpm_spin_until(&j->ready, k + 1); /* all were in: the judge is publishing it */
   }
   dpm_status s = j->verdict ? dpm_errf(err, j->verdict, "%s", j->msg) : DPM_OK;
   if (!s && c->size > 1) sum_chunks(g, j);
@@ -503,7 +492,7 @@ static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
     atomic_store(&j->done, 0);
     atomic_store(&j->left, 0);
     atomic_fetch_add(&j->uses, 1);
-    wake_job_sleepers(g);
+    wake_sleepers(g);
   }
   return s;
 }

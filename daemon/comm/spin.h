@@ -39,4 +39,13 @@ static inline int dpm_spin_while(const atomic_ulong *v, unsigned long mine, long
   }
 }
 
+/* Spin until *v >= want, without bound: for work already running on a
+ * peer's CPU (yielding in case that peer was preempted by a thread of
+ * this one's). */
+static inline void dpm_spin_until(const atomic_ulong *v, unsigned long want) {
+  struct timespec start = {0};
+  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) < want; i++)
+    dpm_spin_step(i, &start, 0);
+}
+
 #endif

@@ -8,8 +8,8 @@
  * cost before runs could come from several threads.
  *
  * Threads: mu guards fn, arg, the tickets, quit, and the comm pointer's
- * changes (made only while the changer holds the turn, no rank
- * inside fn). gen and pending are atomics written under mu (gen) or by the
+ * changes (made only while the changer holds the turn, no rank inside
+ * fn). gen and pending are atomics written under mu (gen) or by the
  * ranks (pending); a worker's acquire of gen orders its reads of fn/arg and
  * of whatever the caller wrote before the run, and the caller's acquire of
  * pending orders what the ranks wrote before its return. */

@@ -12,7 +12,6 @@
  * rewrites them for the next round (with the same values). */
 #include "parallel/share.h"
 
-#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +21,7 @@
 
 typedef struct {
   _Alignas(64) atomic_ullong claim; /* round << 32 | next part to take */
-  atomic_uint done;                 /* parts of the round finished */
+  atomic_ulong done;                /* parts of the round finished */
   _Atomic(const dpm_op *) op;       /* the round's op and its part count */
   atomic_uint parts;
   uint32_t round; /* owner only: rounds opened */
@@ -80,11 +79,7 @@ void dpm_share_run(dpm_share *s, int rank, const dpm_op *op) {
     run_part(op, k);
     atomic_fetch_add_explicit(&me->done, 1, memory_order_relaxed);
   }
-  /* the peers' parts: they are running (yielding in case one was preempted
-   * by a thread of this core) */
-  struct timespec start = {0};
-  for (unsigned i = 1; atomic_load_explicit(&me->done, memory_order_acquire) < parts; i++)
-    dpm_spin_step(i, &start, LONG_MAX);
+  dpm_spin_until(&me->done, parts); /* the peers' parts: they are running */
 }
 
 /* One part of peer q's op of `round`: 1 when taken and run, 0 when none is

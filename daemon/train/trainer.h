@@ -21,10 +21,9 @@
  * is either borrowed (options.crew: warm devices shared with other
  * trainers; the trainer starts no worker) or created at create and
  * destroyed at destroy. Each step, each sync and the initial broadcast is
- * one run of the crew, so trainers sharing
- * a crew, driven from their own threads, interleave step by step. The reader
- * has a prefetch thread of its own. dpm_trainer_interrupt may be called from
- * any thread.
+ * one run of the crew, so trainers sharing a crew, driven from their own
+ * threads, interleave step by step. The reader has a prefetch thread of its
+ * own. dpm_trainer_interrupt may be called from any thread.
  *
  * Errors: create validates the whole spec before allocating any tensor
  * (DPM_SPEC with file:line and op); a missing data file is DPM_IO; step

@@ -156,29 +156,40 @@ TEST(comm_allreduce_order_matters_for_the_data) {
 
 static size_t repeat_count(int it) { return (size_t)(it * 977) % 5003 + (it % 3 == 0); }
 
-/* Values whose sums are exact in any order: each rank checks its own result. */
+/* Rank `rank`'s `count` values for round `it`: their sum over ranks is
+ * exact in any order, so each rank checks its own result (repeat_bad). */
+static float *repeat_values(int rank, size_t count, int it) {
+  float *buf = malloc((count ? count : 1) * sizeof *buf);
+  for (size_t i = 0; i < count; i++) buf[i] = (float)((rank + 1) * (int)(i % 7) + it);
+  return buf;
+}
+
+/* Entries of buf that are not the sum of repeat_values over n ranks. */
+static int repeat_bad(const float *buf, size_t count, int n, int it) {
+  int bad = 0;
+  for (size_t i = 0; i < count; i++)
+    bad += buf[i] != (float)(n * (n + 1) / 2 * (int)(i % 7) + n * it);
+  return bad;
+}
+
 static void repeat_rank(rank_ctx *c) {
   int n = dpm_comm_size(c->comm);
   for (int it = 0; it < REPEATS; it++) {
     size_t count = repeat_count(it);
-    float *buf = malloc((count ? count : 1) * sizeof *buf);
-    for (size_t i = 0; i < count; i++)
-      buf[i] = (float)((c->rank + 1) * (int)(i % 7) + it);
+    float *buf = repeat_values(c->rank, count, it);
     dpm_status s = dpm_comm_allreduce(c->comm, c->rank, buf, count, &c->err);
     if (s && !c->s) c->s = s;
-    for (size_t i = 0; i < count && !s; i++) {
-      float want = (float)(n * (n + 1) / 2 * (int)(i % 7) + n * it);
-      if (buf[i] != want) c->bad++;
-    }
+    if (!s) c->bad += repeat_bad(buf, count, n, it);
     free(buf);
   }
 }
 
-TEST(comm_allreduce_repeated) {
+/* fn on 3 ranks: every rank succeeds and sees no wrong value. */
+static void check_on_three_ranks(rank_fn fn) {
   dpm_comm *comm;
   CHECK_INT(dpm_comm_local_create(3, 5000, &comm, NULL), DPM_OK);
   rank_ctx ctx[MAX_RANKS];
-  int ok = run_ranks(comm, 3, repeat_rank, NULL, ctx, -1);
+  int ok = run_ranks(comm, 3, fn, NULL, ctx, -1);
   dpm_comm_destroy(comm);
   CHECK(ok);
   for (int r = 0; r < 3; r++) {
@@ -187,11 +198,12 @@ TEST(comm_allreduce_repeated) {
   }
 }
 
+TEST(comm_allreduce_repeated) { check_on_three_ranks(repeat_rank); }
+
 /* ---- started allreduces ---------------------------------------------- */
 
 /* Rounds of 1..4 started allreduces, then their waits, oldest first: 150
- * rounds pass every slot of the group's jobs several times. Sums exact in
- * any order; each rank checks its own. */
+ * rounds pass every slot of the group's jobs several times. */
 static void started_rank(rank_ctx *c) {
   int n = dpm_comm_size(c->comm);
   for (int it = 0; it < 150; it++) {
@@ -200,9 +212,7 @@ static void started_rank(rank_ctx *c) {
     int k = it % 4 + 1;
     for (int j = 0; j < k; j++) {
       count[j] = repeat_count(it * 4 + j) * 7; /* up to 35k floats: several chunks */
-      buf[j] = malloc((count[j] ? count[j] : 1) * sizeof *buf[j]);
-      for (size_t i = 0; i < count[j]; i++)
-        buf[j][i] = (float)((c->rank + 1) * (int)(i % 7) + it + j);
+      buf[j] = repeat_values(c->rank, count[j], it + j);
       dpm_status s =
           dpm_comm_allreduce_start(c->comm, c->rank, buf[j], count[j], &c->err);
       if (s && !c->s) c->s = s;
@@ -210,25 +220,13 @@ static void started_rank(rank_ctx *c) {
     for (int j = 0; j < k; j++) {
       dpm_status s = dpm_comm_allreduce_wait(c->comm, c->rank, &c->err);
       if (s && !c->s) c->s = s;
-      for (size_t i = 0; i < count[j] && !s; i++)
-        if (buf[j][i] != (float)(n * (n + 1) / 2 * (int)(i % 7) + n * (it + j))) c->bad++;
+      if (!s) c->bad += repeat_bad(buf[j], count[j], n, it + j);
       free(buf[j]);
     }
   }
 }
 
-TEST(comm_started_allreduces_repeated) {
-  dpm_comm *comm;
-  CHECK_INT(dpm_comm_local_create(3, 5000, &comm, NULL), DPM_OK);
-  rank_ctx ctx[MAX_RANKS];
-  int ok = run_ranks(comm, 3, started_rank, NULL, ctx, -1);
-  dpm_comm_destroy(comm);
-  CHECK(ok);
-  for (int r = 0; r < 3; r++) {
-    CHECK_INT(ctx[r].s, DPM_OK);
-    CHECK_INT(ctx[r].bad, 0);
-  }
-}
+TEST(comm_started_allreduces_repeated) { check_on_three_ranks(started_rank); }
 
 typedef struct {
   float *buf[2];
