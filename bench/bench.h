@@ -17,10 +17,13 @@ static inline int bench_cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Median of v[0..n) (sorts v). */
-static inline double bench_median(double *v, int n) {
+/* Quantile q (0..1) of v[0..n), nearest rank (sorts v). */
+static inline double bench_quantile(double *v, int n, double q) {
   qsort(v, (size_t)n, sizeof *v, bench_cmp);
-  return v[n / 2];
+  return v[(int)(q * (n - 1) + 0.5)];
 }
+
+/* Median of v[0..n) (sorts v). */
+static inline double bench_median(double *v, int n) { return bench_quantile(v, n, 0.5); }
 
 #endif

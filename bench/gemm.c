@@ -102,6 +102,9 @@ int main(int argc, char **argv) {
       {"CNN fc forward   64x1024x3136", NT, 64, 1024, 3136},
       {"CNN fc dW        64x1024x3136", OUTER_T, 1024, 3136, 64},
       {"CNN fc dX        64x1024x3136", OUTER, 64, 3136, 1024},
+      {"CNN fc forward   8x1024x3136", NT, 8, 1024, 3136},
+      {"CNN fc dW        8x1024x3136", OUTER_T, 1024, 3136, 8},
+      {"CNN fc dX        8x1024x3136", OUTER, 8, 3136, 1024},
   };
 
   double ref_ms[9];

@@ -1,7 +1,8 @@
 /* Data-parallel benchmark, CPU replicas on this machine's cores:
  *   - MLP images/s with 1 and with 2 replicas (per-device batch 64), the
  *     trainers alternating rounds in the same run; the ratio is the
- *     scaling (issue goal: >= 1.8 on 2 cores); also with replicas that
+ *     scaling (issue goal: >= 1.8 on 2 cores), as the ratio of the medians
+ *     and as the per-round ratios' median and quartiles; also with replicas that
  *     never take parts of each other's last backward op (no_share), and,
  *     as the ceiling the two cores give, two independent one-replica
  *     trainers (no reduction, no lock-step) pinned to cores 0 and 1,
@@ -107,12 +108,22 @@ fail:
   return 1;
 }
 
+/* Median of a copy: the rounds' order stays for the paired ratios. */
+static double median_of(const double *v, int n) {
+  double *w = malloc((size_t)n * sizeof *w);
+  if (!w) return v[n / 2];
+  memcpy(w, v, (size_t)n * sizeof *w);
+  double m = bench_median(w, n);
+  free(w);
+  return m;
+}
+
 static void report(config *c, int batch) {
-  double med = bench_median(c->ms, c->n);
+  double med = median_of(c->ms, c->n);
   printf("  %-26s %8.3f ms/step %9.0f images/s", c->label, med,
          batch * c->devices / (med / 1e3));
   if (c->devices > 1 && !c->independent) {
-    double comm = bench_median(c->comm_ms, c->n);
+    double comm = median_of(c->comm_ms, c->n);
     printf("  collectives %.3f ms (%.1f%%)", comm, 100 * comm / med);
   }
   printf("\n");
@@ -144,6 +155,26 @@ static int workload(const char *path, int batch, config *cs, int n_cfg, int roun
   return rc;
 }
 
+/* Scaling of each 2-replica configuration over cs[0] (1 replica): the
+ * ratio of the median step times, and the median and quartiles of the
+ * per-round ratios. A round measures every configuration within a fraction
+ * of a second, so its ratio pairs measurements taken close together; the
+ * quartiles show how far the ratio moves from round to round. */
+static void scaling(const config *cs, int n_cfg) {
+  double one = median_of(cs[0].ms, cs[0].n);
+  double *r = malloc((size_t)cs[0].n * sizeof *r);
+  if (!r) return;
+  printf("  scaling over 1 replica          medians  per round: median [quartiles]\n");
+  for (int c = 1; c < n_cfg; c++) {
+    for (int k = 0; k < cs[c].n; k++) r[k] = cs[c].devices * cs[0].ms[k] / cs[c].ms[k];
+    printf("  %-28s %7.2fx  %7.2fx [%.2f-%.2f]\n", cs[c].label + 5,
+           cs[c].devices * one / median_of(cs[c].ms, cs[c].n),
+           bench_quantile(r, cs[c].n, 0.5), bench_quantile(r, cs[c].n, 0.25),
+           bench_quantile(r, cs[c].n, 0.75));
+  }
+  free(r);
+}
+
 int main(int argc, char **argv) {
   int rounds = argc > 2 && !strcmp(argv[1], "--rounds") ? atoi(argv[2]) : 20;
   openblas_set_num_threads(1);
@@ -159,12 +190,7 @@ int main(int argc, char **argv) {
   printf("MLP (examples/fmnist_mlp.yaml), batch 64 per device\n");
   int n_mlp = sizeof mlp / sizeof *mlp;
   int rc = workload("examples/fmnist_mlp.yaml", 0, mlp, n_mlp, rounds, 50, 50);
-  if (!rc) {
-    double one = 64 / bench_median(mlp[0].ms, mlp[0].n);
-    for (int c = 1; c < n_mlp; c++)
-      printf("  scaling %-22s %.2fx\n", mlp[c].label + 5,
-             128 / bench_median(mlp[c].ms, mlp[c].n) / one);
-  }
+  if (!rc) scaling(mlp, n_mlp);
   done(mlp, n_mlp);
   static const struct {
     int batch, rounds, per;
