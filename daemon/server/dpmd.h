@@ -19,7 +19,7 @@
 #include "proto/dpm.pb-c.h"
 #include "server/config.h"
 
-#define DPMD_VERSION "0.4.0"
+#define DPMD_VERSION DPM_VERSION
 
 struct dpmd_model;
 struct dpmd_devices;

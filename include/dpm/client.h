@@ -39,6 +39,7 @@ extern "C" {
 
 #define DPM_PROTOCOL_VERSION 1
 #define DPM_DEFAULT_ENDPOINT "ipc:///run/dpmd/dpmd.sock"
+#define DPM_VERSION "0.5.0" /* dpmd, dpmctl, dpm-train and this library */
 
 typedef struct dpm_client dpm_client;
 typedef struct dpm_events dpm_events;
