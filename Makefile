@@ -125,3 +125,7 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Fuzzing (libFuzzer, clang): `make fuzz FUZZ_SECONDS=N`; the regression and
+# seed inputs are replayed by `make test`.
+include tests/fuzz/fuzz.mk
