@@ -1,0 +1,253 @@
+/* Writes the generated fuzz seeds with the project's own code:
+ *   gen_seeds OUT        (make fuzz-seeds: OUT = tests/fuzz/corpus)
+ * OUT/checkpoint/NAME.dpmckpt  small models' checkpoints (dpm_ckpt_write) and
+ *                              hand-made edge cases (no entry, scalars, ints)
+ * OUT/predictor/NAME.pb       predictors extracted from small models
+ * OUT/idx/NAME[.gz]           a few Fashion-MNIST examples, raw and gzip
+ * Models are built from small specs and initialised (seeded fills), not
+ * trained: the seeds exercise the formats, not the values. The config
+ * seeds are written by hand (tests/fuzz/corpus/config/). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "engine/exec.h"
+#include "engine/model.h"
+#include "engine/predictor_extract.h"
+#include "io/checkpoint.h"
+#include "io/idx.h"
+#include "spec/spec.h"
+
+#define DATASET "/usr/share/datasets/fashion-mnist/"
+
+static const char *out_dir;
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "gen_seeds: %s: %s\n", what, msg);
+  exit(1);
+}
+
+static void mkdirs(const char *sub) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", out_dir, sub);
+  if (mkdir(out_dir, 0755) && errno != EEXIST) die(out_dir, strerror(errno));
+  if (mkdir(p, 0755) && errno != EEXIST) die(p, strerror(errno));
+}
+
+static void write_file(const char *sub, const char *name, const void *buf, size_t len) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s/%s", out_dir, sub, name);
+  FILE *f = fopen(p, "wb");
+  if (!f || fwrite(buf, 1, len, f) != len || fclose(f)) die(p, "cannot write");
+  printf("%s (%zu bytes)\n", p, len);
+}
+
+#define HEAD(shape)                                                                      \
+  "name: seed\n"                                                                         \
+  "input: {reader: synthetic, batch_size: 2, num_examples: 8, shape: " shape             \
+  ", num_classes: 3, outputs: [data, label]}\n"                                          \
+  "forward:\n"
+#define LOSS                                                                             \
+  "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"                 \
+  "losses: [loss]\n"
+
+typedef struct model_seed {
+  const char *name;
+  int64_t chw[3];
+  const char *yaml;
+  const char *out; /* predictor output */
+} model_seed;
+
+static const model_seed models[] = {
+    {"mlp",
+     {1, 2, 3},
+     HEAD("[1,2,3]") "  - {op: FC, in: [data], out: fc1, dim_out: 4}\n"
+                     "  - {op: Relu, in: [fc1], out: fc1}\n"
+                     "  - {op: FC, in: [fc1], out: pred, dim_out: 3}\n"
+                     "  - {op: Softmax, in: [pred], out: prob}\n" LOSS
+                     "update: {optimizer: momentum_sgd, lr: {base: 0.1}}\n",
+     "prob"},
+    {"cnn",
+     {1, 4, 4},
+     HEAD(
+         "[1,4,4]") "  - {op: Conv, in: [data], out: c1, dim_out: 2, kernel: 3, pad: 1}\n"
+                    "  - {op: SpatialBN, in: [c1], out: bn1}\n"
+                    "  - {op: Relu, in: [bn1], out: bn1}\n"
+                    "  - {op: MaxPool, in: [bn1], out: p1, kernel: 2, stride: 2}\n"
+                    "  - {op: Dropout, in: [p1], out: d1, ratio: 0.5}\n"
+                    "  - {op: FC, in: [d1], out: pred, dim_out: 3}\n"
+                    "  - {op: Softmax, in: [pred], out: prob}\n" LOSS
+                    "update: {optimizer: adam, lr: {base: 0.01}}\n",
+     "prob"},
+    {"mixed",
+     {2, 2, 2},
+     HEAD("[2,2,2]") "  - {op: AveragePool, in: [data], out: a1, kernel: 2}\n"
+                     "  - {op: Conv, in: [data], out: c1, dim_out: 1, kernel: 1}\n"
+                     "  - {op: MaxPool, in: [c1], out: m1, kernel: 2}\n"
+                     "  - {op: Concat, in: [a1, m1], out: cat}\n"
+                     "  - {op: Flatten, in: [cat], out: flat}\n"
+                     "  - {op: Sigmoid, in: [flat], out: s1}\n"
+                     "  - {op: Tanh, in: [flat], out: t1}\n"
+                     "  - {op: Add, in: [s1, t1], out: st}\n"
+                     "  - {op: Scale, in: [st], out: sc, scale: 0.5}\n"
+                     "  - {op: Sum, in: [sc, s1, t1], out: sum}\n"
+                     "  - {op: Reshape, in: [sum], out: r1, shape: [-1, 3]}\n"
+                     "  - {op: Copy, in: [r1], out: r2}\n"
+                     "  - {op: StopGradient, in: [r2], out: r3}\n"
+                     "  - {op: FC, in: [r3], out: pred, dim_out: 3}\n"
+                     "  - {op: Softmax, in: [pred], out: prob}\n" LOSS
+                     "update: {optimizer: sgd, lr: {base: 0.1}}\n",
+     "prob"},
+};
+
+static void model_seeds(const model_seed *s) {
+  Dpm__ModelSpec *spec = NULL;
+  dpm_model m = {0};
+  dpm_workspace ws = {0};
+  dpm_ctx ctx = {0};
+  dpm_exec init = {0};
+  dpm_err err = {0};
+  if (dpm_spec_parse(s->yaml, strlen(s->yaml), s->name, &spec, &err) ||
+      dpm_model_build(spec, s->chw, 2, 1.0f, &m, &err) ||
+      dpm_exec_bind(&init, &m.init, &m.shapes, &ws, &ctx, &err))
+    die(s->name, err.msg);
+  dpm_exec_run(&init);
+
+  /* The checkpoint: what a trainer stores (params, computed params,
+   * optimizer state, counters). */
+  dpm_ckpt_entry *e = calloc((size_t)ws.n + 1, sizeof *e);
+  int n = 0;
+  for (int i = 0; i < ws.n; i++) {
+    dpm_blob *b = ws.blobs[i];
+    if (b->kind == DPM_BLOB_PARAM || b->kind == DPM_BLOB_COMPUTED ||
+        b->kind == DPM_BLOB_OPTIM || b->kind == DPM_BLOB_COUNTER)
+      e[n++] = (dpm_ckpt_entry){.name = b->name, .kind = b->kind, .t = &b->t};
+  }
+  dpm_ckpt_meta meta = {.spec_hash = 0x5eed,
+                        .iter = 7,
+                        .reader_epoch = 1,
+                        .reader_index = 3,
+                        .devices = 2,
+                        .shards = 1,
+                        .created_unix = 1700000000};
+  char path[512];
+  snprintf(path, sizeof path, "%s/checkpoint/%s.dpmckpt", out_dir, s->name);
+  if (dpm_ckpt_write(NULL, path, &meta, e, n, &err)) die(path, err.msg);
+  printf("%s (%d entries)\n", path, n);
+  free(e);
+
+  /* The predictor data -> out. */
+  const char *in[] = {"data"}, *outs[] = {s->out};
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  if (dpm_predictor_extract(&m, &ws, in, 1, outs, 1, &buf, &len, &err))
+    die(s->name, err.msg);
+  char name[64];
+  snprintf(name, sizeof name, "%s.pb", s->name);
+  write_file("predictor", name, buf, len);
+  free(buf);
+
+  dpm_exec_fini(&init);
+  dpm_ws_fini(&ws);
+  dpm_ctx_fini(&ctx);
+  dpm_model_fini(&m);
+  dpm_spec_free(spec);
+}
+
+/* Checkpoints no model makes: no entry; scalars and every dtype and rank. */
+static void edge_checkpoints(void) {
+  char path[512];
+  dpm_err err = {0};
+  dpm_ckpt_meta meta = {.iter = 0, .devices = 1, .shards = 1};
+  snprintf(path, sizeof path, "%s/checkpoint/empty.dpmckpt", out_dir);
+  if (dpm_ckpt_write(NULL, path, &meta, NULL, 0, &err)) die(path, err.msg);
+
+  dpm_tensor t[4] = {0};
+  dpm_shape s[4] = {
+      dpm_shape_scalar(DPM_I64),
+      dpm_shape_make(DPM_I32, 1, (int64_t[]){3}),
+      dpm_shape_make(DPM_F32, 4, (int64_t[]){1, 2, 1, 2}),
+      dpm_shape_scalar(DPM_F32),
+  };
+  for (int i = 0; i < 4; i++) {
+    if (dpm_tensor_resize(&t[i], &s[i])) die("tensor", "out of memory");
+    memset(t[i].data, 0x11 * (i + 1), dpm_shape_bytes(&s[i]));
+  }
+  dpm_ckpt_entry e[4] = {
+      {.name = "iter", .kind = DPM_BLOB_COUNTER, .t = &t[0]},
+      {.name = "ints", .kind = DPM_BLOB_PARAM, .t = &t[1]},
+      {.name = "bn1_rm", .kind = DPM_BLOB_COMPUTED, .t = &t[2]},
+      {.name = "lr", .kind = DPM_BLOB_OPTIM, .t = &t[3]},
+  };
+  meta.iter = 123456789;
+  snprintf(path, sizeof path, "%s/checkpoint/kinds.dpmckpt", out_dir);
+  if (dpm_ckpt_write(NULL, path, &meta, e, 4, &err)) die(path, err.msg);
+  for (int i = 0; i < 4; i++) dpm_tensor_fini(&t[i]);
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+  p[3] = (uint8_t)v;
+}
+
+/* The first `items` of x as an IDX file, raw as NAME and gzip as NAME.gz. */
+static void idx_seed(const dpm_idx *x, int64_t items, const char *name) {
+  size_t per = x->size / (size_t)x->dim[0], head = 4 + 4 * (size_t)x->ndim;
+  size_t len = head + per * (size_t)items;
+  uint8_t *buf = malloc(len);
+  put_be32(buf, x->ndim == 1 ? DPM_IDX_MAGIC_LABELS : DPM_IDX_MAGIC_IMAGES);
+  put_be32(buf + 4, (uint32_t)items);
+  for (int i = 1; i < x->ndim; i++) put_be32(buf + 4 + 4 * i, (uint32_t)x->dim[i]);
+  memcpy(buf + head, x->data, len - head);
+  write_file("idx", name, buf, len);
+  uLongf zlen = compressBound(len) + 64;
+  uint8_t *z = malloc(zlen);
+  z_stream zs = {0};
+  if (deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY) != Z_OK)
+    die(name, "deflateInit2");
+  zs.next_in = buf, zs.avail_in = (uInt)len, zs.next_out = z, zs.avail_out = (uInt)zlen;
+  if (deflate(&zs, Z_FINISH) != Z_STREAM_END) die(name, "deflate");
+  char gz[64];
+  snprintf(gz, sizeof gz, "%s.gz", name);
+  write_file("idx", gz, z, zs.total_out);
+  deflateEnd(&zs);
+  free(z);
+  free(buf);
+}
+
+static void idx_seeds(void) {
+  dpm_idx img, lab;
+  dpm_err err = {0};
+  if (dpm_idx_load(NULL, DATASET "t10k-images-idx3-ubyte.gz", 3, &img, &err) ||
+      dpm_idx_load(NULL, DATASET "t10k-labels-idx1-ubyte.gz", 1, &lab, &err))
+    die("dataset", err.msg);
+  idx_seed(&img, 2, "images-2");
+  idx_seed(&lab, 8, "labels-8");
+  idx_seed(&lab, 1, "labels-1");
+  /* A 1x1 image (the smallest) and a 3x2 one (not square). */
+  dpm_idx tiny = {.ndim = 3, .dim = {1, 1, 1}, .data = img.data + 300, .size = 1};
+  idx_seed(&tiny, 1, "images-1x1");
+  uint8_t px[12] = {0, 17, 34, 51, 68, 85, 102, 119, 136, 153, 170, 255};
+  dpm_idx rect = {.ndim = 3, .dim = {2, 3, 2}, .data = px, .size = 12};
+  idx_seed(&rect, 2, "images-3x2");
+  dpm_idx_fini(&img);
+  dpm_idx_fini(&lab);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s OUT_DIR (tests/fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  out_dir = argv[1];
+  mkdirs("checkpoint");
+  mkdirs("predictor");
+  mkdirs("idx");
+  for (size_t i = 0; i < sizeof models / sizeof *models; i++) model_seeds(&models[i]);
+  edge_checkpoints();
+  idx_seeds();
+  return 0;
+}
