@@ -32,5 +32,17 @@ for t in tests/e2e/*.sh; do
   check "$(basename "$t" .sh)" sh "$t"
 done
 
+# Fuzz targets (tests/fuzz): every seed and regression input replayed under
+# ASan+UBSan; with clang's libFuzzer at hand, or in CI, each target also
+# fuzzes for FUZZ_SMOKE_SECONDS (10; at most 30 in CI).
+for t in $(sh tests/fuzz/fuzz.sh list); do
+  check "fuzz-replay $t" sh tests/fuzz/fuzz.sh replay "$t"
+done
+if [ "${CI:-}" = true ] || sh tests/fuzz/fuzz.sh have-libfuzzer; then
+  for t in $(sh tests/fuzz/fuzz.sh list); do
+    check "fuzz-smoke $t" sh tests/fuzz/fuzz.sh smoke "$t" "${FUZZ_SMOKE_SECONDS:-10}"
+  done
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
