@@ -69,9 +69,21 @@ replay)
   make -s "$bin" >/dev/null || { echo "fuzz: cannot build $bin" >&2; exit 1; }
   dirs=$(seeds "$2")
   [ -n "$dirs" ] || { echo "replay $2: no corpus"; exit 1; }
+  log=build/fuzz/logs/replay-$2.log
+  mkdir -p build/fuzz/logs
   # shellcheck disable=SC2086
-  out=$("$bin" $dirs) || { echo "$out"; exit 1; }
-  echo "replay $2: ${out#replay: }"
+  if "$bin" -v $dirs >"$log" 2>&1; then
+    echo "replay $2: $(sed -n 's/^replay: \([0-9]* inputs ran\)$/\1/p' "$log")"
+    exit 0
+  else
+    rc=$?
+    grep -v '^replay: running ' "$log" | tail -40
+    # The input that leaked, else the last one started.
+    bad=$(sed -n 's/^replay: .*; leak on input //p' "$log")
+    [ -n "$bad" ] || bad=$(sed -n 's/^replay: running //p' "$log" | tail -1)
+    echo "replay $2: FAILED (exit $rc) on input $bad; log: $log"
+    exit 1
+  fi
   ;;
 run | smoke)
   need_target "$2"
@@ -90,17 +102,19 @@ run | smoke)
   dict=
   [ -f "tests/fuzz/$t.dict" ] && dict=-dict=tests/fuzz/$t.dict
   before=$(find "$work" -type f | wc -l)
+  start=$(date +%s)
   # shellcheck disable=SC2086
   "$bin" -max_total_time="$secs" -print_final_stats=1 -timeout="${FUZZ_TIMEOUT:-10}" \
     -artifact_prefix="$art/" $dict $flags ${FUZZ_FLAGS:-} "$work" $(seeds "$t") \
     >"$log" 2>&1
   rc=$?
+  took=$(($(date +%s) - start))
   after=$(find "$work" -type f | wc -l)
   stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
   last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1)
   cov=$(echo "$last" | sed -n 's/.*cov: \([0-9]*\).*/\1/p')
   ft=$(echo "$last" | sed -n 's/.* ft: \([0-9]*\).*/\1/p')
-  line="fuzz $t: $(stat number_of_executed_units) runs in ${secs} s"
+  line="fuzz $t: $(stat number_of_executed_units) runs in ${took} s"
   line="$line ($(stat average_exec_per_sec)/s), cov: ${cov:-?} ft: ${ft:-?},"
   line="$line corpus +$((after - before)), peak RSS $(stat peak_rss_mb) MB"
   if [ $rc -eq 0 ]; then

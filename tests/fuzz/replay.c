@@ -1,14 +1,17 @@
-/* Replays fuzz inputs without libFuzzer: `replay-TARGET PATH...` runs the
- * target's LLVMFuzzerTestOneInput once on every file of the directories
+/* Replays fuzz inputs without libFuzzer: `replay-TARGET [-v] PATH...` runs
+ * the target's LLVMFuzzerTestOneInput once on every file of the directories
  * (recursively; names starting with '.' skipped) and files given, in sorted
- * order, and prints how many ran. Built with gcc and ASan+UBSan, so `make
- * test` replays the corpora and the regression inputs on any machine.
+ * order, and prints how many ran. -v names each input on stderr before it
+ * runs (whatever kills the program, the last name is the culprit); other
+ * arguments starting with '-' (libFuzzer flags) are ignored. Built with gcc and
+ * ASan+UBSan, so `make test` replays the corpora and the regression inputs on any
+ * machine.
  *
  * A crash names the input it was running (sanitizer death callback); with
- * LeakSanitizer a leak is checked after every input and names it too. Each
- * input has FUZZ_REPLAY_TIMEOUT seconds (default 60). Exit status: 0 when
- * every input ran clean, 1 when one leaked, 2 for a bad argument; a crash
- * aborts the program. */
+ * LeakSanitizer a leak is checked after every input and the first input
+ * that leaked is named in the last line. Each input has FUZZ_REPLAY_TIMEOUT
+ * seconds (default 60). Exit status: 0 when every input ran clean, 1 when
+ * one leaked, 2 for a bad argument, 3 for a timeout; a crash aborts. */
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -127,8 +130,12 @@ int main(int argc, char **argv) {
   }
   if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
   paths p = {0};
+  int verbose = 0;
   for (int i = 1; i < argc; i++)
-    if (collect(&p, argv[i]) != 0) return 2;
+    if (!strcmp(argv[i], "-v"))
+      verbose = 1;
+    else if (argv[i][0] != '-' && collect(&p, argv[i]) != 0)
+      return 2;
   if (p.n) qsort(p.v, p.n, sizeof *p.v, cmp);
 #ifdef __SANITIZE_ADDRESS__
   __sanitizer_set_death_callback(name_current);
@@ -136,7 +143,7 @@ int main(int argc, char **argv) {
   signal(SIGALRM, on_alarm);
   const char *t = getenv("FUZZ_REPLAY_TIMEOUT");
   unsigned timeout = t && atoi(t) > 0 ? (unsigned)atoi(t) : 60;
-  int leaked = 0;
+  const char *leaked = NULL; /* the first input that leaked */
   size_t ran = 0;
   for (size_t i = 0; i < p.n; i++) {
     size_t len = 0;
@@ -146,22 +153,27 @@ int main(int argc, char **argv) {
       return 2;
     }
     current = p.v[i];
+    if (verbose) fprintf(stderr, "replay: running %s\n", current);
     alarm(timeout);
     LLVMFuzzerTestOneInput(data, len);
     alarm(0);
     free(data);
 #ifdef __SANITIZE_ADDRESS__
     /* A leak stays reported by later checks: check until the first one. */
-    if (!leaked && __lsan_do_recoverable_leak_check()) {
-      fprintf(stderr, "replay: leak on input %s\n", current);
-      leaked = 1;
-    }
+    if (!leaked && __lsan_do_recoverable_leak_check()) leaked = current;
 #endif
     current = NULL;
     ran++;
   }
-  printf("replay: %zu inputs ran%s\n", ran, leaked ? ", some leaked" : "");
+  if (leaked) {
+    /* Named last, after LeakSanitizer's report; the exit skips its second
+     * report of the same leak at exit. */
+    printf("replay: %zu inputs ran; leak on input %s\n", ran, leaked);
+    fflush(stdout);
+    _exit(1);
+  }
+  printf("replay: %zu inputs ran\n", ran);
   for (size_t i = 0; i < p.n; i++) free(p.v[i]);
   free(p.v);
-  return leaked;
+  return 0;
 }
