@@ -10,7 +10,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g -ftree-vectorize -fno-math-errno
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Idaemon -Iclient \
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Idaemon -Iclient -I. \
               -I$(BUILD) $(PKG_CFLAGS) -MMD -MP
 LDLIBS   = $(PKG_LIBS) -lpthread -lm
 ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
@@ -22,7 +22,7 @@ ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/c
                           daemon/parallel/*.c \
                           daemon/train/*.c daemon/server/*.c)
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC))
-SPEC_SRC := $(wildcard client/spec/*.c client/lib/*.c)
+SPEC_SRC := $(wildcard common/*.c client/spec/*.c client/lib/*.c)
 LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C)
 CTL_SRC  := $(wildcard client/dpmctl/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)

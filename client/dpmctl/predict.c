@@ -49,7 +49,7 @@ int ctl_cmd_predict(ctl_ctx *ctx) {
     goto out;
   }
   int64_t size = dpm_predictor_input_size(p, 0);
-  if (dpm_idx_load(input, 3, &img, &err)) {
+  if (dpm_idx_load(NULL, input, 3, &img, &err)) {
     rc = fail(ctx, &err);
     goto out;
   }
@@ -72,7 +72,7 @@ int ctl_cmd_predict(ctl_ctx *ctx) {
   int64_t n = img.dim[0];
   if (count && (int64_t)count < n) n = (int64_t)count;
   if (labels) {
-    if (dpm_idx_load(labels, 1, &lab, &err)) {
+    if (dpm_idx_load(NULL, labels, 1, &lab, &err)) {
       rc = fail(ctx, &err);
       goto out;
     }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/validate.h"
 #include "spec/ytree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -18,7 +19,6 @@
 
 #define SPEC_MAX_DEVICE_ID 4095 /* cpu:N / cuda:N, N at most this */
 #define SPEC_MAX_DEVICES 4096   /* after expanding ranges */
-#define SPEC_MAX_NAME 64        /* model name length */
 
 /* ---- context and errors ---------------------------------------------- */
 
@@ -898,25 +898,35 @@ static dpm_status spec_read_forward(spec_ctx *c, const spec_field *f, const dpm_
 
 /* ---- top level --------------------------------------------------------- */
 
-/* name: 1..SPEC_MAX_NAME of [A-Za-z0-9._-], not starting with '.' (it names
- * the model's directory in the daemon's state dir). */
+/* name: a model name (common/validate.h): it names the model's directory
+ * in the daemon's state dir. */
 static dpm_status spec_read_name(spec_ctx *c, const spec_field *f, const dpm_ynode *v,
                                  void *msg) {
   char **name = AT(msg, f->off, char *), got[80];
   dpm_status st = spec_read_str(c, "name", v, name);
   if (st != DPM_OK) return st;
-  size_t len = strlen(*name);
-  int ok = len <= SPEC_MAX_NAME && (*name)[0] != '.';
-  for (size_t i = 0; ok && i < len; i++) {
-    char ch = (*name)[i];
-    ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-         (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
-  }
-  if (!ok)
+  if (!dpm_model_name_valid(*name))
     return spec_fail(c, v,
                      "'name' must be 1-%d characters of A-Z a-z 0-9 . _ - "
                      "not starting with '.', got %s",
-                     SPEC_MAX_NAME, spec_got(v, got, sizeof got));
+                     DPM_SPEC_MAX_NAME, spec_got(v, got, sizeof got));
+  return DPM_OK;
+}
+
+/* checkpoint_every: N (iterations) or "Ns" (seconds); 0 turns it off. */
+static dpm_status spec_read_checkpoint(spec_ctx *c, const spec_field *f, const dpm_ynode *v,
+                                       void *msg) {
+  char got[80];
+  (void)f;
+  dpm_status st = spec_scalar(c, "checkpoint_every", v, "a number of iterations or seconds");
+  if (st != DPM_OK) return st;
+  Dpm__CheckpointPolicy *p = spec_new(&dpm__checkpoint_policy__descriptor);
+  if (!p) return spec_nomem(c);
+  ((Dpm__ModelSpec *)msg)->checkpoint = p;
+  if (dpm_checkpoint_every_parse(v->str, p))
+    return spec_fail(c, v,
+                     "'checkpoint_every' must be iterations (1000) or seconds (600s), got %s",
+                     spec_got(v, got, sizeof got));
   return DPM_OK;
 }
 
@@ -936,6 +946,8 @@ static const spec_field model_fields[] = {
     F_SUB(Dpm__ModelSpec, update, update_section),
     F_SUB(Dpm__ModelSpec, eval, eval_section),
     F_SUB(Dpm__ModelSpec, parallel, parallel_section),
+    {.key = "checkpoint_every", .kind = SF_CUSTOM,
+     .off = offsetof(Dpm__ModelSpec, checkpoint), .fn = spec_read_checkpoint},
 };
 static const spec_section model_section =
     SECTION("", dpm__model_spec, model_fields, spec_check_model);
@@ -972,6 +984,7 @@ dpm_status dpm_spec_parse(const char *text, size_t len, const char *source,
   if ((st = spec_read_section(&c, &model_section, "spec", root, spec)) != DPM_OK)
     goto done;
   if (source && !(spec->source = strdup(source))) st = spec_nomem(&c);
+  if (st == DPM_OK) st = dpm_spec_validate(spec, err);
 done:
   dpm_ytree_free(root);
   if (st != DPM_OK) {
@@ -1066,6 +1079,7 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
   top.source = NULL;
   top.name = NULL;     /* a model may be renamed ...          */
   top.parallel = NULL; /* ... or moved to other devices (spec.h) */
+  top.checkpoint = NULL; /* when to checkpoint is not the model */
   top.n_forward = 0;
   top.forward = NULL;
   if (spec->input) {

@@ -223,7 +223,15 @@ static dpm_status seed_losses(ad *a, const char *const *losses, int n, float sca
     int j = dpm_strmap_get(&a->idx, losses[l]);
     if (!b)
       return dpm_errf(err, DPM_SPEC, "loss '%s' is not computed by the net", losses[l]);
-    if (b->shape.dtype != DPM_F32 || !a->curq[j])
+    for (int k = 0; k < l; k++)
+      if (strcmp(losses[k], losses[l]) == 0)
+        return dpm_errf(err, DPM_SPEC, "loss '%s' is listed twice", losses[l]);
+    if (b->shape.dtype != DPM_F32 || dpm_shape_numel(&b->shape) != 1) {
+      char got[64];
+      return dpm_errf(err, DPM_SPEC, "loss '%s' must be a f32 scalar, got %s", losses[l],
+                      dpm_shape_str(&b->shape, got, sizeof got));
+    }
+    if (!a->curq[j])
       return dpm_errf(err, DPM_SPEC, "loss '%s' does not depend on any parameter",
                       losses[l]);
     char name[300], shape[128] = "shape=", value[64];

@@ -31,6 +31,19 @@ static dpm_status bind_blob(dpm_workspace *ws, const dpm_shapes *t, const char *
   return DPM_OK;
 }
 
+size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t) {
+  size_t scratch = 0;
+  for (int i = 0; i < net->n; i++) {
+    const dpm_node *n = &net->nodes[i];
+    if (!n->def->scratch) continue;
+    dpm_shape in[DPM_OP_MAX_IO];
+    dpm_node_input_shapes(n, t, in);
+    size_t s = n->def->scratch(n, in);
+    if (s > scratch) scratch = s;
+  }
+  return scratch;
+}
+
 dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
                          dpm_workspace *ws, dpm_ctx *ctx, dpm_err *err) {
   if (x->n != net->n) {
@@ -40,7 +53,6 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
       return dpm_errf(err, DPM_NOMEM, "out of memory");
     x->n = net->n;
   }
-  size_t scratch = 0;
   for (int i = 0; i < net->n; i++) {
     const dpm_node *n = &net->nodes[i];
     dpm_op *op = &x->ops[i];
@@ -50,14 +62,9 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
       if (n->in[k] && bind_blob(ws, t, n->in[k], &op->in[k], err)) return err->code;
     for (int k = 0; k < n->n_out; k++)
       if (n->out[k] && bind_blob(ws, t, n->out[k], &op->out[k], err)) return err->code;
-    if (n->def->scratch) {
-      dpm_shape in[DPM_OP_MAX_IO];
-      dpm_node_input_shapes(n, t, in);
-      size_t s = n->def->scratch(n, in);
-      if (s > scratch) scratch = s;
-    }
   }
-  if (dpm_ctx_reserve(ctx, scratch)) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (dpm_ctx_reserve(ctx, dpm_net_scratch(net, t)))
+    return dpm_errf(err, DPM_NOMEM, "out of memory");
   return DPM_OK;
 }
 

@@ -19,6 +19,8 @@ typedef struct dpm_exec {
 dpm_status dpm_ctx_reserve(dpm_ctx *ctx, size_t bytes);
 void dpm_ctx_fini(dpm_ctx *ctx);
 
+/* The scratch bytes net's kernels need at the shapes in t (the largest). */
+size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t);
 /* Bind net to ws/ctx using shapes from t (which must cover every blob the
  * net touches). Errors: DPM_NOMEM; DPM_INTERNAL if t lacks a blob. */
 dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,

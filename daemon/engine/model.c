@@ -144,6 +144,10 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
   for (int p = 0; def->params[p].suffix; p++) {
     const dpm_param_def *pd = &def->params[p];
     const char *name = n->in[n_data + p];
+    if (dpm_shape_check(&ps[p], NULL, b->err)) {
+      dpm_err_prefix(b->err, "parameter '%s': ", name);
+      return op_fail(b, index, n->line, def->name);
+    }
     if (dpm_shapes_get(&b->m->shapes, name))
       return dpm_errf(b->err, DPM_SPEC,
                       "parameter '%s' already exists; name the output differently", name);
@@ -240,6 +244,8 @@ static dpm_status declare_inputs(builder *b, const int64_t chw[3], int batch) {
     return nomem(b->err);
   int64_t d[4] = {batch, chw[0], chw[1], chw[2]};
   dpm_shape ds = dpm_shape_make(DPM_F32, 4, d), ls = dpm_shape_make(DPM_I32, 1, d);
+  if (dpm_shape_check(&ds, NULL, b->err))
+    return dpm_err_prefix(b->err, "%s: input '%s': ", b->m->source, data);
   if (dpm_shapes_set(&b->m->shapes, data, &ds, DPM_BLOB_DATA) ||
       dpm_shapes_set(&b->m->shapes, label, &ls, DPM_BLOB_DATA))
     return nomem(b->err);

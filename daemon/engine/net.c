@@ -154,6 +154,10 @@ dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *sc
   }
   for (int k = 0; k < n->n_out; k++) {
     if (!n->out[k]) continue;
+    if (dpm_shape_check(&out[k], NULL, err)) {
+      dpm_err_prefix(err, "output '%s': ", n->out[k]);
+      return node_fail(n, source, err);
+    }
     dpm_blobinfo *b = dpm_shapes_get(t, n->out[k]);
     if (b && b->version > 0 && !dpm_shape_equal(&b->shape, &out[k])) {
       char a[64], c[64];

@@ -6,16 +6,19 @@
 #include "dpm/predictor.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/exec.h"
 #include "engine/fuse.h"
 #include "engine/predictor_extract.h"
+#include "io/file.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "predictor tensors are little-endian; a big-endian host must swap");
@@ -414,6 +417,21 @@ dpm_status dpm_predictor_load_buffer(const void *data, size_t len, const char *s
   return DPM_OK;
 }
 
+/* path as a regular file (a FIFO must not block the open: O_NONBLOCK, then
+ * refused); DPM_NOT_FOUND when it does not exist. */
+static dpm_status open_regular(const char *path, FILE **f, dpm_err *err) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
+    return dpm_errf(err, errno == ENOENT ? DPM_NOT_FOUND : DPM_IO, "%s: %s", path,
+                    strerror(errno));
+  if (dpm_file_check_regular(fd, path, err)) return err->code;
+  if (!(*f = fdopen(fd, "rb"))) {
+    close(fd);
+    return nomem(err);
+  }
+  return DPM_OK;
+}
+
 dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err) {
   dpm_err local = {0};
   if (!err) err = &local;
@@ -425,22 +443,23 @@ dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err
   dpm_status s = DPM_OK;
   uint8_t *buf = NULL;
   size_t len = 0;
-  FILE *f = fopen(path, "rb");
+  FILE *f = NULL;
   struct stat st;
-  if (!f)
-    s = dpm_errf(err, errno == ENOENT ? DPM_NOT_FOUND : DPM_IO, "%s: %s", path,
-                 strerror(errno));
-  else if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode))
-    s = dpm_errf(err, DPM_IO, "%s: not a regular file", path);
-  else if (st.st_size > MAX_FILE)
+  s = open_regular(path, &f, err);
+  if (s) {
+    /* err is set */
+  } else if (fstat(fileno(f), &st)) {
+    s = dpm_errf(err, DPM_IO, "%s: %s", path, strerror(errno));
+  } else if (st.st_size > MAX_FILE) {
     s = dpm_errf(err, DPM_CORRUPT, "%s: %lld bytes is larger than a predictor can be",
                  path, (long long)st.st_size);
-  else if (!(buf = malloc((size_t)st.st_size + 1)))
+  } else if (!(buf = malloc((size_t)st.st_size + 1))) {
     s = nomem(err);
-  else if ((len = fread(buf, 1, (size_t)st.st_size, f)) != (size_t)st.st_size ||
-           ferror(f))
+  } else if ((len = fread(buf, 1, (size_t)st.st_size, f)) != (size_t)st.st_size ||
+             ferror(f)) {
     s = dpm_errf(err, DPM_IO, "%s: read %zu of %lld bytes", path, len,
                  (long long)st.st_size);
+  }
   if (f) fclose(f);
   if (!s) s = dpm_predictor_load_buffer(buf, len, path, out, err);
   free(buf);

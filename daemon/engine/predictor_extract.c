@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/strmap.h"
+#include "io/file.h"
 
 /* Fusions written back as the op the fused kernel absorbed: an in-place op
  * on out[0] right after the node (engine/fuse.c). */
@@ -533,74 +534,10 @@ dpm_status dpm_predictor_extract(const dpm_model *m, const dpm_workspace *ws,
 
 /* ---- writing ------------------------------------------------------------ */
 
-static dpm_status io_fail(dpm_err *err, const char *what, const char *path) {
-  return dpm_errf(err, DPM_IO, "cannot %s '%s': %s", what, path, strerror(errno));
-}
-
-/* mkdir -p. */
-static dpm_status make_dirs(const char *dir, dpm_err *err) {
-  char path[PATH_MAX];
-  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-    return dpm_errf(err, DPM_INVALID, "directory name too long: '%.64s...'", dir);
-  for (char *p = path + 1;; p++) {
-    if (*p && *p != '/') continue;
-    char c = *p;
-    *p = 0;
-    if (mkdir(path, 0755) && errno != EEXIST)
-      return io_fail(err, "create directory", path);
-    if (!(*p = c)) break;
-  }
-  struct stat st;
-  if (stat(dir, &st)) return io_fail(err, "access directory", dir);
-  if (!S_ISDIR(st.st_mode))
-    return dpm_errf(err, DPM_IO, "'%s' exists and is not a directory", dir);
-  return DPM_OK;
-}
-
-static dpm_status write_all(int fd, const uint8_t *buf, size_t len, const char *path,
-                            dpm_err *err) {
-  while (len) {
-    ssize_t w = write(fd, buf, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return io_fail(err, "write", path);
-    buf += w;
-    len -= (size_t)w;
-  }
-  return DPM_OK;
-}
-
-/* dir/predictor.pb <- buf, via a temporary file, fsync, rename, dir fsync. */
-static dpm_status write_atomic(const char *dir, const uint8_t *buf, size_t len,
-                               dpm_err *err) {
-  char path[PATH_MAX], tmp[PATH_MAX];
-  if (snprintf(path, sizeof path, "%s/%s", dir, DPM_PREDICTOR_FILE) >= (int)sizeof path ||
-      snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, DPM_PREDICTOR_FILE) >=
-          (int)sizeof tmp)
-    return dpm_errf(err, DPM_INVALID, "directory name too long: '%.64s...'", dir);
-  if (make_dirs(dir, err)) return err->code;
-  int fd = mkstemp(tmp);
-  if (fd < 0) return io_fail(err, "create", tmp);
-  dpm_status s = DPM_OK;
-  if (fchmod(fd, 0644)) s = io_fail(err, "set the mode of", tmp);
-  if (!s) s = write_all(fd, buf, len, tmp, err);
-  if (!s && fsync(fd)) s = io_fail(err, "sync", tmp);
-  if (close(fd) && !s) s = io_fail(err, "close", tmp);
-  if (!s && rename(tmp, path)) s = io_fail(err, "rename into place", path);
-  if (s) {
-    unlink(tmp);
-    return s;
-  }
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (dfd < 0) return io_fail(err, "open directory", dir);
-  if (fsync(dfd)) s = io_fail(err, "sync directory", dir);
-  close(dfd);
-  return s;
-}
-
 dpm_status dpm_predictor_export(const dpm_model *m, const dpm_workspace *ws,
                                 const char *const *inputs, int n_in,
-                                const char *const *outputs, int n_out, const char *dir,
-                                dpm_err *err) {
+                                const char *const *outputs, int n_out, const dpm_fs *fs,
+                                const char *dir, dpm_err *err) {
   dpm_err local = {0};
   if (!err) err = &local;
   if (!dir || !dir[0]) return dpm_errf(err, DPM_INVALID, "no predictor directory given");
@@ -616,7 +553,13 @@ dpm_status dpm_predictor_export(const dpm_model *m, const dpm_workspace *ws,
     if (s != DPM_NOMEM) err->code = s = DPM_INTERNAL;
     dpm_err_prefix(err, "the predictor does not load back: ");
   }
-  if (!s) s = write_atomic(dir, buf, len, err);
+  char *path = NULL;
+  if (!s && asprintf(&path, "%s/%s", dir, DPM_PREDICTOR_FILE) < 0) {
+    path = NULL;
+    s = dpm_errf(err, DPM_NOMEM, "out of memory");
+  }
+  if (!s) s = dpm_file_write_buffer(fs, path, 1, buf, len, err);
+  free(path);
   free(buf);
   return s;
 }

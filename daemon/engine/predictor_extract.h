@@ -58,13 +58,15 @@ dpm_status dpm_predictor_extract(const dpm_model *m, const dpm_workspace *ws,
                                  size_t *len, dpm_err *err);
 
 /* dpm_predictor_extract, checked by loading it back with the runtime, then
- * written to dir/predictor.pb atomically: a temporary file in dir, fsynced,
- * renamed over the old file, and dir fsynced. dir (and its parents) are
- * created when missing (mode 0755). On failure no file is left behind and an
- * earlier predictor.pb is untouched. */
+ * written to dir/predictor.pb atomically through fs (NULL: plain paths;
+ * io/file.h): a temporary file in dir, fsynced, renamed over the old file,
+ * and dir fsynced. dir (and its parents) are created when missing (mode
+ * 0755). On failure no file is left behind and an earlier predictor.pb is
+ * untouched. */
+struct dpm_fs;
 dpm_status dpm_predictor_export(const dpm_model *m, const dpm_workspace *ws,
                                 const char *const *inputs, int n_in,
-                                const char *const *outputs, int n_out, const char *dir,
-                                dpm_err *err);
+                                const char *const *outputs, int n_out,
+                                const struct dpm_fs *fs, const char *dir, dpm_err *err);
 
 #endif

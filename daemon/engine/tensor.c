@@ -34,6 +34,27 @@ size_t dpm_shape_bytes(const dpm_shape *s) {
   return (size_t)dpm_shape_numel(s) * dtypes[s->dtype].size;
 }
 
+dpm_status dpm_shape_check(const dpm_shape *s, uint64_t *bytes, dpm_err *err) {
+  uint64_t n = 1;
+  int ok = (unsigned)s->dtype < DPM_DTYPE_COUNT && s->ndim >= 0 && s->ndim <= DPM_MAX_DIMS;
+  if (ok) n = dtypes[s->dtype].size;
+  for (int i = 0; ok && i < s->ndim; i++)
+    ok = s->d[i] >= 0 && !__builtin_mul_overflow(n, (uint64_t)s->d[i], &n) &&
+         n <= DPM_MAX_TENSOR_BYTES;
+  if (ok && n <= DPM_MAX_TENSOR_BYTES) {
+    if (bytes) *bytes = n;
+    return DPM_OK;
+  }
+  char dims[128];
+  size_t k = 0;
+  dims[0] = 0;
+  for (int i = 0; i < s->ndim && i < DPM_MAX_DIMS && k < sizeof dims; i++)
+    k += (size_t)snprintf(dims + k, sizeof dims - k, i ? ",%lld" : "%lld",
+                          (long long)s->d[i]);
+  return dpm_errf(err, DPM_SHAPE, "shape [%s] is larger than %llu bytes or malformed",
+                  dims, (unsigned long long)DPM_MAX_TENSOR_BYTES);
+}
+
 int dpm_shape_equal(const dpm_shape *a, const dpm_shape *b) {
   if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
   for (int i = 0; i < a->ndim; i++)
@@ -65,7 +86,7 @@ dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s) {
     if (!p) return DPM_NOMEM;
     if (t->capacity) dpm_free(t->data);
     t->data = p;
-    t->capacity = bytes;
+    t->capacity = bytes ? bytes : DPM_ALIGN; /* dpm_alloc(0) takes one block: owned */
   }
   t->shape = *s;
   return DPM_OK;

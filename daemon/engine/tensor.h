@@ -15,6 +15,10 @@
 
 #define DPM_MAX_DIMS 4
 #define DPM_ALIGN 64
+/* The largest tensor the engine accepts: 1 TiB. With every shape checked
+ * against it (dpm_shape_check), products of a few dims and sums over a net's
+ * blobs stay far inside 64 bits. */
+#define DPM_MAX_TENSOR_BYTES ((uint64_t)1 << 40)
 
 typedef enum { DPM_F32, DPM_I32, DPM_I64, DPM_DTYPE_COUNT } dpm_dtype;
 
@@ -37,8 +41,16 @@ size_t dpm_dtype_size(dpm_dtype t);
 /* Shape constructors: dpm_shape_make(DPM_F32, 2, (int64_t[]){64, 784}). */
 dpm_shape dpm_shape_make(dpm_dtype t, int ndim, const int64_t *d);
 dpm_shape dpm_shape_scalar(dpm_dtype t);
+/* Element and byte counts. Unchecked: only for shapes that passed
+ * dpm_shape_check (every shape in a shape table, tensor or checkpoint). */
 int64_t dpm_shape_numel(const dpm_shape *s);
 size_t dpm_shape_bytes(const dpm_shape *s);
+/* A shape computed from untrusted values (spec arguments, file headers):
+ * a known dtype, 0..DPM_MAX_DIMS dims, each >= 0, and numel x dtype size
+ * at most DPM_MAX_TENSOR_BYTES, computed with overflow checks. DPM_OK with
+ * the byte count in *bytes (may be NULL), else DPM_SHAPE naming the shape
+ * and the limit. */
+dpm_status dpm_shape_check(const dpm_shape *s, uint64_t *bytes, dpm_err *err);
 int dpm_shape_equal(const dpm_shape *a, const dpm_shape *b);
 /* Writes "f32[64,784]" into buf; returns buf. */
 char *dpm_shape_str(const dpm_shape *s, char *buf, size_t n);

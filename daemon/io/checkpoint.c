@@ -306,8 +306,8 @@ static dpm_status plan_make(const char *path, const dpm_ckpt_meta *m,
   return DPM_OK;
 }
 
-/* Write the data (with CRCs into the index), then header and index, to fd,
- * and fsync it. DPM_IO naming tmp on failure. */
+/* Write the data (with CRCs into the index), then header and index, to fd.
+ * DPM_IO naming tmp on failure. */
 static dpm_status write_body(int fd, const char *tmp, const dpm_ckpt_entry *e, int n,
                              ckpt_plan *p, dpm_err *err) {
   static const uint8_t zeros[CKPT_ALIGN];
@@ -331,64 +331,33 @@ static dpm_status write_body(int fd, const char *tmp, const dpm_ckpt_entry *e, i
         crc_update(0, p->head + CKPT_HEADER_BYTES, p->index_bytes));
   put32(p->head + H_HEADER_CRC, crc_update(0, p->head, H_HEADER_CRC));
   if (pwrite_all(fd, p->head, p->data_offset, 0) < 0) goto io_error;
-  if (fsync(fd) < 0) return dpm_errf(err, DPM_IO, "%s: fsync: %s", tmp, strerror(errno));
   return DPM_OK;
 io_error:
   return dpm_errf(err, DPM_IO, "%s: write: %s", tmp, strerror(errno));
 }
 
-dpm_status dpm_ckpt_write(const char *path, const dpm_ckpt_meta *meta,
+typedef struct {
+  const char *path;
+  const dpm_ckpt_entry *e;
+  int n;
+  ckpt_plan *plan;
+} ckpt_job;
+
+static dpm_status write_job(int fd, void *arg, dpm_err *err) {
+  ckpt_job *j = arg;
+  return write_body(fd, j->path, j->e, j->n, j->plan, err);
+}
+
+dpm_status dpm_ckpt_write(const dpm_fs *fs, const char *path, const dpm_ckpt_meta *meta,
                           const dpm_ckpt_entry *e, int n, dpm_err *err) {
   if (!path || !*path) return dpm_errf(err, DPM_INVALID, "checkpoint: empty path");
   if (!meta || n < 0 || n > DPM_CKPT_MAX_ENTRIES || (n > 0 && !e))
     return dpm_errf(err, DPM_INVALID, "%s: no metadata, or entry count %d outside 0..%d",
                     path, n, DPM_CKPT_MAX_ENTRIES);
-  char tmp[PATH_MAX], dir[PATH_MAX];
-  int len = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  if (len < 0 || len >= (int)sizeof tmp)
-    return dpm_errf(err, DPM_INVALID, "%s: path too long", path);
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else if (slash == path)
-    snprintf(dir, sizeof dir, "/");
-  else
-    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-
   ckpt_plan plan = {0};
   dpm_status st = plan_make(path, meta, e, n, &plan, err);
-  if (st != DPM_OK) {
-    plan_fini(&plan);
-    return st;
-  }
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) {
-    st = dpm_errf(err, DPM_IO, "%s: cannot open directory '%s': %s", path, dir,
-                  strerror(errno));
-    plan_fini(&plan);
-    return st;
-  }
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    st = dpm_errf(err, DPM_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    goto done;
-  }
-  st = write_body(fd, tmp, e, n, &plan, err);
-  if (close(fd) < 0 && st == DPM_OK)
-    st = dpm_errf(err, DPM_IO, "%s: close: %s", tmp, strerror(errno));
-  if (st == DPM_OK && rename(tmp, path) < 0)
-    st = dpm_errf(err, DPM_IO, "%s: cannot rename '%s' into place: %s", path, tmp,
-                  strerror(errno));
-  if (st != DPM_OK) {
-    unlink(tmp);
-    goto done;
-  }
-  if (fsync(dfd) < 0)
-    st = dpm_errf(err, DPM_IO,
-                  "%s: written and renamed, but fsync of directory '%s' failed: %s", path,
-                  dir, strerror(errno));
-done:
-  close(dfd);
+  ckpt_job job = {path, e, n, &plan};
+  if (st == DPM_OK) st = dpm_file_write(fs, path, 0, write_job, &job, err);
   plan_fini(&plan);
   return st;
 }
@@ -649,18 +618,13 @@ static dpm_status read_data(ckpt_reader *r, uint64_t data_offset, dpm_ckpt *c,
   return DPM_OK;
 }
 
-/* Open path as a regular file; DPM_IO otherwise. */
-static dpm_status open_file(ckpt_reader *r, dpm_err *err) {
-  /* O_NONBLOCK: opening a FIFO must not block; it is refused below. */
-  r->fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (r->fd < 0)
-    return dpm_errf(err, DPM_IO, "%s: cannot open: %s", r->path, strerror(errno));
+/* Open path (through fs) as a regular file; DPM_IO otherwise. */
+static dpm_status open_file(const dpm_fs *fs, ckpt_reader *r, dpm_err *err) {
+  dpm_status s = dpm_file_open_read(fs, r->path, &r->fd, err);
+  if (s) return s;
   struct stat st;
   if (fstat(r->fd, &st) < 0)
     return dpm_errf(err, DPM_IO, "%s: stat: %s", r->path, strerror(errno));
-  if (S_ISDIR(st.st_mode)) return dpm_errf(err, DPM_IO, "%s: is a directory", r->path);
-  if (!S_ISREG(st.st_mode))
-    return dpm_errf(err, DPM_IO, "%s: not a regular file", r->path);
   r->size = (uint64_t)st.st_size;
   return DPM_OK;
 }
@@ -690,7 +654,8 @@ static dpm_status check_prefix(const ckpt_reader *r, const uint8_t *h, dpm_err *
   return DPM_OK;
 }
 
-dpm_status dpm_ckpt_read(const char *path, dpm_ckpt *out, dpm_err *err) {
+dpm_status dpm_ckpt_read(const dpm_fs *fs, const char *path, dpm_ckpt *out,
+                         dpm_err *err) {
   if (!out) return dpm_errf(err, DPM_INVALID, "checkpoint: no output");
   *out = (dpm_ckpt){0};
   if (!path || !*path) return dpm_errf(err, DPM_INVALID, "checkpoint: empty path");
@@ -699,7 +664,7 @@ dpm_status dpm_ckpt_read(const char *path, dpm_ckpt *out, dpm_err *err) {
   uint8_t h[CKPT_HEADER_BYTES] = {0};
   uint32_t count = 0, index_bytes = 0;
   uint64_t data_offset = 0;
-  dpm_status st = open_file(&r, err);
+  dpm_status st = open_file(fs, &r, err);
   if (st != DPM_OK) goto out;
   int got = pread_all(r.fd, h, r.size < sizeof h ? r.size : sizeof h, 0);
   if (got <= 0) {

@@ -9,8 +9,7 @@
  * caller's job; this module only stores and verifies them.
  *
  * Threads: every function is reentrant; different files may be written and
- * read from any threads at once. Two writers of the SAME path in one process
- * would share a temporary file name: the caller serialises them.
+ * read from any threads at once (each write has a temporary file of its own).
  *
  * Errors: dpm_err's message always starts with the path. DPM_INVALID: bad
  * arguments to write (no file is touched). DPM_IO: open, read, write, fsync
@@ -99,6 +98,7 @@
 #include "dpm/status.h"
 #include "engine/op.h"
 #include "engine/tensor.h"
+#include "io/file.h"
 
 #define DPM_CKPT_VERSION 1
 #define DPM_CKPT_MAX_NAME 255          /* bytes in an entry name */
@@ -122,17 +122,17 @@ typedef struct dpm_ckpt_entry {
   const dpm_tensor *t; /* shape with every dim > 0, data non-NULL */
 } dpm_ckpt_entry;
 
-/* Write meta and e[0..n) to `path`, atomically and durably: the data go to
- * "<path>.tmp.<pid>" in the same directory (created or truncated, never
- * through a symlink), tensor by tensor with a running CRC (no copy of the
- * data is made), then the header and index; the file is fsynced, renamed
- * over path, and the directory fsynced. On any failure the temporary file
- * is removed and a file already at path is left untouched, except when only
- * the final directory fsync fails (DPM_IO; the new file is in place but may
- * not survive a power loss). Entries are stored in the order given.
- * DPM_INVALID for bad arguments (names, duplicates, kinds, shapes, n) before
- * anything is written. */
-dpm_status dpm_ckpt_write(const char *path, const dpm_ckpt_meta *meta,
+/* Write meta and e[0..n) to `path`, resolved through fs (NULL: plain
+ * paths; io/file.h), atomically and durably: the data go to a new temporary
+ * file in the same directory, tensor by tensor with a running CRC (no copy
+ * of the data is made), then the header and index; the file is fsynced,
+ * renamed over path, and the directory fsynced. On any failure the
+ * temporary file is removed and a file already at path is left untouched,
+ * except when only the final directory fsync fails (DPM_IO; the new file is
+ * in place but may not survive a power loss). Entries are stored in the
+ * order given. DPM_INVALID for bad arguments (names, duplicates, kinds,
+ * shapes, n) before anything is written. */
+dpm_status dpm_ckpt_write(const dpm_fs *fs, const char *path, const dpm_ckpt_meta *meta,
                           const dpm_ckpt_entry *e, int n, dpm_err *err);
 
 /* A checkpoint read into memory. Everything is owned by it; release with
@@ -145,11 +145,12 @@ typedef struct dpm_ckpt {
   dpm_tensor *tensors;  /* [n], each owning its 64-byte aligned data */
 } dpm_ckpt;
 
-/* Read and verify the whole file (every check listed above, every CRC)
+/* Read and verify the whole file (opened through fs; NULL: plain) (every check listed above, every CRC)
  * before returning DPM_OK. *out is overwritten (not freed first): on success
  * it owns the contents; on any error it is empty (n 0, NULL arrays) and
  * dpm_ckpt_fini on it is a no-op. */
-dpm_status dpm_ckpt_read(const char *path, dpm_ckpt *out, dpm_err *err);
+dpm_status dpm_ckpt_read(const dpm_fs *fs, const char *path, dpm_ckpt *out,
+                         dpm_err *err);
 
 /* The tensor named `name`, or NULL; sets *kind when kind is non-NULL and the
  * name is found. Linear in n. */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* Read up to n bytes into buf; returns the bytes read (short at the end of
@@ -48,9 +49,9 @@ static dpm_status idx_header(gzFile f, const char *path, int want_ndim, dpm_idx 
   uint32_t magic = be32(head);
   if (magic != DPM_IDX_MAGIC_LABELS && magic != DPM_IDX_MAGIC_IMAGES)
     return dpm_errf(err, DPM_CORRUPT,
-                    "%s: bad IDX magic 0x%08x (expected 0x%08x for u8 labels "
-                    "or 0x%08x for u8 images)",
-                    path, magic, DPM_IDX_MAGIC_LABELS, DPM_IDX_MAGIC_IMAGES);
+                    "%s: not an IDX file of unsigned bytes (its magic is neither 0x%08x, "
+                    "labels, nor 0x%08x, images)",
+                    path, DPM_IDX_MAGIC_LABELS, DPM_IDX_MAGIC_IMAGES);
   int ndim = (int)(magic & 0xff);
   if (want_ndim && ndim != want_ndim)
     return dpm_errf(err, DPM_CORRUPT,
@@ -70,8 +71,8 @@ static dpm_status idx_header(gzFile f, const char *path, int want_ndim, dpm_idx 
     int64_t d = be32(head + 4 + 4 * i);
     int64_t max = i == 0 ? DPM_IDX_MAX_ITEMS : DPM_IDX_MAX_SIDE;
     if (d < 1 || d > max)
-      return dpm_errf(err, DPM_CORRUPT, "%s: IDX dimension %d is %lld (must be 1..%lld)",
-                      path, i, (long long)d, (long long)max);
+      return dpm_errf(err, DPM_CORRUPT, "%s: IDX dimension %d is out of range (1..%lld)",
+                      path, i, (long long)max);
     x->dim[i] = d;
     size *= d; /* each factor is bounded, so no overflow before the check */
     if (size > DPM_IDX_MAX_BYTES)
@@ -83,21 +84,24 @@ static dpm_status idx_header(gzFile f, const char *path, int want_ndim, dpm_idx 
   return DPM_OK;
 }
 
-/* Open path and read its header into *x (shared by load and peek). */
-static dpm_status idx_open(const char *path, int ndim, dpm_idx *x, gzFile *f,
-                           dpm_err *err) {
+/* Open path through fs and read its header into *x (shared by load and
+ * peek). */
+static dpm_status idx_open(const dpm_fs *fs, const char *path, int ndim, dpm_idx *x,
+                           gzFile *f, dpm_err *err) {
   if (!x) return dpm_errf(err, DPM_INVALID, "idx: no output");
   memset(x, 0, sizeof *x);
   if (!path || !*path) return dpm_errf(err, DPM_INVALID, "idx: no file name");
   if (ndim != 0 && ndim != 1 && ndim != 3)
     return dpm_errf(err, DPM_INVALID, "%s: IDX rank %d requested (0, 1, 3)", path, ndim);
-  errno = 0;
-  *f = gzopen(path, "rb");
-  if (!*f)
-    return dpm_errf(err, DPM_IO, "%s: cannot open: %s", path,
-                    errno ? strerror(errno) : "out of memory");
+  int fd;
+  dpm_status st = dpm_file_open_read(fs, path, &fd, err);
+  if (st != DPM_OK) return st;
+  if (!(*f = gzdopen(fd, "rb"))) {
+    close(fd);
+    return dpm_errf(err, DPM_NOMEM, "%s: out of memory", path);
+  }
   gzbuffer(*f, 1u << 17);
-  dpm_status st = idx_header(*f, path, ndim, x, err);
+  st = idx_header(*f, path, ndim, x, err);
   if (st != DPM_OK) {
     gzclose(*f);
     memset(x, 0, sizeof *x);
@@ -105,19 +109,21 @@ static dpm_status idx_open(const char *path, int ndim, dpm_idx *x, gzFile *f,
   return st;
 }
 
-dpm_status dpm_idx_peek(const char *path, int ndim, dpm_idx *out, dpm_err *err) {
+dpm_status dpm_idx_peek(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
+                        dpm_err *err) {
   gzFile f;
-  dpm_status st = idx_open(path, ndim, out, &f, err);
+  dpm_status st = idx_open(fs, path, ndim, out, &f, err);
   if (st == DPM_OK) gzclose(f);
   return st;
 }
 
-dpm_status dpm_idx_load(const char *path, int ndim, dpm_idx *out, dpm_err *err) {
+dpm_status dpm_idx_load(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
+                        dpm_err *err) {
   if (!out) return dpm_errf(err, DPM_INVALID, "idx: no output");
   memset(out, 0, sizeof *out);
   gzFile f;
   dpm_idx x;
-  dpm_status st = idx_open(path, ndim, &x, &f, err);
+  dpm_status st = idx_open(fs, path, ndim, &x, &f, err);
   if (st != DPM_OK) return st;
   /* malloc, not calloc: pages are touched only as the data arrives, so a
    * header that lies about a huge size costs nothing before the check. */
@@ -164,23 +170,23 @@ void dpm_idx_fini(dpm_idx *x) {
   memset(x, 0, sizeof *x);
 }
 
-dpm_status dpm_idx_dataset_load(const char *images, const char *labels, int num_classes,
-                                dpm_idx_dataset *out, dpm_err *err) {
+dpm_status dpm_idx_dataset_load(const dpm_fs *fs, const char *images, const char *labels,
+                                int num_classes, dpm_idx_dataset *out, dpm_err *err) {
   if (!out) return dpm_errf(err, DPM_INVALID, "idx: no output");
   memset(out, 0, sizeof *out);
   if (num_classes < 1)
     return dpm_errf(err, DPM_INVALID, "idx: num_classes %d (must be >= 1)", num_classes);
   dpm_idx img = {0}, lab = {0};
-  dpm_status st = dpm_idx_load(labels, 1, &lab, err);
+  dpm_status st = dpm_idx_load(fs, labels, 1, &lab, err);
   if (st != DPM_OK) return st;
   for (size_t i = 0; i < lab.size; i++)
     if (lab.data[i] >= num_classes) {
-      st = dpm_errf(err, DPM_CORRUPT, "%s: label %d at index %zu is out of range [0, %d)",
-                    labels, lab.data[i], i, num_classes);
+      st = dpm_errf(err, DPM_CORRUPT, "%s: the label at index %zu is out of range [0, %d)",
+                    labels, i, num_classes);
       dpm_idx_fini(&lab);
       return st;
     }
-  st = dpm_idx_load(images, 3, &img, err);
+  st = dpm_idx_load(fs, images, 3, &img, err);
   if (st != DPM_OK) {
     dpm_idx_fini(&lab);
     return st;

@@ -15,7 +15,8 @@
  * Errors: a file that cannot be opened or read is DPM_IO; a bad magic, a
  * zero or oversized dimension, data shorter or longer than the dimensions
  * say, a label >= num_classes, or image and label counts that differ are
- * DPM_CORRUPT; bad arguments are DPM_INVALID. Every message names the file.
+ * DPM_CORRUPT; bad arguments are DPM_INVALID. Every message names the file
+ * and none shows its bytes (a file a client names may be anyone's).
  * On failure nothing is left allocated and *out is zeroed. */
 #ifndef DPM_IO_IDX_H
 #define DPM_IO_IDX_H
@@ -24,6 +25,7 @@
 #include <stdint.h>
 
 #include "dpm/status.h"
+#include "io/file.h"
 
 #define DPM_IDX_MAGIC_LABELS 0x00000801u /* u8, 1-D: [items] */
 #define DPM_IDX_MAGIC_IMAGES 0x00000803u /* u8, 3-D: [items, rows, cols] */
@@ -39,12 +41,15 @@ typedef struct dpm_idx {
   size_t size;    /* product of the dims */
 } dpm_idx;
 
-/* Load path (gzip or raw). ndim 1 accepts only a label file, 3 only an image
- * file, 0 either. On success *out owns the data. */
-dpm_status dpm_idx_load(const char *path, int ndim, dpm_idx *out, dpm_err *err);
+/* Load path (gzip or raw), opened through fs (NULL: plain paths; io/file.h:
+ * a regular file, never blocking on a FIFO). ndim 1 accepts only a label
+ * file, 3 only an image file, 0 either. On success *out owns the data. */
+dpm_status dpm_idx_load(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
+                        dpm_err *err);
 /* Read only the header of path: fills ndim, dim and size, leaves data NULL
  * (nothing to free). Checks the magic and dimensions, not the data length. */
-dpm_status dpm_idx_peek(const char *path, int ndim, dpm_idx *out, dpm_err *err);
+dpm_status dpm_idx_peek(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
+                        dpm_err *err);
 /* Free the data and zero x; safe on a zeroed or already finalised x. */
 void dpm_idx_fini(dpm_idx *x);
 
@@ -58,8 +63,8 @@ typedef struct dpm_idx_dataset {
 
 /* Load both files; the counts must match and every label must be below
  * num_classes (>= 1). */
-dpm_status dpm_idx_dataset_load(const char *images, const char *labels, int num_classes,
-                                dpm_idx_dataset *out, dpm_err *err);
+dpm_status dpm_idx_dataset_load(const dpm_fs *fs, const char *images, const char *labels,
+                                int num_classes, dpm_idx_dataset *out, dpm_err *err);
 void dpm_idx_dataset_fini(dpm_idx_dataset *d);
 
 #endif

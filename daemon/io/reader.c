@@ -179,9 +179,10 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
-/* Checks the config and fills r->n and the shape (loading idx files). */
-static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
-  dpm_reader_config *cfg = &r->cfg;
+/* Checks cfg and finds the data set's size and example shape: for idx
+ * files from their headers alone (through cfg->fs), nothing loaded. */
+static dpm_status reader_geometry(const dpm_reader_config *cfg, int64_t *n, int *c,
+                                  int *h, int *w, dpm_err *err) {
   if (!isfinite(cfg->scale))
     return dpm_errf(err, DPM_INVALID, "reader: scale %g is not finite", cfg->scale);
   if (cfg->batch < 1)
@@ -196,14 +197,18 @@ static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
     if (!cfg->images || !*cfg->images || !cfg->labels || !*cfg->labels)
       return dpm_errf(err, DPM_INVALID,
                       "reader: idx needs both an images and a labels file");
-    if (cfg->num_classes <= 0) cfg->num_classes = 10;
-    dpm_status st =
-        dpm_idx_dataset_load(cfg->images, cfg->labels, cfg->num_classes, &r->data, err);
-    if (st != DPM_OK) return st;
-    r->n = r->data.n;
-    r->c = 1;
-    r->h = r->data.rows;
-    r->w = r->data.cols;
+    dpm_idx img, lab;
+    if (dpm_idx_peek(cfg->fs, cfg->images, 3, &img, err) ||
+        dpm_idx_peek(cfg->fs, cfg->labels, 1, &lab, err))
+      return err->code;
+    if (img.dim[0] != lab.dim[0])
+      return dpm_errf(err, DPM_CORRUPT, "%s has %lld images but %s has %lld labels",
+                      cfg->images, (long long)img.dim[0], cfg->labels,
+                      (long long)lab.dim[0]);
+    *n = img.dim[0];
+    *c = 1;
+    *h = (int)img.dim[1];
+    *w = (int)img.dim[2];
   } else if (cfg->kind == DPM_READER_SYNTHETIC) {
     if (cfg->num_examples < 1)
       return dpm_errf(err, DPM_INVALID,
@@ -221,25 +226,67 @@ static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
     if (cfg->num_classes < 1)
       return dpm_errf(err, DPM_INVALID, "reader: synthetic num_classes %d (must be >= 1)",
                       cfg->num_classes);
-    r->n = cfg->num_examples;
-    r->c = cfg->channels;
-    r->h = cfg->height;
-    r->w = cfg->width;
+    *n = cfg->num_examples;
+    *c = cfg->channels;
+    *h = cfg->height;
+    *w = cfg->width;
   } else {
     return dpm_errf(err, DPM_INVALID, "reader: unknown kind %d (0 idx, 1 synthetic)",
                     cfg->kind);
   }
-  cfg->images = cfg->labels = NULL; /* not kept: the caller owns them */
-  r->chw = (int64_t)r->c * r->h * r->w;
-  int64_t per_shard = r->n / cfg->num_shards;
+  int64_t chw = (int64_t)*c * *h * *w, per_shard = *n / cfg->num_shards;
   if (cfg->batch > per_shard)
     return dpm_errf(err, DPM_INVALID,
                     "reader: batch %d is larger than the %lld examples per "
                     "shard (%lld examples, %d shards)",
-                    cfg->batch, (long long)per_shard, (long long)r->n, cfg->num_shards);
-  if ((int64_t)cfg->batch * r->chw * (int64_t)sizeof(float) > READER_MAX_SLOT_BYTES)
+                    cfg->batch, (long long)per_shard, (long long)*n, cfg->num_shards);
+  if ((int64_t)cfg->batch * chw * (int64_t)sizeof(float) > READER_MAX_SLOT_BYTES)
     return dpm_errf(err, DPM_INVALID, "reader: batch %d x %lld pixels exceeds %lld bytes",
-                    cfg->batch, (long long)r->chw, (long long)READER_MAX_SLOT_BYTES);
+                    cfg->batch, (long long)chw, (long long)READER_MAX_SLOT_BYTES);
+  return DPM_OK;
+}
+
+/* Batch buffers in the ring: the prefetched ones and the consumer's. */
+static int reader_slots(const dpm_reader_config *cfg) {
+  int queue = cfg->prefetch; /* an idx raw batch is row pointers: queue many */
+  if (cfg->raw && cfg->kind == DPM_READER_IDX && queue < DPM_READER_RAW_QUEUE)
+    queue = DPM_READER_RAW_QUEUE;
+  return queue + 1;
+}
+
+dpm_status dpm_reader_bytes(const dpm_reader_config *cfg, uint64_t *bytes, dpm_err *err) {
+  int64_t n;
+  int c, h, w;
+  if (reader_geometry(cfg, &n, &c, &h, &w, err)) return err->code;
+  uint64_t chw = (uint64_t)c * (uint64_t)h * (uint64_t)w, b = (uint64_t)cfg->batch;
+  uint64_t slot = b * sizeof(int32_t) + 3 * DPM_ALIGN; /* labels; alignment */
+  if (!cfg->raw)
+    slot += b * chw * sizeof(float);
+  else
+    slot += b * sizeof(uint8_t *) + (cfg->kind == DPM_READER_SYNTHETIC ? b * chw : 0);
+  uint64_t total = (uint64_t)reader_slots(cfg) * slot; /* each term well below 2^62 */
+  if (cfg->kind == DPM_READER_IDX) total += (uint64_t)n * (chw + 1);
+  if (cfg->shuffle) total += (uint64_t)n * sizeof(uint32_t);
+  if (cfg->kind == DPM_READER_SYNTHETIC && !cfg->raw) total += chw;
+  *bytes = total;
+  return DPM_OK;
+}
+
+/* Checks the config and fills r->n and the shape (loading idx files). */
+static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
+  dpm_reader_config *cfg = &r->cfg;
+  if (reader_geometry(cfg, &r->n, &r->c, &r->h, &r->w, err)) return err->code;
+  if (cfg->kind == DPM_READER_IDX) {
+    if (cfg->num_classes <= 0) cfg->num_classes = 10;
+    dpm_status st = dpm_idx_dataset_load(cfg->fs, cfg->images, cfg->labels,
+                                         cfg->num_classes, &r->data, err);
+    if (st != DPM_OK) return st;
+    if (r->data.n != r->n || r->data.rows != r->h || r->data.cols != r->w)
+      return dpm_errf(err, DPM_IO, "%s: changed while it was being read", cfg->images);
+  }
+  cfg->images = cfg->labels = NULL; /* not kept: the caller owns them */
+  cfg->fs = NULL;
+  r->chw = (int64_t)r->c * r->h * r->w;
   r->global = (int64_t)cfg->batch * cfg->num_shards;
   return DPM_OK;
 }
@@ -280,10 +327,7 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
     return st;
   }
   r->scale = (float)r->cfg.scale;
-  int queue = r->cfg.prefetch; /* an idx raw batch is row pointers: queue many */
-  if (r->cfg.raw && r->cfg.kind == DPM_READER_IDX && queue < DPM_READER_RAW_QUEUE)
-    queue = DPM_READER_RAW_QUEUE;
-  r->nslots = queue + 1;
+  r->nslots = reader_slots(&r->cfg);
   r->low = r->nslots > 3 ? (r->nslots - 1) / 2 : 1; /* a ready batch remains */
   r->slots = calloc((size_t)r->nslots, sizeof *r->slots);
   int ok = r->slots != NULL;

@@ -50,6 +50,7 @@
 
 #include "dpm/status.h"
 
+struct dpm_fs;
 enum { DPM_READER_IDX = 0, DPM_READER_SYNTHETIC = 1 };
 #define DPM_READER_MAX_PREFETCH 64
 #define DPM_READER_RAW_QUEUE 32 /* batches an idx raw reader queues, at least */
@@ -60,6 +61,7 @@ typedef struct dpm_reader_config {
   int kind;           /* DPM_READER_IDX or DPM_READER_SYNTHETIC */
   const char *images; /* idx: image file (gzip or raw) */
   const char *labels; /* idx: label file */
+  const struct dpm_fs *fs; /* how they are opened (io/file.h); NULL: plain paths */
   double scale;       /* float value = pixel (0..255) * scale; finite */
   int shuffle;        /* 1: a seeded permutation per epoch; 0: file order */
   uint64_t seed;      /* shuffle order and synthetic data */
@@ -105,6 +107,11 @@ typedef struct dpm_batch {
  * start the producer thread at {0, 0}. On success *out owns all that. */
 dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
                              dpm_err *err);
+/* Every byte create would allocate for cfg (data, order, ring), in *bytes,
+ * found without allocating: idx files are only opened for their headers.
+ * Refuses what create would refuse (same errors), including image and
+ * label files of different lengths. */
+dpm_status dpm_reader_bytes(const dpm_reader_config *cfg, uint64_t *bytes, dpm_err *err);
 /* Block for the next batch. *out is valid until the next call of next,
  * seek, rewind or destroy; *out is NULL at the end of a one-pass reader. */
 dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err);

@@ -111,7 +111,8 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
     return dpm_errf(
         err, DPM_SHAPE, "kernel %lld is larger than the padded input %lldx%lld",
         (long long)g->k, (long long)(g->h + 2 * g->p), (long long)(g->w + 2 * g->p));
-  if ((g->r + 1) * g->ll > INT_MAX || g->m * g->ho * g->wo > INT_MAX)
+  /* 128-bit: with checked input shapes each factor fits 64 bits, products may not */
+  if ((__int128)(g->r + 1) * g->ll > INT_MAX || (__int128)g->m * g->ho * g->wo > INT_MAX)
     return dpm_errf(err, DPM_SHAPE, "convolution of an image is too large for BLAS");
   return DPM_OK;
 }

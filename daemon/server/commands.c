@@ -11,6 +11,7 @@
 #include "server/log.h"
 #include "server/model.h"
 #include "server/store.h"
+#include "common/validate.h"
 #include "spec/spec.h"
 
 enum {
@@ -60,17 +61,6 @@ static void reply_ok(dpmd *d, dpmd_reply_to *to) {
   dpmd_reply(d, to, &rs);
 }
 
-/* Paths the daemon writes or reads for a client must lie under the state
- * dir or an allowed path. */
-static int path_denied(dpmd *d, dpmd_reply_to *to, const char *path) {
-  if (path && dpmd_path_allowed(d->cfg, path)) return 0;
-  dpmd_reply_error(d, to, DPM_DENIED,
-                   "path '%s' is not under the state dir or an allowed path "
-                   "(allowed_paths in the config)",
-                   path ? path : "");
-  return 1;
-}
-
 /* ---- handlers --------------------------------------------------------------- */
 
 static void cmd_version(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
@@ -86,6 +76,8 @@ static void cmd_version(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model
   v.devices = (char **)names;
   v.has_uptime_s = 1;
   v.uptime_s = dpmd_now() - d->started;
+  v.has_instance = 1;
+  v.instance = d->instance;
   Dpm__Response rs = DPM__RESPONSE__INIT;
   rs.result_case = DPM__RESPONSE__RESULT_VERSION;
   rs.version = &v;
@@ -101,10 +93,16 @@ static int replace_str(char **field, const char *value) {
   return 0;
 }
 
-/* Name and devices from the request override the spec's. */
-static dpm_status apply_overrides(Dpm__ModelSpec *spec, const Dpm__SubmitRequest *r,
+/* Name, devices and checkpoint policy from the request override the spec's. */
+static dpm_status apply_overrides(Dpm__ModelSpec *spec, Dpm__SubmitRequest *r,
                                   dpm_err *err) {
   if (r->name && *r->name && replace_str(&spec->name, r->name)) goto nomem;
+  if (r->checkpoint) {
+    if (dpm_checkpoint_policy_validate(r->checkpoint, err)) return err->code;
+    dpm__checkpoint_policy__free_unpacked(spec->checkpoint, NULL);
+    spec->checkpoint = r->checkpoint; /* the spec owns it now */
+    r->checkpoint = NULL;
+  }
   if (!spec->parallel) {
     if (!(spec->parallel = malloc(sizeof *spec->parallel))) goto nomem;
     dpm__parallel_spec__init(spec->parallel);
@@ -140,11 +138,12 @@ static void cmd_submit(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model 
   dpm_err err = {0};
   if (apply_overrides(spec, rq->submit, &err))
     return dpmd_reply_error(d, to, err.code, "%s", err.msg);
-  if (!dpmd_name_valid(spec->name))
+  if (!dpm_model_name_valid(spec->name))
     return dpmd_reply_error(d, to, DPM_INVALID,
                             "model name '%s': use 1-64 of A-Z a-z 0-9 . _ -, not starting "
                             "with '.'",
                             spec->name);
+  if (dpm_spec_validate(spec, &err)) return dpmd_reply_error(d, to, err.code, "%s", err.msg);
   if (find(d, spec->name))
     return dpmd_reply_error(d, to, DPM_EXISTS, "a model named %s exists", spec->name);
   if (d->n_models >= d->cfg->max_models)
@@ -231,7 +230,8 @@ static void cmd_shutdown(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_mode
   dpmd_shutdown(d);
 }
 
-/* Argument checks of commands that run on the model, before queueing. */
+/* Argument checks of commands that run on the model, before queueing. Paths
+ * are resolved (and confined) on the model thread when used (paths.h). */
 static int bad_arguments(dpmd *d, const Dpm__Request *rq, dpmd_reply_to *to) {
   switch (rq->command_case) {
   case DPM__REQUEST__COMMAND_TRAIN:
@@ -240,10 +240,6 @@ static int bad_arguments(dpmd *d, const Dpm__Request *rq, dpmd_reply_to *to) {
       return 1;
     }
     return 0;
-  case DPM__REQUEST__COMMAND_CHECKPOINT:
-    return rq->checkpoint->out && *rq->checkpoint->out &&
-           path_denied(d, to, rq->checkpoint->out);
-  case DPM__REQUEST__COMMAND_LOAD: return path_denied(d, to, rq->load->path);
   case DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR: {
     const Dpm__ExtractRequest *r = rq->extract_predictor;
     if (strcmp(r->format, "dpm") != 0) {
@@ -255,7 +251,7 @@ static int bad_arguments(dpmd *d, const Dpm__Request *rq, dpmd_reply_to *to) {
       dpmd_reply_error(d, to, DPM_INVALID, "extract-predictor needs inputs and outputs");
       return 1;
     }
-    return path_denied(d, to, r->out);
+    return 0;
   }
   default: return 0;
   }

@@ -37,6 +37,7 @@ typedef enum {
   CK_INT,       /* integer in [lo, hi], into an int, size_t or uint64_t */
   CK_BOOL,      /* true or false (int) */
   CK_ENUM,      /* one of choices[], stored as its index (int) */
+  CK_EVERY,     /* N (iterations) or "Ns" (seconds): two uint64_t, aux the seconds */
   CK_MAP,       /* a mapping read with sub[] */
 } cfg_kind;
 
@@ -75,6 +76,8 @@ static const cfg_key top_keys[] = {
     {.key = "checkpoint_retention", .kind = CK_INT, .off = OFF(checkpoint_retention), .lo = 0, .hi = 1000000},
     {.key = "checkpoint_on_shutdown", .kind = CK_BOOL, .off = OFF(checkpoint_on_shutdown)},
     {.key = "allowed_paths", .kind = CK_ABSPATHS, .off = OFF(allowed_paths), .aux = AUX(n_allowed_paths), .nullable = 1},
+    {.key = "data_paths", .kind = CK_ABSPATHS, .off = OFF(data_paths), .aux = AUX(n_data_paths), .nullable = 1},
+    {.key = "checkpoint_every", .kind = CK_EVERY, .off = OFF(checkpoint_every_iters), .aux = AUX(checkpoint_every_s)},
     {.key = "auth_token_file", .flag = "--token-file", .kind = CK_PATH, .off = OFF(auth_token_file), .nullable = 1},
     {.key = "log_level", .flag = "--log-level", .kind = CK_ENUM, .off = OFF(log_level), .choices = level_names},
     /* nanomsg's NN_RCVMAXSIZE is an int */
@@ -221,6 +224,15 @@ static const char *cfg_set(dpmd_config *cfg, const cfg_key *k, const char *s, in
     }
     return buf;
   }
+  case CK_EVERY: {
+    size_t n = strspn(s, "0123456789");
+    int secs = n && s[n] == 's' && !s[n + 1];
+    if (!n || n > 9 || (s[n] && !secs)) return "must be iterations (1000) or seconds (600s)";
+    uint64_t v = strtoull(s, NULL, 10);
+    *FIELD(cfg, k->off, uint64_t) = secs ? 0 : v;
+    *FIELD(cfg, k->aux, uint64_t) = secs ? v : 0;
+    return NULL;
+  }
   case CK_MAP:
     return "must be a mapping";
   }
@@ -262,11 +274,13 @@ static dpm_status cfg_defaults(dpmd_config *cfg, dpm_err *err) {
   cfg->max_models = 16;
   cfg->checkpoint_retention = 3;
   cfg->checkpoint_on_shutdown = 1;
+  cfg->checkpoint_every_s = 600;
   cfg->log_level = DPMD_LOG_INFO;
   cfg->max_message_bytes = (size_t)64 << 20;
   cfg->max_model_bytes = (uint64_t)8 << 30;
   cfg->progress_every = 10;
   if (!push_str(&cfg->listen, &cfg->n_listen, "ipc:///run/dpmd/dpmd.sock") ||
+      !push_str(&cfg->data_paths, &cfg->n_data_paths, "/usr/share/datasets") ||
       !(cfg->state_dir = strdup("/var/lib/dpmd")) || !cfg_derive_events(cfg)) {
     dpmd_config_fini(cfg);
     return dpm_errf(err, DPM_NOMEM, "config: out of memory");
@@ -516,7 +530,7 @@ static int tcp_is_loopback(const char *ep) {
   if (n == 0 || n >= sizeof host) return 0;
   memcpy(host, h, n);
   host[n] = '\0';
-  if (strcmp(host, "localhost") == 0 || strcmp(host, "lo") == 0) return 1;
+  if (strcmp(host, "lo") == 0) return 1;
   struct in_addr a4;
   struct in6_addr a6;
   if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
@@ -581,12 +595,20 @@ dpm_status dpmd_config_finish(dpmd_config *cfg, dpm_err *err) {
     if ((bad = path_problem(cfg->allowed_paths[i], 1)))
       return dpm_errf(err, DPM_INVALID, "allowed_paths '%s' %s", cfg->allowed_paths[i],
                       bad);
+  for (int i = 0; i < cfg->n_data_paths; i++)
+    if ((bad = path_problem(cfg->data_paths[i], 1)))
+      return dpm_errf(err, DPM_INVALID, "data_paths '%s' %s", cfg->data_paths[i], bad);
   if (cfg->n_listen < 1) return dpm_errf(err, DPM_INVALID, "no listen address");
   if (!cfg_derive_events(cfg)) return dpm_errf(err, DPM_NOMEM, "config: out of memory");
   for (int i = 0; i < cfg->n_listen; i++) {
     const char *l = cfg->listen[i];
     if (cfg->events && strcmp(cfg->events, l) == 0)
       return dpm_errf(err, DPM_INVALID, "events %s is also a listen address", l);
+    if (strncmp(l, "tcp://", 6) == 0 && strstr(l, "localhost"))
+      return dpm_errf(err, DPM_INVALID,
+                      "listen %s: dpmd binds addresses or interface names, not host names "
+                      "(use 127.0.0.1, [::1] or lo)",
+                      l);
     if (strncmp(l, "tcp://", 6) == 0 && !cfg->auth_token_file && !tcp_is_loopback(l))
       return dpm_errf(err, DPM_INVALID, "listen %s is not loopback: set auth_token_file",
                       l);
@@ -603,81 +625,11 @@ void dpmd_config_fini(dpmd_config *cfg) {
   if (!cfg) return;
   free_strs(cfg->listen, cfg->n_listen);
   free_strs(cfg->allowed_paths, cfg->n_allowed_paths);
+  free_strs(cfg->data_paths, cfg->n_data_paths);
   free(cfg->events);
   free(cfg->state_dir);
   free(cfg->auth_token_file);
   if (cfg->token) explicit_bzero(cfg->token, strlen(cfg->token));
   free(cfg->token);
   memset(cfg, 0, sizeof *cfg);
-}
-
-/* ---- paths ------------------------------------------------------------------ */
-
-/* The real path of p (absolute), which need not exist: realpath() of its
- * longest existing prefix, then the rest. NULL if a component is "..", if
- * something exists that realpath cannot resolve (a dangling or looping
- * symlink: the rest would be written through it), or on errors. malloc'd. */
-static char *resolve(const char *p) {
-  size_t n = strlen(p);
-  char *buf = malloc(n + 1), *real = NULL, *out = NULL;
-  if (!buf || p[0] != '/') goto done;
-  for (const char *c = p; *c;) { /* no ".." component */
-    while (*c == '/') c++;
-    size_t l = strcspn(c, "/");
-    if (l == 2 && c[0] == '.' && c[1] == '.') goto done;
-    c += l;
-  }
-  memcpy(buf, p, n + 1);
-  size_t cut = n; /* buf[0..cut) is the prefix tried, never with a trailing '/'
-                     (lstat would follow a final symlink then) */
-  while (cut > 0 && buf[cut - 1] == '/') cut--;
-  for (;;) {
-    buf[cut] = '\0';
-    struct stat sb;
-    if (lstat(cut ? buf : "/", &sb) == 0) break;
-    if (errno != ENOENT) goto done;
-    while (cut > 0 && buf[cut - 1] != '/') cut--; /* drop the last component */
-    while (cut > 0 && buf[cut - 1] == '/') cut--;
-  }
-  if (!(real = realpath(cut ? buf : "/", NULL))) goto done;
-  size_t rl = strlen(real), o;
-  if (!(out = malloc(rl + (n - cut) + 2))) goto done;
-  memcpy(out, real, rl + 1);
-  o = rl;
-  for (const char *c = p + cut; *c;) { /* the missing rest, without "." and "//" */
-    while (*c == '/') c++;
-    size_t l = strcspn(c, "/");
-    if (l && !(l == 1 && c[0] == '.')) {
-      if (o == 0 || out[o - 1] != '/') out[o++] = '/';
-      memcpy(out + o, c, l);
-      o += l;
-    }
-    c += l;
-  }
-  out[o] = '\0';
-done:
-  free(buf);
-  free(real);
-  return out;
-}
-
-static int path_under(const char *real, const char *root_path) {
-  char *root = resolve(root_path);
-  if (!root) return 0;
-  size_t rl = strlen(root);
-  int ok = strncmp(real, root, rl) == 0 &&
-           (real[rl] == '\0' || real[rl] == '/' || (rl == 1 && root[0] == '/'));
-  free(root);
-  return ok;
-}
-
-int dpmd_path_allowed(const dpmd_config *cfg, const char *path) {
-  if (!cfg || !path || path[0] != '/') return 0;
-  char *real = resolve(path);
-  if (!real) return 0;
-  int ok = cfg->state_dir && path_under(real, cfg->state_dir);
-  for (int i = 0; !ok && i < cfg->n_allowed_paths; i++)
-    ok = path_under(real, cfg->allowed_paths[i]);
-  free(real);
-  return ok;
 }

@@ -41,6 +41,12 @@ typedef struct dpmd_config {
   char **allowed_paths;     /* besides state_dir, where checkpoints and
                                predictors may be read and written */
   int n_allowed_paths;
+  char **data_paths;        /* where else a spec's data files may be read;
+                               default /usr/share/datasets */
+  int n_data_paths;
+  uint64_t checkpoint_every_iters; /* a model checkpoints every N iterations */
+  uint64_t checkpoint_every_s;     /* ... or every S seconds of training; 0: off.
+                                      checkpoint_every: N | Ns; default 600s */
   char *auth_token_file;    /* NULL: no token */
   char *token;              /* its contents, trailing whitespace removed */
   dpmd_log_level log_level; /* default info */
@@ -68,20 +74,14 @@ dpm_status dpmd_config_parse(const char *text, size_t len, const char *source,
 dpm_status dpmd_config_flags(dpmd_config *cfg, int argc, char **argv, dpm_err *err);
 /* The value of --config in argv, or NULL. */
 const char *dpmd_config_flag_path(int argc, char **argv);
-/* Final checks and the token file: call after flags. Checks state_dir and
- * allowed_paths are absolute, events differs from every listen address, a
- * non-loopback tcp:// listen address (anything but 127.0.0.0/8, localhost,
- * [::1], lo) has auth_token_file; reads the token file (regular, not
+/* Final checks and the token file: call after flags. Checks state_dir,
+ * allowed_paths and data_paths are absolute, events differs from every
+ * listen address, no tcp:// listen address names a host ("localhost":
+ * nanomsg binds addresses and interfaces only), a non-loopback one
+ * (anything but 127.0.0.0/8, [::1], lo) has auth_token_file; reads the token file (regular, not
  * readable by other users, at most 4 KiB, not empty once trailing
  * whitespace is stripped) into cfg->token. */
 dpm_status dpmd_config_finish(dpmd_config *cfg, dpm_err *err);
 void dpmd_config_fini(dpmd_config *cfg);
-
-/* True when path (absolute, need not exist yet) resolves under state_dir or
- * an allowed path (symlinks of existing parents resolved; ".." refused).
- * Compares whole components: /var/lib/dpmdX is not under /var/lib/dpmd. A
- * check at one moment: callers still open what they write without following
- * a final symlink (O_NOFOLLOW) where that matters. */
-int dpmd_path_allowed(const dpmd_config *cfg, const char *path);
 
 #endif

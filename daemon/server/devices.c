@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/device.h"
+#include "common/escape.h"
 #include "parallel/crew.h"
 #include "train/trainer.h"
 
@@ -49,19 +51,21 @@ const char *dpmd_devices_name(const dpmd_devices *dv, int i) { return dv->names[
 dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t n,
                               dpm_err *err) {
   if (n == 0) return dpm_errf(err, DPM_INVALID, "no devices");
-  char seen[MAX_CPU] = {0};
+  char seen[MAX_CPU] = {0}, b[80];
   for (size_t i = 0; i < n; i++) {
-    int k, end = 0;
-    if (strncmp(names[i], "cuda:", 5) == 0 || strncmp(names[i], "gpu:", 4) == 0)
+    dpm_device d;
+    if (dpm_device_parse(names[i], &d))
+      return dpm_errf(err, DPM_INVALID, "device '%s': expected cpu:N",
+                      dpm_escape(names[i], b, sizeof b));
+    if (d.kind != DPM_DEVICE_CPU)
       return dpm_errf(err, DPM_UNSUPPORTED,
                       "device %s: this dpmd has no CUDA backend; it serves cpu:0..cpu:%d",
                       names[i], dv->cpu - 1);
-    if (sscanf(names[i], "cpu:%d%n", &k, &end) != 1 || names[i][end] || k < 0)
-      return dpm_errf(err, DPM_INVALID, "device '%s': expected cpu:N", names[i]);
-    if (k >= dv->cpu)
+    if (d.index >= dv->cpu)
       return dpm_errf(err, DPM_NOT_FOUND, "device %s: this dpmd serves cpu:0..cpu:%d",
                       names[i], dv->cpu - 1);
-    if (seen[k]++) return dpm_errf(err, DPM_INVALID, "device %s listed twice", names[i]);
+    if (seen[d.index]++)
+      return dpm_errf(err, DPM_INVALID, "device %s listed twice", names[i]);
   }
   return DPM_OK;
 }

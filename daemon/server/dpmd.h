@@ -23,6 +23,7 @@
 
 struct dpmd_model;
 struct dpmd_devices;
+struct dpmd_paths;
 
 /* Where a Response goes: the raw REP socket's header of the request (a
  * nanomsg chunk, owned until the answer is sent) and the request's id. */
@@ -51,6 +52,9 @@ typedef struct dpmd {
   struct dpmd_model **models; /* the registry (loop thread) */
   int n_models;
   struct dpmd_devices *devices;
+  struct dpmd_paths *paths; /* where clients' paths may lead (server/paths.h) */
+  uint64_t instance;   /* random per start: clients notice a restart by it */
+  int shutdown_failed; /* atomic: a model could not save itself at shutdown */
   double started;      /* CLOCK_REALTIME seconds */
   int stopping;        /* shutdown requested: refuse new work */
   uint64_t requests[DPMD_MAX_COMMAND][DPM_STATUS_COUNT];
@@ -84,6 +88,9 @@ char *dpmd_metrics_text(dpmd *d);
 /* server.c */
 dpm_status dpmd_serve(dpmd *d, dpm_err *err); /* runs until shut down */
 void dpmd_shutdown(dpmd *d);                  /* loop thread: begin stopping */
+/* A model could not checkpoint at shutdown: dpmd will exit non-zero. Any
+ * thread. */
+void dpmd_shutdown_failed(dpmd *d);
 double dpmd_now(void);                        /* CLOCK_REALTIME seconds */
 void dpmd_notify_status(dpmd *d);             /* systemd STATUS= line */
 

@@ -7,17 +7,21 @@
  * sockets, brings back the models in the state dir and serves until
  * SIGTERM, SIGINT or a shutdown request, after which it finishes the steps
  * in flight, checkpoints training models and exits 0. Exit status 1: it
- * could not start (the reason is logged); 2: bad usage or config. */
+ * could not start (the reason is logged: another dpmd holds the state dir,
+ * ...), or a model could not be checkpointed at shutdown (its previous
+ * checkpoint and target stay); 2: bad usage or config. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/devices.h"
 #include "server/dpmd.h"
 #include "server/log.h"
 #include "server/notify.h"
+#include "server/paths.h"
 #include "server/store.h"
 
 static const char usage[] =
@@ -48,8 +52,9 @@ int main(int argc, char **argv) {
   umask(0007); /* sockets and files: owner and group only */
   openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
   dpmd d = {.cfg = &cfg, .loop = uv_default_loop()};
-  int rc = 1;
-  if (dpmd_store_init(cfg.state_dir, &err) ||
+  int rc = 1, lock = -1;
+  if (dpmd_store_init(cfg.state_dir, &err) || dpmd_store_lock(cfg.state_dir, &lock, &err) ||
+      dpmd_paths_create(&cfg, &d.paths, &err) ||
       dpmd_devices_create(cfg.cpu_devices, 60000, &d.devices, &err)) {
     dpmd_error("%s", err.msg);
   } else {
@@ -57,11 +62,15 @@ int main(int argc, char **argv) {
               cfg.state_dir, cfg.cuda ? "; no CUDA backend in this build" : "");
     if (dpmd_serve(&d, &err))
       dpmd_error("%s", err.msg);
+    else if (d.shutdown_failed)
+      dpmd_error("stopped, but a model could not be checkpointed (see above)");
     else
       rc = 0;
   }
   uv_loop_close(d.loop);
   dpmd_devices_destroy(d.devices);
+  dpmd_paths_destroy(d.paths);
+  if (lock >= 0) close(lock);
   free(d.models);
   dpmd_config_fini(&cfg);
   if (!rc) dpmd_info("stopped");

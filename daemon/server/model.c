@@ -15,7 +15,9 @@
 
 #include "engine/workspace.h"
 #include "server/devices.h"
+#include "common/escape.h"
 #include "server/log.h"
+#include "server/paths.h"
 #include "server/store.h"
 #include "spec/spec.h"
 #include "train/trainer.h"
@@ -34,28 +36,39 @@ typedef struct waiter { /* a train --wait to answer when the run ends */
   dpmd_reply_to to;
 } waiter;
 
+/* Recent (time, iteration) pairs of the run: images/s over wall-clock time. */
+#define RATE_SAMPLES 32
+#define RATE_WINDOW_S 10.0
+
 struct dpmd_model {
   dpmd *d;
   Dpm__ModelSpec *spec; /* owned; immutable once the thread runs */
   char dir[PATH_MAX];
   int restore;
   dpmd_reply_to submit_to;
+  uint64_t every_iters; /* periodic checkpoints (spec, else the config); 0: off */
+  double every_s;       /* ... every so many seconds of training; 0: off */
   pthread_t thread;
   int started;
   pthread_mutex_t mu; /* guards what follows, up to `t` */
   pthread_cond_t cv;
   job *jobs, *jobs_tail;
+  int n_jobs; /* queued requests (bounded by DPMD_MAX_JOBS) */
   int ending;
   dpmd_state state;
-  uint64_t iter, target, ckpt_iter, tensor_bytes;
+  uint64_t iter, target, ckpt_iter, tensor_bytes, memory_bytes;
   dpm_step_stats last;
   int has_last;
   double images_per_s;
-  char error[512], ckpt[PATH_MAX];
+  char error[512], ckpt[PATH_MAX], ckpt_error[512];
   dpm_trainer *t; /* set and cleared under mu (interrupt reads it) */
   /* model thread only */
   waiter *waiters;
   int global_batch;
+  double trained_s;       /* training time since the last checkpoint */
+  double rate_t[RATE_SAMPLES];
+  uint64_t rate_iter[RATE_SAMPLES];
+  int rate_n;             /* samples since the run (re)started */
 };
 
 static const char *const state_names[DPMD_STATE_COUNT] = {"building", "ready", "training",
@@ -99,8 +112,20 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
     info->has_checkpoint_iter = 1;
     info->checkpoint_iter = m->ckpt_iter;
   }
+  if (m->ckpt_error[0]) info->checkpoint_error = strcpy(buf->ckpt_error, m->ckpt_error);
   info->has_tensor_bytes = m->tensor_bytes > 0;
   info->tensor_bytes = m->tensor_bytes;
+  info->has_memory_bytes = m->memory_bytes > 0;
+  info->memory_bytes = m->memory_bytes;
+  if (m->every_iters || m->every_s) {
+    Dpm__CheckpointPolicy *p = &buf->every;
+    dpm__checkpoint_policy__init(p);
+    p->has_every_iters = m->every_iters > 0;
+    p->every_iters = m->every_iters;
+    p->has_every_seconds = m->every_s > 0;
+    p->every_seconds = m->every_s;
+    info->checkpoint_every = p;
+  }
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -157,7 +182,7 @@ static void release_waiters(dpmd_model *m, const dpm_err *err) {
 static void fail(dpmd_model *m, const dpm_err *err) {
   dpmd_error("model %s failed: %s", m->spec->name, err->msg);
   pthread_mutex_lock(&m->mu);
-  snprintf(m->error, sizeof m->error, "%s", err->msg);
+  dpm_escape(err->msg, m->error, sizeof m->error);
   pthread_mutex_unlock(&m->mu);
   set_state(m, DPMD_FAILED);
   publish(m, DPM__EVENT_KIND__EVENT_ERROR, err->msg);
@@ -173,8 +198,6 @@ static uint64_t trainer_bytes(dpm_trainer *t) {
   return b;
 }
 
-static dpm_status checkpoint_to(dpmd_model *m, const char *path, dpm_err *err);
-
 /* Restore: the newest checkpoint that loads; a torn or corrupt one (a
  * crash while writing) is skipped with a warning. */
 static void restore_checkpoint(dpmd_model *m) {
@@ -184,7 +207,7 @@ static void restore_checkpoint(dpmd_model *m) {
     char path[PATH_MAX];
     dpm_err err = {0};
     if (dpmd_store_checkpoint_path(m->dir, it[i], path, sizeof path)) continue;
-    if (dpm_trainer_load(m->t, path, &err)) {
+    if (dpm_trainer_load(m->t, NULL, path, &err)) {
       dpmd_warn("model %s: skipping checkpoint: %s", m->spec->name, err.msg);
       continue;
     }
@@ -207,7 +230,8 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   if (!par || !par->n_devices)
     return dpm_errf(err, DPM_SPEC, "%s: the spec names no devices", m->spec->name);
   dpm_trainer_options opt = {.net_type = -1, .devices = (int)par->n_devices,
-                             .max_bytes = m->d->cfg->max_model_bytes};
+                             .max_bytes = m->d->cfg->max_model_bytes,
+                             .fs = dpmd_paths_read(m->d->paths)};
   dpm_status s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
@@ -222,6 +246,7 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   pthread_mutex_lock(&m->mu);
   m->t = t;
   m->tensor_bytes = bytes;
+  m->memory_bytes = dpm_trainer_memory_of(t)->total;
   pthread_mutex_unlock(&m->mu);
   m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
   if (m->restore)
@@ -239,21 +264,63 @@ static double mono_s(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* A run (re)starts: the images/s window starts over. */
+static void rate_restart(dpmd_model *m) { m->rate_n = 0; }
+
+/* Images per second over the last RATE_WINDOW_S seconds of wall-clock time
+ * (jobs between steps, other models on the same devices, a loaded host:
+ * all of it counts, as a user watching the run sees it). */
+static double rate_update(dpmd_model *m, double now, uint64_t iter) {
+  int k = m->rate_n % RATE_SAMPLES;
+  m->rate_t[k] = now;
+  m->rate_iter[k] = iter;
+  m->rate_n++;
+  int oldest = m->rate_n > RATE_SAMPLES ? m->rate_n - RATE_SAMPLES : 0;
+  int o = oldest;
+  while (o < m->rate_n - 2 && now - m->rate_t[(o + 1) % RATE_SAMPLES] >= RATE_WINDOW_S) o++;
+  double dt = now - m->rate_t[o % RATE_SAMPLES];
+  uint64_t di = iter - m->rate_iter[o % RATE_SAMPLES];
+  return dt > 0 && di ? (double)di * m->global_batch / dt : 0;
+}
+
+static dpm_status checkpoint_default(dpmd_model *m, char *path, size_t n, dpm_err *err);
+
+/* Steps until the next periodic checkpoint by iterations (or a huge number). */
+static uint64_t steps_to_checkpoint(const dpmd_model *m) {
+  if (!m->every_iters) return UINT64_MAX;
+  return m->every_iters - m->iter % m->every_iters;
+}
+
+/* A periodic checkpoint when one is due. A failure is logged, shown in
+ * status (checkpoint_error) and published; training goes on. */
+static void checkpoint_if_due(dpmd_model *m) {
+  int due = (m->every_iters && m->iter % m->every_iters == 0 && m->iter != m->ckpt_iter) ||
+            (m->every_s > 0 && m->trained_s >= m->every_s);
+  if (!due) return;
+  char path[PATH_MAX];
+  dpm_err err = {0};
+  if (checkpoint_default(m, path, sizeof path, &err))
+    publish(m, DPM__EVENT_KIND__EVENT_ERROR, m->ckpt_error);
+}
+
 static void train_chunk(dpmd_model *m) {
-  uint64_t left = m->target - m->iter;
+  uint64_t left = m->target - m->iter, next = steps_to_checkpoint(m);
   int every = m->d->cfg->progress_every; /* >= 1 (config.c) */
+  if (next < left) left = next;
   int n = left < (uint64_t)every ? (int)left : every;
   dpm_step_stats st;
   dpm_err err = {0};
   double t0 = mono_s();
+  if (m->rate_n == 0) rate_update(m, t0, m->iter);
   dpm_status s = dpm_trainer_step(m->t, n, &st, &err);
-  double dt = mono_s() - t0;
+  double t1 = mono_s();
+  m->trained_s += t1 - t0;
   pthread_mutex_lock(&m->mu);
   m->iter = dpm_trainer_iter(m->t);
   if (!s && st.steps_done > 0) {
     m->last = st;
     m->has_last = 1;
-    m->images_per_s = dt > 0 ? st.steps_done * (double)m->global_batch / dt : 0;
+    m->images_per_s = rate_update(m, t1, m->iter);
   }
   pthread_mutex_unlock(&m->mu);
   if (s) {
@@ -261,6 +328,7 @@ static void train_chunk(dpmd_model *m) {
     return;
   }
   if (st.steps_done > 0) publish(m, DPM__EVENT_KIND__EVENT_PROGRESS, NULL);
+  checkpoint_if_due(m);
   if (m->iter >= m->target) {
     set_state(m, DPMD_READY);
     publish(m, DPM__EVENT_KIND__EVENT_DONE, NULL);
@@ -285,6 +353,7 @@ static void job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) 
   pthread_mutex_lock(&m->mu);
   m->target = m->iter + r->iters;
   pthread_mutex_unlock(&m->mu);
+  rate_restart(m);
   set_state(m, DPMD_TRAINING);
   if (!r->wait) return dpmd_model_reply_info(m, to);
   waiter *w = malloc(sizeof *w);
@@ -304,6 +373,7 @@ static void job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) 
 static void job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
+  rate_restart(m);
   set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
   dpmd_model_reply_info(m, to);
 }
@@ -319,13 +389,25 @@ static void reply_path(dpmd_model *m, dpmd_reply_to *to, const char *path, uint6
   dpmd_reply(m->d, to, &rs);
 }
 
-static dpm_status checkpoint_to(dpmd_model *m, const char *path, dpm_err *err) {
-  dpm_status s = dpm_trainer_checkpoint(m->t, path, err);
-  if (s) return s;
+/* Writes a checkpoint to path through fs (NULL: the daemon's own files). A
+ * failure is logged and kept for status until the next success. */
+static dpm_status checkpoint_to(dpmd_model *m, const dpm_fs *fs, const char *path,
+                                dpm_err *err) {
+  dpm_status s = dpm_trainer_checkpoint(m->t, fs, path, err);
   pthread_mutex_lock(&m->mu);
-  snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
-  m->ckpt_iter = m->iter;
+  if (s) {
+    dpm_escape(err->msg, m->ckpt_error, sizeof m->ckpt_error);
+  } else {
+    m->ckpt_error[0] = 0;
+    snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
+    m->ckpt_iter = m->iter;
+  }
   pthread_mutex_unlock(&m->mu);
+  if (s) {
+    dpmd_error("model %s: checkpoint failed: %s", m->spec->name, err->msg);
+    return s;
+  }
+  m->trained_s = 0;
   dpmd_info("model %s: checkpoint %s (iteration %llu)", m->spec->name, path,
             (unsigned long long)m->iter);
   return DPM_OK;
@@ -335,7 +417,7 @@ static dpm_status checkpoint_to(dpmd_model *m, const char *path, dpm_err *err) {
 static dpm_status checkpoint_default(dpmd_model *m, char *path, size_t n, dpm_err *err) {
   if (dpmd_store_checkpoint_path(m->dir, m->iter, path, n))
     return dpm_errf(err, DPM_INVALID, "state dir path too long");
-  dpm_status s = checkpoint_to(m, path, err);
+  dpm_status s = checkpoint_to(m, NULL, path, err);
   if (!s) dpmd_store_retain(m->dir, m->d->cfg->checkpoint_retention);
   return s;
 }
@@ -348,7 +430,7 @@ static void job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to 
   dpm_status s;
   if (out && *out) {
     snprintf(path, sizeof path, "%s", out);
-    s = checkpoint_to(m, path, &err);
+    s = checkpoint_to(m, dpmd_paths_write(m->d->paths), path, &err);
   } else {
     s = checkpoint_default(m, path, sizeof path, &err);
   }
@@ -359,12 +441,16 @@ static void job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to 
 static void job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it first");
   dpm_err err = {0};
-  if (dpm_trainer_load(m->t, rq->load->path, &err)) return reply_err(m, to, &err);
+  if (dpm_trainer_load(m->t, dpmd_paths_read(m->d->paths), rq->load->path, &err))
+    return reply_err(m, to, &err);
   pthread_mutex_lock(&m->mu);
   m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
   snprintf(m->ckpt, sizeof m->ckpt, "%s", rq->load->path);
-  m->error[0] = 0;
+  m->error[0] = m->ckpt_error[0] = 0;
+  m->has_last = 0; /* the previous run's loss and speed say nothing now */
+  m->images_per_s = 0;
   pthread_mutex_unlock(&m->mu);
+  m->trained_s = 0;
   if (m->state == DPMD_FAILED) set_state(m, DPMD_READY);
   dpmd_model_reply_info(m, to);
 }
@@ -394,7 +480,7 @@ static void job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to
   dpm_err err = {0};
   if (dpm_trainer_export_predictor(m->t, (const char *const *)r->inputs, (int)r->n_inputs,
                                    (const char *const *)r->outputs, (int)r->n_outputs,
-                                   r->out, &err))
+                                   dpmd_paths_write(m->d->paths), r->out, &err))
     return reply_err(m, to, &err);
   reply_path(m, to, r->out, m->iter);
 }
@@ -459,27 +545,56 @@ static void run_request(dpmd_model *m, job *j) {
 
 /* ---- the thread ----------------------------------------------------------- */
 
+#ifdef DPM_TEST_HOOKS
+/* Tests make races deterministic: while the file named by $DPMD_TEST_GATE
+ * exists, a request waits here, on the model thread, before it runs. */
+static void test_gate(dpmd_model *m, const job *j) {
+  const char *gate = getenv("DPMD_TEST_GATE");
+  if (!gate || access(gate, F_OK)) return;
+  dpmd_info("model %s: %s waits at the test gate", m->spec->name,
+            dpmd_command_name(j->rq->command_case));
+  while (!access(gate, F_OK)) nanosleep(&(struct timespec){0, 10000000}, NULL);
+}
+#else
+static void test_gate(dpmd_model *m, const job *j) { (void)m, (void)j; }
+#endif
+
 static job *next_job(dpmd_model *m) {
   pthread_mutex_lock(&m->mu);
   while (!m->jobs && m->state != DPMD_TRAINING) pthread_cond_wait(&m->cv, &m->mu);
   job *j = m->jobs;
   if (j && !(m->jobs = j->next)) m->jobs_tail = NULL;
+  if (j && j->kind == JOB_REQUEST) m->n_jobs--;
   pthread_mutex_unlock(&m->mu);
   return j;
 }
 
-/* The model's last job: delete (files removed) or shut down (checkpointed
- * first when it was training and the config says so). */
+/* At shutdown, a model that is training is checkpointed (when the config
+ * says so) and where its run was headed is saved, so `resume` after the
+ * restart finishes it. If the checkpoint fails, the previous one stays and
+ * the target is saved anyway; dpmd exits non-zero (dpmd_shutdown_failed). */
+static void checkpoint_at_shutdown(dpmd_model *m) {
+  if (!m->t || m->state != DPMD_TRAINING || !m->d->cfg->checkpoint_on_shutdown) return;
+  char path[PATH_MAX];
+  dpm_err err = {0}, terr = {0};
+  dpm_status s = checkpoint_default(m, path, sizeof path, &err);
+  if (s)
+    dpmd_error("model %s: checkpoint at shutdown failed, the last one (iteration %llu) "
+               "stays: %s",
+               m->spec->name, (unsigned long long)m->ckpt_iter, err.msg);
+  if (dpmd_store_save_target(m->dir, m->target, &terr)) {
+    dpmd_error("model %s: cannot save where the run was headed: %s", m->spec->name,
+               terr.msg);
+    s = terr.code;
+  }
+  if (s) dpmd_shutdown_failed(m->d);
+}
+
+/* The model's last job: delete (files removed) or shut down. */
 static void finish(dpmd_model *m, job *j) {
   dpm_err err = {0};
   Dpm__Response rs = DPM__RESPONSE__INIT;
-  if (j->kind == JOB_SHUTDOWN && m->t && m->state == DPMD_TRAINING &&
-      m->d->cfg->checkpoint_on_shutdown) {
-    char path[PATH_MAX];
-    if (checkpoint_default(m, path, sizeof path, &err) ||
-        dpmd_store_save_target(m->dir, m->target, &err))
-      dpmd_error("model %s: checkpoint at shutdown failed: %s", m->spec->name, err.msg);
-  }
+  if (j->kind == JOB_SHUTDOWN) checkpoint_at_shutdown(m);
   err = (dpm_err){.code = DPM_STATE};
   snprintf(err.msg, sizeof err.msg, "%s",
            j->kind == JOB_DELETE ? "model deleted" : "daemon shutting down");
@@ -526,22 +641,29 @@ static void *model_main(void *arg) {
       free(j);
       return NULL;
     }
+    test_gate(m, j);
     run_request(m, j);
     dpm__request__free_unpacked(j->rq, NULL);
     free(j);
   }
 }
 
-static void push(dpmd_model *m, job *j) {
+/* Queues j (requests only while fewer than DPMD_MAX_JOBS wait); 0 if full. */
+static int push(dpmd_model *m, job *j) {
   pthread_mutex_lock(&m->mu);
-  if (m->jobs_tail)
-    m->jobs_tail->next = j;
-  else
-    m->jobs = j;
-  m->jobs_tail = j;
-  if (m->t) dpm_trainer_interrupt(m->t);
-  pthread_cond_signal(&m->cv);
+  int full = j->kind == JOB_REQUEST && m->n_jobs >= DPMD_MAX_JOBS;
+  if (!full) {
+    if (m->jobs_tail)
+      m->jobs_tail->next = j;
+    else
+      m->jobs = j;
+    m->jobs_tail = j;
+    m->n_jobs += j->kind == JOB_REQUEST;
+    if (m->t) dpm_trainer_interrupt(m->t);
+    pthread_cond_signal(&m->cv);
+  }
   pthread_mutex_unlock(&m->mu);
+  return !full;
 }
 
 void dpmd_model_post(dpmd_model *m, Dpm__Request *rq, dpmd_reply_to *to) {
@@ -553,7 +675,12 @@ void dpmd_model_post(dpmd_model *m, Dpm__Request *rq, dpmd_reply_to *to) {
   j->kind = JOB_REQUEST;
   j->rq = rq;
   j->to = *to;
-  push(m, j);
+  if (push(m, j)) return;
+  dpm__request__free_unpacked(rq, NULL);
+  free(j);
+  dpmd_reply_error(m->d, to, DPM_DENIED,
+                   "%s: %d requests are already waiting for this model; try again later",
+                   m->spec->name, DPMD_MAX_JOBS);
 }
 
 void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to) {
@@ -579,6 +706,9 @@ dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore, dpmd_reply
   m->d = d;
   m->spec = spec;
   m->restore = restore;
+  const Dpm__CheckpointPolicy *cp = spec->checkpoint;
+  m->every_iters = cp ? cp->every_iters : d->cfg->checkpoint_every_iters;
+  m->every_s = cp ? cp->every_seconds : (double)d->cfg->checkpoint_every_s;
   if (to) m->submit_to = *to;
   m->state = DPMD_BUILDING;
   pthread_mutex_init(&m->mu, NULL);

@@ -45,6 +45,9 @@ typedef struct dpmd_model dpmd_model;
  * paused) instead of answering a submit; then `to` is NULL. */
 dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore, dpmd_reply_to *to,
                           dpmd_model **out, dpm_err *err);
+/* Requests a model holds queued at most; more are refused (DPM_DENIED). */
+#define DPMD_MAX_JOBS 64
+
 /* Queue a request for the model thread (takes rq; answers `to`). */
 void dpmd_model_post(dpmd_model *m, Dpm__Request *rq, dpmd_reply_to *to);
 /* Ask the model thread to end: delete (remove its files; answers `to`) or
@@ -54,6 +57,8 @@ void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to);
 typedef struct dpmd_info_buf {
   char error[512];
   char checkpoint[4096];
+  char ckpt_error[512];
+  Dpm__CheckpointPolicy every;
 } dpmd_info_buf;
 /* Snapshot of the model into info (strings point into buf or into the
  * model's immutable spec). Any thread. */

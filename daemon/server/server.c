@@ -15,14 +15,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
+#include "common/escape.h"
 #include "server/devices.h"
 #include "server/dpmd.h"
 #include "server/log.h"
 #include "server/model.h"
 #include "server/notify.h"
+#include "server/request.h"
 
 typedef enum { OUT_REPLY, OUT_EVENT, OUT_EXITED } out_kind;
 
@@ -128,6 +132,9 @@ static void on_wake(uv_async_t *a) {
 /* ---- replies and events (any thread) -------------------------------------- */
 
 static dpmd_outmsg *pack_response(dpmd_reply_to *to, Dpm__Response *resp, out_kind kind) {
+  char escaped[2048]; /* messages carry client text (names, paths, sources) */
+  if (resp->message && dpm_has_control(resp->message))
+    resp->message = dpm_escape(resp->message, escaped, sizeof escaped);
   dpmd_outmsg *o = calloc(1, sizeof *o);
   resp->has_id = 1;
   resp->id = to ? to->id : 0;
@@ -208,15 +215,11 @@ static int token_ok(const char *want, const char *got) {
 
 static void on_request(dpmd *d, const uint8_t *body, size_t len, void *header) {
   dpmd_reply_to to = {.header = header};
-  if (len > d->cfg->max_message_bytes) {
+  Dpm__Request *rq;
+  dpm_err err = {0};
+  if (dpmd_request_decode(body, len, d->cfg->max_message_bytes, &rq, &err)) {
     d->dropped++;
-    return dpmd_reply_error(d, &to, DPM_DENIED, "request of %zu bytes; max_message_bytes is %zu",
-                            len, d->cfg->max_message_bytes);
-  }
-  Dpm__Request *rq = dpm__request__unpack(NULL, len, body);
-  if (!rq) {
-    d->dropped++;
-    return dpmd_reply_error(d, &to, DPM_CORRUPT, "not a dpm request (%zu bytes)", len);
+    return dpmd_reply_error(d, &to, err.code, "%s", err.msg);
   }
   to.id = rq->id;
   to.command = rq->command_case;
@@ -261,6 +264,10 @@ static void on_signal(uv_signal_t *s, int sig) {
   dpmd_shutdown(s->data);
 }
 
+void dpmd_shutdown_failed(dpmd *d) {
+  __atomic_store_n(&d->shutdown_failed, 1, __ATOMIC_RELAXED);
+}
+
 void dpmd_shutdown(dpmd *d) {
   if (d->stopping) return;
   d->stopping = 1;
@@ -287,6 +294,8 @@ static void finish_stop(dpmd *d) { uv_timer_start(&d->stop_timer, close_all, 100
 static dpm_status bind_all(dpmd *d, dpm_err *err) {
   if ((d->rep = nn_socket(AF_SP_RAW, NN_REP)) < 0)
     return dpm_errf(err, DPM_IO, "nn_socket: %s", nn_strerror(nn_errno()));
+  int v4only = 0; /* tcp://[::1]:P binds too */
+  nn_setsockopt(d->rep, NN_SOL_SOCKET, NN_IPV4ONLY, &v4only, sizeof v4only);
   /* nanomsg counts its own header: leave room, then check the body here */
   int max = d->cfg->max_message_bytes > (size_t)0x7fffff00 ? 0x7fffffff
                                                             : (int)d->cfg->max_message_bytes + 64;
@@ -299,7 +308,9 @@ static dpm_status bind_all(dpmd *d, dpm_err *err) {
     dpmd_info("listening on %s", a);
   }
   if (!d->cfg->events) return DPM_OK;
-  if ((d->pub = nn_socket(AF_SP, NN_PUB)) < 0 || nn_bind(d->pub, d->cfg->events) < 0)
+  if ((d->pub = nn_socket(AF_SP, NN_PUB)) >= 0)
+    nn_setsockopt(d->pub, NN_SOL_SOCKET, NN_IPV4ONLY, &v4only, sizeof v4only);
+  if (d->pub < 0 || nn_bind(d->pub, d->cfg->events) < 0)
     return dpm_errf(err, DPM_IO, "events %s: %s", d->cfg->events, nn_strerror(nn_errno()));
   if (strncmp(d->cfg->events, "ipc://", 6) == 0) chmod(d->cfg->events + 6, 0660);
   dpmd_info("events on %s", d->cfg->events);
@@ -329,6 +340,8 @@ dpm_status dpmd_serve(dpmd *d, dpm_err *err) {
   d->rep = d->pub = -1;
   d->loop_thread = pthread_self();
   d->started = dpmd_now();
+  if (getrandom(&d->instance, sizeof d->instance, 0) != sizeof d->instance)
+    d->instance = (uint64_t)getpid() << 32 ^ (uint64_t)(d->started * 1e6);
   pthread_mutex_init(&d->mu, NULL);
   dpm_status s = bind_all(d, err);
   if (!s) s = watch(d, err);

@@ -12,18 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include "common/validate.h"
+#include "io/file.h"
 #include "spec/spec.h"
 
 #define MAX_SPEC_FILE (64u << 20)
-
-int dpmd_name_valid(const char *name) {
-  size_t n = strlen(name);
-  if (n == 0 || n > 64 || name[0] == '.') return 0;
-  return strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
-         n;
-}
 
 static int fits(int r, size_t n) { return r >= 0 && (size_t)r < n ? 0 : -1; }
 
@@ -60,49 +56,6 @@ dpm_status dpmd_store_init(const char *state_dir, dpm_err *err) {
   return mkdirs(path, err);
 }
 
-static void fsync_dir(const char *path) {
-  char buf[PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
-  int fd = open(dirname(buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
-dpm_status dpmd_store_write_file(const char *path, const void *data, size_t len,
-                                 dpm_err *err) {
-  char tmp[PATH_MAX];
-  if (fits(snprintf(tmp, sizeof tmp, "%s.tmp", path), sizeof tmp))
-    return dpm_errf(err, DPM_INVALID, "path too long: %s", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return io_err(err, tmp, "open");
-  const char *p = data;
-  for (size_t done = 0; done < len;) {
-    ssize_t w = write(fd, p + done, len - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      io_err(err, tmp, "write");
-      close(fd);
-      unlink(tmp);
-      return DPM_IO;
-    }
-    done += (size_t)w;
-  }
-  if (fsync(fd) || close(fd)) {
-    io_err(err, tmp, "fsync");
-    unlink(tmp);
-    return DPM_IO;
-  }
-  if (rename(tmp, path)) {
-    io_err(err, path, "rename");
-    unlink(tmp);
-    return DPM_IO;
-  }
-  fsync_dir(path);
-  return DPM_OK;
-}
-
 dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm_err *err) {
   char path[PATH_MAX];
   if (fits(snprintf(path, sizeof path, "%s/checkpoints", dir), sizeof path))
@@ -113,26 +66,51 @@ dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) return dpm_errf(err, DPM_NOMEM, "out of memory");
   dpm__model_spec__pack(spec, buf);
-  dpm_status s = dpmd_store_write_file(path, buf, len, err);
+  dpm_status s = dpm_file_write_buffer(NULL, path, 0, buf, len, err);
   free(buf);
   return s;
 }
 
 dpm_status dpmd_store_load_spec(const char *dir, Dpm__ModelSpec **out, dpm_err *err) {
   char path[PATH_MAX];
+  void *buf;
+  size_t len;
   *out = NULL;
   if (fits(snprintf(path, sizeof path, "%s/spec.pb", dir), sizeof path))
     return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
-  FILE *f = fopen(path, "rb");
-  if (!f) return io_err(err, path, "open");
-  uint8_t *buf = malloc(MAX_SPEC_FILE);
-  size_t len = buf ? fread(buf, 1, MAX_SPEC_FILE, f) : 0;
-  int bad = ferror(f) || len == MAX_SPEC_FILE;
-  fclose(f);
-  if (!buf) return dpm_errf(err, DPM_NOMEM, "out of memory");
-  if (!bad) *out = dpm__model_spec__unpack(NULL, len, buf);
+  if (dpm_file_read_all(NULL, path, MAX_SPEC_FILE, &buf, &len, err)) return err->code;
+  *out = dpm__model_spec__unpack(NULL, len, buf);
   free(buf);
   if (!*out) return dpm_errf(err, DPM_CORRUPT, "%s: not a model spec", path);
+  return DPM_OK;
+}
+
+dpm_status dpmd_store_lock(const char *state_dir, int *fd, dpm_err *err) {
+  char path[PATH_MAX], text[32];
+  *fd = -1;
+  if (fits(snprintf(path, sizeof path, "%s/lock", state_dir), sizeof path))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", state_dir);
+  int f = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
+  if (f < 0) return io_err(err, path, "open");
+  if (flock(f, LOCK_EX | LOCK_NB)) {
+    int e = errno;
+    ssize_t n = pread(f, text, sizeof text - 1, 0);
+    close(f);
+    if (e != EWOULDBLOCK) {
+      errno = e;
+      return io_err(err, path, "lock");
+    }
+    long pid = n > 0 ? (text[n] = 0, strtol(text, NULL, 10)) : 0;
+    return dpm_errf(err, DPM_EXISTS, "state dir %s is in use by another dpmd (pid %ld)",
+                    state_dir, pid);
+  }
+  int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
+  if (ftruncate(f, 0) || pwrite(f, text, (size_t)n, 0) != n) {
+    dpm_status s = io_err(err, path, "write");
+    close(f);
+    return s;
+  }
+  *fd = f;
   return DPM_OK;
 }
 
@@ -181,7 +159,7 @@ dpm_status dpmd_store_save_target(const char *dir, uint64_t target, dpm_err *err
   if (fits(snprintf(path, sizeof path, "%s/target", dir), sizeof path))
     return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
   int n = snprintf(text, sizeof text, "%" PRIu64 "\n", target);
-  return dpmd_store_write_file(path, text, (size_t)n, err);
+  return dpm_file_write_buffer(NULL, path, 0, text, (size_t)n, err);
 }
 
 uint64_t dpmd_store_take_target(const char *dir) {
@@ -215,7 +193,7 @@ char **dpmd_store_models(const char *state_dir, int *n) {
   if (!dp) return NULL;
   char **names = NULL;
   for (struct dirent *e; (e = readdir(dp));) {
-    if (!dpmd_name_valid(e->d_name)) continue;
+    if (!dpm_model_name_valid(e->d_name)) continue;
     char **grown = realloc(names, (size_t)(*n + 1) * sizeof *names);
     if (!grown) break;
     names = grown;

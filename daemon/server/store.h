@@ -4,9 +4,10 @@
  *   STATE/models/NAME/checkpoints/ckpt-ITER.dpmckpt ITER zero-padded to 12 digits
  *   STATE/models/NAME/target                        where a run stopped by a
  *                                                   shutdown was headed (text)
+ *   STATE/lock                                      the running dpmd's pid, flocked
  *
- * Every file is written to a temporary name, fsynced, renamed and its
- * directory fsynced, so a crash leaves either the old or the new file;
+ * Every file is written through io/file.h (a temporary, fsynced, renamed,
+ * the directory fsynced), so a crash leaves either the old or the new file;
  * leftover temporaries ("*.tmp*") are ignored and removed at start.
  *
  * Threads: no shared state; each model's thread touches only its own
@@ -24,8 +25,6 @@
 
 /* Creates STATE/models if missing. */
 dpm_status dpmd_store_init(const char *state_dir, dpm_err *err);
-/* A model name: 1..64 of [A-Za-z0-9._-], not starting with '.'. */
-int dpmd_name_valid(const char *name);
 /* STATE/models/NAME into buf; -1 if it does not fit. */
 int dpmd_store_model_dir(const char *state_dir, const char *name, char *buf, size_t n);
 /* DIR/checkpoints/ckpt-ITER.dpmckpt into buf; -1 if it does not fit. */
@@ -49,8 +48,9 @@ dpm_status dpmd_store_remove(const char *dir, dpm_err *err);
 /* Names of the models under STATE/models (malloc'd array of malloc'd
  * strings, *n of them); NULL with *n = 0 when there are none. */
 char **dpmd_store_models(const char *state_dir, int *n);
-/* Writes len bytes to path atomically (temporary, fsync, rename, fsync dir). */
-dpm_status dpmd_store_write_file(const char *path, const void *data, size_t len,
-                                 dpm_err *err);
+/* Takes STATE/lock (flock, held until the process exits; its pid written
+ * in it) so that no second dpmd serves the same state dir: DPM_EXISTS naming
+ * the holder's pid when one does. *fd stays open while the daemon runs. */
+dpm_status dpmd_store_lock(const char *state_dir, int *fd, dpm_err *err);
 
 #endif

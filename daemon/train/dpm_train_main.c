@@ -197,9 +197,9 @@ int main(int argc, char **argv) {
   dpm_trainer *t = NULL;
   dpm_status s = dpm_spec_load(o.spec, &spec, &err);
   if (!s) s = dpm_trainer_create(spec, &topt, &t, &err);
-  if (!s && o.resume) s = dpm_trainer_load(t, o.resume, &err);
+  if (!s && o.resume) s = dpm_trainer_load(t, NULL, o.resume, &err);
   if (!s) s = train(t, &o, &err);
-  if (!s && o.checkpoint) s = dpm_trainer_checkpoint(t, o.checkpoint, &err);
+  if (!s && o.checkpoint) s = dpm_trainer_checkpoint(t, NULL, o.checkpoint, &err);
   if (!s && o.predictor) {
     char in_list[1024], out_list[1024], *in[DPM_OP_MAX_IO], *out[DPM_OP_MAX_IO];
     snprintf(in_list, sizeof in_list, "%s", o.inputs);
@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
     int n_in = split(in_list, in, DPM_OP_MAX_IO),
         n_out = split(out_list, out, DPM_OP_MAX_IO);
     s = dpm_trainer_export_predictor(t, (const char *const *)in, n_in,
-                                     (const char *const *)out, n_out, o.predictor, &err);
+                                     (const char *const *)out, n_out, NULL, o.predictor, &err);
   }
   if (s) fprintf(stderr, "dpm-train: %s\n", err.msg);
   dpm_trainer_destroy(t);

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "common/device.h"
+#include "common/validate.h"
 #include "engine/exec.h"
 #include "engine/predictor_extract.h"
 #include "engine/rng.h"
@@ -52,6 +54,7 @@ struct dpm_trainer {
   int sync_n;
   atomic_int interrupted;
   uint64_t iter, seed, spec_hash;
+  dpm_trainer_memory memory; /* counted at create */
   int shards;
   int eval_batch;
   char *eval_images, *eval_labels;
@@ -160,10 +163,11 @@ static dpm_status broadcast_from_master(dpm_trainer *t, const char *const *names
 
 /* ---- setup --------------------------------------------------------------- */
 
-static dpm_status input_shape(const Dpm__InputSpec *in, int64_t chw[3], dpm_err *err) {
+static dpm_status input_shape(const dpm_fs *fs, const Dpm__InputSpec *in, int64_t chw[3],
+                              dpm_err *err) {
   if (in->reader == DPM__READER_KIND__READER_IDX) {
     dpm_idx x;
-    if (dpm_idx_peek(in->images, 3, &x, err)) return err->code;
+    if (dpm_idx_peek(fs, in->images, 3, &x, err)) return err->code;
     chw[0] = 1;
     chw[1] = x.dim[1];
     chw[2] = x.dim[2];
@@ -173,12 +177,14 @@ static dpm_status input_shape(const Dpm__InputSpec *in, int64_t chw[3], dpm_err 
   return DPM_OK;
 }
 
-static dpm_reader_config reader_config(const Dpm__InputSpec *in, int batch) {
+static dpm_reader_config reader_config(const dpm_fs *fs, const Dpm__InputSpec *in,
+                                       int batch) {
   return (dpm_reader_config){
       .kind = in->reader == DPM__READER_KIND__READER_IDX ? DPM_READER_IDX
                                                          : DPM_READER_SYNTHETIC,
       .images = in->images,
       .labels = in->labels,
+      .fs = fs,
       .scale = in->scale,
       .shuffle = in->shuffle,
       .seed = in->seed,
@@ -195,15 +201,18 @@ static dpm_reader_config reader_config(const Dpm__InputSpec *in, int batch) {
   };
 }
 
-/* Devices from the spec: cpu:N entries (CUDA is not in this build). */
+/* Devices from the spec (canonical: common/validate.h checked them): CPU
+ * devices only in this build. */
 static dpm_status spec_devices(const Dpm__ModelSpec *spec, int *n, dpm_err *err) {
   const Dpm__ParallelSpec *p = spec->parallel;
   *n = p && p->n_devices ? (int)p->n_devices : 1;
-  for (size_t i = 0; p && i < p->n_devices; i++)
-    if (strncmp(p->devices[i], "cpu:", 4))
+  for (size_t i = 0; p && i < p->n_devices; i++) {
+    dpm_device d;
+    if (dpm_device_parse(p->devices[i], &d) || d.kind != DPM_DEVICE_CPU)
       return dpm_errf(err, DPM_UNSUPPORTED,
                       "%s: device '%s': this build has CPU devices only", spec->source,
                       p->devices[i]);
+  }
   return DPM_OK;
 }
 
@@ -265,12 +274,56 @@ void dpm_device_cores(const char *const *names, int n_names, int n, int *cores) 
   }
 }
 
-/* Bytes of every blob the nets declare (params, optimizer state,
- * activations, gradients), times the replicas: known before allocation. */
-static uint64_t planned_bytes(const dpm_model *m, int devices) {
-  uint64_t b = 0;
-  for (int i = 0; i < m->shapes.n; i++) b += dpm_shape_bytes(&m->shapes.v[i].shape);
-  return b * (uint64_t)devices;
+/* Adds b to *sum; saturates instead of wrapping (and then fails any limit). */
+static void add_bytes(uint64_t *sum, uint64_t b) {
+  if (__builtin_add_overflow(*sum, b, sum)) *sum = UINT64_MAX;
+}
+
+static uint64_t aligned(uint64_t b) { return (b + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN; }
+
+/* The eval reader's config (made at the first eval). */
+static dpm_reader_config eval_config(const dpm_trainer *t) {
+  return (dpm_reader_config){.kind = DPM_READER_IDX,
+                             .images = t->eval_images,
+                             .labels = t->eval_labels,
+                             .fs = t->opt.fs,
+                             .scale = t->scale,
+                             .batch = t->eval_batch,
+                             .num_shards = 1,
+                             .prefetch = 2};
+}
+
+/* Every byte the model will allocate, known before it allocates any: the
+ * tensors of every replica (with dag's gradient arena), each replica's
+ * scratch and input staging, the reader (data, order, ring) and the eval
+ * set with its test-mode activations. Checks the eval files too. */
+static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_config *rc,
+                              dpm_trainer_memory *mem, dpm_err *err) {
+  const dpm_model *m = &t->model;
+  uint64_t per = 0, b;
+  for (int i = 0; i < m->shapes.n; i++) add_bytes(&per, aligned(dpm_shape_bytes(&m->shapes.v[i].shape)));
+  for (int i = 0; devices > 1 && i < t->plan.n_grads; i++)
+    add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
+  add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
+  mem->tensors = __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
+  mem->scratch = dpm_net_scratch(&t->plan.step, &m->shapes) * (uint64_t)devices;
+  if (dpm_reader_bytes(rc, &mem->reader, err)) return err->code;
+  mem->eval = 0;
+  if (t->eval_images) {
+    dpm_reader_config ec = eval_config(t);
+    dpm_shapes test = {0};
+    dpm_status s = dpm_reader_bytes(&ec, &mem->eval, err);
+    if (!s) s = dpm_model_test_shapes(m, t->eval_batch, &test, err);
+    for (int i = 0; !s && i < test.n; i++) add_bytes(&mem->eval, aligned(dpm_shape_bytes(&test.v[i].shape)));
+    dpm_shapes_fini(&test);
+    if (s) return dpm_err_prefix(err, "eval: ");
+  }
+  mem->total = 0;
+  add_bytes(&mem->total, mem->tensors);
+  add_bytes(&mem->total, mem->scratch);
+  add_bytes(&mem->total, mem->reader);
+  add_bytes(&mem->total, mem->eval);
+  return DPM_OK;
 }
 
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
@@ -288,7 +341,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
                                                                  : DPM_NET_DAG;
   int batch = (int)spec->input->batch_size;
   int64_t chw[3];
-  dpm_status s = input_shape(spec->input, chw, err);
+  dpm_status s = input_shape(t->opt.fs, spec->input, chw, err);
   if (!s)
     s = dpm_model_build(spec, chw, batch, 1.0f / (float)(devices * t->shards), &t->model,
                         err);
@@ -296,15 +349,19 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
                        par ? par->broadcast_computed_params : 1, &t->plan, err);
   if (s) return s;
-  uint64_t need = planned_bytes(&t->model, devices);
-  if (t->opt.max_bytes && need > t->opt.max_bytes)
-    return dpm_errf(err, DPM_DENIED,
-                    "%s: %d replica(s) need %llu bytes of tensors; the limit is %llu",
-                    spec->source, devices, (unsigned long long)need,
-                    (unsigned long long)t->opt.max_bytes);
-  /* the spec is valid: now allocate */
-  dpm_reader_config rc = reader_config(spec->input, batch * devices);
+  dpm_reader_config rc = reader_config(t->opt.fs, spec->input, batch * devices);
   rc.raw = 1; /* each replica gathers and converts its rows on its own worker */
+  if (count_bytes(t, devices, &rc, &t->memory, err)) return err->code;
+  const dpm_trainer_memory *mb = &t->memory;
+  if (t->opt.max_bytes && mb->total > t->opt.max_bytes)
+    return dpm_errf(err, DPM_DENIED,
+                    "%s: %d replica(s) need %llu bytes (tensors %llu, scratch %llu, "
+                    "reader %llu, eval %llu); the limit is %llu",
+                    spec->source, devices, (unsigned long long)mb->total,
+                    (unsigned long long)mb->tensors, (unsigned long long)mb->scratch,
+                    (unsigned long long)mb->reader, (unsigned long long)mb->eval,
+                    (unsigned long long)t->opt.max_bytes);
+  /* the spec is valid and fits: now allocate */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   if (!(t->crew = t->opt.crew)) {
     int *cores = malloc((size_t)devices * sizeof *cores);
@@ -333,7 +390,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err) {
   *out = NULL;
-  if (!spec->input) return dpm_errf(err, DPM_SPEC, "%s: no input section", spec->source);
+  if (dpm_spec_validate(spec, err)) return err->code;
   dpm_trainer *t = calloc(1, sizeof *t);
   if (!t) return nomem(err);
   t->opt = opt ? *opt : (dpm_trainer_options){.net_type = -1};
@@ -432,7 +489,8 @@ dpm_status dpm_trainer_sync_blobs(dpm_trainer *t, const char *const *names, int 
   return broadcast_from_master(t, names, n, err);
 }
 
-dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const char *path, dpm_err *err) {
+dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *path,
+                                  dpm_err *err) {
   const dpm_plan *p = &t->plan;
   dpm_ckpt_entry *e = calloc((size_t)p->n_synced + 1, sizeof *e);
   if (!e) return nomem(err);
@@ -448,7 +506,7 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const char *path, dpm_err *err
                         .devices = (uint32_t)t->n,
                         .shards = (uint32_t)t->shards,
                         .created_unix = (int64_t)time(NULL)};
-  dpm_status s = dpm_ckpt_write(path, &meta, e, p->n_synced, err);
+  dpm_status s = dpm_ckpt_write(fs, path, &meta, e, p->n_synced, err);
   free(e);
   return s;
 }
@@ -480,9 +538,10 @@ static dpm_status fits(const dpm_trainer *t, const dpm_ckpt *c, const char *path
   return DPM_OK;
 }
 
-dpm_status dpm_trainer_load(dpm_trainer *t, const char *path, dpm_err *err) {
+dpm_status dpm_trainer_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
+                            dpm_err *err) {
   dpm_ckpt c;
-  if (dpm_ckpt_read(path, &c, err)) return err->code;
+  if (dpm_ckpt_read(fs, path, &c, err)) return err->code;
   dpm_reader_pos pos = {c.meta.reader_epoch, c.meta.reader_index};
   dpm_status s = fits(t, &c, path, err);
   if (!s) s = dpm_reader_seek(t->reader, pos, err);
@@ -506,13 +565,7 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
   replica *r = &t->r[0];
   if (!t->eval_images) return dpm_errf(err, DPM_STATE, "%s: no eval data", m->source);
   if (!t->eval_reader) {
-    dpm_reader_config rc = {.kind = DPM_READER_IDX,
-                            .images = t->eval_images,
-                            .labels = t->eval_labels,
-                            .scale = t->scale,
-                            .batch = t->eval_batch,
-                            .num_shards = 1,
-                            .prefetch = 2};
+    dpm_reader_config rc = eval_config(t);
     if (dpm_reader_create(&rc, &t->eval_reader, err)) return err->code;
   } else if (dpm_reader_rewind(t->eval_reader)) {
     return dpm_errf(err, DPM_INTERNAL, "cannot rewind the eval reader");
@@ -571,6 +624,7 @@ const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name) {
 }
 
 int dpm_trainer_devices(const dpm_trainer *t) { return t->n; }
+const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t) { return &t->memory; }
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
   return dpm_reader_size(t->reader) / ((int64_t)t->model.batch * t->n * t->shards);
 }
@@ -605,7 +659,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
 
 dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *inputs,
                                         int n_in, const char *const *outputs, int n_out,
-                                        const char *dir, dpm_err *err) {
-  return dpm_predictor_export(&t->model, &t->r[0].ws, inputs, n_in, outputs, n_out, dir,
-                              err);
+                                        const dpm_fs *fs, const char *dir, dpm_err *err) {
+  return dpm_predictor_export(&t->model, &t->r[0].ws, inputs, n_in, outputs, n_out, fs,
+                              dir, err);
 }

@@ -25,8 +25,10 @@
  * threads, interleave step by step. The reader has a prefetch thread of its
  * own. dpm_trainer_interrupt may be called from any thread.
  *
- * Errors: create validates the whole spec before allocating any tensor
- * (DPM_SPEC with file:line and op); a missing data file is DPM_IO; step
+ * Errors: create validates the whole spec (common/validate.h, then the
+ * engine) and counts every byte it will allocate before allocating any
+ * (DPM_SPEC with file:line and op; DPM_DENIED over max_bytes); a missing
+ * data or eval file is DPM_IO; step
  * fails with DPM_NUMERIC when the loss is not finite and with a collective's
  * error (DPM_TIMEOUT) if a replica stalls (the crew then renews its broken
  * communicator before its next run); after a failed step the replicas may
@@ -43,6 +45,7 @@
 typedef struct dpm_trainer dpm_trainer;
 struct dpm_workspace;
 struct dpm_crew;
+struct dpm_fs;
 
 typedef struct dpm_step_stats {
   uint64_t iter;   /* completed steps */
@@ -62,9 +65,12 @@ typedef struct dpm_trainer_options {
   /* Borrowed crew, its size the device count (else DPM_INVALID); it must
    * outlive the trainer. NULL: the trainer creates one of its own. */
   struct dpm_crew *crew;
-  /* Refuse (DPM_DENIED), before allocating anything, a model whose tensors
-   * over all replicas would take more bytes than this; 0: no limit. */
+  /* Refuse (DPM_DENIED), before allocating anything, a model that would
+   * take more bytes than this (dpm_trainer_memory: tensors, scratch, input
+   * staging, reader, eval); 0: no limit. */
   uint64_t max_bytes;
+  /* How data files (input and eval) are opened (io/file.h); NULL: plain. */
+  const struct dpm_fs *fs;
   /* 1: a replica that finishes backward early waits for the others at the
    * reduction instead of taking parts of their last backward op
    * (parallel/share.h); for comparisons. Results are the same either way. */
@@ -80,6 +86,15 @@ typedef struct dpm_trainer_options {
  * use. For dpm_crew_create_pinned (parallel/crew.h). */
 void dpm_device_cores(const char *const *names, int n_names, int n, int *cores);
 
+/* What a trainer allocates, counted at create before anything is. */
+typedef struct dpm_trainer_memory {
+  uint64_t tensors; /* every blob of every replica, dag's gradient arena, input staging */
+  uint64_t scratch; /* kernels' scratch, every replica */
+  uint64_t reader;  /* training data, shuffle order, batch ring */
+  uint64_t eval;    /* eval data, its ring and test-mode activations */
+  uint64_t total;
+} dpm_trainer_memory;
+
 /* opt may be NULL (defaults). */
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err);
@@ -93,12 +108,15 @@ void dpm_trainer_interrupt(dpm_trainer *t);
 dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy, dpm_err *err);
 
 /* Write the master's parameters, computed params, optimizer state and
- * counters, the reader position and the spec hash to path (atomically). */
-dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const char *path, dpm_err *err);
-/* Load a checkpoint into the master and sync it to every replica; the
- * reader resumes at the saved position. Refuses (DPM_CORRUPT, DPM_SPEC:
- * another spec, DPM_SHAPE) without touching the model. */
-dpm_status dpm_trainer_load(dpm_trainer *t, const char *path, dpm_err *err);
+ * counters, the reader position and the spec hash to path (atomically),
+ * resolved through fs (io/file.h; NULL: plain). */
+dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const struct dpm_fs *fs,
+                                  const char *path, dpm_err *err);
+/* Load a checkpoint (path through fs) into the master and sync it to every
+ * replica; the reader resumes at the saved position. Refuses (DPM_CORRUPT,
+ * DPM_SPEC: another spec, DPM_SHAPE) without touching the model. */
+dpm_status dpm_trainer_load(dpm_trainer *t, const struct dpm_fs *fs, const char *path,
+                            dpm_err *err);
 /* Broadcast the master's params, computed params, optimizer state and
  * counters to every replica (FinalizeAfterCheckpoint). */
 dpm_status dpm_trainer_sync(dpm_trainer *t, dpm_err *err);
@@ -108,11 +126,13 @@ dpm_status dpm_trainer_sync_blobs(dpm_trainer *t, const char *const *names, int 
 /* Write a predictor for inputs -> outputs (ExtractPredictorNet) to dir. */
 dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *inputs,
                                         int n_in, const char *const *outputs, int n_out,
-                                        const char *dir, dpm_err *err);
+                                        const struct dpm_fs *fs, const char *dir,
+                                        dpm_err *err);
 
 /* A replica's blob by scoped ("cpu_1/fc1_w") or stripped (master) name. */
 const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name);
 int dpm_trainer_devices(const dpm_trainer *t);
+const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t);
 /* Steps in one epoch of the training data; examples per device per step. */
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t);
 int dpm_trainer_batch(const dpm_trainer *t);

@@ -74,18 +74,16 @@ at_least "$(json_field "$p" accuracy)" 0.4 || die "predict: $p"
 ctl_fails 1 extract-predictor m1 --inputs data --outputs softmax --out "$STATE/p2" \
   --format onnx | grep -q UNSUPPORTED || die "onnx not refused"
 
-# watch: progress events and the end of the run
-build/dpmctl --json watch m1 --until-done >"$T/watch.out" &
-wpid=$!
-sleep 0.5
-ctl train m1 --iters 25 --wait >/dev/null
-wait $wpid || die "watch exited $?"
+# watch: progress events and the end of the run (watch --until-done on a
+# model that is not training returns at once)
+ctl train m1 --iters 3000 >/dev/null
+build/dpmctl --json watch m1 --until-done >"$T/watch.out" || die "watch exited $?"
 grep -q '"kind":"progress"' "$T/watch.out" || die "no progress event: $(cat "$T/watch.out")"
-grep -q '"kind":"done".*"iter":55' "$T/watch.out" || die "no done event: $(cat "$T/watch.out")"
+grep -q '"kind":"done".*"iter":3030' "$T/watch.out" || die "no done event: $(cat "$T/watch.out")"
 
 # plain progress lines when stderr is not a terminal
 build/dpmctl train m1 --iters 20 --wait >"$T/progress.txt" 2>&1
-grep -q "^iter 75/75" "$T/progress.txt" || die "progress lines: $(cat "$T/progress.txt")"
+grep -q "^iter 3050/3050" "$T/progress.txt" || die "progress lines: $(cat "$T/progress.txt")"
 
 # a second model on the same devices starts warm: no new device crew
 crews() { build/dpmctl metrics | sed -n 's/^dpmd_device_crews \([0-9]*\).*/\1/p'; }
@@ -120,6 +118,6 @@ n=$(ctl list | grep -o '"name":"m[12]"' | wc -l)
 expect "models listed" "$n" 2
 m=$(build/dpmctl metrics)
 echo "$m" | grep -q 'dpmd_requests_total{command="train",status="OK"}' || die "metrics: $m"
-echo "$m" | grep -q 'dpm_model_iteration{model="m1"} 75' || die "metrics: $m"
+echo "$m" | grep -q 'dpm_model_iteration{model="m1"} 3050' || die "metrics: $m"
 echo "$m" | grep -q 'dpmd_models{state="paused"} 1' || die "metrics: $m"
 stop_dpmd

@@ -145,9 +145,9 @@ TEST(parallel_resume_is_exact) {
   dpm_err err = {0};
   dpm_trainer *straight = tf_trainer(spec, 2, NULL), *first = tf_trainer(spec, 2, NULL);
   CHECK(straight && first && tf_steps(straight, 12) && tf_steps(first, 7));
-  CHECK_INT(dpm_trainer_checkpoint(first, path, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_checkpoint(first, NULL, path, &err), DPM_OK);
   dpm_trainer *resumed = tf_trainer(spec, 2, NULL);
-  CHECK_INT(dpm_trainer_load(resumed, path, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_load(resumed, NULL, path, &err), DPM_OK);
   CHECK_INT(dpm_trainer_iter(resumed), 7);
   CHECK(replicas_identical(resumed));
   CHECK(tf_steps(resumed, 5));
@@ -198,8 +198,8 @@ TEST(parallel_rejects_bad_checkpoints) {
   dpm_err err = {0};
   dpm_trainer *t = tf_trainer(spec, 2, NULL), *o = tf_trainer(other, 1, NULL);
   CHECK(t && o && tf_steps(t, 3) && tf_steps(o, 1));
-  CHECK_INT(dpm_trainer_checkpoint(t, good, &err), DPM_OK);
-  CHECK_INT(dpm_trainer_checkpoint(o, foreign, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_checkpoint(t, NULL, good, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_checkpoint(o, NULL, foreign, &err), DPM_OK);
   CHECK(tf_steps(t, 2));
   size_t n0, n1;
   char *before = snapshot(t, &n0);
@@ -207,20 +207,20 @@ TEST(parallel_rejects_bad_checkpoints) {
   /* truncated */
   snprintf(cmd, sizeof cmd, "head -c 5000 %s > %s", good, bad);
   CHECK(system(cmd) == 0);
-  CHECK_INT(dpm_trainer_load(t, bad, &err), DPM_CORRUPT);
+  CHECK_INT(dpm_trainer_load(t, NULL, bad, &err), DPM_CORRUPT);
   CHECK_HAS(err.msg, "bad.ckpt");
   /* corrupt: one flipped bit in the tensor data */
   snprintf(cmd, sizeof cmd, "cp %s %s", good, bad);
   CHECK(system(cmd) == 0);
   flip_byte(bad, -100);
-  CHECK_INT(dpm_trainer_load(t, bad, &err), DPM_CORRUPT);
+  CHECK_INT(dpm_trainer_load(t, NULL, bad, &err), DPM_CORRUPT);
   CHECK_HAS(err.msg, "checksum");
   /* another spec */
-  CHECK_INT(dpm_trainer_load(t, foreign, &err), DPM_SPEC);
+  CHECK_INT(dpm_trainer_load(t, NULL, foreign, &err), DPM_SPEC);
   CHECK_HAS(err.msg, "another spec");
   /* this spec's hash, a wrongly shaped tensor */
   dpm_ckpt c;
-  CHECK_INT(dpm_ckpt_read(good, &c, &err), DPM_OK);
+  CHECK_INT(dpm_ckpt_read(NULL, good, &c, &err), DPM_OK);
   dpm_ckpt_entry e[64];
   for (int i = 0; i < c.n; i++)
     e[i] = (dpm_ckpt_entry){c.names[i], c.kinds[i], &c.tensors[i]};
@@ -228,19 +228,19 @@ TEST(parallel_rejects_bad_checkpoints) {
   dpm_shape ws = dpm_shape_make(DPM_F32, 2, (int64_t[]){3, 3});
   dpm_tensor_resize(&wrong, &ws);
   e[0].t = &wrong;
-  CHECK_INT(dpm_ckpt_write(shaped, &c.meta, e, c.n, &err), DPM_OK);
-  CHECK_INT(dpm_trainer_load(t, shaped, &err), DPM_SHAPE);
+  CHECK_INT(dpm_ckpt_write(NULL, shaped, &c.meta, e, c.n, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_load(t, NULL, shaped, &err), DPM_SHAPE);
   CHECK_HAS(err.msg, "the model's is");
   dpm_tensor_fini(&wrong);
   dpm_ckpt_fini(&c);
   /* a missing file */
-  CHECK_INT(dpm_trainer_load(t, "/nonexistent/x.ckpt", &err), DPM_IO);
+  CHECK_INT(dpm_trainer_load(t, NULL, "/nonexistent/x.ckpt", &err), DPM_IO);
   /* nothing changed: blobs, iteration */
   char *after = snapshot(t, &n1);
   CHECK(n0 == n1 && !memcmp(before, after, n0));
   CHECK_INT(dpm_trainer_iter(t), 5);
   /* and the good one still loads */
-  CHECK_INT(dpm_trainer_load(t, good, &err), DPM_OK);
+  CHECK_INT(dpm_trainer_load(t, NULL, good, &err), DPM_OK);
   CHECK_INT(dpm_trainer_iter(t), 3);
   free(before);
   free(after);

@@ -159,7 +159,7 @@ static const char *const PROB[] = {"prob"};
 
 /* Export [data] -> outputs from f into f->dir. */
 static dpm_status export(fixture *f, const char *const *outs, int n_out, dpm_err *err) {
-  return dpm_predictor_export(&f->m, &f->ws, DATA, 1, outs, n_out, f->dir, err);
+  return dpm_predictor_export(&f->m, &f->ws, DATA, 1, outs, n_out, NULL, f->dir, err);
 }
 
 /* Runs p on x (b examples) and compares output 0 with the test net's `out`. */
@@ -330,7 +330,7 @@ TEST(predictor_uses_running_stats_and_no_dropout) {
 static void expect_refused(fixture *f, const char *const *in, int n_in,
                            const char *const *out, int n_out, const char *msg) {
   dpm_err err = {0};
-  dpm_status s = dpm_predictor_export(&f->m, &f->ws, in, n_in, out, n_out, f->dir, &err);
+  dpm_status s = dpm_predictor_export(&f->m, &f->ws, in, n_in, out, n_out, NULL, f->dir, &err);
   char path[128];
   snprintf(path, sizeof path, "%s/predictor.pb", f->dir);
   if (s != DPM_INVALID)
@@ -363,7 +363,7 @@ TEST(predictor_refuses_outputs_it_cannot_compute) {
   /* With label given, the loss is computable. */
   const char *both[] = {"data", "label"};
   dpm_err err = {0};
-  dpm_status s = dpm_predictor_export(&f.m, &f.ws, both, 2, loss, 1, f.dir, &err);
+  dpm_status s = dpm_predictor_export(&f.m, &f.ws, both, 2, loss, 1, NULL, f.dir, &err);
   CHECK_INT(s, DPM_INVALID); /* ...but label is i32, which predictor inputs are not */
   CHECK_HAS(err.msg, "input 'label' is i32");
   teardown(&f);
@@ -647,13 +647,13 @@ TEST(predictor_export_is_atomic_and_replaces) {
   snprintf(path, sizeof path, "%s/predictor.pb", dir);
   dpm_err err = {0};
   const char *two[] = {"prob", "pred"};
-  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, PROB, 1, dir, &err), DPM_OK);
-  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, two, 2, dir, &err), DPM_OK);
+  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, PROB, 1, NULL, dir, &err), DPM_OK);
+  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, two, 2, NULL, dir, &err), DPM_OK);
   size_t len = 0;
   uint8_t *before = test_read_file(path, &len);
   /* A refused export leaves the file as it was. */
   const char *loss[] = {"loss"};
-  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, loss, 1, dir, &err), DPM_INVALID);
+  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, loss, 1, NULL, dir, &err), DPM_INVALID);
   size_t len2 = 0;
   uint8_t *after = test_read_file(path, &len2);
   CHECK(before && after && len == len2 && !memcmp(before, after, len));
@@ -683,7 +683,7 @@ TEST(predictor_export_is_atomic_and_replaces) {
   CHECK(dpm_predictor_output(p, 2, NULL, NULL) == NULL);
   dpm_predictor_free(p);
   /* A directory that cannot be made. */
-  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, PROB, 1, path, &err), DPM_IO);
+  CHECK_INT(dpm_predictor_export(&f.m, &f.ws, DATA, 1, PROB, 1, NULL, path, &err), DPM_IO);
   teardown(&f);
 }
 

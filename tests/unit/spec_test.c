@@ -51,7 +51,7 @@ static const char FULL[] =
     " warmup_iters: 10, warmup_start: 0.1, gamma: 0.1}\n"                    /* 35 */
     "eval: {images: a.idx, labels: b.idx, batch_size: 100}\n"                /* 36 */
     "parallel:\n"                                                            /* 37 */
-    "  devices: [cpu:0, cuda:2-4]\n"                                         /* 38 */
+    "  devices: [cuda:0, cuda:2-4]\n"                                       /* 38 */
     "  net_type: simple\n"                                                   /* 39 */
     "  broadcast_computed_params: false\n"                                   /* 40 */
     "  optimize_gradient_memory: true\n"                                     /* 41 */
@@ -162,7 +162,7 @@ TEST(spec_full_example) {
 
   const Dpm__ParallelSpec *p = s->parallel;
   CHECK(p && p->n_devices == 4);
-  CHECK(strcmp(p->devices[0], "cpu:0") == 0 && strcmp(p->devices[1], "cuda:2") == 0);
+  CHECK(strcmp(p->devices[0], "cuda:0") == 0 && strcmp(p->devices[1], "cuda:2") == 0);
   CHECK(strcmp(p->devices[3], "cuda:4") == 0);
   CHECK(p->net_type == DPM__NET_TYPE__NET_SIMPLE);
   CHECK(p->has_broadcast_computed_params && !p->broadcast_computed_params);

@@ -1,0 +1,34 @@
+/* Canonical device names (device.h). */
+#include "common/device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const kind_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "cuda"};
+
+const char *dpm_device_kind_name(dpm_device_kind k) {
+  return (unsigned)k < DPM_DEVICE_KIND_COUNT ? kind_names[k] : "?";
+}
+
+int dpm_device_parse(const char *s, dpm_device *out) {
+  const char *colon = s ? strchr(s, ':') : NULL;
+  if (!colon) return -1;
+  for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++) {
+    size_t n = strlen(kind_names[k]);
+    if ((size_t)(colon - s) != n || memcmp(s, kind_names[k], n)) continue;
+    const char *d = colon + 1;
+    size_t digits = strspn(d, "0123456789");
+    if (digits == 0 || digits > 4 || d[digits] || (digits > 1 && d[0] == '0')) return -1;
+    int v = 0;
+    for (size_t i = 0; i < digits; i++) v = v * 10 + (d[i] - '0');
+    if (v > DPM_MAX_DEVICE_INDEX) return -1;
+    *out = (dpm_device){.kind = (dpm_device_kind)k, .index = v};
+    return 0;
+  }
+  return -1;
+}
+
+char *dpm_device_format(dpm_device d, char *buf, size_t n) {
+  snprintf(buf, n, "%s:%d", dpm_device_kind_name(d.kind), d.index);
+  return buf;
+}

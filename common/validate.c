@@ -1,0 +1,290 @@
+/* The model spec's one validation (validate.h): a walk over the sections,
+ * each value checked against the limits in validate.h and the enums'
+ * descriptors. */
+#include "common/validate.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/device.h"
+#include "common/escape.h"
+
+typedef struct {
+  char where[200]; /* "SOURCE:LINE: " or "SOURCE: ", escaped */
+  dpm_err *err;
+} vctx;
+
+static dpm_status fail(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static dpm_status fail(vctx *c, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return dpm_errf(c->err, DPM_SPEC, "%s%s", c->where, msg);
+}
+
+/* Messages of a section point at its line when the spec came from a file. */
+static void at(vctx *c, const Dpm__ModelSpec *spec, int has_line, uint32_t line) {
+  char src[120];
+  dpm_escape(spec->source ? spec->source : "spec", src, sizeof src);
+  if (has_line && line)
+    snprintf(c->where, sizeof c->where, "%s:%u: ", src, line);
+  else
+    snprintf(c->where, sizeof c->where, "%s: ", src);
+}
+
+static int enum_ok(const ProtobufCEnumDescriptor *d, int v) {
+  return protobuf_c_enum_descriptor_get_value(d, v) != NULL;
+}
+
+int dpm_model_name_valid(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  return n > 0 && n <= DPM_SPEC_MAX_NAME && name[0] != '.' &&
+         strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+             n;
+}
+
+int dpm_blob_name_valid(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  return n > 0 && n <= DPM_SPEC_MAX_BLOB_NAME && !dpm_has_control(name);
+}
+
+/* A quoted, escaped, shortened copy of a client string for a message. */
+static const char *show(const char *s, char *buf, size_t cap) {
+  char e[64];
+  dpm_escape(s ? s : "", e, sizeof e);
+  snprintf(buf, cap, "'%s'%s", e, s && strlen(s) > 40 ? "..." : "");
+  return buf;
+}
+
+static dpm_status blob_names(vctx *c, const char *what, char *const *names, size_t n) {
+  char b[80];
+  for (size_t i = 0; i < n; i++)
+    if (!dpm_blob_name_valid(names[i]))
+      return fail(c, "%s: blob name %s must be 1-%d bytes without control bytes",
+                  what, show(names[i], b, sizeof b), DPM_SPEC_MAX_BLOB_NAME);
+  return DPM_OK;
+}
+
+static dpm_status path(vctx *c, const char *what, const char *p) {
+  char b[80];
+  if (!p || !*p) return fail(c, "%s: no file named", what);
+  if (dpm_has_control(p))
+    return fail(c, "%s: file name %s holds control bytes", what, show(p, b, sizeof b));
+  return DPM_OK;
+}
+
+static dpm_status input(vctx *c, const Dpm__InputSpec *in, uint64_t devices) {
+  if (!in) return fail(c, "no input section");
+  if (!enum_ok(&dpm__reader_kind__descriptor, in->reader))
+    return fail(c, "input.reader: unknown reader %d (idx, synthetic)", (int)in->reader);
+  if (in->reader == DPM__READER_KIND__READER_IDX &&
+      (path(c, "input.images", in->images) || path(c, "input.labels", in->labels)))
+    return c->err->code;
+  if (in->batch_size < 1 || in->batch_size > DPM_SPEC_MAX_BATCH)
+    return fail(c, "input.batch_size must be 1..%u, got %u", DPM_SPEC_MAX_BATCH,
+                in->batch_size);
+  if (in->num_shards < 1 || in->shard_id >= in->num_shards)
+    return fail(c, "input: shard_id %u must be below num_shards %u (>= 1)", in->shard_id,
+                in->num_shards);
+  if ((uint64_t)in->batch_size * devices * in->num_shards > DPM_SPEC_MAX_GLOBAL)
+    return fail(c, "input: batch_size x devices x num_shards must be at most %u",
+                DPM_SPEC_MAX_GLOBAL);
+  if (!isfinite(in->scale)) return fail(c, "input.scale must be a finite number");
+  if (in->prefetch < 1 || in->prefetch > DPM_SPEC_MAX_PREFETCH)
+    return fail(c, "input.prefetch must be 1..%d, got %u", DPM_SPEC_MAX_PREFETCH,
+                in->prefetch);
+  if (in->num_classes < 1 || in->num_classes > DPM_SPEC_MAX_CLASSES)
+    return fail(c, "input.num_classes must be 1..%u, got %u", DPM_SPEC_MAX_CLASSES,
+                in->num_classes);
+  if (in->num_examples < 1 || in->num_examples > DPM_SPEC_MAX_EXAMPLES)
+    return fail(c, "input.num_examples must be 1..%d, got %u", DPM_SPEC_MAX_EXAMPLES,
+                in->num_examples);
+  if (in->n_shape != 0 && in->n_shape != 3)
+    return fail(c, "input.shape must be [C, H, W], got %zu entries", in->n_shape);
+  uint64_t pixels = 1;
+  for (size_t i = 0; i < in->n_shape; i++) {
+    if (in->shape[i] < 1 || in->shape[i] > DPM_SPEC_MAX_SIDE)
+      return fail(c, "input.shape entries must be 1..%d, got %u", DPM_SPEC_MAX_SIDE,
+                  in->shape[i]);
+    pixels *= in->shape[i];
+  }
+  if (pixels > DPM_SPEC_MAX_PIXELS)
+    return fail(c, "input.shape: C x H x W must be at most %u", DPM_SPEC_MAX_PIXELS);
+  if (in->n_outputs != 2) return fail(c, "input.outputs must name 2 blobs (data, label)");
+  if (blob_names(c, "input.outputs", in->outputs, 2)) return c->err->code;
+  if (!strcmp(in->outputs[0], in->outputs[1]))
+    return fail(c, "input.outputs must name 2 different blobs");
+  return DPM_OK;
+}
+
+static dpm_status forward(vctx *c, const Dpm__ModelSpec *spec) {
+  char b[80], what[64];
+  if (!spec->n_forward) return fail(c, "forward: no operators");
+  for (size_t i = 0; i < spec->n_forward; i++) {
+    const Dpm__Operator *op = spec->forward[i];
+    snprintf(what, sizeof what, "op #%zu", i + 1);
+    if (!op->type[0] || dpm_has_control(op->type))
+      return fail(c, "%s: op type %s is not a name", what, show(op->type, b, sizeof b));
+    if (!op->n_output) return fail(c, "%s: no outputs", what);
+    if (blob_names(c, what, op->input, op->n_input) ||
+        blob_names(c, what, op->output, op->n_output))
+      return c->err->code;
+    for (size_t a = 0; a < op->n_arg; a++) {
+      const Dpm__Argument *arg = op->arg[a];
+      if (!arg->name[0] || dpm_has_control(arg->name))
+        return fail(c, "%s: argument name %s is not a name", what,
+                    show(arg->name, b, sizeof b));
+      if (arg->value_case == DPM__ARGUMENT__VALUE__NOT_SET)
+        return fail(c, "%s: argument '%s' has no value", what, arg->name);
+      if (arg->value_case == DPM__ARGUMENT__VALUE_S && dpm_has_control(arg->s))
+        return fail(c, "%s: argument '%s' holds control bytes", what, arg->name);
+    }
+  }
+  return DPM_OK;
+}
+
+static dpm_status losses(vctx *c, const Dpm__ModelSpec *spec) {
+  if (!spec->n_losses) return fail(c, "losses: name at least one blob");
+  if (blob_names(c, "losses", spec->losses, spec->n_losses)) return c->err->code;
+  for (size_t i = 0; i < spec->n_losses; i++)
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(spec->losses[i], spec->losses[j]))
+        return fail(c, "losses: '%s' is listed twice", spec->losses[i]);
+  return DPM_OK;
+}
+
+/* a <= x (< or <=) b, finite */
+static int in_range(double x, double a, double b, int b_open) {
+  return isfinite(x) && x >= a && (b_open ? x < b : x <= b);
+}
+
+static dpm_status lr(vctx *c, const Dpm__LrSpec *l) {
+  if (!in_range(l->base_lr, 0, INFINITY, 0))
+    return fail(c, "update.lr.base must be a finite number >= 0");
+  if (!enum_ok(&dpm__lr_policy__descriptor, l->policy))
+    return fail(c, "update.lr.policy: unknown policy %d", (int)l->policy);
+  if (l->stepsize < 1) return fail(c, "update.lr.stepsize must be >= 1");
+  if (!(isfinite(l->gamma) && l->gamma > 0))
+    return fail(c, "update.lr.gamma must be a finite number > 0");
+  if (!isfinite(l->power)) return fail(c, "update.lr.power must be a finite number");
+  for (size_t i = 0; i < l->n_stepvalues; i++)
+    if (l->stepvalues[i] < 1 || (i && l->stepvalues[i] <= l->stepvalues[i - 1]))
+      return fail(c, "update.lr.stepvalues must be increasing and >= 1");
+  if (l->policy == DPM__LR_POLICY__LR_MULTISTEP && !l->n_stepvalues)
+    return fail(c, "update.lr: policy multistep needs stepvalues");
+  if (l->policy == DPM__LR_POLICY__LR_POLY && l->max_iter < 1)
+    return fail(c, "update.lr: policy poly needs max_iter >= 1");
+  if (!in_range(l->warmup_start, 0, 1, 0))
+    return fail(c, "update.lr.warmup_start must be in [0, 1]");
+  return DPM_OK;
+}
+
+static dpm_status update(vctx *c, const Dpm__UpdateSpec *u) {
+  if (!enum_ok(&dpm__optimizer__descriptor, u->optimizer))
+    return fail(c, "update.optimizer: unknown optimizer %d", (int)u->optimizer);
+  if (!in_range(u->momentum, 0, 1, 1)) return fail(c, "update.momentum must be in [0, 1)");
+  if (!in_range(u->weight_decay, 0, INFINITY, 0))
+    return fail(c, "update.weight_decay must be a finite number >= 0");
+  if (!in_range(u->beta1, 0, 1, 1) || !in_range(u->beta2, 0, 1, 1))
+    return fail(c, "update.beta1 and beta2 must be in [0, 1)");
+  if (!(isfinite(u->epsilon) && u->epsilon > 0))
+    return fail(c, "update.epsilon must be a finite number > 0");
+  return u->lr ? lr(c, u->lr) : DPM_OK;
+}
+
+static dpm_status eval(vctx *c, const Dpm__EvalSpec *e) {
+  if (path(c, "eval.images", e->images) || path(c, "eval.labels", e->labels))
+    return c->err->code;
+  if (e->batch_size < 1 || e->batch_size > DPM_SPEC_MAX_BATCH)
+    return fail(c, "eval.batch_size must be 1..%u, got %u", DPM_SPEC_MAX_BATCH,
+                e->batch_size);
+  return DPM_OK;
+}
+
+static dpm_status parallel(vctx *c, const Dpm__ParallelSpec *p) {
+  char b[80];
+  if (p->n_devices > DPM_MAX_DEVICES)
+    return fail(c, "parallel.devices: more than %d devices", DPM_MAX_DEVICES);
+  for (size_t i = 0; i < p->n_devices; i++) {
+    dpm_device d, e;
+    if (dpm_device_parse(p->devices[i], &d))
+      return fail(c, "parallel.devices: %s is not a device (cpu:N or cuda:N, N 0..%d)",
+                  show(p->devices[i], b, sizeof b), DPM_MAX_DEVICE_INDEX);
+    for (size_t j = 0; j < i; j++) {
+      dpm_device_parse(p->devices[j], &e);
+      if (e.kind != d.kind)
+        return fail(c, "parallel.devices: one kind of device per model, got %s and %s",
+                    p->devices[j], p->devices[i]);
+      if (e.index == d.index)
+        return fail(c, "parallel.devices: %s is listed twice", p->devices[i]);
+    }
+  }
+  if (!enum_ok(&dpm__net_type__descriptor, p->net_type))
+    return fail(c, "parallel.net_type: unknown net type %d (dag, simple)", (int)p->net_type);
+  const Dpm__Rendezvous *r = p->rendezvous;
+  if (r) {
+    if (!r->address || !r->address[0] || dpm_has_control(r->address))
+      return fail(c, "parallel.rendezvous.address is not an address");
+    if (r->num_shards < 1 || r->shard_id >= r->num_shards)
+      return fail(c, "parallel.rendezvous: shard_id %u must be below num_shards %u",
+                  r->shard_id, r->num_shards);
+    if (r->engine && dpm_has_control(r->engine))
+      return fail(c, "parallel.rendezvous.engine is not a name");
+  }
+  return DPM_OK;
+}
+
+int dpm_checkpoint_every_parse(const char *s, Dpm__CheckpointPolicy *p) {
+  size_t n = s ? strspn(s, "0123456789") : 0;
+  int seconds = n && s[n] == 's' && !s[n + 1];
+  if (!n || n > 9 || (s[n] && !seconds)) return -1;
+  uint64_t v = strtoull(s, NULL, 10);
+  p->has_every_iters = !seconds;
+  p->every_iters = seconds ? 0 : v;
+  p->has_every_seconds = seconds;
+  p->every_seconds = seconds ? (double)v : 0;
+  return 0;
+}
+
+dpm_status dpm_checkpoint_policy_validate(const Dpm__CheckpointPolicy *p, dpm_err *err) {
+  if (p && p->has_every_seconds && !in_range(p->every_seconds, 0, 1e9, 0))
+    return dpm_errf(err, DPM_SPEC, "checkpoint_every: seconds must be 0..1e9");
+  return DPM_OK;
+}
+
+dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err) {
+  dpm_err ignored;
+  if (!err) err = &ignored;
+  vctx c = {.err = err};
+  char b[80];
+  if (!spec) return dpm_errf(err, DPM_SPEC, "no spec");
+  at(&c, spec, 0, 0);
+  if (!dpm_model_name_valid(spec->name))
+    return fail(&c, "name %s: use 1-%d of A-Z a-z 0-9 . _ -, not starting with '.'",
+                show(spec->name, b, sizeof b), DPM_SPEC_MAX_NAME);
+  uint64_t devices = spec->parallel && spec->parallel->n_devices
+                         ? spec->parallel->n_devices
+                         : 1;
+  if (spec->input) at(&c, spec, spec->input->has_line, spec->input->line);
+  if (input(&c, spec->input, devices)) return err->code;
+  at(&c, spec, 0, 0);
+  if (forward(&c, spec) || losses(&c, spec)) return err->code;
+  if (spec->update) {
+    at(&c, spec, spec->update->has_line, spec->update->line);
+    if (update(&c, spec->update)) return err->code;
+  }
+  if (spec->eval) {
+    at(&c, spec, spec->eval->has_line, spec->eval->line);
+    if (eval(&c, spec->eval)) return err->code;
+  }
+  at(&c, spec, 0, 0);
+  if (spec->parallel && parallel(&c, spec->parallel)) return err->code;
+  if (dpm_checkpoint_policy_validate(spec->checkpoint, err))
+    return dpm_err_prefix(err, "%s", c.where);
+  return DPM_OK;
+}

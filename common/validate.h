@@ -1,0 +1,45 @@
+/* The one validation of a model spec, on its protobuf form: what dpmd
+ * accepts at submit (and at restore), what dpm-train and the trainer accept,
+ * and what the YAML front end checks last. Every value a client could send
+ * is checked here before anything is built: enum values, ranges, devices in
+ * canonical form, names, losses, the eval section, the checkpoint policy.
+ * What needs the op table and shapes (op types, arguments, blob wiring, a
+ * scalar loss) is the engine's, at build, still before any tensor exists.
+ *
+ * Errors: DPM_SPEC, "SOURCE:LINE: section.key ...", the source and every
+ * quoted value escaped (common/escape.h); the line is the section's when the
+ * spec came from a file, else left out. Pure: any thread. */
+#ifndef DPM_COMMON_VALIDATE_H
+#define DPM_COMMON_VALIDATE_H
+
+#include <stdint.h>
+
+#include "dpm/status.h"
+#include "proto/dpm.pb-c.h"
+
+#define DPM_SPEC_MAX_NAME 64            /* model name: 1..64 of [A-Za-z0-9._-] */
+#define DPM_SPEC_MAX_BLOB_NAME 255      /* blob names (a checkpoint entry's limit) */
+#define DPM_SPEC_MAX_BATCH (1u << 20)   /* examples per device per step; eval batch */
+#define DPM_SPEC_MAX_GLOBAL (1u << 30)  /* batch x devices x shards */
+#define DPM_SPEC_MAX_PREFETCH 64        /* input.prefetch */
+#define DPM_SPEC_MAX_EXAMPLES 100000000 /* synthetic num_examples */
+#define DPM_SPEC_MAX_SIDE 65536         /* synthetic shape entries */
+#define DPM_SPEC_MAX_PIXELS (1u << 26)  /* synthetic C x H x W */
+#define DPM_SPEC_MAX_CLASSES (1u << 24) /* num_classes */
+
+/* 1 for a usable model name: 1..DPM_SPEC_MAX_NAME of A-Z a-z 0-9 . _ -, not
+ * starting with '.' (it names a directory in dpmd's state dir). */
+int dpm_model_name_valid(const char *name);
+/* 1 for a usable blob name: 1..DPM_SPEC_MAX_BLOB_NAME bytes without control
+ * bytes ("cpu_0/h", scoped as Caffe2 wrote it, is stripped to "h"). */
+int dpm_blob_name_valid(const char *name);
+
+dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err);
+/* "N" (every N iterations) or "Ns" (every N seconds), N a whole number;
+ * "0" and "0s": never. Fills *p (an initialised CheckpointPolicy). Returns 0,
+ * or -1 for anything else. */
+int dpm_checkpoint_every_parse(const char *s, Dpm__CheckpointPolicy *p);
+/* The checkpoint policy alone (for a submit's override). */
+dpm_status dpm_checkpoint_policy_validate(const Dpm__CheckpointPolicy *p, dpm_err *err);
+
+#endif

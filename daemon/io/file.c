@@ -1,0 +1,215 @@
+/* Opening and atomically replacing files through descriptors (file.h). */
+#include "io/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/escape.h"
+
+static const char *shown(const char *path, char *buf, size_t cap) {
+  return dpm_escape(path, buf, cap);
+}
+
+static dpm_status io_err(dpm_err *err, const char *path, const char *what, int e) {
+  char b[256];
+  return dpm_errf(err, DPM_IO, "%s: %s: %s", shown(path, b, sizeof b), what, strerror(e));
+}
+
+int dpm_write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    if (w == 0) {
+      errno = EIO;
+      return -1;
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+dpm_status dpm_file_check_regular(int fd, const char *path, dpm_err *err) {
+  struct stat st;
+  int flags;
+  if (fstat(fd, &st) < 0) {
+    int e = errno;
+    close(fd);
+    return io_err(err, path, "stat", e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    char b[256];
+    close(fd);
+    return dpm_errf(err, DPM_IO, "%s: %s", shown(path, b, sizeof b),
+                    S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+  }
+  if ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+    int e = errno;
+    close(fd);
+    return io_err(err, path, "fcntl", e);
+  }
+  return DPM_OK;
+}
+
+/* ---- the plain fs ------------------------------------------------------------ */
+
+static dpm_status plain_open_read(const dpm_fs *fs, const char *path, int *fd,
+                                  dpm_err *err) {
+  (void)fs;
+  *fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (*fd < 0) return io_err(err, path, "cannot open", errno);
+  dpm_status s = dpm_file_check_regular(*fd, path, err);
+  if (s) *fd = -1;
+  return s;
+}
+
+/* mkdir -p of dir (a copy is cut in place). */
+static dpm_status plain_mkdirs(const char *dir, dpm_err *err) {
+  char p[PATH_MAX];
+  if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+    return dpm_errf(err, DPM_INVALID, "path too long");
+  for (char *c = p + 1;; c++) {
+    if (*c && *c != '/') continue;
+    char was = *c;
+    *c = 0;
+    if (mkdir(p, 0755) && errno != EEXIST) return io_err(err, p, "cannot create", errno);
+    if (!(*c = was)) return DPM_OK;
+  }
+}
+
+static dpm_status plain_open_dir(const dpm_fs *fs, const char *path, int mkdirs,
+                                 int *dirfd, char *base, size_t cap, dpm_err *err) {
+  (void)fs;
+  char dir[PATH_MAX], b[256];
+  const char *slash = strrchr(path, '/');
+  const char *name = slash ? slash + 1 : path;
+  if (!*name || !strcmp(name, ".") || !strcmp(name, "..") || strlen(name) >= cap)
+    return dpm_errf(err, DPM_INVALID, "%s: not a file name", shown(path, b, sizeof b));
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
+  else if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >= (int)sizeof dir)
+    return dpm_errf(err, DPM_INVALID, "%s: path too long", shown(path, b, sizeof b));
+  dpm_status s = mkdirs ? plain_mkdirs(dir, err) : DPM_OK;
+  if (s) return s;
+  *dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (*dirfd < 0) return io_err(err, dir, "cannot open directory", errno);
+  snprintf(base, cap, "%s", name);
+  return DPM_OK;
+}
+
+const dpm_fs dpm_fs_plain = {.open_read = plain_open_read, .open_dir = plain_open_dir};
+
+/* ---- reading and writing ----------------------------------------------------- */
+
+dpm_status dpm_file_open_read(const dpm_fs *fs, const char *path, int *fd, dpm_err *err) {
+  dpm_err local; /* implementations may rely on err */
+  if (!err) err = &local;
+  if (!fs) fs = &dpm_fs_plain;
+  *fd = -1;
+  if (!path || !*path) return dpm_errf(err, DPM_INVALID, "no file named");
+  return fs->open_read(fs, path, fd, err);
+}
+
+dpm_status dpm_file_read_all(const dpm_fs *fs, const char *path, size_t max, void **data,
+                             size_t *len, dpm_err *err) {
+  int fd;
+  char b[256];
+  *data = NULL;
+  *len = 0;
+  dpm_status s = dpm_file_open_read(fs, path, &fd, err);
+  if (s) return s;
+  size_t cap = 0, n = 0;
+  char *buf = NULL;
+  while (!s) {
+    if (n == cap) { /* grow, to at most max + 1: a byte past max means too large */
+      size_t want = cap ? 2 * cap : 4096;
+      if (want > max + 1) want = max + 1;
+      char *g = realloc(buf, want + 1);
+      if (!g) {
+        s = dpm_errf(err, DPM_NOMEM, "out of memory");
+        break;
+      }
+      buf = g;
+      cap = want;
+    }
+    ssize_t r = read(fd, buf + n, cap - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) s = io_err(err, path, "read", errno);
+    if (r <= 0) break;
+    n += (size_t)r;
+    if (n > max)
+      s = dpm_errf(err, DPM_CORRUPT, "%s: larger than %zu bytes", shown(path, b, sizeof b),
+                   max);
+  }
+  close(fd);
+  if (s) {
+    free(buf);
+    return s;
+  }
+  if (!buf && !(buf = malloc(1))) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  buf[n] = 0;
+  *data = buf;
+  *len = n;
+  return DPM_OK;
+}
+
+dpm_status dpm_file_write(const dpm_fs *fs, const char *path, int mkdirs,
+                          dpm_file_writer fn, void *arg, dpm_err *err) {
+  dpm_err local; /* implementations and writers may rely on err */
+  if (!err) err = &local;
+  if (!fs) fs = &dpm_fs_plain;
+  if (!path || !*path) return dpm_errf(err, DPM_INVALID, "no file named");
+  char base[NAME_MAX + 1], tmp[NAME_MAX + 32], b[256];
+  int dfd, fd = -1;
+  dpm_status s = fs->open_dir(fs, path, mkdirs, &dfd, base, sizeof base, err);
+  if (s) return s;
+  for (unsigned i = 0; fd < 0; i++) { /* a fresh name: never an existing file */
+    snprintf(tmp, sizeof tmp, "%.*s.tmp.%ld.%u", NAME_MAX - 40, base, (long)getpid(), i);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd < 0 && (errno != EEXIST || i >= 100)) {
+      s = io_err(err, path, "cannot create a temporary file", errno);
+      break;
+    }
+  }
+  if (!s) {
+    s = fn(fd, arg, err);
+    if (!s && fsync(fd)) s = io_err(err, path, "fsync", errno);
+    if (close(fd) && !s) s = io_err(err, path, "close", errno);
+    if (!s && renameat(dfd, tmp, dfd, base))
+      s = io_err(err, path, "cannot rename into place", errno);
+    if (s) unlinkat(dfd, tmp, 0);
+  }
+  if (!s && fsync(dfd))
+    s = dpm_errf(err, DPM_IO, "%s: written, but fsync of its directory failed: %s",
+                 shown(path, b, sizeof b), strerror(errno));
+  close(dfd);
+  return s;
+}
+
+typedef struct {
+  const void *data;
+  size_t len;
+  const char *path;
+} buffer_arg;
+
+static dpm_status write_buffer(int fd, void *arg, dpm_err *err) {
+  buffer_arg *a = arg;
+  if (dpm_write_all(fd, a->data, a->len)) return io_err(err, a->path, "write", errno);
+  return DPM_OK;
+}
+
+dpm_status dpm_file_write_buffer(const dpm_fs *fs, const char *path, int mkdirs,
+                                 const void *data, size_t len, dpm_err *err) {
+  buffer_arg a = {data, len, path};
+  return dpm_file_write(fs, path, mkdirs, write_buffer, &a, err);
+}

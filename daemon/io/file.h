@@ -1,0 +1,70 @@
+/* Files through descriptors: how every module opens a file it reads and
+ * replaces a file it writes.
+ *
+ * A dpm_fs says how a path someone named becomes a descriptor. Modules that
+ * read or write files a user names (checkpoints, predictors, data sets)
+ * take one and resolve the path when they use it, on the thread that uses
+ * it: there is no check-then-use gap. dpm_fs_plain opens ordinary paths
+ * (relative ones against the working directory), for dpm-train and tools;
+ * dpmd passes one that confines a client's paths to its allowed roots
+ * (server/paths.h).
+ *
+ * Reading: a file is opened O_NONBLOCK (a FIFO cannot block the open) and
+ * must be a regular file (fstat), else DPM_IO "not a regular file"; then it
+ * is made blocking. Writing: the new contents go to a temporary file created
+ * O_EXCL | O_NOFOLLOW in the target's directory (held open as a descriptor),
+ * which is fsynced, renamed over the target with renameat and followed by an
+ * fsync of the directory; every failed fsync is reported. On failure the
+ * temporary is removed and the old file stays.
+ *
+ * Errors name the path as given (escaped) and the reason (strerror); never
+ * the contents of a file. Threads: no shared state; any thread. */
+#ifndef DPM_IO_FILE_H
+#define DPM_IO_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dpm/status.h"
+
+typedef struct dpm_fs dpm_fs;
+struct dpm_fs {
+  /* A regular file at path, open for reading (blocking), into *fd. */
+  dpm_status (*open_read)(const dpm_fs *fs, const char *path, int *fd, dpm_err *err);
+  /* The directory that is to hold path, open (O_RDONLY | O_DIRECTORY), into
+   * *dirfd, and the last component of path into base (cap bytes). mkdirs:
+   * create missing directories (mode 0755) first. A target the fs refuses
+   * to let anyone write is DPM_DENIED. */
+  dpm_status (*open_dir)(const dpm_fs *fs, const char *path, int mkdirs, int *dirfd,
+                         char *base, size_t cap, dpm_err *err);
+  void *ctx; /* the implementation's */
+};
+
+/* Ordinary paths, symlinks followed. */
+extern const dpm_fs dpm_fs_plain;
+
+/* Writes a file's contents to fd (the temporary); DPM_IO on failure. */
+typedef dpm_status (*dpm_file_writer)(int fd, void *arg, dpm_err *err);
+
+/* Replaces path (fs NULL: dpm_fs_plain) atomically with what fn writes;
+ * mkdirs as for open_dir. */
+dpm_status dpm_file_write(const dpm_fs *fs, const char *path, int mkdirs,
+                          dpm_file_writer fn, void *arg, dpm_err *err);
+/* dpm_file_write of a buffer. */
+dpm_status dpm_file_write_buffer(const dpm_fs *fs, const char *path, int mkdirs,
+                                 const void *data, size_t len, dpm_err *err);
+/* Opens path for reading through fs (NULL: plain) and reads it whole, at
+ * most max bytes (larger: DPM_CORRUPT "larger than"). *data is malloc'd
+ * (one spare NUL byte after the contents); free it. */
+dpm_status dpm_file_read_all(const dpm_fs *fs, const char *path, size_t max, void **data,
+                             size_t *len, dpm_err *err);
+/* Opens path for reading through fs (NULL: plain). */
+dpm_status dpm_file_open_read(const dpm_fs *fs, const char *path, int *fd, dpm_err *err);
+/* For open_read implementations: an fd just opened O_NONBLOCK must be a
+ * regular file; makes it blocking. Closes it and fails otherwise. */
+dpm_status dpm_file_check_regular(int fd, const char *path, dpm_err *err);
+
+/* Writes all of buf at fd's offset, retrying on EINTR; -1 with errno. */
+int dpm_write_all(int fd, const void *buf, size_t len);
+
+#endif

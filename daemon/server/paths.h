@@ -1,0 +1,36 @@
+/* Where a client's paths may lead: the file systems (io/file.h) dpmd hands
+ * to the code that opens what a client named.
+ *
+ * A client path is absolute. It must lie, lexically, under a root: for
+ * reading (data files, checkpoints to load) the state dir, allowed_paths or
+ * data_paths; for writing (checkpoint --out, extract-predictor --out) the
+ * state dir or allowed_paths. The root is opened, then every component
+ * below it is opened with openat(O_NOFOLLOW) from the descriptor of the one
+ * before, on the thread that uses the file: a symlink anywhere below the
+ * root, or "..", is refused (DPM_DENIED), and nothing can be swapped between
+ * a check and the use, because there is no separate check. Reads refuse
+ * anything but a regular file, without blocking on a FIFO.
+ *
+ * The daemon's own files are never a client's target: a write into the
+ * state dir's models/ tree (checked by descriptor, walking up with "..",
+ * so no other root or path spelling reaches it) or over STATE/lock is
+ * DPM_DENIED. Reading them is allowed (load a model's own checkpoint).
+ *
+ * Threads: created on the loop thread at start; the fs tables are
+ * read-only afterwards and safe from any thread. Errors name the path
+ * (escaped) and never a file's contents. */
+#ifndef DPMD_PATHS_H
+#define DPMD_PATHS_H
+
+#include "io/file.h"
+#include "server/config.h"
+
+typedef struct dpmd_paths dpmd_paths;
+
+/* cfg must outlive the result; the state dir and its models/ exist. */
+dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *err);
+const dpm_fs *dpmd_paths_read(const dpmd_paths *p);
+const dpm_fs *dpmd_paths_write(const dpmd_paths *p);
+void dpmd_paths_destroy(dpmd_paths *p);
+
+#endif
