@@ -11,10 +11,15 @@ for p in $PKGS; do
     missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
+# Another apt (unattended upgrades on a fresh machine) may hold the dpkg
+# lock: wait for it, up to 10 minutes, instead of failing at once.
+wait_lock="-o DPkg::Lock::Timeout=600"
 cmd="apt-get install -y --no-install-recommends$missing"
 if [ "$(id -u)" -eq 0 ]; then
   echo "deps: installing$missing"
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive $cmd) >&2
+  (apt-get $wait_lock update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get $wait_lock install -y --no-install-recommends \
+      $missing) >&2
 else
   echo "deps: missing packages; run:  sudo apt-get update && sudo $cmd" >&2
   exit 1

@@ -10,6 +10,7 @@
 #include "server/dpmd.h"
 #include "server/log.h"
 #include "server/model.h"
+#include "server/paths.h"
 #include "server/store.h"
 #include "common/validate.h"
 #include "spec/spec.h"
@@ -143,7 +144,6 @@ static void cmd_submit(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model 
                             "model name '%s': use 1-64 of A-Z a-z 0-9 . _ -, not starting "
                             "with '.'",
                             spec->name);
-  if (dpm_spec_validate(spec, &err)) return dpmd_reply_error(d, to, err.code, "%s", err.msg);
   if (find(d, spec->name))
     return dpmd_reply_error(d, to, DPM_EXISTS, "a model named %s exists", spec->name);
   if (d->n_models >= d->cfg->max_models)
@@ -152,6 +152,7 @@ static void cmd_submit(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model 
   if (dpmd_devices_check(d->devices, spec->parallel->devices, spec->parallel->n_devices,
                          &err))
     return dpmd_reply_error(d, to, err.code, "%s: %s", spec->name, err.msg);
+  if (dpm_spec_validate(spec, &err)) return dpmd_reply_error(d, to, err.code, "%s", err.msg);
   dpmd_model **grown = realloc(d->models, (size_t)(d->n_models + 1) * sizeof *grown);
   if (!grown) return dpmd_reply_error(d, to, DPM_NOMEM, "out of memory");
   d->models = grown;
@@ -230,8 +231,16 @@ static void cmd_shutdown(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_mode
   dpmd_shutdown(d);
 }
 
-/* Argument checks of commands that run on the model, before queueing. Paths
- * are resolved (and confined) on the model thread when used (paths.h). */
+/* A path whose form alone is refused (paths.h: the model thread resolves
+ * and confines it when it uses it). */
+static int bad_path(dpmd *d, dpmd_reply_to *to, const char *path) {
+  dpm_err err = {0};
+  if (!dpmd_paths_check(d->paths, path, &err)) return 0;
+  dpmd_reply_error(d, to, err.code, "%s", err.msg);
+  return 1;
+}
+
+/* Argument checks of commands that run on the model, before queueing. */
 static int bad_arguments(dpmd *d, const Dpm__Request *rq, dpmd_reply_to *to) {
   switch (rq->command_case) {
   case DPM__REQUEST__COMMAND_TRAIN:
@@ -240,6 +249,10 @@ static int bad_arguments(dpmd *d, const Dpm__Request *rq, dpmd_reply_to *to) {
       return 1;
     }
     return 0;
+  case DPM__REQUEST__COMMAND_CHECKPOINT:
+    return rq->checkpoint->out && *rq->checkpoint->out &&
+           bad_path(d, to, rq->checkpoint->out);
+  case DPM__REQUEST__COMMAND_LOAD: return bad_path(d, to, rq->load->path);
   case DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR: {
     const Dpm__ExtractRequest *r = rq->extract_predictor;
     if (strcmp(r->format, "dpm") != 0) {
@@ -251,7 +264,7 @@ static int bad_arguments(dpmd *d, const Dpm__Request *rq, dpmd_reply_to *to) {
       dpmd_reply_error(d, to, DPM_INVALID, "extract-predictor needs inputs and outputs");
       return 1;
     }
-    return 0;
+    return bad_path(d, to, r->out);
   }
   default: return 0;
   }

@@ -56,6 +56,7 @@ static const family families[] = {
     F("dpm_model_images_per_second", "Training throughput of the last steps.", images_per_s, 0, 1),
     F("dpm_model_step_seconds", "Wall time of the last step.", step_ms, 0, 1e-3),
     F("dpm_model_tensor_bytes", "Bytes of tensors over all replicas.", tensor_bytes, 1, 1),
+    F("dpm_model_memory_bytes", "Bytes counted against max_model_bytes.", memory_bytes, 1, 1),
 };
 #undef F
 

@@ -231,12 +231,11 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
     return dpm_errf(err, DPM_SPEC, "%s: the spec names no devices", m->spec->name);
   dpm_trainer_options opt = {.net_type = -1, .devices = (int)par->n_devices,
                              .max_bytes = m->d->cfg->max_model_bytes,
-                             .fs = dpmd_paths_read(m->d->paths)};
+                             .max_bytes_name = "max_model_bytes",
+                             .fs = dpmd_paths_data(m->d->paths)};
   dpm_status s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
-  if (s == DPM_DENIED) /* over the tensor limit: name the setting */
-    strncat(err->msg, " (max_model_bytes)", sizeof err->msg - strlen(err->msg) - 1);
   if (s) return s;
   uint64_t bytes = trainer_bytes(t);
   if (!m->restore && dpmd_store_save_spec(m->dir, m->spec, err)) {
@@ -430,7 +429,7 @@ static void job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to 
   dpm_status s;
   if (out && *out) {
     snprintf(path, sizeof path, "%s", out);
-    s = checkpoint_to(m, dpmd_paths_write(m->d->paths), path, &err);
+    s = checkpoint_to(m, dpmd_paths_files(m->d->paths), path, &err);
   } else {
     s = checkpoint_default(m, path, sizeof path, &err);
   }
@@ -439,9 +438,13 @@ static void job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to 
 }
 
 static void job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
-  if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it first");
   dpm_err err = {0};
-  if (dpm_trainer_load(m->t, dpmd_paths_read(m->d->paths), rq->load->path, &err))
+  int fd; /* a path the client may not use is refused whatever the state */
+  if (dpm_file_open_read(dpmd_paths_files(m->d->paths), rq->load->path, &fd, &err))
+    return reply_err(m, to, &err);
+  close(fd);
+  if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it first");
+  if (dpm_trainer_load(m->t, dpmd_paths_files(m->d->paths), rq->load->path, &err))
     return reply_err(m, to, &err);
   pthread_mutex_lock(&m->mu);
   m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
@@ -480,7 +483,7 @@ static void job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to
   dpm_err err = {0};
   if (dpm_trainer_export_predictor(m->t, (const char *const *)r->inputs, (int)r->n_inputs,
                                    (const char *const *)r->outputs, (int)r->n_outputs,
-                                   dpmd_paths_write(m->d->paths), r->out, &err))
+                                   dpmd_paths_files(m->d->paths), r->out, &err))
     return reply_err(m, to, &err);
   reply_path(m, to, r->out, m->iter);
 }

@@ -21,10 +21,10 @@ typedef struct root_set {
 } root_set;
 
 struct dpmd_paths {
-  dpm_fs read, write; /* ctx: this */
+  dpm_fs data, files; /* ctx: this */
   const dpmd_config *cfg;
-  const char **read_roots, **write_roots;
-  root_set reads, writes;
+  const char **data_roots, **file_roots;
+  root_set datas, filess;
   struct stat state, models; /* the state dir and STATE/models */
 };
 
@@ -42,25 +42,31 @@ static size_t under(const char *path, const char *root) {
   return strncmp(path, root, n) == 0 && (path[n] == '/' || !path[n]) ? n : 0;
 }
 
-/* Opens the longest root path lies under; *rest is what follows it. */
-static dpm_status open_root(const root_set *rs, const char *path, int *fd,
+/* The root path lies under (the longest; -1: none) and, in *rest, what
+ * follows it; or a refusal of the path's form: relative, too long, control
+ * bytes, "." or ".." components. No file is touched. */
+static dpm_status find_root(const root_set *rs, const char *path, int *at,
                             const char **rest, dpm_err *err) {
+  if (!path || path[0] != '/') return denied(err, path ? path : "", "is not absolute");
+  if (strlen(path) >= PATH_MAX) return denied(err, path, "is too long");
+  if (dpm_has_control(path)) return denied(err, path, "holds control bytes");
+  for (const char *c = path; *c;) {
+    while (*c == '/') c++;
+    size_t n = strcspn(c, "/");
+    if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+      return denied(err, path, "has a '.' or '..' component");
+    c += n;
+  }
   size_t best = 0;
-  int at = -1;
+  *at = -1;
   for (int i = 0; i < rs->n; i++) {
     size_t k = under(path, rs->v[i]);
-    if (k > best) best = k, at = i;
+    if (k > best) best = k, *at = i;
   }
-  if (at < 0) {
+  if (*at < 0) {
     char why[160];
     snprintf(why, sizeof why, "is not under %s", rs->what);
     return denied(err, path, why);
-  }
-  *fd = open(rs->v[at], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (*fd < 0) {
-    char b[256];
-    return dpm_errf(err, DPM_IO, "%s: cannot open: %s", dpm_escape(rs->v[at], b, sizeof b),
-                    strerror(errno));
   }
   *rest = path + best;
   return DPM_OK;
@@ -84,21 +90,22 @@ static dpm_status step_failed(dpm_err *err, const char *path, int dir, const cha
 static dpm_status walk(const root_set *rs, const char *path, int mkdirs, int *dirfd,
                        char *base, size_t cap, dpm_err *err) {
   *dirfd = -1;
-  if (!path || path[0] != '/') return denied(err, path ? path : "", "is not absolute");
-  if (strlen(path) >= PATH_MAX) return denied(err, path, "is too long");
-  if (dpm_has_control(path)) return denied(err, path, "holds control bytes");
-  int fd;
+  int fd, at;
   const char *p;
-  if (open_root(rs, path, &fd, &p, err)) return err->code;
+  if (find_root(rs, path, &at, &p, err)) return err->code;
+  if ((fd = open(rs->v[at], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    char b[256];
+    return dpm_errf(err, DPM_IO, "%s: cannot open: %s", dpm_escape(rs->v[at], b, sizeof b),
+                    strerror(errno));
+  }
   for (;;) {
     while (*p == '/') p++;
     size_t n = strcspn(p, "/");
     const char *next = p + n;
     while (*next == '/') next++;
-    if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.') ||
-        n >= cap) {
+    if (n == 0 || n >= cap) {
       close(fd);
-      return denied(err, path, n ? "has a '.' or '..' component" : "names no file");
+      return denied(err, path, n ? "has a component too long" : "names no file");
     }
     memcpy(base, p, n);
     base[n] = 0;
@@ -139,13 +146,12 @@ static int in_models(const dpmd_paths *p, int dir) {
   return hit;
 }
 
-static dpm_status confined_read(const dpm_fs *fs, const char *path, int *out,
-                                dpm_err *err) {
-  const dpmd_paths *p = fs->ctx;
+/* A regular file under one of the roots rs. */
+static dpm_status read_under(const root_set *rs, const char *path, int *out, dpm_err *err) {
   char base[NAME_MAX + 1];
   int dir;
   *out = -1;
-  if (walk(&p->reads, path, 0, &dir, base, sizeof base, err)) return err->code;
+  if (walk(rs, path, 0, &dir, base, sizeof base, err)) return err->code;
   int fd = openat(dir, base, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) step_failed(err, path, dir, base, errno);
   close(dir);
@@ -154,13 +160,25 @@ static dpm_status confined_read(const dpm_fs *fs, const char *path, int *out,
   return DPM_OK;
 }
 
-static dpm_status confined_dir(const dpm_fs *fs, const char *path, int mkdirs, int *out,
-                               char *base, size_t cap, dpm_err *err) {
+static dpm_status data_read(const dpm_fs *fs, const char *path, int *out, dpm_err *err) {
+  return read_under(&((const dpmd_paths *)fs->ctx)->datas, path, out, err);
+}
+
+static dpm_status files_read(const dpm_fs *fs, const char *path, int *out, dpm_err *err) {
+  return read_under(&((const dpmd_paths *)fs->ctx)->filess, path, out, err);
+}
+
+static dpm_status files_dir(const dpm_fs *fs, const char *path, int mkdirs, int *out,
+                            char *base, size_t cap, dpm_err *err) {
   const dpmd_paths *p = fs->ctx;
   int dir;
   *out = -1;
-  if (walk(&p->writes, path, mkdirs, &dir, base, cap, err)) return err->code;
+  if (walk(&p->filess, path, mkdirs, &dir, base, cap, err)) return err->code;
   struct stat st;
+  if (!fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) && S_ISLNK(st.st_mode)) {
+    close(dir); /* replacing it would be safe (rename never follows it), but surprising */
+    return denied(err, path, "crosses a symbolic link");
+  }
   if (in_models(p, dir) ||
       (!fstat(dir, &st) && same(&st, &p->state) && !strcmp(base, "lock"))) {
     close(dir);
@@ -170,31 +188,31 @@ static dpm_status confined_dir(const dpm_fs *fs, const char *path, int mkdirs, i
   return DPM_OK;
 }
 
-static dpm_status no_dir(const dpm_fs *fs, const char *path, int mkdirs, int *out,
-                         char *base, size_t cap, dpm_err *err) {
+static dpm_status data_dir(const dpm_fs *fs, const char *path, int mkdirs, int *out,
+                           char *base, size_t cap, dpm_err *err) {
   (void)fs, (void)mkdirs, (void)out, (void)base, (void)cap;
-  return denied(err, path, "is read, not written");
+  return denied(err, path, "is a data path: dpmd writes no data files");
 }
 
 dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *err) {
   *out = NULL;
   dpmd_paths *p = calloc(1, sizeof *p);
   int n = 1 + cfg->n_allowed_paths + cfg->n_data_paths;
-  if (!p || !(p->read_roots = calloc((size_t)n, sizeof *p->read_roots)) ||
-      !(p->write_roots = calloc((size_t)n, sizeof *p->write_roots))) {
+  if (!p || !(p->data_roots = calloc((size_t)n, sizeof *p->data_roots)) ||
+      !(p->file_roots = calloc((size_t)n, sizeof *p->file_roots))) {
     dpmd_paths_destroy(p);
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   }
   p->cfg = cfg;
-  p->read_roots[0] = p->write_roots[0] = cfg->state_dir;
+  p->data_roots[0] = p->file_roots[0] = cfg->state_dir;
   int r = 1, w = 1;
   for (int i = 0; i < cfg->n_allowed_paths; i++)
-    p->read_roots[r++] = p->write_roots[w++] = cfg->allowed_paths[i];
-  for (int i = 0; i < cfg->n_data_paths; i++) p->read_roots[r++] = cfg->data_paths[i];
-  p->reads = (root_set){p->read_roots, r,
+    p->data_roots[r++] = p->file_roots[w++] = cfg->allowed_paths[i];
+  for (int i = 0; i < cfg->n_data_paths; i++) p->data_roots[r++] = cfg->data_paths[i];
+  p->datas = (root_set){p->data_roots, r,
                         "the state dir, an allowed path or a data path (allowed_paths, "
                         "data_paths in the config)"};
-  p->writes = (root_set){p->write_roots, w,
+  p->filess = (root_set){p->file_roots, w,
                          "the state dir or an allowed path (allowed_paths in the config)"};
   char models[PATH_MAX];
   snprintf(models, sizeof models, "%s/models", cfg->state_dir);
@@ -203,18 +221,24 @@ dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *
     dpmd_paths_destroy(p);
     return s;
   }
-  p->read = (dpm_fs){.open_read = confined_read, .open_dir = no_dir, .ctx = p};
-  p->write = (dpm_fs){.open_read = confined_read, .open_dir = confined_dir, .ctx = p};
+  p->data = (dpm_fs){.open_read = data_read, .open_dir = data_dir, .ctx = p};
+  p->files = (dpm_fs){.open_read = files_read, .open_dir = files_dir, .ctx = p};
   *out = p;
   return DPM_OK;
 }
 
-const dpm_fs *dpmd_paths_read(const dpmd_paths *p) { return &p->read; }
-const dpm_fs *dpmd_paths_write(const dpmd_paths *p) { return &p->write; }
+dpm_status dpmd_paths_check(const dpmd_paths *p, const char *path, dpm_err *err) {
+  int at;
+  const char *rest;
+  return find_root(&p->filess, path, &at, &rest, err);
+}
+
+const dpm_fs *dpmd_paths_data(const dpmd_paths *p) { return &p->data; }
+const dpm_fs *dpmd_paths_files(const dpmd_paths *p) { return &p->files; }
 
 void dpmd_paths_destroy(dpmd_paths *p) {
   if (!p) return;
-  free(p->read_roots);
-  free(p->write_roots);
+  free(p->data_roots);
+  free(p->file_roots);
   free(p);
 }

@@ -1,10 +1,10 @@
 /* Where a client's paths may lead: the file systems (io/file.h) dpmd hands
  * to the code that opens what a client named.
  *
- * A client path is absolute. It must lie, lexically, under a root: for
- * reading (data files, checkpoints to load) the state dir, allowed_paths or
- * data_paths; for writing (checkpoint --out, extract-predictor --out) the
- * state dir or allowed_paths. The root is opened, then every component
+ * A client path is absolute. It must lie, lexically, under a root: a spec's
+ * data files under the state dir, allowed_paths or data_paths (read only);
+ * the files a client has dpmd read or write (load, checkpoint --out,
+ * extract-predictor --out) under the state dir or allowed_paths. The root is opened, then every component
  * below it is opened with openat(O_NOFOLLOW) from the descriptor of the one
  * before, on the thread that uses the file: a symlink anywhere below the
  * root, or "..", is refused (DPM_DENIED), and nothing can be swapped between
@@ -29,8 +29,14 @@ typedef struct dpmd_paths dpmd_paths;
 
 /* cfg must outlive the result; the state dir and its models/ exist. */
 dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *err);
-const dpm_fs *dpmd_paths_read(const dpmd_paths *p);
-const dpm_fs *dpmd_paths_write(const dpmd_paths *p);
+/* Data files (reads only). */
+const dpm_fs *dpmd_paths_data(const dpmd_paths *p);
+/* Checkpoints and predictors, read and written. */
+const dpm_fs *dpmd_paths_files(const dpmd_paths *p);
+/* The form of a files path alone (absolute, no "." or "..", under a root),
+ * without touching a file: refuses early, on the loop, what the fs would
+ * refuse at use. Not a check to rely on (the fs is). */
+dpm_status dpmd_paths_check(const dpmd_paths *p, const char *path, dpm_err *err);
 void dpmd_paths_destroy(dpmd_paths *p);
 
 #endif

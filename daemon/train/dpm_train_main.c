@@ -8,7 +8,8 @@
  * Evaluates on the spec's eval data after each epoch. With --json it prints
  * one JSON object per line: per epoch {"epoch","loss","test_accuracy",
  * "images_per_s"}, last a summary {"images_per_s","step_ms_median",
- * "test_accuracy","peak_rss_mb"}. Exit codes: 0 ok, 1 failed, 2 usage. */
+ * "test_accuracy","peak_rss_mb"}. --help and --version print on stdout.
+ * Exit codes: 0 ok, 1 failed, 2 usage. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +17,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "common/device.h"
+#include "dpm/client.h" /* DPM_VERSION */
 #include "spec/spec.h"
 #include "train/trainer.h"
 
@@ -49,15 +52,25 @@ static const struct {
 };
 #define N_FLAGS (sizeof flags / sizeof *flags)
 
+/* The usage on stdout for --help (exit 0), else on stderr after msg (2). */
 static int usage(const char *msg) {
+  FILE *f = msg ? stderr : stdout;
   if (msg) fprintf(stderr, "dpm-train: %s\n", msg);
-  fprintf(stderr, "usage: dpm-train SPEC.yaml [options]\n");
+  fprintf(f, "usage: dpm-train SPEC.yaml [options]\n");
   for (size_t i = 0; i < N_FLAGS; i++)
-    fprintf(stderr, "  %-20s %s\n", flags[i].flag, flags[i].help);
-  return 2;
+    fprintf(f, "  %-20s %s\n", flags[i].flag, flags[i].help);
+  return msg ? 2 : 0;
 }
 
+/* 0 to go on; else the exit code (usage printed, or --help, --version). */
 static int parse(int argc, char **argv, options *o) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(NULL) - 1;
+    if (!strcmp(argv[i], "--version")) {
+      printf("dpm-train %s\n", DPM_VERSION);
+      return -1;
+    }
+  }
   for (int i = 1; i < argc; i++) {
     size_t f = 0;
     while (f < N_FLAGS && strcmp(argv[i], flags[f].flag)) f++;
@@ -87,22 +100,26 @@ static int parse(int argc, char **argv, options *o) {
   return 0;
 }
 
-/* "cpu:0,cpu:1" -> 2; distinct cpu:N with N < count. */
+/* "cpu:0,cpu:1" -> 2: canonical CPU devices (common/device.h), each once,
+ * together 0..n-1. */
 static int parse_devices(const char *list, int *n) {
-  int seen[1024] = {0};
+  char seen[DPM_MAX_DEVICE_INDEX + 1] = {0}, item[32];
   *n = 0;
-  for (const char *p = list; *p;) {
-    char *end;
-    if (strncmp(p, "cpu:", 4)) return -1;
-    long d = strtol(p + 4, &end, 10);
-    if (end == p + 4 || d < 0 || d >= 1024 || seen[d]++ || (*end && *end != ','))
+  for (const char *p = list;; p++) {
+    size_t len = strcspn(p, ",");
+    dpm_device d;
+    if (len >= sizeof item) return -1;
+    memcpy(item, p, len);
+    item[len] = 0;
+    if (dpm_device_parse(item, &d) || d.kind != DPM_DEVICE_CPU || seen[d.index]++)
       return -1;
     (*n)++;
-    p = *end ? end + 1 : end;
+    p += len;
+    if (!*p) break;
   }
   for (int d = 0; d < *n; d++)
     if (!seen[d]) return -1;
-  return *n ? 0 : -1;
+  return 0;
 }
 
 /* Split "a,b" in place into names; returns the count (at most max). */
@@ -184,7 +201,7 @@ static dpm_status train(dpm_trainer *t, const options *o, dpm_err *err) {
 int main(int argc, char **argv) {
   options o = {.epochs = 1};
   int rc = parse(argc, argv, &o);
-  if (rc) return rc;
+  if (rc) return rc < 0 ? 0 : rc;
   openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
   dpm_trainer_options topt = {.net_type = -1};
   if (o.devices && parse_devices(o.devices, &topt.devices))

@@ -356,11 +356,13 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (t->opt.max_bytes && mb->total > t->opt.max_bytes)
     return dpm_errf(err, DPM_DENIED,
                     "%s: %d replica(s) need %llu bytes (tensors %llu, scratch %llu, "
-                    "reader %llu, eval %llu); the limit is %llu",
+                    "reader %llu, eval %llu); the limit is %llu%s%s%s",
                     spec->source, devices, (unsigned long long)mb->total,
                     (unsigned long long)mb->tensors, (unsigned long long)mb->scratch,
                     (unsigned long long)mb->reader, (unsigned long long)mb->eval,
-                    (unsigned long long)t->opt.max_bytes);
+                    (unsigned long long)t->opt.max_bytes, t->opt.max_bytes_name ? " (" : "",
+                    t->opt.max_bytes_name ? t->opt.max_bytes_name : "",
+                    t->opt.max_bytes_name ? ")" : "");
   /* the spec is valid and fits: now allocate */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   if (!(t->crew = t->opt.crew)) {

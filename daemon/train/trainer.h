@@ -69,6 +69,7 @@ typedef struct dpm_trainer_options {
    * take more bytes than this (dpm_trainer_memory: tensors, scratch, input
    * staging, reader, eval); 0: no limit. */
   uint64_t max_bytes;
+  const char *max_bytes_name; /* what sets it, for the message ("max_model_bytes") */
   /* How data files (input and eval) are opened (io/file.h); NULL: plain. */
   const struct dpm_fs *fs;
   /* 1: a replica that finishes backward early waits for the others at the

@@ -219,12 +219,12 @@ case $(json_str "$out" status) in SHAPE | SPEC) ;; *) die "FC on labels: $out" ;
 mentions "op #1 (FC)" "$out" # (no FILE:LINE yet: engine/model.c add_params)
 {
   echo "name: tiny"
-  echo "input: {reader: idx, images: $T/no-such-images.gz, labels: $DATA/train-labels-idx1-ubyte.gz, batch_size: 8}"
+  echo "input: {reader: idx, images: $T/allowed/no-such-images.gz, labels: $DATA/train-labels-idx1-ubyte.gz, batch_size: 8}"
   echo "forward:"
   spec_ops
 } >"$T/nodata.yaml"
 out=$(refused 1 IO submit "$T/nodata.yaml" --name bad_nodata)
-mentions "$T/no-such-images.gz" "$out"
+mentions "$T/allowed/no-such-images.gz" "$out"
 # (c) devices and names
 out=$(refused 1 UNSUPPORTED submit "$T/tiny.yaml" --name bad_dev --devices cuda:0)
 mentions "cuda:0" "$out"
@@ -321,8 +321,12 @@ echo "max_model_bytes: 1048576" >"$D2/dpmd.yaml"
 "$DPMD" --config "$D2/dpmd.yaml" --listen "$E2" --state-dir "$D2/state" --devices 1 \
   --token-file "$D2/token" 2>>"$D2/dpmd.log" &
 PID2=$!
-build/dpmctl --endpoint "$E2" --token-file "$D2/token" --timeout 20000 ping >/dev/null ||
-  die "second dpmd did not start: $(cat "$D2/dpmd.log")"
+up=""
+for _ in $(seq 400); do # its socket appears once it listens: poll
+  build/dpmctl --endpoint "$E2" --token-file "$D2/token" ping >/dev/null 2>&1 && up=1 && break
+  sleep 0.05
+done
+[ -n "$up" ] || die "second dpmd did not start: $(cat "$D2/dpmd.log")"
 tok="--token-file $D2/token"
 for args in "ping" "list" "status" "shutdown" "submit $T/tiny.yaml"; do
   # shellcheck disable=SC2086

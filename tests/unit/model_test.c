@@ -223,3 +223,59 @@ TEST(model_autodiff_matches_finite_differences) {
   dpm_ctx_fini(&ctx);
   dpm_model_fini(&m);
 }
+
+/* Shapes from a spec are products of dims a client chose: a ConstantFill
+ * of [2^31, 2^31] floats wrapped to 0 bytes and then wrote past a tiny
+ * buffer. Every inferred shape is checked with overflow-safe arithmetic. */
+TEST(model_rejects_shapes_that_overflow) {
+  expect_error("forward:\n  - {op: ConstantFill, in: [], out: k, shape: [2147483648, "
+               "2147483648]}\n  - {op: FC, in: [data], out: pred, dim_out: 4}\n" MLP_TAIL,
+               DPM_SHAPE, "op #1 (ConstantFill): output 'k': shape [2147483648,2147483648] "
+                          "is larger than");
+  expect_error("forward:\n  - {op: ConstantFill, in: [], out: k, shape: [1000000000000, "
+               "1000000000000, 1000000000000, 1000000000000]}\n"
+               "  - {op: FC, in: [data], out: pred, dim_out: 4}\n" MLP_TAIL,
+               DPM_SHAPE, "is larger than 1099511627776 bytes");
+  /* a parameter: FC's weight [dim_out, K] over the limit */
+  expect_error("forward:\n  - {op: FC, in: [data], out: h, dim_out: 2147483647}\n"
+               "  - {op: FC, in: [h], out: pred, dim_out: 2147483647}\n" MLP_TAIL,
+               DPM_SHAPE, "parameter 'pred_w'");
+}
+
+TEST(shape_check_arithmetic) {
+  dpm_err err = {0};
+  uint64_t b = 0;
+  dpm_shape s = dpm_shape_make(DPM_F32, 2, (int64_t[]){1 << 19, 1 << 19});
+  CHECK_INT(dpm_shape_check(&s, &b, &err), DPM_OK);
+  CHECK(b == (uint64_t)1 << 40); /* exactly the limit */
+  s.d[1]++;
+  CHECK_INT(dpm_shape_check(&s, &b, &err), DPM_SHAPE);
+  s = dpm_shape_make(DPM_I64, 4, (int64_t[]){INT64_MAX, INT64_MAX, 2, 2});
+  CHECK_INT(dpm_shape_check(&s, &b, &err), DPM_SHAPE);
+  s = dpm_shape_make(DPM_F32, 1, (int64_t[]){-1});
+  CHECK_INT(dpm_shape_check(&s, &b, &err), DPM_SHAPE);
+  s = dpm_shape_make(DPM_F32, 3, (int64_t[]){4, 0, 1LL << 62}); /* zero elements */
+  CHECK_INT(dpm_shape_check(&s, &b, &err), DPM_OK);
+  CHECK(b == 0);
+  s.ndim = 5;
+  CHECK_INT(dpm_shape_check(&s, &b, &err), DPM_SHAPE);
+  /* a zero-sized tensor owns the block dpm_alloc gives it (ASan: no leak) */
+  dpm_tensor t = {0};
+  s = dpm_shape_make(DPM_F32, 1, (int64_t[]){0});
+  CHECK_INT(dpm_tensor_resize(&t, &s), DPM_OK);
+  CHECK(t.capacity > 0);
+  dpm_tensor_fini(&t);
+}
+
+/* A loss is a scalar the gradient is seeded with, listed once. */
+TEST(model_rejects_non_scalar_or_repeated_losses) {
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
+               "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+               "losses: [pred]\n",
+               DPM_SPEC, "loss 'pred' must be a f32 scalar, got f32[3,4]");
+  /* the YAML front end's validation already refuses a loss listed twice */
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
+               "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+               "losses: [loss, loss]\n",
+               DPM_SPEC, "losses: 'loss' is listed twice");
+}
