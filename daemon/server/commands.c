@@ -11,6 +11,7 @@
 #include "server/log.h"
 #include "server/model.h"
 #include "server/paths.h"
+#include "server/request.h"
 #include "server/store.h"
 #include "common/validate.h"
 #include "spec/spec.h"
@@ -86,64 +87,10 @@ static void cmd_version(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model
   free(names);
 }
 
-static int replace_str(char **field, const char *value) {
-  char *s = strdup(value);
-  if (!s) return -1;
-  free(*field);
-  *field = s;
-  return 0;
-}
-
-/* Name, devices and checkpoint policy from the request override the spec's. */
-static dpm_status apply_overrides(Dpm__ModelSpec *spec, Dpm__SubmitRequest *r,
-                                  dpm_err *err) {
-  if (r->name && *r->name && replace_str(&spec->name, r->name)) goto nomem;
-  if (r->checkpoint) {
-    if (dpm_checkpoint_policy_validate(r->checkpoint, err)) return err->code;
-    dpm__checkpoint_policy__free_unpacked(spec->checkpoint, NULL);
-    spec->checkpoint = r->checkpoint; /* the spec owns it now */
-    r->checkpoint = NULL;
-  }
-  if (!spec->parallel) {
-    if (!(spec->parallel = malloc(sizeof *spec->parallel))) goto nomem;
-    dpm__parallel_spec__init(spec->parallel);
-  }
-  Dpm__ParallelSpec *p = spec->parallel;
-  if (r->n_devices) {
-    char **v = calloc(r->n_devices, sizeof *v);
-    if (!v) goto nomem;
-    for (size_t i = 0; i < r->n_devices; i++)
-      if (!(v[i] = strdup(r->devices[i]))) {
-        for (size_t j = 0; j < i; j++) free(v[j]);
-        free(v);
-        goto nomem;
-      }
-    for (size_t i = 0; i < p->n_devices; i++) free(p->devices[i]);
-    free(p->devices);
-    p->devices = v;
-    p->n_devices = r->n_devices;
-  }
-  if (!p->n_devices) { /* the spec names none: cpu:0 */
-    if (!(p->devices = malloc(sizeof *p->devices)) || !(p->devices[0] = strdup("cpu:0")))
-      goto nomem;
-    p->n_devices = 1;
-  }
-  return DPM_OK;
-nomem:
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
-
 static void cmd_submit(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
   (void)m;
-  Dpm__ModelSpec *spec = rq->submit->spec;
+  Dpm__ModelSpec *spec = rq->submit->spec; /* overrides applied (request.h) */
   dpm_err err = {0};
-  if (apply_overrides(spec, rq->submit, &err))
-    return dpmd_reply_error(d, to, err.code, "%s", err.msg);
-  if (!dpm_model_name_valid(spec->name))
-    return dpmd_reply_error(d, to, DPM_INVALID,
-                            "model name '%s': use 1-64 of A-Z a-z 0-9 . _ -, not starting "
-                            "with '.'",
-                            spec->name);
   if (find(d, spec->name))
     return dpmd_reply_error(d, to, DPM_EXISTS, "a model named %s exists", spec->name);
   if (d->n_models >= d->cfg->max_models)
@@ -231,45 +178,6 @@ static void cmd_shutdown(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_mode
   dpmd_shutdown(d);
 }
 
-/* A path whose form alone is refused (paths.h: the model thread resolves
- * and confines it when it uses it). */
-static int bad_path(dpmd *d, dpmd_reply_to *to, const char *path) {
-  dpm_err err = {0};
-  if (!dpmd_paths_check(d->paths, path, &err)) return 0;
-  dpmd_reply_error(d, to, err.code, "%s", err.msg);
-  return 1;
-}
-
-/* Argument checks of commands that run on the model, before queueing. */
-static int bad_arguments(dpmd *d, const Dpm__Request *rq, dpmd_reply_to *to) {
-  switch (rq->command_case) {
-  case DPM__REQUEST__COMMAND_TRAIN:
-    if (rq->train->iters == 0 || rq->train->iters > (1ull << 40)) {
-      dpmd_reply_error(d, to, DPM_INVALID, "iters must be 1..2^40");
-      return 1;
-    }
-    return 0;
-  case DPM__REQUEST__COMMAND_CHECKPOINT:
-    return rq->checkpoint->out && *rq->checkpoint->out &&
-           bad_path(d, to, rq->checkpoint->out);
-  case DPM__REQUEST__COMMAND_LOAD: return bad_path(d, to, rq->load->path);
-  case DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR: {
-    const Dpm__ExtractRequest *r = rq->extract_predictor;
-    if (strcmp(r->format, "dpm") != 0) {
-      dpmd_reply_error(d, to, DPM_UNSUPPORTED,
-                       "predictor format '%s': this dpmd writes 'dpm' only", r->format);
-      return 1;
-    }
-    if (!r->n_inputs || !r->n_outputs) {
-      dpmd_reply_error(d, to, DPM_INVALID, "extract-predictor needs inputs and outputs");
-      return 1;
-    }
-    return bad_path(d, to, r->out);
-  }
-  default: return 0;
-  }
-}
-
 /* ---- the table -------------------------------------------------------------- */
 
 #define C(case_, name, fn, flags) {DPM__REQUEST__COMMAND_##case_, name, fn, flags}
@@ -307,6 +215,7 @@ const char *dpmd_command_name(int c) {
 }
 
 void dpmd_handle(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to) {
+  dpm_err err = {0};
   const command *c = lookup(rq->command_case);
   const char *name = model_name(rq);
   dpmd_model *m = find(d, name);
@@ -316,9 +225,11 @@ void dpmd_handle(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to) {
     dpmd_reply_error(d, to, DPM_STATE, "dpmd is shutting down");
   else if ((c->flags & NEEDS_MODEL || (name && *name)) && (!m || dpmd_model_ending(m)))
     dpmd_reply_error(d, to, DPM_NOT_FOUND, "no model named '%s'", name ? name : "");
-  else if (c->flags & ON_MODEL) {
-    if (!bad_arguments(d, rq, to)) return dpmd_model_post(m, rq, to); /* takes rq */
-  } else {
+  else if (dpmd_request_check(d->paths, rq, &err))
+    dpmd_reply_error(d, to, err.code, "%s", err.msg);
+  else if (c->flags & ON_MODEL)
+    return dpmd_model_post(m, rq, to); /* takes rq */
+  else {
     dpmd_debug("%s", c->name);
     c->fn(d, rq, to, m);
   }
@@ -332,18 +243,21 @@ void dpmd_restore_models(dpmd *d) {
   for (int i = 0; i < n; i++) {
     char dir[4096];
     Dpm__ModelSpec *spec = NULL;
-    dpm_err err = {0};
+    dpm_err err = {.code = DPM_NOMEM, .msg = "out of memory"};
+    int ok = 0;
     dpmd_model **grown = realloc(d->models, (size_t)(d->n_models + 1) * sizeof *grown);
     if (grown) d->models = grown;
-    if (!grown || dpmd_store_model_dir(d->cfg->state_dir, names[i], dir, sizeof dir) ||
-        dpmd_store_load_spec(dir, &spec, &err) ||
-        replace_str(&spec->name, names[i]) ||
-        dpmd_model_new(d, spec, 1, NULL, &d->models[d->n_models], &err)) {
-      dpmd_error("model %s not restored: %s", names[i], err.msg);
-      if (!err.code) dpm_spec_free(spec);
-    } else {
-      d->n_models++;
+    if (dpmd_store_model_dir(d->cfg->state_dir, names[i], dir, sizeof dir))
+      dpm_errf(&err, DPM_INVALID, "state dir path too long");
+    else if (grown && !dpmd_store_load_spec(dir, &spec, &err)) {
+      free(spec->name); /* the model is its directory's name */
+      if (!(spec->name = strdup(names[i])))
+        dpm_spec_free(spec);
+      else if ((ok = !dpmd_model_new(d, spec, 1, NULL, &d->models[d->n_models], &err)))
+        d->n_models++;
+      /* else dpmd_model_new freed the spec */
     }
+    if (!ok) dpmd_error("model %s not restored: %s", names[i], err.msg);
     free(names[i]);
   }
   free(names);
