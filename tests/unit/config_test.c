@@ -79,6 +79,8 @@ TEST(config_defaults) {
     CHECK_INT(cfg.checkpoint_retention, 3);
     CHECK_INT(cfg.checkpoint_on_shutdown, 1);
     CHECK_INT(cfg.n_allowed_paths, 0);
+    CHECK(cfg.n_data_paths == 1 && STREQ(cfg.data_paths[0], "/usr/share/datasets"));
+    CHECK(cfg.checkpoint_every_s == 600 && cfg.checkpoint_every_iters == 0);
     CHECK(cfg.auth_token_file == NULL && cfg.token == NULL);
     CHECK_INT(cfg.log_level, DPMD_LOG_INFO);
     CHECK_INT(cfg.max_message_bytes, 64 << 20);
@@ -140,6 +142,22 @@ TEST(config_full_file) {
   CHECK(cfg.max_model_bytes == 17179869184ull);
   CHECK_INT(cfg.progress_every, 1);
   dpmd_config_fini(&cfg);
+
+  /* data_paths and checkpoint_every (iterations, seconds, off) */
+  CHECK_INT(parse("data_paths: [/d1, /d2]\ncheckpoint_every: 5000\n", &cfg, &err), DPM_OK);
+  CHECK(cfg.n_data_paths == 2 && STREQ(cfg.data_paths[1], "/d2"));
+  CHECK(cfg.checkpoint_every_iters == 5000 && cfg.checkpoint_every_s == 0);
+  dpmd_config_fini(&cfg);
+  CHECK_INT(parse("data_paths: null\ncheckpoint_every: 90s\n", &cfg, &err), DPM_OK);
+  CHECK(cfg.n_data_paths == 0 && cfg.checkpoint_every_s == 90 && !cfg.checkpoint_every_iters);
+  dpmd_config_fini(&cfg);
+  CHECK_INT(parse("checkpoint_every: 0\n", &cfg, &err), DPM_OK);
+  CHECK(!cfg.checkpoint_every_s && !cfg.checkpoint_every_iters);
+  dpmd_config_fini(&cfg);
+  CHECK_INT(parse("checkpoint_every: 10m\n", &cfg, &err), DPM_SPEC);
+  CHECK_MSG(err, "t.yaml:1:19: 'checkpoint_every' must be iterations (1000) or seconds "
+                 "(600s), got '10m'");
+  CHECK_INT(parse("data_paths: [rel]\n", &cfg, &err), DPM_SPEC);
 
   /* one string for a list; null events; events derived beside listen */
   CHECK_INT(
@@ -300,6 +318,10 @@ TEST(config_load_files) {
   CHECK_INT(shipped.checkpoint_retention, def.checkpoint_retention);
   CHECK_INT(shipped.checkpoint_on_shutdown, def.checkpoint_on_shutdown);
   CHECK_INT(shipped.n_allowed_paths, def.n_allowed_paths);
+  CHECK_INT(shipped.n_data_paths, def.n_data_paths);
+  CHECK(STREQ(shipped.data_paths[0], def.data_paths[0]));
+  CHECK(shipped.checkpoint_every_iters == def.checkpoint_every_iters &&
+        shipped.checkpoint_every_s == def.checkpoint_every_s);
   CHECK(shipped.auth_token_file == NULL);
   CHECK_INT(shipped.log_level, def.log_level);
   CHECK_INT(shipped.max_message_bytes, def.max_message_bytes);
