@@ -15,12 +15,18 @@ cleanup() {
 trap cleanup EXIT
 
 # start_dpmd [FLAGS...]: starts dpmd on $T (2 cpu devices) and waits until
-# it answers; its log goes to $T/dpmd.log.
+# it answers (pings every 50 ms for up to 20 s: a ping fails at once while
+# the daemon has not created its socket); its log goes to $T/dpmd.log.
 start_dpmd() {
   "$DPMD" --listen "$DPM_ENDPOINT" --state-dir "$STATE" --devices 2 "$@" \
     2>>"$T/dpmd.log" &
   DPMD_PID=$!
-  build/dpmctl --timeout 20000 ping >/dev/null || die "dpmd did not start: $(cat "$T/dpmd.log")"
+  _end=$(($(date +%s) + 20))
+  until build/dpmctl --timeout 1000 ping >/dev/null 2>&1; do
+    kill -0 "$DPMD_PID" 2>/dev/null || die "dpmd exited at start: $(cat "$T/dpmd.log")"
+    [ "$(date +%s)" -lt "$_end" ] || die "dpmd did not start: $(cat "$T/dpmd.log")"
+    sleep 0.05
+  done
 }
 
 # stop_dpmd: asks dpmd to shut down and checks it exits 0.

@@ -12,11 +12,28 @@
  *   dpm_client_close(c);
  *
  * Errors: functions return a dpm_status with details in err. Transport
- * failures are DPM_TIMEOUT (no answer within the timeout: no daemon, or it
- * is busy) and DPM_IO (bad endpoint, socket errors); a reply that is not a
- * Response for this request is DPM_CORRUPT. A daemon's refusal is not a
- * transport failure: dpm_client_call returns DPM_OK and the response's
- * status and message say why.
+ * failures are DPM_TIMEOUT (no answer within the timeout, or the daemon
+ * stopped answering: see Liveness) and DPM_IO (bad endpoint, no daemon
+ * listening on an ipc socket, socket errors, the daemon restarted during the
+ * call); a reply that is not a Response for this request is DPM_CORRUPT. A
+ * daemon's refusal is not a transport failure: dpm_client_call returns
+ * DPM_OK and the response's status and message say why.
+ *
+ * Requests are never sent twice: not by the library, not by nanomsg (a raw
+ * REQ socket; client/lib/client.c describes the wire). A request whose
+ * connection dropped is lost, and the call says so rather than having the
+ * next daemon run it again.
+ *
+ * Liveness: a call that has waited DPM_PING_AFTER_MS without its answer pings
+ * the daemon every DPM_PING_AFTER_MS; after DPM_LIVENESS_MS in which nothing
+ * at all came back it fails with DPM_TIMEOUT ("stopped answering"), whatever
+ * its timeout. A busy daemon still answers pings, so a long call (train with
+ * wait, checkpoint, eval) runs as long as its timeout allows. When a ping is
+ * answered by another daemon instance than the one this client knew, the
+ * call fails at once with DPM_IO ("restarted; the request was lost"). The
+ * client learns the instance from ping and version answers: before a call
+ * that may wait long, call dpm_client_ping once, so that a restart early in
+ * the call is caught too.
  *
  * Ownership: responses and events returned to the caller are freed with
  * dpm_client_free_response / dpm_event_free. The request stays the caller's;
@@ -39,14 +56,18 @@ extern "C" {
 
 #define DPM_PROTOCOL_VERSION 1
 #define DPM_DEFAULT_ENDPOINT "ipc:///run/dpmd/dpmd.sock"
-#define DPM_VERSION "0.5.0" /* dpmd, dpmctl, dpm-train and this library */
+#define DPM_VERSION "0.5.0"    /* dpmd, dpmctl, dpm-train and this library */
+#define DPM_PING_AFTER_MS 1000 /* a call without its answer pings this often */
+#define DPM_LIVENESS_MS 5000   /* a call fails after this long without a word */
 
 typedef struct dpm_client dpm_client;
 typedef struct dpm_events dpm_events;
 
 /* endpoint NULL: $DPM_ENDPOINT, else DPM_DEFAULT_ENDPOINT. timeout_ms bounds
- * each call (send and receive); < 0 waits forever. Opening does not contact
- * the daemon (nanomsg connects in the background). */
+ * each call (send and receive); < 0 waits forever (as long as the daemon
+ * answers pings). Opening does not contact the daemon (nanomsg connects in
+ * the background); a call to an ipc:// endpoint whose socket file is missing
+ * or has no listener fails at once with DPM_IO. */
 dpm_status dpm_client_open(const char *endpoint, int timeout_ms, dpm_client **out,
                            dpm_err *err);
 /* The token sent with every request (copied); NULL for none. */
@@ -54,11 +75,21 @@ dpm_status dpm_client_set_token(dpm_client *c, const char *token, dpm_err *err);
 /* Changes the timeout of later calls (< 0: forever). */
 void dpm_client_set_timeout(dpm_client *c, int timeout_ms);
 const char *dpm_client_endpoint(const dpm_client *c);
-/* Sends req and waits for its response. A call never resends on its own
- * (a resent train would train twice); a Response whose id differs from the
- * request's is DPM_CORRUPT. */
+/* Sends req and waits for its response, pinging while it waits (Liveness
+ * above). A call never resends (a resent train would train twice). Answers
+ * to earlier calls that timed out are skipped; a Response with an id this
+ * client never sent is DPM_CORRUPT. */
 dpm_status dpm_client_call(dpm_client *c, Dpm__Request *req, Dpm__Response **resp,
                            dpm_err *err);
+/* A ping call (within the client's timeout) that also checks the daemon is
+ * the instance this client knew: DPM_IO "restarted" when another instance
+ * answered (the client knows the new one from then on). The first answer
+ * teaches the client the instance. resp may be NULL; a refused ping (bad
+ * token) is DPM_OK with the refusal in *resp. */
+dpm_status dpm_client_ping(dpm_client *c, Dpm__Response **resp, dpm_err *err);
+/* The daemon instance the client last heard from (VersionInfo.instance); 0
+ * while unknown, or when the daemon does not send one. */
+uint64_t dpm_client_instance(const dpm_client *c);
 void dpm_client_free_response(Dpm__Response *resp);
 void dpm_client_close(dpm_client *c);
 

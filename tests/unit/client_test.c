@@ -1,15 +1,22 @@
 /* Client side without a daemon: the JSON writer (escaping, invalid UTF-8,
  * non-finite and round-tripping numbers, misuse), dpmctl's command-line
  * parser (the verb-table rules, numbers, lists), and the client library
- * against a REP server and a PUB socket in a thread of this test (inproc):
- * request fields, token, reply matching by id, garbage replies, events
- * filtered by model with garbage skipped; a bad endpoint is DPM_IO and no
- * daemon is DPM_TIMEOUT within the timeout. */
+ * against servers in threads of this test: a REP server (request fields,
+ * token, reply matching by id, garbage replies), raw REP servers as dpmd
+ * has (answers to earlier calls skipped; liveness pings and the "stopped
+ * answering" failure of a silent server; a restart told by another instance
+ * in a ping answer; a server that closes and binds again never gets the
+ * request a second time), a PUB socket (events filtered by model, garbage
+ * skipped); a bad endpoint, and an ipc socket file that is missing or has
+ * no listener, are DPM_IO at once. */
 #include <nanomsg/nn.h>
 #include <nanomsg/pubsub.h>
 #include <nanomsg/reqrep.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -255,30 +262,459 @@ TEST(client_bad_endpoint_is_io) {
   dpm_events_close(NULL);
 }
 
-TEST(client_no_daemon_times_out) {
-  char ep[128];
-  snprintf(ep, sizeof ep, "ipc:///tmp/dpm-client-test-%d.sock", (int)getpid());
-  dpm_client *c;
-  dpm_err err = {0};
-  CHECK_INT(dpm_client_open(ep, 150, &c, &err), DPM_OK);
-  CHECK(!strcmp(dpm_client_endpoint(c), ep));
-  Dpm__Empty e = DPM__EMPTY__INIT;
+static Dpm__Request ping_request(Dpm__Empty *e) {
   Dpm__Request rq = DPM__REQUEST__INIT;
   rq.command_case = DPM__REQUEST__COMMAND_PING;
-  rq.ping = &e;
+  rq.ping = e;
+  return rq;
+}
+
+TEST(client_missing_ipc_socket_fails_at_once) {
+  char path[96], ep[128];
+  snprintf(path, sizeof path, "/tmp/dpm-client-test-%d.sock", (int)getpid());
+  snprintf(ep, sizeof ep, "ipc://%s", path);
+  unlink(path);
+  Dpm__Empty e = DPM__EMPTY__INIT;
+  Dpm__Request rq = ping_request(&e);
+  dpm_client *c;
+  dpm_err err = {0}, err2 = {0};
+  CHECK_INT(dpm_client_open(ep, 10000, &c, &err), DPM_OK);
+  int named = !strcmp(dpm_client_endpoint(c), ep);
   Dpm__Response *rs = (Dpm__Response *)1;
   double t0 = now_ms();
-  CHECK_INT(dpm_client_call(c, &rq, &rs, &err), DPM_TIMEOUT);
+  dpm_status st = dpm_client_call(c, &rq, &rs, &err);
   double ms = now_ms() - t0;
+
+  /* a socket file nobody listens on (a daemon killed with -9 leaves one) */
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  int bound = fd >= 0 ? bind(fd, (struct sockaddr *)&sa, sizeof sa) : -1;
+  if (fd >= 0) close(fd);
+  Dpm__Response *rs2 = (Dpm__Response *)1;
+  double t1 = now_ms();
+  dpm_status st2 = dpm_client_call(c, &rq, &rs2, &err2);
+  double ms2 = now_ms() - t1;
+  unlink(path);
+  dpm_client_close(c);
+
+  CHECK(named);
+  CHECK_INT(st, DPM_IO);
+  CHECK(rs == NULL);
+  CHECK(ms < 300);
+  CHECK_HAS(err.msg, path);
+  CHECK_HAS(err.msg, "No such file");
+  CHECK_INT(bound, 0);
+  CHECK_INT(st2, DPM_IO);
+  CHECK(rs2 == NULL);
+  CHECK(ms2 < 300);
+  CHECK_HAS(err2.msg, path);
+  CHECK_HAS(err2.msg, "refused");
+}
+
+/* ---- raw REP servers, as dpmd has ---- */
+
+/* One request as a raw REP socket gets it: the unpacked Request and the
+ * header to answer it with (ctrl, in nn_recvmsg's control format). */
+typedef struct {
+  Dpm__Request *rq;
+  unsigned char ctrl[128];
+} raw_req;
+
+/* Receives one request (waiting up to timeout_ms). 0 on success. */
+static int raw_recv(int sock, int timeout_ms, raw_req *r) {
+  void *body = NULL;
+  memset(r->ctrl, 0, sizeof r->ctrl);
+  struct nn_iovec iov = {&body, NN_MSG};
+  struct nn_msghdr h = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = r->ctrl,
+                        .msg_controllen = sizeof r->ctrl};
+  nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+  int n = nn_recvmsg(sock, &h, 0);
+  if (n < 0) return -1;
+  r->rq = dpm__request__unpack(NULL, (size_t)n, body);
+  nn_freemsg(body);
+  return r->rq ? 0 : -1;
+}
+
+/* Answers r (the header it came with) with resp. */
+static void raw_reply(int sock, raw_req *r, Dpm__Response *resp) {
+  uint8_t buf[512];
+  size_t len = dpm__response__get_packed_size(resp);
+  if (len > sizeof buf) return;
+  dpm__response__pack(resp, buf);
+  struct nn_iovec iov = {buf, len};
+  struct nn_msghdr h = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = r->ctrl,
+                        .msg_controllen = sizeof r->ctrl};
+  nn_sendmsg(sock, &h, 0);
+}
+
+/* A ping answer naming instance (0: none), with the Response id given. */
+static void raw_reply_ping(int sock, raw_req *r, uint64_t id, uint64_t instance) {
+  Dpm__VersionInfo v = DPM__VERSION_INFO__INIT;
+  v.version = "test";
+  v.protocol = DPM_PROTOCOL_VERSION;
+  v.has_instance = instance != 0;
+  v.instance = instance;
+  Dpm__Response resp = DPM__RESPONSE__INIT;
+  resp.has_id = 1;
+  resp.id = id;
+  resp.result_case = DPM__RESPONSE__RESULT_VERSION;
+  resp.version = &v;
+  raw_reply(sock, r, &resp);
+}
+
+static void raw_reply_ok(int sock, raw_req *r, uint64_t id, const char *message) {
+  Dpm__Response resp = DPM__RESPONSE__INIT;
+  resp.has_id = 1;
+  resp.id = id;
+  resp.message = (char *)message;
+  raw_reply(sock, r, &resp);
+}
+
+static int raw_server(const char *ep) {
+  int s = nn_socket(AF_SP_RAW, NN_REP);
+  if (s >= 0 && nn_bind(s, ep) < 0) {
+    nn_close(s);
+    s = -1;
+  }
+  return s;
+}
+
+/* What a scripted raw server saw. */
+typedef struct {
+  const char *ep;
+  int sock;
+  atomic_int stop;      /* set by the test when its call returned */
+  uint64_t instance[2]; /* pings answered with [0], then (after the switch) [1] */
+  int pings;            /* pings received */
+  int requests;         /* other requests received */
+  int resent;           /* requests received again by a second server */
+  uint64_t request_id;  /* the last non-ping request's id */
+  int failed;           /* a socket call of the server failed */
+} script;
+
+/* Never answers anything; counts what comes in. */
+static void *serve_silent(void *arg) {
+  script *sc = arg;
+  while (!atomic_load(&sc->stop)) {
+    raw_req r;
+    if (raw_recv(sc->sock, 50, &r)) continue;
+    if (r.rq->command_case == DPM__REQUEST__COMMAND_PING)
+      sc->pings++;
+    else
+      sc->requests++;
+    dpm__request__free_unpacked(r.rq, NULL);
+  }
+  return NULL;
+}
+
+TEST(client_silent_server_times_out) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://dpm-silent-%d", (int)getpid());
+  script sc = {.ep = ep};
+  atomic_init(&sc.stop, 0);
+  sc.sock = raw_server(ep);
+  CHECK(sc.sock >= 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, serve_silent, &sc) == 0);
+  Dpm__Empty e = DPM__EMPTY__INIT;
+  Dpm__Request rq = ping_request(&e);
+  dpm_client *c;
+  dpm_err err = {0}, err2 = {0};
+  dpm_client_open(ep, 150, &c, &err);
+  Dpm__Response *rs = (Dpm__Response *)1;
+  double t0 = now_ms();
+  dpm_status st = dpm_client_call(c, &rq, &rs, &err);
+  double ms = now_ms() - t0;
+  /* the socket stays usable: a second call times out the same way */
+  dpm_client_set_timeout(c, 50);
+  dpm_status st2 = dpm_client_call(c, &rq, &rs, &err2);
+  atomic_store(&sc.stop, 1);
+  pthread_join(th, NULL);
+  nn_close(sc.sock);
+  dpm_client_close(c);
+  CHECK_INT(st, DPM_TIMEOUT);
   CHECK(rs == NULL);
   CHECK(ms >= 100 && ms < 2000);
   CHECK_HAS(err.msg, ep);
   CHECK_HAS(err.msg, "is dpmd running?");
-  /* the socket stays usable: a second call times out the same way */
-  dpm_client_set_timeout(c, 50);
-  CHECK_INT(dpm_client_call(c, &rq, &rs, &err), DPM_TIMEOUT);
-  CHECK_HAS(err.msg, "within 50 ms");
+  CHECK_INT(st2, DPM_TIMEOUT);
+  CHECK_HAS(err2.msg, "within 50 ms");
+}
+
+TEST(client_liveness_gives_up_on_a_silent_daemon) {
+  /* a long call (60 s timeout) to a daemon that answers nothing, not even
+   * pings: it pings once a second and fails after DPM_LIVENESS_MS */
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://dpm-liveness-%d", (int)getpid());
+  script sc = {.ep = ep};
+  atomic_init(&sc.stop, 0);
+  sc.sock = raw_server(ep);
+  CHECK(sc.sock >= 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, serve_silent, &sc) == 0);
+  Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
+  nr.name = "m";
+  Dpm__Request rq = DPM__REQUEST__INIT;
+  rq.command_case = DPM__REQUEST__COMMAND_EVAL;
+  rq.eval = &nr;
+  dpm_client *c;
+  dpm_err err = {0};
+  dpm_client_open(ep, 60000, &c, &err);
+  Dpm__Response *rs = (Dpm__Response *)1;
+  double t0 = now_ms();
+  dpm_status st = dpm_client_call(c, &rq, &rs, &err);
+  double ms = now_ms() - t0;
+  atomic_store(&sc.stop, 1);
+  pthread_join(th, NULL);
+  nn_close(sc.sock);
   dpm_client_close(c);
+  CHECK_INT(st, DPM_TIMEOUT);
+  CHECK(rs == NULL);
+  CHECK(ms >= DPM_LIVENESS_MS - 100 && ms < DPM_LIVENESS_MS + 2000);
+  CHECK_HAS(err.msg, "stopped answering");
+  CHECK_HAS(err.msg, ep);
+  CHECK_INT(sc.requests, 1); /* sent once */
+  CHECK(sc.pings >= DPM_LIVENESS_MS / DPM_PING_AFTER_MS - 2);
+}
+
+/* A daemon that answers a late call after its caller gave up: the answer
+ * comes when the next call waits, with an old id, then that call's own. */
+static void *serve_late(void *arg) {
+  script *sc = arg;
+  raw_req r1, r2;
+  if (raw_recv(sc->sock, 5000, &r1)) goto fail;
+  usleep(300000); /* the first call (100 ms) gave up */
+  raw_reply_ok(sc->sock, &r1, r1.rq->id, "late");
+  if (raw_recv(sc->sock, 5000, &r2)) goto fail;
+  raw_reply_ok(sc->sock, &r2, r1.rq->id, "stale again");
+  usleep(50000); /* the stale one surely first */
+  raw_reply_ok(sc->sock, &r2, r2.rq->id, "yours");
+  sc->request_id = r2.rq->id;
+  dpm__request__free_unpacked(r1.rq, NULL);
+  dpm__request__free_unpacked(r2.rq, NULL);
+  return NULL;
+fail:
+  sc->failed = 1;
+  return NULL;
+}
+
+TEST(client_skips_answers_to_earlier_calls) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://dpm-late-%d", (int)getpid());
+  script sc = {.ep = ep};
+  sc.sock = raw_server(ep);
+  CHECK(sc.sock >= 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, serve_late, &sc) == 0);
+  Dpm__Request rq = DPM__REQUEST__INIT;
+  Dpm__Empty e = DPM__EMPTY__INIT;
+  rq.command_case = DPM__REQUEST__COMMAND_LIST;
+  rq.list = &e;
+  dpm_client *c;
+  dpm_err err1 = {0}, err2 = {0};
+  dpm_client_open(ep, 100, &c, &err1);
+  Dpm__Response *rs1 = NULL, *rs2 = NULL;
+  dpm_status st1 = dpm_client_call(c, &rq, &rs1, &err1);
+  usleep(400000); /* the late answer is waiting in the socket */
+  dpm_client_set_timeout(c, 5000);
+  dpm_status st2 = dpm_client_call(c, &rq, &rs2, &err2);
+  pthread_join(th, NULL);
+  nn_close(sc.sock);
+  dpm_client_close(c);
+  int yours =
+      rs2 && rs2->message && !strcmp(rs2->message, "yours") && rs2->id == sc.request_id;
+  dpm_client_free_response(rs2);
+  CHECK(!sc.failed);
+  CHECK_INT(st1, DPM_TIMEOUT);
+  CHECK_INT(st2, DPM_OK);
+  CHECK(yours);
+}
+
+/* Answers pings with instance[0] until the first other request, which it
+ * never answers; pings after that get instance[1] (as if the daemon had
+ * restarted). */
+static void *serve_restart(void *arg) {
+  script *sc = arg;
+  while (!atomic_load(&sc->stop)) {
+    raw_req r;
+    if (raw_recv(sc->sock, 50, &r)) continue;
+    if (r.rq->command_case == DPM__REQUEST__COMMAND_PING) {
+      raw_reply_ping(sc->sock, &r, r.rq->id, sc->instance[sc->requests > 0]);
+      sc->pings++;
+    } else {
+      sc->requests++;
+      sc->request_id = r.rq->id;
+    }
+    dpm__request__free_unpacked(r.rq, NULL);
+  }
+  return NULL;
+}
+
+TEST(client_detects_a_restart_from_ping_answers) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://dpm-restart-%d", (int)getpid());
+  script sc = {.ep = ep, .instance = {0xa11ce, 0xb0b}};
+  atomic_init(&sc.stop, 0);
+  sc.sock = raw_server(ep);
+  CHECK(sc.sock >= 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, serve_restart, &sc) == 0);
+  dpm_client *c;
+  dpm_err err = {0}, perr = {0};
+  dpm_client_open(ep, 30000, &c, &err);
+  uint64_t before = dpm_client_instance(c);
+  dpm_status ps = dpm_client_ping(c, NULL, &perr); /* learns the instance */
+  uint64_t learned = dpm_client_instance(c);
+  Dpm__TrainRequest tr = DPM__TRAIN_REQUEST__INIT;
+  tr.name = "m";
+  tr.iters = 100000;
+  tr.has_wait = tr.wait = 1;
+  Dpm__Request rq = DPM__REQUEST__INIT;
+  rq.command_case = DPM__REQUEST__COMMAND_TRAIN;
+  rq.train = &tr;
+  Dpm__Response *rs = (Dpm__Response *)1;
+  double t0 = now_ms();
+  dpm_status st = dpm_client_call(c, &rq, &rs, &err);
+  double ms = now_ms() - t0;
+  uint64_t after = dpm_client_instance(c);
+  /* from now on the new instance is the known one: a ping is fine */
+  dpm_status ps2 = dpm_client_ping(c, NULL, &perr);
+  atomic_store(&sc.stop, 1);
+  pthread_join(th, NULL);
+  nn_close(sc.sock);
+  dpm_client_close(c);
+  CHECK(before == 0);
+  CHECK_INT(ps, DPM_OK);
+  CHECK(learned == 0xa11ce);
+  CHECK_INT(st, DPM_IO);
+  CHECK(rs == NULL);
+  CHECK(ms < 2.5 * DPM_PING_AFTER_MS); /* at the first ping's answer */
+  CHECK_HAS(err.msg, "restarted; the request was lost");
+  CHECK(after == 0xb0b);
+  CHECK_INT(ps2, DPM_OK);
+  CHECK_INT(sc.requests, 1);
+}
+
+TEST(client_ping_reports_another_instance) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://dpm-ping-instance-%d", (int)getpid());
+  script sc = {.ep = ep, .instance = {7, 8}};
+  atomic_init(&sc.stop, 0);
+  sc.sock = raw_server(ep);
+  CHECK(sc.sock >= 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, serve_restart, &sc) == 0);
+  dpm_client *c;
+  dpm_err err = {0}, err2 = {0}, err3 = {0};
+  dpm_client_open(ep, 2000, &c, &err);
+  Dpm__Response *rs = NULL;
+  dpm_status s1 = dpm_client_ping(c, &rs, &err);
+  int answered = rs && rs->result_case == DPM__RESPONSE__RESULT_VERSION;
+  dpm_client_free_response(rs);
+  dpm_status s2 = dpm_client_ping(c, NULL, &err2); /* the same: fine */
+  /* a request the server does not answer switches it to instance 8 */
+  Dpm__Request rq = DPM__REQUEST__INIT;
+  Dpm__Empty e = DPM__EMPTY__INIT;
+  rq.command_case = DPM__REQUEST__COMMAND_METRICS;
+  rq.metrics = &e;
+  dpm_client_set_timeout(c, 200);
+  dpm_status s3 = dpm_client_call(c, &rq, &rs, &err3);
+  dpm_status s4 = dpm_client_ping(c, NULL, &err);
+  atomic_store(&sc.stop, 1);
+  pthread_join(th, NULL);
+  nn_close(sc.sock);
+  dpm_client_close(c);
+  CHECK_INT(s1, DPM_OK);
+  CHECK(answered);
+  CHECK_INT(s2, DPM_OK);
+  CHECK_INT(s3, DPM_TIMEOUT); /* 200 ms: before any liveness ping */
+  CHECK_INT(s4, DPM_IO);
+  CHECK_HAS(err.msg, "restarted");
+}
+
+/* The first server answers pings (instance[0]) and takes one request, then
+ * closes without answering it; a second one binds the same endpoint, answers
+ * pings with instance[1] and records whether the request comes again. */
+static void *serve_then_rebind(void *arg) {
+  script *sc = arg;
+  while (!sc->requests) {
+    raw_req r;
+    if (raw_recv(sc->sock, 5000, &r)) {
+      sc->failed = 1;
+      return NULL;
+    }
+    if (r.rq->command_case == DPM__REQUEST__COMMAND_PING) {
+      raw_reply_ping(sc->sock, &r, r.rq->id, sc->instance[0]);
+      sc->pings++;
+    } else {
+      sc->requests++;
+      sc->request_id = r.rq->id;
+    }
+    dpm__request__free_unpacked(r.rq, NULL);
+  }
+  nn_close(sc->sock);
+  usleep(50000);
+  if ((sc->sock = raw_server(sc->ep)) < 0) {
+    sc->failed = 1;
+    return NULL;
+  }
+  /* past the client's call, and a moment more for a late resend */
+  for (double end = -1; end < 0 || now_ms() < end;) {
+    if (end < 0 && atomic_load(&sc->stop)) end = now_ms() + 500;
+    raw_req r;
+    if (raw_recv(sc->sock, 50, &r)) continue;
+    if (r.rq->command_case == DPM__REQUEST__COMMAND_PING)
+      raw_reply_ping(sc->sock, &r, r.rq->id, sc->instance[1]);
+    else if (r.rq->id == sc->request_id)
+      sc->resent++;
+    dpm__request__free_unpacked(r.rq, NULL);
+  }
+  return NULL;
+}
+
+TEST(client_never_sends_a_request_twice) {
+  /* nanomsg's cooked REQ resent a request whose connection dropped to
+   * whoever listened next: a train reached the restarted daemon again */
+  char path[128], ep[160];
+  snprintf(path, sizeof path, "/tmp/dpm-client-rebind-%d.sock", (int)getpid());
+  snprintf(ep, sizeof ep, "ipc://%s", path);
+  unlink(path);
+  script sc = {.ep = ep, .instance = {0x1111, 0x2222}};
+  atomic_init(&sc.stop, 0);
+  sc.sock = raw_server(ep);
+  CHECK(sc.sock >= 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, serve_then_rebind, &sc) == 0);
+  dpm_client *c;
+  dpm_err err = {0}, perr = {0};
+  dpm_client_open(ep, 20000, &c, &err);
+  dpm_status ps = dpm_client_ping(c, NULL, &perr);
+  Dpm__CheckpointRequest cr = DPM__CHECKPOINT_REQUEST__INIT;
+  cr.name = "m";
+  Dpm__Request rq = DPM__REQUEST__INIT;
+  rq.command_case = DPM__REQUEST__COMMAND_CHECKPOINT;
+  rq.checkpoint = &cr;
+  Dpm__Response *rs = (Dpm__Response *)1;
+  double t0 = now_ms();
+  dpm_status st = dpm_client_call(c, &rq, &rs, &err);
+  double ms = now_ms() - t0;
+  atomic_store(&sc.stop, 1);
+  pthread_join(th, NULL);
+  if (sc.sock >= 0) nn_close(sc.sock);
+  dpm_client_close(c);
+  unlink(path);
+  CHECK(!sc.failed);
+  CHECK_INT(ps, DPM_OK);
+  CHECK_INT(sc.requests, 1);
+  CHECK_INT(sc.resent, 0);
+  CHECK_INT(st, DPM_IO);
+  CHECK_HAS(err.msg, "restarted; the request was lost");
+  CHECK(ms < DPM_LIVENESS_MS);
 }
 
 /* A REP server for three requests: a reply with a wrong id (DPM_CORRUPT:
