@@ -161,6 +161,11 @@ int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
 void ctl_progress_bar(const Dpm__ModelInfo *m, uint64_t iters, double eta_s, char *buf,
                       size_t cap);
 
+/* verbs.c: dpm_client_ping, failures printed (exit code returned): proves
+ * the daemon is there and teaches the client its instance before a call
+ * that may wait long. */
+int ctl_ping_first(ctl_ctx *ctx);
+
 /* watch.c: the daemon's events endpoint (a watch request for name, which
  * may be NULL). Returns CTL_OK with *endpoint a new string ("" when the
  * daemon publishes none, or refused and quiet_refusal is set), or an exit

@@ -116,6 +116,11 @@ static void json_version(dpm_json *j, const Dpm__VersionInfo *v) {
   dpm_json_uint(j, "protocol", v->protocol);
   json_strings(j, "devices", v->devices, v->n_devices);
   if (v->has_uptime_s) dpm_json_num(j, "uptime_s", v->uptime_s);
+  if (v->has_instance && v->instance) { /* hex: exact in any JSON reader */
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, v->instance);
+    dpm_json_str(j, "instance", hex);
+  }
 }
 
 void ctl_format_duration(double s, char *buf, size_t cap) {

@@ -6,11 +6,17 @@
  *   - otherwise, without --json: a plain line on stdout per progress event
  *     "iter 120/500 loss 0.4123 acc 0.875 img/s 1234";
  *   - --no-progress, or --json without a terminal: nothing.
- * A watch request comes first, within --timeout: it names the events
- * endpoint and shows that the daemon is there before the unbounded wait. A
- * daemon that publishes no events (or refuses watch) just gets no progress.
- * The first events after subscribing may be missed (nanomsg connects in the
- * background); progress events keep coming, so the bar catches up. */
+ * A ping and a watch request come first, within --timeout: the ping shows
+ * that the daemon is there and teaches the client its instance (so that a
+ * restart is noticed during the wait), the watch names the events endpoint.
+ * A daemon that publishes no events (or refuses watch) just gets no
+ * progress. The first events after subscribing may be missed (nanomsg
+ * connects in the background); progress events keep coming, so the bar
+ * catches up.
+ *
+ * The train call waits without a timeout, but not on a dead daemon: the
+ * library pings while it waits and fails the call (exit 3) when dpmd stops
+ * answering or restarted (include/dpm/client.h, Liveness). */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -148,9 +154,11 @@ int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
   else
     p.mode = SHOW_NONE;
 
-  /* the watch request: the daemon is there, and where its events are */
+  /* the daemon is there (and which instance), and where its events are */
+  int rc = ctl_ping_first(ctx);
+  if (rc) return rc;
   char *ep = NULL;
-  int rc = ctl_events_endpoint(ctx, req->train->name, 1, &ep);
+  rc = ctl_events_endpoint(ctx, req->train->name, 1, &ep);
   if (rc) return rc;
   if (p.mode != SHOW_NONE && *ep) {
     dpm_err oerr = {0};

@@ -7,9 +7,12 @@
  * directory: the daemon runs elsewhere and only takes absolute paths.
  *
  * Long verbs (the daemon answers when the work is done: submit, checkpoint,
- * load, sync, eval, extract-predictor, get-blob) first ping the daemon
- * within --timeout, so that an absent daemon is reported as quickly as for
- * any verb, then wait for the answer max(--timeout, 120 s). */
+ * load, sync, eval, extract-predictor, get-blob, shutdown) first ping the
+ * daemon within --timeout, so that an absent daemon is reported as quickly
+ * as for any verb and the client knows the daemon's instance, then wait for
+ * the answer max(--timeout, 120 s). While they wait the library pings: a
+ * daemon that dies or restarts fails the verb with exit 3 within seconds
+ * (include/dpm/client.h, Liveness). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -68,18 +71,20 @@ static int call_print(ctl_ctx *ctx, Dpm__Request *req, const char *ok_text) {
   return rc;
 }
 
+int ctl_ping_first(ctl_ctx *ctx) {
+  dpm_err err = {0};
+  Dpm__Response *r = NULL;
+  /* a refused ping still proves the daemon is there */
+  dpm_status s = dpm_client_ping(ctx->client, NULL, &err);
+  return s ? ctl_check(ctx, s, &err, &r) : CTL_OK;
+}
+
 /* For long verbs: a ping within the normal timeout, then req with the long
  * one. Returns like ctl_call. */
 static int long_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
-  Dpm__Request ping = DPM__REQUEST__INIT;
-  Dpm__Empty empty = DPM__EMPTY__INIT;
-  ping.command_case = DPM__REQUEST__COMMAND_PING;
-  ping.ping = &empty;
-  Dpm__Response *r;
   *resp = NULL;
-  int rc = ctl_send(ctx, &ping, &r); /* a refused ping still proves the daemon is there */
+  int rc = ctl_ping_first(ctx);
   if (rc) return rc;
-  dpm_client_free_response(r);
   int t = ctx->timeout_ms;
   if (t >= 0 && t < CTL_LONG_TIMEOUT_MS) t = CTL_LONG_TIMEOUT_MS;
   dpm_client_set_timeout(ctx->client, t);

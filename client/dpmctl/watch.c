@@ -2,10 +2,22 @@
  * events (the endpoint its watch command names) and prints each as a line,
  * a JSON object per line with --json, until SIGINT or SIGTERM (exit 0),
  * --count events, or with --until-done a DONE or ERROR event. Also finds
- * the events endpoint for train --wait. */
+ * the events endpoint for train --wait.
+ *
+ * --until-done on a model that is not training (ready, paused, failed: it
+ * already finished, or never started) has nothing to wait for: after
+ * subscribing, watch asks for the model's status, and when it is not
+ * training (or building) prints it as a state event and exits 0. It asks
+ * again every CHECK_EVERY_MS while it waits, so a DONE event missed while
+ * the subscription was connecting does not leave it waiting forever.
+ *
+ * Events say nothing when the daemon dies: watch pings it every
+ * CHECK_EVERY_MS (dpm_client_ping) and exits 3 with the reason when it
+ * stopped answering or restarted (another instance answers). */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dpmctl/dpmctl.h"
 
@@ -64,6 +76,88 @@ int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
   return CTL_OK;
 }
 
+#define CHECK_EVERY_MS 1000 /* liveness pings, and status with --until-done */
+#define DRAIN_MS 200        /* events in flight when the status says done */
+
+static int64_t mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static int running(const Dpm__ModelInfo *m) {
+  return m->state && (!strcmp(m->state, "training") || !strcmp(m->state, "building"));
+}
+
+/* Prints a model's status as watch prints a state event. */
+static void print_state(const ctl_ctx *ctx, Dpm__ModelInfo *m) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  Dpm__Event ev = DPM__EVENT__INIT;
+  ev.kind = DPM__EVENT_KIND__EVENT_STATE;
+  ev.model = m;
+  ev.has_time = 1;
+  ev.time = (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+  if (m->state && !strcmp(m->state, "failed") && m->error) ev.message = m->error;
+  ctl_print_event(ctx, &ev);
+}
+
+static int ends_watch(int kind) {
+  return kind == DPM__EVENT_KIND__EVENT_DONE || kind == DPM__EVENT_KIND__EVENT_ERROR;
+}
+
+/* --until-done: whether there is nothing (left) to wait for. Asks for the
+ * status of name (every model for NULL); when no model is training, first
+ * prints the events still arriving (a DONE ends the watch as usual), else
+ * the status, and sets *done. Returns an exit code. */
+static int check_done(ctl_ctx *ctx, const char *name, dpm_events *events, int *done) {
+  *done = 0;
+  Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
+  nr.name = (char *)name;
+  Dpm__Request req = DPM__REQUEST__INIT;
+  Dpm__Empty empty = DPM__EMPTY__INIT;
+  if (name) {
+    req.command_case = DPM__REQUEST__COMMAND_STATUS;
+    req.status = &nr;
+  } else {
+    req.command_case = DPM__REQUEST__COMMAND_LIST;
+    req.list = &empty;
+  }
+  Dpm__Response *r;
+  int rc = ctl_call(ctx, &req, &r);
+  if (rc) return rc;
+  Dpm__ModelInfo **models = NULL;
+  size_t n = 0;
+  if (r->result_case == DPM__RESPONSE__RESULT_MODEL) {
+    models = &r->model;
+    n = 1;
+  } else if (r->result_case == DPM__RESPONSE__RESULT_MODELS) {
+    models = r->models->model;
+    n = r->models->n_model;
+  }
+  int busy = 0;
+  for (size_t i = 0; i < n; i++) busy |= running(models[i]);
+  if (!busy) {
+    *done = 1;
+    for (int64_t end = mono_ms() + DRAIN_MS;;) {
+      Dpm__Event *e;
+      dpm_err err;
+      int64_t left = end - mono_ms();
+      if (left <= 0 || dpm_events_next(events, (int)left, &e, &err)) break;
+      ctl_print_event(ctx, e);
+      int kind = e->kind;
+      dpm_event_free(e);
+      if (ends_watch(kind)) {
+        dpm_client_free_response(r);
+        return CTL_OK;
+      }
+    }
+    for (size_t i = 0; i < n; i++) print_state(ctx, models[i]);
+  }
+  dpm_client_free_response(r);
+  return CTL_OK;
+}
+
 static volatile sig_atomic_t stop;
 static void on_signal(int sig) {
   (void)sig;
@@ -80,8 +174,10 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
   }
   int until_done = ctx->a->opt[O_UNTIL_DONE] != NULL;
   const char *name = ctx->a->npos ? ctx->a->pos[0] : NULL;
+  int rc = ctl_ping_first(ctx); /* the daemon is there; its instance */
+  if (rc) return rc;
   char *ep;
-  int rc = ctl_events_endpoint(ctx, name, 0, &ep);
+  rc = ctl_events_endpoint(ctx, name, 0, &ep);
   if (rc) return rc;
   if (!*ep) {
     ctl_error(ctx, "UNSUPPORTED", "dpmd at %s publishes no events", ctx->endpoint);
@@ -105,7 +201,20 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
   sigaction(SIGTERM, &sa, &old_term);
 
   uint64_t seen = 0;
-  while (!stop) {
+  int done = 0;
+  if (until_done) rc = check_done(ctx, name, events, &done);
+  int64_t next_check = mono_ms() + CHECK_EVERY_MS;
+  while (!stop && !rc && !done) {
+    if (mono_ms() >= next_check) {
+      dpm_status s = dpm_client_ping(ctx->client, NULL, &err);
+      if (s) {
+        ctl_error(ctx, dpm_status_name(s), "%s", err.msg);
+        rc = ctl_transport_exit(s);
+        break;
+      }
+      if (until_done && ((rc = check_done(ctx, name, events, &done)) || done)) break;
+      next_check = mono_ms() + CHECK_EVERY_MS;
+    }
     Dpm__Event *e;
     dpm_status s = dpm_events_next(events, 250, &e, &err);
     if (s == DPM_TIMEOUT) continue;
@@ -118,9 +227,7 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
     int kind = e->kind;
     dpm_event_free(e);
     if (count && ++seen >= count) break;
-    if (until_done &&
-        (kind == DPM__EVENT_KIND__EVENT_DONE || kind == DPM__EVENT_KIND__EVENT_ERROR))
-      break;
+    if (until_done && ends_watch(kind)) break;
   }
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
