@@ -15,6 +15,7 @@ const ctl_option ctl_options[O_N_OPTIONS] = {
     [O_TIMEOUT] = {"--timeout", 1},
     [O_JSON] = {"--json", 0},
     [O_TOKEN_FILE] = {"--token-file", 1},
+    [O_VERSION] = {"--version", 0},
     [O_HELP] = {"--help", 0},
     [O_NAME] = {"--name", 1},
     [O_DEVICES] = {"--devices", 1},
@@ -30,6 +31,7 @@ const ctl_option ctl_options[O_N_OPTIONS] = {
     [O_LABELS] = {"--labels", 1},
     [O_COUNT] = {"--count", 1},
     [O_UNTIL_DONE] = {"--until-done", 0},
+    [O_CHECKPOINT_EVERY] = {"--checkpoint-every", 1},
 };
 
 #define GLOBAL_OPTS ((1u << CTL_N_GLOBAL) - 1)
@@ -97,7 +99,7 @@ int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_arg
     if (rc) return rc;
   }
   if (i >= argc) {
-    if (a->opt[O_HELP]) return CTL_OK;
+    if (a->opt[O_HELP] || a->opt[O_VERSION]) return CTL_OK;
     return fail(msg, cap, "no command given");
   }
   const char *name = argv[i++];
@@ -120,7 +122,7 @@ int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_arg
       return fail(msg, cap, "unexpected argument '%s' for %s", argv[i], v->name);
     a->pos[a->npos++] = argv[i];
   }
-  if (a->opt[O_HELP]) return CTL_OK; /* "dpmctl train --help" */
+  if (a->opt[O_HELP] || a->opt[O_VERSION]) return CTL_OK; /* "dpmctl train --help" */
   if (a->npos < v->min_pos) return fail(msg, cap, "%s needs more arguments", v->name);
   for (int o = 0; o < O_N_OPTIONS; o++)
     if ((v->required & OPT(o)) && !a->opt[o])
@@ -147,6 +149,26 @@ int ctl_parse_int(const char *s, int min, int max, int *out) {
   long long x = neg ? -(long long)v : (long long)v;
   if (x < min || x > max) return -1;
   *out = (int)x;
+  return 0;
+}
+
+int ctl_parse_checkpoint_every(const char *s, uint64_t *iters, double *seconds) {
+  if (!s) return -1;
+  size_t n = strlen(s);
+  uint64_t v;
+  if (n > 1 && s[n - 1] == 's') {
+    char digits[32];
+    if (n - 1 >= sizeof digits) return -1;
+    memcpy(digits, s, n - 1);
+    digits[n - 1] = 0;
+    if (ctl_parse_u64(digits, (uint64_t)1 << 40, &v)) return -1;
+    *iters = 0;
+    *seconds = (double)v;
+    return 0;
+  }
+  if (ctl_parse_u64(s, (uint64_t)1 << 40, &v)) return -1;
+  *iters = v;
+  *seconds = 0;
   return 0;
 }
 

@@ -34,6 +34,7 @@ typedef enum {
   O_TIMEOUT,
   O_JSON,
   O_TOKEN_FILE,
+  O_VERSION,
   O_HELP,
   O_NAME,
   O_DEVICES,
@@ -49,6 +50,7 @@ typedef enum {
   O_LABELS,
   O_COUNT,
   O_UNTIL_DONE,
+  O_CHECKPOINT_EVERY,
   O_N_OPTIONS
 } ctl_opt;
 #define CTL_N_GLOBAL (O_HELP + 1)
@@ -96,6 +98,10 @@ int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_arg
  * Return 0 on success, -1 otherwise. */
 int ctl_parse_u64(const char *s, uint64_t max, uint64_t *out);
 int ctl_parse_int(const char *s, int min, int max, int *out);
+/* submit --checkpoint-every: "N" iterations or "Ns" seconds (whole numbers;
+ * 0 disables). Sets both of *iters and *seconds (the other one 0). Returns 0,
+ * or -1 for anything else. */
+int ctl_parse_checkpoint_every(const char *s, uint64_t *iters, double *seconds);
 /* Splits a comma-separated list into a new array of new strings; empty items
  * are an error (-1). Free with ctl_free_list. */
 int ctl_split(const char *s, char ***items, size_t *n);
@@ -142,6 +148,8 @@ void ctl_model_line(FILE *f, const Dpm__ModelInfo *m);
 /* Prints a successful response by its result; ok_text is the human line
  * when there is no result ("deleted mlp"). Returns the exit code. */
 int ctl_print_response(const ctl_ctx *ctx, const Dpm__Response *r, const char *ok_text);
+/* --version: "dpmctl 0.5.0 (protocol 1)", or a JSON object. */
+int ctl_print_version(const ctl_ctx *ctx);
 /* ping: the answer and the round trip. */
 int ctl_print_ping(const ctl_ctx *ctx, const Dpm__Response *r, double rtt_ms);
 /* get-blob: prints the tensor (summary, or JSON); out: write its data. */

@@ -1,8 +1,10 @@
 /* dpmctl: the command-line client of dpmd.
  *
  *   dpmctl [--endpoint ADDR] [--timeout MS] [--json] [--token-file FILE] COMMAND ...
+ *   dpmctl --version
  *
- * `dpmctl help` (or --help) lists the commands (the table in verbs.c).
+ * `dpmctl help` (or --help) lists the commands (the table in verbs.c);
+ * --version (anywhere) prints dpmctl's version and protocol and exits 0.
  * Endpoint: --endpoint, else $DPM_ENDPOINT, else DPM_DEFAULT_ENDPOINT.
  * Timeout: --timeout MS (default 10000; -1 waits forever). Token: the
  * contents of --token-file or $DPM_TOKEN_FILE, trailing whitespace removed,
@@ -60,6 +62,7 @@ int main(int argc, char **argv) {
     return CTL_USAGE;
   }
   ctx.json = a.opt[O_JSON] != NULL;
+  if (a.opt[O_VERSION]) return ctl_print_version(&ctx);
   if (a.opt[O_HELP]) {
     ctl_usage(stdout, a.verb);
     return CTL_OK;

@@ -65,6 +65,15 @@ void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
   if (m->error) dpm_json_str(j, "error", m->error);
   if (m->checkpoint) dpm_json_str(j, "checkpoint", m->checkpoint);
   if (m->has_checkpoint_iter) dpm_json_uint(j, "checkpoint_iter", m->checkpoint_iter);
+  if (m->checkpoint_error) dpm_json_str(j, "checkpoint_error", m->checkpoint_error);
+  if (m->checkpoint_every) {
+    const Dpm__CheckpointPolicy *p = m->checkpoint_every;
+    dpm_json_object(j, "checkpoint_every");
+    if (p->has_every_iters) dpm_json_uint(j, "iters", p->every_iters);
+    if (p->has_every_seconds) dpm_json_num(j, "seconds", p->every_seconds);
+    dpm_json_end(j);
+  }
+  if (m->has_memory_bytes) dpm_json_uint(j, "memory_bytes", m->memory_bytes);
   dpm_json_end(j);
 }
 
@@ -109,6 +118,16 @@ static void model_detail(FILE *f, const Dpm__ModelInfo *m) {
     if (m->has_checkpoint_iter) fprintf(f, " (iter %" PRIu64 ")", m->checkpoint_iter);
     fputc('\n', f);
   }
+  const Dpm__CheckpointPolicy *p = m->checkpoint_every;
+  if (p && (p->every_iters || p->every_seconds > 0)) {
+    fputs("  checkpoint every", f);
+    if (p->every_iters) fprintf(f, " %" PRIu64 " iters", p->every_iters);
+    if (p->every_iters && p->every_seconds > 0) fputs(" or", f);
+    if (p->every_seconds > 0) fprintf(f, " %g s", p->every_seconds);
+    fputc('\n', f);
+  }
+  if (m->checkpoint_error && *m->checkpoint_error)
+    fprintf(f, "  checkpoint error: %s\n", m->checkpoint_error);
 }
 
 static void json_version(dpm_json *j, const Dpm__VersionInfo *v) {
@@ -121,6 +140,23 @@ static void json_version(dpm_json *j, const Dpm__VersionInfo *v) {
     snprintf(hex, sizeof hex, "%016" PRIx64, v->instance);
     dpm_json_str(j, "instance", hex);
   }
+}
+
+int ctl_print_version(const ctl_ctx *ctx) {
+  if (!ctx->json) {
+    printf("dpmctl %s (protocol %d)\n", DPM_VERSION, DPM_PROTOCOL_VERSION);
+    return CTL_OK;
+  }
+  dpm_json j;
+  dpm_json_init(&j);
+  dpm_json_object(&j, NULL);
+  dpm_json_str(&j, "program", "dpmctl");
+  dpm_json_str(&j, "version", DPM_VERSION);
+  dpm_json_int(&j, "protocol", DPM_PROTOCOL_VERSION);
+  dpm_json_end(&j);
+  int rc = ctl_emit(&j);
+  dpm_json_fini(&j);
+  return rc;
 }
 
 void ctl_format_duration(double s, char *buf, size_t cap) {

@@ -191,6 +191,14 @@ static int cmd_version(ctl_ctx *ctx) {
 
 static int cmd_submit(ctl_ctx *ctx) {
   const char *path = pos(ctx, 0);
+  Dpm__CheckpointPolicy policy = DPM__CHECKPOINT_POLICY__INIT;
+  const char *every = ctx->a->opt[O_CHECKPOINT_EVERY];
+  if (every) {
+    if (ctl_parse_checkpoint_every(every, &policy.every_iters, &policy.every_seconds))
+      return usage_error(ctx, "--checkpoint-every takes iterations (1000) or seconds "
+                              "(600s); 0 disables");
+    policy.has_every_iters = policy.has_every_seconds = 1; /* both: 0 is never */
+  }
   Dpm__ModelSpec *spec = NULL;
   dpm_err err = {0};
   dpm_status s = dpm_spec_load(path, &spec, &err);
@@ -218,6 +226,7 @@ static int cmd_submit(ctl_ctx *ctx) {
     sub.name = (char *)ctx->a->opt[O_NAME];
     sub.devices = devices;
     sub.n_devices = n_devices;
+    sub.checkpoint = every ? &policy : NULL;
     Dpm__Request req = DPM__REQUEST__INIT;
     req.command_case = DPM__REQUEST__COMMAND_SUBMIT;
     req.submit = &sub;
@@ -403,7 +412,11 @@ static int cmd_help(ctl_ctx *ctx) {
       ctl_usage(stdout, &ctl_verbs[i]);
       return CTL_OK;
     }
-  if (name) return usage_error(ctx, "no such command");
+  if (name) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "no such command '%s' ('dpmctl help' lists them)", name);
+    return usage_error(ctx, msg);
+  }
   ctl_usage(stdout, NULL);
   return CTL_OK;
 }
@@ -413,8 +426,9 @@ static int cmd_help(ctl_ctx *ctx) {
 const ctl_verb ctl_verbs[] = {
     {"ping", "ping", 0, 0, 0, 0, cmd_ping, 1, 0},
     {"version", "version", 0, 0, 0, 0, cmd_version, 1, 0},
-    {"submit", "submit SPEC.yaml [--name N] [--devices cpu:0,cpu:1]", 1, 1,
-     OPT(O_NAME) | OPT(O_DEVICES), 0, cmd_submit, 1, 1},
+    {"submit",
+     "submit SPEC.yaml [--name N] [--devices cpu:0,cpu:1] [--checkpoint-every N|Ns]", 1,
+     1, OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY), 0, cmd_submit, 1, 1},
     {"train", "train NAME --iters N [--wait] [--no-progress]", 1, 1,
      OPT(O_ITERS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), OPT(O_ITERS), cmd_train, 1, 0},
     {"status", "status [NAME]", 0, 1, 0, 0, cmd_status, 1, 0},
@@ -459,7 +473,8 @@ void ctl_usage(FILE *f, const ctl_verb *v) {
     fprintf(f, "usage: dpmctl " GLOBAL_USAGE " %s\n", v->usage);
     return;
   }
-  fprintf(f, "usage: dpmctl " GLOBAL_USAGE " COMMAND\n");
+  fprintf(f, "usage: dpmctl " GLOBAL_USAGE " COMMAND\n"
+             "       dpmctl --version\n");
   for (int i = 0; i < ctl_n_verbs; i++) fprintf(f, "  %s\n", ctl_verbs[i].usage);
   fprintf(f, "endpoint: --endpoint, else $DPM_ENDPOINT, else " DPM_DEFAULT_ENDPOINT "\n"
              "token: --token-file, else $DPM_TOKEN_FILE\n"

@@ -8,7 +8,9 @@
 #     nanomsg resent it and the new daemon trained the model by itself): the
 #     model stays paused at its checkpoint, and the waiting dpmctl exits 3
 #     (another instance answers its pings: "restarted");
-#  4. watch --until-done on a model that already finished returns at once.
+#  4. watch --until-done on a model that already finished returns at once;
+#  5. dpmctl --version, help for an unknown command, submit
+#     --checkpoint-every (the policy shows in the model's status).
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -130,5 +132,16 @@ echo "$out" | grep -q '"kind":"state".*"state":"ready".*"iter":'"$((C + 3))" ||
 human=$(build/dpmctl watch m --until-done) || die "watch --until-done exited $?"
 echo "$human" | grep -q "m state ready" || die "watch --until-done (human): $human"
 
+# ---- 5. the command line --------------------------------------------------------
+v=$(sed -n 's/^#define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/client.h)
+expect "--version" "$(build/dpmctl --version)" "dpmctl $v (protocol 1)"
+expect "--json --version" "$(build/dpmctl --json --version)" \
+  '{"program":"dpmctl","version":"'"$v"'","protocol":1}'
+mentions "no such command 'nosuch'" "$(ctl_fails 2 help nosuch)"
+ctl_fails 2 submit "$T/tiny.yaml" --name c --checkpoint-every 10m >/dev/null
+s=$(ctl submit "$T/tiny.yaml" --name c --devices cpu:0 --checkpoint-every 600s)
+echo "$s" | grep -q '"checkpoint_every":{"seconds":600}' || die "policy 600s: $s"
+s=$(ctl submit "$T/tiny.yaml" --name d --devices cpu:0 --checkpoint-every 7)
+echo "$s" | grep -q '"checkpoint_every":{"iters":7}' || die "policy 7: $s"
 stop_dpmd
 echo "ok: dead dpmd noticed, no resend after a restart, finished watch returns"

@@ -1,14 +1,15 @@
 /* Client side without a daemon: the JSON writer (escaping, invalid UTF-8,
  * non-finite and round-tripping numbers, misuse), dpmctl's command-line
- * parser (the verb-table rules, numbers, lists), and the client library
- * against servers in threads of this test: a REP server (request fields,
- * token, reply matching by id, garbage replies), raw REP servers as dpmd
- * has (answers to earlier calls skipped; liveness pings and the "stopped
- * answering" failure of a silent server; a restart told by another instance
- * in a ping answer; a server that closes and binds again never gets the
- * request a second time), a PUB socket (events filtered by model, garbage
- * skipped); a bad endpoint, and an ipc socket file that is missing or has
- * no listener, are DPM_IO at once. */
+ * parser (the verb-table rules, numbers, lists, --version,
+ * --checkpoint-every), and the client library against servers in threads
+ * of this test: a REP server (request fields, token, reply matching by id,
+ * garbage replies), raw REP servers as dpmd has (answers to earlier calls
+ * skipped; liveness pings and the "stopped answering" failure of a silent
+ * server; a restart told by another instance in a ping answer; a server
+ * that closes and binds again never gets the request a second time), a PUB
+ * socket (events filtered by model, garbage skipped); a bad endpoint, and
+ * an ipc socket file that is missing or has no listener, are DPM_IO at
+ * once. */
 #include <nanomsg/nn.h>
 #include <nanomsg/pubsub.h>
 #include <nanomsg/reqrep.h>
@@ -211,6 +212,50 @@ TEST(ctl_parse_verb_table_rules) {
   CHECK(a.opt[O_HELP] && !a.verb);
   CHECK_INT(parse(&a, msg, "train", "-h", NULL), CTL_OK);
   CHECK(a.opt[O_HELP] && a.verb == &VERBS[2]);
+  /* --version: alone, or anywhere with a command whose arguments are missing */
+  CHECK_INT(parse(&a, msg, "--version", NULL), CTL_OK);
+  CHECK(a.opt[O_VERSION] && !a.verb);
+  CHECK_INT(parse(&a, msg, "--json", "--version", NULL), CTL_OK);
+  CHECK(a.opt[O_VERSION] && a.opt[O_JSON]);
+  CHECK_INT(parse(&a, msg, "train", "--version", NULL), CTL_OK);
+  CHECK(a.opt[O_VERSION]);
+  CHECK_INT(parse(&a, msg, "--version=1", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "--version takes no value");
+}
+
+TEST(ctl_checkpoint_every) {
+  uint64_t it = 7;
+  double sec = 7;
+  CHECK_INT(ctl_parse_checkpoint_every("1000", &it, &sec), 0);
+  CHECK(it == 1000 && sec == 0);
+  CHECK_INT(ctl_parse_checkpoint_every("600s", &it, &sec), 0);
+  CHECK(it == 0 && sec == 600);
+  CHECK_INT(ctl_parse_checkpoint_every("0", &it, &sec), 0);
+  CHECK(it == 0 && sec == 0);
+  CHECK_INT(ctl_parse_checkpoint_every("0s", &it, &sec), 0);
+  CHECK(it == 0 && sec == 0);
+  const char *bad[] = {"",
+                       "s",
+                       "-1",
+                       "1.5",
+                       "10m",
+                       "10ss",
+                       "s10",
+                       " 5",
+                       "5 s",
+                       "1e3",
+                       "99999999999999999999s",
+                       "1099511627777"};
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    it = 7;
+    sec = 7;
+    if (ctl_parse_checkpoint_every(bad[k], &it, &sec) != -1) {
+      dpm_test_fail(__FILE__, __LINE__, "'%s' accepted", bad[k]);
+      return;
+    }
+    CHECK(it == 7 && sec == 7); /* untouched */
+  }
+  CHECK_INT(ctl_parse_checkpoint_every(NULL, &it, &sec), -1);
 }
 
 TEST(ctl_numbers_and_lists) {
