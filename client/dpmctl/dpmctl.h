@@ -3,6 +3,7 @@
  *
  *   main.c      global options, environment, dispatch, exit codes
  *   args.c      the command-line parser over the verb table
+ *   rate.c      the progress bar's ETA from the iterations seen (pure)
  *   verbs.c     the verb table and the request/response verbs
  *   output.c    JSON and human output of results and errors
  *   progress.c  train --wait: the progress bar and its events thread
@@ -160,6 +161,21 @@ const char *ctl_event_kind(int kind); /* "progress" ... */
 void ctl_print_event(const ctl_ctx *ctx, const Dpm__Event *ev);
 /* Seconds as "0:42", "1:02:03". */
 void ctl_format_duration(double s, char *buf, size_t cap);
+
+/* rate.c: the wall-clock rate of a run's iterations as the client sees them
+ * (progress events), over at most the last CTL_RATE_SAMPLES seconds, and the
+ * time left at that rate. Pure: the caller passes the clock. */
+#define CTL_RATE_SAMPLES 32 /* one kept per second at most */
+typedef struct ctl_rate {
+  int n, head; /* samples kept, the oldest's index */
+  double t[CTL_RATE_SAMPLES];
+  uint64_t iter[CTL_RATE_SAMPLES];
+} ctl_rate;
+/* Records that the run was at iter at now_s (seconds, any origin) and
+ * returns the seconds until target at the rate seen since the oldest kept
+ * sample; -1 while unknown (one sample, or no step seen yet). An iteration
+ * lower than the last one (a checkpoint was loaded) starts over. */
+double ctl_rate_eta(ctl_rate *r, double now_s, uint64_t iter, uint64_t target);
 
 /* progress.c: train --wait: subscribes to NAME's events, sends req with no
  * timeout and shows progress until the answer comes. */

@@ -12,7 +12,8 @@
  * A daemon that publishes no events (or refuses watch) just gets no
  * progress. The first events after subscribing may be missed (nanomsg
  * connects in the background); progress events keep coming, so the bar
- * catches up.
+ * catches up. The ETA is the time left at the wall-clock rate of the
+ * iterations seen (rate.c), not the daemon's step time.
  *
  * The train call waits without a timeout, but not on a dead daemon: the
  * library pings while it waits and fails the call (exit 3) when dpmd stops
@@ -37,9 +38,7 @@ typedef struct progress {
   int mode;
   uint64_t iters; /* steps of this train */
   size_t drawn;   /* length of the bar line on screen; 0: none */
-  int have_first; /* rate estimate without step_ms */
-  double t_first;
-  uint64_t iter_first;
+  ctl_rate rate;  /* for the ETA */
 } progress;
 
 static double now_s(void) {
@@ -90,17 +89,7 @@ void ctl_progress_bar(const Dpm__ModelInfo *m, uint64_t iters, double eta_s, cha
 /* Seconds left, or -1 when unknown. */
 static double eta(progress *p, const Dpm__ModelInfo *m) {
   if (!m->has_iter || !m->has_target_iter) return -1;
-  uint64_t left = m->target_iter > m->iter ? m->target_iter - m->iter : 0;
-  if (m->has_step_ms && m->step_ms > 0) return (double)left * m->step_ms / 1e3;
-  double t = now_s();
-  if (!p->have_first) {
-    p->have_first = 1;
-    p->t_first = t;
-    p->iter_first = m->iter;
-    return -1;
-  }
-  if (m->iter <= p->iter_first) return -1;
-  return (double)left * (t - p->t_first) / (double)(m->iter - p->iter_first);
+  return ctl_rate_eta(&p->rate, now_s(), m->iter, m->target_iter);
 }
 
 static void show(progress *p, const Dpm__ModelInfo *m) {

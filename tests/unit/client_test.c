@@ -1,15 +1,15 @@
 /* Client side without a daemon: the JSON writer (escaping, invalid UTF-8,
  * non-finite and round-tripping numbers, misuse), dpmctl's command-line
  * parser (the verb-table rules, numbers, lists, --version,
- * --checkpoint-every), and the client library against servers in threads
- * of this test: a REP server (request fields, token, reply matching by id,
- * garbage replies), raw REP servers as dpmd has (answers to earlier calls
- * skipped; liveness pings and the "stopped answering" failure of a silent
- * server; a restart told by another instance in a ping answer; a server
- * that closes and binds again never gets the request a second time), a PUB
- * socket (events filtered by model, garbage skipped); a bad endpoint, and
- * an ipc socket file that is missing or has no listener, are DPM_IO at
- * once. */
+ * --checkpoint-every), the progress bar's ETA (wall-clock rate, made-up
+ * times), and the client library against servers in threads of this test:
+ * a REP server (request fields, token, reply matching by id, garbage
+ * replies), raw REP servers as dpmd has (answers to earlier calls skipped;
+ * liveness pings and the "stopped answering" failure of a silent server; a
+ * restart told by another instance in a ping answer; a server that closes
+ * and binds again never gets the request a second time), a PUB socket
+ * (events filtered by model, garbage skipped); a bad endpoint, and an ipc
+ * socket file that is missing or has no listener, are DPM_IO at once. */
 #include <nanomsg/nn.h>
 #include <nanomsg/pubsub.h>
 #include <nanomsg/reqrep.h>
@@ -25,8 +25,10 @@
 #include "lib/json.h"
 #include "test.h"
 
-/* dpmctl's parser has no daemon or output dependencies: test it in place. */
+/* dpmctl's parser and ETA have no daemon or output dependencies: test them
+ * in place. */
 #include "dpmctl/args.c"
+#include "dpmctl/rate.c"
 
 static double now_ms(void) {
   struct timespec t;
@@ -256,6 +258,41 @@ TEST(ctl_checkpoint_every) {
     CHECK(it == 7 && sec == 7); /* untouched */
   }
   CHECK_INT(ctl_parse_checkpoint_every(NULL, &it, &sec), -1);
+}
+
+/* ---- the progress bar's ETA ---- */
+
+TEST(ctl_eta_follows_the_wall_clock) {
+  /* the daemon's step_ms would say 10 ms a step (left * 10 ms); the steps
+   * really come every 50 ms: 20 per second, in progress events of 10 */
+  ctl_rate r;
+  memset(&r, 0, sizeof r);
+  const uint64_t target = 1000;
+  double eta = 0;
+  CHECK(ctl_rate_eta(&r, 100.0, 0, target) < 0); /* one sample: unknown */
+  for (uint64_t it = 10; it <= 400; it += 10)
+    eta = ctl_rate_eta(&r, 100.0 + it * 0.05, it, target);
+  CHECK_NEAR(eta, (double)(target - 400) * 0.05, 0.01); /* 30 s, not 6 */
+  /* the same iteration again, later: slower, and the ETA grows */
+  double later = ctl_rate_eta(&r, 100.0 + 400 * 0.05 + 5, 400, target);
+  CHECK_NEAR(later, 600.0 * 25.0 / 400.0, 0.01);
+
+  /* a rate that changes: 40 s at 20 steps/s, then 40 s at 100 steps/s; the
+   * window (the last CTL_RATE_SAMPLES s) sees the new rate only */
+  memset(&r, 0, sizeof r);
+  uint64_t it = 0;
+  double t = 0;
+  for (; t < 40; t += 0.5, it += 10) ctl_rate_eta(&r, t, it, 1000000);
+  for (; t < 80; t += 0.5, it += 50) eta = ctl_rate_eta(&r, t, it, 1000000);
+  it -= 50;
+  CHECK_NEAR(eta, (double)(1000000 - it) / 100.0, (double)(1000000 - it) / 100.0 * 0.01);
+
+  /* iterations that go back (a checkpoint was loaded): starts over */
+  CHECK(ctl_rate_eta(&r, 81, 5, 1000) < 0);
+  CHECK(ctl_rate_eta(&r, 81.5, 5, 1000) < 0); /* no step seen since */
+  CHECK_NEAR(ctl_rate_eta(&r, 83, 45, 1000), 955.0 * 2 / 40, 1e-9);
+  /* at the target: no time left */
+  CHECK_NEAR(ctl_rate_eta(&r, 84, 1000, 1000), 0, 0);
 }
 
 TEST(ctl_numbers_and_lists) {
