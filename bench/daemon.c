@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -86,7 +87,18 @@ int main(int argc, char **argv) {
   nr.name = "bench";
   status.command_case = DPM__REQUEST__COMMAND_STATUS;
   status.status = &nr;
-  dpm_client_free_response(call(c, &ping)); /* waits for the daemon to come up */
+  for (int tries = 0;; tries++) { /* its ipc socket appears once it listens */
+    Dpm__Response *rs = NULL;
+    if (!dpm_client_call(c, &ping, &rs, &err)) {
+      dpm_client_free_response(rs);
+      break;
+    }
+    if (tries == 400) {
+      fprintf(stderr, "bench: dpmd does not answer: %s\n", err.msg);
+      return 1;
+    }
+    nanosleep(&(struct timespec){0, 50000000}, NULL);
+  }
 
   Dpm__SubmitRequest sr = DPM__SUBMIT_REQUEST__INIT;
   char *devices[] = {"cpu:0", "cpu:1"};

@@ -16,7 +16,11 @@ build/dpmd --listen "$DPM_ENDPOINT" --state-dir "$dir/state" --devices 2 \
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT INT TERM
 
-ctl --timeout 20000 ping
+for _ in $(seq 400); do # dpmd's socket appears once it listens
+  build/dpmctl ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
+ctl ping
 ctl submit examples/fmnist_mlp.yaml --name mlp --devices cpu:0,cpu:1
 # one epoch: 60000 images / (64 per device x 2 devices) = 468 steps
 ctl train mlp --iters 468 --wait
