@@ -77,9 +77,13 @@ $(BUILD)/asan-bin/dpmd: $(BUILD)/asan/daemon/server/dpmd_main.o $(BUILD)/libdpm-
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/nnsend: $(BUILD)/obj/tests/tools/nnsend.o $(BUILD)/libdpm.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The ASan dpmd of the tests has test hooks (DPMD_TEST_GATE: server/model.c);
+# they do nothing unless the environment asks, and build/dpmd has none.
+$(BUILD)/asan/daemon/server/model.o: ALL_CFLAGS += -DDPM_TEST_HOOKS
 
 $(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
 	@mkdir -p $(dir $@)
@@ -90,7 +94,8 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md).
-test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd $(BUILD)/tests/nnsend
+test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd $(BUILD)/tests/nnsend \
+      $(BUILD)/tests/nnraw
 	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train

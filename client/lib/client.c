@@ -100,8 +100,9 @@ static int open_socket(int family, int protocol, dpm_err *err) {
     dpm_errf(err, DPM_IO, "cannot create a nanomsg socket: %s", nn_strerror(nn_errno()));
     return -1;
   }
-  if (set_int(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, -1) < 0) {
-    dpm_errf(err, DPM_IO, "nanomsg: NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
+  if (set_int(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, -1) < 0 ||
+      set_int(s, NN_SOL_SOCKET, NN_IPV4ONLY, 0) < 0) { /* tcp://[::1]:P too */
+    dpm_errf(err, DPM_IO, "nanomsg: socket options: %s", nn_strerror(nn_errno()));
     nn_close(s);
     return -1;
   }
