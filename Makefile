@@ -94,8 +94,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md).
-test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd $(BUILD)/tests/nnsend \
-      $(BUILD)/tests/nnraw
+test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd $(BUILD)/tests/nnsend
 	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train

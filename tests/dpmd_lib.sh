@@ -65,3 +65,60 @@ wait_state() {
   done
   die "model $1 never reached state $2: $(ctl status "$1")"
 }
+
+# ---- shared by the dpmd tests --------------------------------------------------
+
+ms() { date +%s%3N; }
+# within_ms START MAX WHAT: fails unless less than MAX ms passed since START.
+within_ms() {
+  _took=$(($(ms) - $1))
+  [ "$_took" -lt "$2" ] || die "$3 took $_took ms (limit $2)"
+}
+# refused CODE STATUS ARGS...: dpmctl --json ARGS exits CODE and prints
+# {"error":..,"status":STATUS}; the JSON is printed.
+refused() {
+  _code=$1 _want=$2
+  shift 2
+  _out=$(ctl_fails "$_code" "$@")
+  expect "dpmctl $* status" "$(json_str "$_out" status)" "$_want"
+  echo "$_out"
+}
+# mentions TEXT JSON: the JSON's error message contains TEXT.
+mentions() {
+  case $(json_str "$2" error) in
+  *"$1"*) ;;
+  *) die "message should mention '$1': $2" ;;
+  esac
+}
+# not_listed NAME: no model NAME in the registry nor in the state dir.
+not_listed() {
+  case $(ctl list) in *"\"name\":\"$1\""*) die "model $1 is listed: $(ctl list)" ;; esac
+  [ ! -e "$STATE/models/$1" ] || die "model $1 left $STATE/models/$1 behind"
+}
+iter_of() { json_field "$(ctl status "$1")" iter; }
+state_of() { json_str "$(ctl status "$1")" state; }
+# metric PREFIX: the sum of the metrics lines starting with PREFIX.
+metric() {
+  build/dpmctl metrics | awk -v k="$1" 'index($0, k) == 1 { s += $NF } END { print s + 0 }'
+}
+# ckpt_path DIR ITER: the file name the daemon gives ITER's checkpoint.
+ckpt_path() { printf '%s/ckpt-%012d.dpmckpt' "$1" "$2"; }
+# log_mark / log_since: the daemon log written after the mark.
+log_mark() { mark=$(wc -l <"$T/dpmd.log"); }
+log_since() { tail -n "+$((mark + 1))" "$T/dpmd.log"; }
+# sanitizers_quiet LOG: no ASan, LSan or UBSan report in LOG.
+sanitizers_quiet() {
+  if grep -Eq "AddressSanitizer|LeakSanitizer|runtime error" "$1"; then
+    die "sanitizer report in $1: $(grep -E -A12 "Sanitizer|runtime error" "$1" | head -40)"
+  fi
+}
+# tiny_ops: the forward ops and losses of a tiny model over data and label.
+tiny_ops() {
+  cat <<'YAML'
+  - {op: FC, in: [data], out: fc1, dim_out: 16}
+  - {op: Relu, in: [fc1], out: fc1}
+  - {op: FC, in: [fc1], out: pred, dim_out: 4}
+  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}
+losses: [loss]
+YAML
+}

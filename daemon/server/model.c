@@ -266,17 +266,19 @@ static double mono_s(void) {
 /* A run (re)starts: the images/s window starts over. */
 static void rate_restart(dpmd_model *m) { m->rate_n = 0; }
 
-/* Images per second over the last RATE_WINDOW_S seconds of wall-clock time
- * (jobs between steps, other models on the same devices, a loaded host:
- * all of it counts, as a user watching the run sees it). */
+/* Images per second over the last RATE_WINDOW_S seconds or more of
+ * wall-clock time (jobs between steps, other models on the same devices, a
+ * loaded host: all of it counts, as a user watching the run sees it).
+ * Samples are kept at most every RATE_WINDOW_S / (RATE_SAMPLES / 2) s. */
 static double rate_update(dpmd_model *m, double now, uint64_t iter) {
-  int k = m->rate_n % RATE_SAMPLES;
-  m->rate_t[k] = now;
-  m->rate_iter[k] = iter;
-  m->rate_n++;
-  int oldest = m->rate_n > RATE_SAMPLES ? m->rate_n - RATE_SAMPLES : 0;
-  int o = oldest;
-  while (o < m->rate_n - 2 && now - m->rate_t[(o + 1) % RATE_SAMPLES] >= RATE_WINDOW_S) o++;
+  int last = (m->rate_n - 1) % RATE_SAMPLES;
+  if (m->rate_n == 0 || now - m->rate_t[last] >= 2 * RATE_WINDOW_S / RATE_SAMPLES) {
+    m->rate_t[m->rate_n % RATE_SAMPLES] = now;
+    m->rate_iter[m->rate_n % RATE_SAMPLES] = iter;
+    m->rate_n++;
+  }
+  int o = m->rate_n > RATE_SAMPLES ? m->rate_n - RATE_SAMPLES : 0;
+  while (o < m->rate_n - 1 && now - m->rate_t[(o + 1) % RATE_SAMPLES] >= RATE_WINDOW_S) o++;
   double dt = now - m->rate_t[o % RATE_SAMPLES];
   uint64_t di = iter - m->rate_iter[o % RATE_SAMPLES];
   return dt > 0 && di ? (double)di * m->global_batch / dt : 0;

@@ -21,10 +21,9 @@ typedef struct root_set {
 } root_set;
 
 struct dpmd_paths {
-  dpm_fs data, files; /* ctx: this */
-  const dpmd_config *cfg;
-  const char **data_roots, **file_roots;
-  root_set datas, filess;
+  dpm_fs data, files;                   /* ctx: this */
+  const char **data_roots, **file_roots; /* the config's strings */
+  root_set data_set, file_set;
   struct stat state, models; /* the state dir and STATE/models */
 };
 
@@ -161,11 +160,11 @@ static dpm_status read_under(const root_set *rs, const char *path, int *out, dpm
 }
 
 static dpm_status data_read(const dpm_fs *fs, const char *path, int *out, dpm_err *err) {
-  return read_under(&((const dpmd_paths *)fs->ctx)->datas, path, out, err);
+  return read_under(&((const dpmd_paths *)fs->ctx)->data_set, path, out, err);
 }
 
 static dpm_status files_read(const dpm_fs *fs, const char *path, int *out, dpm_err *err) {
-  return read_under(&((const dpmd_paths *)fs->ctx)->filess, path, out, err);
+  return read_under(&((const dpmd_paths *)fs->ctx)->file_set, path, out, err);
 }
 
 static dpm_status files_dir(const dpm_fs *fs, const char *path, int mkdirs, int *out,
@@ -173,7 +172,7 @@ static dpm_status files_dir(const dpm_fs *fs, const char *path, int mkdirs, int 
   const dpmd_paths *p = fs->ctx;
   int dir;
   *out = -1;
-  if (walk(&p->filess, path, mkdirs, &dir, base, cap, err)) return err->code;
+  if (walk(&p->file_set, path, mkdirs, &dir, base, cap, err)) return err->code;
   struct stat st;
   if (!fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) && S_ISLNK(st.st_mode)) {
     close(dir); /* replacing it would be safe (rename never follows it), but surprising */
@@ -203,16 +202,15 @@ dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *
     dpmd_paths_destroy(p);
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   }
-  p->cfg = cfg;
   p->data_roots[0] = p->file_roots[0] = cfg->state_dir;
   int r = 1, w = 1;
   for (int i = 0; i < cfg->n_allowed_paths; i++)
     p->data_roots[r++] = p->file_roots[w++] = cfg->allowed_paths[i];
   for (int i = 0; i < cfg->n_data_paths; i++) p->data_roots[r++] = cfg->data_paths[i];
-  p->datas = (root_set){p->data_roots, r,
+  p->data_set = (root_set){p->data_roots, r,
                         "the state dir, an allowed path or a data path (allowed_paths, "
                         "data_paths in the config)"};
-  p->filess = (root_set){p->file_roots, w,
+  p->file_set = (root_set){p->file_roots, w,
                          "the state dir or an allowed path (allowed_paths in the config)"};
   char models[PATH_MAX];
   snprintf(models, sizeof models, "%s/models", cfg->state_dir);
@@ -230,7 +228,7 @@ dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *
 dpm_status dpmd_paths_check(const dpmd_paths *p, const char *path, dpm_err *err) {
   int at;
   const char *rest;
-  return find_root(&p->filess, path, &at, &rest, err);
+  return find_root(&p->file_set, path, &at, &rest, err);
 }
 
 const dpm_fs *dpmd_paths_data(const dpmd_paths *p) { return &p->data; }

@@ -14,12 +14,6 @@
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
-ms() { date +%s%3N; }
-# within_ms START MAX WHAT: fails unless less than MAX ms passed since START.
-within_ms() {
-  _took=$(($(ms) - $1))
-  [ "$_took" -lt "$2" ] || die "$3 took $_took ms (limit $2)"
-}
 # running PID: the process exists and has not exited (zombies have).
 running() { [ -e "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 # reap PID SECONDS WHAT: waits up to SECONDS for PID (a child of this shell)
@@ -36,14 +30,6 @@ reap() {
   fi
   rc=0
   wait "$1" || rc=$?
-}
-iter_of() { json_field "$(ctl status "$1")" iter; }
-# mentions TEXT JSON: the JSON's error message contains TEXT.
-mentions() {
-  case $(json_str "$2" error) in
-  *"$1"*) ;;
-  *) die "message should mention '$1': $2" ;;
-  esac
 }
 
 cat >"$T/tiny.yaml" <<'YAML'

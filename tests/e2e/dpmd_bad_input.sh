@@ -28,22 +28,6 @@ trap 'rc=$?
   rm -rf "$OUTSIDE.ckpt" "$OUTSIDE.pred"
   cleanup' EXIT
 
-# refused CODE STATUS ARGS...: dpmctl --json ARGS exits CODE and prints
-# {"error":..,"status":STATUS}; the JSON is printed.
-refused() {
-  _code=$1 _want=$2
-  shift 2
-  _out=$(ctl_fails "$_code" "$@")
-  expect "dpmctl $* status" "$(json_str "$_out" status)" "$_want"
-  echo "$_out"
-}
-# mentions TEXT JSON: the JSON's error message contains TEXT.
-mentions() {
-  case $(json_str "$2" error) in
-  *"$1"*) ;;
-  *) die "message should mention '$1': $2" ;;
-  esac
-}
 # answer ENDPOINT MODE [ARG]: what nnsend got back. nnsend waits 2 s for an
 # answer: on a loaded machine, one "no reply" is retried once.
 answer() {
@@ -61,12 +45,6 @@ nn() {
   *) die "nnsend $*: got '$_got', expected '$_want...'" ;;
   esac
 }
-# metric PREFIX: the sum of the metrics lines starting with PREFIX.
-metric() {
-  build/dpmctl metrics | awk -v k="$1" 'index($0, k) == 1 { s += $NF } END { print s + 0 }'
-}
-iter_of() { json_field "$(ctl status "$1")" iter; }
-state_of() { json_str "$(ctl status "$1")" state; }
 # wait_iter NAME N: polls until NAME's iteration is above N (30 s).
 wait_iter() {
   for _ in $(seq 300); do
@@ -74,17 +52,6 @@ wait_iter() {
     sleep 0.1
   done
   die "model $1 stuck at iteration $(iter_of "$1") (waited for > $2)"
-}
-# not_listed NAME: no model NAME in the registry nor in the state dir.
-not_listed() {
-  case $(ctl list) in *"\"name\":\"$1\""*) die "model $1 is listed: $(ctl list)" ;; esac
-  [ ! -e "$STATE/models/$1" ] || die "model $1 left $STATE/models/$1 behind"
-}
-# sanitizers_quiet LOG
-sanitizers_quiet() {
-  if grep -Eq "AddressSanitizer|LeakSanitizer|runtime error" "$1"; then
-    die "sanitizer report in $1: $(grep -E -A12 "Sanitizer|runtime error" "$1" | head -40)"
-  fi
 }
 
 # ---- 1. the daemon and a model that trains throughout ------------------------
@@ -173,19 +140,10 @@ input: {reader: synthetic, batch_size: 8, num_examples: 64, shape: [1, 8, 8], nu
 forward:
 YAML
 }
-spec_ops() { # lines 4-8
-  cat <<'YAML'
-  - {op: FC, in: [data], out: fc1, dim_out: 16}
-  - {op: Relu, in: [fc1], out: fc1}
-  - {op: FC, in: [fc1], out: pred, dim_out: 4}
-  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}
-losses: [loss]
-YAML
-}
-{ spec_head; spec_ops; } >"$T/tiny.yaml"
+{ spec_head; tiny_ops; } >"$T/tiny.yaml"
 # (a) YAML errors: refused by dpmctl with FILE:LINE:COL, nothing sent
-{ spec_head; spec_ops; echo "losses: [loss]"; } >"$T/dup.yaml"
-{ spec_head; spec_ops; echo "optimiser: sgd"; } >"$T/unknown.yaml"
+{ spec_head; tiny_ops; echo "losses: [loss]"; } >"$T/dup.yaml"
+{ spec_head; tiny_ops; echo "optimiser: sgd"; } >"$T/unknown.yaml"
 printf 'name: tiny\ninput:\n  reader: synthetic\n    batch_size: 8\n' >"$T/indent.yaml"
 submits0=$(metric 'dpmd_requests_total{command="submit"')
 pings0=$(metric 'dpmd_requests_total{command="ping"')
@@ -199,21 +157,21 @@ expect "submits sent for YAML errors" "$(metric 'dpmd_requests_total{command="su
   "$submits0"
 expect "pings sent for YAML errors" "$(metric 'dpmd_requests_total{command="ping"')" "$pings0"
 # (b) specs that parse but the engine refuses: the op and its line are named
-{ spec_head; spec_ops | sed '2s/.*/  - {op: Bogus, in: [fc1], out: x}/'; } >"$T/bogus.yaml"
+{ spec_head; tiny_ops | sed '2s/.*/  - {op: Bogus, in: [fc1], out: x}/'; } >"$T/bogus.yaml"
 out=$(refused 1 SPEC submit "$T/bogus.yaml" --name bad_bogus)
 mentions "$T/bogus.yaml:5: op #2 (Bogus): unknown op 'Bogus'" "$out"
-{ spec_head; spec_ops | sed '3s/in: \[fc1\]/in: [fc9]/'; } >"$T/undef.yaml"
+{ spec_head; tiny_ops | sed '3s/in: \[fc1\]/in: [fc9]/'; } >"$T/undef.yaml"
 out=$(refused 1 SPEC submit "$T/undef.yaml" --name bad_undef)
 mentions "$T/undef.yaml:6: op #3 (FC): input 'fc9' is not defined" "$out"
 {
   spec_head
-  spec_ops | sed '4s/.*/  - {op: Add, in: [pred, fc1], out: sum}\
+  tiny_ops | sed '4s/.*/  - {op: Add, in: [pred, fc1], out: sum}\
   - {op: SoftmaxWithLoss, in: [sum, label], out: [softmax, loss]}/'
 } >"$T/add.yaml"
 out=$(ctl_fails 1 submit "$T/add.yaml" --name bad_add)
 case $(json_str "$out" status) in SHAPE | SPEC) ;; *) die "shape mismatch: $out" ;; esac
 mentions "$T/add.yaml:7: op #4 (Add)" "$out"
-{ spec_head; spec_ops | sed '1s/in: \[data\]/in: [label]/'; } >"$T/fclabel.yaml"
+{ spec_head; tiny_ops | sed '1s/in: \[data\]/in: [label]/'; } >"$T/fclabel.yaml"
 out=$(ctl_fails 1 submit "$T/fclabel.yaml" --name bad_fclabel)
 case $(json_str "$out" status) in SHAPE | SPEC) ;; *) die "FC on labels: $out" ;; esac
 mentions "op #1 (FC)" "$out" # (no FILE:LINE yet: engine/model.c add_params)
@@ -221,7 +179,7 @@ mentions "op #1 (FC)" "$out" # (no FILE:LINE yet: engine/model.c add_params)
   echo "name: tiny"
   echo "input: {reader: idx, images: $T/allowed/no-such-images.gz, labels: $DATA/train-labels-idx1-ubyte.gz, batch_size: 8}"
   echo "forward:"
-  spec_ops
+  tiny_ops
 } >"$T/nodata.yaml"
 out=$(refused 1 IO submit "$T/nodata.yaml" --name bad_nodata)
 mentions "$T/allowed/no-such-images.gz" "$out"

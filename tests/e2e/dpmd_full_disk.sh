@@ -26,11 +26,6 @@ trap 'rc=$?
   umount "$STATE" || umount -l "$STATE"
   cleanup' EXIT
 
-# ckpt_path DIR ITER: the file name the daemon gives ITER's checkpoint.
-ckpt_path() { printf '%s/ckpt-%012d.dpmckpt' "$1" "$2"; }
-# log_mark / log_since: the daemon log written after the mark.
-log_mark() { mark=$(wc -l <"$T/dpmd.log"); }
-log_since() { tail -n "+$((mark + 1))" "$T/dpmd.log"; }
 avail_kb() { df -Pk "$STATE" | awk 'NR == 2 { print $4 }'; }
 
 # 1024 inputs x 2048 fc1 units: 8 MiB of weights and 8 MiB of momentum,

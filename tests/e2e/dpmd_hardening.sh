@@ -30,21 +30,9 @@
 DPMD=${DPMD:-build/asan-bin/dpmd}
 . tests/dpmd_lib.sh
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-for b in "$DPMD" build/dpmctl build/dpm-train build/libdpm.a; do
-  [ -e "$b" ] || die "missing $b: make all build/asan-bin/dpmd"
+for b in "$DPMD" build/dpmctl build/dpm-train build/tests/nnsend; do
+  [ -e "$b" ] || die "missing $b: make all build/asan-bin/dpmd build/tests/nnsend"
 done
-
-# nnraw (tests/tools/nnraw.c) sends a file's bytes as one request; built
-# here when the Makefile has not built it.
-NNRAW=build/tests/nnraw
-if [ ! -x "$NNRAW" ]; then
-  NNRAW=$T/nnraw
-  # shellcheck disable=SC2046 # pkg-config's flags: split intended
-  ${CC:-cc} -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -Iinclude -Ibuild \
-    $(pkg-config --cflags libprotobuf-c nanomsg) -o "$NNRAW" tests/tools/nnraw.c \
-    build/libdpm.a $(pkg-config --libs libprotobuf-c yaml-0.1 zlib openblas libuv nanomsg) \
-    -lpthread -lm || die "cannot build tests/tools/nnraw.c"
-fi
 
 OUTSIDE=$T/outside # outside the state dir and every allowed path
 PID2=""
@@ -57,43 +45,6 @@ trap 'rc=$?
   fi
   cleanup' EXIT
 
-ms() { date +%s%3N; }
-# within_ms START MAX WHAT: fails unless less than MAX ms passed since START.
-within_ms() {
-  _took=$(($(ms) - $1))
-  [ "$_took" -lt "$2" ] || die "$3 took $_took ms (limit $2)"
-}
-# refused CODE STATUS ARGS...: dpmctl --json ARGS exits CODE and prints
-# {"error":..,"status":STATUS}; the JSON is printed.
-refused() {
-  _code=$1 _want=$2
-  shift 2
-  _out=$(ctl_fails "$_code" "$@")
-  expect "dpmctl $* status" "$(json_str "$_out" status)" "$_want"
-  echo "$_out"
-}
-# mentions TEXT JSON: the JSON's error message contains TEXT.
-mentions() {
-  case $(json_str "$2" error) in
-  *"$1"*) ;;
-  *) die "message should mention '$1': $2" ;;
-  esac
-}
-# not_listed NAME: no model NAME in the registry nor in the state dir.
-not_listed() {
-  case $(ctl list) in *"\"name\":\"$1\""*) die "model $1 is listed: $(ctl list)" ;; esac
-  [ ! -e "$STATE/models/$1" ] || die "model $1 left $STATE/models/$1 behind"
-}
-state_of() { json_str "$(ctl status "$1")" state; }
-# metric PREFIX: the sum of the metrics lines starting with PREFIX.
-metric() {
-  build/dpmctl metrics | awk -v k="$1" 'index($0, k) == 1 { s += $NF } END { print s + 0 }'
-}
-# ckpt DIR ITER: the file name the daemon gives ITER's checkpoint.
-ckpt() { printf '%s/ckpt-%012d.dpmckpt' "$1" "$2"; }
-# log_mark / log_since: the daemon log written after the mark.
-log_mark() { mark=$(wc -l <"$T/dpmd.log"); }
-log_since() { tail -n "+$((mark + 1))" "$T/dpmd.log"; }
 # wait_exit PID SECONDS WHAT: waits up to SECONDS for PID (a child of this
 # shell) to exit; its exit status in $rc.
 wait_exit() {
@@ -107,28 +58,12 @@ wait_exit() {
   rc=0
   wait "$1" || rc=$?
 }
-# sanitizers_quiet LOG
-sanitizers_quiet() {
-  if grep -Eq "AddressSanitizer|LeakSanitizer|runtime error" "$1"; then
-    die "sanitizer report in $1: $(grep -E -A12 "Sanitizer|runtime error" "$1" | head -40)"
-  fi
-}
 
-# Specs: a tiny synthetic model; spec_with NAME INPUT: the same ops on INPUT.
-spec_ops() {
-  cat <<'YAML'
-  - {op: FC, in: [data], out: fc1, dim_out: 16}
-  - {op: Relu, in: [fc1], out: fc1}
-  - {op: FC, in: [fc1], out: pred, dim_out: 4}
-  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}
-losses: [loss]
-YAML
-}
 spec_with() {
   echo "name: $1"
   echo "input: $2"
   echo "forward:"
-  spec_ops
+  tiny_ops
 }
 SYN="{reader: synthetic, batch_size: 8, num_examples: 64, shape: [1, 8, 8], num_classes: 4}"
 spec_with tiny "$SYN" >"$T/tiny.yaml"
@@ -152,7 +87,7 @@ start_dpmd --config "$T/dpmd.yaml"
   echo "input: $SYN"
   echo "forward:"
   echo "  - {op: ConstantFill, in: [], out: k, shape: [2147483648, 2147483648]}"
-  spec_ops
+  tiny_ops
 } >"$T/ovf.yaml"
 out=$(refused 1 SHAPE submit "$T/ovf.yaml")
 mentions "op #1 (ConstantFill)" "$out"
@@ -236,10 +171,10 @@ printf '\010\001\142\025\012\004\012\002ok\022\015a\000/../../evil' >"$T/nul2.pb
 printf '\010\001\142\020\012\016\012\014a\000bcdefghijk' >"$T/nul3.pb"
 printf '\010\001\142\020\012\016\012\014a_bcdefghijk' >"$T/nonul.pb"
 for f in nul1:submit.spec.name nul2:submit.name nul3:submit.spec.name; do
-  got=$("$NNRAW" "$DPM_ENDPOINT" "$T/${f%%:*}.pb") || die "nnraw ${f%%:*} failed"
+  got=$(build/tests/nnsend "$DPM_ENDPOINT" file "$T/${f%%:*}.pb") || die "nnsend ${f%%:*} failed"
   expect "${f%%:*}" "$got" "reply INVALID request field '${f#*:}' holds a NUL byte"
 done
-got=$("$NNRAW" "$DPM_ENDPOINT" "$T/nonul.pb") || die "nnraw nonul failed"
+got=$(build/tests/nnsend "$DPM_ENDPOINT" file "$T/nonul.pb") || die "nnsend nonul failed"
 case $got in "reply SPEC "*) ;; *) die "the request without a NUL: $got" ;; esac
 for n in a ok a_bcdefghijk; do not_listed "$n"; done
 if [ -e "$T/evil" ] || [ -e "$STATE/evil" ]; then die "a NUL name made a file: $(ls "$T" "$STATE")"; fi
@@ -253,7 +188,7 @@ bad="$T/bad${nl}injected: evil.yaml"
   echo "name: nl"
   echo "input: $SYN"
   echo "forward:"
-  spec_ops | sed '1s/.*/  - {op: Frob, in: [data], out: fc1}/'
+  tiny_ops | sed '1s/.*/  - {op: Frob, in: [data], out: fc1}/'
 } >"$bad"
 log_mark
 rc=0 # not ctl_fails: its echo (dash's) would turn the "\\n" back into a newline
@@ -272,15 +207,15 @@ not_listed nl
 ctl submit "$T/tiny.yaml" --name p --devices cpu:0,cpu:1 --checkpoint-every 20 >/dev/null
 ctl train p --iters 50 --wait --no-progress >/dev/null
 P=$STATE/models/p/checkpoints
-for i in 20 40; do [ -s "$(ckpt "$P" $i)" ] || die "no checkpoint at $i: $(ls "$P")"; done
+for i in 20 40; do [ -s "$(ckpt_path "$P" $i)" ] || die "no checkpoint at $i: $(ls "$P")"; done
 s=$(ctl status p)
 expect "p's checkpoint_iter" "$(json_field "$s" checkpoint_iter)" 40
-expect "p's checkpoint" "$(json_str "$s" checkpoint)" "$(ckpt "$P" 40)"
+expect "p's checkpoint" "$(json_str "$s" checkpoint)" "$(ckpt_path "$P" 40)"
 case $s in *'"checkpoint_every":{"iters":20}'*) ;; *) die "p's policy: $s" ;; esac
 { cat "$T/tiny.yaml"; echo "checkpoint_every: 20"; } >"$T/every.yaml"
 ctl submit "$T/every.yaml" --name r >/dev/null
 ctl train r --iters 25 --wait --no-progress >/dev/null
-[ -s "$(ckpt "$STATE/models/r/checkpoints" 20)" ] ||
+[ -s "$(ckpt_path "$STATE/models/r/checkpoints" 20)" ] ||
   die "no checkpoint at 20 from the spec's policy: $(ls "$STATE/models/r/checkpoints")"
 case $(ctl status r) in *'"checkpoint_every":{"iters":20}'*) ;; *) die "r: $(ctl status r)" ;; esac
 ctl delete r >/dev/null
@@ -288,7 +223,7 @@ ctl submit "$T/tiny.yaml" --name q >/dev/null # the config's checkpoint_every: 3
 ctl train q --iters 65 --wait --no-progress >/dev/null
 Q=$STATE/models/q/checkpoints
 expect "q's checkpoints" "$(ls "$Q" | tr '\n' ' ')" \
-  "$(basename "$(ckpt . 30)") $(basename "$(ckpt . 60)") "
+  "$(basename "$(ckpt_path . 30)") $(basename "$(ckpt_path . 60)") "
 s=$(ctl status q)
 expect "q's checkpoint_iter" "$(json_field "$s" checkpoint_iter)" 60
 case $s in *'"checkpoint_every":{"iters":30}'*) ;; *) die "q's policy: $s" ;; esac
@@ -296,7 +231,7 @@ case $s in *'"checkpoint_every":{"iters":30}'*) ;; *) die "q's policy: $s" ;; es
 # ---- 11. status after a load ---------------------------------------------------------------
 s=$(ctl status p)
 case $s in *'"loss":'*'"images_per_s":'*) ;; *) die "no loss after training: $s" ;; esac
-s=$(ctl load p "$(ckpt "$P" 20)")
+s=$(ctl load p "$(ckpt_path "$P" 20)")
 expect "p's iter after load" "$(json_field "$s" iter)" 20
 for s in "$s" "$(ctl status p)"; do
   case $s in *'"loss"'* | *'"accuracy"'* | *'"images_per_s"'*) die "stale figures after load: $s" ;; esac
@@ -306,7 +241,7 @@ done
 md5=$(md5sum <"$STATE/models/q/spec.pb")
 lock=$(cat "$STATE/lock")
 for args in "checkpoint p --out $STATE/models/q/spec.pb" \
-  "checkpoint p --out $(ckpt "$Q" 999999999999)" "checkpoint p --out $STATE/lock" \
+  "checkpoint p --out $(ckpt_path "$Q" 999999999999)" "checkpoint p --out $STATE/lock" \
   "extract-predictor p --inputs data --outputs softmax --out $STATE/models/q"; do
   # shellcheck disable=SC2086 # word splitting intended
   out=$(refused 1 DENIED $args)
@@ -314,7 +249,7 @@ for args in "checkpoint p --out $STATE/models/q/spec.pb" \
 done
 expect "q's spec.pb after refusals" "$(md5sum <"$STATE/models/q/spec.pb")" "$md5"
 expect "the lock after refusals" "$(cat "$STATE/lock")" "$lock"
-if [ -e "$(ckpt "$Q" 999999999999)" ] || [ -e "$STATE/models/q/predictor.pb" ]; then
+if [ -e "$(ckpt_path "$Q" 999999999999)" ] || [ -e "$STATE/models/q/predictor.pb" ]; then
   die "written into q's directory: $(ls "$STATE/models/q" "$Q")"
 fi
 

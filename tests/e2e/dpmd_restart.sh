@@ -16,11 +16,6 @@ newest_iter() {
   ls "$1" | sed -n 's/^ckpt-\([0-9]\{12\}\)\.dpmckpt$/\1/p' | sort | tail -1 |
     awk '{ print $1 + 0 }'
 }
-# ckpt_path DIR ITER: the file name the daemon gives ITER's checkpoint.
-ckpt_path() { printf '%s/ckpt-%012d.dpmckpt' "$1" "$2"; }
-# log_mark / log_since: the daemon log written after the mark.
-log_mark() { mark=$(wc -l <"$T/dpmd.log"); }
-log_since() { tail -n "+$((mark + 1))" "$T/dpmd.log"; }
 
 # ---- 1. SIGTERM while training ---------------------------------------------
 start_dpmd

@@ -9,9 +9,11 @@
  *     unknown      a request whose command is unknown to this daemon
  *     token T      a ping carrying token T ("" for none)
  *     ping         a valid ping
+ *     file PATH    the bytes of a file, unchanged (requests written by hand:
+ *                  a NUL byte inside a string field, say)
  *
  * Prints "reply STATUS_NAME message" or "no reply" (after 2 s) and exits 0
- * either way; 1 on usage or socket errors. */
+ * either way; 1 on usage, file or socket errors. */
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <stdio.h>
@@ -78,6 +80,15 @@ int main(int argc, char **argv) {
     len = pack_ping(DPM_PROTOCOL_VERSION, argc > 3 ? arg : NULL, &buf);
   } else if (!strcmp(mode, "ping")) {
     len = pack_ping(DPM_PROTOCOL_VERSION, NULL, &buf);
+  } else if (!strcmp(mode, "file")) {
+    FILE *f = fopen(arg, "rb");
+    buf = malloc(1 << 20);
+    len = f && buf ? fread(buf, 1, 1 << 20, f) : 0;
+    if (!f || !buf || ferror(f)) {
+      fprintf(stderr, "nnsend: cannot read %s\n", arg);
+      return 1;
+    }
+    fclose(f);
   } else {
     fprintf(stderr, "nnsend: unknown mode %s\n", mode);
     return 1;
