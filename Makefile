@@ -10,8 +10,11 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g -ftree-vectorize -fno-math-errno
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Idaemon -Iclient -I. \
-              -I$(BUILD) $(PKG_CFLAGS) -MMD -MP
+# Include folders by layer: the daemon sees no client headers, the client no
+# daemon headers, common/ neither; tests, benchmarks and tools see all.
+INC      = -Iinclude -Idaemon -Iclient -I.
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(PKG_CFLAGS) \
+             -MMD -MP
 LDLIBS   = $(PKG_LIBS) -lpthread -lm
 ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
             -fno-sanitize-recover=undefined
@@ -22,7 +25,7 @@ ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/c
                           daemon/parallel/*.c \
                           daemon/train/*.c daemon/server/*.c)
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC))
-SPEC_SRC := $(wildcard common/*.c client/spec/*.c client/lib/*.c)
+SPEC_SRC := $(wildcard common/*.c client/lib/*.c)
 LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C)
 CTL_SRC  := $(wildcard client/dpmctl/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
@@ -80,6 +83,10 @@ $(BUILD)/asan-bin/dpmd: $(BUILD)/asan/daemon/server/dpmd_main.o $(BUILD)/libdpm-
 $(BUILD)/tests/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/obj/daemon/%.o $(BUILD)/asan/daemon/%.o: INC = -Iinclude -Idaemon -I.
+$(BUILD)/obj/client/%.o $(BUILD)/asan/client/%.o: INC = -Iinclude -Iclient -I.
+$(BUILD)/obj/common/%.o $(BUILD)/asan/common/%.o: INC = -Iinclude -I.
 
 # The ASan dpmd of the tests has test hooks (DPMD_TEST_GATE: server/model.c);
 # they do nothing unless the environment asks, and build/dpmd has none.

@@ -20,7 +20,7 @@
 
 #include "bench.h"
 #include "dpm/client.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "train/trainer.h"
 
 extern char **environ;

@@ -22,7 +22,7 @@
 #include "bench.h"
 #include "engine/exec.h"
 #include "engine/tensor.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "train/trainer.h"
 
 /* One 1024^3 sgemm, in ms. */

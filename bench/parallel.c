@@ -26,7 +26,7 @@
 
 #include "bench.h"
 #include "parallel/crew.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "train/trainer.h"
 
 typedef struct {

@@ -39,7 +39,7 @@
 
 #include "bench.h"
 #include "dpm/client.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 
 extern char **environ;
 

@@ -28,6 +28,8 @@ check() {
   fi
 }
 
+check layers sh scripts/check_layers.sh
+
 for t in tests/e2e/*.sh; do
   check "$(basename "$t" .sh)" sh "$t"
 done

@@ -10,7 +10,7 @@
 
 #include "dpm/predictor.h"
 #include "dpmctl/dpmctl.h"
-#include "io/idx.h"
+#include "common/idx.h"
 
 #define PREDICT_BATCH 256
 #define PREDICT_DEFAULT_COUNT 10

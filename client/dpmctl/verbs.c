@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "dpmctl/dpmctl.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 
 /* ---- shared helpers ---- */
 

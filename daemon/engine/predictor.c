@@ -18,7 +18,7 @@
 #include "engine/exec.h"
 #include "engine/fuse.h"
 #include "engine/predictor_extract.h"
-#include "io/file.h"
+#include "common/file.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "predictor tensors are little-endian; a big-endian host must swap");

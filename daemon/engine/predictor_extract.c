@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "engine/strmap.h"
-#include "io/file.h"
+#include "common/file.h"
 
 /* Fusions written back as the op the fused kernel absorbed: an in-place op
  * on out[0] right after the node (engine/fuse.c). */

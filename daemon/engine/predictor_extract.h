@@ -59,7 +59,7 @@ dpm_status dpm_predictor_extract(const dpm_model *m, const dpm_workspace *ws,
 
 /* dpm_predictor_extract, checked by loading it back with the runtime, then
  * written to dir/predictor.pb atomically through fs (NULL: plain paths;
- * io/file.h): a temporary file in dir, fsynced, renamed over the old file,
+ * common/file.h): a temporary file in dir, fsynced, renamed over the old file,
  * and dir fsynced. dir (and its parents) are created when missing (mode
  * 0755). On failure no file is left behind and an earlier predictor.pb is
  * untouched. */

@@ -98,7 +98,7 @@
 #include "dpm/status.h"
 #include "engine/op.h"
 #include "engine/tensor.h"
-#include "io/file.h"
+#include "common/file.h"
 
 #define DPM_CKPT_VERSION 1
 #define DPM_CKPT_MAX_NAME 255          /* bytes in an entry name */
@@ -106,7 +106,7 @@
 
 /* Metadata of a checkpoint; stored and returned exactly as given. */
 typedef struct dpm_ckpt_meta {
-  uint64_t spec_hash;    /* dpm_spec_hash() of the spec (client/spec/spec.h) */
+  uint64_t spec_hash;    /* dpm_spec_hash() of the spec (common/spec.h) */
   uint64_t iter;         /* iterations done */
   uint64_t reader_epoch; /* dpm_reader_pos of the next batch: epoch */
   uint64_t reader_index; /* ... and index */
@@ -123,7 +123,7 @@ typedef struct dpm_ckpt_entry {
 } dpm_ckpt_entry;
 
 /* Write meta and e[0..n) to `path`, resolved through fs (NULL: plain
- * paths; io/file.h), atomically and durably: the data go to a new temporary
+ * paths; common/file.h), atomically and durably: the data go to a new temporary
  * file in the same directory, tensor by tensor with a running CRC (no copy
  * of the data is made), then the header and index; the file is fsynced,
  * renamed over path, and the directory fsynced. On any failure the

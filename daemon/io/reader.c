@@ -27,7 +27,7 @@
 
 #include "engine/rng.h"
 #include "engine/tensor.h"
-#include "io/idx.h"
+#include "common/idx.h"
 
 #define READER_MAX_SLOT_BYTES (1ll << 30) /* floats in one batch buffer */
 #define READER_MAX_SIDE 65536

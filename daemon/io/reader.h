@@ -2,7 +2,7 @@
  * global batch that the device workers slice.
  *
  * Data: kind 0 reads an IDX image file and its label file (gzip or raw; see
- * io/idx.h), kept as uint8 in memory; kind 1 generates a synthetic set that
+ * common/idx.h), kept as uint8 in memory; kind 1 generates a synthetic set that
  * is a pure function of the seed (uniform noise plus a class-dependent band,
  * labels uniform in [0, num_classes)), computed on the fly, so it costs no
  * memory. Pixels become floats (pixel * scale) in the producer thread, or,
@@ -61,7 +61,7 @@ typedef struct dpm_reader_config {
   int kind;           /* DPM_READER_IDX or DPM_READER_SYNTHETIC */
   const char *images; /* idx: image file (gzip or raw) */
   const char *labels; /* idx: label file */
-  const struct dpm_fs *fs; /* how they are opened (io/file.h); NULL: plain paths */
+  const struct dpm_fs *fs; /* how they are opened (common/file.h); NULL: plain paths */
   double scale;       /* float value = pixel (0..255) * scale; finite */
   int shuffle;        /* 1: a seeded permutation per epoch; 0: file order */
   uint64_t seed;      /* shuffle order and synthetic data */

@@ -14,7 +14,7 @@
 #include "server/request.h"
 #include "server/store.h"
 #include "common/validate.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 
 enum {
   NEEDS_MODEL = 1, /* names an existing model */

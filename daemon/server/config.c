@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "spec/ytree.h"
+#include "common/ytree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define FIELD(cfg, off, type) ((type *)((char *)(cfg) + (off)))

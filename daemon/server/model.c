@@ -19,7 +19,7 @@
 #include "server/log.h"
 #include "server/paths.h"
 #include "server/store.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "train/trainer.h"
 
 typedef enum { JOB_REQUEST, JOB_DELETE, JOB_SHUTDOWN } job_kind;

@@ -1,4 +1,4 @@
-/* Where a client's paths may lead: the file systems (io/file.h) dpmd hands
+/* Where a client's paths may lead: the file systems (common/file.h) dpmd hands
  * to the code that opens what a client named.
  *
  * A client path is absolute. It must lie, lexically, under a root: a spec's
@@ -22,7 +22,7 @@
 #ifndef DPMD_PATHS_H
 #define DPMD_PATHS_H
 
-#include "io/file.h"
+#include "common/file.h"
 #include "server/config.h"
 
 typedef struct dpmd_paths dpmd_paths;

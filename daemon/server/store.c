@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "common/validate.h"
-#include "io/file.h"
-#include "spec/spec.h"
+#include "common/file.h"
+#include "common/spec.h"
 
 #define MAX_SPEC_FILE (64u << 20)
 

@@ -6,7 +6,7 @@
  *                                                   shutdown was headed (text)
  *   STATE/lock                                      the running dpmd's pid, flocked
  *
- * Every file is written through io/file.h (a temporary, fsynced, renamed,
+ * Every file is written through common/file.h (a temporary, fsynced, renamed,
  * the directory fsynced), so a crash leaves either the old or the new file;
  * leftover temporaries ("*.tmp*") are ignored and removed at start.
  *

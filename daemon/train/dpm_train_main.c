@@ -19,7 +19,7 @@
 
 #include "common/device.h"
 #include "dpm/client.h" /* DPM_VERSION */
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "train/trainer.h"
 
 typedef struct {

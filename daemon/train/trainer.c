@@ -18,11 +18,11 @@
 #include "engine/predictor_extract.h"
 #include "engine/rng.h"
 #include "io/checkpoint.h"
-#include "io/idx.h"
+#include "common/idx.h"
 #include "io/reader.h"
 #include "parallel/crew.h"
 #include "parallel/share.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 
 typedef enum { JOB_STEP, JOB_SYNC } job_kind;
 

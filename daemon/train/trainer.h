@@ -70,7 +70,7 @@ typedef struct dpm_trainer_options {
    * staging, reader, eval); 0: no limit. */
   uint64_t max_bytes;
   const char *max_bytes_name; /* what sets it, for the message ("max_model_bytes") */
-  /* How data files (input and eval) are opened (io/file.h); NULL: plain. */
+  /* How data files (input and eval) are opened (common/file.h); NULL: plain. */
   const struct dpm_fs *fs;
   /* 1: a replica that finishes backward early waits for the others at the
    * reduction instead of taking parts of their last backward op
@@ -110,7 +110,7 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy, dpm_
 
 /* Write the master's parameters, computed params, optimizer state and
  * counters, the reader position and the spec hash to path (atomically),
- * resolved through fs (io/file.h; NULL: plain). */
+ * resolved through fs (common/file.h; NULL: plain). */
 dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const struct dpm_fs *fs,
                                   const char *path, dpm_err *err);
 /* Load a checkpoint (path through fs) into the master and sync it to every

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "dpm/status.h"
-#include "io/file.h"
+#include "common/file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -69,7 +69,7 @@ static inline dpm_status fuzz_fs_open_dir(const dpm_fs *fs, const char *path, in
   return dpm_errf(err, DPM_DENIED, "%s: the fuzz fs writes nothing", path);
 }
 
-/* A dpm_fs (io/file.h) on which every path opens as a fresh in-memory file
+/* A dpm_fs (common/file.h) on which every path opens as a fresh in-memory file
  * holding b's bytes: the readers that take an fs and a path read the input
  * through their real descriptor code, without the file system. b must
  * outlive the fs's use. */

@@ -1,4 +1,4 @@
-/* Fuzz target: the IDX reader (daemon/io/idx.h) on arbitrary bytes, raw or
+/* Fuzz target: the IDX reader (common/idx.h) on arbitrary bytes, raw or
  * gzip (zlib reads both through the same path), from an in-memory file
  * (fuzz_fs):
  * dpm_idx_peek, then dpm_idx_load, which must agree.
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "io/idx.h"
+#include "common/idx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char path[] = "fuzz.idx";

@@ -7,7 +7,7 @@
 #include "common/validate.h"
 #include "engine/model.h"
 #include "fuzz.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Dpm__ModelSpec *spec = NULL;

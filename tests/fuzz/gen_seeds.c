@@ -18,8 +18,8 @@
 #include "engine/model.h"
 #include "engine/predictor_extract.h"
 #include "io/checkpoint.h"
-#include "io/idx.h"
-#include "spec/spec.h"
+#include "common/idx.h"
+#include "common/spec.h"
 
 #define DATASET "/usr/share/datasets/fashion-mnist/"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 #include "train/trainer.h"
 

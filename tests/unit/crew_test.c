@@ -12,7 +12,7 @@
 
 #include "comm/comm.h"
 #include "parallel/crew.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 #include "train/trainer.h"
 #include "trainer_fixture.h"

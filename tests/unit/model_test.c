@@ -4,7 +4,7 @@
 
 #include "engine/exec.h"
 #include "engine/model.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 
 static const int64_t CHW[3] = {1, 4, 5};

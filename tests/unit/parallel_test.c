@@ -6,7 +6,7 @@
 
 #include "engine/workspace.h"
 #include "io/checkpoint.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 #include "train/trainer.h"
 #include "trainer_fixture.h"

@@ -1,4 +1,4 @@
-/* Files through descriptors (io/file.h) and dpmd's confinement of clients'
+/* Files through descriptors (common/file.h) and dpmd's confinement of clients'
  * paths (server/paths.h), on a scratch tree:
  *
  *   D/state/models/m/checkpoints   the daemon's own files
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/file.h"
+#include "common/file.h"
 #include "server/paths.h"
 #include "server/request.h"
 #include "server/store.h"

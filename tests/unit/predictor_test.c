@@ -10,7 +10,7 @@
 #include "engine/exec.h"
 #include "engine/model.h"
 #include "engine/predictor_extract.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 #include "testfile.h"
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "io/idx.h"
+#include "common/idx.h"
 #include "io/reader.h"
 #include "test.h"
 

@@ -12,7 +12,7 @@
 #include "ops/gemm.h"
 #include "parallel/plan.h"
 #include "parallel/share.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 #include "trainer_fixture.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 
 /* clang-format off */

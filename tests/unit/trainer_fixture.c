@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "spec/spec.h"
+#include "common/spec.h"
 
 Dpm__ModelSpec *tf_spec(const char *forward, int per_device, int seed, double lr,
                         const char *net_type, int bucket_bytes) {

@@ -9,7 +9,7 @@
 #include "common/escape.h"
 #include "common/pbcheck.h"
 #include "common/validate.h"
-#include "spec/spec.h"
+#include "common/spec.h"
 #include "test.h"
 
 static const char GOOD[] =

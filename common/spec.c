@@ -1,7 +1,7 @@
 /* The spec schema: dpm_ynode tree (ytree.c) -> Dpm__ModelSpec. Each section
  * is a table of keys saying how to read the value and where it goes in the
  * message; operators (forward) and devices have their own readers. */
-#include "spec/spec.h"
+#include "common/spec.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "common/validate.h"
-#include "spec/ytree.h"
+#include "common/ytree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define AT(msg, off, type) ((type *)((char *)(msg) + (off)))

@@ -1,5 +1,5 @@
 /* YAML text -> dpm_ynode tree, with libyaml's event API (see ytree.h). */
-#include "spec/ytree.h"
+#include "common/ytree.h"
 
 #include <stdarg.h>
 #include <stdio.h>

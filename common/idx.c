@@ -1,5 +1,5 @@
 /* IDX file loading through zlib (gzip and raw files alike). */
-#include "io/idx.h"
+#include "common/idx.h"
 
 #include <errno.h>
 #include <stdlib.h>

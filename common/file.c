@@ -1,5 +1,5 @@
 /* Opening and atomically replacing files through descriptors (file.h). */
-#include "io/file.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* dpm_status text and dpm_err helpers. */
+/* dpm_status text and dpm_err helpers (include/dpm/status.h). */
 #include "dpm/status.h"
 
 #include <stdio.h>

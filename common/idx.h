@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "dpm/status.h"
-#include "io/file.h"
+#include "common/file.h"
 
 #define DPM_IDX_MAGIC_LABELS 0x00000801u /* u8, 1-D: [items] */
 #define DPM_IDX_MAGIC_IMAGES 0x00000803u /* u8, 3-D: [items, rows, cols] */
@@ -41,7 +41,7 @@ typedef struct dpm_idx {
   size_t size;    /* product of the dims */
 } dpm_idx;
 
-/* Load path (gzip or raw), opened through fs (NULL: plain paths; io/file.h:
+/* Load path (gzip or raw), opened through fs (NULL: plain paths; common/file.h:
  * a regular file, never blocking on a FIFO). ndim 1 accepts only a label
  * file, 3 only an image file, 0 either. On success *out owns the data. */
 dpm_status dpm_idx_load(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
