@@ -47,7 +47,7 @@ static int setup(config *c, const Dpm__ModelSpec *spec, int steps) {
   if (c->independent) {
     opt.devices = 1;
     for (int k = 0; k < 2 && !rc; k++) {
-      rc = dpm_crew_create_pinned(1, 60000, &k, &c->crews[k], &err) != DPM_OK;
+      rc = dpm_crew_create_pinned(1, &k, &c->crews[k], &err) != DPM_OK;
       opt.crew = c->crews[k];
       if (!rc) rc = dpm_trainer_create(spec, &opt, k ? &c->peer : &c->t, &err) != DPM_OK;
     }

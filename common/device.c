@@ -5,6 +5,7 @@
 #include <string.h>
 
 static const char *const kind_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "cuda"};
+static const char *const scope_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "gpu"};
 
 const char *dpm_device_kind_name(dpm_device_kind k) {
   return (unsigned)k < DPM_DEVICE_KIND_COUNT ? kind_names[k] : "?";
@@ -30,5 +31,11 @@ int dpm_device_parse(const char *s, dpm_device *out) {
 
 char *dpm_device_format(dpm_device d, char *buf, size_t n) {
   snprintf(buf, n, "%s:%d", dpm_device_kind_name(d.kind), d.index);
+  return buf;
+}
+
+char *dpm_device_scope(dpm_device d, char *buf, size_t n) {
+  snprintf(buf, n, "%s_%d", (unsigned)d.kind < DPM_DEVICE_KIND_COUNT ? scope_names[d.kind] : "?",
+           d.index);
   return buf;
 }

@@ -25,5 +25,9 @@ const char *dpm_device_kind_name(dpm_device_kind k);
 int dpm_device_parse(const char *s, dpm_device *out);
 /* "KIND:N" into buf (at least 16 bytes); returns buf. */
 char *dpm_device_format(dpm_device d, char *buf, size_t n);
+/* The scope of the replica on d in blob names, as Caffe2 named them:
+ * "cpu_1", "gpu_1" (CUDA), into buf; returns buf. "cpu_1/fc1_w" is that
+ * replica's fc1_w. */
+char *dpm_device_scope(dpm_device d, char *buf, size_t n);
 
 #endif

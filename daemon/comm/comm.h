@@ -112,6 +112,41 @@ const char *dpm_comm_backend(const dpm_comm *c);
  * on its way in). NULL is ignored. */
 void dpm_comm_destroy(dpm_comm *c);
 
+/* ---- The factory ---------------------------------------------------------
+ *
+ * Every communicator comes from dpm_comm_create: the caller says which
+ * backend, how many ranks it runs here and where they sit in the job's
+ * whole group; the backend does the rest (a local group now; Gloo across
+ * hosts and NCCL across GPUs later fill the same config). */
+typedef enum {
+  DPM_COMM_LOCAL, /* the ranks are threads of this process, host buffers */
+  DPM_COMM_GLOO,  /* host buffers, several hosts over TCP (not in this build) */
+  DPM_COMM_NCCL,  /* device buffers and streams (not in this build) */
+} dpm_comm_kind;
+
+struct Dpm__Rendezvous;
+
+typedef struct dpm_comm_config {
+  dpm_comm_kind kind;
+  int size;       /* ranks this process runs (its replicas), 1..DPM_COMM_MAX_RANKS */
+  int rank_base;  /* the job-wide rank of this process's rank 0 */
+  int world;      /* ranks in the whole job (all hosts); 0: size */
+  int timeout_ms; /* how long a rank waits for its peers, > 0 */
+  const struct Dpm__Rendezvous *rendezvous; /* gloo: how the group forms */
+  void *const *streams;                     /* nccl: one per local rank */
+} dpm_comm_config;
+
+/* A new communicator for cfg. DPM_UNSUPPORTED for a backend this build
+ * lacks and for a local group that is not the whole job (world > size:
+ * several hosts need a backend that crosses them, and reducing on one host
+ * alone would be a wrong result, not an error); DPM_INVALID for bad
+ * numbers; DPM_NOMEM. *out is NULL on failure. */
+dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
+/* Replaces *c with a new group made from cfg when a timeout broke it (no
+ * rank may be inside it). On failure *c stays, broken (its calls fail with
+ * DPM_STATE), and the error is returned. */
+dpm_status dpm_comm_renew(dpm_comm **c, const dpm_comm_config *cfg, dpm_err *err);
+
 /* Local backend: `size` ranks (1..DPM_COMM_MAX_RANKS), each a thread of this
  * process passing host memory. Ranks wait for each other at most timeout_ms
  * (> 0) milliseconds per collective; once every rank has arrived, the data

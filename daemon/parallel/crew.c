@@ -1,4 +1,4 @@
-/* A device set's warm workers and communicator (crew.h).
+/* A device set's warm workers (crew.h).
  *
  * Lock-step: a run publishes fn/arg, sets `pending` to n-1 and bumps `gen`;
  * each worker, having seen the new gen, runs fn and decrements pending; the
@@ -7,9 +7,7 @@
  * lock that waits for the workers, so a run costs the two mutex sections it
  * cost before runs could come from several threads.
  *
- * Threads: mu guards fn, arg, the tickets, quit, and the comm pointer's
- * changes (made only while the changer holds the turn, no rank inside
- * fn). gen and pending are atomics written under mu (gen) or by the
+ * Threads: mu guards fn, arg, the tickets and quit. gen and pending are atomics written under mu (gen) or by the
  * ranks (pending); a worker's acquire of gen orders its reads of fn/arg and
  * of whatever the caller wrote before the run, and the caller's acquire of
  * pending orders what the ranks wrote before its return. */
@@ -20,7 +18,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "comm/comm.h"
 #include "comm/spin.h"
 
 /* Runs of one model follow each other within microseconds: waiters spin
@@ -35,9 +32,8 @@ typedef struct {
 } crew_worker;
 
 struct dpm_crew {
-  int n, timeout_ms;
+  int n;
   int core0;      /* CPU for rank 0 (the caller) during runs; -1: anywhere */
-  dpm_comm *comm; /* NULL when n == 1 */
   crew_worker *w; /* [n]; w[0] unused (the caller is rank 0) */
   int threads;    /* workers started */
   pthread_mutex_t mu;
@@ -105,22 +101,11 @@ static void end_turn(dpm_crew *c) {
   if (c->next_ticket != c->serving) pthread_cond_broadcast(&c->turn);
 }
 
-/* Holding the turn, no rank inside the comm: replace a broken comm with a
- * new one. On failure the broken one stays, for the next run to try again. */
-static void renew_comm(dpm_crew *c) {
-  dpm_comm *comm;
-  dpm_err err;
-  if (dpm_comm_local_create(c->n, c->timeout_ms, &comm, &err)) return;
-  dpm_comm_destroy(c->comm);
-  c->comm = comm;
-}
-
 void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
   static _Thread_local int pinned = -1; /* the core this thread was pinned to */
   if (c->core0 >= 0 && pinned != c->core0) pin(pinned = c->core0);
   pthread_mutex_lock(&c->mu);
   take_turn(c);
-  if (c->comm && dpm_comm_broken(c->comm)) renew_comm(c);
   c->fn = fn;
   c->arg = arg;
   if (c->n > 1) {
@@ -143,27 +128,20 @@ void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
   pthread_mutex_unlock(&c->mu);
 }
 
-dpm_comm *dpm_crew_comm(dpm_crew *c) { return c->comm; }
-
 int dpm_crew_size(const dpm_crew *c) { return c->n; }
 
-dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *err) {
-  return dpm_crew_create_pinned(n, comm_timeout_ms, NULL, out, err);
+dpm_status dpm_crew_create(int n, dpm_crew **out, dpm_err *err) {
+  return dpm_crew_create_pinned(n, NULL, out, err);
 }
 
-dpm_status dpm_crew_create_pinned(int n, int comm_timeout_ms, const int *cores,
-                                  dpm_crew **out, dpm_err *err) {
+dpm_status dpm_crew_create_pinned(int n, const int *cores, dpm_crew **out, dpm_err *err) {
   *out = NULL;
-  if (n < 1 || n > DPM_COMM_MAX_RANKS)
+  if (n < 1 || n > DPM_CREW_MAX_RANKS)
     return dpm_errf(err, DPM_INVALID, "crew: %d ranks outside 1..%d", n,
-                    DPM_COMM_MAX_RANKS);
-  if (comm_timeout_ms <= 0)
-    return dpm_errf(err, DPM_INVALID, "crew: timeout %d ms must be positive",
-                    comm_timeout_ms);
+                    DPM_CREW_MAX_RANKS);
   dpm_crew *c = calloc(1, sizeof *c);
   if (!c) return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
   c->n = n;
-  c->timeout_ms = comm_timeout_ms;
   c->core0 = cores ? cores[0] : -1;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->go, NULL);
@@ -172,10 +150,6 @@ dpm_status dpm_crew_create_pinned(int n, int comm_timeout_ms, const int *cores,
   if (!(c->w = calloc((size_t)n, sizeof *c->w))) {
     dpm_crew_destroy(c);
     return dpm_errf(err, DPM_NOMEM, "crew: out of memory");
-  }
-  if (n > 1 && dpm_comm_local_create(n, comm_timeout_ms, &c->comm, err)) {
-    dpm_crew_destroy(c);
-    return err->code;
   }
   for (int r = 1; r < n; r++, c->threads++) {
     c->w[r] = (crew_worker){.c = c, .rank = r, .core = cores ? cores[r] : -1};
@@ -197,7 +171,6 @@ void dpm_crew_destroy(dpm_crew *c) {
     pthread_mutex_unlock(&c->mu);
     for (int r = 1; r <= c->threads; r++) pthread_join(c->w[r].thread, NULL);
   }
-  dpm_comm_destroy(c->comm);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->go);
   pthread_cond_destroy(&c->done);

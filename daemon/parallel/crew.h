@@ -1,9 +1,10 @@
-/* A crew: the warm threads and communicator of one device set, created once
- * and shared by every model (trainer) that runs on those devices.
+/* A crew: the warm threads of one device set, created once and shared by
+ * every model (trainer) that runs on those devices. Crews own threads;
+ * communicators belong to what needs them (each trainer makes its own,
+ * comm/comm.h's factory).
  *
  * A crew of n ranks has n-1 persistent worker threads (ranks 1..n-1; rank 0
- * is whichever thread calls dpm_crew_run) and the group's communicator
- * (local backend, size n; none when n == 1).
+ * is whichever thread calls dpm_crew_run).
  *
  * Runs: dpm_crew_run(fn, arg) calls fn(arg, rank) once on every rank, in
  * lock-step, and returns when all have returned. Runs are serialised, one
@@ -12,35 +13,27 @@
  * spins briefly before sleeping (comm/spin.h), so runs that follow each
  * other within microseconds do not pay a wake-up.
  *
- * What fn must do: use dpm_crew_comm as it is during the run (read it
- * inside fn: a renewal between runs replaces it), and leave nothing in
- * flight on it when it returns, on any rank: every collective it started
- * has been waited for (after a failure too). Then no collective of one run
- * can meet one of the next, whoever runs it. fn must not call dpm_crew_run
- * on its own crew.
+ * What fn must do: leave nothing in flight on any communicator it uses
+ * when it returns, on any rank: every collective it started has been
+ * waited for (after a failure too). Then no collective of one run can meet
+ * one of the next. Between two runs no rank is inside fn, so the caller may
+ * replace a broken communicator there (dpm_comm_renew). fn must not call
+ * dpm_crew_run on its own crew.
  *
- * A broken communicator (a collective timed out, comm.h) is renewed at the
- * start of the next run: the crew destroys it (every rank has left it: the
- * run that broke it is over) and creates a new one; the run that timed out
- * reports its errors, the next one starts on a healthy group.
- * If the renewal itself fails (out of memory) the run gets the broken group
- * (its collectives fail with DPM_STATE) and the next run tries again.
- *
- * Threads: dpm_crew_run from any threads; dpm_crew_comm inside fn (or
- * when no run can be in flight); dpm_crew_size anywhere; create and destroy
- * by the owner, destroy when nobody runs on the crew any more. */
+ * Threads: dpm_crew_run from any threads; dpm_crew_size anywhere; create
+ * and destroy by the owner, destroy when nobody runs on the crew any more. */
 #ifndef DPM_PARALLEL_CREW_H
 #define DPM_PARALLEL_CREW_H
 
 #include "dpm/status.h"
 
-struct dpm_comm;
 typedef struct dpm_crew dpm_crew;
 
-/* n ranks (1..DPM_COMM_MAX_RANKS); collectives wait for peers at most
- * comm_timeout_ms (> 0) milliseconds. DPM_INVALID, DPM_NOMEM (also when a
+#define DPM_CREW_MAX_RANKS 1024
+
+/* n ranks (1..DPM_CREW_MAX_RANKS). DPM_INVALID, DPM_NOMEM (also when a
  * thread cannot be started); *out is NULL on failure. */
-dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *err);
+dpm_status dpm_crew_create(int n, dpm_crew **out, dpm_err *err);
 /* The same, with rank r's thread pinned to CPU cores[r] (cores: n entries,
  * -1 for "anywhere"): workers at start, and rank 0, the caller, at its
  * first run on this crew (the calling thread stays pinned afterwards: give
@@ -49,18 +42,15 @@ dpm_status dpm_crew_create(int n, int comm_timeout_ms, dpm_crew **out, dpm_err *
  * the slowest; pinned, none is migrated onto a core another replica is
  * using. Pinning is best effort (a core outside the process's CPU set is
  * ignored). */
-dpm_status dpm_crew_create_pinned(int n, int comm_timeout_ms, const int *cores,
-                                  dpm_crew **out, dpm_err *err);
+dpm_status dpm_crew_create_pinned(int n, const int *cores, dpm_crew **out, dpm_err *err);
 
 /* fn(arg, rank) on every rank: rank 0 on the calling thread, the others on
  * the crew's workers; returns when all have returned. */
 void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg);
 
-/* The group's communicator; NULL when n == 1. */
-struct dpm_comm *dpm_crew_comm(dpm_crew *c);
 int dpm_crew_size(const dpm_crew *c);
 
-/* Joins the workers, frees the comm. NULL is ignored. */
+/* Joins the workers. NULL is ignored. */
 void dpm_crew_destroy(dpm_crew *c);
 
 #endif

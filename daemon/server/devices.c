@@ -21,14 +21,12 @@ typedef struct crew_entry { /* one device group's crew */
 
 struct dpmd_devices {
   int cpu;
-  int timeout_ms;
   char (*names)[16];
   pthread_mutex_t mu;
   crew_entry *crews;
 };
 
-dpm_status dpmd_devices_create(int cpu, int comm_timeout_ms, dpmd_devices **out,
-                               dpm_err *err) {
+dpm_status dpmd_devices_create(int cpu, dpmd_devices **out, dpm_err *err) {
   *out = NULL;
   if (cpu < 1 || cpu > MAX_CPU)
     return dpm_errf(err, DPM_INVALID, "cpu devices: %d (1..%d)", cpu, MAX_CPU);
@@ -38,7 +36,6 @@ dpm_status dpmd_devices_create(int cpu, int comm_timeout_ms, dpmd_devices **out,
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   }
   dv->cpu = cpu;
-  dv->timeout_ms = comm_timeout_ms;
   for (int i = 0; i < cpu; i++) snprintf(dv->names[i], sizeof dv->names[i], "cpu:%d", i);
   pthread_mutex_init(&dv->mu, NULL);
   *out = dv;
@@ -84,22 +81,24 @@ dpm_status dpmd_devices_crew(dpmd_devices *dv, char *const *names, size_t n,
   *out = NULL;
   char *key = group_key(names, n);
   int *cores = calloc(n ? n : 1, sizeof *cores);
+  dpm_device *devs = calloc(n ? n : 1, sizeof *devs);
   crew_entry *e = NULL;
   dpm_status s = DPM_OK;
   pthread_mutex_lock(&dv->mu);
-  if (!key || !cores) {
+  if (!key || !cores || !devs) {
     s = dpm_errf(err, DPM_NOMEM, "out of memory");
     goto done;
   }
   for (e = dv->crews; e && strcmp(e->key, key); e = e->next) {
   }
   if (!e) { /* first model on this group: its warm crew, pinned to its cores */
-    dpm_device_cores((const char *const *)names, (int)n, (int)n, cores);
+    for (size_t i = 0; i < n; i++) dpm_device_parse(names[i], &devs[i]); /* checked */
+    dpm_device_cores(devs, (int)n, cores);
     if (!(e = calloc(1, sizeof *e))) {
       s = dpm_errf(err, DPM_NOMEM, "out of memory");
       goto done;
     }
-    if ((s = dpm_crew_create_pinned((int)n, dv->timeout_ms, cores, &e->crew, err))) {
+    if ((s = dpm_crew_create_pinned((int)n, cores, &e->crew, err))) {
       free(e);
       e = NULL;
       goto done;
@@ -114,6 +113,7 @@ done:
   pthread_mutex_unlock(&dv->mu);
   free(key);
   free(cores);
+  free(devs);
   return s;
 }
 

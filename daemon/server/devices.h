@@ -1,9 +1,9 @@
 /* The devices dpmd serves, found at start, and their warm crews: worker
- * threads and communicators created once per device group (a list such
- * as cpu:0,cpu:1) and lent to every model that trains on it
- * (parallel/crew.h), so a second model on the same devices starts without
- * creating threads or communicators, and models on other devices run in
- * parallel with it.
+ * threads created once per device group (a list such as cpu:0,cpu:1) and
+ * lent to every model that trains on it (parallel/crew.h), so a second
+ * model on the same devices starts without creating threads, and models on
+ * other devices run in parallel with it. Each model makes its own
+ * communicator (train/trainer.h).
  *
  * CPU devices are "cpu:0" .. "cpu:N-1" (N from the config). CUDA devices
  * would be "cuda:K"; this build has no CUDA backend, so a model asking for
@@ -21,8 +21,7 @@
 struct dpm_crew;
 typedef struct dpmd_devices dpmd_devices;
 
-dpm_status dpmd_devices_create(int cpu, int comm_timeout_ms, dpmd_devices **out,
-                               dpm_err *err);
+dpm_status dpmd_devices_create(int cpu, dpmd_devices **out, dpm_err *err);
 /* The device names, for version/ping ("cpu:0", ...). */
 int dpmd_devices_count(const dpmd_devices *dv);
 const char *dpmd_devices_name(const dpmd_devices *dv, int i);

@@ -44,9 +44,12 @@ struct dpm_trainer {
   dpm_plan plan;
   dpm_trainer_options opt;
   dpm_reader *reader, *eval_reader;
-  dpm_crew *crew; /* the replicas' workers and comm: opt.crew or own_crew */
+  dpm_crew *crew; /* the replicas' workers: opt.crew or own_crew */
   dpm_crew *own_crew;
+  dpm_comm *comm;       /* the replicas' group (NULL with one replica) */
+  dpm_comm_config comm_cfg; /* how it was made: a broken one is made anew */
   int n;            /* replicas */
+  dpm_device *dev;  /* [n] their devices, parsed once */
   dpm_share *share; /* replicas take parts of each other's last backward op */
   replica *r;
   job_kind job;                  /* of the crew run in flight */
@@ -115,12 +118,12 @@ static void run_step(dpm_trainer *t, replica *r) {
   dpm_exec_run_range(&r->step, p->help_at, r->step.n);
 }
 
-/* One rank's part of a crew run: the job on replica `rank`. The crew's comm
- * is looked up per run (the crew renews a broken comm). */
+/* One rank's part of a crew run: the job on replica `rank`, on the group
+ * as it is for this run (dispatch renews a broken one between runs). */
 static void run_job(void *arg, int rank) {
   dpm_trainer *t = arg;
   replica *r = &t->r[rank];
-  r->ctx.comm = dpm_crew_comm(t->crew);
+  r->ctx.comm = t->comm;
   r->status = DPM_OK;
   if (t->job == JOB_SYNC) {
     sync_blobs(r, t->sync_names, t->sync_n);
@@ -140,13 +143,17 @@ static void run_job(void *arg, int rank) {
  * crew's workers), one crew run; the first replica's failure is the
  * result. */
 static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
+  /* a timeout broke the group in an earlier run: no rank is inside it now */
+  dpm_status s = dpm_comm_renew(&t->comm, &t->comm_cfg, err);
+  if (s) return s;
   t->job = job;
   dpm_crew_run(t->crew, run_job, t);
   for (int d = 0; d < t->n; d++)
     if (t->r[d].status) {
       if (err) {
+        char name[32];
         *err = t->r[d].err;
-        dpm_err_prefix(err, "cpu:%d: ", d);
+        dpm_err_prefix(err, "%s: ", dpm_device_format(t->dev[d], name, sizeof name));
       }
       return t->r[d].status;
     }
@@ -201,17 +208,21 @@ static dpm_reader_config reader_config(const dpm_fs *fs, const Dpm__InputSpec *i
   };
 }
 
-/* Devices from the spec (canonical: common/validate.h checked them): CPU
+/* The replicas' devices, parsed once: the options' (count), else the
+ * spec's (canonical: common/validate.h checked them), else cpu:0. CPU
  * devices only in this build. */
-static dpm_status spec_devices(const Dpm__ModelSpec *spec, int *n, dpm_err *err) {
+static dpm_status parse_devices(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *p = spec->parallel;
-  *n = p && p->n_devices ? (int)p->n_devices : 1;
-  for (size_t i = 0; p && i < p->n_devices; i++) {
-    dpm_device d;
-    if (dpm_device_parse(p->devices[i], &d) || d.kind != DPM_DEVICE_CPU)
-      return dpm_errf(err, DPM_UNSUPPORTED,
-                      "%s: device '%s': this build has CPU devices only", spec->source,
-                      p->devices[i]);
+  int named = p ? (int)p->n_devices : 0;
+  t->n = t->opt.devices > 0 ? t->opt.devices : named ? named : 1;
+  if (!(t->dev = calloc((size_t)t->n, sizeof *t->dev))) return nomem(err);
+  for (int i = 0; i < t->n; i++) {
+    t->dev[i] = (dpm_device){DPM_DEVICE_CPU, i};
+    if (t->n == named && dpm_device_parse(p->devices[i], &t->dev[i]))
+      return dpm_errf(err, DPM_SPEC, "device '%s' is not a device", p->devices[i]);
+    if (t->dev[i].kind != DPM_DEVICE_CPU)
+      return dpm_errf(err, DPM_UNSUPPORTED, "%s: device '%s': this build has CPU devices only",
+                      spec->source, p->devices[i]);
   }
   return DPM_OK;
 }
@@ -263,16 +274,19 @@ __attribute__((constructor)) static void remember_process_cpus(void) {
   process_cpus_known = !sched_getaffinity(0, sizeof process_cpus, &process_cpus);
 }
 
-void dpm_device_cores(const char *const *names, int n_names, int n, int *cores) {
+void dpm_device_cores(const dpm_device *devs, int n, int *cores) {
   int allowed[CPU_SETSIZE], n_allowed = 0;
   for (int c = 0; process_cpus_known && c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &process_cpus)) allowed[n_allowed++] = c;
   for (int r = 0; r < n; r++) {
-    int k = r;
-    if (r < n_names) sscanf(names[r], "cpu:%d", &k);
-    cores[r] = n_allowed && k >= 0 ? allowed[k % n_allowed] : -1;
+    int k = devs ? devs[r].index : r;
+    cores[r] = n_allowed ? allowed[k % n_allowed] : -1;
   }
 }
+
+/* The gradient of the losses is seeded with this (Caffe2: 1 / (devices x
+ * shards)), so N replicas with B/N examples each train like one with B. */
+static float loss_scale(int devices, int shards) { return 1.0f / (float)(devices * shards); }
 
 /* Adds b to *sum; saturates instead of wrapping (and then fails any limit). */
 static void add_bytes(uint64_t *sum, uint64_t b) {
@@ -326,16 +340,33 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
   return DPM_OK;
 }
 
+/* The replicas' group: local ranks now; a rendezvous (several hosts) needs
+ * gloo, which the factory refuses until it exists (comm/comm.h). */
+static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
+  const Dpm__Rendezvous *rv = spec->parallel ? spec->parallel->rendezvous : NULL;
+  t->comm_cfg = (dpm_comm_config){
+      .kind = rv ? DPM_COMM_GLOO : DPM_COMM_LOCAL,
+      .size = t->n,
+      .world = t->n * t->shards,
+      .timeout_ms = t->opt.comm_timeout_ms,
+      .rendezvous = rv,
+  };
+  if (t->comm_cfg.world == 1) return DPM_OK;
+  if (dpm_comm_create(&t->comm_cfg, &t->comm, err))
+    return dpm_err_prefix(err, "%s: input.num_shards %d, parallel.rendezvous %s: ",
+                          spec->source, t->shards, rv ? "set" : "none");
+  return DPM_OK;
+}
+
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *par = spec->parallel;
-  int devices;
-  if (spec_devices(spec, &devices, err)) return err->code;
-  if (t->opt.devices > 0) devices = t->opt.devices;
+  if (parse_devices(t, spec, err)) return err->code;
+  int devices = t->n;
   if (t->opt.crew && dpm_crew_size(t->opt.crew) != devices)
     return dpm_errf(err, DPM_INVALID, "%s: %d devices, but the crew has %d ranks",
                     spec->source, devices, dpm_crew_size(t->opt.crew));
-  t->n = devices;
   t->shards = (int)spec->input->num_shards;
+  if (make_comm(t, spec, err)) return err->code;
   int type = t->opt.net_type >= 0                                ? t->opt.net_type
              : par && par->net_type == DPM__NET_TYPE__NET_SIMPLE ? DPM_NET_SIMPLE
                                                                  : DPM_NET_DAG;
@@ -343,8 +374,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   int64_t chw[3];
   dpm_status s = input_shape(t->opt.fs, spec->input, chw, err);
   if (!s)
-    s = dpm_model_build(spec, chw, batch, 1.0f / (float)(devices * t->shards), &t->model,
-                        err);
+    s = dpm_model_build(spec, chw, batch, loss_scale(devices, t->shards), &t->model, err);
   if (!s)
     s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
                        par ? par->broadcast_computed_params : 1, &t->plan, err);
@@ -368,10 +398,8 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (!(t->crew = t->opt.crew)) {
     int *cores = malloc((size_t)devices * sizeof *cores);
     if (!cores) return nomem(err);
-    dpm_device_cores(par ? (const char *const *)par->devices : NULL,
-                     par && (int)par->n_devices == devices ? devices : 0, devices, cores);
-    dpm_status cs =
-        dpm_crew_create_pinned(devices, t->opt.comm_timeout_ms, cores, &t->own_crew, err);
+    dpm_device_cores(t->dev, devices, cores);
+    dpm_status cs = dpm_crew_create_pinned(devices, cores, &t->own_crew, err);
     free(cores);
     if (cs) return cs;
     t->crew = t->own_crew;
@@ -384,7 +412,9 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
   for (int d = 0; d < devices; d++) {
     t->r[d].rank = d;
-    if (replica_init(t, &t->r[d], err)) return dpm_err_prefix(err, "cpu:%d: ", d);
+    char name[32];
+    if (replica_init(t, &t->r[d], err))
+      return dpm_err_prefix(err, "%s: ", dpm_device_format(t->dev[d], name, sizeof name));
   }
   return dpm_trainer_sync(t, err);
 }
@@ -613,17 +643,21 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
 const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name) {
   int d = 0;
   const char *slash = strrchr(name, '/');
-  if (slash) {
-    char *end;
-    if (strncmp(name, "cpu_", 4)) return NULL;
-    long v = strtol(name + 4, &end, 10);
-    if (end != slash || v < 0 || v >= t->n) return NULL;
-    d = (int)v;
+  if (slash) { /* "cpu_1/fc1_w": a replica's scope (common/device.h) */
+    d = -1;
+    for (int k = 0; k < t->n && d < 0; k++) {
+      char scope[32];
+      size_t n = strlen(dpm_device_scope(t->dev[k], scope, sizeof scope));
+      if ((size_t)(slash - name) == n && !memcmp(name, scope, n)) d = k;
+    }
+    if (d < 0) return NULL;
     name = slash + 1;
   }
   const dpm_blob *b = dpm_ws_find(&t->r[d].ws, name);
   return b ? &b->t : NULL;
 }
+
+const dpm_device *dpm_trainer_device(const dpm_trainer *t, int d) { return &t->dev[d]; }
 
 int dpm_trainer_devices(const dpm_trainer *t) { return t->n; }
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t) { return &t->memory; }
@@ -639,6 +673,7 @@ dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d) { return &t->r[d].ws
 void dpm_trainer_destroy(dpm_trainer *t) {
   if (!t) return;
   dpm_crew_destroy(t->own_crew); /* a borrowed crew stays */
+  dpm_comm_destroy(t->comm);
   dpm_share_destroy(t->share);
   for (int d = 0; t->r && d < t->n; d++) {
     replica *r = &t->r[d];
@@ -656,6 +691,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   dpm_model_fini(&t->model);
   free(t->eval_images);
   free(t->eval_labels);
+  free(t->dev);
   free(t);
 }
 

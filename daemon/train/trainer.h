@@ -39,6 +39,7 @@
 
 #include <stdint.h>
 
+#include "common/device.h"
 #include "engine/model.h"
 #include "parallel/plan.h"
 
@@ -59,9 +60,9 @@ typedef struct dpm_step_stats {
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {
-  int devices;         /* CPU replicas; 0: as many as the spec's parallel.devices */
+  int devices;         /* CPU replicas cpu:0..N-1; 0: the spec's parallel.devices */
   int net_type;        /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
-  int comm_timeout_ms; /* collectives' timeout; 0: 60000 (own crew only) */
+  int comm_timeout_ms; /* collectives' timeout; 0: 60000 */
   /* Borrowed crew, its size the device count (else DPM_INVALID); it must
    * outlive the trainer. NULL: the trainer creates one of its own. */
   struct dpm_crew *crew;
@@ -82,10 +83,10 @@ typedef struct dpm_trainer_options {
   int progress_every;
 } dpm_trainer_options;
 
-/* The CPU core for each of n replicas: device "cpu:K" (names[r], r <
- * n_names; else K = r) runs on the (K mod count)-th CPU this process may
- * use. For dpm_crew_create_pinned (parallel/crew.h). */
-void dpm_device_cores(const char *const *names, int n_names, int n, int *cores);
+/* The CPU core for each of n replicas: device cpu:K (devs[r]; devs NULL: K
+ * = r) runs on the (K mod count)-th CPU this process may use. For
+ * dpm_crew_create_pinned (parallel/crew.h). */
+void dpm_device_cores(const dpm_device *devs, int n, int *cores);
 
 /* What a trainer allocates, counted at create before anything is. */
 typedef struct dpm_trainer_memory {
@@ -130,8 +131,11 @@ dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *input
                                         const struct dpm_fs *fs, const char *dir,
                                         dpm_err *err);
 
-/* A replica's blob by scoped ("cpu_1/fc1_w") or stripped (master) name. */
+/* A replica's blob by scoped ("cpu_1/fc1_w": the scope of its device,
+ * common/device.h) or stripped (master) name. */
 const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name);
+/* Replica d's device. */
+const dpm_device *dpm_trainer_device(const dpm_trainer *t, int d);
 int dpm_trainer_devices(const dpm_trainer *t);
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t);
 /* Steps in one epoch of the training data; examples per device per step. */

@@ -321,3 +321,28 @@ TEST(parallel_sync_blobs) {
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
 }
+
+/* input.num_shards 2 used to train with gradients scaled by 1/(2N) and no
+ * reduction across hosts: a wrong result with no error. Until a gloo
+ * communicator exists, a job over several hosts is refused. */
+TEST(trainer_refuses_shards_without_a_communicator_across_hosts) {
+  Dpm__ModelSpec *spec = tf_spec("  - {op: FC, in: [data], out: pred, dim_out: 10}\n", 8, 1,
+                                 0.1, "dag", 1 << 20);
+  CHECK(spec);
+  spec->input->num_shards = 2;
+  dpm_trainer_options opt = {.devices = 2, .net_type = -1};
+  dpm_trainer *t = NULL;
+  dpm_err err = {0};
+  CHECK_INT(dpm_trainer_create(spec, &opt, &t, &err), DPM_UNSUPPORTED);
+  CHECK_HAS(err.msg, "input.num_shards 2");
+  CHECK_HAS(err.msg, "several hosts");
+  CHECK(t == NULL);
+  spec->input->num_shards = 1;
+  spec->parallel->rendezvous = malloc(sizeof *spec->parallel->rendezvous);
+  CHECK(spec->parallel->rendezvous);
+  dpm__rendezvous__init(spec->parallel->rendezvous);
+  spec->parallel->rendezvous->address = strdup("tcp://127.0.0.1:7070");
+  CHECK_INT(dpm_trainer_create(spec, &opt, &t, &err), DPM_UNSUPPORTED);
+  CHECK_HAS(err.msg, "gloo");
+  dpm_spec_free(spec);
+}
