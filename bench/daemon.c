@@ -33,7 +33,8 @@ static Dpm__Response *call(dpm_client *c, Dpm__Request *rq) {
     exit(1);
   }
   if (rs->status) {
-    fprintf(stderr, "bench: %s: %s\n", dpm_status_name(rs->status), rs->message);
+    fprintf(stderr, "bench: %s: %s\n", dpm_status_name(dpm_status_from_wire(rs->status)),
+            rs->message);
     exit(1);
   }
   return rs;

@@ -313,33 +313,51 @@ uint64_t ctl_fnv1a64(const void *data, size_t n) {
   return h;
 }
 
-/* Element i of little-endian data of dtype (0 f32, 1 i32, 2 i64). */
-static double element(const uint8_t *d, uint32_t dtype, size_t i, int64_t *as_int) {
+/* The dtypes a tensor on the wire may have (proto/dpm.proto's DType). */
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[] = {
+    [DPM__DTYPE__DTYPE_F32] = {"f32", 4},
+    [DPM__DTYPE__DTYPE_I32] = {"i32", 4},
+    [DPM__DTYPE__DTYPE_I64] = {"i64", 8},
+};
+
+/* The element size of dtype t and its name; 0 for one this build does not
+ * know (a newer daemon's). */
+static size_t dtype_info(Dpm__DType t, const char **name) {
+  if ((unsigned)t >= sizeof dtypes / sizeof *dtypes) return 0;
+  *name = dtypes[t].name;
+  return dtypes[t].size;
+}
+
+/* Element i of little-endian data of a known dtype. */
+static double element(const uint8_t *d, Dpm__DType dtype, size_t i, int64_t *as_int) {
   uint64_t u = 0;
-  size_t size = dtype == 2 ? 8 : 4;
+  size_t size = dtype == DPM__DTYPE__DTYPE_I64 ? 8 : 4;
   for (size_t b = 0; b < size; b++) u |= (uint64_t)d[i * size + b] << (8 * b);
-  if (dtype == 0) {
+  if (dtype == DPM__DTYPE__DTYPE_F32) {
     uint32_t w = (uint32_t)u;
     float x;
     memcpy(&x, &w, sizeof x);
     *as_int = 0;
     return x;
   }
-  *as_int = dtype == 1 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+  *as_int = dtype == DPM__DTYPE__DTYPE_I32 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
   return (double)*as_int;
 }
 
 int ctl_print_blob(const ctl_ctx *ctx, const Dpm__TensorProto *t, const char *out) {
-  static const char *const names[] = {"f32", "i32", "i64"};
   const uint8_t *data = t->has_data ? t->data.data : NULL;
   size_t bytes = t->has_data ? t->data.len : 0;
-  int known = t->dtype <= 2;
+  const char *name;
+  size_t esize = dtype_info(t->dtype, &name);
+  int known = esize > 0;
   char dtype[16];
   if (known)
-    snprintf(dtype, sizeof dtype, "%s", names[t->dtype]);
+    snprintf(dtype, sizeof dtype, "%s", name);
   else
-    snprintf(dtype, sizeof dtype, "dtype%u", t->dtype);
-  size_t esize = t->dtype == 2 ? 8 : 4;
+    snprintf(dtype, sizeof dtype, "dtype%u", (unsigned)t->dtype);
   uint64_t count = 1;
   for (size_t i = 0; i < t->n_dims; i++)
     count *= t->dims[i] > 0 ? (uint64_t)t->dims[i] : 0;
@@ -373,7 +391,7 @@ int ctl_print_blob(const ctl_ctx *ctx, const Dpm__TensorProto *t, const char *ou
     for (size_t i = 0; i < have && i < 16; i++) {
       int64_t iv;
       double v = element(data, t->dtype, i, &iv);
-      if (t->dtype == 0)
+      if (t->dtype == DPM__DTYPE__DTYPE_F32)
         dpm_json_float(&j, NULL, (float)v);
       else
         dpm_json_int(&j, NULL, iv);
@@ -409,7 +427,7 @@ int ctl_print_blob(const ctl_ctx *ctx, const Dpm__TensorProto *t, const char *ou
     for (size_t i = 0; i < have && i < 8; i++) {
       int64_t iv;
       double v = element(data, t->dtype, i, &iv);
-      if (t->dtype == 0)
+      if (t->dtype == DPM__DTYPE__DTYPE_F32)
         printf(" %g", v);
       else
         printf(" %" PRId64, iv);

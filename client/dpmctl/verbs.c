@@ -39,8 +39,9 @@ int ctl_check(ctl_ctx *ctx, dpm_status s, const dpm_err *err, Dpm__Response **re
   }
   Dpm__Response *r = *resp;
   if (r->status) {
-    const char *msg = r->message && *r->message ? r->message : dpm_strerror(r->status);
-    ctl_error(ctx, dpm_status_name((dpm_status)r->status), "%s", msg);
+    dpm_status st = dpm_status_from_wire(r->status);
+    const char *msg = r->message && *r->message ? r->message : dpm_strerror(st);
+    ctl_error(ctx, dpm_status_name(st), "%s", msg);
     dpm_client_free_response(r);
     *resp = NULL;
     return CTL_FAILED;

@@ -275,10 +275,9 @@ static void send_ping(dpm_client *c) {
 
 /* The instance a ping answer names; 0 when none. */
 static uint64_t instance_of(const Dpm__Response *r) {
-  return r->status == DPM_OK && r->result_case == DPM__RESPONSE__RESULT_VERSION &&
-                 r->version->has_instance
-             ? r->version->instance
-             : 0;
+  int ok = dpm_status_from_wire(r->status) == DPM_OK &&
+           r->result_case == DPM__RESPONSE__RESULT_VERSION && r->version->has_instance;
+  return ok ? r->version->instance : 0;
 }
 
 /* Receives one message: its body (nn_freemsg) and the REQ header's id (or

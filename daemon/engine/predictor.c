@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/dtype_wire.h"
 #include "engine/exec.h"
 #include "engine/fuse.h"
 #include "engine/predictor_extract.h"
@@ -86,9 +87,10 @@ static dpm_status load_params(dpm_predictor *p, const Dpm__PredictorDef *d,
     if (!name[0]) return fail(p, err, DPM_CORRUPT, "parameter #%zu has no name", i + 1);
     if (dpm_strmap_get(params, name) >= 0)
       return fail(p, err, DPM_CORRUPT, "parameter '%s' appears twice", name);
-    if (t->dtype >= DPM_DTYPE_COUNT)
+    dpm_dtype dtype;
+    if (dpm_dtype_from_wire(t->dtype, &dtype))
       return fail(p, err, DPM_CORRUPT, "parameter '%s' has unknown dtype %u", name,
-                  t->dtype);
+                  (unsigned)t->dtype);
     if (t->n_dims > DPM_MAX_DIMS)
       return fail(p, err, DPM_CORRUPT, "parameter '%s' has %zu dimensions, at most %d",
                   name, t->n_dims, DPM_MAX_DIMS);
@@ -102,7 +104,7 @@ static dpm_status load_params(dpm_predictor *p, const Dpm__PredictorDef *d,
         return fail(p, err, DPM_CORRUPT, "parameter '%s' is larger than a file can hold",
                     name);
     }
-    dpm_shape s = dpm_shape_make((dpm_dtype)t->dtype, (int)t->n_dims, t->dims);
+    dpm_shape s = dpm_shape_make(dtype, (int)t->n_dims, t->dims);
     size_t bytes = dpm_shape_bytes(&s), len = t->has_data ? t->data.len : 0;
     if (len != bytes) {
       char b[64];

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/dtype_wire.h"
 #include "engine/strmap.h"
 #include "common/file.h"
 
@@ -429,7 +430,7 @@ static dpm_status tensor(extractor *x, const char *name, Dpm__TensorProto **out)
   if (!t || !dims) return nomem(x->err);
   dpm__tensor_proto__init(t);
   if (strip(x, name, &t->name)) return x->err->code;
-  t->dtype = (uint32_t)b->t.shape.dtype;
+  t->dtype = dpm_dtype_to_wire(b->t.shape.dtype);
   memcpy(dims, b->t.shape.d, (size_t)b->t.shape.ndim * sizeof *dims);
   t->n_dims = (size_t)b->t.shape.ndim;
   t->dims = dims;

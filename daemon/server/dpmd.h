@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "dpm/client.h" /* DPM_PROTOCOL_VERSION */
+#include "dpm/wire.h"   /* dpm_status_to_wire */
 #include "proto/dpm.pb-c.h"
 #include "server/config.h"
 

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/dtype_wire.h"
 #include "engine/workspace.h"
 #include "server/devices.h"
 #include "common/escape.h"
@@ -513,7 +514,7 @@ static void job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *t
                             name);
   Dpm__TensorProto tp = DPM__TENSOR_PROTO__INIT;
   tp.name = name;
-  tp.dtype = (uint32_t)t->shape.dtype;
+  tp.dtype = dpm_dtype_to_wire(t->shape.dtype);
   tp.n_dims = (size_t)t->shape.ndim;
   tp.dims = (int64_t *)t->shape.d;
   tp.has_data = 1;
@@ -605,7 +606,7 @@ static void finish(dpmd_model *m, job *j) {
            j->kind == JOB_DELETE ? "model deleted" : "daemon shutting down");
   release_waiters(m, &err);
   if (j->kind == JOB_DELETE && dpmd_store_remove(m->dir, &err)) {
-    rs.status = err.code;
+    rs.status = dpm_status_to_wire(err.code);
     rs.message = err.msg;
   }
   pthread_mutex_lock(&m->mu); /* freed here, not on the loop thread */
@@ -629,7 +630,7 @@ static void *model_main(void *arg) {
   if (build(m, &err)) {
     dpmd_error("model %s: %s", m->spec->name, err.msg);
     Dpm__Response rs = DPM__RESPONSE__INIT;
-    rs.status = err.code;
+    rs.status = dpm_status_to_wire(err.code);
     rs.message = err.msg;
     dpmd_model_exited(m->d, m, m->submit_to.header ? &m->submit_to : NULL, &rs);
     return NULL;

@@ -147,7 +147,7 @@ static dpmd_outmsg *pack_response(dpmd_reply_to *to, Dpm__Response *resp, out_ki
   dpm__response__pack(resp, o->body);
   o->len = len;
   o->kind = kind;
-  o->status = (int)resp->status;
+  o->status = (int)dpm_status_from_wire(resp->status);
   if (to) {
     o->header = to->header;
     o->command = to->command;
@@ -171,7 +171,7 @@ void dpmd_reply_error(dpmd *d, dpmd_reply_to *to, dpm_status code, const char *f
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   Dpm__Response rs = DPM__RESPONSE__INIT;
-  rs.status = code;
+  rs.status = dpm_status_to_wire(code);
   rs.message = msg;
   dpmd_reply(d, to, &rs);
 }

@@ -8,6 +8,7 @@
  *   Dpm__Response *rs;
  *   if (dpm_client_call(c, &rq, &rs, &err)) ...          // transport failure
  *   if (rs->status) ... rs->message ...                   // the daemon refused
+ *                                               // (dpm_status_from_wire(rs->status))
  *   dpm_client_free_response(rs);
  *   dpm_client_close(c);
  *
@@ -48,6 +49,7 @@
 #include <stdint.h>
 
 #include "dpm/status.h"
+#include "dpm/wire.h" /* dpm_status_from_wire */
 #include "proto/dpm.pb-c.h"
 
 #ifdef __cplusplus

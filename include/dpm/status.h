@@ -1,7 +1,9 @@
 /* dpm status codes: the project's one list of errors.
  *
  * DPM_STATUS_MAP generates the enum, dpm_strerror() and dpm_status_name();
- * the RPC layer maps the same list onto its wire codes. Functions that can
+ * on the wire a status is the proto enum Status, checked against this list
+ * at compile time (include/dpm/wire.h: a status added here needs its
+ * STATUS_ value in proto/dpm.proto). Functions that can
  * fail return dpm_status and pass details through a dpm_err out-parameter.
  * All functions here are pure and safe to call from any thread. */
 #ifndef DPM_STATUS_H

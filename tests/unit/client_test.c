@@ -830,10 +830,10 @@ static void *serve(void *arg) {
     Dpm__ModelInfo mi = DPM__MODEL_INFO__INIT;
     r.has_id = 1;
     r.id = k == 0 ? rq->id + 1000 : rq->id;
-    r.status = DPM_NOT_FOUND;
+    r.status = dpm_status_to_wire(DPM_NOT_FOUND);
     r.message = "no model named 'x'";
     if (k == 1) {
-      r.status = DPM_OK;
+      r.status = DPM__STATUS__STATUS_OK;
       r.message = NULL;
       mi.name = rq->status->name;
       mi.state = "ready";
@@ -882,7 +882,7 @@ TEST(client_round_trip_and_matching) {
   pthread_join(th, NULL);
   nn_close(s.sock);
   dpm_client_close(c);
-  int good = rs && rs->status == DPM_OK &&
+  int good = rs && rs->status == DPM__STATUS__STATUS_OK &&
              rs->result_case == DPM__RESPONSE__RESULT_MODEL &&
              !strcmp(rs->model->name, "mlp") && !strcmp(rs->model->state, "ready");
   dpm_client_free_response(rs);
