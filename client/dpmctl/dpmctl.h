@@ -5,10 +5,15 @@
  *   args.c      the command-line parser over the verb table
  *   rate.c      the progress bar's ETA from the iterations seen (pure)
  *   verbs.c     the verb table and the request/response verbs
- *   output.c    JSON and human output of results and errors
+ *   call.c      the calls verbs make: a request and its checked answer, a
+ *               ping first, long calls, the events endpoint
+ *   output.c    JSON and human output of results, errors and usage lines
  *   progress.c  train --wait: the progress bar and its events thread
- *   watch.c     watch: events as lines; the events endpoint
+ *   watch.c     watch: events as lines
  *   predict.c   predict: runs an extracted predictor, no daemon
+ *
+ * Calls run down this list, never back up: main; verbs; progress, watch,
+ * predict; call; output, args, rate.
  *
  * Exit codes (ARCHITECTURE.md, "Command line contract"): 0 ok, 1 the daemon
  * refused or failed (or a local failure: bad spec, unwritable file), 2 usage,
@@ -118,7 +123,7 @@ typedef struct ctl_ctx {
   int json;
 } ctl_ctx;
 
-/* verbs.c: sends req and handles every failure (prints it, returns its exit
+/* call.c: sends req and handles every failure (prints it, returns its exit
  * code: 3 transport, 1 refused). On CTL_OK *resp is the daemon's answer. */
 int ctl_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
 /* Like ctl_call, but a refusal is not a failure: only transport errors are
@@ -130,12 +135,27 @@ int ctl_check(ctl_ctx *ctx, dpm_status s, const dpm_err *err, Dpm__Response **re
 /* The exit code of a library failure: 3 for transport (TIMEOUT, IO,
  * CORRUPT), else 1. */
 int ctl_transport_exit(dpm_status s);
-/* Print the verb's usage (or all of them for NULL) to f. */
+/* dpm_client_ping, failures printed (exit code returned): proves the daemon
+ * is there and teaches the client its instance before a call that may wait
+ * long. */
+int ctl_ping_first(ctl_ctx *ctx);
+/* For the long verbs: a ping within the normal timeout, then req with
+ * max(timeout, CTL_LONG_TIMEOUT_MS). Returns like ctl_call. */
+int ctl_long_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
+/* The daemon's events endpoint (a watch request for name, which may be
+ * NULL). Returns CTL_OK with *endpoint a new string ("" when the daemon
+ * publishes none, or refused and quiet_refusal is set), or an exit code
+ * after printing the error. */
+int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
+                        char **endpoint);
+
+/* verbs.c: print the verb's usage (or all of them for NULL) to f. */
 void ctl_usage(FILE *f, const ctl_verb *v);
-/* After a usage error: the verb's usage, or one line pointing at help. */
-void ctl_usage_short(FILE *f, const ctl_verb *v);
 
 /* output.c */
+#define CTL_GLOBAL_USAGE "[--endpoint ADDR] [--timeout MS] [--json] [--token-file FILE]"
+/* After a usage error: the verb's usage, or one line pointing at help. */
+void ctl_usage_short(FILE *f, const ctl_verb *v);
 /* An error of status name `status` ("NOT_FOUND", "USAGE"): "dpmctl: STATUS:
  * message" on stderr, and with --json {"error":..,"status":..} on stdout. */
 void ctl_error(const ctl_ctx *ctx, const char *status, const char *fmt, ...)
@@ -185,19 +205,7 @@ int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
 void ctl_progress_bar(const Dpm__ModelInfo *m, uint64_t iters, double eta_s, char *buf,
                       size_t cap);
 
-/* verbs.c: dpm_client_ping, failures printed (exit code returned): proves
- * the daemon is there and teaches the client its instance before a call
- * that may wait long. */
-int ctl_ping_first(ctl_ctx *ctx);
-
-/* watch.c: the daemon's events endpoint (a watch request for name, which
- * may be NULL). Returns CTL_OK with *endpoint a new string ("" when the
- * daemon publishes none, or refused and quiet_refusal is set), or an exit
- * code after printing the error. */
-int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
-                        char **endpoint);
-
-/* The handlers, for the table. */
+/* The handlers of watch.c and predict.c, for the table. */
 int ctl_cmd_watch(ctl_ctx *ctx);
 int ctl_cmd_predict(ctl_ctx *ctx);
 

@@ -11,6 +11,14 @@
 
 #include "dpmctl/dpmctl.h"
 
+void ctl_usage_short(FILE *f, const ctl_verb *v) {
+  if (v)
+    fprintf(f, "usage: dpmctl " CTL_GLOBAL_USAGE " %s\n", v->usage);
+  else
+    fprintf(f, "usage: dpmctl " CTL_GLOBAL_USAGE
+               " COMMAND ...  ('dpmctl help' lists them)\n");
+}
+
 void ctl_error(const ctl_ctx *ctx, const char *status, const char *fmt, ...) {
   char msg[1024];
   va_list ap;

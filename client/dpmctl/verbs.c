@@ -1,6 +1,7 @@
 /* dpmctl's verb table (the one place verbs are declared: name, usage,
  * positional counts, options, handler, whether the daemon is needed) and
- * the handlers of the verbs that are one request and one response.
+ * the handlers of the verbs that are one request and one response (their
+ * calls: call.c).
  *
  * Paths sent to the daemon (checkpoint --out, load FILE, extract-predictor
  * --out, the spec's data files) are made absolute against dpmctl's working
@@ -23,43 +24,7 @@
 #include "dpmctl/dpmctl.h"
 #include "common/spec.h"
 
-/* ---- shared helpers ---- */
-
-int ctl_transport_exit(dpm_status s) {
-  return s == DPM_TIMEOUT || s == DPM_IO || s == DPM_CORRUPT ? CTL_UNREACHABLE
-                                                             : CTL_FAILED;
-}
-
-int ctl_check(ctl_ctx *ctx, dpm_status s, const dpm_err *err, Dpm__Response **resp) {
-  if (s) {
-    ctl_error(ctx, dpm_status_name(s), "%s", err->msg);
-    dpm_client_free_response(*resp);
-    *resp = NULL;
-    return ctl_transport_exit(s);
-  }
-  Dpm__Response *r = *resp;
-  if (r->status) {
-    dpm_status st = dpm_status_from_wire(r->status);
-    const char *msg = r->message && *r->message ? r->message : dpm_strerror(st);
-    ctl_error(ctx, dpm_status_name(st), "%s", msg);
-    dpm_client_free_response(r);
-    *resp = NULL;
-    return CTL_FAILED;
-  }
-  return CTL_OK;
-}
-
-int ctl_send(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
-  dpm_err err = {0};
-  *resp = NULL;
-  dpm_status s = dpm_client_call(ctx->client, req, resp, &err);
-  return s ? ctl_check(ctx, s, &err, resp) : CTL_OK;
-}
-
-int ctl_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
-  int rc = ctl_send(ctx, req, resp);
-  return rc ? rc : ctl_check(ctx, DPM_OK, NULL, resp);
-}
+/* ---- helpers ---- */
 
 /* Sends req and prints the answer (ok_text: the human line of an answer
  * without a result). */
@@ -72,31 +37,9 @@ static int call_print(ctl_ctx *ctx, Dpm__Request *req, const char *ok_text) {
   return rc;
 }
 
-int ctl_ping_first(ctl_ctx *ctx) {
-  dpm_err err = {0};
-  Dpm__Response *r = NULL;
-  /* a refused ping still proves the daemon is there */
-  dpm_status s = dpm_client_ping(ctx->client, NULL, &err);
-  return s ? ctl_check(ctx, s, &err, &r) : CTL_OK;
-}
-
-/* For long verbs: a ping within the normal timeout, then req with the long
- * one. Returns like ctl_call. */
-static int long_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
-  *resp = NULL;
-  int rc = ctl_ping_first(ctx);
-  if (rc) return rc;
-  int t = ctx->timeout_ms;
-  if (t >= 0 && t < CTL_LONG_TIMEOUT_MS) t = CTL_LONG_TIMEOUT_MS;
-  dpm_client_set_timeout(ctx->client, t);
-  rc = ctl_call(ctx, req, resp);
-  dpm_client_set_timeout(ctx->client, ctx->timeout_ms);
-  return rc;
-}
-
 static int long_call_print(ctl_ctx *ctx, Dpm__Request *req, const char *ok_text) {
   Dpm__Response *r;
-  int rc = long_call(ctx, req, &r);
+  int rc = ctl_long_call(ctx, req, &r);
   if (rc) return rc;
   rc = ctl_print_response(ctx, r, ok_text);
   dpm_client_free_response(r);
@@ -394,7 +337,7 @@ static int cmd_get_blob(ctl_ctx *ctx) {
   req.command_case = DPM__REQUEST__COMMAND_GET_BLOB;
   req.get_blob = &gb;
   Dpm__Response *r;
-  int rc = long_call(ctx, &req, &r);
+  int rc = ctl_long_call(ctx, &req, &r);
   if (rc) return rc;
   if (r->result_case == DPM__RESPONSE__RESULT_BLOB) {
     rc = ctl_print_blob(ctx, r->blob, ctx->a->opt[O_OUT]);
@@ -459,22 +402,9 @@ const ctl_verb ctl_verbs[] = {
 };
 const int ctl_n_verbs = (int)(sizeof ctl_verbs / sizeof *ctl_verbs);
 
-#define GLOBAL_USAGE "[--endpoint ADDR] [--timeout MS] [--json] [--token-file FILE]"
-
-void ctl_usage_short(FILE *f, const ctl_verb *v) {
-  if (v)
-    ctl_usage(f, v);
-  else
-    fprintf(f,
-            "usage: dpmctl " GLOBAL_USAGE " COMMAND ...  ('dpmctl help' lists them)\n");
-}
-
 void ctl_usage(FILE *f, const ctl_verb *v) {
-  if (v) {
-    fprintf(f, "usage: dpmctl " GLOBAL_USAGE " %s\n", v->usage);
-    return;
-  }
-  fprintf(f, "usage: dpmctl " GLOBAL_USAGE " COMMAND\n"
+  if (v) return ctl_usage_short(f, v);
+  fprintf(f, "usage: dpmctl " CTL_GLOBAL_USAGE " COMMAND\n"
              "       dpmctl --version\n");
   for (int i = 0; i < ctl_n_verbs; i++) fprintf(f, "  %s\n", ctl_verbs[i].usage);
   fprintf(f, "endpoint: --endpoint, else $DPM_ENDPOINT, else " DPM_DEFAULT_ENDPOINT "\n"

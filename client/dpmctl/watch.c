@@ -1,8 +1,8 @@
 /* dpmctl watch [NAME] [--count N] [--until-done]: subscribes to the daemon's
  * events (the endpoint its watch command names) and prints each as a line,
  * a JSON object per line with --json, until SIGINT or SIGTERM (exit 0),
- * --count events, or with --until-done a DONE or ERROR event. Also finds
- * the events endpoint for train --wait.
+ * --count events, or with --until-done a DONE or ERROR event. (The events
+ * endpoint comes from a watch request: ctl_events_endpoint, call.c.)
  *
  * --until-done on a model that is not training (ready, paused, failed: it
  * already finished, or never started) has nothing to wait for: after
@@ -20,61 +20,6 @@
 #include <time.h>
 
 #include "dpmctl/dpmctl.h"
-
-/* host of a "tcp://[iface;]host:port" endpoint into buf; 0 if it has one. */
-static int tcp_host(const char *ep, char *buf, size_t cap) {
-  if (strncmp(ep, "tcp://", 6)) return -1;
-  const char *h = ep + 6, *semi = strchr(h, ';');
-  if (semi) h = semi + 1;
-  const char *colon = strrchr(h, ':');
-  if (!colon || colon == h || (size_t)(colon - h) >= cap) return -1;
-  memcpy(buf, h, (size_t)(colon - h));
-  buf[colon - h] = 0;
-  return 0;
-}
-
-/* A daemon may name its PUB socket by its bind address, with a wildcard host
- * (* or 0.0.0.0): connect to the host the control endpoint names instead. */
-static char *connectable(const char *events, const char *control) {
-  static const char *const wild[] = {"tcp://*:", "tcp://0.0.0.0:", "tcp://[::]:"};
-  for (size_t i = 0; i < sizeof wild / sizeof *wild; i++) {
-    size_t n = strlen(wild[i]);
-    if (strncmp(events, wild[i], n)) continue;
-    char host[256];
-    if (tcp_host(control, host, sizeof host) || !strcmp(host, "*") ||
-        !strcmp(host, "0.0.0.0"))
-      snprintf(host, sizeof host, "127.0.0.1");
-    size_t len = strlen(host) + strlen(events) + 8;
-    char *s = malloc(len);
-    if (s) snprintf(s, len, "tcp://%s:%s", host, events + n);
-    return s;
-  }
-  return strdup(events);
-}
-
-int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
-                        char **endpoint) {
-  *endpoint = NULL;
-  Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
-  nr.name = (char *)name;
-  Dpm__Request req = DPM__REQUEST__INIT;
-  req.command_case = DPM__REQUEST__COMMAND_WATCH;
-  req.watch = &nr;
-  Dpm__Response *r;
-  int rc = quiet_refusal ? ctl_send(ctx, &req, &r) : ctl_call(ctx, &req, &r);
-  if (rc) return rc;
-  const char *ev =
-      !r->status && r->result_case == DPM__RESPONSE__RESULT_WATCH && r->watch->events
-          ? r->watch->events
-          : "";
-  *endpoint = connectable(ev, ctx->endpoint);
-  dpm_client_free_response(r);
-  if (!*endpoint) {
-    ctl_error(ctx, "NOMEM", "out of memory");
-    return CTL_FAILED;
-  }
-  return CTL_OK;
-}
 
 #define CHECK_EVERY_MS 1000 /* liveness pings, and status with --until-done */
 #define DRAIN_MS 200        /* events in flight when the status says done */
