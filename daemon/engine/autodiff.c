@@ -139,12 +139,10 @@ static dpm_status check_versions(ad *a, const dpm_node *g, dpm_err *err) {
   return DPM_OK;
 }
 
-dpm_status dpm_grad_emit(dpm_grad *g, const char *op_name, int n_in,
-                         const char *const *in, int n_out, const char *const *out,
-                         dpm_err *err) {
+dpm_status dpm_grad_emit(dpm_grad *g, dpm_op_id op, int n_in, const char *const *in,
+                         int n_out, const char *const *out, dpm_err *err) {
   ad *a = g->impl;
-  const dpm_op_def *def = dpm_op_find(op_name);
-  if (!def) return dpm_errf(err, DPM_INTERNAL, "unknown gradient op '%s'", op_name);
+  const dpm_op_def *def = dpm_op_get(op);
   dpm_node *n = dpm_net_add(a->out, def, n_in, in, n_out, out, err);
   if (!n) return err->code;
   if (def->args && def->args == g->fwd->def->args)
@@ -171,8 +169,8 @@ static dpm_status resolve(ad *a, int j, const char *name, const char **grad,
         c->v[m] = s;
       }
     const char *out[] = {base};
-    dpm_node *n = dpm_net_add(a->out, dpm_op_find("Sum"), c->n, (const char *const *)c->v,
-                              1, out, err);
+    dpm_node *n = dpm_net_add(a->out, dpm_op_get(DPM_OP_SUM), c->n,
+                              (const char *const *)c->v, 1, out, err);
     if (!n) return err->code;
     if (push(&a->temp, base)) return nomem(err);
   } else if (push(&a->temp, c->v[0])) {
@@ -241,7 +239,8 @@ static dpm_status seed_losses(ad *a, const char *const *losses, int n, float sca
                (long long)b->shape.d[d]);
     snprintf(value, sizeof value, "value=%.9g", scale);
     const char *out[] = {name};
-    dpm_node *nd = dpm_net_add(a->out, dpm_op_find("ConstantFill"), 0, NULL, 1, out, err);
+    dpm_node *nd =
+        dpm_net_add(a->out, dpm_op_get(DPM_OP_CONSTANT_FILL), 0, NULL, 1, out, err);
     if (!nd) return err->code;
     if ((b->shape.ndim && dpm_node_set_args(nd, shape, err)) ||
         dpm_node_set_args(nd, value, err))

@@ -8,7 +8,7 @@ static int same(const char *a, const char *b) { return a && b && !strcmp(a, b); 
 /* Relu(y) -> y right after an op that writes y and can apply Relu itself. */
 static int relu_after(const dpm_node *a, const dpm_node *b) {
   return (a->def->fusable & DPM_FUSE_RELU) && !(a->fuse & DPM_FUSE_RELU) &&
-         !strcmp(b->def->name, "Relu") && same(b->in[0], a->out[0]) &&
+         b->def->id == DPM_OP_RELU && same(b->in[0], a->out[0]) &&
          same(b->out[0], a->out[0]);
 }
 
@@ -16,7 +16,7 @@ static int relu_after(const dpm_node *a, const dpm_node *b) {
  * input 0 is y (the Relu output) and that can mask by it. */
 static int relu_grad_after(const dpm_node *a, const dpm_node *b) {
   return (a->def->fusable & DPM_FUSE_RELU_GRAD) && !(a->fuse & DPM_FUSE_RELU_GRAD) &&
-         !strcmp(b->def->name, "ReluGradient") && same(b->in[0], a->in[0]) &&
+         b->def->id == DPM_OP_RELU_GRADIENT && same(b->in[0], a->in[0]) &&
          same(b->in[1], a->out[0]) && same(b->out[0], a->out[0]);
 }
 

@@ -14,26 +14,28 @@
 
 /* Parameter initialisers: spec name -> fill op and how `value` is passed. */
 static const struct {
-  const char *init, *op, *fmt; /* fmt: args from value v (printed once or twice) */
+  const char *init;
+  dpm_op_id op;
+  const char *fmt; /* args from value v (printed once or twice) */
   int twice;
 } fills[] = {
-    {"xavier", "XavierFill", "", 0},
-    {"msra", "MSRAFill", "", 0},
-    {"gaussian", "GaussianFill", "std=%.9g", 0},
-    {"uniform", "UniformFill", "min=-%.9g max=%.9g", 1},
-    {"constant", "ConstantFill", "value=%.9g", 0},
+    {"xavier", DPM_OP_XAVIER_FILL, "", 0},
+    {"msra", DPM_OP_MSRA_FILL, "", 0},
+    {"gaussian", DPM_OP_GAUSSIAN_FILL, "std=%.9g", 0},
+    {"uniform", DPM_OP_UNIFORM_FILL, "min=-%.9g max=%.9g", 1},
+    {"constant", DPM_OP_CONSTANT_FILL, "value=%.9g", 0},
 };
 
 /* Optimizers: op, per-parameter state suffixes, whether it reads `iter`. */
 static const struct {
   Dpm__Optimizer kind;
-  const char *op;
+  dpm_op_id op;
   const char *state[2];
   int n_state, reads_iter;
 } optimizers[] = {
-    {DPM__OPTIMIZER__OPT_SGD, "SGD", {NULL}, 0, 0},
-    {DPM__OPTIMIZER__OPT_MOMENTUM_SGD, "MomentumSGD", {"_momentum"}, 1, 0},
-    {DPM__OPTIMIZER__OPT_ADAM, "Adam", {"_m1", "_m2"}, 2, 1},
+    {DPM__OPTIMIZER__OPT_SGD, DPM_OP_SGD, {NULL}, 0, 0},
+    {DPM__OPTIMIZER__OPT_MOMENTUM_SGD, DPM_OP_MOMENTUM_SGD, {"_momentum"}, 1, 0},
+    {DPM__OPTIMIZER__OPT_ADAM, DPM_OP_ADAM, {"_m1", "_m2"}, 2, 1},
 };
 
 static const char *const lr_policies[] = {
@@ -104,10 +106,10 @@ int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n) {
   }
 }
 
-static dpm_node *add(builder *b, dpm_net *net, const char *op, int n_in,
+static dpm_node *add(builder *b, dpm_net *net, dpm_op_id op, int n_in,
                      const char *const *in, int n_out, const char *const *out,
                      const char *args) {
-  dpm_node *n = dpm_net_add(net, dpm_op_find(op), n_in, in, n_out, out, b->err);
+  dpm_node *n = dpm_net_add(net, dpm_op_get(op), n_in, in, n_out, out, b->err);
   if (n && args && dpm_node_set_args(n, args, b->err)) return NULL;
   return n;
 }
@@ -290,7 +292,7 @@ static dpm_status update_net(builder *b) {
   char args[512];
   if (lr_args(b, args, sizeof args)) return b->err->code;
   const char *iter[] = {ITER}, *lr[] = {LR};
-  if (!add(b, &m->update, "LearningRate", 1, iter, 1, lr, args)) goto fail;
+  if (!add(b, &m->update, DPM_OP_LEARNING_RATE, 1, iter, 1, lr, args)) goto fail;
   char opt_args[256];
   switch (u->optimizer) {
   case DPM__OPTIMIZER__OPT_MOMENTUM_SGD:
@@ -324,7 +326,7 @@ static dpm_status update_net(builder *b) {
              opt_args))
       goto fail;
   }
-  if (!add(b, &m->update, "Iter", 1, iter, 1, iter, NULL)) goto fail;
+  if (!add(b, &m->update, DPM_OP_ITER, 1, iter, 1, iter, NULL)) goto fail;
   return dpm_net_infer(&m->update, &m->shapes, DPM_BLOB_OPTIM, &b->scratch, m->source,
                        b->err);
 fail:
@@ -348,7 +350,7 @@ static dpm_status find_outputs(builder *b) {
   for (size_t i = 0; i < s->n_losses; i++, m->n_losses++)
     if (!(m->losses[i] = strdup(s->losses[i]))) return nomem(b->err);
   for (int i = 0; i < m->n_forward && !m->accuracy; i++)
-    if (!strcmp(m->train.nodes[i].def->name, "Accuracy"))
+    if (m->train.nodes[i].def->id == DPM_OP_ACCURACY)
       if (!(m->accuracy = strdup(m->train.nodes[i].out[0]))) return nomem(b->err);
   return DPM_OK;
 }

@@ -1,9 +1,12 @@
 /* Operators: the op table interface, graph nodes and executable ops.
  *
- * Every operator is one const dpm_op_def in one of daemon/ops/ (one file per family),
- * listed in daemon/ops/registry.c. A def carries everything the engine knows of the op:
+ * Every operator has one line in the op list (daemon/ops/list.h), which gives
+ * it an id (dpm_op_id, DPM_OP_FC ...) and its name, and one const dpm_op_def in
+ * one of daemon/ops/ (one file per family); daemon/ops/registry.c is the table
+ * of defs indexed by id. A def carries everything the engine knows of the op:
  * arity, argument schema, parameters it creates, hidden outputs, shape
- * inference, gradient maker and the CPU kernel.
+ * inference, gradient maker and the CPU kernel. The engine names the ops it
+ * emits by id; specs and predictor files name them by text (dpm_op_find).
  *
  * Nodes (dpm_node) are ops over blob *names* in a net; they are validated and
  * shape-inferred before any allocation. Executable ops (dpm_op) bind a node
@@ -18,12 +21,21 @@
 #include <stdint.h>
 
 #include "engine/tensor.h"
+#include "ops/list.h"
 
 #define DPM_OP_MAX_IO 16   /* inputs or outputs of one node */
 #define DPM_OP_MAX_ARGS 12 /* arguments in one op's schema */
 #define DPM_ARG_MAX_LIST 8 /* elements of an ints/floats argument */
 
 typedef struct dpm_op_def dpm_op_def;
+
+/* Every op, in the order of the list; DPM_OP_COUNT is their number. */
+typedef enum {
+#define XX(id, name) DPM_OP_##id,
+  DPM_OP_MAP(XX)
+#undef XX
+      DPM_OP_COUNT
+} dpm_op_id;
 
 /* ---- arguments ---------------------------------------------------------- */
 
@@ -119,6 +131,7 @@ typedef struct dpm_ctx {
   size_t scratch_bytes;
   uint64_t rng[2];       /* Dropout's stream; seeded per device and step */
   int device;            /* device index = rank in comm, 0 = master */
+  struct dpm_dev *dev;   /* the device the ops run on (backend/device.h); NULL: host */
   struct dpm_comm *comm; /* the replicas' group; NULL on one device */
   int started;           /* allreduces started on comm and not yet waited for */
   uint64_t comm_ns;      /* time spent in collective ops, accumulated */
@@ -132,6 +145,7 @@ typedef struct dpm_op {
   dpm_tensor *out[DPM_OP_MAX_IO];
   int n_in, n_out;
   dpm_ctx *ctx;
+  void (*kernel)(const struct dpm_op *op); /* the device's kernel of node->def */
 } dpm_op;
 
 /* ---- gradients ---------------------------------------------------------- */
@@ -146,13 +160,13 @@ typedef struct dpm_grad {
   void *impl; /* the autodiff pass's state */
 } dpm_grad;
 
-/* Append a gradient node running `op_name` (whose def must share the forward
- * def's argument table: arguments are copied from the forward node). Input
- * names may be forward blobs, gout or gin names; NULL outputs are skipped by
- * the kernel. Errors: DPM_INTERNAL for an unknown op name. */
-dpm_status dpm_grad_emit(dpm_grad *g, const char *op_name, int n_in,
-                         const char *const *in, int n_out, const char *const *out,
-                         dpm_err *err);
+/* Append a gradient node running op `op` (DPM_OP_FC_GRADIENT; where its def
+ * shares the forward def's argument table, arguments are copied from the
+ * forward node). Input names may be forward blobs, gout or gin names; NULL
+ * outputs are skipped by the kernel. Errors: DPM_NOMEM, and DPM_SPEC when a
+ * name it reads was overwritten in place since the forward op ran. */
+dpm_status dpm_grad_emit(dpm_grad *g, dpm_op_id op, int n_in, const char *const *in,
+                         int n_out, const char *const *out, dpm_err *err);
 
 /* ---- the op definition -------------------------------------------------- */
 
@@ -165,7 +179,8 @@ enum {
 };
 
 struct dpm_op_def {
-  const char *name;            /* "FC" */
+  dpm_op_id id;                /* DPM_OP_FC: its index in the table */
+  const char *name;            /* "FC", as the op list spells it */
   int min_in, max_in;          /* data inputs as written in a spec */
   int min_out, max_out;        /* outputs as written in a spec */
   const dpm_arg_def *args;     /* schema; NULL: no arguments */
@@ -194,10 +209,17 @@ struct dpm_op_def {
   unsigned fusable; /* DPM_FUSE_* this kernel implements */
 };
 
-/* ---- registry (daemon/ops/registry.c) ----------------------------------- */
+/* ---- the table (daemon/ops/registry.c) ----------------------------------
+ * A static const array; the index by name is built once, under pthread_once.
+ * Every call is safe from any thread, the first one included. */
 
+/* The def of op `id` (< DPM_OP_COUNT); never NULL. */
+const dpm_op_def *dpm_op_get(dpm_op_id id);
+/* The def named `name` ("FC", as a spec or predictor file writes it), or
+ * NULL. A binary search of an index sorted by name, built once (pthread_once)
+ * by the first call of any thread. */
 const dpm_op_def *dpm_op_find(const char *name);
-/* All defs, for listing and for tests that cover every op. */
+/* All DPM_OP_COUNT defs, indexed by id, for tests that cover every op. */
 const dpm_op_def *const *dpm_op_all(int *count);
 
 /* Number of entries in def->args (up to the {NULL} terminator). */

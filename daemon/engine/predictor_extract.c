@@ -22,9 +22,9 @@
  * on out[0] right after the node (engine/fuse.c). */
 static const struct {
   unsigned flag;
-  const char *op;
+  dpm_op_id op;
 } unfusions[] = {
-    {DPM_FUSE_RELU, "Relu"},
+    {DPM_FUSE_RELU, DPM_OP_RELU},
 };
 
 /* Training ops whose first output a predictor computes with a simpler op
@@ -32,9 +32,9 @@ static const struct {
  * SoftmaxWithLoss(logits, label) -> [softmax, loss] becomes
  * Softmax(logits) -> softmax, so a predictor needs no label. */
 static const struct {
-  const char *op, *inference_op;
+  dpm_op_id op, inference_op;
 } inference_forms[] = {
-    {"SoftmaxWithLoss", "Softmax"},
+    {DPM_OP_SOFTMAX_WITH_LOSS, DPM_OP_SOFTMAX},
 };
 
 const char *dpm_strip_scope(const char *name) {
@@ -131,10 +131,10 @@ static int is_output(const extractor *x, const char *name) {
 /* The inference form of src (see inference_forms), or NULL. */
 static const dpm_op_def *inference_form(const extractor *x, const dpm_node *src) {
   for (size_t f = 0; f < sizeof inference_forms / sizeof *inference_forms; f++) {
-    if (strcmp(src->def->name, inference_forms[f].op)) continue;
+    if (src->def->id != inference_forms[f].op) continue;
     for (int k = 1; k < src->n_out; k++)
       if (is_output(x, src->out[k])) return NULL;
-    return dpm_op_find(inference_forms[f].inference_op);
+    return dpm_op_get(inference_forms[f].inference_op);
   }
   return NULL;
 }
@@ -163,8 +163,8 @@ static dpm_status expand(extractor *x) {
     for (size_t u = 0; u < sizeof unfusions / sizeof *unfusions; u++) {
       if (!(left & unfusions[u].flag)) continue;
       left &= ~unfusions[u].flag;
-      const dpm_op_def *def = dpm_op_find(unfusions[u].op);
-      if (!def || !src->out[0])
+      const dpm_op_def *def = dpm_op_get(unfusions[u].op);
+      if (!src->out[0])
         return dpm_errf(x->err, DPM_INTERNAL, "cannot expand fused %s", src->def->name);
       const char *io[] = {src->out[0]};
       dpm_node *r = dpm_net_add(&x->net, def, 1, io, 1, io, x->err);

@@ -92,8 +92,9 @@ static void start_run(const dpm_op *op) { over_blobs(op, reduce_later); }
 static void wait_run(const dpm_op *op) { over_blobs(op, wait_one); }
 static void broadcast_run(const dpm_op *op) { over_blobs(op, from_master); }
 
-#define COLLECTIVE(var, op_name, infer_fn, fn)                                           \
-  static const dpm_op_def var = {                                                        \
+#define COLLECTIVE(ID, op_name, infer_fn, fn)                                            \
+  const dpm_op_def DPM_OP_DEF(ID) = {                                                    \
+      .id = DPM_OP_##ID,                                                                 \
       .name = op_name,                                                                   \
       .min_in = 1,                                                                       \
       .max_in = DPM_OP_MAX_IO,                                                           \
@@ -103,10 +104,7 @@ static void broadcast_run(const dpm_op *op) { over_blobs(op, from_master); }
       .run = fn,                                                                         \
       .flags = DPM_OP_HIDDEN | DPM_OP_INPLACE | DPM_OP_NO_GRAD,                          \
   }
-COLLECTIVE(allreduce, "Allreduce", reduce_infer, allreduce_run);
-COLLECTIVE(allreduce_start, "AllreduceStart", reduce_infer, start_run);
-COLLECTIVE(allreduce_wait, "AllreduceWait", reduce_infer, wait_run);
-COLLECTIVE(broadcast, "Broadcast", same_infer, broadcast_run);
-
-const dpm_op_def *const dpm_ops_collective[] = {&allreduce, &allreduce_start,
-                                                &allreduce_wait, &broadcast, NULL};
+COLLECTIVE(ALLREDUCE, "Allreduce", reduce_infer, allreduce_run);
+COLLECTIVE(ALLREDUCE_START, "AllreduceStart", reduce_infer, start_run);
+COLLECTIVE(ALLREDUCE_WAIT, "AllreduceWait", reduce_infer, wait_run);
+COLLECTIVE(BROADCAST, "Broadcast", same_infer, broadcast_run);

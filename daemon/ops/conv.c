@@ -480,10 +480,11 @@ static void conv_grad_run(const dpm_op *op) {
 static dpm_status conv_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->in[0], g->fwd->in[1], g->gout[0]};
   const char *out[] = {g->gin[1], g->gin[2], g->gin[0]};
-  return dpm_grad_emit(g, "ConvGradient", 3, in, 3, out, err);
+  return dpm_grad_emit(g, DPM_OP_CONV_GRADIENT, 3, in, 3, out, err);
 }
 
-static const dpm_op_def conv = {
+const dpm_op_def DPM_OP_DEF(CONV) = {
+    .id = DPM_OP_CONV,
     .name = "Conv",
     .min_in = 1,
     .max_in = 1,
@@ -498,7 +499,8 @@ static const dpm_op_def conv = {
     .run = conv_run,
     .fusable = DPM_FUSE_RELU,
 };
-static const dpm_op_def conv_gradient = {
+const dpm_op_def DPM_OP_DEF(CONV_GRADIENT) = {
+    .id = DPM_OP_CONV_GRADIENT,
     .name = "ConvGradient",
     .min_in = 3,
     .max_in = 3,
@@ -510,5 +512,3 @@ static const dpm_op_def conv_gradient = {
     .run = conv_grad_run,
     .flags = DPM_OP_HIDDEN,
 };
-
-const dpm_op_def *const dpm_ops_conv[] = {&conv, &conv_gradient, NULL};

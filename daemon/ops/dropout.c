@@ -75,10 +75,11 @@ static void dropout_grad_run(const dpm_op *op) {
 
 static dpm_status dropout_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->gout[0], g->fwd->out[1]};
-  return dpm_grad_emit(g, "DropoutGradient", 2, in, 1, &g->gin[0], err);
+  return dpm_grad_emit(g, DPM_OP_DROPOUT_GRADIENT, 2, in, 1, &g->gin[0], err);
 }
 
-static const dpm_op_def dropout = {
+const dpm_op_def DPM_OP_DEF(DROPOUT) = {
+    .id = DPM_OP_DROPOUT,
     .name = "Dropout",
     .min_in = 1,
     .max_in = 1,
@@ -91,7 +92,8 @@ static const dpm_op_def dropout = {
     .run = dropout_run,
     .flags = DPM_OP_INPLACE,
 };
-static const dpm_op_def dropout_gradient = {
+const dpm_op_def DPM_OP_DEF(DROPOUT_GRADIENT) = {
+    .id = DPM_OP_DROPOUT_GRADIENT,
     .name = "DropoutGradient",
     .min_in = 2,
     .max_in = 2,
@@ -102,5 +104,3 @@ static const dpm_op_def dropout_gradient = {
     .run = dropout_grad_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
-
-const dpm_op_def *const dpm_ops_dropout[] = {&dropout, &dropout_gradient, NULL};

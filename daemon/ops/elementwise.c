@@ -26,7 +26,7 @@ static void copy_run(const dpm_op *op) {
 static dpm_status pass_through_grad(dpm_grad *g, dpm_err *err) {
   for (int k = 0; k < g->fwd->n_in; k++) {
     if (!g->gin[k]) continue;
-    dpm_status s = dpm_grad_emit(g, "Copy", 1, &g->gout[0], 1, &g->gin[k], err);
+    dpm_status s = dpm_grad_emit(g, DPM_OP_COPY, 1, &g->gout[0], 1, &g->gin[k], err);
     if (s) return s;
   }
   return DPM_OK;
@@ -34,7 +34,7 @@ static dpm_status pass_through_grad(dpm_grad *g, dpm_err *err) {
 
 /* Gradient of an activation y = f(x) whose derivative is a function of y:
  * <Op>Gradient(Y, dY) -> dX. Reading only Y lets the forward op run in place. */
-static dpm_status emit_from_output(dpm_grad *g, const char *op, dpm_err *err) {
+static dpm_status emit_from_output(dpm_grad *g, dpm_op_id op, dpm_err *err) {
   const char *in[] = {g->fwd->out[0], g->gout[0]};
   return dpm_grad_emit(g, op, 2, in, 1, &g->gin[0], err);
 }
@@ -143,7 +143,7 @@ static void scale_run(const dpm_op *op) {
 
 /* dX = scale * dY: the gradient is Scale itself, with the same argument. */
 static dpm_status scale_grad(dpm_grad *g, dpm_err *err) {
-  return dpm_grad_emit(g, "Scale", 1, &g->gout[0], 1, &g->gin[0], err);
+  return dpm_grad_emit(g, DPM_OP_SCALE, 1, &g->gout[0], 1, &g->gin[0], err);
 }
 
 /* ---- defs ---------------------------------------------------------------- */
@@ -151,23 +151,26 @@ static dpm_status scale_grad(dpm_grad *g, dpm_err *err) {
 /* An activation y = f(x) and its gradient dx = f'(y) * dy, which reads the
  * output only: both may run in place. */
 /* clang-format off */
-#define ACTIVATION(var, op_name, run_fn, grad_run_fn)                                     \
-  static dpm_status var##_grad(dpm_grad *g, dpm_err *err) {                              \
-    return emit_from_output(g, op_name "Gradient", err);                                 \
+#define ACTIVATION(ID, op_name, run_fn, grad_run_fn)                                     \
+  static dpm_status grad_of_##ID(dpm_grad *g, dpm_err *err) {                            \
+    return emit_from_output(g, DPM_OP_##ID##_GRADIENT, err);                             \
   }                                                                                      \
-  static const dpm_op_def var = {                                                        \
-      .name = op_name, .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,             \
-      .infer = infer_same, .grad = var##_grad, .run = run_fn, .flags = DPM_OP_INPLACE};  \
-  static const dpm_op_def var##_gradient = {                                             \
-      .name = op_name "Gradient", .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,  \
+  const dpm_op_def DPM_OP_DEF(ID) = {                                                    \
+      .id = DPM_OP_##ID, .name = op_name,                                                \
+      .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,                              \
+      .infer = infer_same, .grad = grad_of_##ID, .run = run_fn, .flags = DPM_OP_INPLACE};\
+  const dpm_op_def DPM_OP_DEF(ID##_GRADIENT) = {                                         \
+      .id = DPM_OP_##ID##_GRADIENT, .name = op_name "Gradient",                          \
+      .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,                              \
       .infer = infer_same, .run = grad_run_fn, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN}
 /* clang-format on */
 
-ACTIVATION(relu, "Relu", relu_run, relu_grad_run);
-ACTIVATION(sigmoid, "Sigmoid", sigmoid_run, sigmoid_grad_run);
-ACTIVATION(tanh_op, "Tanh", tanh_run, tanh_grad_run);
+ACTIVATION(RELU, "Relu", relu_run, relu_grad_run);
+ACTIVATION(SIGMOID, "Sigmoid", sigmoid_run, sigmoid_grad_run);
+ACTIVATION(TANH, "Tanh", tanh_run, tanh_grad_run);
 
-static const dpm_op_def add = {
+const dpm_op_def DPM_OP_DEF(ADD) = {
+    .id = DPM_OP_ADD,
     .name = "Add",
     .min_in = 2,
     .max_in = 2,
@@ -178,7 +181,8 @@ static const dpm_op_def add = {
     .run = sum_run,
     .flags = DPM_OP_INPLACE,
 };
-static const dpm_op_def sum = {
+const dpm_op_def DPM_OP_DEF(SUM) = {
+    .id = DPM_OP_SUM,
     .name = "Sum",
     .min_in = 1,
     .max_in = DPM_OP_MAX_IO,
@@ -189,7 +193,8 @@ static const dpm_op_def sum = {
     .run = sum_run,
     .flags = DPM_OP_INPLACE,
 };
-static const dpm_op_def scale = {
+const dpm_op_def DPM_OP_DEF(SCALE) = {
+    .id = DPM_OP_SCALE,
     .name = "Scale",
     .min_in = 1,
     .max_in = 1,
@@ -201,7 +206,8 @@ static const dpm_op_def scale = {
     .run = scale_run,
     .flags = DPM_OP_INPLACE,
 };
-static const dpm_op_def copy = {
+const dpm_op_def DPM_OP_DEF(COPY) = {
+    .id = DPM_OP_COPY,
     .name = "Copy",
     .min_in = 1,
     .max_in = 1,
@@ -212,7 +218,8 @@ static const dpm_op_def copy = {
     .run = copy_run,
     .flags = DPM_OP_INPLACE,
 };
-static const dpm_op_def stop_gradient = {
+const dpm_op_def DPM_OP_DEF(STOP_GRADIENT) = {
+    .id = DPM_OP_STOP_GRADIENT,
     .name = "StopGradient",
     .min_in = 1,
     .max_in = 1,
@@ -221,9 +228,4 @@ static const dpm_op_def stop_gradient = {
     .infer = infer_same,
     .run = copy_run,
     .flags = DPM_OP_INPLACE | DPM_OP_NO_GRAD,
-};
-
-const dpm_op_def *const dpm_ops_elementwise[] = {
-    &relu, &relu_gradient, &sigmoid, &sigmoid_gradient, &tanh_op, &tanh_op_gradient, &add,
-    &sum,  &scale,         &copy,    &stop_gradient,    NULL,
 };

@@ -142,10 +142,11 @@ static void fc_grad_run(const dpm_op *op) {
 static dpm_status fc_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->in[0], g->fwd->in[1], g->gout[0]};
   const char *out[] = {g->gin[1], g->gin[2], g->gin[0]};
-  return dpm_grad_emit(g, "FCGradient", 3, in, 3, out, err);
+  return dpm_grad_emit(g, DPM_OP_FC_GRADIENT, 3, in, 3, out, err);
 }
 
-static const dpm_op_def fc = {
+const dpm_op_def DPM_OP_DEF(FC) = {
+    .id = DPM_OP_FC,
     .name = "FC",
     .min_in = 1,
     .max_in = 1,
@@ -159,7 +160,8 @@ static const dpm_op_def fc = {
     .run = fc_run,
     .fusable = DPM_FUSE_RELU,
 };
-static const dpm_op_def fc_gradient = {
+const dpm_op_def DPM_OP_DEF(FC_GRADIENT) = {
+    .id = DPM_OP_FC_GRADIENT,
     .name = "FCGradient",
     .min_in = 3,
     .max_in = 3,
@@ -172,5 +174,3 @@ static const dpm_op_def fc_gradient = {
     .run_part = fc_grad_part,
     .flags = DPM_OP_HIDDEN,
 };
-
-const dpm_op_def *const dpm_ops_fc[] = {&fc, &fc_gradient, NULL};

@@ -145,23 +145,18 @@ static const dpm_arg_def uniform_args[] = {
     {NULL},
 };
 
-#define FILL_DEF(op_name, arg_table, infer_fn, run_fn)                                   \
-  {                                                                                      \
-    .name = op_name, .min_out = 1, .max_out = 1, .args = arg_table, .infer = infer_fn,   \
-    .run = run_fn                                                                        \
+#define FILL_DEF(ID, op_name, arg_table, infer_fn, run_fn)                               \
+  const dpm_op_def DPM_OP_DEF(ID) = {                                                    \
+      .id = DPM_OP_##ID,                                                                 \
+      .name = op_name,                                                                   \
+      .min_out = 1,                                                                      \
+      .max_out = 1,                                                                      \
+      .args = arg_table,                                                                 \
+      .infer = infer_fn,                                                                 \
+      .run = run_fn,                                                                     \
   }
-
-static const dpm_op_def constant_fill =
-    FILL_DEF("ConstantFill", constant_args, constant_infer, constant_run);
-static const dpm_op_def xavier_fill =
-    FILL_DEF("XavierFill", random_args, infer_f32, xavier_run);
-static const dpm_op_def msra_fill =
-    FILL_DEF("MSRAFill", random_args, infer_f32, msra_run);
-static const dpm_op_def gaussian_fill =
-    FILL_DEF("GaussianFill", gaussian_args, infer_f32, gaussian_run);
-static const dpm_op_def uniform_fill =
-    FILL_DEF("UniformFill", uniform_args, uniform_infer, uniform_run);
-
-const dpm_op_def *const dpm_ops_fill[] = {
-    &constant_fill, &xavier_fill, &msra_fill, &gaussian_fill, &uniform_fill, NULL,
-};
+FILL_DEF(CONSTANT_FILL, "ConstantFill", constant_args, constant_infer, constant_run);
+FILL_DEF(XAVIER_FILL, "XavierFill", random_args, infer_f32, xavier_run);
+FILL_DEF(MSRA_FILL, "MSRAFill", random_args, infer_f32, msra_run);
+FILL_DEF(GAUSSIAN_FILL, "GaussianFill", gaussian_args, infer_f32, gaussian_run);
+FILL_DEF(UNIFORM_FILL, "UniformFill", uniform_args, uniform_infer, uniform_run);

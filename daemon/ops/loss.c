@@ -108,7 +108,7 @@ static void softmax_grad_run(const dpm_op *op) {
 
 static dpm_status softmax_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->out[0], g->gout[0]};
-  return dpm_grad_emit(g, "SoftmaxGradient", 2, in, 1, &g->gin[0], err);
+  return dpm_grad_emit(g, DPM_OP_SOFTMAX_GRADIENT, 2, in, 1, &g->gin[0], err);
 }
 
 /* ---- SoftmaxWithLoss ----------------------------------------------------- */
@@ -173,11 +173,11 @@ static dpm_status swl_grad(dpm_grad *g, dpm_err *err) {
   const char *softmax = g->fwd->out[0], *dsoftmax = g->gout[0], *dloss = g->gout[1];
   if (!dloss) { /* only the softmax output is differentiated */
     const char *in[] = {softmax, dsoftmax};
-    return dpm_grad_emit(g, "SoftmaxGradient", 2, in, 1, &g->gin[0], err);
+    return dpm_grad_emit(g, DPM_OP_SOFTMAX_GRADIENT, 2, in, 1, &g->gin[0], err);
   }
   const char *in[] = {softmax, g->fwd->in[1], dloss, dsoftmax};
-  return dpm_grad_emit(g, "SoftmaxWithLossGradient", dsoftmax ? 4 : 3, in, 1, &g->gin[0],
-                       err);
+  return dpm_grad_emit(g, DPM_OP_SOFTMAX_WITH_LOSS_GRADIENT, dsoftmax ? 4 : 3, in, 1,
+                       &g->gin[0], err);
 }
 
 /* ---- Accuracy ------------------------------------------------------------ */
@@ -206,7 +206,8 @@ static void accuracy_run(const dpm_op *op) {
 
 /* ---- table --------------------------------------------------------------- */
 
-static const dpm_op_def softmax = {
+const dpm_op_def DPM_OP_DEF(SOFTMAX) = {
+    .id = DPM_OP_SOFTMAX,
     .name = "Softmax",
     .min_in = 1,
     .max_in = 1,
@@ -217,7 +218,8 @@ static const dpm_op_def softmax = {
     .run = softmax_run,
     .flags = DPM_OP_INPLACE,
 };
-static const dpm_op_def softmax_gradient = {
+const dpm_op_def DPM_OP_DEF(SOFTMAX_GRADIENT) = {
+    .id = DPM_OP_SOFTMAX_GRADIENT,
     .name = "SoftmaxGradient",
     .min_in = 2,
     .max_in = 2,
@@ -227,7 +229,8 @@ static const dpm_op_def softmax_gradient = {
     .run = softmax_grad_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
-static const dpm_op_def softmax_with_loss = {
+const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS) = {
+    .id = DPM_OP_SOFTMAX_WITH_LOSS,
     .name = "SoftmaxWithLoss",
     .min_in = 2,
     .max_in = 2,
@@ -238,7 +241,8 @@ static const dpm_op_def softmax_with_loss = {
     .run = swl_run,
     .flags = DPM_OP_INPLACE,
 };
-static const dpm_op_def softmax_with_loss_gradient = {
+const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS_GRADIENT) = {
+    .id = DPM_OP_SOFTMAX_WITH_LOSS_GRADIENT,
     .name = "SoftmaxWithLossGradient",
     .min_in = 3,
     .max_in = 4,
@@ -248,7 +252,8 @@ static const dpm_op_def softmax_with_loss_gradient = {
     .run = swl_grad_run,
     .flags = DPM_OP_HIDDEN,
 };
-static const dpm_op_def accuracy = {
+const dpm_op_def DPM_OP_DEF(ACCURACY) = {
+    .id = DPM_OP_ACCURACY,
     .name = "Accuracy",
     .min_in = 2,
     .max_in = 2,
@@ -257,10 +262,4 @@ static const dpm_op_def accuracy = {
     .infer = accuracy_infer,
     .run = accuracy_run,
     .flags = DPM_OP_NO_GRAD,
-};
-
-const dpm_op_def *const dpm_ops_loss[] = {
-    &softmax,           &softmax_gradient,
-    &softmax_with_loss, &softmax_with_loss_gradient,
-    &accuracy,          NULL,
 };

@@ -197,10 +197,11 @@ static dpm_status bn_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->in[0], g->fwd->in[1], g->fwd->out[1], g->fwd->out[2],
                       g->gout[0]};
   const char *out[] = {g->gin[0], g->gin[1], g->gin[2]};
-  return dpm_grad_emit(g, "SpatialBNGradient", 5, in, 3, out, err);
+  return dpm_grad_emit(g, DPM_OP_SPATIAL_BN_GRADIENT, 5, in, 3, out, err);
 }
 
-static const dpm_op_def spatial_bn = {
+const dpm_op_def DPM_OP_DEF(SPATIAL_BN) = {
+    .id = DPM_OP_SPATIAL_BN,
     .name = "SpatialBN",
     .min_in = 1,
     .max_in = 1,
@@ -215,7 +216,8 @@ static const dpm_op_def spatial_bn = {
     .run = bn_run,
     .flags = DPM_OP_UPDATES_COMPUTED,
 };
-static const dpm_op_def spatial_bn_gradient = {
+const dpm_op_def DPM_OP_DEF(SPATIAL_BN_GRADIENT) = {
+    .id = DPM_OP_SPATIAL_BN_GRADIENT,
     .name = "SpatialBNGradient",
     .min_in = 5,
     .max_in = 5,
@@ -226,5 +228,3 @@ static const dpm_op_def spatial_bn_gradient = {
     .run = bn_grad_run,
     .flags = DPM_OP_HIDDEN,
 };
-
-const dpm_op_def *const dpm_ops_norm[] = {&spatial_bn, &spatial_bn_gradient, NULL};

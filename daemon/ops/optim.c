@@ -260,7 +260,8 @@ static const dpm_arg_def lr_args[] = {
     {NULL},
 };
 
-static const dpm_op_def sgd = {
+const dpm_op_def DPM_OP_DEF(SGD) = {
+    .id = DPM_OP_SGD,
     .name = "SGD",
     .min_in = 3,
     .max_in = 3,
@@ -271,7 +272,8 @@ static const dpm_op_def sgd = {
     .run = sgd_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
-static const dpm_op_def momentum_sgd = {
+const dpm_op_def DPM_OP_DEF(MOMENTUM_SGD) = {
+    .id = DPM_OP_MOMENTUM_SGD,
     .name = "MomentumSGD",
     .min_in = 4,
     .max_in = 4,
@@ -282,7 +284,8 @@ static const dpm_op_def momentum_sgd = {
     .run = momentum_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
-static const dpm_op_def adam = {
+const dpm_op_def DPM_OP_DEF(ADAM) = {
+    .id = DPM_OP_ADAM,
     .name = "Adam",
     .min_in = 6,
     .max_in = 6,
@@ -293,7 +296,8 @@ static const dpm_op_def adam = {
     .run = adam_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
-static const dpm_op_def learning_rate = {
+const dpm_op_def DPM_OP_DEF(LEARNING_RATE) = {
+    .id = DPM_OP_LEARNING_RATE,
     .name = "LearningRate",
     .min_in = 1,
     .max_in = 1,
@@ -304,7 +308,8 @@ static const dpm_op_def learning_rate = {
     .run = lr_run,
     .flags = DPM_OP_HIDDEN,
 };
-static const dpm_op_def iter = {
+const dpm_op_def DPM_OP_DEF(ITER) = {
+    .id = DPM_OP_ITER,
     .name = "Iter",
     .min_in = 1,
     .max_in = 1,
@@ -313,8 +318,4 @@ static const dpm_op_def iter = {
     .infer = iter_infer,
     .run = iter_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
-};
-
-const dpm_op_def *const dpm_ops_optim[] = {
-    &sgd, &momentum_sgd, &adam, &learning_rate, &iter, NULL,
 };

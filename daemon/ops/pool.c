@@ -304,15 +304,16 @@ static void avg_grad_run(const dpm_op *op) {
 
 static dpm_status max_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->in[0], g->gout[0], g->fwd->out[1]};
-  return dpm_grad_emit(g, "MaxPoolGradient", 3, in, 1, &g->gin[0], err);
+  return dpm_grad_emit(g, DPM_OP_MAX_POOL_GRADIENT, 3, in, 1, &g->gin[0], err);
 }
 
 static dpm_status avg_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->in[0], g->gout[0]};
-  return dpm_grad_emit(g, "AveragePoolGradient", 2, in, 1, &g->gin[0], err);
+  return dpm_grad_emit(g, DPM_OP_AVERAGE_POOL_GRADIENT, 2, in, 1, &g->gin[0], err);
 }
 
-static const dpm_op_def max_pool = {
+const dpm_op_def DPM_OP_DEF(MAX_POOL) = {
+    .id = DPM_OP_MAX_POOL,
     .name = "MaxPool",
     .min_in = 1,
     .max_in = 1,
@@ -324,7 +325,8 @@ static const dpm_op_def max_pool = {
     .grad = max_grad,
     .run = max_run,
 };
-static const dpm_op_def max_pool_gradient = {
+const dpm_op_def DPM_OP_DEF(MAX_POOL_GRADIENT) = {
+    .id = DPM_OP_MAX_POOL_GRADIENT,
     .name = "MaxPoolGradient",
     .min_in = 3,
     .max_in = 3,
@@ -336,7 +338,8 @@ static const dpm_op_def max_pool_gradient = {
     .flags = DPM_OP_HIDDEN,
     .fusable = DPM_FUSE_RELU_GRAD,
 };
-static const dpm_op_def average_pool = {
+const dpm_op_def DPM_OP_DEF(AVERAGE_POOL) = {
+    .id = DPM_OP_AVERAGE_POOL,
     .name = "AveragePool",
     .min_in = 1,
     .max_in = 1,
@@ -347,7 +350,8 @@ static const dpm_op_def average_pool = {
     .grad = avg_grad,
     .run = avg_run,
 };
-static const dpm_op_def average_pool_gradient = {
+const dpm_op_def DPM_OP_DEF(AVERAGE_POOL_GRADIENT) = {
+    .id = DPM_OP_AVERAGE_POOL_GRADIENT,
     .name = "AveragePoolGradient",
     .min_in = 2,
     .max_in = 2,
@@ -358,6 +362,3 @@ static const dpm_op_def average_pool_gradient = {
     .run = avg_grad_run,
     .flags = DPM_OP_HIDDEN,
 };
-
-const dpm_op_def *const dpm_ops_pool[] = {&max_pool, &max_pool_gradient, &average_pool,
-                                          &average_pool_gradient, NULL};

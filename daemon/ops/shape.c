@@ -27,7 +27,7 @@ static dpm_status infer_reshape_back(const dpm_node *n, const dpm_shape *in,
   return DPM_OK;
 }
 
-static dpm_status reshape_back_grad(dpm_grad *g, const char *op, dpm_err *err) {
+static dpm_status reshape_back_grad(dpm_grad *g, dpm_op_id op, dpm_err *err) {
   const char *in[] = {g->gout[0], g->fwd->in[0]};
   return dpm_grad_emit(g, op, 2, in, 1, &g->gin[0], err);
 }
@@ -54,7 +54,7 @@ static dpm_status flatten_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
 }
 
 static dpm_status flatten_grad(dpm_grad *g, dpm_err *err) {
-  return reshape_back_grad(g, "FlattenGradient", err);
+  return reshape_back_grad(g, DPM_OP_FLATTEN_GRADIENT, err);
 }
 
 /* ---- Reshape --------------------------------------------------------------- */
@@ -101,7 +101,7 @@ static dpm_status reshape_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
 }
 
 static dpm_status reshape_grad(dpm_grad *g, dpm_err *err) {
-  return reshape_back_grad(g, "ReshapeGradient", err);
+  return reshape_back_grad(g, DPM_OP_RESHAPE_GRADIENT, err);
 }
 
 /* ---- Concat ---------------------------------------------------------------- */
@@ -208,12 +208,13 @@ static dpm_status concat_grad(dpm_grad *g, dpm_err *err) {
   const dpm_node *f = g->fwd;
   const char *in[DPM_OP_MAX_IO] = {g->gout[0]};
   for (int k = 0; k + 1 < f->n_in; k++) in[k + 1] = f->in[k];
-  return dpm_grad_emit(g, "ConcatGradient", f->n_in, in, f->n_in, g->gin, err);
+  return dpm_grad_emit(g, DPM_OP_CONCAT_GRADIENT, f->n_in, in, f->n_in, g->gin, err);
 }
 
 /* ---- defs ------------------------------------------------------------------ */
 
-static const dpm_op_def flatten = {
+const dpm_op_def DPM_OP_DEF(FLATTEN) = {
+    .id = DPM_OP_FLATTEN,
     .name = "Flatten",
     .min_in = 1,
     .max_in = 1,
@@ -224,7 +225,8 @@ static const dpm_op_def flatten = {
     .grad = flatten_grad,
     .run = copy_run,
 };
-static const dpm_op_def flatten_gradient = {
+const dpm_op_def DPM_OP_DEF(FLATTEN_GRADIENT) = {
+    .id = DPM_OP_FLATTEN_GRADIENT,
     .name = "FlattenGradient",
     .min_in = 2,
     .max_in = 2,
@@ -235,7 +237,8 @@ static const dpm_op_def flatten_gradient = {
     .run = copy_run,
     .flags = DPM_OP_HIDDEN,
 };
-static const dpm_op_def reshape = {
+const dpm_op_def DPM_OP_DEF(RESHAPE) = {
+    .id = DPM_OP_RESHAPE,
     .name = "Reshape",
     .min_in = 1,
     .max_in = 1,
@@ -246,7 +249,8 @@ static const dpm_op_def reshape = {
     .grad = reshape_grad,
     .run = copy_run,
 };
-static const dpm_op_def reshape_gradient = {
+const dpm_op_def DPM_OP_DEF(RESHAPE_GRADIENT) = {
+    .id = DPM_OP_RESHAPE_GRADIENT,
     .name = "ReshapeGradient",
     .min_in = 2,
     .max_in = 2,
@@ -257,7 +261,8 @@ static const dpm_op_def reshape_gradient = {
     .run = copy_run,
     .flags = DPM_OP_HIDDEN,
 };
-static const dpm_op_def concat = {
+const dpm_op_def DPM_OP_DEF(CONCAT) = {
+    .id = DPM_OP_CONCAT,
     .name = "Concat",
     .min_in = 1,
     .max_in = DPM_OP_MAX_IO,
@@ -268,7 +273,8 @@ static const dpm_op_def concat = {
     .grad = concat_grad,
     .run = concat_run,
 };
-static const dpm_op_def concat_gradient = {
+const dpm_op_def DPM_OP_DEF(CONCAT_GRADIENT) = {
+    .id = DPM_OP_CONCAT_GRADIENT,
     .name = "ConcatGradient",
     .min_in = 1,
     .max_in = DPM_OP_MAX_IO,
@@ -278,9 +284,4 @@ static const dpm_op_def concat_gradient = {
     .infer = concat_grad_infer,
     .run = concat_grad_run,
     .flags = DPM_OP_HIDDEN,
-};
-
-const dpm_op_def *const dpm_ops_shape[] = {
-    &flatten, &flatten_gradient, &reshape, &reshape_gradient,
-    &concat,  &concat_gradient,  NULL,
 };

@@ -39,10 +39,10 @@ static dpm_status add(dpm_plan *p, const dpm_node *n, dpm_err *err) {
 }
 
 /* A collective over grads [from, to) (or any names). */
-static dpm_status collective(dpm_plan *p, const char *op, char **names, int from, int to,
+static dpm_status collective(dpm_plan *p, dpm_op_id op, char **names, int from, int to,
                              dpm_err *err) {
   const char *const *v = (const char *const *)names + from;
-  return dpm_net_add(&p->step, dpm_op_find(op), to - from, v, to - from, v, err)
+  return dpm_net_add(&p->step, dpm_op_get(op), to - from, v, to - from, v, err)
              ? DPM_OK
              : err->code;
 }
@@ -98,9 +98,9 @@ static dpm_status computed_broadcast(dpm_plan *p, const dpm_model *m, dpm_err *e
   for (int i = 0; i < m->shapes.n && !s; i++) {
     if (m->shapes.v[i].kind != DPM_BLOB_COMPUTED) continue;
     names[n++] = m->shapes.v[i].name;
-    if (n == DPM_OP_MAX_IO) s = collective(p, "Broadcast", names, 0, n, err), n = 0;
+    if (n == DPM_OP_MAX_IO) s = collective(p, DPM_OP_BROADCAST, names, 0, n, err), n = 0;
   }
-  return !s && n ? collective(p, "Broadcast", names, 0, n, err) : s;
+  return !s && n ? collective(p, DPM_OP_BROADCAST, names, 0, n, err) : s;
 }
 
 dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
@@ -129,14 +129,15 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
       if (u[i].param_free == j) s = add(p, u[i].node, err);
     for (; dag && b < p->n_buckets - 1 && !s && u[p->bucket_end[b] - 1].grad_ready == j;
          b++)
-      s = collective(p, "AllreduceStart", p->grads, b ? p->bucket_end[b - 1] : 0,
+      s = collective(p, DPM_OP_ALLREDUCE_START, p->grads, b ? p->bucket_end[b - 1] : 0,
                      p->bucket_end[b], err);
   }
   /* The last bucket is ready only when backward ends: nothing is left to
    * overlap, so it is reduced in place, after the started ones. */
   int first_wait = p->step.n; /* the first collective that waits for the peers */
   for (b = 0; devices > 1 && b < p->n_buckets && !s; b++)
-    s = collective(p, dag && b < p->n_buckets - 1 ? "AllreduceWait" : "Allreduce",
+    s = collective(p,
+                   dag && b < p->n_buckets - 1 ? DPM_OP_ALLREDUCE_WAIT : DPM_OP_ALLREDUCE,
                    p->grads, b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
   for (int i = 0; devices > 1 && i < n_opt && !s; i++) s = add(p, u[i].node, err);
   if (!s && devices > 1 && broadcast_computed) s = computed_broadcast(p, m, err);
