@@ -232,18 +232,13 @@ static dpm_status seed_losses(ad *a, const char *const *losses, int n, float sca
     if (!a->curq[j])
       return dpm_errf(err, DPM_SPEC, "loss '%s' does not depend on any parameter",
                       losses[l]);
-    char name[300], shape[128] = "shape=", value[64];
+    char name[300];
     snprintf(name, sizeof name, "%s_grad", losses[l]);
-    for (int d = 0; d < b->shape.ndim; d++)
-      snprintf(shape + strlen(shape), sizeof shape - strlen(shape), d ? ",%lld" : "%lld",
-               (long long)b->shape.d[d]);
-    snprintf(value, sizeof value, "value=%.9g", scale);
     const char *out[] = {name};
     dpm_node *nd =
         dpm_net_add(a->out, dpm_op_get(DPM_OP_CONSTANT_FILL), 0, NULL, 1, out, err);
-    if (!nd) return err->code;
-    if ((b->shape.ndim && dpm_node_set_args(nd, shape, err)) ||
-        dpm_node_set_args(nd, value, err))
+    if (!nd || dpm_node_set_ints(nd, "shape", b->shape.d, (size_t)b->shape.ndim, err) ||
+        dpm_node_set_float(nd, "value", scale, err))
       return err->code;
     if (push(&a->contrib[j], name)) return nomem(err);
   }

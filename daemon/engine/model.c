@@ -3,7 +3,7 @@
 #include "engine/model.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,30 +12,69 @@
 #include "engine/fuse.h"
 #include "engine/rng.h"
 
-/* Parameter initialisers: spec name -> fill op and how `value` is passed. */
+/* Parameter initialisers: spec name -> fill op, and the float arguments
+ * that take the param's value v: neg_arg = -v, then value_arg = v. */
 static const struct {
   const char *init;
   dpm_op_id op;
-  const char *fmt; /* args from value v (printed once or twice) */
-  int twice;
+  const char *neg_arg, *value_arg;
 } fills[] = {
-    {"xavier", DPM_OP_XAVIER_FILL, "", 0},
-    {"msra", DPM_OP_MSRA_FILL, "", 0},
-    {"gaussian", DPM_OP_GAUSSIAN_FILL, "std=%.9g", 0},
-    {"uniform", DPM_OP_UNIFORM_FILL, "min=-%.9g max=%.9g", 1},
-    {"constant", DPM_OP_CONSTANT_FILL, "value=%.9g", 0},
+    {"xavier", DPM_OP_XAVIER_FILL, NULL, NULL},
+    {"msra", DPM_OP_MSRA_FILL, NULL, NULL},
+    {"gaussian", DPM_OP_GAUSSIAN_FILL, NULL, "std"},
+    {"uniform", DPM_OP_UNIFORM_FILL, "min", "max"},
+    {"constant", DPM_OP_CONSTANT_FILL, NULL, "value"},
 };
 
-/* Optimizers: op, per-parameter state suffixes, whether it reads `iter`. */
+/* A spec field an op argument is set from: a double, or a flag (an int
+ * argument, 0 or 1), `field` bytes into its message. Lists end with {NULL}. */
+typedef struct {
+  const char *arg;
+  size_t field;
+  int is_flag;
+} spec_arg;
+#define UPDATE_F64(name)                                                                 \
+  { #name, offsetof(Dpm__UpdateSpec, name), 0 }
+#define UPDATE_FLAG(name)                                                                \
+  { #name, offsetof(Dpm__UpdateSpec, name), 1 }
+/* clang-format off */
+static const spec_arg sgd_args[] = {UPDATE_F64(weight_decay), {NULL}};
+static const spec_arg momentum_args[] = {
+    UPDATE_F64(weight_decay), UPDATE_F64(momentum), UPDATE_FLAG(nesterov), {NULL}};
+static const spec_arg adam_args[] = {
+    UPDATE_F64(weight_decay), UPDATE_F64(beta1), UPDATE_F64(beta2), UPDATE_F64(epsilon),
+    {NULL}};
+
+/* Optimizers: op, per-parameter state suffixes, whether it reads `iter`, and
+ * its arguments from the update section, in order. */
 static const struct {
   Dpm__Optimizer kind;
   dpm_op_id op;
   const char *state[2];
   int n_state, reads_iter;
+  const spec_arg *args;
 } optimizers[] = {
-    {DPM__OPTIMIZER__OPT_SGD, DPM_OP_SGD, {NULL}, 0, 0},
-    {DPM__OPTIMIZER__OPT_MOMENTUM_SGD, DPM_OP_MOMENTUM_SGD, {"_momentum"}, 1, 0},
-    {DPM__OPTIMIZER__OPT_ADAM, DPM_OP_ADAM, {"_m1", "_m2"}, 2, 1},
+    {DPM__OPTIMIZER__OPT_SGD, DPM_OP_SGD, {NULL}, 0, 0, sgd_args},
+    {DPM__OPTIMIZER__OPT_MOMENTUM_SGD, DPM_OP_MOMENTUM_SGD, {"_momentum"}, 1, 0,
+     momentum_args},
+    {DPM__OPTIMIZER__OPT_ADAM, DPM_OP_ADAM, {"_m1", "_m2"}, 2, 1, adam_args},
+};
+/* clang-format on */
+
+/* LearningRate's arguments from the lr section, besides policy and
+ * stepvalues. */
+static const struct {
+  const char *arg;
+  size_t field;
+  int is_count; /* a uint64 field; else a double */
+} lr_fields[] = {
+    {"base_lr", offsetof(Dpm__LrSpec, base_lr), 0},
+    {"stepsize", offsetof(Dpm__LrSpec, stepsize), 1},
+    {"gamma", offsetof(Dpm__LrSpec, gamma), 0},
+    {"power", offsetof(Dpm__LrSpec, power), 0},
+    {"max_iter", offsetof(Dpm__LrSpec, max_iter), 1},
+    {"warmup_iters", offsetof(Dpm__LrSpec, warmup_iters), 1},
+    {"warmup_start", offsetof(Dpm__LrSpec, warmup_start), 0},
 };
 
 static const char *const lr_policies[] = {
@@ -67,73 +106,54 @@ static dpm_status op_fail(builder *b, int index, unsigned line, const char *type
   return dpm_err_prefix(b->err, "%sop #%d (%s): ", at, index + 1, type);
 }
 
-/* Append printf text at buf[*k]; -1 when it does not fit. */
-static int put(char *buf, size_t n, size_t *k, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int put(char *buf, size_t n, size_t *k, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int w = vsnprintf(buf + *k, n - *k, fmt, ap);
-  va_end(ap);
-  if (w < 0 || (size_t)w >= n - *k) return -1;
-  *k += (size_t)w;
-  return 0;
-}
-
-int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n) {
-  size_t k = 0;
-  if (!n) return -1;
-  buf[0] = 0;
+dpm_status dpm_node_set_argument(dpm_node *n, const Dpm__Argument *a, dpm_err *err) {
   switch (a->value_case) {
   case DPM__ARGUMENT__VALUE_I:
-    return put(buf, n, &k, "%" PRId64, a->i);
+    return dpm_node_set_int(n, a->name, a->i, err);
   case DPM__ARGUMENT__VALUE_F:
-    return put(buf, n, &k, "%.17g", a->f);
+    return dpm_node_set_float(n, a->name, a->f, err);
   case DPM__ARGUMENT__VALUE_S:
-    return a->s ? put(buf, n, &k, "%s", a->s) : -1;
+    if (a->s) return dpm_node_set_string(n, a->name, a->s, err);
+    break;
   case DPM__ARGUMENT__VALUE_INTS:
-    if (!a->ints) return -1;
-    for (size_t i = 0; i < a->ints->n_v; i++)
-      if (put(buf, n, &k, i ? ",%" PRId64 : "%" PRId64, a->ints->v[i])) return -1;
-    return 0;
+    if (a->ints) return dpm_node_set_ints(n, a->name, a->ints->v, a->ints->n_v, err);
+    break;
   case DPM__ARGUMENT__VALUE_FLOATS:
-    if (!a->floats) return -1;
-    for (size_t i = 0; i < a->floats->n_v; i++)
-      if (put(buf, n, &k, i ? ",%.17g" : "%.17g", a->floats->v[i])) return -1;
-    return 0;
+    if (a->floats)
+      return dpm_node_set_floats(n, a->name, a->floats->v, a->floats->n_v, err);
+    break;
   default:
-    return -1;
+    break;
   }
+  return dpm_errf(err, DPM_SPEC, "argument '%s' has no value", a->name);
 }
 
+/* Append op `op` over the given names to net, arguments at their defaults. */
 static dpm_node *add(builder *b, dpm_net *net, dpm_op_id op, int n_in,
-                     const char *const *in, int n_out, const char *const *out,
-                     const char *args) {
-  dpm_node *n = dpm_net_add(net, dpm_op_get(op), n_in, in, n_out, out, b->err);
-  if (n && args && dpm_node_set_args(n, args, b->err)) return NULL;
-  return n;
+                     const char *const *in, int n_out, const char *const *out) {
+  return dpm_net_add(net, dpm_op_get(op), n_in, in, n_out, out, b->err);
 }
 
+/* The init net's fill of blob, seeded by the spec's seed and the blob's name. */
 static dpm_status fill(builder *b, const char *blob, const dpm_shape *s, const char *init,
                        double value, int dtype_i64) {
   size_t f = 0;
   while (f < sizeof fills / sizeof *fills && strcmp(fills[f].init, init)) f++;
   if (f == sizeof fills / sizeof *fills)
     return dpm_errf(b->err, DPM_INTERNAL, "no fill for init '%s'", init);
-  char args[256], extra[128];
-  size_t k = (size_t)snprintf(args, sizeof args, "shape=");
-  for (int d = 0; d < s->ndim; d++)
-    k += (size_t)snprintf(args + k, sizeof args - k, d ? ",%" PRId64 : "%" PRId64,
-                          s->d[d]);
-  if (!s->ndim) args[0] = 0;
   uint64_t seed = b->spec->input ? b->spec->input->seed : 1;
   for (const char *p = blob; *p; p++)
     seed = (seed ^ (unsigned char)*p) * 1099511628211ull;
-  snprintf(extra, sizeof extra, fills[f].fmt, value, value);
-  snprintf(args + strlen(args), sizeof args - strlen(args), " seed=%" PRId64 " %s%s",
-           (int64_t)(seed >> 1), extra, dtype_i64 ? " dtype=i64" : "");
   const char *out[] = {blob};
-  return add(b, &b->m->init, fills[f].op, 0, NULL, 1, out, args) ? DPM_OK : b->err->code;
+  dpm_err *err = b->err;
+  dpm_node *n = add(b, &b->m->init, fills[f].op, 0, NULL, 1, out);
+  if (!n || dpm_node_set_ints(n, "shape", s->d, (size_t)s->ndim, err) ||
+      dpm_node_set_int(n, "seed", (int64_t)(seed >> 1), err) ||
+      (fills[f].neg_arg && dpm_node_set_float(n, fills[f].neg_arg, -value, err)) ||
+      (fills[f].value_arg && dpm_node_set_float(n, fills[f].value_arg, value, err)) ||
+      (dtype_i64 && dpm_node_set_string(n, "dtype", "i64", err)))
+    return err->code;
+  return DPM_OK;
 }
 
 /* Declare the params of spec op node n (its data inputs already inferred). */
@@ -201,16 +221,8 @@ static dpm_status forward_op(builder *b, int i) {
   if (!n) return b->err->code;
   n->index = i;
   n->line = line;
-  for (size_t a = 0; a < o->n_arg; a++) {
-    char text[512];
-    if (dpm_argument_text(o->arg[a], text, sizeof text)) {
-      dpm_errf(b->err, DPM_SPEC, "argument '%s' has no value or is too long",
-               o->arg[a]->name);
-      return op_fail(b, i, line, o->type);
-    }
-    if (dpm_node_set_arg(n, o->arg[a]->name, text, b->err))
-      return op_fail(b, i, line, o->type);
-  }
+  for (size_t a = 0; a < o->n_arg; a++)
+    if (dpm_node_set_argument(n, o->arg[a], b->err)) return op_fail(b, i, line, o->type);
   if (dpm_node_check_required(n, b->err)) return op_fail(b, i, line, o->type);
   for (int k = 0; k < nout; k++) {
     for (int j = 0; j < nin && !(def->flags & DPM_OP_INPLACE); j++)
@@ -254,31 +266,65 @@ static dpm_status declare_inputs(builder *b, const int64_t chw[3], int batch) {
   return DPM_OK;
 }
 
-static dpm_status lr_args(builder *b, char *args, size_t n) {
-  const Dpm__UpdateSpec *u = b->spec->update;
-  const Dpm__LrSpec *lr = u ? u->lr : NULL;
-  Dpm__LrSpec def = DPM__LR_SPEC__INIT;
-  if (!lr) lr = &def;
-  if ((unsigned)lr->policy >= sizeof lr_policies / sizeof *lr_policies)
-    return dpm_errf(b->err, DPM_SPEC, "unknown lr policy");
-  size_t k =
-      (size_t)snprintf(args, n,
-                       "base_lr=%.17g policy=%s stepsize=%" PRIu64
-                       " gamma=%.17g power=%.17g max_iter=%" PRIu64
-                       " warmup_iters=%" PRIu64 " warmup_start=%.17g",
-                       lr->base_lr, lr_policies[lr->policy], lr->stepsize, lr->gamma,
-                       lr->power, lr->max_iter, lr->warmup_iters, lr->warmup_start);
-  for (size_t i = 0; i < lr->n_stepvalues && k < n; i++)
-    k += (size_t)snprintf(args + k, n - k, i ? ",%" PRIu64 : " stepvalues=%" PRIu64,
-                          lr->stepvalues[i]);
+/* A count of the spec (uint64) as an int argument; one above INT64_MAX is
+ * refused as its text was. */
+static dpm_status set_count(dpm_node *n, const char *arg, uint64_t v, dpm_err *err) {
+  if (v > INT64_MAX)
+    return dpm_errf(err, DPM_SPEC, "argument '%s' expects an integer, got '%" PRIu64 "'",
+                    arg, v);
+  return dpm_node_set_int(n, arg, (int64_t)v, err);
+}
+
+/* The stepvalues list as int64s: an element above INT64_MAX is refused as its
+ * text was; a list longer than DPM_ARG_MAX_LIST, by the setter. */
+static dpm_status set_stepvalues(dpm_node *n, const Dpm__LrSpec *lr, dpm_err *err) {
+  int64_t v[DPM_ARG_MAX_LIST + 1];
+  size_t k = 0;
+  for (; k < lr->n_stepvalues && k < DPM_ARG_MAX_LIST + 1; k++) {
+    if (k < DPM_ARG_MAX_LIST && lr->stepvalues[k] > INT64_MAX)
+      return dpm_errf(err, DPM_SPEC,
+                      "argument 'stepvalues' expects a list of integers, got '%" PRIu64
+                      "'",
+                      lr->stepvalues[k]);
+    v[k] = (int64_t)lr->stepvalues[k];
+  }
+  return dpm_node_set_ints(n, "stepvalues", v, k, err);
+}
+
+/* LearningRate's arguments from the spec's lr section (policy valid). */
+static dpm_status learning_rate(const Dpm__LrSpec *lr, dpm_node *n, dpm_err *err) {
+  if (dpm_node_set_string(n, "policy", lr_policies[lr->policy], err)) return err->code;
+  for (size_t f = 0; f < sizeof lr_fields / sizeof *lr_fields; f++) {
+    const char *field = (const char *)lr + lr_fields[f].field;
+    dpm_status s =
+        lr_fields[f].is_count
+            ? set_count(n, lr_fields[f].arg, *(const uint64_t *)field, err)
+            : dpm_node_set_float(n, lr_fields[f].arg, *(const double *)field, err);
+    if (s) return s;
+  }
+  return lr->n_stepvalues ? set_stepvalues(n, lr, err) : DPM_OK;
+}
+
+/* Optimizer o's arguments from the spec's update section. */
+static dpm_status optimizer_args(size_t o, const Dpm__UpdateSpec *u, dpm_node *n,
+                                 dpm_err *err) {
+  for (const spec_arg *a = optimizers[o].args; a->arg; a++) {
+    const char *field = (const char *)u + a->field;
+    dpm_status s =
+        a->is_flag
+            ? dpm_node_set_int(n, a->arg, *(const protobuf_c_boolean *)field != 0, err)
+            : dpm_node_set_float(n, a->arg, *(const double *)field, err);
+    if (s) return s;
+  }
   return DPM_OK;
 }
 
 static dpm_status update_net(builder *b) {
+  static const Dpm__UpdateSpec default_update = DPM__UPDATE_SPEC__INIT;
+  static const Dpm__LrSpec default_lr = DPM__LR_SPEC__INIT;
   dpm_model *m = b->m;
-  const Dpm__UpdateSpec *u = b->spec->update;
-  Dpm__UpdateSpec def = DPM__UPDATE_SPEC__INIT;
-  if (!u) u = &def;
+  const Dpm__UpdateSpec *u = b->spec->update ? b->spec->update : &default_update;
+  const Dpm__LrSpec *lrs = u->lr ? u->lr : &default_lr;
   size_t o = 0;
   while (o < sizeof optimizers / sizeof *optimizers && optimizers[o].kind != u->optimizer)
     o++;
@@ -289,24 +335,11 @@ static dpm_status update_net(builder *b) {
       dpm_shapes_set(&m->shapes, LR, &scalar, DPM_BLOB_COUNTER))
     return nomem(b->err);
   if (fill(b, ITER, &scalar64, "constant", 0, 1)) return b->err->code;
-  char args[512];
-  if (lr_args(b, args, sizeof args)) return b->err->code;
+  if ((unsigned)lrs->policy >= sizeof lr_policies / sizeof *lr_policies)
+    return dpm_errf(b->err, DPM_SPEC, "unknown lr policy");
   const char *iter[] = {ITER}, *lr[] = {LR};
-  if (!add(b, &m->update, DPM_OP_LEARNING_RATE, 1, iter, 1, lr, args)) goto fail;
-  char opt_args[256];
-  switch (u->optimizer) {
-  case DPM__OPTIMIZER__OPT_MOMENTUM_SGD:
-    snprintf(opt_args, sizeof opt_args, "weight_decay=%.17g momentum=%.17g nesterov=%d",
-             u->weight_decay, u->momentum, u->nesterov ? 1 : 0);
-    break;
-  case DPM__OPTIMIZER__OPT_ADAM:
-    snprintf(opt_args, sizeof opt_args,
-             "weight_decay=%.17g beta1=%.17g beta2=%.17g epsilon=%.17g", u->weight_decay,
-             u->beta1, u->beta2, u->epsilon);
-    break;
-  default:
-    snprintf(opt_args, sizeof opt_args, "weight_decay=%.17g", u->weight_decay);
-  }
+  dpm_node *n = add(b, &m->update, DPM_OP_LEARNING_RATE, 1, iter, 1, lr);
+  if (!n || learning_rate(lrs, n, b->err)) goto fail;
   for (int i = 0; i < m->n_param_grad; i++) {
     if (m->shapes.v[i].kind != DPM_BLOB_PARAM || !m->param_grad[i]) continue;
     char param[256], state[2][300];
@@ -322,11 +355,10 @@ static dpm_status update_net(builder *b) {
     }
     in[n_in++] = LR;
     if (optimizers[o].reads_iter) in[n_in++] = ITER;
-    if (!add(b, &m->update, optimizers[o].op, n_in, in, 1 + optimizers[o].n_state, out,
-             opt_args))
-      goto fail;
+    n = add(b, &m->update, optimizers[o].op, n_in, in, 1 + optimizers[o].n_state, out);
+    if (!n || optimizer_args(o, u, n, b->err)) goto fail;
   }
-  if (!add(b, &m->update, DPM_OP_ITER, 1, iter, 1, iter, NULL)) goto fail;
+  if (!add(b, &m->update, DPM_OP_ITER, 1, iter, 1, iter)) goto fail;
   return dpm_net_infer(&m->update, &m->shapes, DPM_BLOB_OPTIM, &b->scratch, m->source,
                        b->err);
 fail:

@@ -43,11 +43,11 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
                            float loss_scale, dpm_model *m, dpm_err *err);
 void dpm_model_fini(dpm_model *m);
 
-/* A typed Argument as the text dpm_node_set_arg parses ("5", "0.5",
- * "xavier", "2,3"); floats print with 17 significant digits, so a double
- * survives the trip exactly. Returns 0, or -1 when the argument has no value
- * or the text does not fit in n bytes. */
-int dpm_argument_text(const Dpm__Argument *a, char *buf, size_t n);
+/* Set node n's argument a->name from a spec's or predictor file's typed
+ * Argument with the typed setter of its kind (engine/op.h): values are taken
+ * as they are, doubles exactly. Errors: DPM_SPEC as the setters give them,
+ * or "argument 'x' has no value" when a holds none. */
+dpm_status dpm_node_set_argument(dpm_node *n, const Dpm__Argument *a, dpm_err *err);
 
 /* Shapes of the test net for `batch` examples, into t (empty on entry; the
  * caller finis it). */

@@ -1,7 +1,11 @@
-/* Operator argument schema handling, shared by the graph builder and tests. */
+/* Operator arguments: the schema checks behind every setter (typed values
+ * from specs, predictor files and the engine; text from schema defaults and
+ * tests), one path for all. */
 #include "engine/op.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +33,49 @@ int dpm_op_arg_index(const dpm_op_def *def, const char *name) {
   return -1;
 }
 
+/* ---- values ---------------------------------------------------------------- */
+
+/* A value to set, of one of the kinds a spec or predictor file holds. */
+typedef enum { VAL_INT, VAL_FLOAT, VAL_STRING, VAL_INTS, VAL_FLOATS } val_kind;
+
+typedef struct value {
+  val_kind kind;
+  int64_t i;         /* VAL_INT */
+  double f;          /* VAL_FLOAT */
+  const char *s;     /* VAL_STRING: a string, or the text of any value */
+  size_t n;          /* VAL_INTS, VAL_FLOATS: elements (any number) */
+  const int64_t *iv; /* VAL_INTS */
+  const double *fv;  /* VAL_FLOATS */
+} value;
+
+/* Elements of a list; a scalar (text too) is one. */
+static size_t count(const value *v) {
+  return v->kind == VAL_INTS || v->kind == VAL_FLOATS ? v->n : 1;
+}
+
+/* Element k < count(v) as a scalar value. */
+static value element(const value *v, size_t k) {
+  if (v->kind == VAL_INTS) return (value){.kind = VAL_INT, .i = v->iv[k]};
+  if (v->kind == VAL_FLOATS) return (value){.kind = VAL_FLOAT, .f = v->fv[k]};
+  return *v;
+}
+
+/* The value as text ("5", "0.10000000000000001", "2,-3"), truncated to n:
+ * what messages quote, and what a number is to a string argument. */
+static const char *value_text(const value *v, char *buf, size_t n) {
+  if (v->kind == VAL_STRING) return v->s;
+  size_t k = 0;
+  buf[0] = 0;
+  for (size_t e = 0; e < count(v) && k < n; e++) {
+    value x = element(v, e);
+    int w = x.kind == VAL_INT ? snprintf(buf + k, n - k, "%s%" PRId64, e ? "," : "", x.i)
+                              : snprintf(buf + k, n - k, "%s%.17g", e ? "," : "", x.f);
+    if (w < 0) break;
+    k += (size_t)w;
+  }
+  return buf;
+}
+
 static int parse_int(const char *t, int64_t *v) {
   char *end;
   errno = 0;
@@ -38,6 +85,7 @@ static int parse_int(const char *t, int64_t *v) {
   return 1;
 }
 
+/* Refuses what strtod reports as out of range, subnormal results included. */
 static int parse_float(const char *t, double *v) {
   char *end;
   errno = 0;
@@ -46,6 +94,58 @@ static int parse_float(const char *t, double *v) {
   *v = x;
   return 1;
 }
+
+/* A scalar as an integer: text that strtoll takes whole, or a double that
+ * "%.17g" prints without fraction or exponent (below 1e17). */
+static int to_int(const value *x, int64_t *out) {
+  switch (x->kind) {
+  case VAL_INT:
+    *out = x->i;
+    return 1;
+  case VAL_FLOAT:
+    if (x->f != trunc(x->f) || !(fabs(x->f) < 1e17)) return 0;
+    *out = (int64_t)x->f;
+    return 1;
+  default:
+    return parse_int(x->s, out);
+  }
+}
+
+/* A scalar as a double: text that strtod takes whole, any integer, any
+ * double strtod could give (not a subnormal one). */
+static int to_float(const value *x, double *out) {
+  switch (x->kind) {
+  case VAL_INT:
+    *out = (double)x->i;
+    return 1;
+  case VAL_FLOAT:
+    *out = x->f;
+    return fpclassify(x->f) != FP_SUBNORMAL;
+  default:
+    return parse_float(x->s, out);
+  }
+}
+
+/* A scalar as a flag: "true"/"1", "false"/"0", or the numbers 1 and 0 (not
+ * -0.0, which prints "-0"). */
+static int to_bool(const value *x, int64_t *out) {
+  int yes, no;
+  switch (x->kind) {
+  case VAL_INT:
+    yes = x->i == 1, no = x->i == 0;
+    break;
+  case VAL_FLOAT:
+    yes = x->f == 1.0, no = x->f == 0.0 && !signbit(x->f);
+    break;
+  default:
+    yes = !strcmp(x->s, "true") || !strcmp(x->s, "1");
+    no = !strcmp(x->s, "false") || !strcmp(x->s, "0");
+  }
+  *out = yes;
+  return yes || no;
+}
+
+/* ---- setting one argument from a value ------------------------------------ */
 
 static int choice_index(const char *choices, const char *s) {
   int idx = 0;
@@ -67,74 +167,128 @@ static dpm_status bounds(const dpm_arg_def *a, double x, dpm_err *err) {
   return DPM_OK;
 }
 
-static dpm_status parse_list(const dpm_arg_def *a, const char *text, dpm_arg *v,
-                             dpm_err *err) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", text);
-  v->n = 0;
-  for (char *save, *tok = strtok_r(buf, ",", &save); tok;
-       tok = strtok_r(NULL, ",", &save)) {
-    if (v->n == DPM_ARG_MAX_LIST)
-      return dpm_errf(err, DPM_SPEC, "argument '%s' has more than %d elements", a->name,
-                      DPM_ARG_MAX_LIST);
-    int ok = a->type == DPM_ARG_INTS ? parse_int(tok, &v->v[v->n])
-                                     : parse_float(tok, &v->fv[v->n]);
-    if (a->type == DPM_ARG_INTS) v->fv[v->n] = (double)v->v[v->n];
-    if (!ok)
-      return dpm_errf(err, DPM_SPEC, "argument '%s' expects a list of %s, got '%s'",
-                      a->name, a->type == DPM_ARG_INTS ? "integers" : "numbers", text);
-    if (bounds(a, v->fv[v->n], err)) return err->code;
-    v->n++;
-  }
+/* The value's one element as x; 0 for a list of another length. */
+static int scalar(const value *v, value *x) {
+  if (count(v) != 1) return 0;
+  *x = element(v, 0);
+  return 1;
+}
+
+static dpm_status set_int(const dpm_arg_def *a, const value *v, dpm_arg *out,
+                          dpm_err *err) {
+  value x;
+  char t[512];
+  if (!scalar(v, &x) || !to_int(&x, &out->i))
+    return dpm_errf(err, DPM_SPEC, "argument '%s' expects an integer, got '%s'", a->name,
+                    value_text(v, t, sizeof t));
+  out->f = (double)out->i;
+  return bounds(a, out->f, err);
+}
+
+static dpm_status set_float(const dpm_arg_def *a, const value *v, dpm_arg *out,
+                            dpm_err *err) {
+  value x;
+  char t[512];
+  if (!scalar(v, &x) || !to_float(&x, &out->f))
+    return dpm_errf(err, DPM_SPEC, "argument '%s' expects a number, got '%s'", a->name,
+                    value_text(v, t, sizeof t));
+  return bounds(a, out->f, err);
+}
+
+static dpm_status set_bool(const dpm_arg_def *a, const value *v, dpm_arg *out,
+                           dpm_err *err) {
+  value x;
+  char t[512];
+  if (!scalar(v, &x) || !to_bool(&x, &out->i))
+    return dpm_errf(err, DPM_SPEC, "argument '%s' expects true or false, got '%s'",
+                    a->name, value_text(v, t, sizeof t));
+  out->f = (double)out->i;
   return DPM_OK;
 }
 
-static dpm_status parse_typed(const dpm_arg_def *a, const char *text, dpm_arg *v,
-                              dpm_err *err) {
-  memset(v, 0, sizeof *v);
-  switch (a->type) {
-  case DPM_ARG_INT:
-    if (!parse_int(text, &v->i))
-      return dpm_errf(err, DPM_SPEC, "argument '%s' expects an integer, got '%s'",
-                      a->name, text);
-    v->f = (double)v->i;
-    return bounds(a, v->f, err);
-  case DPM_ARG_FLOAT:
-    if (!parse_float(text, &v->f))
-      return dpm_errf(err, DPM_SPEC, "argument '%s' expects a number, got '%s'", a->name,
-                      text);
-    return bounds(a, v->f, err);
-  case DPM_ARG_BOOL:
-    if (!strcmp(text, "true") || !strcmp(text, "1"))
-      v->i = 1;
-    else if (!strcmp(text, "false") || !strcmp(text, "0"))
-      v->i = 0;
-    else
-      return dpm_errf(err, DPM_SPEC, "argument '%s' expects true or false, got '%s'",
-                      a->name, text);
-    v->f = (double)v->i;
-    return DPM_OK;
-  case DPM_ARG_STRING:
-    if (strlen(text) >= sizeof v->s)
-      return dpm_errf(err, DPM_SPEC, "argument '%s' is too long", a->name);
-    if (a->choices && (v->i = choice_index(a->choices, text)) < 0)
-      return dpm_errf(err, DPM_SPEC, "argument '%s' must be one of %s, got '%s'", a->name,
-                      a->choices, text);
-    snprintf(v->s, sizeof v->s, "%s", text);
-    return DPM_OK;
-  case DPM_ARG_INTS:
-  case DPM_ARG_FLOATS:
-    return parse_list(a, text, v, err);
-  }
-  return dpm_errf(err, DPM_INTERNAL, "argument '%s' has no type", a->name);
+static dpm_status set_string(const dpm_arg_def *a, const value *v, dpm_arg *out,
+                             dpm_err *err) {
+  char t[512];
+  const char *s = value_text(v, t, sizeof t);
+  if (strlen(s) >= sizeof out->s)
+    return dpm_errf(err, DPM_SPEC, "argument '%s' is too long", a->name);
+  if (a->choices && (out->i = choice_index(a->choices, s)) < 0)
+    return dpm_errf(err, DPM_SPEC, "argument '%s' must be one of %s, got '%s'", a->name,
+                    a->choices, s);
+  snprintf(out->s, sizeof out->s, "%s", s);
+  return DPM_OK;
 }
 
-static dpm_status parse_value(const dpm_arg_def *a, const char *text, dpm_arg *v,
-                              dpm_err *err) {
-  dpm_status s = parse_typed(a, text, v, err);
-  v->set = s == DPM_OK;
+/* Items of a list value, at most max: a list's elements, a scalar alone, or
+ * the comma-separated items of text (cut in `text`, its copy; empty items
+ * skipped). Returns how many. */
+static size_t items(const value *v, char *text, value *item, size_t max) {
+  size_t n = 0;
+  if (v->kind != VAL_STRING) {
+    for (; n < count(v) && n < max; n++) item[n] = element(v, n);
+    return n;
+  }
+  for (char *save, *tok = strtok_r(text, ",", &save); tok && n < max;
+       tok = strtok_r(NULL, ",", &save))
+    item[n++] = (value){.kind = VAL_STRING, .s = tok};
+  return n;
+}
+
+/* INTS and FLOATS: each item converted and bounded in turn. */
+static dpm_status set_list(const dpm_arg_def *a, const value *v, dpm_arg *out,
+                           dpm_err *err) {
+  char *text = v->kind == VAL_STRING ? strdup(v->s) : NULL, t[512];
+  if (v->kind == VAL_STRING && !text) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  value item[DPM_ARG_MAX_LIST + 1];
+  size_t n = items(v, text, item, DPM_ARG_MAX_LIST + 1);
+  int ints = a->type == DPM_ARG_INTS;
+  dpm_status s = DPM_OK;
+  for (size_t k = 0; k < n && !s; k++) {
+    if (out->n == DPM_ARG_MAX_LIST) {
+      s = dpm_errf(err, DPM_SPEC, "argument '%s' has more than %d elements", a->name,
+                   DPM_ARG_MAX_LIST);
+      break;
+    }
+    int ok =
+        ints ? to_int(&item[k], &out->v[out->n]) : to_float(&item[k], &out->fv[out->n]);
+    if (ints) out->fv[out->n] = (double)out->v[out->n];
+    if (!ok)
+      s = dpm_errf(err, DPM_SPEC, "argument '%s' expects a list of %s, got '%s'", a->name,
+                   ints ? "integers" : "numbers", value_text(v, t, sizeof t));
+    else if (!(s = bounds(a, out->fv[out->n], err)))
+      out->n++;
+  }
+  free(text);
   return s;
 }
+
+typedef dpm_status (*arg_setter)(const dpm_arg_def *a, const value *v, dpm_arg *out,
+                                 dpm_err *err);
+static const arg_setter setters[] = {
+    [DPM_ARG_INT] = set_int,   [DPM_ARG_FLOAT] = set_float,
+    [DPM_ARG_BOOL] = set_bool, [DPM_ARG_STRING] = set_string,
+    [DPM_ARG_INTS] = set_list, [DPM_ARG_FLOATS] = set_list,
+};
+_Static_assert(sizeof setters / sizeof *setters == DPM_ARG_FLOATS + 1, "argument types");
+
+/* out <- v checked against a; on failure out is unset. */
+static dpm_status set_arg(const dpm_arg_def *a, const value *v, dpm_arg *out,
+                          dpm_err *err) {
+  memset(out, 0, sizeof *out);
+  dpm_status s = setters[a->type](a, v, out, err);
+  out->set = s == DPM_OK;
+  return s;
+}
+
+static dpm_status set_named(dpm_node *node, const char *name, const value *v,
+                            dpm_err *err) {
+  int k = dpm_op_arg_index(node->def, name);
+  if (k < 0)
+    return dpm_errf(err, DPM_SPEC, "unknown argument '%s' for %s", name, node->def->name);
+  return set_arg(&node->def->args[k], v, &node->arg[k], err);
+}
+
+/* ---- the node's arguments ---------------------------------------------------- */
 
 dpm_status dpm_node_check_required(const dpm_node *node, dpm_err *err) {
   const dpm_arg_def *args = node->def->args;
@@ -148,7 +302,8 @@ dpm_status dpm_node_set_defaults(dpm_node *node, dpm_err *err) {
   const dpm_arg_def *args = node->def->args;
   for (int i = 0; args && args[i].name; i++) {
     memset(&node->arg[i], 0, sizeof node->arg[i]);
-    if (args[i].def && parse_value(&args[i], args[i].def, &node->arg[i], err)) {
+    value text = {.kind = VAL_STRING, .s = args[i].def};
+    if (args[i].def && set_arg(&args[i], &text, &node->arg[i], err)) {
       if (!err) return DPM_INTERNAL;
       dpm_err_prefix(err, "op %s default: ", node->def->name);
       return err->code = DPM_INTERNAL;
@@ -157,12 +312,27 @@ dpm_status dpm_node_set_defaults(dpm_node *node, dpm_err *err) {
   return DPM_OK;
 }
 
-dpm_status dpm_node_set_arg(dpm_node *node, const char *name, const char *text,
-                            dpm_err *err) {
-  int k = dpm_op_arg_index(node->def, name);
-  if (k < 0)
-    return dpm_errf(err, DPM_SPEC, "unknown argument '%s' for %s", name, node->def->name);
-  return parse_value(&node->def->args[k], text, &node->arg[k], err);
+dpm_status dpm_node_set_int(dpm_node *node, const char *name, int64_t v, dpm_err *err) {
+  return set_named(node, name, &(value){.kind = VAL_INT, .i = v}, err);
+}
+
+dpm_status dpm_node_set_float(dpm_node *node, const char *name, double v, dpm_err *err) {
+  return set_named(node, name, &(value){.kind = VAL_FLOAT, .f = v}, err);
+}
+
+dpm_status dpm_node_set_string(dpm_node *node, const char *name, const char *s,
+                               dpm_err *err) {
+  return set_named(node, name, &(value){.kind = VAL_STRING, .s = s}, err);
+}
+
+dpm_status dpm_node_set_ints(dpm_node *node, const char *name, const int64_t *v, size_t n,
+                             dpm_err *err) {
+  return set_named(node, name, &(value){.kind = VAL_INTS, .n = n, .iv = v}, err);
+}
+
+dpm_status dpm_node_set_floats(dpm_node *node, const char *name, const double *v,
+                               size_t n, dpm_err *err) {
+  return set_named(node, name, &(value){.kind = VAL_FLOATS, .n = n, .fv = v}, err);
 }
 
 dpm_status dpm_node_set_args(dpm_node *node, const char *kv, dpm_err *err) {
@@ -173,11 +343,13 @@ dpm_status dpm_node_set_args(dpm_node *node, const char *kv, dpm_err *err) {
     char *eq = strchr(tok, '=');
     if (!eq) return dpm_errf(err, DPM_SPEC, "expected name=value, got '%s'", tok);
     *eq = 0;
-    dpm_status s = dpm_node_set_arg(node, tok, eq + 1, err);
+    dpm_status s = dpm_node_set_string(node, tok, eq + 1, err);
     if (s) return s;
   }
   return DPM_OK;
 }
+
+/* ---- shape-inference helpers ------------------------------------------------- */
 
 dpm_status dpm_expect_dtype(const dpm_shape *s, dpm_dtype t, const char *what,
                             dpm_err *err) {

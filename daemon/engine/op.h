@@ -222,6 +222,15 @@ const dpm_op_def *dpm_op_find(const char *name);
 /* All DPM_OP_COUNT defs, indexed by id, for tests that cover every op. */
 const dpm_op_def *const *dpm_op_all(int *count);
 
+/* ---- arguments (engine/op.c) --------------------------------------------
+ * Setters check the schema: errors are DPM_SPEC for an unknown name, a value
+ * the argument's type cannot take, one out of bounds or not among the
+ * choices (DPM_NOMEM if a list's text cannot be copied). A value is converted as its text would be parsed: an integer or a
+ * one-element list for a float argument, 2.0 or [2] for an integer one, a
+ * number for a string one (which then fails its choices); a subnormal
+ * number is refused, like its text. Doubles are stored as given, never
+ * printed and parsed. On failure the argument is left unset. */
+
 /* Number of entries in def->args (up to the {NULL} terminator). */
 int dpm_op_nargs(const dpm_op_def *def);
 /* Index of argument `name` in def->args, or -1. */
@@ -229,15 +238,23 @@ int dpm_op_arg_index(const dpm_op_def *def, const char *name);
 /* Fill node->arg with every default of def->args. Fails (DPM_INTERNAL)
  * only if a default in the table itself does not parse. */
 dpm_status dpm_node_set_defaults(dpm_node *node, dpm_err *err);
-/* Set argument `name` from text ("5", "0.1", "xavier", "2,3"): used for
- * tests and defaults. Errors: DPM_SPEC for an unknown name, a value of the
- * wrong type, out of bounds or not among the choices. */
-dpm_status dpm_node_set_arg(dpm_node *node, const char *name, const char *text,
-                            dpm_err *err);
+
+dpm_status dpm_node_set_int(dpm_node *node, const char *name, int64_t v, dpm_err *err);
+dpm_status dpm_node_set_float(dpm_node *node, const char *name, double v, dpm_err *err);
+dpm_status dpm_node_set_ints(dpm_node *node, const char *name, const int64_t *v, size_t n,
+                             dpm_err *err);
+dpm_status dpm_node_set_floats(dpm_node *node, const char *name, const double *v,
+                               size_t n, dpm_err *err);
+/* A string: the value of a string argument, the text of any other ("5",
+ * "0.1", "true", "2,3"), as a spec's quoted value, a schema default or a
+ * test's "name=value" gives it. */
+dpm_status dpm_node_set_string(dpm_node *node, const char *name, const char *s,
+                               dpm_err *err);
+/* Parse "kernel=5 stride=2 pad=1" (space separated) with dpm_node_set_string:
+ * for tests. */
+dpm_status dpm_node_set_args(dpm_node *node, const char *kv, dpm_err *err);
 /* DPM_SPEC naming the first required argument that was not given. */
 dpm_status dpm_node_check_required(const dpm_node *node, dpm_err *err);
-/* Parse "kernel=5 stride=2 pad=1" (space separated) with dpm_node_set_arg. */
-dpm_status dpm_node_set_args(dpm_node *node, const char *kv, dpm_err *err);
 
 /* Small shape-inference helpers for op files. */
 dpm_status dpm_expect_dtype(const dpm_shape *s, dpm_dtype t, const char *what,

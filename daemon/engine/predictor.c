@@ -184,12 +184,8 @@ static dpm_status load_arg(dpm_predictor *p, int j, dpm_node *n, const Dpm__Argu
   if (!finite)
     return fail(p, err, DPM_CORRUPT, "op #%d (%s): argument '%s' is not finite", j, op,
                 a->name);
-  char text[512];
-  if (dpm_argument_text(a, text, sizeof text))
-    return fail(p, err, DPM_CORRUPT,
-                "op #%d (%s): argument '%s' has no value or is too long", j, op, a->name);
   dpm_err e = {0};
-  if (dpm_node_set_arg(n, a->name, text, &e))
+  if (dpm_node_set_argument(n, a, &e))
     return fail(p, err, DPM_CORRUPT, "op #%d (%s): %s", j, op, e.msg);
   return DPM_OK;
 }

@@ -279,3 +279,56 @@ TEST(model_rejects_non_scalar_or_repeated_losses) {
                "losses: [loss, loss]\n",
                DPM_SPEC, "losses: 'loss' is listed twice");
 }
+
+/* The node of net that writes blob (its last writer), or NULL. */
+static const dpm_node *writer(const dpm_net *net, const char *blob) {
+  const dpm_node *w = NULL;
+  for (int i = 0; i < net->n; i++)
+    for (int k = 0; k < net->nodes[i].n_out; k++)
+      if (net->nodes[i].out[k] && !strcmp(net->nodes[i].out[k], blob)) w = &net->nodes[i];
+  return w;
+}
+
+static double arg_f(const dpm_node *n, const char *name) {
+  return n->arg[dpm_op_arg_index(n->def, name)].f;
+}
+
+static int same_double(double a, double b) { return !memcmp(&a, &b, sizeof a); }
+
+/* The spec's numbers reach the nets as typed values, doubles to the bit: an
+ * op's arguments, the param fills they choose (a gaussian's std, a uniform's
+ * -v and v), the update's arguments; the engine's own ops are the ones the
+ * op list names. A quoted number is still read as its text. */
+TEST(model_sets_spec_arguments_typed) {
+  const char *yaml =
+      HEADER "forward:\n"
+             "  - {op: FC, in: [data], out: fc1, dim_out: 6, weight_init: gaussian,"
+             " weight_std: 0.012345678901234567, bias_init: uniform,"
+             " bias_value: 0.33333333333333331}\n"
+             "  - {op: FC, in: [fc1], out: pred, dim_out: \"4\"}\n" MLP_TAIL
+             "update: {optimizer: momentum_sgd, momentum: 0.91234567890123456,"
+             " lr: {base: 0.012345678901234567, policy: multistep,"
+             " stepvalues: [10, 20]}}\n";
+  dpm_model m;
+  dpm_err err = {0};
+  CHECK_INT(build(yaml, &m, &err), DPM_OK);
+  const dpm_node *w = writer(&m.init, "fc1_w"), *b = writer(&m.init, "fc1_b");
+  CHECK(w && w->def->id == DPM_OP_GAUSSIAN_FILL);
+  CHECK(same_double(arg_f(w, "std"), strtod("0.012345678901234567", NULL)));
+  CHECK(b && b->def->id == DPM_OP_UNIFORM_FILL);
+  CHECK(same_double(arg_f(b, "max"), strtod("0.33333333333333331", NULL)));
+  CHECK(same_double(arg_f(b, "min"), -strtod("0.33333333333333331", NULL)));
+  CHECK(writer(&m.init, "iter")->def->id == DPM_OP_CONSTANT_FILL);
+  CHECK_INT(writer(&m.train, "pred")->arg[0].i, 4);
+  const dpm_node *lr = writer(&m.update, "lr");
+  CHECK(lr && lr->def == dpm_op_get(DPM_OP_LEARNING_RATE));
+  CHECK(same_double(arg_f(lr, "base_lr"), strtod("0.012345678901234567", NULL)));
+  const dpm_arg *steps = &lr->arg[dpm_op_arg_index(lr->def, "stepvalues")];
+  CHECK(steps->n == 2 && steps->v[0] == 10 && steps->v[1] == 20);
+  const dpm_node *opt = writer(&m.update, "pred_w");
+  CHECK(opt && opt->def->id == DPM_OP_MOMENTUM_SGD);
+  CHECK(same_double(arg_f(opt, "momentum"), strtod("0.91234567890123456", NULL)));
+  const dpm_node *seed = writer(&m.train, "loss_grad");
+  CHECK(seed && seed->def->id == DPM_OP_CONSTANT_FILL && arg_f(seed, "value") == 1.0);
+  dpm_model_fini(&m);
+}

@@ -694,24 +694,47 @@ TEST(predictor_strips_scopes) {
   CHECK(!strcmp(dpm_strip_scope("cpu_0/"), ""));
 }
 
-TEST(predictor_argument_text_round_trips) {
-  Dpm__Argument a = DPM__ARGUMENT__INIT;
-  char buf[64];
-  a.value_case = DPM__ARGUMENT__VALUE_F;
-  a.f = 0.1;
-  CHECK_INT(dpm_argument_text(&a, buf, sizeof buf), 0);
-  CHECK(strtod(buf, NULL) == 0.1);
-  int64_t v[] = {2, -3, 4};
-  Dpm__IntList l = DPM__INT_LIST__INIT;
-  l.n_v = 3;
-  l.v = v;
-  a.value_case = DPM__ARGUMENT__VALUE_INTS;
-  a.ints = &l;
-  CHECK_INT(dpm_argument_text(&a, buf, sizeof buf), 0);
-  CHECK(!strcmp(buf, "2,-3,4"));
-  CHECK_INT(dpm_argument_text(&a, buf, 4), -1); /* does not fit */
-  a.value_case = DPM__ARGUMENT__VALUE__NOT_SET;
-  CHECK_INT(dpm_argument_text(&a, buf, sizeof buf), -1);
+/* A file's typed Arguments reach the node as they are (dpm_node_set_argument):
+ * doubles to the bit, lists element by element; one without a value is
+ * refused. */
+TEST(predictor_arguments_set_typed) {
+  dpm_net net = {0};
+  dpm_err err = {0};
+  const char *io[] = {"iter"}, *lr[] = {"lr"};
+  dpm_node *n = dpm_net_add(&net, dpm_op_get(DPM_OP_LEARNING_RATE), 1, io, 1, lr, &err);
+  CHECK(n);
+  int64_t steps[] = {2, 30, 400};
+  double base = 0.1 + 0x1p-56, two[] = {2.0};
+  Dpm__IntList il = DPM__INT_LIST__INIT;
+  Dpm__FloatList fl = DPM__FLOAT_LIST__INIT;
+  il.n_v = 3, il.v = steps;
+  fl.n_v = 1, fl.v = two;
+  Dpm__Argument a[5] = {DPM__ARGUMENT__INIT, DPM__ARGUMENT__INIT, DPM__ARGUMENT__INIT,
+                        DPM__ARGUMENT__INIT, DPM__ARGUMENT__INIT};
+  a[0].name = "base_lr", a[0].value_case = DPM__ARGUMENT__VALUE_F, a[0].f = base;
+  a[1].name = "stepvalues", a[1].value_case = DPM__ARGUMENT__VALUE_INTS, a[1].ints = &il;
+  a[2].name = "policy", a[2].value_case = DPM__ARGUMENT__VALUE_S, a[2].s = "multistep";
+  a[3].name = "max_iter", a[3].value_case = DPM__ARGUMENT__VALUE_I, a[3].i = 9;
+  a[4].name = "stepsize", a[4].value_case = DPM__ARGUMENT__VALUE_FLOATS,
+  a[4].floats = &fl;
+  for (int k = 0; k < 5; k++) CHECK_INT(dpm_node_set_argument(n, &a[k], &err), DPM_OK);
+  const dpm_arg *arg = n->arg;
+#define AT(name) arg[dpm_op_arg_index(n->def, name)]
+  CHECK(memcmp(&AT("base_lr").f, &base, sizeof base) == 0);
+  CHECK(AT("stepvalues").n == 3 && AT("stepvalues").v[2] == 400);
+  CHECK_INT(AT("policy").i, 2);
+  CHECK_INT(AT("max_iter").i, 9);
+  CHECK_INT(AT("stepsize").i, 2);
+#undef AT
+  Dpm__Argument none = DPM__ARGUMENT__INIT;
+  none.name = "gamma";
+  CHECK_INT(dpm_node_set_argument(n, &none, &err), DPM_SPEC);
+  CHECK_HAS(err.msg, "argument 'gamma' has no value");
+  a[0].f = 5e-324; /* as its text was: strtod calls it out of range */
+  CHECK_INT(dpm_node_set_argument(n, &a[0], &err), DPM_SPEC);
+  CHECK_HAS(err.msg,
+            "argument 'base_lr' expects a number, got '4.9406564584124654e-324'");
+  dpm_net_fini(&net);
 }
 
 /* Scoped blob names are written stripped; two that strip alike are refused. */
