@@ -1,75 +1,152 @@
-/* The command table: the one place an RPC command is declared (name,
- * handler, flags), and the handlers that run on the loop thread. Commands
- * flagged ON_MODEL are checked here and then queued to the model's thread
- * (server/model.h), which answers when the work is done. */
+/* The command table (commands.h): one row per RPC command, the argument
+ * checks and model names the rows point at, the handlers that run on the
+ * loop thread, and dispatch. The jobs that run on a model's thread are
+ * model.c's (dpmd_job_*). */
+#include "server/commands.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/escape.h"
+#include "common/spec.h"
+#include "common/validate.h"
 #include "server/devices.h"
-#include "server/dpmd.h"
 #include "server/log.h"
+#include "server/metrics.h"
 #include "server/model.h"
 #include "server/paths.h"
-#include "server/request.h"
-#include "server/store.h"
-#include "common/validate.h"
-#include "common/spec.h"
 
 enum {
-  NEEDS_MODEL = 1, /* names an existing model */
-  ON_MODEL = 2,    /* runs on the model's thread */
+  NEEDS_MODEL = 1, /* must name a registered model (any model named must be) */
+  ON_MODEL = 2,    /* runs on the model's thread (a job) */
   MUTATING = 4,    /* refused once the daemon is stopping */
 };
 
-typedef void (*handler)(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m);
+/* What a loop handler works with. */
+typedef struct call {
+  dpmd *d;
+  dpmd_registry *models;
+  Dpm__Request *rq;
+  dpmd_reply_to *to;
+  dpmd_model *m; /* the model the request names, registered; NULL when none */
+} call;
 
 typedef struct command {
-  Dpm__Request__CommandCase cmd;
-  const char *name;
-  handler fn;  /* NULL: queue to the model (ON_MODEL) */
+  Dpm__Request__CommandCase cmd; /* the Request's oneof case */
+  const char *name;              /* as dpmctl and the metrics name it */
   unsigned flags;
+  /* The arguments' check that needs no model (may rewrite rq: submit's
+   * overrides); NULL: none. */
+  dpm_status (*check)(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err);
+  /* The model the request names (NULL or "": none); NULL: names none. */
+  const char *(*model)(const Dpm__Request *rq);
+  void (*run)(const call *c); /* on the loop thread; NULL for ON_MODEL */
+  dpmd_job_fn job;            /* on the model's thread; ON_MODEL only */
 } command;
 
-/* ---- helpers --------------------------------------------------------------- */
+/* ---- argument checks ---------------------------------------------------------- */
 
-static dpmd_model *find(dpmd *d, const char *name) {
-  for (int i = 0; name && i < d->n_models; i++)
-    if (strcmp(dpmd_model_name(d->models[i]), name) == 0) return d->models[i];
-  return NULL;
-}
-
-/* The model a request names (NULL when the command names none). */
-static const char *model_name(const Dpm__Request *rq) {
-  switch (rq->command_case) {
-  case DPM__REQUEST__COMMAND_TRAIN: return rq->train->name;
-  case DPM__REQUEST__COMMAND_STATUS: return rq->status->name;
-  case DPM__REQUEST__COMMAND_WATCH: return rq->watch->name;
-  case DPM__REQUEST__COMMAND_CHECKPOINT: return rq->checkpoint->name;
-  case DPM__REQUEST__COMMAND_LOAD: return rq->load->name;
-  case DPM__REQUEST__COMMAND_SYNC: return rq->sync->name;
-  case DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR: return rq->extract_predictor->name;
-  case DPM__REQUEST__COMMAND_EVAL: return rq->eval->name;
-  case DPM__REQUEST__COMMAND_GET_BLOB: return rq->get_blob->name;
-  case DPM__REQUEST__COMMAND_PAUSE: return rq->pause->name;
-  case DPM__REQUEST__COMMAND_RESUME: return rq->resume->name;
-  case DPM__REQUEST__COMMAND_DELETE: return rq->delete_->name;
-  default: return NULL;
+/* Name, devices and checkpoint policy from a submit override its spec's
+ * (moved from the request into the spec); a spec naming no devices gets
+ * cpu:0. */
+static dpm_status check_submit(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  (void)paths;
+  Dpm__SubmitRequest *r = rq->submit;
+  Dpm__ModelSpec *spec = r->spec;
+  if (r->name && *r->name) {
+    char *t = spec->name;
+    spec->name = r->name;
+    r->name = t;
   }
+  if (r->checkpoint) {
+    if (dpm_checkpoint_policy_validate(r->checkpoint, err)) return err->code;
+    Dpm__CheckpointPolicy *t = spec->checkpoint;
+    spec->checkpoint = r->checkpoint;
+    r->checkpoint = t;
+  }
+  if (!spec->parallel) {
+    if (!(spec->parallel = malloc(sizeof *spec->parallel)))
+      return dpm_errf(err, DPM_NOMEM, "out of memory");
+    dpm__parallel_spec__init(spec->parallel);
+  }
+  Dpm__ParallelSpec *p = spec->parallel;
+  if (r->n_devices) {
+    char **t = p->devices;
+    size_t n = p->n_devices;
+    p->devices = r->devices, p->n_devices = r->n_devices;
+    r->devices = t, r->n_devices = n;
+  }
+  if (!p->n_devices) {
+    if (!(p->devices = malloc(sizeof *p->devices)) || !(p->devices[0] = strdup("cpu:0")))
+      return dpm_errf(err, DPM_NOMEM, "out of memory");
+    p->n_devices = 1;
+  }
+  if (!dpm_model_name_valid(spec->name)) {
+    char b[80];
+    return dpm_errf(
+        err, DPM_INVALID,
+        "model name '%s': use 1-64 of A-Z a-z 0-9 . _ -, not starting with '.'",
+        dpm_escape(spec->name, b, sizeof b));
+  }
+  return DPM_OK;
 }
 
-static void reply_ok(dpmd *d, dpmd_reply_to *to) {
-  Dpm__Response rs = DPM__RESPONSE__INIT;
-  dpmd_reply(d, to, &rs);
+static dpm_status check_train(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  (void)paths;
+  if (rq->train->iters == 0 || rq->train->iters > DPMD_MAX_ITERS)
+    return dpm_errf(err, DPM_INVALID, "iters must be 1..2^40");
+  return DPM_OK;
 }
 
-/* ---- handlers --------------------------------------------------------------- */
+static dpm_status check_checkpoint(const dpmd_paths *paths, Dpm__Request *rq,
+                                   dpm_err *err) {
+  const char *out = rq->checkpoint->out;
+  return out && *out ? dpmd_paths_check(paths, out, err) : DPM_OK;
+}
 
-static void cmd_version(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
-  (void)rq, (void)m;
+static dpm_status check_load(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  return dpmd_paths_check(paths, rq->load->path, err);
+}
+
+static dpm_status check_extract(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  const Dpm__ExtractRequest *r = rq->extract_predictor;
+  char b[80];
+  if (strcmp(r->format, "dpm") != 0)
+    return dpm_errf(err, DPM_UNSUPPORTED,
+                    "predictor format '%s': this dpmd writes 'dpm' only",
+                    dpm_escape(r->format, b, sizeof b));
+  if (!r->n_inputs || !r->n_outputs)
+    return dpm_errf(err, DPM_INVALID, "extract-predictor needs inputs and outputs");
+  return dpmd_paths_check(paths, r->out, err);
+}
+
+/* ---- model names -------------------------------------------------------------- */
+
+/* name_FIELD: the name in the request's FIELD (every such message has one). */
+#define MODEL_NAME(field)                                                                \
+  static const char *name_##field(const Dpm__Request *rq) { return rq->field->name; }
+MODEL_NAME(train)
+MODEL_NAME(status)
+MODEL_NAME(watch)
+MODEL_NAME(checkpoint)
+MODEL_NAME(load)
+MODEL_NAME(sync)
+MODEL_NAME(extract_predictor)
+MODEL_NAME(eval)
+MODEL_NAME(get_blob)
+MODEL_NAME(pause)
+MODEL_NAME(resume)
+MODEL_NAME(delete_)
+#undef MODEL_NAME
+
+/* ---- loop handlers ------------------------------------------------------------ */
+
+static void run_version(const call *c) {
+  dpmd *d = c->d;
   int n = dpmd_devices_count(d->devices);
   const char **names = malloc((size_t)n * sizeof *names);
-  if (!names) return dpmd_reply_error(d, to, DPM_NOMEM, "out of memory");
+  if (!names) return dpmd_reply_error(d, c->to, DPM_NOMEM, "out of memory");
   for (int i = 0; i < n; i++) names[i] = dpmd_devices_name(d->devices, i);
   Dpm__VersionInfo v = DPM__VERSION_INFO__INIT;
   v.version = DPMD_VERSION;
@@ -83,43 +160,47 @@ static void cmd_version(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model
   Dpm__Response rs = DPM__RESPONSE__INIT;
   rs.result_case = DPM__RESPONSE__RESULT_VERSION;
   rs.version = &v;
-  dpmd_reply(d, to, &rs);
+  dpmd_reply(d, c->to, &rs);
   free(names);
 }
 
-static void cmd_submit(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
-  (void)m;
-  Dpm__ModelSpec *spec = rq->submit->spec; /* overrides applied (request.h) */
+static void run_submit(const call *c) {
+  dpmd *d = c->d;
+  Dpm__ModelSpec *spec = c->rq->submit->spec; /* overrides applied (check_submit) */
   dpm_err err = {0};
-  if (find(d, spec->name))
-    return dpmd_reply_error(d, to, DPM_EXISTS, "a model named %s exists", spec->name);
-  if (d->n_models >= d->cfg->max_models)
-    return dpmd_reply_error(d, to, DPM_DENIED, "this dpmd holds at most %d models (max_models)",
+  if (dpmd_registry_find(c->models, spec->name))
+    return dpmd_reply_error(d, c->to, DPM_EXISTS, "a model named %s exists", spec->name);
+  if (dpmd_registry_count(c->models) >= d->cfg->max_models)
+    return dpmd_reply_error(d, c->to, DPM_DENIED,
+                            "this dpmd holds at most %d models (max_models)",
                             d->cfg->max_models);
   if (dpmd_devices_check(d->devices, spec->parallel->devices, spec->parallel->n_devices,
                          &err))
-    return dpmd_reply_error(d, to, err.code, "%s: %s", spec->name, err.msg);
-  if (dpm_spec_validate(spec, &err)) return dpmd_reply_error(d, to, err.code, "%s", err.msg);
-  dpmd_model **grown = realloc(d->models, (size_t)(d->n_models + 1) * sizeof *grown);
-  if (!grown) return dpmd_reply_error(d, to, DPM_NOMEM, "out of memory");
-  d->models = grown;
-  rq->submit->spec = NULL; /* the model owns it now */
-  if (dpmd_model_new(d, spec, 0, to, &d->models[d->n_models], &err))
-    return dpmd_reply_error(d, to, err.code, "%s", err.msg);
-  d->n_models++;
-  dpmd_notify_status(d);
-  dpmd_info("model %s: submitted on %zu device(s)", spec->name, spec->parallel->n_devices);
+    return dpmd_reply_error(d, c->to, err.code, "%s: %s", spec->name, err.msg);
+  if (dpm_spec_validate(spec, &err))
+    return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
+  if (dpmd_registry_reserve(c->models, &err))
+    return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
+  dpmd_model *m;
+  c->rq->submit->spec = NULL; /* the model owns it now */
+  if (dpmd_model_new(d, spec, 0, c->to, &m, &err))
+    return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
+  dpmd_registry_add(c->models, dpmd_model_name(m), m);
+  dpmd_notify_serving(d, dpmd_registry_count(c->models));
+  dpmd_info("model %s: submitted on %zu device(s)", dpmd_model_name(m),
+            spec->parallel->n_devices);
 }
 
-static void reply_models(dpmd *d, dpmd_reply_to *to, dpmd_model **models, int n) {
+static void reply_models(const call *c) {
+  int n = dpmd_registry_count(c->models);
   Dpm__ModelInfo *info = calloc((size_t)n + 1, sizeof *info);
   Dpm__ModelInfo **ptr = calloc((size_t)n + 1, sizeof *ptr);
   dpmd_info_buf *buf = calloc((size_t)n + 1, sizeof *buf);
   if (!info || !ptr || !buf) {
-    dpmd_reply_error(d, to, DPM_NOMEM, "out of memory");
+    dpmd_reply_error(c->d, c->to, DPM_NOMEM, "out of memory");
   } else {
     for (int i = 0; i < n; i++) {
-      dpmd_model_info(models[i], &info[i], &buf[i]);
+      dpmd_model_info(dpmd_registry_at(c->models, i), &info[i], &buf[i]);
       ptr[i] = &info[i];
     }
     Dpm__ModelList list = DPM__MODEL_LIST__INIT;
@@ -128,137 +209,134 @@ static void reply_models(dpmd *d, dpmd_reply_to *to, dpmd_model **models, int n)
     Dpm__Response rs = DPM__RESPONSE__INIT;
     rs.result_case = DPM__RESPONSE__RESULT_MODELS;
     rs.models = &list;
-    dpmd_reply(d, to, &rs);
+    dpmd_reply(c->d, c->to, &rs);
   }
   free(info);
   free(ptr);
   free(buf);
 }
 
-static void cmd_status(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
-  if (rq->command_case == DPM__REQUEST__COMMAND_LIST || !m)
-    return reply_models(d, to, d->models, d->n_models);
-  dpmd_model_reply_info(m, to);
+static void run_status(const call *c) {
+  if (!c->m) return reply_models(c); /* no name: every model */
+  dpmd_model_reply_info(c->m, c->to);
 }
 
-static void cmd_watch(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
-  (void)rq, (void)m;
-  if (!d->cfg->events)
-    return dpmd_reply_error(d, to, DPM_UNSUPPORTED, "this dpmd publishes no events "
-                                                    "(set events in its config)");
+static void run_list(const call *c) { reply_models(c); }
+
+static void run_watch(const call *c) {
+  const dpmd_config *cfg = c->d->cfg;
+  if (!cfg->events)
+    return dpmd_reply_error(c->d, c->to, DPM_UNSUPPORTED,
+                            "this dpmd publishes no events (set events in its config)");
   Dpm__WatchInfo w = DPM__WATCH_INFO__INIT;
-  w.events = d->cfg->events;
+  w.events = cfg->events;
   Dpm__Response rs = DPM__RESPONSE__INIT;
   rs.result_case = DPM__RESPONSE__RESULT_WATCH;
   rs.watch = &w;
-  dpmd_reply(d, to, &rs);
+  dpmd_reply(c->d, c->to, &rs);
 }
 
-static void cmd_delete(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
-  (void)d, (void)rq;
-  dpmd_info("model %s: deleting", dpmd_model_name(m));
-  dpmd_model_end(m, 1, to);
+static void run_delete(const call *c) {
+  dpmd_info("model %s: deleting", dpmd_model_name(c->m));
+  dpmd_model_end(c->m, 1, c->to);
 }
 
-static void cmd_metrics(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
-  (void)rq, (void)m;
-  char *text = dpmd_metrics_text(d);
-  if (!text) return dpmd_reply_error(d, to, DPM_NOMEM, "out of memory");
+static void run_metrics(const call *c) {
+  char *text = dpmd_metrics_text(c->d, c->models, dpmd_command_name);
+  if (!text) return dpmd_reply_error(c->d, c->to, DPM_NOMEM, "out of memory");
   Dpm__Response rs = DPM__RESPONSE__INIT;
   rs.result_case = DPM__RESPONSE__RESULT_METRICS;
   rs.metrics = text;
-  dpmd_reply(d, to, &rs);
+  dpmd_reply(c->d, c->to, &rs);
   free(text);
 }
 
-static void cmd_shutdown(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to, dpmd_model *m) {
-  (void)rq, (void)m;
+static void run_shutdown(const call *c) {
   dpmd_info("shutdown requested");
-  reply_ok(d, to);
-  dpmd_shutdown(d);
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  dpmd_reply(c->d, c->to, &rs);
+  dpmd_shutdown(c->d, c->models);
 }
 
-/* ---- the table -------------------------------------------------------------- */
+/* ---- the table ---------------------------------------------------------------- */
 
-#define C(case_, name, fn, flags) {DPM__REQUEST__COMMAND_##case_, name, fn, flags}
+/* LOOP: runs on the loop thread. JOB: runs on the named model's thread. */
+// clang-format off
+#define LOOP(case_, name, flags, check, model, fn)                                       \
+  {DPM__REQUEST__COMMAND_##case_, name, flags, check, model, fn, NULL}
+#define JOB(case_, name, flags, check, model, fn)                                        \
+  {DPM__REQUEST__COMMAND_##case_, name, NEEDS_MODEL | ON_MODEL | (flags), check, model, \
+   NULL, fn}
+// clang-format on
 static const command commands[] = {
-    C(PING, "ping", cmd_version, 0),
-    C(VERSION_INFO, "version", cmd_version, 0),
-    C(SUBMIT, "submit", cmd_submit, MUTATING),
-    C(TRAIN, "train", NULL, NEEDS_MODEL | ON_MODEL | MUTATING),
-    C(STATUS, "status", cmd_status, 0),
-    C(LIST, "list", cmd_status, 0),
-    C(WATCH, "watch", cmd_watch, 0),
-    C(CHECKPOINT, "checkpoint", NULL, NEEDS_MODEL | ON_MODEL | MUTATING),
-    C(LOAD, "load", NULL, NEEDS_MODEL | ON_MODEL | MUTATING),
-    C(SYNC, "sync", NULL, NEEDS_MODEL | ON_MODEL | MUTATING),
-    C(EXTRACT_PREDICTOR, "extract-predictor", NULL, NEEDS_MODEL | ON_MODEL),
-    C(EVAL, "eval", NULL, NEEDS_MODEL | ON_MODEL),
-    C(GET_BLOB, "get-blob", NULL, NEEDS_MODEL | ON_MODEL),
-    C(PAUSE, "pause", NULL, NEEDS_MODEL | ON_MODEL | MUTATING),
-    C(RESUME, "resume", NULL, NEEDS_MODEL | ON_MODEL | MUTATING),
-    C(DELETE, "delete", cmd_delete, NEEDS_MODEL | MUTATING),
-    C(METRICS, "metrics", cmd_metrics, 0),
-    C(SHUTDOWN, "shutdown", cmd_shutdown, MUTATING),
+    LOOP(PING, "ping", 0, NULL, NULL, run_version),
+    LOOP(VERSION_INFO, "version", 0, NULL, NULL, run_version),
+    LOOP(SUBMIT, "submit", MUTATING, check_submit, NULL, run_submit),
+    JOB(TRAIN, "train", MUTATING, check_train, name_train, dpmd_job_train),
+    LOOP(STATUS, "status", 0, NULL, name_status, run_status),
+    LOOP(LIST, "list", 0, NULL, NULL, run_list),
+    LOOP(WATCH, "watch", 0, NULL, name_watch, run_watch),
+    JOB(CHECKPOINT, "checkpoint", MUTATING, check_checkpoint, name_checkpoint,
+        dpmd_job_checkpoint),
+    JOB(LOAD, "load", MUTATING, check_load, name_load, dpmd_job_load),
+    JOB(SYNC, "sync", MUTATING, NULL, name_sync, dpmd_job_sync),
+    JOB(EXTRACT_PREDICTOR, "extract-predictor", 0, check_extract, name_extract_predictor,
+        dpmd_job_extract),
+    JOB(EVAL, "eval", 0, NULL, name_eval, dpmd_job_eval),
+    JOB(GET_BLOB, "get-blob", 0, NULL, name_get_blob, dpmd_job_get_blob),
+    JOB(PAUSE, "pause", MUTATING, NULL, name_pause, dpmd_job_pause),
+    JOB(RESUME, "resume", MUTATING, NULL, name_resume, dpmd_job_resume),
+    LOOP(DELETE, "delete", NEEDS_MODEL | MUTATING, NULL, name_delete_, run_delete),
+    LOOP(METRICS, "metrics", 0, NULL, NULL, run_metrics),
+    LOOP(SHUTDOWN, "shutdown", MUTATING, NULL, NULL, run_shutdown),
 };
-#undef C
+#undef LOOP
+#undef JOB
 
-static const command *lookup(Dpm__Request__CommandCase c) {
+static const command *lookup(int c) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-    if (commands[i].cmd == c) return &commands[i];
+    if ((int)commands[i].cmd == c) return &commands[i];
   return NULL;
 }
 
 const char *dpmd_command_name(int c) {
-  const command *k = lookup((Dpm__Request__CommandCase)c);
+  const command *k = lookup(c);
   return k ? k->name : "unknown";
 }
 
-void dpmd_handle(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to) {
+dpm_status dpmd_command_check(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  const command *c = lookup(rq->command_case);
+  return c && c->check ? c->check(paths, rq, err) : DPM_OK;
+}
+
+/* ---- dispatch ----------------------------------------------------------------- */
+
+void dpmd_handle(dpmd *d, dpmd_registry *models, Dpm__Request *rq, dpmd_reply_to *to) {
   dpm_err err = {0};
   const command *c = lookup(rq->command_case);
-  const char *name = model_name(rq);
-  dpmd_model *m = find(d, name);
+  const char *name = c && c->model ? c->model(rq) : NULL;
+  dpmd_model *m = dpmd_registry_find(models, name);
   if (!c)
     dpmd_reply_error(d, to, DPM_UNSUPPORTED, "unknown command %d", (int)rq->command_case);
-  else if ((c->flags & MUTATING) && d->stopping)
+  else if ((c->flags & MUTATING) && dpmd_stopping(d))
     dpmd_reply_error(d, to, DPM_STATE, "dpmd is shutting down");
   else if ((c->flags & NEEDS_MODEL || (name && *name)) && (!m || dpmd_model_ending(m)))
     dpmd_reply_error(d, to, DPM_NOT_FOUND, "no model named '%s'", name ? name : "");
-  else if (dpmd_request_check(d->paths, rq, &err))
+  else if (c->check && c->check(d->paths, rq, &err))
     dpmd_reply_error(d, to, err.code, "%s", err.msg);
   else if (c->flags & ON_MODEL)
-    return dpmd_model_post(m, rq, to); /* takes rq */
+    return dpmd_model_post(m, c->job, c->name, rq, to); /* takes rq */
   else {
     dpmd_debug("%s", c->name);
-    c->fn(d, rq, to, m);
+    c->run(&(call){.d = d, .models = models, .rq = rq, .to = to, .m = m});
   }
   dpm__request__free_unpacked(rq, NULL);
 }
 
-/* Models found in the state dir come back at their last checkpoint. */
-void dpmd_restore_models(dpmd *d) {
-  int n = 0;
-  char **names = dpmd_store_models(d->cfg->state_dir, &n);
-  for (int i = 0; i < n; i++) {
-    char dir[4096];
-    Dpm__ModelSpec *spec = NULL;
-    dpm_err err = {.code = DPM_NOMEM, .msg = "out of memory"};
-    int ok = 0;
-    dpmd_model **grown = realloc(d->models, (size_t)(d->n_models + 1) * sizeof *grown);
-    if (grown) d->models = grown;
-    if (dpmd_store_model_dir(d->cfg->state_dir, names[i], dir, sizeof dir))
-      dpm_errf(&err, DPM_INVALID, "state dir path too long");
-    else if (grown && !dpmd_store_load_spec(dir, &spec, &err)) {
-      free(spec->name); /* the model is its directory's name */
-      if (!(spec->name = strdup(names[i])))
-        dpm_spec_free(spec);
-      else if ((ok = !dpmd_model_new(d, spec, 1, NULL, &d->models[d->n_models], &err)))
-        d->n_models++;
-      /* else dpmd_model_new freed the spec */
-    }
-    if (!ok) dpmd_error("model %s not restored: %s", names[i], err.msg);
-    free(names[i]);
+void dpmd_shutdown(dpmd *d, dpmd_registry *models) {
+  if (dpmd_begin_stopping(d)) return;
+  for (int i = 0; i < dpmd_registry_count(models); i++) {
+    dpmd_model *m = dpmd_registry_at(models, i);
+    if (!dpmd_model_ending(m)) dpmd_model_end(m, 0, NULL);
   }
-  free(names);
 }

@@ -1,21 +1,30 @@
-/* dpmd's shared state: the loop, the sockets, the model registry, counters.
+/* What command handlers and model threads see of the daemon: its
+ * configuration, devices and paths, and the way out for answers and events.
  *
- * Threads: the loop thread (server.c) owns the nanomsg sockets, the
- * registry and every field here except `mu` and what it guards. Model
- * threads (model.c) answer requests and publish events only through
- * dpmd_reply and dpmd_publish, which queue the bytes under `mu` and wake
- * the loop (uv_async_send coalesces: the loop drains the whole queue).
+ * The loop (server.c) makes one dpmd before it serves and keeps it until it
+ * has stopped. The fields of struct dpmd are set before serving and never
+ * change afterwards, so any thread may read them. The rest (the queue that
+ * answers and events take to the loop, the sockets they leave by, request
+ * counters, the stopping flag) is dpmd.c's own, reached only through the
+ * functions below, each of which names the threads it may be called from.
+ * The model registry is not here: it is the loop's (server/registry.h), and
+ * model threads never touch it.
  *
- * Errors: handlers answer every request exactly once, with a dpm_status and
- * a message; nothing a client sends can stop the loop. */
+ * Threads: the loop thread runs the command table (server/commands.h); each
+ * model has a thread that runs the jobs posted to it (server/model.h). A
+ * model thread answers requests and publishes events only through
+ * dpmd_reply, dpmd_reply_error and dpmd_publish, which queue the bytes under
+ * a lock and wake the loop (uv_async_send coalesces: the loop drains the
+ * whole queue); called on the loop thread they send at once.
+ *
+ * Errors: every request is answered exactly once, with a dpm_status and a
+ * message; nothing a client sends can stop the loop. */
 #ifndef DPMD_DPMD_H
 #define DPMD_DPMD_H
 
-#include <pthread.h>
 #include <stdint.h>
-#include <uv.h>
 
-#include "dpm/client.h" /* DPM_PROTOCOL_VERSION */
+#include "dpm/client.h" /* DPM_PROTOCOL_VERSION, DPM_VERSION */
 #include "dpm/wire.h"   /* dpm_status_to_wire */
 #include "proto/dpm.pb-c.h"
 #include "server/config.h"
@@ -25,74 +34,81 @@
 struct dpmd_model;
 struct dpmd_devices;
 struct dpmd_paths;
+struct uv_loop_s;
+typedef struct dpmd_core dpmd_core;
+
+typedef struct dpmd {
+  const dpmd_config *cfg;         /* the configuration, final before serving */
+  struct dpmd_devices *devices;   /* devices and warm crews; any thread (devices.h) */
+  const struct dpmd_paths *paths; /* where clients' paths may lead (paths.h) */
+  uint64_t instance;              /* random per start: clients notice a restart */
+  double started;                 /* CLOCK_REALTIME seconds */
+  dpmd_core *core;                /* dpmd.c's: through the functions below only */
+} dpmd;
 
 /* Where a Response goes: the raw REP socket's header of the request (a
  * nanomsg chunk, owned until the answer is sent) and the request's id. */
 typedef struct dpmd_reply_to {
   void *header;
   uint64_t id;
-  int command; /* the request's command (metrics); 0 if unknown */
+  int command; /* the request's command (its oneof case: metrics); 0 if unknown */
 } dpmd_reply_to;
 
-typedef struct dpmd_outmsg dpmd_outmsg; /* server.c's queue entry */
+/* ---- answers and events: any thread --------------------------------------- */
 
-/* Requests counted by command (the oneof case, 0 = not decodable) and status. */
-#define DPMD_MAX_COMMAND 32
-
-typedef struct dpmd {
-  dpmd_config *cfg;
-  uv_loop_t *loop;
-  pthread_t loop_thread;
-  int rep, pub;        /* nanomsg: raw REP (every listen address), PUB or -1 */
-  uv_poll_t rep_poll;
-  uv_async_t wake;     /* model threads -> loop */
-  uv_signal_t sig[2];  /* SIGTERM, SIGINT */
-  uv_timer_t stop_timer;
-  pthread_mutex_t mu;  /* guards out, out_tail */
-  dpmd_outmsg *out, *out_tail;
-  struct dpmd_model **models; /* the registry (loop thread) */
-  int n_models;
-  struct dpmd_devices *devices;
-  struct dpmd_paths *paths; /* where clients' paths may lead (server/paths.h) */
-  uint64_t instance;   /* random per start: clients notice a restart by it */
-  int shutdown_failed; /* atomic: a model could not save itself at shutdown */
-  double started;      /* CLOCK_REALTIME seconds */
-  int stopping;        /* shutdown requested: refuse new work */
-  uint64_t requests[DPMD_MAX_COMMAND][DPM_STATUS_COUNT];
-  uint64_t dropped;    /* requests refused undecoded (garbage, over the size
-                          limit; nanomsg drops far larger ones unseen) */
-} dpmd;
-
-/* Send resp (id filled in) to `to` and release to's header. Any thread. */
+/* Send resp (id filled in, control bytes in its message escaped) to `to`
+ * and release to's header. */
 void dpmd_reply(dpmd *d, dpmd_reply_to *to, Dpm__Response *resp);
-/* Answer with an error status and message. Any thread. */
+/* Answer with an error status and message. */
 void dpmd_reply_error(dpmd *d, dpmd_reply_to *to, dpm_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Publish ev for model `name` ("NAME\n" + Event). Any thread. */
+/* Publish ev for model `name` ("NAME\n" + Event); dropped without an
+ * events socket. */
 void dpmd_publish(dpmd *d, const char *name, Dpm__Event *ev);
-/* A model thread has ended (deleted, failed to build, shut down): the loop
- * joins it, drops it from the registry, then sends `resp` (if any) to `to`.
- * Model threads only. */
+/* A model could not checkpoint at shutdown: dpmd will exit non-zero. */
+void dpmd_shutdown_failed(dpmd *d);
+double dpmd_now(void); /* CLOCK_REALTIME seconds */
+
+/* A model thread has ended (deleted, failed to build, shut down): on the
+ * loop thread, the loop's exit hook (dpmd_core_start) joins and frees it,
+ * then resp (if any) goes to `to` (may be NULL). Model threads only. */
 void dpmd_model_exited(dpmd *d, struct dpmd_model *m, dpmd_reply_to *to,
                        Dpm__Response *resp);
 
-/* commands.c: decode-independent dispatch of one request (loop thread);
- * takes ownership of rq. */
-void dpmd_handle(dpmd *d, Dpm__Request *rq, dpmd_reply_to *to);
-/* The command's name in the table ("get-blob"; "unknown"). */
-const char *dpmd_command_name(int command);
-/* Start the models found in the state dir (loop thread, once serving). */
-void dpmd_restore_models(dpmd *d);
-/* metrics.c: Prometheus text for the metrics command (loop thread); malloc'd. */
-char *dpmd_metrics_text(dpmd *d);
+/* ---- the loop's state: loop thread ------------------------------------------ */
 
-/* server.c */
-dpm_status dpmd_serve(dpmd *d, dpm_err *err); /* runs until shut down */
-void dpmd_shutdown(dpmd *d);                  /* loop thread: begin stopping */
-/* A model could not checkpoint at shutdown: dpmd will exit non-zero. Any
- * thread. */
-void dpmd_shutdown_failed(dpmd *d);
-double dpmd_now(void);                        /* CLOCK_REALTIME seconds */
-void dpmd_notify_status(dpmd *d);             /* systemd STATUS= line */
+/* Whether a shutdown has begun (new mutating commands are refused). */
+int dpmd_stopping(const dpmd *d);
+/* Begins stopping: tells systemd (STOPPING=1). Returns 0, or -1 when the
+ * daemon was stopping already. */
+int dpmd_begin_stopping(dpmd *d);
+/* systemd's STATUS= line: "serving N model(s)" (not once stopping). */
+void dpmd_notify_serving(dpmd *d, int n_models);
+
+/* Requests counted by command (the oneof case; 0 = not decodable) and
+ * status, as their answers leave; and those refused undecoded (garbage,
+ * over the size limit: nanomsg drops far larger ones unseen). */
+#define DPMD_MAX_COMMAND 32
+uint64_t dpmd_requests(const dpmd *d, int command, dpm_status s);
+uint64_t dpmd_dropped(const dpmd *d);
+void dpmd_count_dropped(dpmd *d);
+
+/* ---- the core's life: server.c ---------------------------------------------- */
+
+/* Called on the loop thread for a model whose thread has ended
+ * (dpmd_model_exited), before its answer is sent. */
+typedef void (*dpmd_exit_hook)(void *arg, struct dpmd_model *m);
+
+/* Makes d's core on the calling thread, which becomes the loop thread:
+ * answers leave by the raw REP socket rep, events by the PUB socket pub (-1:
+ * none), and a wake handle on loop brings queued ones to this thread. */
+dpm_status dpmd_core_start(dpmd *d, struct uv_loop_s *loop, int rep, int pub,
+                           dpmd_exit_hook hook, void *hook_arg, dpm_err *err);
+/* Closes the wake handle (as the loop stops). Messages still queued are
+ * dropped by dpmd_core_free, which runs once uv_run has returned. */
+void dpmd_core_close(dpmd *d);
+void dpmd_core_free(dpmd *d);
+/* Whether a model could not save itself at shutdown (dpmd_shutdown_failed). */
+int dpmd_core_shutdown_failed(const dpmd *d);
 
 #endif

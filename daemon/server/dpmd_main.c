@@ -22,6 +22,7 @@
 #include "server/log.h"
 #include "server/notify.h"
 #include "server/paths.h"
+#include "server/server.h"
 #include "server/store.h"
 
 static const char usage[] =
@@ -51,27 +52,26 @@ int main(int argc, char **argv) {
   dpmd_log_init(cfg.log_level);
   umask(0007); /* sockets and files: owner and group only */
   openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
-  dpmd d = {.cfg = &cfg, .loop = uv_default_loop()};
-  int rc = 1, lock = -1;
+  dpmd_paths *paths = NULL;
+  dpmd_devices *devices = NULL;
+  int rc = 1, lock = -1, shutdown_failed = 0;
   if (dpmd_store_init(cfg.state_dir, &err) || dpmd_store_lock(cfg.state_dir, &lock, &err) ||
-      dpmd_paths_create(&cfg, &d.paths, &err) ||
-      dpmd_devices_create(cfg.cpu_devices, &d.devices, &err)) {
+      dpmd_paths_create(&cfg, &paths, &err) ||
+      dpmd_devices_create(cfg.cpu_devices, &devices, &err)) {
     dpmd_error("%s", err.msg);
   } else {
     dpmd_info("dpmd %s: %d cpu device(s), state in %s%s", DPMD_VERSION, cfg.cpu_devices,
               cfg.state_dir, cfg.cuda ? "; no CUDA backend in this build" : "");
-    if (dpmd_serve(&d, &err))
+    if (dpmd_serve(&cfg, devices, paths, &shutdown_failed, &err))
       dpmd_error("%s", err.msg);
-    else if (d.shutdown_failed)
+    else if (shutdown_failed)
       dpmd_error("stopped, but a model could not be checkpointed (see above)");
     else
       rc = 0;
   }
-  uv_loop_close(d.loop);
-  dpmd_devices_destroy(d.devices);
-  dpmd_paths_destroy(d.paths);
+  dpmd_devices_destroy(devices);
+  dpmd_paths_destroy(paths);
   if (lock >= 0) close(lock);
-  free(d.models);
   dpmd_config_fini(&cfg);
   if (!rc) dpmd_info("stopped");
   return rc;

@@ -1,12 +1,13 @@
-/* The metrics command: Prometheus text exposition format, version 0.0.4. */
+/* The metrics command's text (metrics.h). */
+#include "server/metrics.h"
+
 #include <math.h>
-#include <stddef.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "server/devices.h"
-#include "server/dpmd.h"
 #include "server/model.h"
 
 typedef struct text {
@@ -48,53 +49,65 @@ typedef struct {
   double scale; /* to the metric's unit */
 } family;
 
+// clang-format off
 #define F(n, h, field, u, k) {n, h, offsetof(Dpm__ModelInfo, has_##field), \
                               offsetof(Dpm__ModelInfo, field), u, k}
+// clang-format on
 static const family families[] = {
     F("dpm_model_iteration", "Completed training steps.", iter, 1, 1),
     F("dpm_model_loss", "Loss of the last step.", loss, 0, 1),
-    F("dpm_model_images_per_second", "Training throughput of the last steps.", images_per_s, 0, 1),
+    F("dpm_model_images_per_second", "Training throughput of the last steps.",
+      images_per_s, 0, 1),
     F("dpm_model_step_seconds", "Wall time of the last step.", step_ms, 0, 1e-3),
-    F("dpm_model_tensor_bytes", "Bytes of tensors over all replicas.", tensor_bytes, 1, 1),
-    F("dpm_model_memory_bytes", "Bytes counted against max_model_bytes.", memory_bytes, 1, 1),
+    F("dpm_model_tensor_bytes", "Bytes of tensors over all replicas.", tensor_bytes, 1,
+      1),
+    F("dpm_model_memory_bytes", "Bytes counted against max_model_bytes.", memory_bytes, 1,
+      1),
 };
 #undef F
 
-char *dpmd_metrics_text(dpmd *d) {
+char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
+                        const char *(*command_name)(int command)) {
+  int n_models = dpmd_registry_count(models);
   text t = {0};
   head(&t, "dpmd_uptime_seconds", "gauge", "Seconds since dpmd started.");
   put(&t, "dpmd_uptime_seconds %.3f\n", dpmd_now() - d->started);
   head(&t, "dpmd_models", "gauge", "Models by state.");
   for (int s = 0; s < DPMD_STATE_COUNT; s++) {
     int n = 0;
-    for (int i = 0; i < d->n_models; i++) n += dpmd_model_state(d->models[i]) == (dpmd_state)s;
+    for (int i = 0; i < n_models; i++)
+      n += dpmd_model_state(dpmd_registry_at(models, i)) == (dpmd_state)s;
     put(&t, "dpmd_models{state=\"%s\"} %d\n", dpmd_state_name(s), n);
   }
-  head(&t, "dpmd_device_crews", "gauge", "Warm device groups (worker threads and communicators).");
+  head(&t, "dpmd_device_crews", "gauge",
+       "Warm device groups (worker threads and communicators).");
   put(&t, "dpmd_device_crews %d\n", dpmd_devices_crews(d->devices));
   head(&t, "dpmd_requests_total", "counter", "Requests answered, by command and status.");
   for (int c = 0; c < DPMD_MAX_COMMAND; c++)
-    for (int s = 0; s < DPM_STATUS_COUNT; s++)
-      if (d->requests[c][s])
+    for (int s = 0; s < DPM_STATUS_COUNT; s++) {
+      uint64_t k = dpmd_requests(d, c, (dpm_status)s);
+      if (k)
         put(&t, "dpmd_requests_total{command=\"%s\",status=\"%s\"} %llu\n",
-            dpmd_command_name(c), dpm_status_name((dpm_status)s),
-            (unsigned long long)d->requests[c][s]);
-  head(&t, "dpmd_dropped_messages_total", "counter", "Requests that could not be decoded.");
-  put(&t, "dpmd_dropped_messages_total %llu\n", (unsigned long long)d->dropped);
-  Dpm__ModelInfo *info = calloc((size_t)d->n_models + 1, sizeof *info);
-  dpmd_info_buf *buf = calloc((size_t)d->n_models + 1, sizeof *buf);
+            command_name(c), dpm_status_name((dpm_status)s), (unsigned long long)k);
+    }
+  head(&t, "dpmd_dropped_messages_total", "counter",
+       "Requests that could not be decoded.");
+  put(&t, "dpmd_dropped_messages_total %llu\n", (unsigned long long)dpmd_dropped(d));
+  Dpm__ModelInfo *info = calloc((size_t)n_models + 1, sizeof *info);
+  dpmd_info_buf *buf = calloc((size_t)n_models + 1, sizeof *buf);
   if (!info || !buf) t.failed = 1;
-  for (int i = 0; !t.failed && i < d->n_models; i++)
-    dpmd_model_info(d->models[i], &info[i], &buf[i]);
+  for (int i = 0; !t.failed && i < n_models; i++)
+    dpmd_model_info(dpmd_registry_at(models, i), &info[i], &buf[i]);
   for (size_t f = 0; !t.failed && f < sizeof families / sizeof *families; f++) {
     head(&t, families[f].name, "gauge", families[f].help);
-    for (int i = 0; i < d->n_models; i++) {
+    for (int i = 0; i < n_models; i++) {
       const char *p = (const char *)&info[i];
       if (!*(const protobuf_c_boolean *)(p + families[f].has_off)) continue;
       double v = families[f].is_u64 ? (double)*(const uint64_t *)(p + families[f].val_off)
                                     : *(const double *)(p + families[f].val_off);
-      if (isfinite(v)) put(&t, "%s{model=\"%s\"} %.17g\n", families[f].name, info[i].name,
-                         v * families[f].scale);
+      if (isfinite(v))
+        put(&t, "%s{model=\"%s\"} %.17g\n", families[f].name, info[i].name,
+            v * families[f].scale);
     }
   }
   free(info);

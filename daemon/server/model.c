@@ -1,9 +1,10 @@
 /* A served model: its thread, its job queue, training in chunks, and the
- * jobs that run between steps. */
+ * jobs that run between steps (the command table, commands.c, names them). */
 #include "server/model.h"
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,8 @@ typedef enum { JOB_REQUEST, JOB_DELETE, JOB_SHUTDOWN } job_kind;
 typedef struct job {
   struct job *next;
   job_kind kind;
+  dpmd_job_fn fn;   /* JOB_REQUEST: the command's job */
+  const char *what; /* ... and the command's name (logs) */
   Dpm__Request *rq; /* JOB_REQUEST: owned */
   dpmd_reply_to to; /* header NULL: nobody to answer */
 } job;
@@ -338,16 +341,14 @@ static void train_chunk(dpmd_model *m) {
   }
 }
 
-/* ---- jobs ----------------------------------------------------------------- */
-
-typedef void (*job_fn)(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+/* ---- jobs: the commands that run on the model's thread ---------------------- */
 
 static void reply_state(dpmd_model *m, dpmd_reply_to *to, const char *what) {
   dpmd_reply_error(m->d, to, DPM_STATE, "%s: model is %s%s%s", m->spec->name,
                    state_names[m->state], what ? ": " : "", what ? what : "");
 }
 
-static void job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__TrainRequest *r = rq->train;
   if (m->state == DPMD_FAILED)
     return reply_state(m, to, "load a checkpoint to recover");
@@ -365,14 +366,14 @@ static void job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) 
   m->waiters = w;
 }
 
-static void job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   if (m->state != DPMD_TRAINING) return reply_state(m, to, "not training");
   set_state(m, DPMD_PAUSED);
   dpmd_model_reply_info(m, to);
 }
 
-static void job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
   rate_restart(m);
@@ -424,7 +425,7 @@ static dpm_status checkpoint_default(dpmd_model *m, char *path, size_t n, dpm_er
   return s;
 }
 
-static void job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   if (m->state == DPMD_FAILED) return reply_state(m, to, "its parameters may not be finite");
   char path[PATH_MAX];
   dpm_err err = {0};
@@ -440,7 +441,7 @@ static void job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to 
   reply_path(m, to, path, m->iter);
 }
 
-static void job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   dpm_err err = {0};
   int fd; /* a path the client may not use is refused whatever the state */
   if (dpm_file_open_read(dpmd_paths_files(m->d->paths), rq->load->path, &fd, &err))
@@ -461,14 +462,14 @@ static void job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   dpmd_model_reply_info(m, to);
 }
 
-static void job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   dpm_err err = {0};
   if (dpm_trainer_sync(m->t, &err)) return reply_err(m, to, &err);
   dpmd_model_reply_info(m, to);
 }
 
-static void job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   dpm_err err = {0};
   Dpm__EvalResult ev = DPM__EVAL_RESULT__INIT;
@@ -481,7 +482,7 @@ static void job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   dpmd_reply(m->d, to, &rs);
 }
 
-static void job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__ExtractRequest *r = rq->extract_predictor;
   dpm_err err = {0};
   if (dpm_trainer_export_predictor(m->t, (const char *const *)r->inputs, (int)r->n_inputs,
@@ -491,7 +492,7 @@ static void job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to
   reply_path(m, to, r->out, m->iter);
 }
 
-static void job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__GetBlobRequest *r = rq->get_blob;
   char name[512];
   int rank = 0;
@@ -526,29 +527,6 @@ static void job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *t
   dpmd_reply(m->d, to, &rs);
 }
 
-/* The commands a model thread runs, by the request's command. */
-static const struct {
-  Dpm__Request__CommandCase cmd;
-  job_fn fn;
-} jobs[] = {
-    {DPM__REQUEST__COMMAND_TRAIN, job_train},
-    {DPM__REQUEST__COMMAND_PAUSE, job_pause},
-    {DPM__REQUEST__COMMAND_RESUME, job_resume},
-    {DPM__REQUEST__COMMAND_CHECKPOINT, job_checkpoint},
-    {DPM__REQUEST__COMMAND_LOAD, job_load},
-    {DPM__REQUEST__COMMAND_SYNC, job_sync},
-    {DPM__REQUEST__COMMAND_EVAL, job_eval},
-    {DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR, job_extract},
-    {DPM__REQUEST__COMMAND_GET_BLOB, job_get_blob},
-};
-
-static void run_request(dpmd_model *m, job *j) {
-  for (size_t i = 0; i < sizeof jobs / sizeof *jobs; i++)
-    if (jobs[i].cmd == j->rq->command_case) return jobs[i].fn(m, j->rq, &j->to);
-  dpmd_reply_error(m->d, &j->to, DPM_INTERNAL, "no model job for command %d",
-                   (int)j->rq->command_case);
-}
-
 /* ---- the thread ----------------------------------------------------------- */
 
 #ifdef DPM_TEST_HOOKS
@@ -557,8 +535,7 @@ static void run_request(dpmd_model *m, job *j) {
 static void test_gate(dpmd_model *m, const job *j) {
   const char *gate = getenv("DPMD_TEST_GATE");
   if (!gate || access(gate, F_OK)) return;
-  dpmd_info("model %s: %s waits at the test gate", m->spec->name,
-            dpmd_command_name(j->rq->command_case));
+  dpmd_info("model %s: %s waits at the test gate", m->spec->name, j->what);
   while (!access(gate, F_OK)) nanosleep(&(struct timespec){0, 10000000}, NULL);
 }
 #else
@@ -648,7 +625,7 @@ static void *model_main(void *arg) {
       return NULL;
     }
     test_gate(m, j);
-    run_request(m, j);
+    j->fn(m, j->rq, &j->to);
     dpm__request__free_unpacked(j->rq, NULL);
     free(j);
   }
@@ -672,13 +649,16 @@ static int push(dpmd_model *m, job *j) {
   return !full;
 }
 
-void dpmd_model_post(dpmd_model *m, Dpm__Request *rq, dpmd_reply_to *to) {
+void dpmd_model_post(dpmd_model *m, dpmd_job_fn fn, const char *what, Dpm__Request *rq,
+                     dpmd_reply_to *to) {
   job *j = calloc(1, sizeof *j);
   if (!j) {
     dpm__request__free_unpacked(rq, NULL);
     return dpmd_reply_error(m->d, to, DPM_NOMEM, "out of memory");
   }
   j->kind = JOB_REQUEST;
+  j->fn = fn;
+  j->what = what;
   j->rq = rq;
   j->to = *to;
   if (push(m, j)) return;

@@ -3,19 +3,23 @@
  *
  * Every model has one thread of its own. It builds the trainer, trains in
  * chunks of progress_every steps, and between steps runs the jobs the loop
- * posts (checkpoint, load, sync, eval, extract-predictor, get-blob, pause,
- * delete, shutdown), so a checkpoint or get-blob during training sees the
- * state between two steps and never waits for the whole run. Posting a job
- * interrupts the step loop after the step in flight.
+ * posts: the commands the table marks ON_MODEL (train, pause, resume,
+ * checkpoint, load, sync, eval, extract-predictor, get-blob: the dpmd_job_*
+ * functions below), and the model's end (delete, shutdown). A checkpoint or
+ * get-blob during training therefore sees the state between two steps and
+ * never waits for the whole run. Posting a job interrupts the step loop
+ * after the step in flight.
  *
  * States: building -> ready <-> training <-> paused; any -> failed when a
  * step fails (NaN loss, I/O error) — the model keeps its trainer, so a load
  * of a checkpoint brings it back to ready. Failure touches no other model.
  *
- * Threads: dpmd_model_new, _post, _end and _free run on the loop thread;
- * _info, _reply_info and _state on any; the model thread owns the trainer.
- * `mu` guards the snapshot (state, counters, last stats, error text) and
- * the job queue.
+ * Threads: dpmd_model_new, _post, _end, _ending and _free run on the loop
+ * thread; _info, _reply_info, _state and _name on any; the dpmd_job_*
+ * functions on the model's thread only (they are called through _post).
+ * The model thread owns the trainer; a lock guards the snapshot (state,
+ * counters, last stats, error text) and the job queue. A model knows the
+ * daemon (dpmd.h), never the registry or the command table.
  *
  * Files: DIR/spec.pb (the spec as submitted, with name and devices
  * applied), DIR/checkpoints/ckpt-ITER.dpmckpt and, after a shutdown that
@@ -42,14 +46,24 @@ typedef struct dpmd_model dpmd_model;
 /* Starts a model: takes ownership of spec (name and devices already
  * applied; spec->name is the model's name) and begins building it on its
  * thread. restore: bring it back from its directory (last good checkpoint,
- * paused) instead of answering a submit; then `to` is NULL. */
+ * paused) instead of answering a submit; then `to` is NULL. The model
+ * answers `to` once built (or failed: it then exits, dpmd_model_exited).
+ * DPM_NOMEM when its thread cannot start (spec freed, `to` not answered). */
 dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore, dpmd_reply_to *to,
                           dpmd_model **out, dpm_err *err);
 /* Requests a model holds queued at most; more are refused (DPM_DENIED). */
 #define DPMD_MAX_JOBS 64
 
-/* Queue a request for the model thread (takes rq; answers `to`). */
-void dpmd_model_post(dpmd_model *m, Dpm__Request *rq, dpmd_reply_to *to);
+/* A command's work on the model's thread, between two steps: answers `to`
+ * exactly once (at once, or when the work is done: train --wait). rq is
+ * the queue's, freed once the job returns. */
+typedef void (*dpmd_job_fn)(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+
+/* Queues fn(rq) for the model thread; takes rq and answers `to` (with
+ * DPM_DENIED, and fn never runs, when DPMD_MAX_JOBS are waiting). `what`
+ * names the command in logs (a static string). */
+void dpmd_model_post(dpmd_model *m, dpmd_job_fn fn, const char *what, Dpm__Request *rq,
+                     dpmd_reply_to *to);
 /* Ask the model thread to end: delete (remove its files; answers `to`) or
  * shut down (checkpoint if training and configured; to may be NULL). */
 void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to);
@@ -70,5 +84,22 @@ dpmd_state dpmd_model_state(dpmd_model *m);
 int dpmd_model_ending(const dpmd_model *m);
 /* Join the model thread and free everything (after dpmd_model_exited). */
 void dpmd_model_free(dpmd_model *m);
+
+/* The jobs (dpmd_job_fn), one per command that runs on the model's thread;
+ * the command table (commands.c) names them. Each checks the model's state
+ * (DPM_STATE "model is training: pause it first" and the like) and answers
+ * with the model's snapshot, a path, an eval result or a blob, or with the
+ * error (its message prefixed with the model's name). The arguments were
+ * checked before posting (the table's checks); paths are opened here,
+ * through the daemon's file systems (paths.h). */
+void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
 
 #endif

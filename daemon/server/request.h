@@ -1,5 +1,5 @@
-/* A client's bytes -> a Request, then the checks of its arguments that need
- * no model: both before a request is dispatched.
+/* A client's bytes -> a Request, before it is dispatched (the checks of its
+ * arguments are the command table's: commands.h).
  *
  * Decoding is bounded in every way a client controls:
  * the message size (max_message_bytes), the memory the unpacked message
@@ -27,18 +27,5 @@
  * DPM_CORRUPT: not a Request. */
 dpm_status dpmd_request_decode(const uint8_t *buf, size_t len, size_t max_bytes,
                                Dpm__Request **out, dpm_err *err);
-
-#define DPMD_MAX_ITERS (1ull << 40) /* train --iters */
-
-struct dpmd_paths;
-/* The arguments of rq that can be judged without a model: train's iters,
- * extract's format, inputs and outputs, the form of client paths
- * (dpmd_paths_check; they are confined when used), and for a submit the
- * overrides, which it moves into the spec (name, devices, checkpoint policy;
- * cpu:0 when none), then the model name. The spec itself is validated once
- * the daemon's devices have been checked (commands.c). DPM_INVALID,
- * DPM_UNSUPPORTED, DPM_DENIED or DPM_SPEC with a message to send back. */
-dpm_status dpmd_request_check(const struct dpmd_paths *paths, Dpm__Request *rq,
-                              dpm_err *err);
 
 #endif

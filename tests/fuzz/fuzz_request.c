@@ -9,6 +9,7 @@
 
 #include "common/validate.h"
 #include "fuzz.h"
+#include "server/commands.h"
 #include "server/paths.h"
 #include "server/request.h"
 
@@ -36,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(rq == NULL && err.code == st && err.msg[0]);
     return 0;
   }
-  st = dpmd_request_check(paths(), rq, &err);
+  st = dpmd_command_check(paths(), rq, &err);
   if (!st && rq->command_case == DPM__REQUEST__COMMAND_SUBMIT) {
     const Dpm__ModelSpec *s = rq->submit->spec;
     FUZZ_CHECK(s->parallel && s->parallel->n_devices >= 1 && dpm_model_name_valid(s->name));

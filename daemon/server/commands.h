@@ -1,0 +1,50 @@
+/* The command table: the one place an RPC command is declared. Each row
+ * holds the command's oneof case and name, its flags (names an existing
+ * model; runs on the model's thread; mutating, so refused once the daemon
+ * is stopping), the check of its arguments that needs no model, how to
+ * read the model name from the request, and its handler: a function run on
+ * the loop thread, or a job run on the model's thread (model.h).
+ *
+ * Dispatch (dpmd_handle) goes through a row in this order, and the first
+ * refusal is the answer: unknown command (DPM_UNSUPPORTED), a mutating
+ * command while stopping (DPM_STATE), a model named but not registered or
+ * ending (DPM_NOT_FOUND), the argument check (its status and message);
+ * then the loop handler runs, or the job is posted to the model's queue.
+ *
+ * Threads: the loop thread only (dpmd_command_name and dpmd_command_check
+ * use no shared state: any thread). */
+#ifndef DPMD_COMMANDS_H
+#define DPMD_COMMANDS_H
+
+#include "server/dpmd.h"
+#include "server/registry.h"
+
+#define DPMD_MAX_ITERS (1ull << 40) /* train --iters */
+
+/* Dispatches one decoded request; takes ownership of rq and answers `to`
+ * exactly once (now, or later from the model's thread). */
+void dpmd_handle(dpmd *d, dpmd_registry *models, Dpm__Request *rq, dpmd_reply_to *to);
+
+/* Begins stopping (the shutdown command, SIGTERM, SIGINT): mutating
+ * commands are refused from now on, and every model is asked to end
+ * (checkpointing those that train, when the config says so). The loop
+ * closes once the registry is empty. A second call does nothing. */
+void dpmd_shutdown(dpmd *d, dpmd_registry *models);
+
+/* The command's name in the table ("get-blob"); "unknown" for a oneof case
+ * without a row. */
+const char *dpmd_command_name(int command);
+
+/* The row's argument check alone, for the command rq carries: what can be
+ * judged without a model (train's iters, extract's format, inputs and
+ * outputs, the form of client paths: dpmd_paths_check, they are confined
+ * when used) and, for a submit, the overrides it moves into the spec (name,
+ * devices, checkpoint policy; cpu:0 when none) and the model name. The
+ * spec itself is validated by the submit handler, once the daemon's devices
+ * have been checked. DPM_OK for a command without a check or a row;
+ * else DPM_INVALID, DPM_UNSUPPORTED, DPM_DENIED or DPM_SPEC with the
+ * message to send back. */
+dpm_status dpmd_command_check(const struct dpmd_paths *paths, Dpm__Request *rq,
+                              dpm_err *err);
+
+#endif
