@@ -16,13 +16,16 @@ INC      = -Iinclude -Idaemon -Iclient -I.
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(PKG_CFLAGS) \
              -MMD -MP
 LDLIBS   = $(PKG_LIBS) -lpthread -lm
+# The ASan build is the test build: it also has the fenced test backend
+# (daemon/backend/fenced/, devices fenced:N).
 ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
-            -fno-sanitize-recover=undefined
+            -fno-sanitize-recover=undefined -DDPM_TEST_BUILD
 
 PROTO_C  := $(BUILD)/proto/dpm.pb-c.c
 PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
 ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/comm/*.c \
-                          daemon/parallel/*.c \
+                          daemon/parallel/*.c daemon/backend/*.c daemon/backend/cpu/*.c \
+                          daemon/backend/fenced/*.c \
                           daemon/train/*.c daemon/server/*.c)
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC))
 SPEC_SRC := $(wildcard common/*.c client/lib/*.c)

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const kind_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "cuda"};
-static const char *const scope_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "gpu"};
+static const char *const kind_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "fenced"};
+static const char *const scope_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "gpu", "fenced"};
 
 const char *dpm_device_kind_name(dpm_device_kind k) {
   return (unsigned)k < DPM_DEVICE_KIND_COUNT ? kind_names[k] : "?";

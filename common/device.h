@@ -1,4 +1,4 @@
-/* Device names: "cpu:N" and "cuda:N", in one canonical form everywhere (the
+/* Device names: "cpu:N", "cuda:N", "fenced:N", in one canonical form everywhere (the
  * spec front end, dpmd, dpm-train, the trainer).
  *
  * Canonical: the kind, a colon, and N in decimal without sign, spaces or
@@ -12,7 +12,14 @@
 #define DPM_MAX_DEVICE_INDEX 4095 /* N in KIND:N */
 #define DPM_MAX_DEVICES 4096      /* devices of one model */
 
-typedef enum { DPM_DEVICE_CPU, DPM_DEVICE_CUDA, DPM_DEVICE_KIND_COUNT } dpm_device_kind;
+/* fenced: test builds only (daemon/backend/fenced/): CPU kernels over
+ * memory host code cannot touch. */
+typedef enum {
+  DPM_DEVICE_CPU,
+  DPM_DEVICE_CUDA,
+  DPM_DEVICE_FENCED,
+  DPM_DEVICE_KIND_COUNT
+} dpm_device_kind;
 
 typedef struct dpm_device {
   dpm_device_kind kind;
@@ -26,7 +33,7 @@ int dpm_device_parse(const char *s, dpm_device *out);
 /* "KIND:N" into buf (at least 16 bytes); returns buf. */
 char *dpm_device_format(dpm_device d, char *buf, size_t n);
 /* The scope of the replica on d in blob names, as Caffe2 named them:
- * "cpu_1", "gpu_1" (CUDA), into buf; returns buf. "cpu_1/fc1_w" is that
+ * "cpu_1", "gpu_1" (CUDA), "fenced_1", into buf; returns buf. "cpu_1/fc1_w" is that
  * replica's fc1_w. */
 char *dpm_device_scope(dpm_device d, char *buf, size_t n);
 

@@ -11,14 +11,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/device.h"
 #include "common/validate.h"
 #include "common/ytree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define AT(msg, off, type) ((type *)((char *)(msg) + (off)))
-
-#define SPEC_MAX_DEVICE_ID 4095 /* cpu:N / cuda:N, N at most this */
-#define SPEC_MAX_DEVICES 4096   /* after expanding ranges */
 
 /* ---- context and errors ---------------------------------------------- */
 
@@ -626,7 +624,6 @@ static const spec_section eval_section = {.path = "eval",
 
 static const spec_choice net_type_choices[] = {
     {"dag", DPM__NET_TYPE__NET_DAG}, {"simple", DPM__NET_TYPE__NET_SIMPLE}, {NULL, 0}};
-static const char *const device_kinds[] = {"cpu", "cuda"};
 
 static dpm_status spec_check_rendezvous(spec_ctx *c, const dpm_ynode *map, void *msg) {
   Dpm__Rendezvous *r = msg;
@@ -642,7 +639,7 @@ static const spec_field rendezvous_fields[] = {
 static const spec_section rendezvous_section = SECTION(
     "parallel.rendezvous", dpm__rendezvous, rendezvous_fields, spec_check_rendezvous);
 
-/* Parses "0" or "3-7" (decimal ids <= SPEC_MAX_DEVICE_ID) into [a, b]. */
+/* Parses "0" or "3-7" (decimal ids <= DPM_MAX_DEVICE_INDEX) into [a, b]. */
 static int spec_device_range(const char *s, unsigned *a, unsigned *b) {
   size_t len = strlen(s), d1 = spec_digits(s, 0, len);
   if (d1 == 0 || d1 > 4) return 0;
@@ -669,7 +666,7 @@ static dpm_status spec_read_devices(spec_ctx *c, const spec_field *f, const dpm_
     st = spec_fail(c, v, "'devices' must not be empty (leave it out for all)");
     goto out;
   }
-  dev = calloc(SPEC_MAX_DEVICES, sizeof *dev);
+  dev = calloc(DPM_MAX_DEVICES, sizeof *dev);
   if (!dev) {
     st = spec_nomem(c);
     goto out;
@@ -677,38 +674,38 @@ static dpm_status spec_read_devices(spec_ctx *c, const spec_field *f, const dpm_
   for (size_t i = 0; i < n_raw; i++) {
     const dpm_ynode *item = v->kind == DPM_YNODE_SEQ ? v->items[i] : v;
     const char *colon = strchr(raw[i], ':');
-    size_t kind = ARRAY_LEN(device_kinds);
+    int kind = DPM_DEVICE_KIND_COUNT;
     unsigned a, b;
     if (colon)
-      for (size_t k = 0; k < ARRAY_LEN(device_kinds); k++)
-        if (strlen(device_kinds[k]) == (size_t)(colon - raw[i]) &&
-            memcmp(device_kinds[k], raw[i], (size_t)(colon - raw[i])) == 0)
+      for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++)
+        if (strlen(dpm_device_kind_name(k)) == (size_t)(colon - raw[i]) &&
+            memcmp(dpm_device_kind_name(k), raw[i], (size_t)(colon - raw[i])) == 0)
           kind = k;
     if (!colon || !spec_device_range(colon + 1, &a, &b)) {
       st = spec_fail(c, item, "a device must look like cpu:0, cuda:3 or cuda:0-7; got %s",
                      spec_got(item, got, sizeof got));
       goto out;
     }
-    if (kind == ARRAY_LEN(device_kinds)) {
-      st = spec_fail(c, item, "unknown device kind in %s (choices: cpu, cuda)",
+    if (kind == DPM_DEVICE_KIND_COUNT) {
+      st = spec_fail(c, item, "unknown device kind in %s (choices: cpu, cuda, fenced)",
                      spec_got(item, got, sizeof got));
       goto out;
     }
-    if (b > SPEC_MAX_DEVICE_ID || a > b) {
+    if (b > DPM_MAX_DEVICE_INDEX || a > b) {
       st = spec_fail(c, item, "bad device index in %s (0..%d, low-high)",
-                     spec_got(item, got, sizeof got), SPEC_MAX_DEVICE_ID);
+                     spec_got(item, got, sizeof got), DPM_MAX_DEVICE_INDEX);
       goto out;
     }
     for (unsigned id = a; id <= b; id++) {
       char name[32];
-      snprintf(name, sizeof name, "%s:%u", device_kinds[kind], id);
+      snprintf(name, sizeof name, "%s:%u", dpm_device_kind_name(kind), id);
       for (size_t j = 0; j < n; j++)
         if (strcmp(dev[j], name) == 0) {
           st = spec_fail(c, item, "device '%s' is listed twice", name);
           goto out;
         }
-      if (n == SPEC_MAX_DEVICES) {
-        st = spec_fail(c, item, "more than %d devices", SPEC_MAX_DEVICES);
+      if (n == DPM_MAX_DEVICES) {
+        st = spec_fail(c, item, "more than %d devices", DPM_MAX_DEVICES);
         goto out;
       }
       if (!(dev[n] = strdup(name))) {

@@ -4,18 +4,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device.h"
+
+/* Scratch lives on the context's device, like the tensors. */
+static void scratch_free(dpm_ctx *ctx) {
+  if (ctx->dev)
+    dpm_dev_free(ctx->dev, ctx->scratch, ctx->scratch_bytes);
+  else
+    dpm_free(ctx->scratch);
+}
+
 dpm_status dpm_ctx_reserve(dpm_ctx *ctx, size_t bytes) {
   if (bytes <= ctx->scratch_bytes) return DPM_OK;
-  void *p = dpm_alloc(bytes);
+  size_t got = bytes;
+  void *p = ctx->dev ? dpm_dev_alloc(ctx->dev, bytes, &got) : dpm_alloc(bytes);
   if (!p) return DPM_NOMEM;
-  dpm_free(ctx->scratch);
+  scratch_free(ctx);
   ctx->scratch = p;
-  ctx->scratch_bytes = bytes;
+  ctx->scratch_bytes = got;
   return DPM_OK;
 }
 
 void dpm_ctx_fini(dpm_ctx *ctx) {
-  dpm_free(ctx->scratch);
+  scratch_free(ctx);
   ctx->scratch = NULL;
   ctx->scratch_bytes = 0;
 }
@@ -58,6 +69,13 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
     dpm_op *op = &x->ops[i];
     memset(op, 0, sizeof *op);
     *op = (dpm_op){.node = n, .n_in = n->n_in, .n_out = n->n_out, .ctx = ctx};
+    op->kernel = ctx->dev ? dpm_dev_kernel(ctx->dev, n->def) : n->def->run;
+    if (!op->kernel) {
+      char dev[32];
+      dpm_device_format(dpm_dev_id(ctx->dev), dev, sizeof dev);
+      return dpm_errf(err, DPM_UNSUPPORTED, "op %s is not supported on device %s",
+                      n->def->name, dev);
+    }
     for (int k = 0; k < n->n_in; k++)
       if (n->in[k] && bind_blob(ws, t, n->in[k], &op->in[k], err)) return err->code;
     for (int k = 0; k < n->n_out; k++)
@@ -69,7 +87,7 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
 }
 
 void dpm_exec_run_range(const dpm_exec *x, int from, int to) {
-  for (int i = from; i < to; i++) x->ops[i].node->def->run(&x->ops[i]);
+  for (int i = from; i < to; i++) x->ops[i].kernel(&x->ops[i]);
 }
 
 void dpm_exec_fini(dpm_exec *x) {

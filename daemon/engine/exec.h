@@ -22,7 +22,9 @@ void dpm_ctx_fini(dpm_ctx *ctx);
 /* The scratch bytes net's kernels need at the shapes in t (the largest). */
 size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t);
 /* Bind net to ws/ctx using shapes from t (which must cover every blob the
- * net touches). Errors: DPM_NOMEM; DPM_INTERNAL if t lacks a blob. */
+ * net touches), each op with its kernel on ctx->dev (the op's def->run when
+ * dev is NULL). Errors: DPM_NOMEM; DPM_INTERNAL if t lacks a blob;
+ * DPM_UNSUPPORTED naming op and device when the device has no kernel. */
 dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
                          dpm_workspace *ws, dpm_ctx *ctx, dpm_err *err);
 /* Run ops [from, to) in order. */

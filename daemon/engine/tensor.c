@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device.h"
+
 static const struct {
   const char *name;
   size_t size;
@@ -79,27 +81,51 @@ void *dpm_alloc(size_t bytes) {
 
 void dpm_free(void *p) { free(p); }
 
+/* t's memory back to where it came from. */
+static void release(dpm_tensor *t) {
+  if (!t->capacity) return;
+  if (t->dev)
+    dpm_dev_free(t->dev, t->data, t->capacity);
+  else
+    dpm_free(t->data);
+}
+
 dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s) {
-  size_t bytes = dpm_shape_bytes(s);
+  size_t bytes = dpm_shape_bytes(s), got = bytes ? bytes : DPM_ALIGN;
   if (bytes > t->capacity || !t->data) {
-    void *p = dpm_alloc(bytes);
+    /* dpm_alloc(0) takes one block: owned, so capacity is never 0 */
+    void *p = t->dev ? dpm_dev_alloc(t->dev, bytes, &got) : dpm_alloc(bytes);
     if (!p) return DPM_NOMEM;
-    if (t->capacity) dpm_free(t->data);
+    release(t);
     t->data = p;
-    t->capacity = bytes ? bytes : DPM_ALIGN; /* dpm_alloc(0) takes one block: owned */
+    t->capacity = got;
   }
   t->shape = *s;
   return DPM_OK;
 }
 
 void dpm_tensor_view(dpm_tensor *t, const dpm_shape *s, void *data) {
-  if (t->capacity) dpm_free(t->data);
+  release(t);
   t->shape = *s;
   t->data = data;
   t->capacity = 0;
 }
 
 void dpm_tensor_fini(dpm_tensor *t) {
-  if (t->capacity) dpm_free(t->data);
+  release(t);
   memset(t, 0, sizeof *t);
+}
+
+void dpm_tensor_read(const dpm_tensor *t, void *dst, size_t bytes) {
+  if (t->dev)
+    dpm_dev_to_host(t->dev, dst, t->data, bytes);
+  else if (bytes)
+    memcpy(dst, t->data, bytes);
+}
+
+void dpm_tensor_write(dpm_tensor *t, const void *src, size_t bytes) {
+  if (t->dev)
+    dpm_dev_to_device(t->dev, t->data, src, bytes);
+  else if (bytes)
+    memcpy(t->data, src, bytes);
 }

@@ -1,10 +1,17 @@
 /* Tensors: dense float32/int32/int64 arrays of up to 4 dimensions (NCHW),
- * 64-byte aligned.
+ * 64-byte aligned, on a device (backend/device.h) or in host memory.
+ *
+ * Device: a tensor with `dev` set lives in that device's memory, taken from
+ * its caching allocator; only kernels and backend code touch its bytes, and
+ * everything else crosses with dpm_tensor_read / dpm_tensor_write (copies
+ * through the backend). dev NULL: plain host memory (the predictor runtime,
+ * tests of single ops).
  *
  * Ownership: a dpm_tensor owns its data (capacity > 0) and dpm_tensor_fini
- * frees it, or is a view of memory owned elsewhere (capacity 0: a reader's
- * batch buffer), which fini leaves alone. A tensor is not thread-safe; the
- * executor gives each tensor one writer at a time. */
+ * gives it back, or is a view of memory owned elsewhere (capacity 0: a
+ * reader's batch buffer, a gradient arena), which fini leaves alone. A
+ * tensor is not thread-safe; the executor gives each tensor one writer at a
+ * time. */
 #ifndef DPM_TENSOR_H
 #define DPM_TENSOR_H
 
@@ -29,10 +36,13 @@ typedef struct dpm_shape {
   int64_t d[DPM_MAX_DIMS];
 } dpm_shape;
 
+struct dpm_dev;
+
 typedef struct dpm_tensor {
   dpm_shape shape;
-  void *data;      /* 64-byte aligned, shape-sized; NULL before allocation */
-  size_t capacity; /* bytes allocated at data; 0 for a view */
+  void *data;          /* 64-byte aligned, shape-sized; NULL before allocation */
+  size_t capacity;     /* bytes allocated at data; 0 for a view */
+  struct dpm_dev *dev; /* where data lives; NULL: host memory */
 } dpm_tensor;
 
 const char *dpm_dtype_name(dpm_dtype t);
@@ -57,9 +67,13 @@ char *dpm_shape_str(const dpm_shape *s, char *buf, size_t n);
 /* Product of dims [from, to). */
 int64_t dpm_shape_span(const dpm_shape *s, int from, int to);
 
-/* Give t the shape s, reallocating (zeroed) only when capacity is short.
- * DPM_NOMEM on allocation failure (t unchanged). */
+/* Give t the shape s, reallocating (zeroed, on t->dev) only when capacity
+ * is short. DPM_NOMEM on allocation failure (t unchanged). */
 dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s);
+/* The first `bytes` bytes of t's data to host memory dst, or from host
+ * memory src into it: a backend copy for a device tensor, memcpy else. */
+void dpm_tensor_read(const dpm_tensor *t, void *dst, size_t bytes);
+void dpm_tensor_write(dpm_tensor *t, const void *src, size_t bytes);
 void dpm_tensor_fini(dpm_tensor *t);
 /* Make t a view of `data` (64-byte aligned, shape-sized, owned by the caller
  * and valid while t is used), freeing what t owned. */

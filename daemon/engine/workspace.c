@@ -34,6 +34,7 @@ dpm_status dpm_ws_ensure(dpm_workspace *ws, const char *name, dpm_blob_kind kind
       free(b);
       return DPM_NOMEM;
     }
+    b->t.dev = ws->dev;
     ws->blobs[ws->n++] = b;
   }
   b->kind = kind;

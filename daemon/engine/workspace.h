@@ -1,4 +1,5 @@
-/* Workspaces: a device's named blobs.
+/* Workspaces: a device's named blobs (their tensors on the workspace's
+ * device).
  *
  * A workspace owns its blobs and their tensors. A child workspace (parent
  * set) resolves names it lacks in its parent, so a test net can read the
@@ -21,6 +22,7 @@ typedef struct dpm_workspace {
   dpm_blob **blobs; /* stable pointers, in creation order */
   int n, cap;
   const struct dpm_workspace *parent; /* borrowed, may be NULL */
+  struct dpm_dev *dev; /* where its tensors live (engine/tensor.h); NULL: host */
 } dpm_workspace;
 
 /* The blob named `name` here or in a parent, or NULL. */

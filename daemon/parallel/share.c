@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "backend/device.h"
 #include "comm/comm.h"
 #include "comm/spin.h"
 
@@ -63,7 +64,10 @@ void dpm_share_destroy(dpm_share *s) {
 }
 
 static void run_part(const dpm_op *op, uint32_t k) {
-  op->node->def->run_part(op, (int)k);
+  if (op->ctx->dev) /* through the backend of the op's device */
+    dpm_dev_run_part(op->ctx->dev, op, (int)k);
+  else
+    op->node->def->run_part(op, (int)k);
 }
 
 void dpm_share_run(dpm_share *s, int rank, const dpm_op *op) {

@@ -64,6 +64,7 @@ static const char *const cuda_names[] = {"off", "auto", NULL}; /* index = cfg->c
 static const cfg_key device_keys[] = {
     {.key = "cpu", .flag = "--devices", .kind = CK_INT, .off = OFF(cpu_devices), .lo = 1, .hi = CFG_MAX_CPU, .auto_cores = 1},
     {.key = "cuda", .kind = CK_ENUM, .off = OFF(cuda), .choices = cuda_names},
+    {.key = "fenced", .kind = CK_INT, .off = OFF(fenced_devices), .lo = 0, .hi = 16},
     {.key = NULL},
 };
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "common/device.h"
 #include "common/escape.h"
 #include "parallel/crew.h"
@@ -20,48 +21,67 @@ typedef struct crew_entry { /* one device group's crew */
 } crew_entry;
 
 struct dpmd_devices {
-  int cpu;
-  char (*names)[16];
+  int count[DPM_DEVICE_KIND_COUNT]; /* devices served, by kind */
+  int n;                            /* all of them */
+  char (*names)[16];                /* [n] "cpu:0" ... "fenced:1" */
   pthread_mutex_t mu;
   crew_entry *crews;
 };
 
-dpm_status dpmd_devices_create(int cpu, dpmd_devices **out, dpm_err *err) {
+/* "cpu:0..cpu:3" (or "no fenced devices") into buf. */
+static const char *served(const dpmd_devices *dv, dpm_device_kind k, char *buf, size_t n) {
+  const char *kind = dpm_device_kind_name(k);
+  if (!dv->count[k])
+    snprintf(buf, n, "no %s devices", kind);
+  else
+    snprintf(buf, n, "%s:0..%s:%d", kind, kind, dv->count[k] - 1);
+  return buf;
+}
+
+dpm_status dpmd_devices_create(int cpu, int fenced, dpmd_devices **out, dpm_err *err) {
   *out = NULL;
   if (cpu < 1 || cpu > MAX_CPU)
     return dpm_errf(err, DPM_INVALID, "cpu devices: %d (1..%d)", cpu, MAX_CPU);
+  if (fenced && !dpm_backend_of(DPM_DEVICE_FENCED))
+    return dpm_errf(err, DPM_INVALID, "devices.fenced: fenced devices exist in test builds "
+                                      "only");
   dpmd_devices *dv = calloc(1, sizeof *dv);
-  if (!dv || !(dv->names = calloc((size_t)cpu, sizeof *dv->names))) {
+  if (!dv || !(dv->names = calloc((size_t)(cpu + fenced), sizeof *dv->names))) {
     free(dv);
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   }
-  dv->cpu = cpu;
-  for (int i = 0; i < cpu; i++) snprintf(dv->names[i], sizeof dv->names[i], "cpu:%d", i);
+  dv->count[DPM_DEVICE_CPU] = cpu;
+  dv->count[DPM_DEVICE_FENCED] = fenced;
+  for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++)
+    for (int i = 0; i < dv->count[k]; i++)
+      dpm_device_format((dpm_device){(dpm_device_kind)k, i}, dv->names[dv->n++],
+                        sizeof *dv->names);
   pthread_mutex_init(&dv->mu, NULL);
   *out = dv;
   return DPM_OK;
 }
 
-int dpmd_devices_count(const dpmd_devices *dv) { return dv->cpu; }
+int dpmd_devices_count(const dpmd_devices *dv) { return dv->n; }
 const char *dpmd_devices_name(const dpmd_devices *dv, int i) { return dv->names[i]; }
 
 dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t n,
                               dpm_err *err) {
   if (n == 0) return dpm_errf(err, DPM_INVALID, "no devices");
-  char seen[MAX_CPU] = {0}, b[80];
+  char seen[DPM_DEVICE_KIND_COUNT][DPM_MAX_DEVICE_INDEX + 1], b[80];
+  memset(seen, 0, sizeof seen);
   for (size_t i = 0; i < n; i++) {
     dpm_device d;
     if (dpm_device_parse(names[i], &d))
       return dpm_errf(err, DPM_INVALID, "device '%s': expected cpu:N",
                       dpm_escape(names[i], b, sizeof b));
-    if (d.kind != DPM_DEVICE_CPU)
+    if (d.kind == DPM_DEVICE_CUDA)
       return dpm_errf(err, DPM_UNSUPPORTED,
                       "device %s: this dpmd has no CUDA backend; it serves cpu:0..cpu:%d",
-                      names[i], dv->cpu - 1);
-    if (d.index >= dv->cpu)
-      return dpm_errf(err, DPM_NOT_FOUND, "device %s: this dpmd serves cpu:0..cpu:%d",
-                      names[i], dv->cpu - 1);
-    if (seen[d.index]++)
+                      names[i], dv->count[DPM_DEVICE_CPU] - 1);
+    if (d.index >= dv->count[d.kind])
+      return dpm_errf(err, DPM_NOT_FOUND, "device %s: this dpmd serves %s", names[i],
+                      served(dv, d.kind, b, sizeof b));
+    if (seen[d.kind][d.index]++)
       return dpm_errf(err, DPM_INVALID, "device %s listed twice", names[i]);
   }
   return DPM_OK;

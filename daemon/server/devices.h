@@ -5,9 +5,11 @@
  * other devices run in parallel with it. Each model makes its own
  * communicator (train/trainer.h).
  *
- * CPU devices are "cpu:0" .. "cpu:N-1" (N from the config). CUDA devices
- * would be "cuda:K"; this build has no CUDA backend, so a model asking for
- * one is refused with DPM_UNSUPPORTED and a message saying so.
+ * CPU devices are "cpu:0" .. "cpu:N-1" (N from the config), and in test
+ * builds fenced devices "fenced:0" .. (backend/fenced: memory host code
+ * cannot touch). CUDA devices would be "cuda:K"; this build has no CUDA
+ * backend, so a model asking for one is refused with DPM_UNSUPPORTED and a
+ * message saying so.
  *
  * Threads: dpmd_devices_check and dpmd_devices_crew may be called from any
  * thread (a mutex guards the crew table); crews live until destroy. */
@@ -21,7 +23,9 @@
 struct dpm_crew;
 typedef struct dpmd_devices dpmd_devices;
 
-dpm_status dpmd_devices_create(int cpu, dpmd_devices **out, dpm_err *err);
+/* cpu:0..cpu-1 and, in test builds, fenced:0..fenced-1 (else fenced must
+ * be 0: DPM_INVALID). */
+dpm_status dpmd_devices_create(int cpu, int fenced, dpmd_devices **out, dpm_err *err);
 /* The device names, for version/ping ("cpu:0", ...). */
 int dpmd_devices_count(const dpmd_devices *dv);
 const char *dpmd_devices_name(const dpmd_devices *dv, int i);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/device.h"
 #include "comm/comm.h"
 #include "common/device.h"
 #include "common/validate.h"
@@ -28,14 +29,21 @@ typedef enum { JOB_STEP, JOB_SYNC } job_kind;
 
 typedef struct replica {
   int rank;
+  dpm_dev *dev; /* its device (backend/device.h) */
   dpm_workspace ws;
   dpm_ctx ctx;
   dpm_exec step;
-  void *arena; /* the gradients, back to back in plan order */
+  void *arena; /* the gradients, back to back in plan order, on dev */
+  size_t arena_bytes;
   dpm_blob *data, *label, *lr, *accuracy, **losses;
-  float *input;               /* the data blob's memory: this replica's rows, as floats */
-  const uint8_t *const *rows; /* ... gathered from these examples at the step's start */
-  dpm_status status;          /* of the last job */
+  /* This replica's rows as floats: gathered at the step's start from the
+   * examples at `rows`, in place into the data blob's memory when the device
+   * is host memory, else into this host staging and copied to the device;
+   * the labels likewise (a view of the batch's, or copied from `labels`). */
+  float *input;
+  const uint8_t *const *rows;
+  const int32_t *labels;
+  dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
 
@@ -76,23 +84,43 @@ static dpm_status nomem(dpm_err *err) {
 
 /* ---- lock-step jobs ------------------------------------------------------ */
 
+/* The communicator moves the bytes of device buffers: it acts as the
+ * device (backend.h: enter/leave), as the collective kernels do. */
 static dpm_status sync_blobs(replica *r, const char *const *names, int n) {
+  dpm_dev_enter(r->dev);
   for (int i = 0; i < n && !r->status; i++) {
     dpm_blob *b = dpm_ws_find(&r->ws, names[i]);
-    if (!b) return dpm_errf(&r->err, DPM_NOT_FOUND, "no blob '%s' to sync", names[i]);
+    if (!b) {
+      r->status = dpm_errf(&r->err, DPM_NOT_FOUND, "no blob '%s' to sync", names[i]);
+      break;
+    }
     r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, b->t.data,
                                    dpm_shape_bytes(&b->t.shape), &r->err);
   }
+  dpm_dev_leave(r->dev);
   return r->status;
 }
 
 /* After a failed step a dag replica may still have allreduces started (the
  * waits after the failure were skipped): wait for them all, so that none is
  * in flight when the crew's run ends (crew.h). */
-static void drain(dpm_ctx *ctx) {
+static void drain(replica *r) {
   dpm_err ignored;
-  for (; ctx->started > 0; ctx->started--)
-    dpm_comm_allreduce_wait(ctx->comm, ctx->device, &ignored);
+  dpm_dev_enter(r->dev);
+  for (; r->ctx.started > 0; r->ctx.started--)
+    dpm_comm_allreduce_wait(r->ctx.comm, r->ctx.device, &ignored);
+  dpm_dev_leave(r->dev);
+}
+
+/* This replica's part of the global batch: rows gathered and converted on
+ * its worker, labels; onto the device through a copy unless its memory is
+ * the host's. */
+static void load_input(dpm_trainer *t, replica *r) {
+  int per = t->model.batch;
+  dpm_reader_gather(t->reader, r->rows, per, r->input);
+  if (dpm_dev_host_visible(r->dev)) return;
+  dpm_tensor_write(&r->data->t, r->input, dpm_shape_bytes(&r->data->t.shape));
+  dpm_tensor_write(&r->label->t, r->labels, (size_t)per * sizeof(int32_t));
 }
 
 /* How long a replica done with its own last backward op spins for a peer
@@ -129,13 +157,13 @@ static void run_job(void *arg, int rank) {
     sync_blobs(r, t->sync_names, t->sync_n);
     return;
   }
-  dpm_reader_gather(t->reader, r->rows, t->model.batch, r->input);
+  load_input(t, r);
   run_step(t, r);
   if (r->ctx.status) {
     r->status = r->ctx.status;
     r->err = r->ctx.err;
     r->ctx.status = DPM_OK;
-    drain(&r->ctx);
+    drain(r);
   }
 }
 
@@ -208,21 +236,23 @@ static dpm_reader_config reader_config(const dpm_fs *fs, const Dpm__InputSpec *i
   };
 }
 
-/* The replicas' devices, parsed once: the options' (count), else the
- * spec's (canonical: common/validate.h checked them), else cpu:0. CPU
- * devices only in this build. */
+/* The replicas' devices, parsed once: the options' (a count of one kind),
+ * else the spec's (canonical: common/validate.h checked them), else cpu:0;
+ * each of a kind this build has a backend for. */
 static dpm_status parse_devices(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *p = spec->parallel;
   int named = p ? (int)p->n_devices : 0;
   t->n = t->opt.devices > 0 ? t->opt.devices : named ? named : 1;
   if (!(t->dev = calloc((size_t)t->n, sizeof *t->dev))) return nomem(err);
   for (int i = 0; i < t->n; i++) {
-    t->dev[i] = (dpm_device){DPM_DEVICE_CPU, i};
-    if (t->n == named && dpm_device_parse(p->devices[i], &t->dev[i]))
+    char name[32];
+    t->dev[i] = (dpm_device){t->opt.devices > 0 ? t->opt.kind : DPM_DEVICE_CPU, i};
+    if (t->opt.devices <= 0 && named && dpm_device_parse(p->devices[i], &t->dev[i]))
       return dpm_errf(err, DPM_SPEC, "device '%s' is not a device", p->devices[i]);
-    if (t->dev[i].kind != DPM_DEVICE_CPU)
-      return dpm_errf(err, DPM_UNSUPPORTED, "%s: device '%s': this build has CPU devices only",
-                      spec->source, p->devices[i]);
+    if (!dpm_backend_of(t->dev[i].kind))
+      return dpm_errf(err, DPM_UNSUPPORTED, "%s: device %s: this build has no %s backend",
+                      spec->source, dpm_device_format(t->dev[i], name, sizeof name),
+                      dpm_device_kind_name(t->dev[i].kind));
   }
   return DPM_OK;
 }
@@ -235,7 +265,7 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
     total +=
         (dpm_shape_bytes(&dpm_ws_find(&r->ws, p->grads[i])->t.shape) + DPM_ALIGN - 1) /
         DPM_ALIGN * DPM_ALIGN;
-  if (!(r->arena = dpm_alloc(total))) return nomem(err);
+  if (!(r->arena = dpm_dev_alloc(r->dev, total, &r->arena_bytes))) return nomem(err);
   char *at = r->arena;
   for (int i = 0; i < p->n_grads; i++) {
     dpm_tensor *g = &dpm_ws_find(&r->ws, p->grads[i])->t;
@@ -247,9 +277,12 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
 
 static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_model *m = &t->model;
+  dpm_status s = dpm_dev_get(t->dev[r->rank], &r->dev, err);
+  if (s) return s;
+  r->ws.dev = r->ctx.dev = r->dev;
   r->ctx.device = r->rank; /* comm: set per crew run */
   dpm_exec init = {0};
-  dpm_status s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
+  s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
   if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
   dpm_exec_fini(&init);
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
@@ -450,16 +483,19 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
 /* ---- training ------------------------------------------------------------ */
 
 /* Replica d's rows of the global batch become its data (gathered and
- * converted by its worker, in run_job) and its label (a view, no copy).
- * Dropout's stream is seeded from (seed, iteration, device), so a resumed
+ * converted by its worker, load_input) and its labels: views of the batch
+ * (no copy) when the device's memory is the host's. Dropout's stream is seeded from (seed, iteration, device), so a resumed
  * run draws what an uninterrupted one would. */
 static void feed(dpm_trainer *t, const dpm_batch *b) {
   int per = t->model.batch;
   for (int d = 0; d < t->n; d++) {
     replica *r = &t->r[d];
-    dpm_tensor_view(&r->data->t, &r->data->t.shape, r->input); /* eval may re-point it */
     r->rows = b->rows + (size_t)d * per;
-    dpm_tensor_view(&r->label->t, &r->label->t.shape, b->label + (size_t)d * per);
+    r->labels = b->label + (size_t)d * per;
+    if (dpm_dev_host_visible(r->dev)) { /* views: no copy (eval may re-point them) */
+      dpm_tensor_view(&r->data->t, &r->data->t.shape, r->input);
+      dpm_tensor_view(&r->label->t, &r->label->t.shape, (int32_t *)r->labels);
+    }
     uint64_t s = t->seed ^ 0x5eedull;
     s = dpm_splitmix64(&s) ^ t->iter;
     s = dpm_splitmix64(&s) ^ (uint64_t)d;
@@ -467,16 +503,23 @@ static void feed(dpm_trainer *t, const dpm_batch *b) {
   }
 }
 
+/* A scalar (loss, accuracy, learning rate) read back from a device. */
+static double scalar(const dpm_blob *b) {
+  float v;
+  dpm_tensor_read(&b->t, &v, sizeof v);
+  return v;
+}
+
 static void stats(const dpm_trainer *t, dpm_step_stats *st) {
   double loss = 0, acc = 0;
   for (int d = 0; d < t->n; d++) {
-    for (int l = 0; l < t->model.n_losses; l++) loss += *dpm_f32(&t->r[d].losses[l]->t);
-    if (t->r[d].accuracy) acc += *dpm_f32(&t->r[d].accuracy->t);
+    for (int l = 0; l < t->model.n_losses; l++) loss += scalar(t->r[d].losses[l]);
+    if (t->r[d].accuracy) acc += scalar(t->r[d].accuracy);
   }
   st->iter = t->iter;
   st->loss = loss / t->n;
   st->accuracy = t->r[0].accuracy ? acc / t->n : NAN;
-  st->lr = *dpm_f32(&t->r[0].lr->t);
+  st->lr = scalar(t->r[0].lr);
 }
 
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err) {
@@ -521,15 +564,31 @@ dpm_status dpm_trainer_sync_blobs(dpm_trainer *t, const char *const *names, int 
   return broadcast_from_master(t, names, n, err);
 }
 
+/* b's bytes where host code may read them: the tensor itself when its
+ * device's memory is the host's, else a copy in tmp (a host tensor). */
+static const dpm_tensor *on_host(const dpm_blob *b, dpm_tensor *tmp, dpm_err *err) {
+  if (!b->t.dev || dpm_dev_host_visible(b->t.dev)) return &b->t;
+  if (dpm_tensor_resize(tmp, &b->t.shape)) {
+    nomem(err);
+    return NULL;
+  }
+  dpm_tensor_read(&b->t, tmp->data, dpm_shape_bytes(&b->t.shape));
+  return tmp;
+}
+
 dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *path,
                                   dpm_err *err) {
   const dpm_plan *p = &t->plan;
   dpm_ckpt_entry *e = calloc((size_t)p->n_synced + 1, sizeof *e);
-  if (!e) return nomem(err);
-  for (int i = 0; i < p->n_synced; i++) {
+  dpm_tensor *staged = calloc((size_t)p->n_synced + 1, sizeof *staged);
+  dpm_status s = e && staged ? DPM_OK : nomem(err);
+  for (int i = 0; !s && i < p->n_synced; i++) {
     dpm_blob *b = dpm_ws_find(&t->r[0].ws, p->synced[i]);
-    e[i] = (dpm_ckpt_entry){.name = b->name, .kind = b->kind, .t = &b->t};
+    const dpm_tensor *h = on_host(b, &staged[i], err);
+    if (!h) s = err->code;
+    e[i] = (dpm_ckpt_entry){.name = b->name, .kind = b->kind, .t = h};
   }
+  if (s) goto out;
   dpm_reader_pos pos = dpm_reader_position(t->reader);
   dpm_ckpt_meta meta = {.spec_hash = t->spec_hash,
                         .iter = t->iter,
@@ -538,7 +597,10 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
                         .devices = (uint32_t)t->n,
                         .shards = (uint32_t)t->shards,
                         .created_unix = (int64_t)time(NULL)};
-  dpm_status s = dpm_ckpt_write(fs, path, &meta, e, p->n_synced, err);
+  s = dpm_ckpt_write(fs, path, &meta, e, p->n_synced, err);
+out:
+  for (int i = 0; staged && i < p->n_synced; i++) dpm_tensor_fini(&staged[i]);
+  free(staged);
   free(e);
   return s;
 }
@@ -580,7 +642,7 @@ dpm_status dpm_trainer_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
   if (!s) {
     for (int i = 0; i < c.n; i++) {
       dpm_blob *b = dpm_ws_find(&t->r[0].ws, c.names[i]);
-      memcpy(b->t.data, c.tensors[i].data, dpm_shape_bytes(&b->t.shape));
+      dpm_tensor_write(&b->t, c.tensors[i].data, dpm_shape_bytes(&b->t.shape));
     }
     t->iter = c.meta.iter;
     s = dpm_trainer_sync(t, err);
@@ -602,7 +664,7 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
   } else if (dpm_reader_rewind(t->eval_reader)) {
     return dpm_errf(err, DPM_INTERNAL, "cannot rewind the eval reader");
   }
-  dpm_workspace ws = {.parent = &r->ws};
+  dpm_workspace ws = {.parent = &r->ws, .dev = r->dev};
   dpm_exec x = {0};
   double sum_loss = 0, sum_acc = 0;
   int64_t seen = 0;
@@ -620,12 +682,17 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
       shaped = b->n;
     }
     dpm_blob *data = dpm_ws_find(&ws, m->data), *label = dpm_ws_find(&ws, m->label);
-    dpm_tensor_view(&data->t, &data->t.shape, b->data);
-    dpm_tensor_view(&label->t, &label->t.shape, b->label);
+    if (dpm_dev_host_visible(r->dev)) { /* views of the batch: no copy */
+      dpm_tensor_view(&data->t, &data->t.shape, b->data);
+      dpm_tensor_view(&label->t, &label->t.shape, b->label);
+    } else {
+      dpm_tensor_write(&data->t, b->data, dpm_shape_bytes(&data->t.shape));
+      dpm_tensor_write(&label->t, b->label, (size_t)b->n * sizeof(int32_t));
+    }
     dpm_exec_run(&x);
     for (int l = 0; l < m->n_losses; l++)
-      sum_loss += *dpm_f32(&dpm_ws_find(&ws, m->losses[l])->t) * b->n;
-    if (m->accuracy) sum_acc += *dpm_f32(&dpm_ws_find(&ws, m->accuracy)->t) * b->n;
+      sum_loss += scalar(dpm_ws_find(&ws, m->losses[l])) * b->n;
+    if (m->accuracy) sum_acc += scalar(dpm_ws_find(&ws, m->accuracy)) * b->n;
     seen += b->n;
   }
   dpm_exec_fini(&x);
@@ -659,6 +726,15 @@ const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name) {
 
 const dpm_device *dpm_trainer_device(const dpm_trainer *t, int d) { return &t->dev[d]; }
 
+dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_tensor *out,
+                                 dpm_err *err) {
+  const dpm_tensor *x = dpm_trainer_blob(t, name);
+  if (!x || !x->data) return dpm_errf(err, DPM_NOT_FOUND, "no blob '%s'", name);
+  if (dpm_tensor_resize(out, &x->shape)) return nomem(err);
+  dpm_tensor_read(x, out->data, dpm_shape_bytes(&x->shape));
+  return DPM_OK;
+}
+
 int dpm_trainer_devices(const dpm_trainer *t) { return t->n; }
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t) { return &t->memory; }
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
@@ -679,7 +755,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     replica *r = &t->r[d];
     dpm_exec_fini(&r->step);
     dpm_ws_fini(&r->ws);
-    dpm_free(r->arena);
+    if (r->arena) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
     dpm_free(r->input);
     dpm_ctx_fini(&r->ctx);
     free(r->losses);

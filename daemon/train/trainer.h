@@ -60,7 +60,8 @@ typedef struct dpm_step_stats {
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {
-  int devices;         /* CPU replicas cpu:0..N-1; 0: the spec's parallel.devices */
+  int devices;          /* replicas on devices KIND:0..N-1; 0: the spec's parallel.devices */
+  dpm_device_kind kind; /* KIND (default cpu; fenced in test builds) */
   int net_type;        /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
   int comm_timeout_ms; /* collectives' timeout; 0: 60000 */
   /* Borrowed crew, its size the device count (else DPM_INVALID); it must
@@ -132,8 +133,13 @@ dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *input
                                         dpm_err *err);
 
 /* A replica's blob by scoped ("cpu_1/fc1_w": the scope of its device,
- * common/device.h) or stripped (master) name. */
+ * common/device.h) or stripped (master) name: its shape and device; its
+ * bytes are the device's (read them with dpm_trainer_read_blob). */
 const dpm_tensor *dpm_trainer_blob(const dpm_trainer *t, const char *name);
+/* A copy of that blob's bytes in host memory: out (a host tensor, dev NULL;
+ * resized) takes its shape and data. DPM_NOT_FOUND naming it. */
+dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_tensor *out,
+                                 dpm_err *err);
 /* Replica d's device. */
 const dpm_device *dpm_trainer_device(const dpm_trainer *t, int d);
 int dpm_trainer_devices(const dpm_trainer *t);

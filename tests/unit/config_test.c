@@ -194,7 +194,7 @@ TEST(config_file_errors) {
        "allowed_paths, data_paths, checkpoint_every, "
        "auth_token_file, log_level, max_message_bytes, max_model_bytes, progress_every)"},
       {"devices:\n  cpu: 2\n  gpu: 1\n",
-       "t.yaml:3:3: unknown key 'gpu' in devices (expected one of: cpu, cuda)"},
+       "t.yaml:3:3: unknown key 'gpu' in devices (expected one of: cpu, cuda, fenced)"},
       {"max_models: 4\nstate_dir: /a\nmax_models: 5\n",
        "t.yaml:3:1: duplicate key 'max_models'"},
       {"max_models: [1]\n", "t.yaml:1:13: 'max_models' must be an integer, got a list"},

@@ -1,6 +1,9 @@
 /* Data parallelism: replicas agree with one device, stay bitwise identical,
  * runs are deterministic, resuming from a checkpoint is exact, bad
- * checkpoints are refused without touching the model. */
+ * checkpoints are refused without touching the model; on CPU devices and
+ * again on fenced ones (backend/fenced: memory host code cannot touch), so
+ * every byte these paths move crosses through a backend's copies. Blobs are
+ * read back with dpm_trainer_read_blob, never in place. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -42,36 +45,60 @@ static Dpm__ModelSpec *spec_of(const char *forward, int per_device,
   return tf_spec(forward, per_device, 7, 0.01, net_type, 65536);
 }
 
+/* A host copy of blob `name` (the caller finis it); an empty tensor if none. */
+static dpm_tensor host_copy(dpm_trainer *t, const char *name) {
+  dpm_tensor h = {0};
+  dpm_err err;
+  if (dpm_trainer_read_blob(t, name, &h, &err)) printf("    %s\n", err.msg);
+  return h;
+}
+
 static double param_rel_diff(dpm_trainer *a, dpm_trainer *b) {
   const dpm_model *m = dpm_trainer_model(a);
   double diff = 0, mag = 0;
   for (int i = 0; i < m->shapes.n; i++) {
     if (m->shapes.v[i].kind != DPM_BLOB_PARAM) continue;
-    const dpm_tensor *x = dpm_trainer_blob(a, m->shapes.v[i].name);
-    const dpm_tensor *y = dpm_trainer_blob(b, m->shapes.v[i].name);
-    for (int64_t k = 0; k < dpm_tensor_numel(x); k++) {
-      diff = fmax(diff, fabs((double)dpm_f32(x)[k] - dpm_f32(y)[k]));
-      mag = fmax(mag, fabs((double)dpm_f32(x)[k]));
+    dpm_tensor x = host_copy(a, m->shapes.v[i].name), y = host_copy(b, m->shapes.v[i].name);
+    for (int64_t k = 0; x.data && y.data && k < dpm_tensor_numel(&x); k++) {
+      diff = fmax(diff, fabs((double)dpm_f32(&x)[k] - dpm_f32(&y)[k]));
+      mag = fmax(mag, fabs((double)dpm_f32(&x)[k]));
     }
+    if (!x.data || !y.data) diff = mag = INFINITY;
+    dpm_tensor_fini(&x);
+    dpm_tensor_fini(&y);
   }
   return diff / mag;
+}
+
+/* "SCOPE/name" of replica d's blob (cpu_1/fc1_w, fenced_1/fc1_w). */
+static void scoped_name(dpm_trainer *t, int d, const char *name, char *buf, size_t n) {
+  char scope[32];
+  snprintf(buf, n, "%s/%s", dpm_device_scope(*dpm_trainer_device(t, d), scope, sizeof scope),
+           name);
 }
 
 /* Whether blob `name` of every replica equals the master's, bitwise. */
 static int replicas_identical(dpm_trainer *t) {
   const dpm_plan *p = dpm_trainer_plan(t);
-  for (int d = 1; d < dpm_trainer_devices(t); d++)
-    for (int i = 0; i < p->n_synced; i++) {
+  int same = 1;
+  for (int d = 1; d < dpm_trainer_devices(t) && same; d++)
+    for (int i = 0; i < p->n_synced && same; i++) {
       char scoped[300];
-      snprintf(scoped, sizeof scoped, "cpu_%d/%s", d, p->synced[i]);
-      const dpm_tensor *a = dpm_trainer_blob(t, p->synced[i]),
-                       *b = dpm_trainer_blob(t, scoped);
-      if (!a || !b || memcmp(a->data, b->data, dpm_shape_bytes(&a->shape))) {
-        printf("    %s differs from the master's\n", scoped);
-        return 0;
-      }
+      scoped_name(t, d, p->synced[i], scoped, sizeof scoped);
+      dpm_tensor a = host_copy(t, p->synced[i]), b = host_copy(t, scoped);
+      same = a.data && b.data && !memcmp(a.data, b.data, dpm_shape_bytes(&a.shape));
+      if (!same) printf("    %s differs from the master's\n", scoped);
+      dpm_tensor_fini(&a);
+      dpm_tensor_fini(&b);
     }
-  return 1;
+  return same;
+}
+
+/* Runs a test's body with the trainers on fenced devices. */
+static void on_fenced(void (*body)(void)) {
+  tf_device_kind = DPM_DEVICE_FENCED;
+  body();
+  tf_device_kind = DPM_DEVICE_CPU;
 }
 
 /* 1, 2 and 4 replicas at global batch 64: same parameters after 20 steps. */
@@ -103,8 +130,15 @@ TEST(parallel_mlp_equivalent_simple) { equivalence(MLP_FORWARD, "simple"); }
 TEST(parallel_mlp_equivalent_dag) { equivalence(MLP_FORWARD, "dag"); }
 TEST(parallel_cnn_equivalent_simple) { equivalence(CNN_FORWARD, "simple"); }
 TEST(parallel_cnn_equivalent_dag) { equivalence(CNN_FORWARD, "dag"); }
+static void mlp_equivalent(void) {
+  equivalence(MLP_FORWARD, "dag");
+  equivalence(MLP_FORWARD, "simple");
+}
+static void cnn_equivalent(void) { equivalence(CNN_FORWARD, "dag"); }
+TEST(fenced_parallel_mlp_equivalent) { on_fenced(mlp_equivalent); }
+TEST(fenced_parallel_cnn_equivalent) { on_fenced(cnn_equivalent); }
 
-TEST(parallel_replicas_identical_after_init_and_steps) {
+static void replicas_identical_after_init_and_steps(void) {
   Dpm__ModelSpec *spec = spec_of(CNN_FORWARD, 8, "dag");
   dpm_trainer *t = tf_trainer(spec, 3, NULL);
   CHECK(t);
@@ -114,9 +148,11 @@ TEST(parallel_replicas_identical_after_init_and_steps) {
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
 }
+TEST(parallel_replicas_identical_after_init_and_steps) { replicas_identical_after_init_and_steps(); }
+TEST(fenced_parallel_replicas_identical_after_init_and_steps) { on_fenced(replicas_identical_after_init_and_steps); }
 
 /* Two runs with the same seed and device count: bitwise equal. */
-TEST(parallel_runs_are_deterministic) {
+static void runs_are_deterministic(void) {
   Dpm__ModelSpec *spec = spec_of(DROPOUT_FORWARD, 16, "dag");
   dpm_trainer *a = tf_trainer(spec, 2, NULL), *b = tf_trainer(spec, 2, NULL);
   CHECK(a && b && tf_steps(a, 10) && tf_steps(b, 10));
@@ -125,6 +161,8 @@ TEST(parallel_runs_are_deterministic) {
   dpm_trainer_destroy(b);
   dpm_spec_free(spec);
 }
+TEST(parallel_runs_are_deterministic) { runs_are_deterministic(); }
+TEST(fenced_parallel_runs_are_deterministic) { on_fenced(runs_are_deterministic); }
 
 static char *temp_path(const char *name) {
   static char dir[64];
@@ -139,7 +177,7 @@ static char *temp_path(const char *name) {
 
 /* k steps, checkpoint, load into a fresh trainer, m more steps == k + m
  * steps without interruption, bitwise (Dropout included). */
-TEST(parallel_resume_is_exact) {
+static void resume_is_exact(void) {
   Dpm__ModelSpec *spec = spec_of(DROPOUT_FORWARD, 16, "simple");
   char *path = temp_path("resume.ckpt");
   dpm_err err = {0};
@@ -159,6 +197,8 @@ TEST(parallel_resume_is_exact) {
   unlink(path);
   free(path);
 }
+TEST(parallel_resume_is_exact) { resume_is_exact(); }
+TEST(fenced_parallel_resume_is_exact) { on_fenced(resume_is_exact); }
 
 /* Snapshot of every synced blob of every replica, to prove a refused load
  * changed nothing. */
@@ -172,10 +212,11 @@ static char *snapshot(dpm_trainer *t, size_t *len) {
   for (int d = 0; d < dpm_trainer_devices(t); d++)
     for (int i = 0; i < p->n_synced; i++) {
       char scoped[300];
-      snprintf(scoped, sizeof scoped, "cpu_%d/%s", d, p->synced[i]);
-      const dpm_tensor *x = dpm_trainer_blob(t, scoped);
-      memcpy(at, x->data, dpm_shape_bytes(&x->shape));
-      at += dpm_shape_bytes(&x->shape);
+      scoped_name(t, d, p->synced[i], scoped, sizeof scoped);
+      dpm_tensor x = host_copy(t, scoped);
+      memcpy(at, x.data, dpm_shape_bytes(&x.shape));
+      at += dpm_shape_bytes(&x.shape);
+      dpm_tensor_fini(&x);
     }
   *len = total;
   return buf;
@@ -190,7 +231,7 @@ static void flip_byte(const char *path, long at) {
   fclose(f);
 }
 
-TEST(parallel_rejects_bad_checkpoints) {
+static void rejects_bad_checkpoints(void) {
   Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
   Dpm__ModelSpec *other = spec_of(DROPOUT_FORWARD, 8, "dag");
   char *good = temp_path("good.ckpt"), *bad = temp_path("bad.ckpt");
@@ -253,6 +294,8 @@ TEST(parallel_rejects_bad_checkpoints) {
     free(*p);
   }
 }
+TEST(parallel_rejects_bad_checkpoints) { rejects_bad_checkpoints(); }
+TEST(fenced_parallel_rejects_bad_checkpoints) { on_fenced(rejects_bad_checkpoints); }
 
 /* Scoped names address replicas; a bad scope finds nothing. */
 TEST(parallel_scoped_blob_names) {
@@ -305,13 +348,16 @@ TEST(parallel_progress_and_interrupt) {
 }
 
 /* AddBlobSync: a blob changed on the master reaches every replica. */
-TEST(parallel_sync_blobs) {
+static void sync_blobs(void) {
   Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
   dpm_trainer *t = tf_trainer(spec, 3, NULL);
   dpm_err err = {0};
   CHECK(t);
-  dpm_tensor *w = (dpm_tensor *)dpm_trainer_blob(t, "fc1_b");
-  for (int64_t i = 0; i < dpm_tensor_numel(w); i++) dpm_f32(w)[i] = (float)i;
+  dpm_tensor *w = (dpm_tensor *)dpm_trainer_blob(t, "fc1_b"), h = {0};
+  CHECK(w && !dpm_tensor_resize(&h, &w->shape));
+  for (int64_t i = 0; i < dpm_tensor_numel(&h); i++) dpm_f32(&h)[i] = (float)i;
+  dpm_tensor_write(w, h.data, dpm_shape_bytes(&h.shape)); /* the master's only */
+  dpm_tensor_fini(&h);
   CHECK(!replicas_identical(t));
   const char *names[] = {"fc1_b"};
   CHECK_INT(dpm_trainer_sync_blobs(t, names, 1, &err), DPM_OK);
@@ -321,6 +367,8 @@ TEST(parallel_sync_blobs) {
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
 }
+TEST(parallel_sync_blobs) { sync_blobs(); }
+TEST(fenced_parallel_sync_blobs) { on_fenced(sync_blobs); }
 
 /* input.num_shards 2 used to train with gradients scaled by 1/(2N) and no
  * reduction across hosts: a wrong result with no error. Until a gloo

@@ -376,7 +376,7 @@ TEST(spec_error_operators) {
 
 TEST(spec_error_devices) {
   EXPECT(MINI "parallel: {devices: [cpu:0, gpu:1]}\n",
-         "t.yaml:5:29: ", "unknown device kind in 'gpu:1' (choices: cpu, cuda)");
+         "t.yaml:5:29: ", "unknown device kind in 'gpu:1' (choices: cpu, cuda, fenced)");
   EXPECT(MINI "parallel: {devices: [cuda:7-0]}\n", "t.yaml:5:22: ", "bad device index");
   EXPECT(MINI "parallel: {devices: [cpu:x]}\n",
          "t.yaml:5:22: ", "a device must look like cpu:0, cuda:3 or cuda:0-7");

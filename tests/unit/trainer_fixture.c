@@ -28,9 +28,14 @@ Dpm__ModelSpec *tf_spec(const char *forward, int per_device, int seed, double lr
   return spec;
 }
 
+dpm_device_kind tf_device_kind = DPM_DEVICE_CPU;
+
 dpm_trainer *tf_trainer(const Dpm__ModelSpec *spec, int devices, struct dpm_crew *crew) {
-  dpm_trainer_options opt = {
-      .devices = devices, .net_type = -1, .comm_timeout_ms = 20000, .crew = crew};
+  dpm_trainer_options opt = {.devices = devices,
+                             .kind = tf_device_kind,
+                             .net_type = -1,
+                             .comm_timeout_ms = 20000,
+                             .crew = crew};
   dpm_trainer *t = NULL;
   dpm_err err = {0};
   if (!spec || dpm_trainer_create(spec, &opt, &t, &err)) printf("    create: %s\n", err.msg);

@@ -13,6 +13,8 @@
  * `net_type` and `bucket_bytes`. Free with dpm_spec_free. */
 Dpm__ModelSpec *tf_spec(const char *forward, int per_device, int seed, double lr,
                         const char *net_type, int bucket_bytes);
+/* The kind of device tf_trainer's replicas run on (default cpu). */
+extern dpm_device_kind tf_device_kind;
 /* A trainer on `devices` replicas, on a borrowed crew or (NULL) its own. */
 dpm_trainer *tf_trainer(const Dpm__ModelSpec *spec, int devices, struct dpm_crew *crew);
 /* Runs n steps; 1 when all n ran. */

@@ -1,0 +1,73 @@
+/* The CPU backend: device memory is host memory (64-byte aligned), copies
+ * are memcpy, work is ordered by the calling thread, and the kernels are
+ * the ops' own (dpm_op_def.run, daemon/ops/). A cpu:N device is a replica
+ * pinned to the N-th CPU (train/trainer.h); they share the host's memory
+ * but each has a pool of its own. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+
+static int cpu_probe(dpm_err *err) {
+  (void)err;
+  return DPM_MAX_DEVICE_INDEX + 1; /* replicas, not cores: any number may share one */
+}
+
+static dpm_status cpu_open(int index, void **state, dpm_err *err) {
+  (void)index, (void)err;
+  *state = NULL;
+  return DPM_OK;
+}
+
+static void cpu_close(void *state) { (void)state; }
+
+static void *cpu_alloc(void *state, size_t bytes) {
+  (void)state;
+  return aligned_alloc(DPM_ALIGN, (bytes + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN);
+}
+
+static void cpu_free(void *state, void *p, size_t bytes) {
+  (void)state, (void)bytes;
+  free(p);
+}
+
+static void cpu_copy(void *state, void *dst, const void *src, size_t bytes,
+                     dpm_copy_kind kind) {
+  (void)state, (void)kind;
+  memmove(dst, src, bytes);
+}
+
+static void cpu_memset(void *state, void *dst, int value, size_t bytes) {
+  (void)state;
+  memset(dst, value, bytes);
+}
+
+static void cpu_synchronize(void *state) { (void)state; }
+
+static dpm_kernel cpu_kernel(const dpm_op_def *def) { return def->run; }
+
+static void cpu_run_part(void *state, const dpm_op *op, int part) {
+  (void)state;
+  op->node->def->run_part(op, part);
+}
+
+static void cpu_nothing(void *state) { (void)state; }
+
+const dpm_backend dpm_backend_cpu = {
+    .name = "cpu",
+    .kind = DPM_DEVICE_CPU,
+    .host_visible = 1,
+    .probe = cpu_probe,
+    .open = cpu_open,
+    .close = cpu_close,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .memset = cpu_memset,
+    .synchronize = cpu_synchronize,
+    .kernel = cpu_kernel,
+    .run_part = cpu_run_part,
+    .enter = cpu_nothing,
+    .leave = cpu_nothing,
+};

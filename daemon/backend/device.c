@@ -1,0 +1,140 @@
+/* The registry of open devices and their pools (device.h). */
+#include "backend/device.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define MAX_OPEN 256 /* devices one process opens */
+
+struct dpm_dev {
+  dpm_device id;
+  const dpm_backend *be;
+  void *state; /* the backend's */
+  dpm_pool pool;
+};
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static dpm_dev *opened[MAX_OPEN];
+static int n_opened;
+
+const dpm_backend *dpm_backend_of(dpm_device_kind kind) {
+  switch (kind) {
+  case DPM_DEVICE_CPU: return &dpm_backend_cpu;
+#ifdef DPM_TEST_BUILD
+  case DPM_DEVICE_FENCED: return &dpm_backend_fenced;
+#endif
+  default: return NULL;
+  }
+}
+
+static void *raw_alloc(void *arg, size_t bytes) {
+  dpm_dev *dev = arg;
+  return dev->be->alloc(dev->state, bytes);
+}
+
+static void raw_free(void *arg, void *p, size_t bytes) {
+  dpm_dev *dev = arg;
+  dev->be->free(dev->state, p, bytes);
+}
+
+/* Under registry_mu: opens d. */
+static dpm_status open_dev(dpm_device d, dpm_dev **out, dpm_err *err) {
+  char name[32];
+  dpm_device_format(d, name, sizeof name);
+  const dpm_backend *be = dpm_backend_of(d.kind);
+  if (!be)
+    return dpm_errf(err, DPM_UNSUPPORTED, "device %s: no %s backend in this build", name,
+                    dpm_device_kind_name(d.kind));
+  dpm_err why = {0};
+  int count = be->probe(&why);
+  if (d.index >= count)
+    return dpm_errf(err, DPM_NOT_FOUND, "device %s: %s", name,
+                    count ? "no such device here" : why.msg);
+  if (n_opened == MAX_OPEN)
+    return dpm_errf(err, DPM_NOMEM, "device %s: more than %d devices open", name, MAX_OPEN);
+  dpm_dev *dev = calloc(1, sizeof *dev);
+  if (!dev) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  dev->id = d;
+  dev->be = be;
+  if (be->open(d.index, &dev->state, err)) {
+    free(dev);
+    return dpm_err_prefix(err, "device %s: ", name);
+  }
+  dpm_pool_init(&dev->pool, (dpm_pool_raw){raw_alloc, raw_free, dev});
+  opened[n_opened++] = dev;
+  *out = dev;
+  return DPM_OK;
+}
+
+dpm_status dpm_dev_get(dpm_device d, dpm_dev **out, dpm_err *err) {
+  *out = NULL;
+  pthread_mutex_lock(&registry_mu);
+  dpm_status s = DPM_OK;
+  for (int i = 0; i < n_opened && !*out; i++)
+    if (opened[i]->id.kind == d.kind && opened[i]->id.index == d.index) *out = opened[i];
+  if (!*out) s = open_dev(d, out, err);
+  pthread_mutex_unlock(&registry_mu);
+  return s;
+}
+
+const dpm_backend *dpm_dev_backend(const dpm_dev *dev) { return dev->be; }
+dpm_device dpm_dev_id(const dpm_dev *dev) { return dev->id; }
+int dpm_dev_host_visible(const dpm_dev *dev) { return dev->be->host_visible; }
+
+void *dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got) {
+  void *p = dpm_pool_alloc(&dev->pool, bytes, got);
+  if (p) dev->be->memset(dev->state, p, 0, *got);
+  return p;
+}
+
+void dpm_dev_free(dpm_dev *dev, void *p, size_t got) { dpm_pool_free(&dev->pool, p, got); }
+
+void dpm_dev_to_device(dpm_dev *dev, void *dst, const void *src, size_t bytes) {
+  if (bytes) dev->be->copy(dev->state, dst, src, bytes, DPM_COPY_H2D);
+}
+
+void dpm_dev_to_host(dpm_dev *dev, void *dst, const void *src, size_t bytes) {
+  if (bytes) dev->be->copy(dev->state, dst, src, bytes, DPM_COPY_D2H);
+}
+
+void dpm_dev_copy(dpm_dev *dev, void *dst, const void *src, size_t bytes) {
+  if (bytes) dev->be->copy(dev->state, dst, src, bytes, DPM_COPY_D2D);
+}
+
+void dpm_dev_memset(dpm_dev *dev, void *dst, int value, size_t bytes) {
+  if (bytes) dev->be->memset(dev->state, dst, value, bytes);
+}
+
+void dpm_dev_synchronize(dpm_dev *dev) { dev->be->synchronize(dev->state); }
+
+dpm_kernel dpm_dev_kernel(const dpm_dev *dev, const dpm_op_def *def) {
+  return dev->be->kernel(def);
+}
+
+void dpm_dev_run_part(dpm_dev *dev, const dpm_op *op, int part) {
+  dev->be->run_part(dev->state, op, part);
+}
+
+void dpm_dev_enter(dpm_dev *dev) { dev->be->enter(dev->state); }
+void dpm_dev_leave(dpm_dev *dev) { dev->be->leave(dev->state); }
+
+dpm_pool_stats dpm_dev_stats(dpm_dev *dev) { return dpm_pool_stats_of(&dev->pool); }
+
+int dpm_dev_opened(dpm_dev **out, int max) {
+  pthread_mutex_lock(&registry_mu);
+  int n = n_opened < max ? n_opened : max;
+  for (int i = 0; i < n; i++) out[i] = opened[i];
+  pthread_mutex_unlock(&registry_mu);
+  return n;
+}
+
+void dpm_dev_shutdown(void) {
+  pthread_mutex_lock(&registry_mu);
+  for (int i = 0; i < n_opened; i++) {
+    dpm_pool_fini(&opened[i]->pool);
+    opened[i]->be->close(opened[i]->state);
+    free(opened[i]);
+  }
+  n_opened = 0;
+  pthread_mutex_unlock(&registry_mu);
+}
