@@ -436,7 +436,10 @@ static dpm_status tensor(extractor *x, const char *name, Dpm__TensorProto **out)
   t->dims = dims;
   t->has_data = 1;
   t->data.len = dpm_shape_bytes(&b->t.shape);
-  t->data.data = b->t.data; /* packing copies it */
+  /* the parameter's bytes cross from its device through the backend */
+  if (!(t->data.data = pool_alloc(&x->pool, t->data.len ? t->data.len : 1, 1)))
+    return nomem(x->err);
+  dpm_tensor_read(&b->t, t->data.data, t->data.len);
   *out = t;
   return DPM_OK;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/device.h"
 #include "server/devices.h"
 #include "server/model.h"
 
@@ -66,6 +67,38 @@ static const family families[] = {
 };
 #undef F
 
+/* Each open device's caching allocator (backend/pool.h). */
+static void device_memory(text *t) {
+  dpm_dev *devs[64];
+  int n = dpm_dev_opened(devs, 64);
+  dpm_pool_stats st[64];
+  char names[64][32];
+  for (int i = 0; i < n; i++) {
+    st[i] = dpm_dev_stats(devs[i]);
+    dpm_device_format(dpm_dev_id(devs[i]), names[i], sizeof names[i]);
+  }
+  head(t, "dpmd_device_memory_bytes", "gauge",
+       "Device memory held by the caching allocator: in use, and cached for reuse.");
+  for (int i = 0; i < n; i++)
+    put(t,
+        "dpmd_device_memory_bytes{device=\"%s\",state=\"in_use\"} %llu\n"
+        "dpmd_device_memory_bytes{device=\"%s\",state=\"cached\"} %llu\n",
+        names[i], (unsigned long long)st[i].in_use, names[i],
+        (unsigned long long)st[i].cached);
+  head(t, "dpmd_device_memory_peak_bytes", "gauge", "The most device memory in use at once.");
+  for (int i = 0; i < n; i++)
+    put(t, "dpmd_device_memory_peak_bytes{device=\"%s\"} %llu\n", names[i],
+        (unsigned long long)st[i].peak);
+  head(t, "dpmd_device_allocations_total", "counter",
+       "Allocations asked of the caching allocator, and those it passed to the device.");
+  for (int i = 0; i < n; i++)
+    put(t,
+        "dpmd_device_allocations_total{device=\"%s\",source=\"cache\"} %llu\n"
+        "dpmd_device_allocations_total{device=\"%s\",source=\"device\"} %llu\n",
+        names[i], (unsigned long long)(st[i].requests - st[i].raw_allocs), names[i],
+        (unsigned long long)st[i].raw_allocs);
+}
+
 char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
                         const char *(*command_name)(int command)) {
   int n_models = dpmd_registry_count(models);
@@ -79,9 +112,9 @@ char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
       n += dpmd_model_state(dpmd_registry_at(models, i)) == (dpmd_state)s;
     put(&t, "dpmd_models{state=\"%s\"} %d\n", dpmd_state_name(s), n);
   }
-  head(&t, "dpmd_device_crews", "gauge",
-       "Warm device groups (worker threads and communicators).");
+  head(&t, "dpmd_device_crews", "gauge", "Warm device groups (worker threads).");
   put(&t, "dpmd_device_crews %d\n", dpmd_devices_crews(d->devices));
+  device_memory(&t);
   head(&t, "dpmd_requests_total", "counter", "Requests answered, by command and status.");
   for (int c = 0; c < DPMD_MAX_COMMAND; c++)
     for (int s = 0; s < DPM_STATUS_COUNT; s++) {

@@ -505,26 +505,31 @@ void dpmd_job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to)
       return dpmd_reply_error(m->d, to, DPM_NOT_FOUND, "%s: no device %s in this model",
                               m->spec->name, r->device);
   }
+  char scope[32];
   if (strchr(r->blob, '/') || rank == 0)
     snprintf(name, sizeof name, "%s", r->blob);
   else
-    snprintf(name, sizeof name, "cpu_%d/%s", rank, r->blob);
-  const dpm_tensor *t = dpm_trainer_blob(m->t, name);
-  if (!t || !t->data)
+    snprintf(name, sizeof name, "%s/%s",
+             dpm_device_scope(*dpm_trainer_device(m->t, rank), scope, sizeof scope),
+             r->blob);
+  dpm_tensor host = {0}; /* the bytes cross from the device through the backend */
+  dpm_err err = {0};
+  if (dpm_trainer_read_blob(m->t, name, &host, &err))
     return dpmd_reply_error(m->d, to, DPM_NOT_FOUND, "%s: no blob '%s'", m->spec->name,
                             name);
   Dpm__TensorProto tp = DPM__TENSOR_PROTO__INIT;
   tp.name = name;
-  tp.dtype = dpm_dtype_to_wire(t->shape.dtype);
-  tp.n_dims = (size_t)t->shape.ndim;
-  tp.dims = (int64_t *)t->shape.d;
+  tp.dtype = dpm_dtype_to_wire(host.shape.dtype);
+  tp.n_dims = (size_t)host.shape.ndim;
+  tp.dims = host.shape.d;
   tp.has_data = 1;
-  tp.data.len = dpm_shape_bytes(&t->shape);
-  tp.data.data = t->data;
+  tp.data.len = dpm_shape_bytes(&host.shape);
+  tp.data.data = host.data;
   Dpm__Response rs = DPM__RESPONSE__INIT;
   rs.result_case = DPM__RESPONSE__RESULT_BLOB;
   rs.blob = &tp;
   dpmd_reply(m->d, to, &rs);
+  dpm_tensor_fini(&host);
 }
 
 /* ---- the thread ----------------------------------------------------------- */

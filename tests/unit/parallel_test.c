@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "dpm/predictor.h"
 #include "engine/workspace.h"
 #include "io/checkpoint.h"
 #include "common/spec.h"
@@ -393,4 +394,49 @@ TEST(trainer_refuses_shards_without_a_communicator_across_hosts) {
   CHECK_INT(dpm_trainer_create(spec, &opt, &t, &err), DPM_UNSUPPORTED);
   CHECK_HAS(err.msg, "gloo");
   dpm_spec_free(spec);
+}
+
+/* ExtractPredictorNet from replicas on fenced devices: the parameters cross
+ * through the backend's copies, and the predictor computes what the one
+ * extracted from the same training on CPU devices does, bit for bit. */
+static dpm_predictor *trained_predictor(dpm_device_kind kind, const char *dir) {
+  Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
+  tf_device_kind = kind;
+  dpm_trainer *t = tf_trainer(spec, 2, NULL);
+  tf_device_kind = DPM_DEVICE_CPU;
+  dpm_predictor *p = NULL;
+  dpm_err err = {0};
+  const char *in[] = {"data"}, *out[] = {"softmax"};
+  if (!t || !tf_steps(t, 5) ||
+      dpm_trainer_export_predictor(t, in, 1, out, 1, NULL, dir, &err) ||
+      dpm_predictor_load(dir, &p, &err))
+    printf("    %s\n", err.msg);
+  dpm_trainer_destroy(t);
+  dpm_spec_free(spec);
+  return p;
+}
+
+TEST(fenced_predictor_extraction_matches_cpu) {
+  char *da = temp_path("pred-cpu"), *db = temp_path("pred-fenced");
+  dpm_predictor *a = trained_predictor(DPM_DEVICE_CPU, da);
+  dpm_predictor *b = trained_predictor(DPM_DEVICE_FENCED, db);
+  CHECK(a && b);
+  float x[4 * 784];
+  for (int i = 0; i < 4 * 784; i++) x[i] = (float)((i * 7919) % 256) / 255.0f;
+  const float *inputs[] = {x};
+  dpm_err err = {0};
+  CHECK_INT(dpm_predictor_run(a, inputs, 4, &err), DPM_OK);
+  CHECK_INT(dpm_predictor_run(b, inputs, 4, &err), DPM_OK);
+  int64_t dims[4];
+  const float *ya = dpm_predictor_output(a, 0, dims, NULL);
+  const float *yb = dpm_predictor_output(b, 0, NULL, NULL);
+  CHECK(ya && yb && dims[0] == 4 && dims[1] == 10);
+  CHECK(!memcmp(ya, yb, 4 * 10 * sizeof(float)));
+  dpm_predictor_free(a);
+  dpm_predictor_free(b);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s %s", da, db);
+  CHECK(system(cmd) == 0);
+  free(da);
+  free(db);
 }
