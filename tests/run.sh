@@ -29,6 +29,7 @@ check() {
 }
 
 check layers sh scripts/check_layers.sh
+check device-bytes sh scripts/check_device_bytes.sh
 
 for t in tests/e2e/*.sh; do
   check "$(basename "$t" .sh)" sh "$t"

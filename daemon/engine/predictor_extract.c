@@ -418,29 +418,30 @@ static dpm_status tensor(extractor *x, const char *name, Dpm__TensorProto **out)
   if (!b)
     return dpm_errf(x->err, DPM_NOT_FOUND, "parameter '%s' is not in the workspace",
                     name);
-  if (!dpm_shape_equal(&b->t.shape, &info->shape) || !b->t.data) {
+  if (!dpm_shape_equal(&b->t.shape, &info->shape) || !b->t.data) { /* pointer only */
     char a[64], c[64];
     return dpm_errf(x->err, DPM_STATE,
                     "parameter '%s' is %s in the workspace; the model has %s", name,
-                    b->t.data ? dpm_shape_str(&b->t.shape, a, sizeof a) : "unallocated",
+                    b->t.data /* pointer only */ ? dpm_shape_str(&b->t.shape, a, sizeof a)
+                                                 : "unallocated",
                     dpm_shape_str(&info->shape, c, sizeof c));
   }
-  Dpm__TensorProto *t = pool_alloc(&x->pool, 1, sizeof *t);
+  Dpm__TensorProto *tp = pool_alloc(&x->pool, 1, sizeof *tp);
   int64_t *dims = pool_alloc(&x->pool, (size_t)b->t.shape.ndim, sizeof *dims);
-  if (!t || !dims) return nomem(x->err);
-  dpm__tensor_proto__init(t);
-  if (strip(x, name, &t->name)) return x->err->code;
-  t->dtype = dpm_dtype_to_wire(b->t.shape.dtype);
+  if (!tp || !dims) return nomem(x->err);
+  dpm__tensor_proto__init(tp);
+  if (strip(x, name, &tp->name)) return x->err->code;
+  tp->dtype = dpm_dtype_to_wire(b->t.shape.dtype);
   memcpy(dims, b->t.shape.d, (size_t)b->t.shape.ndim * sizeof *dims);
-  t->n_dims = (size_t)b->t.shape.ndim;
-  t->dims = dims;
-  t->has_data = 1;
-  t->data.len = dpm_shape_bytes(&b->t.shape);
+  tp->n_dims = (size_t)b->t.shape.ndim;
+  tp->dims = dims;
+  tp->has_data = 1;
+  tp->data.len = dpm_shape_bytes(&b->t.shape);
   /* the parameter's bytes cross from its device through the backend */
-  if (!(t->data.data = pool_alloc(&x->pool, t->data.len ? t->data.len : 1, 1)))
+  if (!(tp->data.data = pool_alloc(&x->pool, tp->data.len ? tp->data.len : 1, 1)))
     return nomem(x->err);
-  dpm_tensor_read(&b->t, t->data.data, t->data.len);
-  *out = t;
+  dpm_tensor_read(&b->t, tp->data.data, tp->data.len);
+  *out = tp;
   return DPM_OK;
 }
 

@@ -94,7 +94,7 @@ static dpm_status sync_blobs(replica *r, const char *const *names, int n) {
       r->status = dpm_errf(&r->err, DPM_NOT_FOUND, "no blob '%s' to sync", names[i]);
       break;
     }
-    r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, b->t.data,
+    r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, b->t.data, /* pointer only */
                                    dpm_shape_bytes(&b->t.shape), &r->err);
   }
   dpm_dev_leave(r->dev);
@@ -729,7 +729,8 @@ const dpm_device *dpm_trainer_device(const dpm_trainer *t, int d) { return &t->d
 dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_tensor *out,
                                  dpm_err *err) {
   const dpm_tensor *x = dpm_trainer_blob(t, name);
-  if (!x || !x->data) return dpm_errf(err, DPM_NOT_FOUND, "no blob '%s'", name);
+  if (!x || !x->data) /* pointer only */
+    return dpm_errf(err, DPM_NOT_FOUND, "no blob '%s'", name);
   if (dpm_tensor_resize(out, &x->shape)) return nomem(err);
   dpm_tensor_read(x, out->data, dpm_shape_bytes(&x->shape));
   return DPM_OK;
