@@ -20,6 +20,8 @@ LDLIBS   = $(PKG_LIBS) -lpthread -lm
 # (daemon/backend/fenced/, devices fenced:N).
 ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
             -fno-sanitize-recover=undefined -DDPM_TEST_BUILD
+# The race tests (tests/race) run under ThreadSanitizer.
+TSAN     := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 
 PROTO_C  := $(BUILD)/proto/dpm.pb-c.c
 PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
@@ -38,6 +40,9 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(patsubst $(BUILD)/%,%,$(2)))
 LIB_OBJ      := $(call obj,obj,$(LIB_SRC))
 LIB_ASAN_OBJ := $(call obj,asan,$(LIB_SRC))
+LIB_TSAN_OBJ := $(call obj,tsan,$(LIB_SRC))
+RACE_OBJ     := $(call obj,tsan,$(wildcard tests/race/*.c) tests/unit/main.c \
+                                tests/unit/trainer_fixture.c)
 TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
 .PHONY: all deps test bench demo clean format install
@@ -63,10 +68,18 @@ $(BUILD)/asan/%.o: %.c | $(PROTO_H)
 $(BUILD)/asan/proto/%.o: $(BUILD)/proto/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(ASAN) -Wno-error -c $< -o $@
+$(BUILD)/tsan/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TSAN) -c $< -o $@
+$(BUILD)/tsan/proto/%.o: $(BUILD)/proto/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TSAN) -Wno-error -c $< -o $@
 
 $(BUILD)/libdpm.a: $(LIB_OBJ)
 	ar rcs $@ $^
 $(BUILD)/libdpm-asan.a: $(LIB_ASAN_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libdpm-tsan.a: $(LIB_TSAN_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/dpm-train: $(BUILD)/obj/daemon/train/dpm_train_main.o $(BUILD)/libdpm.a
@@ -83,13 +96,21 @@ $(BUILD)/asan-bin/dpmd: $(BUILD)/asan/daemon/server/dpmd_main.o $(BUILD)/libdpm-
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
 
+# ThreadSanitizer's dpmd, for the restore race (tests/e2e/dpmd_restore_race.sh).
+$(BUILD)/tsan-bin/dpmd: $(BUILD)/tsan/daemon/server/dpmd_main.o $(BUILD)/libdpm-tsan.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/obj/daemon/%.o $(BUILD)/asan/daemon/%.o: INC = -Iinclude -Idaemon -I.
-$(BUILD)/obj/client/%.o $(BUILD)/asan/client/%.o: INC = -Iinclude -Iclient -I.
-$(BUILD)/obj/common/%.o $(BUILD)/asan/common/%.o: INC = -Iinclude -I.
+$(BUILD)/obj/daemon/%.o $(BUILD)/asan/daemon/%.o $(BUILD)/tsan/daemon/%.o: \
+  INC = -Iinclude -Idaemon -I.
+$(BUILD)/obj/client/%.o $(BUILD)/asan/client/%.o $(BUILD)/tsan/client/%.o: \
+  INC = -Iinclude -Iclient -I.
+$(BUILD)/obj/common/%.o $(BUILD)/asan/common/%.o $(BUILD)/tsan/common/%.o: INC = -Iinclude -I.
+$(BUILD)/tsan/tests/race/%.o: INC = -Iinclude -Idaemon -Itests/unit -I.
 
 # The ASan dpmd of the tests has test hooks (DPMD_TEST_GATE: server/model.c);
 # they do nothing unless the environment asks, and build/dpmd has none.
@@ -99,12 +120,17 @@ $(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/tests/race: $(RACE_OBJ) $(BUILD)/libdpm-tsan.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md).
-test: deps $(BUILD)/tests/unit $(PROGS) $(BUILD)/asan-bin/dpmd $(BUILD)/tests/nnsend
+test: deps $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(BUILD)/asan-bin/dpmd \
+      $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend
 	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train

@@ -30,6 +30,8 @@ check() {
 
 check layers sh scripts/check_layers.sh
 check device-bytes sh scripts/check_device_bytes.sh
+# Races under ThreadSanitizer: models restored and predictors loaded at once.
+check race build/tests/race
 
 for t in tests/e2e/*.sh; do
   check "$(basename "$t" .sh)" sh "$t"

@@ -525,7 +525,8 @@ static dpm_status read_index(ckpt_reader *r, uint32_t count, uint32_t index_byte
                              uint64_t data_offset, uint32_t index_crc, dpm_ckpt *c,
                              dpm_err *err) {
   const char *path = r->path;
-  uint64_t region = data_offset - CKPT_HEADER_BYTES;
+  /* parse_header checked data_offset: past the header, within the file */
+  uint64_t region = data_offset > CKPT_HEADER_BYTES ? data_offset - CKPT_HEADER_BYTES : 0;
   uint8_t *buf = malloc(region ? region : 1);
   const char **sorted = malloc(sizeof *sorted * (count ? count : 1));
   c->names = calloc(count ? count : 1, sizeof *c->names);

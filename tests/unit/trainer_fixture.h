@@ -7,6 +7,26 @@
 
 #include "train/trainer.h"
 
+/* Forward ops for tf_spec: the MLP of the examples, and the Fashion-MNIST
+ * CNN's structure with fewer channels (cheap under the sanitizers). */
+#define MLP_FORWARD                                                                      \
+  "  - {op: FC, in: [data], out: fc1, dim_out: 256}\n"                                   \
+  "  - {op: Relu, in: [fc1], out: fc1}\n"                                                \
+  "  - {op: FC, in: [fc1], out: fc2, dim_out: 128}\n"                                    \
+  "  - {op: Relu, in: [fc2], out: fc2}\n"                                                \
+  "  - {op: FC, in: [fc2], out: pred, dim_out: 10}\n"
+
+#define CNN_FORWARD                                                                      \
+  "  - {op: Conv, in: [data], out: conv1, dim_out: 8, kernel: 5, pad: 2}\n"              \
+  "  - {op: Relu, in: [conv1], out: conv1}\n"                                            \
+  "  - {op: MaxPool, in: [conv1], out: pool1, kernel: 2, stride: 2}\n"                   \
+  "  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 5, pad: 2}\n"            \
+  "  - {op: Relu, in: [conv2], out: conv2}\n"                                            \
+  "  - {op: MaxPool, in: [conv2], out: pool2, kernel: 2, stride: 2}\n"                   \
+  "  - {op: FC, in: [pool2], out: fc3, dim_out: 64}\n"                                   \
+  "  - {op: Relu, in: [fc3], out: fc3}\n"                                                \
+  "  - {op: FC, in: [fc3], out: pred, dim_out: 10}\n"
+
 /* A spec: synthetic input (2048 examples, 10 classes, `seed`),
  * `per_device` examples per device, the given forward ops ending in `pred`,
  * SoftmaxWithLoss + Accuracy, momentum SGD at learning rate `lr`,
