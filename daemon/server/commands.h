@@ -42,8 +42,8 @@ const char *dpmd_command_name(int command);
  * devices, checkpoint policy; cpu:0 when none) and the model name. The
  * spec itself is validated by the submit handler, once the daemon's devices
  * have been checked. DPM_OK for a command without a check or a row;
- * else DPM_INVALID, DPM_UNSUPPORTED, DPM_DENIED or DPM_SPEC with the
- * message to send back. */
+ * else DPM_INVALID, DPM_UNSUPPORTED, DPM_DENIED, DPM_SPEC or DPM_NOMEM
+ * with the message to send back. */
 dpm_status dpmd_command_check(const struct dpmd_paths *paths, Dpm__Request *rq,
                               dpm_err *err);
 

@@ -1,8 +1,10 @@
 /* The metrics command's text: Prometheus text exposition format, version
- * 0.0.4. Uptime, models by state, warm device crews, requests by command
- * and status, requests dropped undecoded, and per model its iteration,
- * loss, images/s, step time, tensor bytes and memory bytes (from each
- * model's snapshot; a model without a value has no line).
+ * 0.0.4. Uptime, models by state, warm device crews, each open device's
+ * caching allocator (memory in use, cached and at peak; allocations served
+ * from the cache or the device), requests by command and status, requests
+ * dropped undecoded, and per model its iteration, loss, images/s, step
+ * time, tensor bytes and memory bytes (from each model's snapshot; a model
+ * without a value has no line).
  *
  * Threads: the loop thread (it reads the registry and the counters). */
 #ifndef DPMD_METRICS_H
