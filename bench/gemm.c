@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemm.h"
 #include "bench.h"
 #include "engine/tensor.h"
-#include "ops/gemm.h"
 
 /* One product: an nt call (n, m, k) or an outer call (rows, cols, inner; A
  * stored transposed or not), on tight operands. */

@@ -6,12 +6,22 @@
  * device goes through its table: raw memory (under the caching allocator,
  * backend/pool.h), copies between host and device and within a device, a
  * memset, an ordering handle with synchronise (a CUDA stream; nothing on
- * CPU), and the kernel of each op. Only backends and kernels touch device
- * bytes; the trainer, readers' staging, checkpoints, get-blob, sync and
- * predictor extraction copy through here (backend/device.h).
+ * CPU), and the kernel of each op id (dpm_kernel_def). Only backends and
+ * kernels touch device bytes; the trainer, readers' staging, checkpoints,
+ * get-blob, sync and predictor extraction copy through here
+ * (backend/device.h).
  *
- * Ownership: tables are static and immutable; a backend's per-device state
- * (open/close) belongs to the device registry (backend/device.h).
+ * Ops and kernels: an op's semantics (arity, arguments, shape inference,
+ * gradient, the fusions its kernels implement) are its dpm_op_def
+ * (engine/op.h, daemon/ops/), the same on every device; its code is the
+ * kernel each backend has for its id. The CPU's kernels are in
+ * daemon/backend/cpu/, one file per op family as in daemon/ops/; host code
+ * that runs ops outside any device (the predictor runtime: a dpm_ctx
+ * without a device) runs the cpu backend's.
+ *
+ * Ownership: tables, kernel defs included, are static and immutable; a
+ * backend's per-device state (open/close) belongs to the device registry
+ * (backend/device.h).
  * Threads: every function may be called from any thread; calls for one
  * device that must be ordered are ordered by the caller (a device worker),
  * or by the backend's stream. */
@@ -25,9 +35,28 @@
 
 typedef enum { DPM_COPY_H2D, DPM_COPY_D2H, DPM_COPY_D2D } dpm_copy_kind;
 
-/* A kernel: runs op (shapes accepted by its infer; outputs allocated on the
- * op's device). Never fails. */
-typedef void (*dpm_kernel)(const dpm_op *op);
+/* The kernel of one op on one backend. The device an op runs on is
+ * op->ctx->dev (NULL: host memory, the cpu backend's kernels). */
+typedef struct dpm_kernel_def {
+  /* Runs op: its shapes were accepted by its def's infer, its outputs are
+   * allocated on its device, and op->ctx->scratch holds at least the
+   * scratch bytes below. Never fails (collectives record a failure in
+   * op->ctx->status). */
+  void (*run)(const dpm_op *op);
+  /* Optional split of run, both or neither: parts(op) independent pieces
+   * (0: none for this op's shapes and outputs); run_part for every part in
+   * [0, parts), in any order and on any threads, does what run does, bit
+   * for bit. parts reads shapes and which outputs exist, never tensor
+   * bytes. Lets an idle device worker take parts of a peer replica's op
+   * (parallel/share.h). */
+  int (*parts)(const dpm_op *op);
+  void (*run_part)(const dpm_op *op, int part);
+  /* Scratch bytes run needs for node n at input shapes `in` (shapes its
+   * def's infer accepted); NULL: none. Scratch is the kernel's own, so
+   * each backend sizes it: dpm_net_scratch (engine/exec.h) asks the
+   * backend of the device a net will run on. */
+  size_t (*scratch)(const dpm_node *n, const dpm_shape *in);
+} dpm_kernel_def;
 
 typedef struct dpm_backend {
   const char *name;     /* "cpu" */
@@ -48,12 +77,11 @@ typedef struct dpm_backend {
   void (*memset)(void *state, void *dst, int value, size_t bytes);
   /* Waits for everything queued on the device's ordering handle. */
   void (*synchronize)(void *state);
-  /* The kernel of def on this backend; NULL: the op is not supported here
-   * (refused when a net is bound, naming op and device). */
-  dpm_kernel (*kernel)(const dpm_op_def *def);
-  /* Runs part `part` of op (dpm_op_def.parts: work sharing, parallel/share.h)
-   * the way its kernel would run all of it. */
-  void (*run_part)(void *state, const dpm_op *op, int part);
+  /* The kernel of op `id` (< DPM_OP_COUNT) on this backend, static; NULL:
+   * the op is not supported here (a net using it is refused when it is
+   * bound, naming op and device: dpm_exec_kernel, engine/exec.h). A
+   * returned def always has run. */
+  const dpm_kernel_def *(*kernel)(dpm_op_id id);
   /* Host code acting as the device (the local communicator's data movement
    * on buffers of this device) runs between enter and leave. */
   void (*enter)(void *state);

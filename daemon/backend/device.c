@@ -107,14 +107,6 @@ void dpm_dev_memset(dpm_dev *dev, void *dst, int value, size_t bytes) {
 
 void dpm_dev_synchronize(dpm_dev *dev) { dev->be->synchronize(dev->state); }
 
-dpm_kernel dpm_dev_kernel(const dpm_dev *dev, const dpm_op_def *def) {
-  return dev->be->kernel(def);
-}
-
-void dpm_dev_run_part(dpm_dev *dev, const dpm_op *op, int part) {
-  dev->be->run_part(dev->state, op, part);
-}
-
 void dpm_dev_enter(dpm_dev *dev) { dev->be->enter(dev->state); }
 void dpm_dev_leave(dpm_dev *dev) { dev->be->leave(dev->state); }
 

@@ -39,10 +39,8 @@ void dpm_dev_copy(dpm_dev *dev, void *dst, const void *src, size_t bytes);
 void dpm_dev_memset(dpm_dev *dev, void *dst, int value, size_t bytes);
 void dpm_dev_synchronize(dpm_dev *dev);
 
-/* The kernel of def here (NULL: not supported); running a part of an op
- * (work sharing); host code acting as the device (backend.h). */
-dpm_kernel dpm_dev_kernel(const dpm_dev *dev, const dpm_op_def *def);
-void dpm_dev_run_part(dpm_dev *dev, const dpm_op *op, int part);
+/* Host code acting as the device runs between these (backend.h). The
+ * device's kernels are its backend's (dpm_dev_backend(dev)->kernel). */
 void dpm_dev_enter(dpm_dev *dev);
 void dpm_dev_leave(dpm_dev *dev);
 

@@ -270,8 +270,7 @@ dpm_status dpm_autodiff(const dpm_net *fwd, dpm_shapes *t, const char *const *lo
   if (!s) s = seed_losses(&a, losses, n_losses, loss_scale, err);
   for (int i = fwd->n - 1; i >= 0 && !s; i--) s = backward_node(&a, i, err);
   if (!s) s = param_grads(&a, param_grad, err);
-  size_t scratch = 0;
-  if (!s) s = dpm_net_infer(out, t, DPM_BLOB_GRAD, &scratch, source, err);
+  if (!s) s = dpm_net_infer(out, t, DPM_BLOB_GRAD, source, err);
   for (int j = 0; a.contrib && j < a.nb; j++) {
     clear(&a.contrib[j]);
     free(a.contrib[j].v);

@@ -1,10 +1,16 @@
-/* Binding nets to tensors and running them. */
+/* Binding nets to tensors and kernels, and running them. */
 #include "engine/exec.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/device.h"
+
+/* The backend whose kernels run on ctx: its device's, or the CPU's for
+ * host code (no device). */
+static const dpm_backend *ctx_backend(const dpm_ctx *ctx) {
+  return ctx->dev ? dpm_dev_backend(ctx->dev) : &dpm_backend_cpu;
+}
 
 /* Scratch lives on the context's device, like the tensors. */
 static void scratch_free(dpm_ctx *ctx) {
@@ -42,17 +48,25 @@ static dpm_status bind_blob(dpm_workspace *ws, const dpm_shapes *t, const char *
   return DPM_OK;
 }
 
-size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t) {
+size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t, const dpm_backend *be) {
   size_t scratch = 0;
   for (int i = 0; i < net->n; i++) {
     const dpm_node *n = &net->nodes[i];
-    if (!n->def->scratch) continue;
+    const dpm_kernel_def *k = be->kernel(n->def->id);
+    if (!k || !k->scratch) continue;
     dpm_shape in[DPM_OP_MAX_IO];
     dpm_node_input_shapes(n, t, in);
-    size_t s = n->def->scratch(n, in);
+    size_t s = k->scratch(n, in);
     if (s > scratch) scratch = s;
   }
   return scratch;
+}
+
+dpm_status dpm_exec_kernel(const dpm_backend *be, const dpm_op_def *def,
+                           const char *device, const dpm_kernel_def **out, dpm_err *err) {
+  if ((*out = be->kernel(def->id))) return DPM_OK;
+  return dpm_errf(err, DPM_UNSUPPORTED, "op %s is not supported on device %s", def->name,
+                  device);
 }
 
 dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
@@ -64,30 +78,27 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
       return dpm_errf(err, DPM_NOMEM, "out of memory");
     x->n = net->n;
   }
+  const dpm_backend *be = ctx_backend(ctx);
+  char dev[32] = "host";
+  if (ctx->dev) dpm_device_format(dpm_dev_id(ctx->dev), dev, sizeof dev);
   for (int i = 0; i < net->n; i++) {
     const dpm_node *n = &net->nodes[i];
     dpm_op *op = &x->ops[i];
     memset(op, 0, sizeof *op);
     *op = (dpm_op){.node = n, .n_in = n->n_in, .n_out = n->n_out, .ctx = ctx};
-    op->kernel = ctx->dev ? dpm_dev_kernel(ctx->dev, n->def) : n->def->run;
-    if (!op->kernel) {
-      char dev[32];
-      dpm_device_format(dpm_dev_id(ctx->dev), dev, sizeof dev);
-      return dpm_errf(err, DPM_UNSUPPORTED, "op %s is not supported on device %s",
-                      n->def->name, dev);
-    }
+    if (dpm_exec_kernel(be, n->def, dev, &op->kernel, err)) return err->code;
     for (int k = 0; k < n->n_in; k++)
       if (n->in[k] && bind_blob(ws, t, n->in[k], &op->in[k], err)) return err->code;
     for (int k = 0; k < n->n_out; k++)
       if (n->out[k] && bind_blob(ws, t, n->out[k], &op->out[k], err)) return err->code;
   }
-  if (dpm_ctx_reserve(ctx, dpm_net_scratch(net, t)))
+  if (dpm_ctx_reserve(ctx, dpm_net_scratch(net, t, be)))
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   return DPM_OK;
 }
 
 void dpm_exec_run_range(const dpm_exec *x, int from, int to) {
-  for (int i = from; i < to; i++) x->ops[i].kernel(&x->ops[i]);
+  for (int i = from; i < to; i++) x->ops[i].kernel->run(&x->ops[i]);
 }
 
 void dpm_exec_fini(dpm_exec *x) {

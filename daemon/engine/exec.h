@@ -1,14 +1,20 @@
 /* Executor: a net bound to one workspace and device context, run in order.
  *
  * dpm_exec_bind allocates (or resizes) every output blob from an inferred
- * shape table and resolves every input, so running cannot fail. Binding
- * again after a shape change (a partial eval batch) is cheap: tensors keep
- * their capacity. Owned by one device worker. */
+ * shape table, resolves every input and binds each op to its kernel on the
+ * context's device (through the device's backend; the cpu backend's for a
+ * context without a device: host code such as the predictor runtime), so
+ * running cannot fail. Binding again after a shape change (a partial eval
+ * batch) is cheap: tensors keep their capacity. Owned by one device worker;
+ * dpm_exec_kernel and dpm_net_scratch are pure and safe from any thread. */
 #ifndef DPM_EXEC_H
 #define DPM_EXEC_H
 
 #include "engine/net.h"
 #include "engine/workspace.h"
+
+struct dpm_backend;
+struct dpm_kernel_def;
 
 typedef struct dpm_exec {
   dpm_op *ops;
@@ -19,12 +25,21 @@ typedef struct dpm_exec {
 dpm_status dpm_ctx_reserve(dpm_ctx *ctx, size_t bytes);
 void dpm_ctx_fini(dpm_ctx *ctx);
 
-/* The scratch bytes net's kernels need at the shapes in t (the largest). */
-size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t);
+/* The scratch bytes net's kernels on backend be need at the shapes in t
+ * (the largest of any op; an op be has no kernel for needs none). */
+size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t,
+                       const struct dpm_backend *be);
+/* The kernel of op def on backend be, into *out. `device` names the device
+ * for the message: DPM_UNSUPPORTED "op Conv is not supported on device
+ * cuda:0" when be has none (*out NULL). */
+dpm_status dpm_exec_kernel(const struct dpm_backend *be, const dpm_op_def *def,
+                           const char *device, const struct dpm_kernel_def **out,
+                           dpm_err *err);
 /* Bind net to ws/ctx using shapes from t (which must cover every blob the
- * net touches), each op with its kernel on ctx->dev (the op's def->run when
- * dev is NULL). Errors: DPM_NOMEM; DPM_INTERNAL if t lacks a blob;
- * DPM_UNSUPPORTED naming op and device when the device has no kernel. */
+ * net touches), each op with its kernel on ctx->dev (the cpu backend's when
+ * dev is NULL), and reserve the kernels' scratch on ctx. Errors:
+ * DPM_NOMEM; DPM_INTERNAL if t lacks a blob; DPM_UNSUPPORTED naming op and
+ * device ("host" without one) when the device has no kernel for an op. */
 dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
                          dpm_workspace *ws, dpm_ctx *ctx, dpm_err *err);
 /* Run ops [from, to) in order. */

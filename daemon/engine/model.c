@@ -93,7 +93,6 @@ typedef struct {
   dpm_model *m;
   const Dpm__ModelSpec *spec;
   dpm_err *err;
-  size_t scratch;
 } builder;
 
 static dpm_status nomem(dpm_err *err) {
@@ -246,8 +245,7 @@ static dpm_status forward_op(builder *b, int i) {
     if (!strstr(b->err->msg, "op #")) op_fail(b, i, line, o->type);
     return b->err->code;
   }
-  return dpm_node_infer(n, &b->m->shapes, DPM_BLOB_ACT, &b->scratch, b->m->source,
-                        b->err);
+  return dpm_node_infer(n, &b->m->shapes, DPM_BLOB_ACT, b->m->source, b->err);
 }
 
 static dpm_status declare_inputs(builder *b, const int64_t chw[3], int batch) {
@@ -359,8 +357,7 @@ static dpm_status update_net(builder *b) {
     if (!n || optimizer_args(o, u, n, b->err)) goto fail;
   }
   if (!add(b, &m->update, DPM_OP_ITER, 1, iter, 1, iter)) goto fail;
-  return dpm_net_infer(&m->update, &m->shapes, DPM_BLOB_OPTIM, &b->scratch, m->source,
-                       b->err);
+  return dpm_net_infer(&m->update, &m->shapes, DPM_BLOB_OPTIM, m->source, b->err);
 fail:
   return dpm_err_prefix(b->err, "%s: update: ", m->source);
 }
@@ -435,8 +432,7 @@ dpm_status dpm_model_test_shapes(const dpm_model *m, int batch, dpm_shapes *t,
   if (dpm_shapes_set(t, m->data, &ds, DPM_BLOB_DATA) ||
       dpm_shapes_set(t, m->label, &ls, DPM_BLOB_DATA))
     return nomem(err);
-  size_t scratch = 0;
-  return dpm_net_infer(&m->test, t, DPM_BLOB_ACT, &scratch, m->source, err);
+  return dpm_net_infer(&m->test, t, DPM_BLOB_ACT, m->source, err);
 }
 
 void dpm_model_fini(dpm_model *m) {

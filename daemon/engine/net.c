@@ -138,8 +138,8 @@ static dpm_status node_fail(const dpm_node *n, const char *source, dpm_err *err)
   return dpm_err_prefix(err, "%s: ", where);
 }
 
-dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *scratch,
-                          const char *source, dpm_err *err) {
+dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, const char *source,
+                          dpm_err *err) {
   dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
   memset(out, 0, sizeof out);
   int missing = dpm_node_input_shapes(n, t, in);
@@ -148,10 +148,6 @@ dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *sc
     return node_fail(n, source, err);
   }
   if (n->def->infer(n, in, out, err)) return node_fail(n, source, err);
-  if (n->def->scratch) {
-    size_t s = n->def->scratch(n, in);
-    if (s > *scratch) *scratch = s;
-  }
   for (int k = 0; k < n->n_out; k++) {
     if (!n->out[k]) continue;
     if (dpm_shape_check(&out[k], NULL, err)) {
@@ -175,9 +171,9 @@ dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *sc
   return DPM_OK;
 }
 
-dpm_status dpm_net_infer(const dpm_net *net, dpm_shapes *t, int kind, size_t *scratch,
-                         const char *source, dpm_err *err) {
+dpm_status dpm_net_infer(const dpm_net *net, dpm_shapes *t, int kind, const char *source,
+                         dpm_err *err) {
   for (int i = 0; i < net->n; i++)
-    if (dpm_node_infer(&net->nodes[i], t, kind, scratch, source, err)) return err->code;
+    if (dpm_node_infer(&net->nodes[i], t, kind, source, err)) return err->code;
   return DPM_OK;
 }

@@ -57,14 +57,15 @@ void dpm_shapes_fini(dpm_shapes *t);
 /* Shape-infer every node in order. Each input must be in t (declared, or
  * written by an earlier node); each output is added (kind ACT unless `kind`
  * >= 0 overrides, or the blob already has a kind) or must keep its shape.
- * Updates *scratch to the largest scratch any node needs. Errors name the
- * node: "spec.yaml:12: op #3 (FC): input 'fc0' is not defined". */
-dpm_status dpm_net_infer(const dpm_net *net, dpm_shapes *t, int kind, size_t *scratch,
-                         const char *source, dpm_err *err);
+ * Errors name the node: "spec.yaml:12: op #3 (FC): input 'fc0' is not
+ * defined". Device-independent: what the kernels need (scratch) is the
+ * backend's, sized when a net is bound (engine/exec.h). */
+dpm_status dpm_net_infer(const dpm_net *net, dpm_shapes *t, int kind, const char *source,
+                         dpm_err *err);
 
 /* dpm_net_infer for one node. */
-dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, size_t *scratch,
-                          const char *source, dpm_err *err);
+dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, const char *source,
+                          dpm_err *err);
 
 /* Shapes of node n's inputs from t (NULL name: zero shape). Returns the
  * index of the first undefined input, or -1. */

@@ -3,15 +3,19 @@
  * Every operator has one line in the op list (daemon/ops/list.h), which gives
  * it an id (dpm_op_id, DPM_OP_FC ...) and its name, and one const dpm_op_def in
  * one of daemon/ops/ (one file per family); daemon/ops/registry.c is the table
- * of defs indexed by id. A def carries everything the engine knows of the op:
- * arity, argument schema, parameters it creates, hidden outputs, shape
- * inference, gradient maker and the CPU kernel. The engine names the ops it
- * emits by id; specs and predictor files name them by text (dpm_op_find).
+ * of defs indexed by id. A def carries the op's semantics, the same on every
+ * device: arity, argument schema, parameters it creates, hidden outputs,
+ * shape inference, gradient maker and the fusions its kernels implement. Its
+ * code is a kernel per backend, looked up by id (dpm_kernel_def,
+ * backend/backend.h; the CPU's in daemon/backend/cpu/). The engine names the
+ * ops it emits by id; specs and predictor files name them by text
+ * (dpm_op_find).
  *
  * Nodes (dpm_node) are ops over blob *names* in a net; they are validated and
  * shape-inferred before any allocation. Executable ops (dpm_op) bind a node
- * to tensors of one workspace; a kernel only ever sees shapes that its infer
- * function accepted, so kernels cannot fail.
+ * to tensors of one workspace and to the kernel of its device
+ * (engine/exec.h); a kernel only ever sees shapes that its infer function
+ * accepted, so kernels cannot fail.
  *
  * Threads: defs are immutable and shared. A dpm_op and its dpm_ctx belong to
  * the one device worker that runs them. */
@@ -110,7 +114,7 @@ typedef struct dpm_node {
 } dpm_node;
 
 /* Fusions the engine applies after autodiff (see engine/fuse.c). A def
- * announces what its kernel can absorb in dpm_op_def.fusable. */
+ * announces what its kernels absorb in dpm_op_def.fusable. */
 enum {
   /* Forward: Relu applied to out[0] by the kernel itself (Conv, FC, ...),
    * replacing a following in-place Relu on that blob. */
@@ -124,10 +128,11 @@ enum {
 /* ---- executable ops ----------------------------------------------------- */
 
 struct dpm_comm;
+struct dpm_kernel_def;
 
 /* Per-device execution context, owned by the device worker. */
 typedef struct dpm_ctx {
-  void *scratch; /* 64-byte aligned; at least the net's max def->scratch */
+  void *scratch; /* 64-byte aligned, on dev; at least the net's kernels' largest */
   size_t scratch_bytes;
   uint64_t rng[2];       /* Dropout's stream; seeded per device and step */
   int device;            /* device index = rank in comm, 0 = master */
@@ -145,7 +150,9 @@ typedef struct dpm_op {
   dpm_tensor *out[DPM_OP_MAX_IO];
   int n_in, n_out;
   dpm_ctx *ctx;
-  void (*kernel)(const struct dpm_op *op); /* the device's kernel of node->def */
+  /* node->def's kernel on ctx->dev (backend/backend.h; the CPU's when dev
+   * is NULL): kernel->run(op) runs the op. */
+  const struct dpm_kernel_def *kernel;
 } dpm_op;
 
 /* ---- gradients ---------------------------------------------------------- */
@@ -193,20 +200,15 @@ struct dpm_op_def {
    * message in err names the problem only; the caller adds the op. */
   dpm_status (*infer)(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                       dpm_err *err);
-  /* Scratch bytes the kernel needs for these shapes; NULL: none. */
-  size_t (*scratch)(const dpm_node *n, const dpm_shape *in);
   /* Emit gradient nodes; NULL: not differentiable. */
   dpm_status (*grad)(dpm_grad *g, dpm_err *err);
-  /* CPU kernel. Shapes were accepted by infer; outputs are allocated. */
-  void (*run)(const dpm_op *op);
-  /* Optional split of run: parts(op) independent pieces (0: none here);
-   * run_part for every part in [0, parts), in any order and on any threads,
-   * does what run does, bit for bit. Lets an idle device worker take parts
-   * of a peer replica's op (parallel/share.h). */
-  int (*parts)(const dpm_op *op);
-  void (*run_part)(const dpm_op *op, int part);
   unsigned flags;
-  unsigned fusable; /* DPM_FUSE_* this kernel implements */
+  /* DPM_FUSE_* that every backend's kernel of this op implements. Here,
+   * not in the kernels' tables: the fusion pass (engine/fuse.c) rewrites
+   * the graph when the model is built, before any net is bound to a
+   * device, and every replica runs that one graph; a backend that cannot
+   * implement a fusion of an op leaves the op out (its kernel NULL). */
+  unsigned fusable;
 };
 
 /* ---- the table (daemon/ops/registry.c) ----------------------------------

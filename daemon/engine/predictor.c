@@ -2,7 +2,8 @@
  * operators become a test-mode dpm_net, its parameters blobs of a private
  * workspace; shapes are inferred and the net bound again only when the batch
  * size changes. Loading checks the whole file first: every op, argument,
- * name and parameter, and shape inference at batch 1. */
+ * name and parameter, and shape inference at batch 1. The net runs on the
+ * host, through the cpu backend's kernels (a context without a device). */
 #include "dpm/predictor.h"
 
 #include <errno.h>
@@ -40,7 +41,7 @@ struct dpm_predictor {
   dpm_workspace ws;    /* parameters, inputs and every activation */
   dpm_shapes shapes;   /* at `batch` */
   dpm_exec exec;       /* the net bound to ws at `batch` */
-  dpm_ctx ctx;         /* scratch */
+  dpm_ctx ctx;         /* no device (host); the kernels' scratch */
   int batch;           /* batch size bound; 0: none */
   double input_scale;  /* raw pixel -> input value */
   int ran;             /* the last run succeeded: outputs are valid */
@@ -292,9 +293,8 @@ static dpm_status infer(dpm_predictor *p, int batch, dpm_shapes *t,
       int i = params ? dpm_strmap_get(params, n->in[k]) : -1;
       if (i >= 0) read[i] = 1;
     }
-    size_t scratch = 0;
     dpm_err e = {0};
-    if (dpm_node_infer(n, t, DPM_BLOB_ACT, &scratch, NULL, &e)) {
+    if (dpm_node_infer(n, t, DPM_BLOB_ACT, NULL, &e)) {
       if (e.code == DPM_NOMEM) return nomem(err);
       if (params) return fail(p, err, DPM_CORRUPT, "%s", e.msg);
       return fail(p, err, DPM_SHAPE, "batch %d: %s", batch, e.msg);

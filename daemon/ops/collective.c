@@ -1,22 +1,15 @@
 /* Collective ops of a data-parallel step, inserted by parallel/plan.c (never
- * written in a spec): they run a dpm_comm collective over their blobs, in
- * place, through the device context (ctx->comm, ctx->device).
+ * written in a spec): each runs a collective of the replicas' group over
+ * its blobs, in place.
  *
  *   Allreduce(g...) -> g...        sum over replicas, synchronous
  *   AllreduceStart(g...) -> g...   start the sum (dpm_comm_allreduce_start)
  *   AllreduceWait(g...) -> g...    complete the oldest started sum
  *   Broadcast(b...) -> b...        copy the master's (rank 0) values
  *
- * Blobs laid out back to back (the plan's gradient arena) go in one call.
- * A failure (timeout, broken group) is recorded in ctx->status for the
- * runner; later collectives of the step are skipped (ctx->started counts
- * the sums started and not yet waited for, which the runner then waits
- * for). ctx->comm_ns accumulates the time spent in these ops. */
-#include <stdint.h>
-#include <string.h>
-#include <time.h>
-
-#include "comm/comm.h"
+ * Here: shape inference (reduced blobs are f32; every blob keeps its
+ * shape); the kernels are each backend's (CPU: backend/cpu/collective.c,
+ * which also says how a failure reaches the runner). */
 #include "engine/op.h"
 #include "ops/families.h"
 
@@ -34,65 +27,7 @@ static dpm_status reduce_infer(const dpm_node *n, const dpm_shape *in, dpm_shape
   return same_infer(n, in, out, err);
 }
 
-static size_t padded(const dpm_tensor *t) {
-  return (dpm_shape_bytes(&t->shape) + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
-}
-
-/* Whether the blobs lie back to back at aligned offsets, as in the arena. */
-static int contiguous(const dpm_op *op) {
-  for (int k = 1; k < op->n_in; k++)
-    if ((char *)op->in[k]->data != (char *)op->in[k - 1]->data + padded(op->in[k - 1]))
-      return 0;
-  return 1;
-}
-
-/* Calls fn once over all of op's blobs when contiguous, else once per blob
- * (so a start and its wait make the same number of calls). */
-typedef dpm_status (*span_fn)(dpm_ctx *ctx, void *buf, size_t bytes);
-
-static void over_blobs(const dpm_op *op, span_fn fn) {
-  dpm_ctx *ctx = op->ctx;
-  if (ctx->status) return;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  if (contiguous(op)) {
-    const dpm_tensor *last = op->in[op->n_in - 1];
-    char *end = (char *)last->data + dpm_shape_bytes(&last->shape);
-    ctx->status = fn(ctx, op->in[0]->data, (size_t)(end - (char *)op->in[0]->data));
-  } else {
-    for (int k = 0; k < op->n_in && !ctx->status; k++)
-      ctx->status = fn(ctx, op->in[k]->data, dpm_shape_bytes(&op->in[k]->shape));
-  }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  ctx->comm_ns +=
-      (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
-}
-
-static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
-  return dpm_comm_allreduce(ctx->comm, ctx->device, buf, bytes / sizeof(float),
-                            &ctx->err);
-}
-static dpm_status reduce_later(dpm_ctx *ctx, void *buf, size_t bytes) {
-  dpm_status s = dpm_comm_allreduce_start(ctx->comm, ctx->device, buf,
-                                          bytes / sizeof(float), &ctx->err);
-  ctx->started += !s;
-  return s;
-}
-static dpm_status wait_one(dpm_ctx *ctx, void *buf, size_t bytes) {
-  (void)buf, (void)bytes;
-  ctx->started--;
-  return dpm_comm_allreduce_wait(ctx->comm, ctx->device, &ctx->err);
-}
-static dpm_status from_master(dpm_ctx *ctx, void *buf, size_t bytes) {
-  return dpm_comm_broadcast(ctx->comm, ctx->device, 0, buf, bytes, &ctx->err);
-}
-
-static void allreduce_run(const dpm_op *op) { over_blobs(op, reduce_now); }
-static void start_run(const dpm_op *op) { over_blobs(op, reduce_later); }
-static void wait_run(const dpm_op *op) { over_blobs(op, wait_one); }
-static void broadcast_run(const dpm_op *op) { over_blobs(op, from_master); }
-
-#define COLLECTIVE(ID, op_name, infer_fn, fn)                                            \
+#define COLLECTIVE(ID, op_name, infer_fn)                                                \
   const dpm_op_def DPM_OP_DEF(ID) = {                                                    \
       .id = DPM_OP_##ID,                                                                 \
       .name = op_name,                                                                   \
@@ -101,10 +36,9 @@ static void broadcast_run(const dpm_op *op) { over_blobs(op, from_master); }
       .min_out = 1,                                                                      \
       .max_out = DPM_OP_MAX_IO,                                                          \
       .infer = infer_fn,                                                                 \
-      .run = fn,                                                                         \
       .flags = DPM_OP_HIDDEN | DPM_OP_INPLACE | DPM_OP_NO_GRAD,                          \
   }
-COLLECTIVE(ALLREDUCE, "Allreduce", reduce_infer, allreduce_run);
-COLLECTIVE(ALLREDUCE_START, "AllreduceStart", reduce_infer, start_run);
-COLLECTIVE(ALLREDUCE_WAIT, "AllreduceWait", reduce_infer, wait_run);
-COLLECTIVE(BROADCAST, "Broadcast", same_infer, broadcast_run);
+COLLECTIVE(ALLREDUCE, "Allreduce", reduce_infer);
+COLLECTIVE(ALLREDUCE_START, "AllreduceStart", reduce_infer);
+COLLECTIVE(ALLREDUCE_WAIT, "AllreduceWait", reduce_infer);
+COLLECTIVE(BROADCAST, "Broadcast", same_infer);

@@ -5,15 +5,15 @@
  * from the device context's stream (seeded per device, advanced per use),
  * so a run is reproducible from its seed. The hidden output "_mask" holds
  * each element's factor, 0 or 1 / (1 - ratio); it is written in train mode
- * only. Both ops may run in place. */
-#include <string.h>
-
+ * only. Both ops may run in place.
+ *
+ * Here: arguments, shape inference and the gradient maker; the kernels are
+ * each backend's (CPU: backend/cpu/dropout.c). */
+#include "ops/dropout.h"
 #include "engine/op.h"
-#include "engine/rng.h"
 #include "ops/families.h"
 
-enum { A_RATIO };
-
+/* In the order of DROPOUT_ARG_* (ops/dropout.h). */
 static const dpm_arg_def dropout_args[] = {
     {"ratio", DPM_ARG_FLOAT, "0.5", NULL, 0, 1},
     {NULL},
@@ -25,8 +25,9 @@ static const char *const dropout_aux[] = {"_mask", NULL};
 static dpm_status dropout_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                                 dpm_err *err) {
   if (dpm_expect_dtype(&in[0], DPM_F32, "input", err)) return err->code;
-  if (nd->arg[A_RATIO].f >= 1)
-    return dpm_errf(err, DPM_SPEC, "ratio must be below 1, got %g", nd->arg[A_RATIO].f);
+  if (nd->arg[DROPOUT_ARG_RATIO].f >= 1)
+    return dpm_errf(err, DPM_SPEC, "ratio must be below 1, got %g",
+                    nd->arg[DROPOUT_ARG_RATIO].f);
   out[0] = out[1] = in[0];
   return DPM_OK;
 }
@@ -40,37 +41,6 @@ static dpm_status dropout_grad_infer(const dpm_node *nd, const dpm_shape *in,
     return dpm_errf(err, DPM_SHAPE, "mask must have the output gradient's shape");
   out[0] = in[0];
   return DPM_OK;
-}
-
-/* y = x in test mode; an in-place op has nothing to do. */
-static void copy(const dpm_tensor *from, dpm_tensor *to) {
-  if (to->data != from->data) memcpy(to->data, from->data, dpm_shape_bytes(&from->shape));
-}
-
-static void dropout_run(const dpm_op *op) {
-  if (op->node->is_test) {
-    copy(op->in[0], op->out[0]);
-    return;
-  }
-  const double ratio = op->node->arg[A_RATIO].f;
-  const float keep = (float)(1 / (1 - ratio));
-  const float *x = dpm_f32(op->in[0]);
-  float *y = dpm_f32(op->out[0]), *mask = dpm_f32(op->out[1]);
-  uint64_t *rng = op->ctx->rng;
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) mask[i] = dpm_rng_uniform(rng) < ratio ? 0.f : keep;
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] * mask[i];
-}
-
-static void dropout_grad_run(const dpm_op *op) {
-  if (op->node->is_test) {
-    copy(op->in[0], op->out[0]);
-    return;
-  }
-  const float *dy = dpm_f32(op->in[0]), *mask = dpm_f32(op->in[1]);
-  float *dx = dpm_f32(op->out[0]);
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * mask[i];
 }
 
 static dpm_status dropout_grad(dpm_grad *g, dpm_err *err) {
@@ -89,7 +59,6 @@ const dpm_op_def DPM_OP_DEF(DROPOUT) = {
     .aux = dropout_aux,
     .infer = dropout_infer,
     .grad = dropout_grad,
-    .run = dropout_run,
     .flags = DPM_OP_INPLACE,
 };
 const dpm_op_def DPM_OP_DEF(DROPOUT_GRADIENT) = {
@@ -101,6 +70,5 @@ const dpm_op_def DPM_OP_DEF(DROPOUT_GRADIENT) = {
     .max_out = 1,
     .args = dropout_args,
     .infer = dropout_grad_infer,
-    .run = dropout_grad_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };

@@ -1,8 +1,6 @@
 /* Elementwise ops: Relu, Sigmoid, Tanh, Add, Sum, Scale, Copy, StopGradient
- * and their gradients. */
-#include <math.h>
-#include <string.h>
-
+ * and their gradients: arguments, shape inference and the gradient makers.
+ * The kernels are each backend's (CPU: backend/cpu/elementwise.c). */
 #include "engine/op.h"
 #include "ops/families.h"
 
@@ -13,12 +11,6 @@ static dpm_status infer_same(const dpm_node *n, const dpm_shape *in, dpm_shape *
   if (dpm_expect_dtype(&in[0], DPM_F32, "input", err)) return err->code;
   out[0] = in[0];
   return DPM_OK;
-}
-
-/* Y = x unchanged (Copy, StopGradient); a no-op when run in place. */
-static void copy_run(const dpm_op *op) {
-  if (op->out[0]->data != op->in[0]->data)
-    memcpy(op->out[0]->data, op->in[0]->data, dpm_shape_bytes(&op->in[0]->shape));
 }
 
 /* Gradient of an op whose gradient is dY itself for every input (Add, Sum,
@@ -39,58 +31,6 @@ static dpm_status emit_from_output(dpm_grad *g, dpm_op_id op, dpm_err *err) {
   return dpm_grad_emit(g, op, 2, in, 1, &g->gin[0], err);
 }
 
-/* ---- Relu ---------------------------------------------------------------- */
-
-static void relu_run(const dpm_op *op) {
-  const float *x = dpm_f32(op->in[0]);
-  float *y = dpm_f32(op->out[0]);
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.f ? x[i] : 0.f;
-}
-
-/* ReluGradient(Y, dY) -> dX; reads the output, so Relu may run in place. */
-static void relu_grad_run(const dpm_op *op) {
-  const float *y = dpm_f32(op->in[0]), *dy = dpm_f32(op->in[1]);
-  float *dx = dpm_f32(op->out[0]);
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) {
-    float g = dy[i]; /* loaded unconditionally, so the select vectorizes */
-    dx[i] = y[i] > 0.f ? g : 0.f;
-  }
-}
-
-/* ---- Sigmoid, Tanh ------------------------------------------------------- */
-
-static void sigmoid_run(const dpm_op *op) {
-  const float *x = dpm_f32(op->in[0]);
-  float *y = dpm_f32(op->out[0]);
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) y[i] = 1.f / (1.f + expf(-x[i]));
-}
-
-/* SigmoidGradient(Y, dY) -> dX = dY * y * (1 - y). */
-static void sigmoid_grad_run(const dpm_op *op) {
-  const float *y = dpm_f32(op->in[0]), *dy = dpm_f32(op->in[1]);
-  float *dx = dpm_f32(op->out[0]);
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.f - y[i]);
-}
-
-static void tanh_run(const dpm_op *op) {
-  const float *x = dpm_f32(op->in[0]);
-  float *y = dpm_f32(op->out[0]);
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
-}
-
-/* TanhGradient(Y, dY) -> dX = dY * (1 - y^2). */
-static void tanh_grad_run(const dpm_op *op) {
-  const float *y = dpm_f32(op->in[0]), *dy = dpm_f32(op->in[1]);
-  float *dx = dpm_f32(op->out[0]);
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.f - y[i] * y[i]);
-}
-
 /* ---- Add, Sum ------------------------------------------------------------ */
 
 /* Every input is f32 and of the shape of the first. */
@@ -108,38 +48,12 @@ static dpm_status infer_sum(const dpm_node *n, const dpm_shape *in, dpm_shape *o
   return DPM_OK;
 }
 
-/* The sum is built in an L1-sized block and stored last, so the output may
- * be any of the inputs (the engine accumulates gradients with Sum in place). */
-#define SUM_BLOCK 1024
-
-static void sum_run(const dpm_op *op) {
-  int64_t n = dpm_tensor_numel(op->out[0]);
-  float acc[SUM_BLOCK];
-  for (int64_t c = 0; c < n; c += SUM_BLOCK) {
-    int64_t m = n - c < SUM_BLOCK ? n - c : SUM_BLOCK;
-    memcpy(acc, dpm_f32(op->in[0]) + c, (size_t)m * sizeof *acc);
-    for (int k = 1; k < op->n_in; k++) {
-      const float *x = dpm_f32(op->in[k]) + c;
-      for (int64_t j = 0; j < m; j++) acc[j] += x[j];
-    }
-    memcpy(dpm_f32(op->out[0]) + c, acc, (size_t)m * sizeof *acc);
-  }
-}
-
 /* ---- Scale --------------------------------------------------------------- */
 
 static const dpm_arg_def scale_args[] = {
     {"scale", DPM_ARG_FLOAT, "1", NULL, 0, 0},
     {NULL},
 };
-
-static void scale_run(const dpm_op *op) {
-  const float *x = dpm_f32(op->in[0]);
-  float *y = dpm_f32(op->out[0]);
-  float s = (float)op->node->arg[0].f;
-  int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) y[i] = s * x[i];
-}
 
 /* dX = scale * dY: the gradient is Scale itself, with the same argument. */
 static dpm_status scale_grad(dpm_grad *g, dpm_err *err) {
@@ -151,23 +65,23 @@ static dpm_status scale_grad(dpm_grad *g, dpm_err *err) {
 /* An activation y = f(x) and its gradient dx = f'(y) * dy, which reads the
  * output only: both may run in place. */
 /* clang-format off */
-#define ACTIVATION(ID, op_name, run_fn, grad_run_fn)                                     \
+#define ACTIVATION(ID, op_name)                                                          \
   static dpm_status grad_of_##ID(dpm_grad *g, dpm_err *err) {                            \
     return emit_from_output(g, DPM_OP_##ID##_GRADIENT, err);                             \
   }                                                                                      \
   const dpm_op_def DPM_OP_DEF(ID) = {                                                    \
       .id = DPM_OP_##ID, .name = op_name,                                                \
       .min_in = 1, .max_in = 1, .min_out = 1, .max_out = 1,                              \
-      .infer = infer_same, .grad = grad_of_##ID, .run = run_fn, .flags = DPM_OP_INPLACE};\
+      .infer = infer_same, .grad = grad_of_##ID, .flags = DPM_OP_INPLACE};               \
   const dpm_op_def DPM_OP_DEF(ID##_GRADIENT) = {                                         \
       .id = DPM_OP_##ID##_GRADIENT, .name = op_name "Gradient",                          \
       .min_in = 2, .max_in = 2, .min_out = 1, .max_out = 1,                              \
-      .infer = infer_same, .run = grad_run_fn, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN}
+      .infer = infer_same, .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN}
 /* clang-format on */
 
-ACTIVATION(RELU, "Relu", relu_run, relu_grad_run);
-ACTIVATION(SIGMOID, "Sigmoid", sigmoid_run, sigmoid_grad_run);
-ACTIVATION(TANH, "Tanh", tanh_run, tanh_grad_run);
+ACTIVATION(RELU, "Relu");
+ACTIVATION(SIGMOID, "Sigmoid");
+ACTIVATION(TANH, "Tanh");
 
 const dpm_op_def DPM_OP_DEF(ADD) = {
     .id = DPM_OP_ADD,
@@ -178,7 +92,6 @@ const dpm_op_def DPM_OP_DEF(ADD) = {
     .max_out = 1,
     .infer = infer_sum,
     .grad = pass_through_grad,
-    .run = sum_run,
     .flags = DPM_OP_INPLACE,
 };
 const dpm_op_def DPM_OP_DEF(SUM) = {
@@ -190,7 +103,6 @@ const dpm_op_def DPM_OP_DEF(SUM) = {
     .max_out = 1,
     .infer = infer_sum,
     .grad = pass_through_grad,
-    .run = sum_run,
     .flags = DPM_OP_INPLACE,
 };
 const dpm_op_def DPM_OP_DEF(SCALE) = {
@@ -203,7 +115,6 @@ const dpm_op_def DPM_OP_DEF(SCALE) = {
     .args = scale_args,
     .infer = infer_same,
     .grad = scale_grad,
-    .run = scale_run,
     .flags = DPM_OP_INPLACE,
 };
 const dpm_op_def DPM_OP_DEF(COPY) = {
@@ -215,7 +126,6 @@ const dpm_op_def DPM_OP_DEF(COPY) = {
     .max_out = 1,
     .infer = infer_same,
     .grad = pass_through_grad,
-    .run = copy_run,
     .flags = DPM_OP_INPLACE,
 };
 const dpm_op_def DPM_OP_DEF(STOP_GRADIENT) = {
@@ -226,6 +136,5 @@ const dpm_op_def DPM_OP_DEF(STOP_GRADIENT) = {
     .min_out = 1,
     .max_out = 1,
     .infer = infer_same,
-    .run = copy_run,
     .flags = DPM_OP_INPLACE | DPM_OP_NO_GRAD,
 };

@@ -1,13 +1,10 @@
 /* FC: the fully connected layer Y = X W^T + b (Caffe2 layout), and its
- * gradient. X [N, ...] is read as [N, K] (flattened at axis 1), W is [M, K],
- * b is [M], Y is [N, M]. Every product is one dpm_gemm call on the tensors as
- * they lie: no transposes or copies are materialised, and the forward adds
- * the bias (and a fused Relu) while each tile of Y is in registers. */
-#include <string.h>
-
+ * gradient: arguments, parameters, shape inference and the gradient maker.
+ * X [N, ...] is read as [N, K] (flattened at axis 1), W is [M, K], b is
+ * [M], Y is [N, M]. A following in-place Relu fuses into FC. The kernels
+ * are each backend's (CPU: backend/cpu/fc.c). */
 #include "engine/op.h"
 #include "ops/families.h"
-#include "ops/gemm.h"
 
 #define FC_INITS "xavier|msra|gaussian|uniform|constant"
 
@@ -67,15 +64,6 @@ static dpm_status fc_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *ou
   return DPM_OK;
 }
 
-static void fc_run(const dpm_op *op) {
-  const dpm_tensor *x = op->in[0], *w = op->in[1];
-  int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
-  dpm_gemm_nt(&(dpm_gemm_nt_args){.n = n, .m = m, .k = k, .x = dpm_f32(x), .ldx = k,
-                                  .w = dpm_f32(w), .ldw = k, .b = dpm_f32(op->in[2]),
-                                  .relu = !!(op->node->fuse & DPM_FUSE_RELU),
-                                  .y = dpm_f32(op->out[0]), .ldy = m});
-}
-
 /* FCGradient(X, W, dY) -> dW, db, dX; each output may be absent (NULL). */
 static dpm_status fc_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                                 dpm_err *err) {
@@ -89,54 +77,6 @@ static dpm_status fc_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
   out[1] = dpm_shape_make(DPM_F32, 1, in[1].d);
   out[2] = in[0];
   return DPM_OK;
-}
-
-/* db[j] = sum over rows of dy[i][j] for j in [lo, hi), row by row (db
- * stays in L1). dy has m columns. */
-static void col_sums(const float *restrict dy, int n, int m, int lo, int hi,
-                     float *restrict db) {
-  memset(db + lo, 0, (size_t)(hi - lo) * sizeof *db);
-  for (int i = 0; i < n; i++)
-    for (int j = lo; j < hi; j++) db[j] += dy[(size_t)i * m + j];
-}
-
-/* Without dX (the first layer: the last op of backward), FCGradient splits
- * into parts of FC_PART_ROWS output units (whole 6-row tiles of
- * dpm_gemm_outer): each part's rows of dW and db. Both dpm_gemm_outer's
- * tiles and sgemm sum the inner dimension of each output element in the
- * same order whatever rows are asked for, so the parts give run's result
- * bit for bit (tests/unit/share_test.c); run stays one product, which is
- * 2-3% faster for the MLP than 11 calls. */
-#define FC_PART_ROWS 24
-
-static int fc_grad_parts(const dpm_op *op) {
-  if (!op->out[0] || op->out[2]) return 0;
-  return (int)((op->in[1]->shape.d[0] + FC_PART_ROWS - 1) / FC_PART_ROWS);
-}
-
-/* dW and db for output units [lo, hi): dW[lo, hi) = dY[:, lo..hi)^T X. */
-static void fc_grad_units(const dpm_op *op, int lo, int hi) {
-  const dpm_tensor *x = op->in[0], *w = op->in[1];
-  int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
-  const float *dy = dpm_f32(op->in[2]);
-  if (op->out[0])
-    dpm_gemm_outer(hi - lo, k, n, dy + lo, 1, m, dpm_f32(x), k, 0,
-                   dpm_f32(op->out[0]) + (size_t)lo * k, k);
-  if (op->out[1]) col_sums(dy, n, m, lo, hi, dpm_f32(op->out[1]));
-}
-
-static void fc_grad_part(const dpm_op *op, int part) {
-  int m = (int)op->in[1]->shape.d[0], lo = part * FC_PART_ROWS;
-  fc_grad_units(op, lo, lo + FC_PART_ROWS < m ? lo + FC_PART_ROWS : m);
-}
-
-static void fc_grad_run(const dpm_op *op) {
-  const dpm_tensor *x = op->in[0], *w = op->in[1];
-  int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
-  fc_grad_units(op, 0, m);
-  if (op->out[2]) /* dX [N, K] = dY W */
-    dpm_gemm_outer(n, k, m, dpm_f32(op->in[2]), m, 1, dpm_f32(w), k, 0,
-                   dpm_f32(op->out[2]), k);
 }
 
 static dpm_status fc_grad(dpm_grad *g, dpm_err *err) {
@@ -157,7 +97,6 @@ const dpm_op_def DPM_OP_DEF(FC) = {
     .param_shapes = fc_param_shapes,
     .infer = fc_infer,
     .grad = fc_grad,
-    .run = fc_run,
     .fusable = DPM_FUSE_RELU,
 };
 const dpm_op_def DPM_OP_DEF(FC_GRADIENT) = {
@@ -169,8 +108,5 @@ const dpm_op_def DPM_OP_DEF(FC_GRADIENT) = {
     .max_out = 3,
     .args = fc_args,
     .infer = fc_grad_infer,
-    .run = fc_grad_run,
-    .parts = fc_grad_parts,
-    .run_part = fc_grad_part,
     .flags = DPM_OP_HIDDEN,
 };

@@ -8,8 +8,10 @@
  *
  * The engine names the ops it emits by id, so a misspelt one fails to
  * compile; specs and predictor files name them by text (dpm_op_find). The
- * order is that of dpm_op_all(); an op is added by one line here and its def
- * in a family file. Pure macros: no includes, nothing to link. */
+ * order is that of dpm_op_all(); an op is added by one line here, its def in
+ * a family file and its CPU kernel, DPM_CPU_KERNEL(ID), in the family's file
+ * of daemon/backend/cpu/ (backend/cpu/kernels.h). Pure macros: no includes,
+ * nothing to link. */
 #ifndef DPM_OPS_LIST_H
 #define DPM_OPS_LIST_H
 

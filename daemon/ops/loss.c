@@ -7,43 +7,12 @@
  * of probability zero, so the row adds the constant -log(1e-20) to the loss
  * (visible, not silent) and, being constant, nothing to the gradient;
  * Accuracy counts the row as wrong. A NaN probability (diverged logits)
- * makes the loss NaN, never the floor, so training stops on it. */
-#include <math.h>
-
+ * makes the loss NaN, never the floor, so training stops on it.
+ *
+ * Here: shape inference and the gradient makers; the kernels are each
+ * backend's (CPU: backend/cpu/loss.c). */
 #include "engine/op.h"
 #include "ops/families.h"
-
-#define PROB_FLOOR 1e-20 /* probabilities are clamped here before the log */
-
-static int64_t rows(const dpm_tensor *t) { return t->shape.d[0]; }
-static int64_t cols(const dpm_tensor *t) {
-  return dpm_shape_span(&t->shape, 1, t->shape.ndim);
-}
-
-/* y = softmax of each of the n rows of x (d each); y may be x. */
-static void softmax_rows(const float *x, float *y, int64_t n, int64_t d) {
-  for (int64_t i = 0; i < n; i++, x += d, y += d) {
-    float mx = x[0];
-    for (int64_t j = 1; j < d; j++) mx = x[j] > mx ? x[j] : mx;
-    float sum = 0.f;
-    for (int64_t j = 0; j < d; j++) sum += y[j] = expf(x[j] - mx);
-    float inv = 1.f / sum;
-    for (int64_t j = 0; j < d; j++) y[j] *= inv;
-  }
-}
-
-/* dx = y * (dy - <y, dy>) row by row; when `add`, added to dx instead. */
-static void softmax_grad_rows(const float *y, const float *dy, float *dx, int64_t n,
-                              int64_t d, int add) {
-  for (int64_t i = 0; i < n; i++, y += d, dy += d, dx += d) {
-    float dot = 0.f;
-    for (int64_t j = 0; j < d; j++) dot += y[j] * dy[j];
-    if (add)
-      for (int64_t j = 0; j < d; j++) dx[j] += y[j] * (dy[j] - dot);
-    else
-      for (int64_t j = 0; j < d; j++) dx[j] = y[j] * (dy[j] - dot);
-  }
-}
 
 /* ---- shape checks -------------------------------------------------------- */
 
@@ -85,10 +54,6 @@ static dpm_status softmax_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
   return DPM_OK;
 }
 
-static void softmax_run(const dpm_op *op) {
-  softmax_rows(dpm_f32(op->in[0]), dpm_f32(op->out[0]), rows(op->in[0]), cols(op->in[0]));
-}
-
 /* SoftmaxGradient(Y, dY) -> dX: reads the output only, so Softmax may run in
  * place. */
 static dpm_status softmax_grad_infer(const dpm_node *n, const dpm_shape *in,
@@ -99,11 +64,6 @@ static dpm_status softmax_grad_infer(const dpm_node *n, const dpm_shape *in,
     return err->code;
   out[0] = in[0];
   return DPM_OK;
-}
-
-static void softmax_grad_run(const dpm_op *op) {
-  softmax_grad_rows(dpm_f32(op->in[0]), dpm_f32(op->in[1]), dpm_f32(op->out[0]),
-                    rows(op->in[0]), cols(op->in[0]), 0);
 }
 
 static dpm_status softmax_grad(dpm_grad *g, dpm_err *err) {
@@ -125,20 +85,6 @@ static dpm_status swl_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *o
   return DPM_OK;
 }
 
-static void swl_run(const dpm_op *op) {
-  const int32_t *label = dpm_i32(op->in[1]);
-  float *y = dpm_f32(op->out[0]);
-  int64_t n = rows(op->in[0]), d = cols(op->in[0]);
-  softmax_rows(dpm_f32(op->in[0]), y, n, d);
-  double loss = 0;
-  for (int64_t i = 0; i < n; i++) {
-    int32_t l = label[i];
-    double p = l >= 0 && l < d ? y[i * d + l] : 0.0;
-    loss -= log(p > PROB_FLOOR || isnan(p) ? p : PROB_FLOOR); /* NaN stays NaN */
-  }
-  dpm_f32(op->out[1])[0] = (float)(loss / (double)n);
-}
-
 /* SoftmaxWithLossGradient(softmax, label, dloss[, dsoftmax]) -> dlogits
  *   = (softmax - onehot(label)) * dloss / N  [+ SoftmaxGradient(dsoftmax)];
  * rows with an out-of-range label get no loss term.
@@ -152,21 +98,6 @@ static dpm_status swl_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_sha
     return err->code;
   out[0] = in[0];
   return DPM_OK;
-}
-
-static void swl_grad_run(const dpm_op *op) {
-  const float *y = dpm_f32(op->in[0]);
-  const int32_t *label = dpm_i32(op->in[1]);
-  float *dx = dpm_f32(op->out[0]);
-  int64_t n = rows(op->in[0]), d = cols(op->in[0]);
-  float scale = dpm_f32(op->in[2])[0] / (float)n;
-  for (int64_t i = 0; i < n; i++) {
-    const float *yi = y + i * d;
-    float *dxi = dx + i * d, s = label[i] >= 0 && label[i] < d ? scale : 0.f;
-    for (int64_t j = 0; j < d; j++) dxi[j] = yi[j] * s;
-    if (s != 0.f) dxi[label[i]] -= s;
-  }
-  if (op->n_in > 3) softmax_grad_rows(y, dpm_f32(op->in[3]), dx, n, d, 1);
 }
 
 static dpm_status swl_grad(dpm_grad *g, dpm_err *err) {
@@ -192,18 +123,6 @@ static dpm_status accuracy_infer(const dpm_node *n, const dpm_shape *in, dpm_sha
   return DPM_OK;
 }
 
-static void accuracy_run(const dpm_op *op) {
-  const float *x = dpm_f32(op->in[0]);
-  const int32_t *label = dpm_i32(op->in[1]);
-  int64_t n = rows(op->in[0]), d = cols(op->in[0]), correct = 0;
-  for (int64_t i = 0; i < n; i++, x += d) {
-    int64_t best = 0;
-    for (int64_t j = 1; j < d; j++) best = x[j] > x[best] ? j : best;
-    correct += best == label[i];
-  }
-  dpm_f32(op->out[0])[0] = (float)((double)correct / (double)n);
-}
-
 /* ---- table --------------------------------------------------------------- */
 
 const dpm_op_def DPM_OP_DEF(SOFTMAX) = {
@@ -215,7 +134,6 @@ const dpm_op_def DPM_OP_DEF(SOFTMAX) = {
     .max_out = 1,
     .infer = softmax_infer,
     .grad = softmax_grad,
-    .run = softmax_run,
     .flags = DPM_OP_INPLACE,
 };
 const dpm_op_def DPM_OP_DEF(SOFTMAX_GRADIENT) = {
@@ -226,7 +144,6 @@ const dpm_op_def DPM_OP_DEF(SOFTMAX_GRADIENT) = {
     .min_out = 1,
     .max_out = 1,
     .infer = softmax_grad_infer,
-    .run = softmax_grad_run,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS) = {
@@ -238,7 +155,6 @@ const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS) = {
     .max_out = 2,
     .infer = swl_infer,
     .grad = swl_grad,
-    .run = swl_run,
     .flags = DPM_OP_INPLACE,
 };
 const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS_GRADIENT) = {
@@ -249,7 +165,6 @@ const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS_GRADIENT) = {
     .min_out = 1,
     .max_out = 1,
     .infer = swl_grad_infer,
-    .run = swl_grad_run,
     .flags = DPM_OP_HIDDEN,
 };
 const dpm_op_def DPM_OP_DEF(ACCURACY) = {
@@ -260,6 +175,5 @@ const dpm_op_def DPM_OP_DEF(ACCURACY) = {
     .min_out = 1,
     .max_out = 1,
     .infer = accuracy_infer,
-    .run = accuracy_run,
     .flags = DPM_OP_NO_GRAD,
 };

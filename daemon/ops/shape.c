@@ -1,16 +1,9 @@
 /* Shape ops: Flatten, Reshape, Concat and their gradients. Flatten and
  * Reshape copy the data under a new shape; Concat joins inputs along one
- * axis. */
-#include <string.h>
-
+ * axis. Here: arguments, shape inference and the gradient makers; the
+ * kernels are each backend's (CPU: backend/cpu/shape.c). */
 #include "engine/op.h"
 #include "ops/families.h"
-
-/* Y = X's bytes under the output's shape (forward), or dY's bytes under X's
- * shape (gradient). */
-static void copy_run(const dpm_op *op) {
-  memcpy(op->out[0]->data, op->in[0]->data, dpm_shape_bytes(&op->out[0]->shape));
-}
 
 /* <Op>Gradient(dY, X) -> dX: dY reshaped back to X's shape. X is read for its
  * shape only. */
@@ -134,37 +127,6 @@ static dpm_status concat_infer(const dpm_node *n, const dpm_shape *in, dpm_shape
   return DPM_OK;
 }
 
-/* Copies `rows` rows of each part between the joined tensor and the parts;
- * a part's row is its span from `axis` on. to_parts: split instead of join,
- * skipping absent (NULL) parts. */
-static void concat_copy(float *joined, float *const *part, const int64_t *len, int n_part,
-                        int64_t rows, int to_parts) {
-  for (int64_t r = 0; r < rows; r++) {
-    for (int k = 0; k < n_part; k++) {
-      if (part[k]) {
-        float *p = part[k] + r * len[k];
-        if (to_parts)
-          memcpy(p, joined, (size_t)len[k] * sizeof *p);
-        else
-          memcpy(joined, p, (size_t)len[k] * sizeof *p);
-      }
-      joined += len[k];
-    }
-  }
-}
-
-static void concat_run(const dpm_op *op) {
-  int axis = (int)op->node->arg[0].i;
-  float *part[DPM_OP_MAX_IO];
-  int64_t len[DPM_OP_MAX_IO];
-  for (int k = 0; k < op->n_in; k++) {
-    part[k] = dpm_f32(op->in[k]);
-    len[k] = dpm_shape_span(&op->in[k]->shape, axis, op->in[k]->shape.ndim);
-  }
-  concat_copy(dpm_f32(op->out[0]), part, len, op->n_in,
-              dpm_shape_span(&op->out[0]->shape, 0, axis), 0);
-}
-
 /* ConcatGradient(dY, X0 .. X(n-2)) -> dX0 .. dX(n-1). The last part's size
  * along the axis is what the others leave of dY, so its X is not needed
  * (which also keeps 16 parts within DPM_OP_MAX_IO inputs). */
@@ -187,23 +149,6 @@ static dpm_status concat_grad_infer(const dpm_node *n, const dpm_shape *in,
   return DPM_OK;
 }
 
-static void concat_grad_run(const dpm_op *op) {
-  int axis = (int)op->node->arg[0].i;
-  const dpm_shape *dy = &op->in[0]->shape;
-  float *part[DPM_OP_MAX_IO];
-  int64_t len[DPM_OP_MAX_IO], inner = dpm_shape_span(dy, axis + 1, dy->ndim),
-                              last = dy->d[axis];
-  for (int k = 0; k < op->n_out; k++) {
-    part[k] = op->out[k] ? dpm_f32(op->out[k]) : NULL;
-    if (k + 1 < op->n_out) {
-      len[k] = op->in[k + 1]->shape.d[axis] * inner;
-      last -= op->in[k + 1]->shape.d[axis];
-    }
-  }
-  len[op->n_out - 1] = last * inner;
-  concat_copy(dpm_f32(op->in[0]), part, len, op->n_out, dpm_shape_span(dy, 0, axis), 1);
-}
-
 static dpm_status concat_grad(dpm_grad *g, dpm_err *err) {
   const dpm_node *f = g->fwd;
   const char *in[DPM_OP_MAX_IO] = {g->gout[0]};
@@ -223,7 +168,6 @@ const dpm_op_def DPM_OP_DEF(FLATTEN) = {
     .args = flatten_args,
     .infer = flatten_infer,
     .grad = flatten_grad,
-    .run = copy_run,
 };
 const dpm_op_def DPM_OP_DEF(FLATTEN_GRADIENT) = {
     .id = DPM_OP_FLATTEN_GRADIENT,
@@ -234,7 +178,6 @@ const dpm_op_def DPM_OP_DEF(FLATTEN_GRADIENT) = {
     .max_out = 1,
     .args = flatten_args,
     .infer = infer_reshape_back,
-    .run = copy_run,
     .flags = DPM_OP_HIDDEN,
 };
 const dpm_op_def DPM_OP_DEF(RESHAPE) = {
@@ -247,7 +190,6 @@ const dpm_op_def DPM_OP_DEF(RESHAPE) = {
     .args = reshape_args,
     .infer = reshape_infer,
     .grad = reshape_grad,
-    .run = copy_run,
 };
 const dpm_op_def DPM_OP_DEF(RESHAPE_GRADIENT) = {
     .id = DPM_OP_RESHAPE_GRADIENT,
@@ -258,7 +200,6 @@ const dpm_op_def DPM_OP_DEF(RESHAPE_GRADIENT) = {
     .max_out = 1,
     .args = reshape_args,
     .infer = infer_reshape_back,
-    .run = copy_run,
     .flags = DPM_OP_HIDDEN,
 };
 const dpm_op_def DPM_OP_DEF(CONCAT) = {
@@ -271,7 +212,6 @@ const dpm_op_def DPM_OP_DEF(CONCAT) = {
     .args = concat_args,
     .infer = concat_infer,
     .grad = concat_grad,
-    .run = concat_run,
 };
 const dpm_op_def DPM_OP_DEF(CONCAT_GRADIENT) = {
     .id = DPM_OP_CONCAT_GRADIENT,
@@ -282,6 +222,5 @@ const dpm_op_def DPM_OP_DEF(CONCAT_GRADIENT) = {
     .max_out = DPM_OP_MAX_IO,
     .args = concat_args,
     .infer = concat_grad_infer,
-    .run = concat_grad_run,
     .flags = DPM_OP_HIDDEN,
 };

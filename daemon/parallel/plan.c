@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
+
 static dpm_status nomem(dpm_err *err) {
   return dpm_errf(err, DPM_NOMEM, "out of memory");
 }
@@ -104,8 +106,8 @@ static dpm_status computed_broadcast(dpm_plan *p, const dpm_model *m, dpm_err *e
 }
 
 dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
-                          size_t bucket_bytes, int broadcast_computed, dpm_plan *p,
-                          dpm_err *err) {
+                          size_t bucket_bytes, int broadcast_computed,
+                          const dpm_backend *be, dpm_plan *p, dpm_err *err) {
   memset(p, 0, sizeof *p);
   int n_opt;
   update_op *u = optimizer_ops(m, &n_opt);
@@ -144,7 +146,8 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   if (!s) s = add(p, iter, err);
   p->n_forward = m->n_forward;
   p->shared_op = p->help_at = -1;
-  const dpm_op_def *last = last_train >= 0 ? p->step.nodes[last_train].def : NULL;
+  const dpm_kernel_def *last =
+      be && last_train >= 0 ? be->kernel(p->step.nodes[last_train].def->id) : NULL;
   if (!s && devices > 1 && p->n_buckets && last && last->parts && last->run_part) {
     p->shared_op = last_train; /* backward's last op, which splits */
     p->help_at = first_wait;

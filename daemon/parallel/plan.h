@@ -16,8 +16,9 @@
  * and, with broadcast_computed_params, a Broadcast of the computed
  * parameters (BN running statistics) from the master at the end.
  *
- * With several devices, when the last op of backward can be split into
- * parts (dpm_op_def.parts), the plan names it (shared_op) and the op where
+ * With several devices, when the replicas' kernel of the last op of
+ * backward can be split into parts (dpm_kernel_def.parts,
+ * backend/backend.h), the plan names it (shared_op) and the op where
  * a replica that is done with its own may take parts of its peers' instead
  * of waiting (help_at: the first collective that waits for the peers); see
  * parallel/share.h.
@@ -31,6 +32,8 @@
 #define DPM_PARALLEL_PLAN_H
 
 #include "engine/model.h"
+
+struct dpm_backend;
 
 typedef enum { DPM_NET_SIMPLE, DPM_NET_DAG } dpm_net_type;
 
@@ -48,11 +51,13 @@ typedef struct dpm_plan {
   int help_at;   /* step.nodes index before which a replica helps its peers */
 } dpm_plan;
 
-/* Build the plan for `devices` replicas. bucket_bytes bounds a dag bucket
- * (a bucket holds at least one gradient and at most DPM_OP_MAX_IO). */
+/* Build the plan for `devices` replicas whose kernels are backend be's (it
+ * decides whether backward's last op splits; NULL: the replicas do not
+ * share one backend, and nothing is shared). bucket_bytes bounds a dag
+ * bucket (a bucket holds at least one gradient and at most DPM_OP_MAX_IO). */
 dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
-                          size_t bucket_bytes, int broadcast_computed, dpm_plan *p,
-                          dpm_err *err);
+                          size_t bucket_bytes, int broadcast_computed,
+                          const struct dpm_backend *be, dpm_plan *p, dpm_err *err);
 void dpm_plan_fini(dpm_plan *p);
 
 #endif

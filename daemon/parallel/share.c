@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backend/device.h"
+#include "backend/backend.h"
 #include "comm/comm.h"
 #include "comm/spin.h"
 
@@ -63,16 +63,12 @@ void dpm_share_destroy(dpm_share *s) {
   free(s);
 }
 
-static void run_part(const dpm_op *op, uint32_t k) {
-  if (op->ctx->dev) /* through the backend of the op's device */
-    dpm_dev_run_part(op->ctx->dev, op, (int)k);
-  else
-    op->node->def->run_part(op, (int)k);
-}
+/* Through the op's kernel, its device's (fenced: inside its window). */
+static void run_part(const dpm_op *op, uint32_t k) { op->kernel->run_part(op, (int)k); }
 
 void dpm_share_run(dpm_share *s, int rank, const dpm_op *op) {
   share_slot *me = &s->slot[rank];
-  uint32_t parts = (uint32_t)op->node->def->parts(op);
+  uint32_t parts = (uint32_t)op->kernel->parts(op);
   atomic_store_explicit(&me->op, op, memory_order_relaxed);
   atomic_store_explicit(&me->parts, parts, memory_order_relaxed);
   atomic_store_explicit(&me->done, 0, memory_order_relaxed);

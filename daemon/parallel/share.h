@@ -6,12 +6,13 @@
  * virtualised host one core often runs slower than the other for long
  * stretches, and the faster replica then waits at the all-reduce on
  * every step. The last op of backward (the first layer's weight gradient,
- * which needs no input gradient) is split into parts (dpm_op_def.parts);
- * its owner takes parts one at a time, and a waiting peer takes parts too,
- * writing into the owner's tensors. Each part is computed by the same code
- * whichever thread runs it, so results are bitwise those of the owner alone.
- * This is a property of replicas in one address space (the local
- * backend); GPU and multi-host replicas do not share.
+ * which needs no input gradient) is split into parts by its kernel
+ * (dpm_kernel_def.parts, backend/backend.h); its owner takes parts one at a
+ * time, and a waiting peer takes parts too, writing into the owner's
+ * tensors. Each part is computed by the same code whichever thread runs it,
+ * so results are bitwise those of the owner alone. This is a property of
+ * replicas in one address space (the local backend); GPU and multi-host
+ * replicas do not share.
  *
  * Rounds: in every round (training step) each rank calls dpm_share_run
  * once, with its copy of the same op, and then dpm_share_help once; all
@@ -34,8 +35,9 @@ typedef struct dpm_share dpm_share;
 
 /* Slots for n ranks (2..DPM_COMM_MAX_RANKS). DPM_INVALID, DPM_NOMEM. */
 dpm_status dpm_share_create(int n, dpm_share **out, dpm_err *err);
-/* Run op (whose def has parts and run_part) with the peers' help: takes
- * parts until none is left, then waits for those peers took. */
+/* Run op (bound: its kernel has parts and run_part) with the peers' help:
+ * takes parts until none is left, then waits for those peers took. Every
+ * part runs through op->kernel, whoever takes it. */
 void dpm_share_run(dpm_share *s, int rank, const dpm_op *op);
 /* Take parts of every peer's op of this round until all are taken,
  * spinning for a peer that has not reached its op yet; gives up on a

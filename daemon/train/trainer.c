@@ -257,6 +257,14 @@ static dpm_status parse_devices(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_
   return DPM_OK;
 }
 
+/* The backend of every replica's device, or NULL when their kinds differ. */
+static const dpm_backend *replicas_backend(const dpm_trainer *t) {
+  const dpm_backend *be = dpm_backend_of(t->dev[0].kind);
+  for (int i = 1; i < t->n; i++)
+    if (dpm_backend_of(t->dev[i].kind) != be) return NULL;
+  return be;
+}
+
 /* Lay the gradients out back to back (plan order), so a bucket is one
  * contiguous reduction. */
 static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
@@ -353,7 +361,10 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
     add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
   add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
   mem->tensors = __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
-  mem->scratch = dpm_net_scratch(&t->plan.step, &m->shapes) * (uint64_t)devices;
+  mem->scratch = 0; /* each replica's kernels, as its device's backend sizes them */
+  for (int d = 0; d < devices; d++)
+    add_bytes(&mem->scratch,
+              dpm_net_scratch(&t->plan.step, &m->shapes, dpm_backend_of(t->dev[d].kind)));
   if (dpm_reader_bytes(rc, &mem->reader, err)) return err->code;
   mem->eval = 0;
   if (t->eval_images) {
@@ -410,7 +421,8 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     s = dpm_model_build(spec, chw, batch, loss_scale(devices, t->shards), &t->model, err);
   if (!s)
     s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
-                       par ? par->broadcast_computed_params : 1, &t->plan, err);
+                       par ? par->broadcast_computed_params : 1, replicas_backend(t),
+                       &t->plan, err);
   if (s) return s;
   dpm_reader_config rc = reader_config(t->opt.fs, spec->input, batch * devices);
   rc.raw = 1; /* each replica gathers and converts its rows on its own worker */

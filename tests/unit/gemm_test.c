@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "ops/gemm.h"
+#include "backend/cpu/gemm.h"
 #include "test.h"
 
 #define GUARD 12345.f

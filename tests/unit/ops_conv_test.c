@@ -5,9 +5,9 @@
  * Conv fused with the Relu after it. */
 #include <stdlib.h>
 
+#include "backend/cpu/gemm.h"
 #include "engine/exec.h"
 #include "optest.h"
-#include "ops/gemm.h"
 #include "test.h"
 
 /* A conv case: X [n,c,h,w], W [m,c,k,k], b [m], values random unless given. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "engine/autodiff.h"
 #include "engine/exec.h"
 #include "engine/rng.h"
@@ -66,8 +67,7 @@ static dpm_status setup(harness *h, const ot_case *c, dpm_err *err) {
   for (int k = 0; k < c->n_in; k++)
     if (dpm_shapes_set(&h->shapes, in[k], &c->in[k].shape, DPM_BLOB_DATA))
       return DPM_NOMEM;
-  size_t scratch = 0;
-  if (dpm_net_infer(&h->net, &h->shapes, -1, &scratch, "test", err)) return err->code;
+  if (dpm_net_infer(&h->net, &h->shapes, -1, "test", err)) return err->code;
   if (dpm_exec_bind(&h->fx, &h->net, &h->shapes, &h->ws, &h->ctx, err)) return err->code;
   for (int k = 0; k < c->n_in; k++) fill_input(c, k, h->fx.ops[0].in[k]);
   return DPM_OK;
@@ -173,11 +173,12 @@ dpm_status ot_run_fused(const char *name, const char *args, int is_test, unsigne
   if (dpm_node_set_defaults(&node, err) || dpm_node_set_args(&node, args, err) ||
       dpm_node_check_required(&node, err) || node.def->infer(&node, is, os, err))
     return dpm_err_prefix(err, "op %s: ", name);
+  const dpm_kernel_def *k;
+  if (dpm_exec_kernel(&dpm_backend_cpu, node.def, "cpu", &k, err)) return err->code;
   dpm_ctx ctx = {0};
   dpm_rng_seed(ctx.rng, 1);
-  dpm_op op = {.node = &node, .n_in = n_in, .n_out = n_out, .ctx = &ctx};
-  dpm_status s =
-      node.def->scratch ? dpm_ctx_reserve(&ctx, node.def->scratch(&node, is)) : DPM_OK;
+  dpm_op op = {.node = &node, .n_in = n_in, .n_out = n_out, .ctx = &ctx, .kernel = k};
+  dpm_status s = k->scratch ? dpm_ctx_reserve(&ctx, k->scratch(&node, is)) : DPM_OK;
   for (int k = 0; k < n_in; k++) op.in[k] = in[k];
   for (int k = 0; k < n_out && !s; k++) {
     op.out[k] = out[k];
@@ -187,7 +188,7 @@ dpm_status ot_run_fused(const char *name, const char *args, int is_test, unsigne
     dpm_ctx_fini(&ctx);
     return dpm_errf(err, s, "op %s: out of memory", name);
   }
-  node.def->run(&op);
+  k->run(&op);
   dpm_ctx_fini(&ctx);
   return DPM_OK;
 }
@@ -256,9 +257,8 @@ double ot_gradcheck(const ot_case *c, double eps, int max_elems) {
   for (int k = 0; k < c->n_in; k++)
     if (c->in[k].shape.dtype == DPM_F32 && !c->in[k].no_grad)
       snprintf(gnames[1][k], 48, "in%d_grad", k), gin[k] = gnames[1][k];
-  size_t scratch = 0;
   if (dpm_autodiff_node(h.node, gout, gin, &h.grad, &err) ||
-      dpm_net_infer(&h.grad, &h.shapes, DPM_BLOB_GRAD, &scratch, "test", &err) ||
+      dpm_net_infer(&h.grad, &h.shapes, DPM_BLOB_GRAD, "test", &err) ||
       dpm_exec_bind(&h.gx, &h.grad, &h.shapes, &h.ws, &h.ctx, &err)) {
     worst = fail("%s", err.msg);
     goto done;

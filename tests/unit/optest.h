@@ -1,5 +1,6 @@
 /* Op test harness: run one operator forward on given inputs, and check its
- * gradient against central finite differences.
+ * gradient against central finite differences. Ops run on the host, through
+ * the cpu backend's kernels (backend/backend.h).
  *
  * An op under test takes ALL its node inputs explicitly (data and params:
  * FC gets X, W, b) and is given the number of outputs the spec would list;
@@ -51,11 +52,11 @@ int ot_forward_is(const ot_case *c, dpm_shape shape, const float *want, double t
  * `args` over the defaults (required ones must be there), in test mode if
  * is_test, outputs resized to the shapes the op's infer gives (the data of
  * an output that already had that shape is kept, so out[k] may be one of
- * in[]: the op then runs in place, as the engine binds it). The op gets a
- * dpm_ctx of its own, with def->scratch bytes of scratch where the def has
- * one and a fixed rng seed, freed before returning. Errors (unknown op, bad
- * or missing arguments, shapes infer rejects, DPM_NOMEM) return the status
- * with a message in err; the op did not run. */
+ * in[]: the op then runs in place, as the engine binds it). The op runs
+ * its CPU kernel, with a dpm_ctx of its own holding the scratch that kernel
+ * asks for and a fixed rng seed, freed before returning. Errors (unknown
+ * op, bad or missing arguments, shapes infer rejects, no CPU kernel,
+ * DPM_NOMEM) return the status with a message in err; the op did not run. */
 dpm_status ot_run_op(const char *name, const char *args, int is_test, int n_in,
                      dpm_tensor **in, int n_out, dpm_tensor **out, dpm_err *err);
 /* ot_run_op on a node carrying fusion flags (DPM_FUSE_*), as the engine's

@@ -1,15 +1,16 @@
 /* Work sharing between replicas (parallel/share.h): every part of every
  * round runs exactly once, late owners get help, the owner returns only
- * when its op is complete; FCGradient's parts do what its run does; plans
- * name the op to share. */
+ * when its op is complete; the CPU kernel of FCGradient's parts do what its
+ * run does; plans name the op to share where the backend's kernel splits. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "engine/model.h"
-#include "ops/gemm.h"
 #include "parallel/plan.h"
 #include "parallel/share.h"
 #include "common/spec.h"
@@ -43,8 +44,9 @@ static void fake_run_part(const dpm_op *op, int part) {
   if (!pthread_equal(pthread_self(), f->owner)) atomic_fetch_add(&f->by_other, 1);
 }
 
-static const dpm_op_def fake_def = {
-    .name = "FakeParts", .parts = fake_parts, .run_part = fake_run_part};
+static const dpm_op_def fake_def = {.name = "FakeParts"};
+static const dpm_kernel_def fake_kernel = {.parts = fake_parts,
+                                           .run_part = fake_run_part};
 
 typedef struct {
   dpm_share *share;
@@ -58,7 +60,7 @@ static void *worker(void *p) {
   worker_arg *a = p;
   dpm_node node = {.def = &fake_def};
   dpm_ctx ctx = {.device = a->rank};
-  dpm_op op = {.node = &node, .ctx = &ctx};
+  dpm_op op = {.node = &node, .ctx = &ctx, .kernel = &fake_kernel};
   fake_state *f = &fake[a->rank];
   f->owner = pthread_self();
   for (int round = 0; round < ROUNDS; round++) {
@@ -114,7 +116,7 @@ TEST(share_help_gives_up_on_a_peer_that_never_comes) {
   CHECK_INT(dpm_share_create(2, &s, &err), DPM_OK);
   dpm_node node = {.def = &fake_def};
   dpm_ctx ctx = {.device = 0};
-  dpm_op op = {.node = &node, .ctx = &ctx};
+  dpm_op op = {.node = &node, .ctx = &ctx, .kernel = &fake_kernel};
   fake[0].owner = pthread_self();
   dpm_share_run(s, 0, &op); /* rank 1 never runs its op */
   struct timespec t0, t1;
@@ -144,7 +146,8 @@ static float *filled(size_t n, unsigned seed) {
  * bit for bit; with dX wanted there are no parts. */
 static void fc_gradient_parts_equal_run(int n, int m, int k) {
   const dpm_op_def *def = dpm_op_find("FCGradient");
-  CHECK(def && def->parts && def->run_part);
+  const dpm_kernel_def *kd = dpm_backend_cpu.kernel(DPM_OP_FC_GRADIENT);
+  CHECK(def && kd && kd->parts && kd->run_part);
   dpm_node node = {.def = def};
   dpm_err err = {0};
   CHECK_INT(dpm_node_set_defaults(&node, &err), DPM_OK);
@@ -166,9 +169,9 @@ static void fc_gradient_parts_equal_run(int n, int m, int k) {
   }
   dpm_op whole = {.node = &node, .in = {&tx, &tw, &tdy}, .out = {&tdw[0], &tdb[0], NULL}};
   dpm_op split = {.node = &node, .in = {&tx, &tw, &tdy}, .out = {&tdw[1], &tdb[1], NULL}};
-  def->run(&whole);
-  int parts = def->parts(&split);
-  for (int p = parts - 1; p >= 0; p--) def->run_part(&split, p);
+  kd->run(&whole);
+  int parts = kd->parts(&split);
+  for (int p = parts - 1; p >= 0; p--) kd->run_part(&split, p);
   int same_w = !memcmp(dw[0], dw[1], (size_t)m * k * sizeof(float)),
       same_b = !memcmp(db[0], db[1], (size_t)m * sizeof(float));
   /* and run's dW is dY^T X */
@@ -181,7 +184,7 @@ static void fc_gradient_parts_equal_run(int n, int m, int k) {
     }
   dpm_op with_dx = {
       .node = &node, .in = {&tx, &tw, &tdy}, .out = {&tdw[0], &tdb[0], &tdx}};
-  int parts_dx = def->parts(&with_dx);
+  int parts_dx = kd->parts(&with_dx);
   free(x), free(w), free(dy), free(dx);
   for (int i = 0; i < 2; i++) free(dw[i]), free(db[i]);
   CHECK_INT(parts, (m + 23) / 24);
@@ -211,16 +214,16 @@ TEST(share_fc_gradient_parts_equal_run) {
   "  - {op: Conv, in: [data], out: c1, dim_out: 4, kernel: 5}\n"                         \
   "  - {op: FC, in: [c1], out: pred, dim_out: 10}\n"
 
-static int plan_shares(const char *forward, int devices, const char *net_type, int *at,
-                       int *help) {
+static int plan_shares_on(const dpm_backend *be, const char *forward, int devices,
+                          const char *net_type, int *at, int *help) {
   Dpm__ModelSpec *spec = tf_spec(forward, 8, 1, 0.1, net_type, 1 << 20);
   dpm_model m;
   dpm_plan p;
   dpm_err err = {0};
   int64_t chw[3] = {1, 28, 28};
   int ok = spec && !dpm_model_build(spec, chw, 8, 1.0f, &m, &err);
-  if (ok && !(ok = !dpm_plan_build(&m, devices, !strcmp(net_type, "dag"), 1 << 20, 1, &p,
-                                   &err)))
+  if (ok && !(ok = !dpm_plan_build(&m, devices, !strcmp(net_type, "dag"), 1 << 20, 1, be,
+                                   &p, &err)))
     dpm_model_fini(&m);
   if (!ok) {
     printf("    %s\n", err.msg);
@@ -238,6 +241,11 @@ static int plan_shares(const char *forward, int devices, const char *net_type, i
   return shared;
 }
 
+static int plan_shares(const char *forward, int devices, const char *net_type, int *at,
+                       int *help) {
+  return plan_shares_on(&dpm_backend_cpu, forward, devices, net_type, at, help);
+}
+
 TEST(share_plan_names_the_last_backward_op) {
   int at, help;
   CHECK_INT(plan_shares(SHARE_MLP, 2, "simple", &at, &help), 1);
@@ -246,5 +254,8 @@ TEST(share_plan_names_the_last_backward_op) {
   CHECK_INT(plan_shares(SHARE_MLP, 1, "simple", &at, &help), 0); /* nobody to help */
   CHECK_INT(at, -1);
   CHECK_INT(plan_shares(SHARE_CNN, 2, "simple", &at, &help), 0); /* Conv: no parts */
+  CHECK_INT(at, -1);
+  /* replicas without one common backend: nothing is shared */
+  CHECK_INT(plan_shares_on(NULL, SHARE_MLP, 2, "simple", &at, &help), 0);
   CHECK_INT(at, -1);
 }

@@ -1,13 +1,15 @@
 /* The CPU backend: device memory is host memory (64-byte aligned), copies
  * are memcpy, work is ordered by the calling thread, and the kernels are
- * the ops' own (dpm_op_def.run, daemon/ops/). A cpu:N device is a replica
- * pinned to the N-th CPU (train/trainer.h); they share the host's memory
- * but each has a pool of its own. */
+ * those of daemon/backend/cpu/ (kernels.h), tabled here by op id. A cpu:N
+ * device is a replica pinned to the N-th CPU (train/trainer.h); they share
+ * the host's memory but each has a pool of its own. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 
 static int cpu_probe(dpm_err *err) {
   (void)err;
@@ -45,11 +47,17 @@ static void cpu_memset(void *state, void *dst, int value, size_t bytes) {
 
 static void cpu_synchronize(void *state) { (void)state; }
 
-static dpm_kernel cpu_kernel(const dpm_op_def *def) { return def->run; }
+/* Every op's kernel, indexed by its id. */
+static const dpm_kernel_def *const kernels[] = {
+#define XX(id, name) [DPM_OP_##id] = &DPM_CPU_KERNEL(id),
+    DPM_OP_MAP(XX)
+#undef XX
+};
+_Static_assert(sizeof kernels / sizeof *kernels == DPM_OP_COUNT, "one kernel per op id");
 
-static void cpu_run_part(void *state, const dpm_op *op, int part) {
-  (void)state;
-  op->node->def->run_part(op, part);
+static const dpm_kernel_def *cpu_kernel(dpm_op_id id) {
+  assert((unsigned)id < DPM_OP_COUNT);
+  return kernels[id];
 }
 
 static void cpu_nothing(void *state) { (void)state; }
@@ -67,7 +75,6 @@ const dpm_backend dpm_backend_cpu = {
     .memset = cpu_memset,
     .synchronize = cpu_synchronize,
     .kernel = cpu_kernel,
-    .run_part = cpu_run_part,
     .enter = cpu_nothing,
     .leave = cpu_nothing,
 };

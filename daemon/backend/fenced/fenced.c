@@ -3,6 +3,10 @@
  * a test on the CPU, long before a GPU sees it (STYLE.md: KASAN for the
  * rule that only backends and kernels touch device bytes).
  *
+ * The kernels are the cpu backend's, looked up by op id and each wrapped
+ * so that it runs inside the window below; an op the CPU has no kernel for
+ * has none here either.
+ *
  * Every fenced device allocates from one arena of virtual memory mapped
  * PROT_NONE. It is readable and writable only while a backend call runs
  * (a kernel, a part of one, a copy, a memset, or host code acting as the
@@ -146,19 +150,44 @@ static void fenced_memset(void *state, void *dst, int value, size_t bytes) {
 
 static void fenced_synchronize(void *state) { (void)state; }
 
+/* ---- kernels: the CPU's, each run inside the window ---------------------- */
+
+static const dpm_kernel_def *cpu_kernel_of(const dpm_node *n) {
+  return dpm_backend_cpu.kernel(n->def->id);
+}
+
 static void fenced_run(const dpm_op *op) {
   enter();
-  op->node->def->run(op);
+  cpu_kernel_of(op->node)->run(op);
   leave();
 }
 
-static dpm_kernel fenced_kernel(const dpm_op_def *def) { return def->run ? fenced_run : NULL; }
+/* Shapes only: no device bytes, so outside the window. */
+static int fenced_parts(const dpm_op *op) { return cpu_kernel_of(op->node)->parts(op); }
 
-static void fenced_run_part(void *state, const dpm_op *op, int part) {
-  (void)state;
+static void fenced_run_part(const dpm_op *op, int part) {
   enter();
-  op->node->def->run_part(op, part);
+  cpu_kernel_of(op->node)->run_part(op, part);
   leave();
+}
+
+static size_t fenced_scratch(const dpm_node *n, const dpm_shape *in) {
+  const dpm_kernel_def *k = cpu_kernel_of(n);
+  return k->scratch ? k->scratch(n, in) : 0;
+}
+
+static const dpm_kernel_def fenced_whole = {.run = fenced_run, .scratch = fenced_scratch};
+static const dpm_kernel_def fenced_split = {
+    .run = fenced_run,
+    .parts = fenced_parts,
+    .run_part = fenced_run_part,
+    .scratch = fenced_scratch,
+};
+
+/* Every op the CPU has a kernel for, split where the CPU's splits. */
+static const dpm_kernel_def *fenced_kernel(dpm_op_id id) {
+  const dpm_kernel_def *k = dpm_backend_cpu.kernel(id);
+  return !k ? NULL : k->parts ? &fenced_split : &fenced_whole;
 }
 
 static void fenced_enter(void *state) {
@@ -184,7 +213,6 @@ const dpm_backend dpm_backend_fenced = {
     .memset = fenced_memset,
     .synchronize = fenced_synchronize,
     .kernel = fenced_kernel,
-    .run_part = fenced_run_part,
     .enter = fenced_enter,
     .leave = fenced_leave,
 };

@@ -1,6 +1,7 @@
 /* Matrix products of the shapes a training step has: a batch of a few dozen
- * rows against weights of tens to a few thousand columns. FC and Conv run
- * every product through these two entry points.
+ * rows against weights of tens to a few thousand columns. The CPU kernels
+ * of FC and Conv (backend/cpu/fc.c, conv.c) run every product through these
+ * two entry points.
  *
  * On x86-64 CPUs with AVX-512F (checked once, at load) each is a
  * register-tiled kernel that reads its operands where they lie: no packing
@@ -14,8 +15,8 @@
  * The order of summation depends only on the shapes, so replicas computing
  * the same product on the same kind of CPU agree bitwise. Thread-safe; no
  * allocation; operands must not overlap the output. */
-#ifndef DPM_OPS_GEMM_H
-#define DPM_OPS_GEMM_H
+#ifndef DPM_BACKEND_CPU_GEMM_H
+#define DPM_BACKEND_CPU_GEMM_H
 
 #include <stdint.h>
 

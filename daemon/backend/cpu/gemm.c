@@ -1,5 +1,5 @@
 /* FC and Conv matrix products: AVX-512 register tiles, or cblas. */
-#include "ops/gemm.h"
+#include "backend/cpu/gemm.h"
 
 #include <assert.h>
 #include <cblas.h>

@@ -1,0 +1,349 @@
+/* The CPU kernels of Conv and ConvGradient (ops/conv.c: 2-D convolution of
+ * NCHW float32 with square kernels).
+ *
+ * Both lower one image at a time into a matrix L and run matrix products
+ * (backend/cpu/gemm.h; "sgemms" below) on it.
+ * When C*k is large, L is lowered along x only (MEC, Cho & Brand 2017): row
+ * (c, kx) holds the input rows of channel c shifted by kx, every kernel row
+ * ky reads a [C*k, Ho*Wo] window L_ky of it, and the convolution is k sgemms
+ *   Y[n] += W_ky * L_ky,   dW_ky += dY[n] * L_ky^T,   dL_ky += W_ky^T * dY[n]
+ * with W_ky [M, C*k] the weights of kernel row ky. Against im2col, L is k
+ * times smaller and the scatter back to dX does k times fewer adds. When C*k
+ * is small (a first layer on grey images), sgemms with so short an inner
+ * dimension are slow, so all kernel rows are folded into L: plain im2col,
+ * one sgemm per image.
+ *
+ * L ends with a row of ones and W_0 with a column holding the bias, so the
+ * bias is added by the first sgemm, and its gradient comes out of the first
+ * dW sgemm as one more output.
+ *
+ * With many filters (M >= TRANSPOSED_MIN_FILTERS) the forward and the
+ * weight gradient run transposed, so that the filters lie along the
+ * products' columns, which the AVX-512 tiles of backend/cpu/gemm.h fill whole:
+ *   Y[n]^T += L_ky^T * W_ky^T,   dW_ky^T += L_ky * dY[n]^T
+ * at the cost of transposing one image's output (or output gradient).
+ *
+ * At stride 1 with a "same" output width (Wo == W), the rows of L that one
+ * (channel, kernel row, kx) gives are, end to end, the input plane shifted
+ * by a constant, so lower and unlower move them as one run with a few
+ * zeroed columns rather than row by row.
+ *
+ * Fused with a following in-place Relu (DPM_FUSE_RELU), Conv applies it to
+ * each image's output right after that image's sgemms, while it is in cache. */
+#include <string.h>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+#include "ops/conv.h"
+
+/* Scratch: L with its row of ones, the weight blocks W_t [M, R+1] (or, in
+ * the transposed forms, W_t^T [R+1, M]), the transposed gradient blocks
+ * [R+1, M] (gradient only), and one image's output or output gradient
+ * transposed [Ho*Wo, M] (transposed forms only); each part 64-byte
+ * aligned. */
+static int64_t align16(int64_t floats) { return (floats + 15) & ~(int64_t)15; }
+static int64_t l_floats(const conv_geom *g) { return align16((g->r + 1) * g->ll); }
+static int64_t w_floats(const conv_geom *g) { return align16(g->nt * g->m * (g->r + 1)); }
+static int64_t t_floats(const conv_geom *g) {
+  return g->tr ? align16(g->m * g->ho * g->wo) : 0;
+}
+
+static size_t conv_scratch(const dpm_node *nd, const dpm_shape *in) {
+  conv_geom g = conv_geom_of(nd, &in[0]);
+  return (size_t)(l_floats(&g) + w_floats(&g) + t_floats(&g)) * sizeof(float);
+}
+static size_t conv_grad_scratch(const dpm_node *nd, const dpm_shape *in) {
+  conv_geom g = conv_geom_of(nd, &in[0]);
+  return (size_t)(l_floats(&g) + 2 * w_floats(&g) + t_floats(&g)) * sizeof(float);
+}
+
+/* wb[t][m][(c*kg + a)*k + kx] = w[m][c][t*kg + a][kx]: block t (row stride
+ * R+1) multiplies window t of L. Column R is left to the caller. */
+static void w_to_blocks(const conv_geom *g, const float *w, float *wb) {
+  const int64_t kk = g->kg * g->k, ld = g->r + 1;
+  for (int64_t t = 0; t < g->nt; t++)
+    for (int64_t m = 0; m < g->m; m++)
+      for (int64_t c = 0; c < g->c; c++)
+        memcpy(wb + (t * g->m + m) * ld + c * kk,
+               w + ((m * g->c + c) * g->k + t * g->kg) * g->k, kk * sizeof *w);
+}
+
+/* The same blocks transposed, wt[t][(c*kg + a)*k + kx][m]; row R of block 0
+ * is the bias. */
+static void w_to_blocks_t(const conv_geom *g, const float *w, const float *b, float *wt) {
+  const int64_t kk = g->kg * g->k, ld = g->r + 1;
+  for (int64_t t = 0; t < g->nt; t++)
+    for (int64_t m = 0; m < g->m; m++)
+      for (int64_t c = 0; c < g->c; c++) {
+        const float *src = w + ((m * g->c + c) * g->k + t * g->kg) * g->k;
+        float *dst = wt + (t * ld + c * kk) * g->m + m;
+        for (int64_t j = 0; j < kk; j++) dst[j * g->m] = src[j];
+      }
+  memcpy(wt + g->r * g->m, b, g->m * sizeof *b);
+}
+
+/* dst[j][i] = src[i][j] for an [rows, cols] src, in 16x16 blocks. */
+static void transpose(const float *restrict src, int64_t rows, int64_t cols,
+                      float *restrict dst) {
+  for (int64_t i0 = 0; i0 < rows; i0 += 16)
+    for (int64_t j0 = 0; j0 < cols; j0 += 16)
+      for (int64_t i = i0; i < i0 + 16 && i < rows; i++)
+        for (int64_t j = j0; j < j0 + 16 && j < cols; j++)
+          dst[j * rows + i] = src[i * cols + j];
+}
+
+/* dW from its blocks transposed: w[m][c][t*kg + a][kx] =
+ * wt[t][(c*kg + a)*k + kx][m], block t having R+1 rows of M. */
+static void blocks_t_to_w(const conv_geom *g, const float *wt, float *w) {
+  const int64_t kk = g->kg * g->k;
+  for (int64_t t = 0; t < g->nt; t++)
+    for (int64_t c = 0; c < g->c; c++)
+      for (int64_t j = 0; j < kk; j++) {
+        const float *row = wt + (t * (g->r + 1) + c * kk + j) * g->m;
+        float *dst = w + (c * g->k + t * g->kg) * g->k + j;
+        for (int64_t m = 0; m < g->m; m++) dst[m * g->c * g->k * g->k] = row[m];
+      }
+}
+
+/* Offset in a row of L of window t (kernel rows t*kg...): stride phase
+ * t*kg % s, starting at lowered row t*kg / s. */
+static int64_t window(const conv_geom *g, int64_t t) {
+  int64_t ky = t * g->kg;
+  return ((ky % g->s) * g->j + ky / g->s) * g->wo;
+}
+
+/* Output columns [*lo, *hi) whose input column ox*s + kx - p lies in [0, w). */
+static void col_range(const conv_geom *g, int64_t kx, int64_t *lo, int64_t *hi) {
+  int64_t a = g->p - kx, b = g->w + g->p - kx;
+  *lo = a > 0 ? (a + g->s - 1) / g->s : 0;
+  *hi = b > 0 ? (b + g->s - 1) / g->s : 0;
+  if (*hi > g->wo) *hi = g->wo;
+  if (*lo > *hi) *lo = *hi;
+}
+
+/* One row of L: l[ox] = src[(ox - lo) * s] for ox in [lo, hi), else 0. */
+static void gather_row(float *restrict l, const float *restrict src, int64_t lo,
+                       int64_t hi, int64_t wo, int64_t s) {
+  for (int64_t ox = 0; ox < lo; ox++) l[ox] = 0.f;
+  if (s == 1)
+    memcpy(l + lo, src, (hi - lo) * sizeof *l);
+  else
+    for (int64_t ox = lo; ox < hi; ox++) l[ox] = src[(ox - lo) * s];
+  for (int64_t ox = hi; ox < wo; ox++) l[ox] = 0.f;
+}
+
+/* dst[i * s] += src[i] for i < n. */
+static void scatter_row(float *restrict dst, const float *restrict src, int64_t n,
+                        int64_t s) {
+  if (s == 1)
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+  else
+    for (int64_t i = 0; i < n; i++) dst[i * s] += src[i];
+}
+
+/* Whole-plane runs (see the top): in the rows of L of one (c, a, kx), rows
+ * [*j0, *j1) read input rows, and entry i is plane entry i + *off, which
+ * lies in the plane for i in [*i0, *i1). */
+static int flat_rows(const conv_geom *g) { return g->s == 1 && g->wo == g->w; }
+
+static void flat_span(const conv_geom *g, int64_t a, int64_t kx, int64_t *j0, int64_t *j1,
+                      int64_t *off, int64_t *i0, int64_t *i1) {
+  int64_t lo = g->p - a, hi = g->h + g->p - a; /* j with 0 <= j + a - p < h */
+  *j0 = lo < 0 ? 0 : lo < g->j ? lo : g->j;
+  *j1 = hi < g->j ? hi : g->j;
+  if (*j1 < *j0) *j1 = *j0;
+  *off = (a - g->p) * g->w + kx - g->p;
+  *i0 = *j0 * g->wo > -*off ? *j0 * g->wo : -*off;
+  *i1 = *j1 * g->wo < g->h * g->w - *off ? *j1 * g->wo : g->h * g->w - *off;
+  if (*i1 < *i0) *i1 = *i0;
+}
+
+/* Zeroes columns [0, lo) and [hi, Wo) of rows [j0, j1) of l. */
+static void zero_cols(float *l, int64_t j0, int64_t j1, int64_t lo, int64_t hi,
+                      int64_t wo) {
+  for (int64_t j = j0; j < j1; j++) {
+    for (int64_t ox = 0; ox < lo; ox++) l[j * wo + ox] = 0.f;
+    for (int64_t ox = hi; ox < wo; ox++) l[j * wo + ox] = 0.f;
+  }
+}
+
+static void lower_flat(const conv_geom *g, const float *x, float *l) {
+  const int64_t wo = g->wo, n = g->j * wo;
+  for (int64_t c = 0; c < g->c; c++, x += g->h * g->w)
+    for (int64_t a = 0; a < g->kg; a++)
+      for (int64_t kx = 0; kx < g->k; kx++, l += n) {
+        int64_t lo, hi, j0, j1, off, i0, i1;
+        col_range(g, kx, &lo, &hi);
+        flat_span(g, a, kx, &j0, &j1, &off, &i0, &i1);
+        memset(l, 0, j0 * wo * sizeof *l);
+        if (i1 > i0) memcpy(l + i0, x + i0 + off, (i1 - i0) * sizeof *l);
+        zero_cols(l, j0, j1, lo, hi, wo);
+        memset(l + j1 * wo, 0, (n - j1 * wo) * sizeof *l);
+      }
+}
+
+/* Columns outside [lo, hi) of dl hold gradients of padding: zeroed, they
+ * add nothing to the run's wrapped-around entries. */
+static void unlower_flat(const conv_geom *g, float *dl, float *dx) {
+  const int64_t wo = g->wo, n = g->j * wo;
+  for (int64_t c = 0; c < g->c; c++, dx += g->h * g->w)
+    for (int64_t a = 0; a < g->kg; a++)
+      for (int64_t kx = 0; kx < g->k; kx++, dl += n) {
+        int64_t lo, hi, j0, j1, off, i0, i1;
+        col_range(g, kx, &lo, &hi);
+        flat_span(g, a, kx, &j0, &j1, &off, &i0, &i1);
+        zero_cols(dl, j0, j1, lo, hi, wo);
+        if (i1 > i0) {
+          float *restrict d = dx + i0 + off;
+          const float *restrict s = dl + i0;
+          for (int64_t i = 0; i < i1 - i0; i++) d[i] += s[i];
+        }
+      }
+}
+
+/* l[(c*kg + a)*k + kx][(ry*J + j)*Wo + ox] =
+ *   x[c][j*s + ry + a - p][ox*s + kx - p], zero where that is padding. */
+static void lower(const conv_geom *g, const float *x, float *l) {
+  const int64_t s = g->s, wo = g->wo;
+  if (flat_rows(g)) {
+    lower_flat(g, x, l);
+    return;
+  }
+  for (int64_t c = 0; c < g->c; c++)
+    for (int64_t a = 0; a < g->kg; a++)
+      for (int64_t kx = 0; kx < g->k; kx++) {
+        int64_t lo, hi;
+        col_range(g, kx, &lo, &hi);
+        for (int64_t ry = 0; ry < g->ph; ry++)
+          for (int64_t j = 0; j < g->j; j++, l += wo) {
+            int64_t iy = j * s + ry + a - g->p;
+            if (iy < 0 || iy >= g->h) {
+              memset(l, 0, wo * sizeof *l);
+              continue;
+            }
+            gather_row(l, x + (c * g->h + iy) * g->w + lo * s + kx - g->p, lo, hi, wo, s);
+          }
+      }
+}
+
+/* The adjoint of lower: dx (zeroed by the caller) += every entry of dl at
+ * the input position it was copied from. May overwrite dl. */
+static void unlower(const conv_geom *g, float *dl, float *dx) {
+  const int64_t s = g->s, wo = g->wo;
+  if (flat_rows(g)) {
+    unlower_flat(g, dl, dx);
+    return;
+  }
+  for (int64_t c = 0; c < g->c; c++)
+    for (int64_t a = 0; a < g->kg; a++)
+      for (int64_t kx = 0; kx < g->k; kx++) {
+        int64_t lo, hi;
+        col_range(g, kx, &lo, &hi);
+        for (int64_t ry = 0; ry < g->ph; ry++)
+          for (int64_t j = 0; j < g->j; j++, dl += wo) {
+            int64_t iy = j * s + ry + a - g->p;
+            if (iy < 0 || iy >= g->h) continue;
+            scatter_row(dx + (c * g->h + iy) * g->w + lo * s + kx - g->p, dl + lo,
+                        hi - lo, s);
+          }
+      }
+}
+
+/* L's last row: ones, which multiply the bias column of W_0. */
+static void set_ones(const conv_geom *g, float *l) {
+  for (int64_t i = 0; i < g->ll; i++) l[g->r * g->ll + i] = 1.f;
+}
+
+/* y = max(y, 0), as Relu computes it. */
+static void relu_inplace(float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.f ? y[i] : 0.f;
+}
+
+static void conv_run(const dpm_op *op) {
+  conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *b = dpm_f32(op->in[2]);
+  float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g),
+        *yt = wb + w_floats(&g);
+  const int64_t hw = g.ho * g.wo, ld = g.r + 1;
+  const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
+  if (g.tr) {
+    w_to_blocks_t(&g, w, b, wb);
+  } else {
+    w_to_blocks(&g, w, wb);
+    for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b[m];
+  }
+  set_ones(&g, l);
+  for (int64_t n = 0; n < g.n; n++) {
+    float *yn = y + n * g.m * hw;
+    lower(&g, x + n * g.c * g.h * g.w, l);
+    /* Block 0 includes the bias and the ones row; the rest add on. */
+    for (int64_t t = 0; t < g.nt; t++) {
+      int inner = (int)(t ? g.r : ld);
+      if (g.tr) /* Y^T (+)= L_t^T W_t^T */
+        dpm_gemm_outer((int)hw, (int)g.m, inner, l + window(&g, t), 1, g.ll,
+                       wb + t * ld * g.m, g.m, t > 0, yt, g.m);
+      else /* Y (+)= W_t L_t */
+        dpm_gemm_outer((int)g.m, (int)hw, inner, wb + t * g.m * ld, ld, 1,
+                       l + window(&g, t), g.ll, t > 0, yn, hw);
+    }
+    if (g.tr) transpose(yt, hw, g.m, yn);
+    if (relu) relu_inplace(yn, g.m * hw);
+  }
+}
+
+static void conv_grad_run(const dpm_op *op) {
+  conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *dy = dpm_f32(op->in[2]);
+  float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
+  float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
+  float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
+  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwt = wb + w_floats(&g),
+        *dyt = dwt + w_floats(&g);
+  const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
+  if (dx) w_to_blocks(&g, w, wb);
+  set_ones(&g, l);
+  for (int64_t n = 0; n < g.n; n++) {
+    const float *dyn = dy + n * g.m * hw;
+    if (dw || db) {
+      /* dW_t^T += L_t dY^T; block 0 gets db as its last row, from L's row
+       * of ones. */
+      lower(&g, x + n * chw, l);
+      if (g.tr) transpose(dyn, g.m, hw, dyt);
+      for (int64_t t = 0; t < g.nt; t++) {
+        int rows = (int)(t ? g.r : ld);
+        if (g.tr)
+          dpm_gemm_outer(rows, (int)g.m, (int)hw, l + window(&g, t), g.ll, 1, dyt, g.m,
+                         n > 0, dwt + t * ld * g.m, g.m);
+        else
+          dpm_gemm_nt(&(dpm_gemm_nt_args){.n = rows,
+                                          .m = (int)g.m,
+                                          .k = (int)hw,
+                                          .x = l + window(&g, t),
+                                          .ldx = g.ll,
+                                          .w = dyn,
+                                          .ldw = hw,
+                                          .acc = n > 0,
+                                          .y = dwt + t * ld * g.m,
+                                          .ldy = g.m});
+      }
+    }
+    if (dx) {
+      /* dL overwrites L but its row of ones. */
+      float *dxn = dx + n * chw;
+      memset(l, 0, g.r * g.ll * sizeof *l);
+      for (int64_t t = 0; t < g.nt; t++) /* dL_t += W_t^T dY */
+        dpm_gemm_outer((int)g.r, (int)hw, (int)g.m, wb + t * g.m * ld, 1, ld, dyn, hw, 1,
+                       l + window(&g, t), g.ll);
+      memset(dxn, 0, chw * sizeof *dxn);
+      unlower(&g, l, dxn);
+    }
+  }
+  if (dw) blocks_t_to_w(&g, dwt, dw);
+  if (db) memcpy(db, dwt + g.r * g.m, g.m * sizeof *db);
+}
+
+const dpm_kernel_def DPM_CPU_KERNEL(CONV) = {.run = conv_run, .scratch = conv_scratch};
+const dpm_kernel_def DPM_CPU_KERNEL(CONV_GRADIENT) = {
+    .run = conv_grad_run,
+    .scratch = conv_grad_scratch,
+};
