@@ -233,7 +233,9 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   const Dpm__ParallelSpec *par = m->spec->parallel; /* submit always sets devices */
   if (!par || !par->n_devices)
     return dpm_errf(err, DPM_SPEC, "%s: the spec names no devices", m->spec->name);
-  dpm_trainer_options opt = {.net_type = -1, .devices = (int)par->n_devices,
+  /* .devices 0: the replicas are on the spec's devices, as named (kind and
+   * index: fenced:0, cpu:1) */
+  dpm_trainer_options opt = {.net_type = -1,
                              .max_bytes = m->d->cfg->max_model_bytes,
                              .max_bytes_name = "max_model_bytes",
                              .fs = dpmd_paths_data(m->d->paths)};
