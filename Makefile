@@ -128,10 +128,88 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md).
-test: deps $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(BUILD)/asan-bin/dpmd \
-      $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend
-	OPENBLAS_NUM_THREADS=1 ./tests/run.sh
+# ---- libraries -------------------------------------------------------------------
+# libdpmclient: the client library of include/dpm/client.h (client/lib/),
+# common/ and the generated protobuf code. libdpmpredict: the predictor
+# runtime of include/dpm/predictor.h: the engine (less predictor
+# extraction), the ops, the backends and the rest of the smallest set that
+# links (-Wl,--no-undefined fails the link when a file it needs is missing
+# here). Each is a shared library (soname lib*.so.MAJOR, file
+# lib*.so.DPM_VERSION) that exports only its headers' functions
+# (pkgconfig/*.map), and a static one, both from position-independent
+# objects (build/pic/); make install puts them, the headers and their
+# pkg-config files (pkgconfig/*.pc.in) in place.
+DPM_VERSION := $(shell sed -n 's/^.define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/client.h)
+DPM_SOMAJOR := $(firstword $(subst ., ,$(DPM_VERSION)))
+CLIENT_LIB_SRC  := $(wildcard client/lib/*.c common/*.c) $(PROTO_C)
+PREDICT_LIB_SRC := $(filter-out daemon/engine/predictor_extract.c, \
+                     $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/backend/*.c \
+                                daemon/backend/cpu/*.c)) \
+                   daemon/comm/comm.c daemon/comm/local.c common/status.c common/file.c \
+                   common/escape.c common/device.c $(PROTO_C)
+CLIENT_LIB_PKGS  := libprotobuf-c nanomsg yaml-0.1 zlib
+PREDICT_LIB_PKGS := libprotobuf-c openblas
+CLIENT_PIC  := $(call obj,pic,$(CLIENT_LIB_SRC))
+PREDICT_PIC := $(call obj,pic,$(PREDICT_LIB_SRC))
+DPM_LIBS := $(foreach l,dpmclient dpmpredict,$(BUILD)/lib/lib$(l).a \
+              $(BUILD)/lib/lib$(l).so.$(DPM_VERSION))
+libs: $(DPM_LIBS)
+.PHONY: libs
+
+$(BUILD)/pic/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fPIC -c $< -o $@
+$(BUILD)/pic/proto/%.o: $(BUILD)/proto/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fPIC -Wno-error -c $< -o $@
+$(BUILD)/pic/daemon/%.o: INC = -Iinclude -Idaemon -I.
+$(BUILD)/pic/client/%.o: INC = -Iinclude -Iclient -I.
+$(BUILD)/pic/common/%.o: INC = -Iinclude -I.
+
+$(BUILD)/lib/libdpmclient.a: $(CLIENT_PIC)
+$(BUILD)/lib/libdpmpredict.a: $(PREDICT_PIC)
+$(BUILD)/lib/%.a:
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/lib/libdpmclient.so.$(DPM_VERSION): LIB_PKGS = $(CLIENT_LIB_PKGS)
+$(BUILD)/lib/libdpmclient.so.$(DPM_VERSION): $(CLIENT_PIC) pkgconfig/dpmclient.map
+$(BUILD)/lib/libdpmpredict.so.$(DPM_VERSION): LIB_PKGS = $(PREDICT_LIB_PKGS)
+$(BUILD)/lib/libdpmpredict.so.$(DPM_VERSION): $(PREDICT_PIC) pkgconfig/dpmpredict.map
+$(BUILD)/lib/%.so.$(DPM_VERSION):
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,$*.so.$(DPM_SOMAJOR) -Wl,--no-undefined \
+	  -Wl,--version-script=$(filter %.map,$^) $(LDFLAGS) -o $@ $(filter %.o,$^) \
+	  -Wl,--as-needed $$(pkg-config --libs $(LIB_PKGS)) -lpthread -lm
+	ln -sf $(notdir $@) $(BUILD)/lib/$*.so.$(DPM_SOMAJOR)
+	ln -sf $*.so.$(DPM_SOMAJOR) $(BUILD)/lib/$*.so
+
+# make test: every test (tests/run.sh: unit tests, every end-to-end script,
+# source checks, fuzz replays and smokes); make check: the quick tier for the
+# edit loop (tests/run.sh --quick: no slow end-to-end script, no fuzz smoke).
+# Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md); the
+# checks run two at a time (TEST_JOBS=N for more or fewer).
+# Both first build what they need with TEST_JOBS jobs (default: the CPUs),
+# unless make itself was given -j: test-build has protoc-c write the
+# generated code once (its rule makes two files), then runs this make again
+# with -j and TEST_RUN=no, which builds the target's prerequisites and runs
+# no test.
+TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(BUILD)/asan-bin/dpmd \
+              $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(DPM_LIBS)
+TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
+                                $(wildcard tests/fuzz/fuzz_*.c))
+TEST_CPUS = $(shell nproc 2>/dev/null || echo 1)
+.PHONY: check test-build
+test-build: deps
+	$(if $(TEST_RUN)$(findstring -j,$(MAKEFLAGS)),@:,$(MAKE) $(PROTO_H) && \
+	  $(MAKE) -j$(or $(TEST_JOBS),$(TEST_CPUS)) TEST_RUN=no $(filter test check,$(MAKECMDGOALS)))
+
+test: deps test-build $(TEST_NEEDS)
+	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh)
+
+check: deps test-build $(TEST_NEEDS) $(TEST_FUZZ_REPLAY)
+	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh --quick)
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train
 	for b in $(BENCHES); do OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
@@ -142,21 +220,40 @@ demo: deps $(PROGS)
 	./scripts/demo.sh
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
-# and client headers, the systemd unit and the default config (never
-# overwriting an existing /etc/dpmd/dpmd.yaml).
+# and client headers, the libraries and their pkg-config files (in
+# LIBDIR=PREFIX/lib), the systemd unit and the default config (never
+# overwriting an existing /etc/dpmd/dpmd.yaml). Without DESTDIR, as root,
+# ldconfig then updates the loader's cache.
 PREFIX  ?= /usr/local
 SYSCONF ?= /etc
 UNITDIR ?= /lib/systemd/system
-install: $(PROGS)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/dpm \
-	  $(DESTDIR)$(PREFIX)/include/dpm/proto $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONF)/dpmd
+LIBDIR  ?= $(PREFIX)/lib
+INCDIR  ?= $(PREFIX)/include
+# The .pc files name LIBDIR and INCDIR from ${prefix} when they are under it,
+# so that pkg-config --define-variable=prefix=... relocates them.
+pc_dir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+install: $(PROGS) $(DPM_LIBS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(INCDIR)/dpm \
+	  $(DESTDIR)$(INCDIR)/dpm/proto $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONF)/dpmd
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 include/dpm/*.h $(DESTDIR)$(PREFIX)/include/dpm/
-	install -m 644 $(PROTO_H) $(DESTDIR)$(PREFIX)/include/dpm/proto/
+	install -m 644 include/dpm/*.h $(DESTDIR)$(INCDIR)/dpm/
+	install -m 644 $(PROTO_H) $(DESTDIR)$(INCDIR)/dpm/proto/
 	sed 's|@BINDIR@|$(PREFIX)/bin|g' systemd/dpmd.service > $(DESTDIR)$(UNITDIR)/dpmd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/dpmd.service
 	[ -e $(DESTDIR)$(SYSCONF)/dpmd/dpmd.yaml ] || \
 	  install -m 644 systemd/dpmd.yaml $(DESTDIR)$(SYSCONF)/dpmd/dpmd.yaml
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig
+	for l in dpmclient dpmpredict; do \
+	  install -m 644 $(BUILD)/lib/lib$$l.a $(DESTDIR)$(LIBDIR)/ && \
+	  install -m 755 $(BUILD)/lib/lib$$l.so.$(DPM_VERSION) $(DESTDIR)$(LIBDIR)/ && \
+	  ln -sf lib$$l.so.$(DPM_VERSION) $(DESTDIR)$(LIBDIR)/lib$$l.so.$(DPM_SOMAJOR) && \
+	  ln -sf lib$$l.so.$(DPM_SOMAJOR) $(DESTDIR)$(LIBDIR)/lib$$l.so && \
+	  sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(call pc_dir,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call pc_dir,$(INCDIR))|' -e 's|@VERSION@|$(DPM_VERSION)|' \
+	    pkgconfig/$$l.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc && \
+	  chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc || exit 1; \
+	done
+	[ -n "$(DESTDIR)" ] || [ "$$(id -u)" -ne 0 ] || ldconfig
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -54,8 +54,6 @@ ctl_fails() {
 # json_str LINE KEY: the string value of KEY in a one-line JSON object.
 json_str() { echo "$1" | sed -n "s/.*\"$2\":\"\([^\"]*\)\".*/\1/p"; }
 
-# expect WHAT ACTUAL WANTED
-expect() { [ "$2" = "$3" ] || die "$1: got '$2', expected '$3'"; }
 
 # wait_state NAME STATE: polls status until the model is in STATE (30 s).
 wait_state() {
@@ -121,4 +119,27 @@ tiny_ops() {
   - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}
 losses: [loss]
 YAML
+}
+# poll SECONDS WHAT COMMAND...: runs COMMAND every 50 ms until it succeeds;
+# fails the test ("WHAT: not within SECONDS s") when it has not by then.
+poll() {
+  _end=$(($(date +%s) + $1)) _secs=$1 _what=$2
+  shift 2
+  until "$@"; do
+    [ "$(date +%s)" -lt "$_end" ] || die "$_what: not within $_secs s"
+    sleep 0.05
+  done
+}
+# iter_above NAME N: NAME's iteration is above N.
+iter_above() { [ "$(iter_of "$1")" -gt "$2" ]; }
+# free_port: a tcp port that no socket of this machine uses (/proc/net/tcp
+# and tcp6), at random in 20000-32767 (below the ephemeral ports), so that
+# tests running at once do not meet on one.
+free_port() {
+  _used=" $(sed -n 's/^ *[0-9]*: [0-9A-Fa-f]*:\([0-9A-Fa-f]*\) .*/\1/p' /proc/net/tcp \
+    /proc/net/tcp6 2>/dev/null | while read -r _h; do echo $((0x$_h)); done | tr '\n' ' ') "
+  while :; do
+    _p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 12768))
+    case $_used in *" $_p "*) ;; *) echo "$_p" && return 0 ;; esac
+  done
 }

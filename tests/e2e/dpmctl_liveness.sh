@@ -64,7 +64,9 @@ tpid=$!
 build/dpmctl watch m >"$T/watch.out" 2>&1 &
 wpid=$!
 wait_state m training
-sleep 0.5 # watch has subscribed and pinged
+# watch has pinged and asked for the events endpoint (then it subscribes)
+watch_asked() { [ "$(metric 'dpmd_requests_total{command="watch"')" -gt 0 ]; }
+poll 10 "watch's request" watch_asked
 t0=$(ms)
 kill -9 "$DPMD_PID"
 wait "$DPMD_PID" 2>/dev/null || :
@@ -93,7 +95,7 @@ expect "iter restored" "$(iter_of m)" "$C"
 build/dpmctl train m --iters $BIG --wait --no-progress >"$T/train2.out" 2>&1 &
 tpid=$!
 wait_state m training
-[ "$(iter_of m)" -gt "$C" ] || sleep 0.2
+poll 10 "m training past its checkpoint" iter_above m "$C"
 kill -9 "$DPMD_PID"
 wait "$DPMD_PID" 2>/dev/null || :
 DPMD_PID=""

@@ -336,7 +336,7 @@ stop_dpmd
 sanitizers_quiet "$T/dpmd.log"
 
 # ---- 13. tcp listen addresses -------------------------------------------------------------------------
-PORT=$((20000 + $$ % 20000))
+PORT=$(free_port)
 set +e
 timeout 30 "$DPMD" --listen "tcp://localhost:$PORT" --state-dir "$T/s13" --devices 1 \
   2>"$T/tcp.log"
