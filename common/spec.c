@@ -625,19 +625,13 @@ static const spec_section eval_section = {.path = "eval",
 static const spec_choice net_type_choices[] = {
     {"dag", DPM__NET_TYPE__NET_DAG}, {"simple", DPM__NET_TYPE__NET_SIMPLE}, {NULL, 0}};
 
-static dpm_status spec_check_rendezvous(spec_ctx *c, const dpm_ynode *map, void *msg) {
-  Dpm__Rendezvous *r = msg;
-  return spec_check_shards(c, map, r->shard_id, r->num_shards);
-}
-
 static const spec_field rendezvous_fields[] = {
-    F_STR(Dpm__Rendezvous, address, .required = 1),
-    F_U32(Dpm__Rendezvous, shard_id, 0),
-    F_U32(Dpm__Rendezvous, num_shards, 1),
-    F_STR(Dpm__Rendezvous, engine),
+    F_STR(Dpm__Rendezvous, store),
+    F_STR(Dpm__Rendezvous, interface),
+    F_U32(Dpm__Rendezvous, timeout_ms, 1),
 };
-static const spec_section rendezvous_section = SECTION(
-    "parallel.rendezvous", dpm__rendezvous, rendezvous_fields, spec_check_rendezvous);
+static const spec_section rendezvous_section =
+    SECTION("parallel.rendezvous", dpm__rendezvous, rendezvous_fields, NULL);
 
 /* Parses "0" or "3-7" (decimal ids <= DPM_MAX_DEVICE_INDEX) into [a, b]. */
 static int spec_device_range(const char *s, unsigned *a, unsigned *b) {
@@ -731,6 +725,7 @@ static const spec_field parallel_fields[] = {
     F_BOOL(Dpm__ParallelSpec, broadcast_computed_params),
     F_BOOL(Dpm__ParallelSpec, optimize_gradient_memory),
     F_U64(Dpm__ParallelSpec, bucket_bytes, 0),
+    F_STRS(Dpm__ParallelSpec, shards),
     F_SUB(Dpm__ParallelSpec, rendezvous, rendezvous_section),
 };
 static const spec_section parallel_section =

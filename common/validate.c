@@ -3,6 +3,7 @@
  * descriptors. */
 #include "common/validate.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -226,17 +227,73 @@ static dpm_status parallel(vctx *c, const Dpm__ParallelSpec *p) {
   }
   if (!enum_ok(&dpm__net_type__descriptor, p->net_type))
     return fail(c, "parallel.net_type: unknown net type %d (dag, simple)", (int)p->net_type);
+  if (p->n_shards > DPM_SPEC_MAX_SHARDS)
+    return fail(c, "parallel.shards: %zu daemons, at most %u", p->n_shards,
+                DPM_SPEC_MAX_SHARDS);
+  for (size_t i = 0; i < p->n_shards; i++) {
+    if (!dpm_shard_endpoint_valid(p->shards[i]))
+      return fail(c, "parallel.shards[%zu] is not tcp://HOST:PORT or ipc:///PATH", i);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(p->shards[i], p->shards[j]))
+        return fail(c, "parallel.shards: entries %zu and %zu name the same daemon", j, i);
+  }
   const Dpm__Rendezvous *r = p->rendezvous;
   if (r) {
-    if (!r->address || !r->address[0] || dpm_has_control(r->address))
-      return fail(c, "parallel.rendezvous.address is not an address");
-    if (r->num_shards < 1 || r->shard_id >= r->num_shards)
-      return fail(c, "parallel.rendezvous: shard_id %u must be below num_shards %u",
-                  r->shard_id, r->num_shards);
-    if (r->engine && dpm_has_control(r->engine))
-      return fail(c, "parallel.rendezvous.engine is not a name");
+    if (r->store && !dpm_store_url_valid(r->store))
+      return fail(c, "parallel.rendezvous.store is not daemon, redis://HOST:PORT or "
+                     "file:///DIR");
+    if (r->interface && !dpm_interface_name_valid(r->interface))
+      return fail(c, "parallel.rendezvous.interface is not a network interface name");
+    if (r->timeout_ms < 1 || r->timeout_ms > DPM_SPEC_MAX_TIMEOUT_MS)
+      return fail(c, "parallel.rendezvous.timeout_ms %u is outside [1, %u]", r->timeout_ms,
+                  DPM_SPEC_MAX_TIMEOUT_MS);
   }
   return DPM_OK;
+}
+
+/* HOST:PORT at s: a host of [A-Za-z0-9.-] (or a bracketed IPv6 address),
+ * a port of 1..65535, nothing after. */
+static int host_port_valid(const char *s) {
+  const char *colon = strrchr(s, ':');
+  if (!colon || colon == s || colon - s > 253) return 0;
+  if (s[0] == '[') {
+    if (colon[-1] != ']' || colon - s < 3) return 0;
+    for (const char *q = s + 1; q < colon - 1; q++)
+      if (!strchr("0123456789abcdefABCDEF:.", *q)) return 0;
+  } else {
+    for (const char *q = s; q < colon; q++)
+      if (!(isalnum((unsigned char)*q) || *q == '.' || *q == '-')) return 0;
+  }
+  size_t n = strspn(colon + 1, "0123456789");
+  if (n < 1 || n > 5 || colon[1 + n]) return 0;
+  long port = strtol(colon + 1, NULL, 10);
+  return port >= 1 && port <= 65535;
+}
+
+/* An absolute path of at most 200 bytes without control bytes. */
+static int abs_path_valid(const char *s) {
+  return s[0] == '/' && strlen(s) <= 200 && !dpm_has_control(s);
+}
+
+int dpm_shard_endpoint_valid(const char *ep) {
+  if (!strncmp(ep, "tcp://", 6)) return host_port_valid(ep + 6);
+  if (!strncmp(ep, "ipc://", 6)) return abs_path_valid(ep + 6);
+  return 0;
+}
+
+int dpm_store_url_valid(const char *url) {
+  if (!strcmp(url, "daemon")) return 1;
+  if (!strncmp(url, "redis://", 8)) return host_port_valid(url + 8);
+  if (!strncmp(url, "file://", 7)) return abs_path_valid(url + 7);
+  return 0;
+}
+
+int dpm_interface_name_valid(const char *name) {
+  size_t n = strlen(name);
+  if (n < 1 || n > 15 || !strcmp(name, ".") || !strcmp(name, "..")) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(isalnum((unsigned char)name[i]) || strchr("._-@", name[i]))) return 0;
+  return 1;
 }
 
 int dpm_checkpoint_every_parse(const char *s, Dpm__CheckpointPolicy *p) {

@@ -26,6 +26,8 @@
 #define DPM_SPEC_MAX_SIDE 65536         /* synthetic shape entries */
 #define DPM_SPEC_MAX_PIXELS (1u << 26)  /* synthetic C x H x W */
 #define DPM_SPEC_MAX_CLASSES (1u << 24) /* num_classes */
+#define DPM_SPEC_MAX_SHARDS 256         /* parallel.shards: daemons of a job */
+#define DPM_SPEC_MAX_TIMEOUT_MS 3600000 /* parallel.rendezvous.timeout_ms */
 
 /* 1 for a usable model name: 1..DPM_SPEC_MAX_NAME of A-Z a-z 0-9 . _ -, not
  * starting with '.' (it names a directory in dpmd's state dir). */
@@ -33,6 +35,16 @@ int dpm_model_name_valid(const char *name);
 /* 1 for a usable blob name: 1..DPM_SPEC_MAX_BLOB_NAME bytes without control
  * bytes ("cpu_0/h", scoped as Caffe2 wrote it, is stripped to "h"). */
 int dpm_blob_name_valid(const char *name);
+
+/* A daemon of a fleet (parallel.shards): tcp://HOST:PORT (host of
+ * [A-Za-z0-9.-] or [IPv6], port 1..65535) or ipc:///PATH (absolute, at
+ * most 200 bytes, no control bytes). */
+int dpm_shard_endpoint_valid(const char *ep);
+/* A rendezvous store (parallel.rendezvous.store): "daemon",
+ * "redis://HOST:PORT" or "file:///DIR" (absolute as above). */
+int dpm_store_url_valid(const char *url);
+/* A network interface name: 1..15 of [A-Za-z0-9._-@], not "." or "..". */
+int dpm_interface_name_valid(const char *name);
 
 dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err);
 /* "N" (every N iterations) or "Ns" (every N seconds), N a whole number;

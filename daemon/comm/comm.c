@@ -56,7 +56,7 @@ dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *
   int world = cfg->world ? cfg->world : cfg->size;
   switch (cfg->kind) {
   case DPM_COMM_LOCAL:
-    if (cfg->rank_base != 0 || world != cfg->size || cfg->rendezvous)
+    if (cfg->rank_base != 0 || world != cfg->size)
       return dpm_errf(err, DPM_UNSUPPORTED,
                       "a job of %d ranks over several hosts needs a communicator across "
                       "them (gloo), which this build does not have; the %d local ranks "

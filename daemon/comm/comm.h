@@ -120,20 +120,45 @@ void dpm_comm_destroy(dpm_comm *c);
  * hosts and NCCL across GPUs later fill the same config). */
 typedef enum {
   DPM_COMM_LOCAL, /* the ranks are threads of this process, host buffers */
-  DPM_COMM_GLOO,  /* host buffers, several hosts over TCP (not in this build) */
+  DPM_COMM_GLOO,  /* host buffers; this process's ranks reduce locally, then Gloo
+                     across the job's processes (hosts) over TCP */
   DPM_COMM_NCCL,  /* device buffers and streams (not in this build) */
 } dpm_comm_kind;
 
-struct Dpm__Rendezvous;
+/* A key-value store served by the caller, for a rendezvous whose store is
+ * "daemon" (the coordinating dpmd's): set stores a value under a key once;
+ * get returns a malloc'd copy of a key's value, waiting up to timeout_ms for
+ * it to be set (DPM_TIMEOUT after that). Called from the thread that creates
+ * the communicator. */
+typedef struct dpm_comm_store {
+  void *ctx;
+  dpm_status (*set)(void *ctx, const char *key, const void *value, size_t len,
+                    dpm_err *err);
+  dpm_status (*get)(void *ctx, const char *key, int timeout_ms, void **value, size_t *len,
+                    dpm_err *err);
+} dpm_comm_store;
+
+/* How the processes of a job find each other (gloo). Every process of one
+ * formation of the job passes the same store and prefix; a new formation
+ * (after a failure, or with other processes) needs a new prefix, since a
+ * store's keys cannot be set twice. */
+typedef struct dpm_comm_rendezvous {
+  const char *store;      /* "file:///DIR", "redis://HOST:PORT", or NULL: kv */
+  const dpm_comm_store *kv; /* the caller's store, when store is NULL */
+  const char *prefix;     /* the formation's keys: "JOB/FORMATION", unique */
+  const char *iface;      /* network interface to bind; NULL: the host name's address */
+} dpm_comm_rendezvous;
 
 typedef struct dpm_comm_config {
   dpm_comm_kind kind;
   int size;       /* ranks this process runs (its replicas), 1..DPM_COMM_MAX_RANKS */
-  int rank_base;  /* the job-wide rank of this process's rank 0 */
-  int world;      /* ranks in the whole job (all hosts); 0: size */
-  int timeout_ms; /* how long a rank waits for its peers, > 0 */
-  const struct Dpm__Rendezvous *rendezvous; /* gloo: how the group forms */
-  void *const *streams;                     /* nccl: one per local rank */
+  int rank_base;  /* the job-wide rank of this process's rank 0: a multiple of
+                     size (every process runs as many ranks) */
+  int world;      /* ranks in the whole job (all processes); 0: size */
+  int timeout_ms; /* how long a rank waits for its peers, > 0; also every wait
+                     of the rendezvous */
+  dpm_comm_rendezvous rendezvous; /* gloo: how the processes meet */
+  void *const *streams;           /* nccl: one per local rank */
 } dpm_comm_config;
 
 /* A new communicator for cfg. DPM_UNSUPPORTED for a backend this build

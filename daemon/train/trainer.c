@@ -393,7 +393,6 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
       .size = t->n,
       .world = t->n * t->shards,
       .timeout_ms = t->opt.comm_timeout_ms,
-      .rendezvous = rv,
   };
   if (t->comm_cfg.world == 1) return DPM_OK;
   if (dpm_comm_create(&t->comm_cfg, &t->comm, err))

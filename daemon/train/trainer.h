@@ -39,6 +39,7 @@
 
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "common/device.h"
 #include "engine/model.h"
 #include "parallel/plan.h"
@@ -78,6 +79,16 @@ typedef struct dpm_trainer_options {
    * reduction instead of taking parts of their last backward op
    * (parallel/share.h); for comparisons. Results are the same either way. */
   int no_share;
+  /* This process's part of a job over several processes (hosts): shard
+   * shard_id of num_shards, each running the same devices. num_shards 0 or
+   * 1: a job of this process alone. Above 1, the replicas reduce locally,
+   * then across the shards through the gloo communicator (comm/comm.h)
+   * formed at rendezvous (store and prefix; comm_timeout_ms bounds every
+   * wait); the reader takes the shard's slice of each global batch. */
+  struct {
+    int shard_id, num_shards;
+    dpm_comm_rendezvous rendezvous;
+  } fleet;
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;

@@ -56,7 +56,8 @@ static const char FULL[] =
     "  broadcast_computed_params: false\n"                                   /* 40 */
     "  optimize_gradient_memory: true\n"                                     /* 41 */
     "  bucket_bytes: 1048576\n"                                              /* 42 */
-    "  rendezvous: {address: \"tcp://host0:7071\", shard_id: 1, num_shards: 2}\n";
+    "  shards: [\"tcp://host0:7070\", \"tcp://host1:7070\"]\n"                 /* 43 */
+    "  rendezvous: {store: \"redis://10.0.0.1:6379\", interface: eth0, timeout_ms: 5000}\n";
 /* clang-format on */
 
 static const Dpm__Argument *find_arg(const Dpm__Operator *op, const char *name) {
@@ -168,9 +169,10 @@ TEST(spec_full_example) {
   CHECK(p->has_broadcast_computed_params && !p->broadcast_computed_params);
   CHECK(p->optimize_gradient_memory);
   CHECK_INT(p->bucket_bytes, 1048576);
-  CHECK(p->rendezvous && strcmp(p->rendezvous->address, "tcp://host0:7071") == 0);
-  CHECK(p->rendezvous->shard_id == 1 && p->rendezvous->num_shards == 2);
-  CHECK(strcmp(p->rendezvous->engine, "gloo") == 0); /* protobuf default */
+  CHECK(p->n_shards == 2 && strcmp(p->shards[1], "tcp://host1:7070") == 0);
+  CHECK(p->rendezvous && strcmp(p->rendezvous->store, "redis://10.0.0.1:6379") == 0);
+  CHECK(strcmp(p->rendezvous->interface, "eth0") == 0);
+  CHECK_INT(p->rendezvous->timeout_ms, 5000);
   dpm_spec_free(s);
 }
 
@@ -328,8 +330,8 @@ TEST(spec_error_missing_key) {
   EXPECT(MINI "input: {reader: idx, images: i}\n",
          "t.yaml:5:8: ", "missing key 'labels' in input");
   EXPECT(MINI "eval:\n  images: a\n", "t.yaml:6:3: ", "missing key 'labels' in eval");
-  EXPECT(MINI "parallel: {rendezvous: {shard_id: 0}}\n",
-         "t.yaml:5:24: ", "missing key 'address' in parallel.rendezvous");
+  EXPECT(MINI "parallel: {rendezvous: {address: x}}\n",
+         "t.yaml:5:25: ", "unknown key 'address' in parallel.rendezvous");
 }
 
 TEST(spec_error_structure) {

@@ -153,6 +153,55 @@ TEST(validate_refuses_sizes_over_the_limits) {
   dpm_spec_free(s);
 }
 
+/* A fleet's daemons and its rendezvous: endpoints, stores and interface
+ * names have one form each; anything else is refused before it is used. */
+TEST(validate_checks_shards_and_rendezvous) {
+  CHECK(dpm_shard_endpoint_valid("tcp://host-a.example:7070"));
+  CHECK(dpm_shard_endpoint_valid("tcp://[::1]:7070"));
+  CHECK(dpm_shard_endpoint_valid("ipc:///run/dpmd.sock"));
+  const char *bad_ep[] = {"tcp://host", "tcp://:7070", "tcp://h:0", "tcp://h:65536",
+                          "tcp://h:70x", "tcp://a b:1", "ipc://rel.sock", "http://h:1",
+                          "tcp://[zz]:1", ""};
+  for (size_t i = 0; i < sizeof bad_ep / sizeof *bad_ep; i++)
+    CHECK(!dpm_shard_endpoint_valid(bad_ep[i]));
+  CHECK(dpm_store_url_valid("daemon") && dpm_store_url_valid("redis://127.0.0.1:6379"));
+  CHECK(dpm_store_url_valid("file:///shared/rdv"));
+  CHECK(!dpm_store_url_valid("redis://h") && !dpm_store_url_valid("file://rel/dir"));
+  CHECK(!dpm_store_url_valid("Daemon") && !dpm_store_url_valid("file:///a\nb"));
+  CHECK(dpm_interface_name_valid("eth0") && dpm_interface_name_valid("veth-a.1"));
+  CHECK(!dpm_interface_name_valid("..") && !dpm_interface_name_valid("averylonginterface"));
+  CHECK(!dpm_interface_name_valid("eth0/x") && !dpm_interface_name_valid(""));
+
+  Dpm__ModelSpec *s = good();
+  CHECK(s);
+  char *eps[] = {"tcp://a:7070", "tcp://b:7070", "tcp://a:7070"};
+  s->parallel->shards = eps;
+  s->parallel->n_shards = 2;
+  dpm_err err = {0};
+  CHECK_INT(dpm_spec_validate(s, &err), DPM_OK);
+  s->parallel->n_shards = 3;
+  CHECK(refused(s, "parallel.shards: entries 0 and 2 name the same daemon"));
+  eps[2] = "tcp://c";
+  CHECK(refused(s, "parallel.shards[2] is not tcp://HOST:PORT"));
+  s->parallel->n_shards = DPM_SPEC_MAX_SHARDS + 1;
+  CHECK(refused(s, "parallel.shards: 257 daemons, at most 256"));
+  s->parallel->shards = NULL;
+  s->parallel->n_shards = 0;
+  Dpm__Rendezvous r = DPM__RENDEZVOUS__INIT;
+  s->parallel->rendezvous = &r;
+  CHECK_INT(dpm_spec_validate(s, &err), DPM_OK); /* the defaults: daemon, 60 s */
+  r.store = "redis://h";
+  CHECK(refused(s, "parallel.rendezvous.store is not daemon"));
+  r.store = "file:///tmp/rdv";
+  r.interface = "../eth0";
+  CHECK(refused(s, "parallel.rendezvous.interface is not"));
+  r.interface = NULL;
+  r.timeout_ms = 0;
+  CHECK(refused(s, "parallel.rendezvous.timeout_ms 0 is outside [1, 3600000]"));
+  s->parallel->rendezvous = NULL;
+  dpm_spec_free(s);
+}
+
 TEST(checkpoint_every_parses_iterations_or_seconds) {
   Dpm__CheckpointPolicy p = DPM__CHECKPOINT_POLICY__INIT;
   CHECK(dpm_checkpoint_every_parse("1000", &p) == 0 && p.has_every_iters &&
