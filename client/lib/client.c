@@ -1,72 +1,27 @@
-/* The dpm client library (include/dpm/client.h): a raw nanomsg REQ socket
- * for Request -> Response, a SUB socket for events.
+/* The dpm client library (include/dpm/client.h): the calls are the
+ * request/reply core of common/rpc.h (shared with dpmd, which calls its
+ * peers with it; common/rpc.c describes the wire, matching and liveness)
+ * behind the public names, and this file adds the default endpoint and
+ * the events socket.
  *
- * Raw REQ, never a resend: a cooked REQ socket resends a request whose
- * connection dropped as soon as it has another one, so a train, checkpoint
- * or eval in flight when dpmd was restarted ran again, by itself, on the
- * next daemon. The socket here is AF_SP_RAW, which never resends; the
- * client writes nanomsg's REQ header itself: 4 bytes, big-endian, the low 31
- * bits of the request id with the top bit set, before the packed Request.
- * dpmd's raw REP socket keeps that header and sends it back before the
- * packed Response (nanomsg's xreq splits it off; it is read back as the
- * SP_HDR control message of nn_recvmsg).
- *
- * Matching: by the Response's id, which dpmd copies from the Request's.
- * Answers to earlier requests (calls that timed out) are skipped; an id this
- * client never sent is DPM_CORRUPT. A Response with id 0 (dpmd could not
- * read the request) is matched by the header's id instead.
- *
- * Liveness: a call whose answer has not come within DPM_PING_AFTER_MS sends
- * a ping (its own id, on the same socket) every DPM_PING_AFTER_MS. Anything
- * that arrives counts as the daemon answering; after DPM_LIVENESS_MS without
- * anything the call fails (DPM_TIMEOUT). A ping answer carries the daemon's
- * instance (VersionInfo.instance, drawn at each start): the client keeps the
- * first nonzero one it sees, from a ping or version call or from a call's
- * pings, and a call whose ping is answered by another instance fails at once
- * (DPM_IO): the connection its request went out on is gone, and the request
- * with it. A daemon that sends no instance (0) is never taken for restarted.
- * Callers that may wait long ping once first (dpm_client_ping), so that a
- * restart before the call's first ping is noticed too; short calls cost
- * nothing extra.
- *
- * No daemon: while the socket has no connection, a request cannot leave.
- * For an ipc:// endpoint the client then tries connect() on the socket file
- * itself: a file that is missing, or that nobody listens on, fails the call
- * at once (DPM_IO, naming the path) instead of waiting for a daemon.
- * Otherwise the call waits for the connection up to its timeout, at most
- * DPM_LIVENESS_MS.
- *
- * Events: each message is "MODEL\n" + a packed Event; a message without the
- * '\n' or whose Event does not unpack is skipped (dpm_events_next keeps
- * waiting): a subscriber should not die of one bad publication. */
+ * Events: a SUB socket; each message is "MODEL\n" + a packed Event; a
+ * message without the '\n' or whose Event does not unpack is skipped
+ * (dpm_events_next keeps waiting): a subscriber should not die of one bad
+ * publication. */
 #include "dpm/client.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/pubsub.h>
-#include <nanomsg/reqrep.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
-#include <unistd.h>
 
-#define HEADER_BYTES 4
-#define HEADER_BOTTOM 0x80000000u /* the last word of a REQ backtrace */
-#define HEADER_ID_MASK 0x7fffffffu
+#include "common/rpc.h"
 
 struct dpm_client {
-  int sock;       /* AF_SP_RAW NN_REQ */
-  int timeout_ms; /* < 0: forever */
-  char *endpoint;
-  char *ipc_path; /* the socket file of an ipc:// endpoint; NULL otherwise */
-  char *token;    /* NULL: none */
-  uint64_t next_id;
-  uint64_t instance; /* the daemon's, from a ping answer; 0: not known */
+  dpm_rpc *rpc;
 };
 
 struct dpm_events {
@@ -80,10 +35,6 @@ static int64_t now_ms(void) {
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-static int set_int(int sock, int level, int option, int value) {
-  return nn_setsockopt(sock, level, option, &value, sizeof value);
-}
-
 /* Milliseconds left before deadline (-1: none), at least 0. */
 static int remaining(int64_t deadline) {
   if (deadline < 0) return -1;
@@ -92,30 +43,8 @@ static int remaining(int64_t deadline) {
   return left > INT_MAX ? INT_MAX : (int)left;
 }
 
-/* A socket of the given family and protocol with unlimited message size.
- * Returns the socket or -1 with err set. */
-static int open_socket(int family, int protocol, dpm_err *err) {
-  int s = nn_socket(family, protocol);
-  if (s < 0) {
-    dpm_errf(err, DPM_IO, "cannot create a nanomsg socket: %s", nn_strerror(nn_errno()));
-    return -1;
-  }
-  if (set_int(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, -1) < 0 ||
-      set_int(s, NN_SOL_SOCKET, NN_IPV4ONLY, 0) < 0) { /* tcp://[::1]:P too */
-    dpm_errf(err, DPM_IO, "nanomsg: socket options: %s", nn_strerror(nn_errno()));
-    nn_close(s);
-    return -1;
-  }
-  return s;
-}
-
-static int connect_socket(int s, const char *endpoint, dpm_err *err) {
-  if (nn_connect(s, endpoint) < 0) {
-    int e = nn_errno();
-    dpm_errf(err, DPM_IO, "cannot connect to '%s': %s", endpoint, nn_strerror(e));
-    return -1;
-  }
-  return 0;
+static int set_int(int sock, int level, int option, int value) {
+  return nn_setsockopt(sock, level, option, &value, sizeof value);
 }
 
 dpm_status dpm_client_open(const char *endpoint, int timeout_ms, dpm_client **out,
@@ -126,23 +55,12 @@ dpm_status dpm_client_open(const char *endpoint, int timeout_ms, dpm_client **ou
     const char *env = getenv("DPM_ENDPOINT");
     endpoint = env && *env ? env : DPM_DEFAULT_ENDPOINT;
   }
-  if (!*endpoint) return dpm_errf(err, DPM_IO, "empty endpoint");
   dpm_client *c = calloc(1, sizeof *c);
-  if (!c || !(c->endpoint = strdup(endpoint)) ||
-      (!strncmp(endpoint, "ipc://", 6) && !(c->ipc_path = strdup(endpoint + 6)))) {
-    if (c) free(c->endpoint);
+  if (!c) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  dpm_status s = dpm_rpc_open(endpoint, timeout_ms, &c->rpc, err);
+  if (s) {
     free(c);
-    return dpm_errf(err, DPM_NOMEM, "out of memory");
-  }
-  c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
-  c->next_id = 1;
-  c->sock = open_socket(AF_SP_RAW, NN_REQ, err);
-  if (c->sock < 0 || connect_socket(c->sock, endpoint, err)) {
-    if (c->sock >= 0) nn_close(c->sock);
-    free(c->endpoint);
-    free(c->ipc_path);
-    free(c);
-    return DPM_IO;
+    return s;
   }
   *out = c;
   return DPM_OK;
@@ -150,166 +68,19 @@ dpm_status dpm_client_open(const char *endpoint, int timeout_ms, dpm_client **ou
 
 dpm_status dpm_client_set_token(dpm_client *c, const char *token, dpm_err *err) {
   if (!c) return dpm_errf(err, DPM_INVALID, "dpm_client_set_token: client is NULL");
-  char *t = NULL;
-  if (token && !(t = strdup(token))) return dpm_errf(err, DPM_NOMEM, "out of memory");
-  free(c->token);
-  c->token = t;
-  return DPM_OK;
+  return dpm_rpc_set_token(c->rpc, token, err);
 }
 
 void dpm_client_set_timeout(dpm_client *c, int timeout_ms) {
-  if (c) c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
+  if (c) dpm_rpc_set_timeout(c->rpc, timeout_ms);
 }
 
-const char *dpm_client_endpoint(const dpm_client *c) { return c ? c->endpoint : NULL; }
-
-uint64_t dpm_client_instance(const dpm_client *c) { return c ? c->instance : 0; }
-
-static dpm_status timed_out(const dpm_client *c, dpm_err *err) {
-  return dpm_errf(err, DPM_TIMEOUT, "no answer from %s within %d ms (is dpmd running?)",
-                  c->endpoint, c->timeout_ms);
+const char *dpm_client_endpoint(const dpm_client *c) {
+  return c ? dpm_rpc_endpoint(c->rpc) : NULL;
 }
 
-static dpm_status stopped_answering(const dpm_client *c, dpm_err *err) {
-  return dpm_errf(err, DPM_TIMEOUT,
-                  "dpmd at %s stopped answering: nothing came back for %d s, not even "
-                  "to pings (whether the request ran is unknown)",
-                  c->endpoint, DPM_LIVENESS_MS / 1000);
-}
-
-static dpm_status restarted(const dpm_client *c, uint64_t was, uint64_t now,
-                            dpm_err *err) {
-  return dpm_errf(err, DPM_IO,
-                  "dpmd at %s restarted; the request was lost (instance %016llx, was "
-                  "%016llx)",
-                  c->endpoint, (unsigned long long)now, (unsigned long long)was);
-}
-
-/* For an ipc:// endpoint: 1 when connect() on its socket file says that
- * nobody can be listening (missing, refused, not a socket, no access), with
- * the reason in why; 0 when something listens or it cannot tell. */
-static int ipc_unreachable(const char *path, char *why, size_t cap) {
-  struct sockaddr_un a;
-  memset(&a, 0, sizeof a);
-  if (!path || !*path || strlen(path) >= sizeof a.sun_path) return 0;
-  a.sun_family = AF_UNIX;
-  memcpy(a.sun_path, path, strlen(path));
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
-  int e = errno;
-  close(fd);
-  if (rc == 0 ||
-      !(e == ENOENT || e == ECONNREFUSED || e == ENOTDIR || e == EACCES || e == ENOTSOCK))
-    return 0; /* listening (EAGAIN: its backlog is full), or unknown */
-  snprintf(why, cap, "%s", strerror(e));
-  return 1;
-}
-
-/* buf: HEADER_BYTES of REQ header for id, then req packed. Sets the
- * request's version, id and token. NULL when out of memory. */
-static uint8_t *pack(dpm_client *c, Dpm__Request *req, uint64_t id, size_t *len) {
-  req->version = DPM_PROTOCOL_VERSION;
-  req->has_id = 1;
-  req->id = id;
-  req->token = c->token;
-  size_t n = dpm__request__get_packed_size(req);
-  *len = HEADER_BYTES + n;
-  uint8_t *buf = malloc(HEADER_BYTES + n);
-  if (!buf) return NULL;
-  uint32_t h = HEADER_BOTTOM | (uint32_t)(id & HEADER_ID_MASK);
-  buf[0] = (uint8_t)(h >> 24);
-  buf[1] = (uint8_t)(h >> 16);
-  buf[2] = (uint8_t)(h >> 8);
-  buf[3] = (uint8_t)h;
-  dpm__request__pack(req, buf + HEADER_BYTES);
-  return buf;
-}
-
-/* Sends a call's request: at once when connected; else fails at once when
- * an ipc endpoint has no listener, or waits for the connection until the
- * deadline (-1: none), at most DPM_LIVENESS_MS. */
-static dpm_status send_request(dpm_client *c, const uint8_t *buf, size_t n,
-                               int64_t deadline, dpm_err *err) {
-  int rc = nn_send(c->sock, buf, n, NN_DONTWAIT);
-  if (rc >= 0) return DPM_OK;
-  int e = nn_errno();
-  if (e == EAGAIN) { /* not connected (yet) */
-    char why[128];
-    if (c->ipc_path && ipc_unreachable(c->ipc_path, why, sizeof why))
-      return dpm_errf(err, DPM_IO, "no dpmd listens at %s: %s (is dpmd running?)",
-                      c->endpoint, why);
-    int64_t limit = now_ms() + DPM_LIVENESS_MS;
-    int wait_deadline = deadline >= 0 && deadline < limit;
-    if (wait_deadline) limit = deadline;
-    for (;;) {
-      if (set_int(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, remaining(limit)) < 0)
-        return dpm_errf(err, DPM_IO, "nanomsg: NN_SNDTIMEO: %s", nn_strerror(nn_errno()));
-      rc = nn_send(c->sock, buf, n, 0);
-      if (rc >= 0) return DPM_OK;
-      e = nn_errno();
-      if (e != EINTR) break;
-    }
-    if (e == ETIMEDOUT || e == EAGAIN) {
-      if (wait_deadline) return timed_out(c, err);
-      return dpm_errf(err, DPM_TIMEOUT,
-                      "cannot reach dpmd at %s: no connection within %d s", c->endpoint,
-                      DPM_LIVENESS_MS / 1000);
-    }
-  }
-  return dpm_errf(err, DPM_IO, "cannot send to %s: %s", c->endpoint, nn_strerror(e));
-}
-
-/* A liveness ping; not connected or pushed back: not sent (the silence
- * then runs on). */
-static void send_ping(dpm_client *c) {
-  Dpm__Request ping = DPM__REQUEST__INIT;
-  Dpm__Empty empty = DPM__EMPTY__INIT;
-  ping.command_case = DPM__REQUEST__COMMAND_PING;
-  ping.ping = &empty;
-  size_t n;
-  uint8_t *buf = pack(c, &ping, c->next_id++, &n);
-  if (buf) nn_send(c->sock, buf, n, NN_DONTWAIT);
-  free(buf);
-}
-
-/* The instance a ping answer names; 0 when none. */
-static uint64_t instance_of(const Dpm__Response *r) {
-  int ok = dpm_status_from_wire(r->status) == DPM_OK &&
-           r->result_case == DPM__RESPONSE__RESULT_VERSION && r->version->has_instance;
-  return ok ? r->version->instance : 0;
-}
-
-/* Receives one message: its body (nn_freemsg) and the REQ header's id (or
- * UINT32_MAX without one). Returns its size, or -1 with nn_errno set. */
-static int receive(dpm_client *c, int timeout_ms, void **body, uint32_t *header) {
-  union {
-    size_t align;
-    unsigned char bytes[128];
-  } ctrl;
-  memset(&ctrl, 0, sizeof ctrl);
-  struct nn_iovec iov = {body, NN_MSG};
-  struct nn_msghdr h = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = ctrl.bytes,
-                        .msg_controllen = sizeof ctrl.bytes};
-  *body = NULL;
-  *header = UINT32_MAX;
-  if (set_int(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, timeout_ms) < 0) return -1;
-  int got = nn_recvmsg(c->sock, &h, 0);
-  if (got < 0) return -1;
-  struct nn_cmsghdr *cm = NN_CMSG_FIRSTHDR(&h);
-  if (cm && cm->cmsg_level == PROTO_SP && cm->cmsg_type == SP_HDR) {
-    const unsigned char *d = NN_CMSG_DATA(cm);
-    size_t sz;
-    memcpy(&sz, d, sizeof sz);
-    d += sizeof sz;
-    if (sz >= HEADER_BYTES)
-      *header = ((uint32_t)d[0] << 24 | (uint32_t)d[1] << 16 | (uint32_t)d[2] << 8 |
-                 (uint32_t)d[3]) &
-                HEADER_ID_MASK;
-  }
-  return got;
+uint64_t dpm_client_instance(const dpm_client *c) {
+  return c ? dpm_rpc_instance(c->rpc) : 0;
 }
 
 dpm_status dpm_client_call(dpm_client *c, Dpm__Request *req, Dpm__Response **resp,
@@ -317,97 +88,13 @@ dpm_status dpm_client_call(dpm_client *c, Dpm__Request *req, Dpm__Response **res
   if (resp) *resp = NULL;
   if (!c || !req || !resp)
     return dpm_errf(err, DPM_INVALID, "dpm_client_call: NULL argument");
-  uint64_t id = c->next_id++;
-  size_t n = 0;
-  uint8_t *buf = pack(c, req, id, &n);
-  if (!buf) return dpm_errf(err, DPM_NOMEM, "out of memory (request of %zu bytes)", n);
-  int64_t deadline = c->timeout_ms < 0 ? -1 : now_ms() + c->timeout_ms;
-  dpm_status s = send_request(c, buf, n, deadline, err);
-  free(buf);
-  if (s) return s;
-
-  int64_t heard = now_ms(); /* silence counts from the request's departure */
-  int64_t next_ping = heard + DPM_PING_AFTER_MS;
-  for (;;) {
-    int64_t now = now_ms();
-    if (deadline >= 0 && now >= deadline) return timed_out(c, err);
-    if (now - heard >= DPM_LIVENESS_MS) return stopped_answering(c, err);
-    if (now >= next_ping) {
-      send_ping(c);
-      next_ping = now + DPM_PING_AFTER_MS;
-    }
-    int64_t until =
-        next_ping < heard + DPM_LIVENESS_MS ? next_ping : heard + DPM_LIVENESS_MS;
-    if (deadline >= 0 && deadline < until) until = deadline;
-    void *msg;
-    uint32_t header;
-    int got = receive(c, remaining(until), &msg, &header);
-    if (got < 0) {
-      int e = nn_errno();
-      if (e == EINTR || e == ETIMEDOUT || e == EAGAIN) continue;
-      return dpm_errf(err, DPM_IO, "cannot receive from %s: %s", c->endpoint,
-                      nn_strerror(e));
-    }
-    heard = now_ms();
-    Dpm__Response *r = dpm__response__unpack(NULL, (size_t)got, msg);
-    nn_freemsg(msg);
-    /* which request this answers: the Response's id, else the header's */
-    uint64_t rid = r && r->has_id && r->id ? r->id : 0;
-    int mine = rid ? rid == id : header == (uint32_t)(id & HEADER_ID_MASK);
-    if (!r) {
-      if (!mine) continue; /* garbage for an earlier request or a ping */
-      return dpm_errf(err, DPM_CORRUPT,
-                      "the reply from %s is not a dpm Response (%d bytes)", c->endpoint,
-                      got);
-    }
-    if (mine) {
-      uint64_t inst = instance_of(r);
-      if (inst && (req->command_case == DPM__REQUEST__COMMAND_PING ||
-                   req->command_case == DPM__REQUEST__COMMAND_VERSION_INFO))
-        c->instance = inst; /* the caller's own ping: dpm_client_ping compares */
-      *resp = r;
-      return DPM_OK;
-    }
-    if (rid > id && rid < c->next_id) { /* one of this call's pings */
-      uint64_t inst = instance_of(r), was = c->instance;
-      dpm__response__free_unpacked(r, NULL);
-      if (!inst) continue;
-      c->instance = inst;
-      if (was && inst != was) return restarted(c, was, inst, err);
-      continue;
-    }
-    dpm__response__free_unpacked(r, NULL);
-    if (rid && rid >= c->next_id)
-      return dpm_errf(err, DPM_CORRUPT,
-                      "%s answered request %llu with the response to request %llu, "
-                      "which this client never sent",
-                      c->endpoint, (unsigned long long)id, (unsigned long long)rid);
-    /* an answer to an earlier request that timed out: skipped */
-  }
+  return dpm_rpc_call(c->rpc, req, resp, err);
 }
 
 dpm_status dpm_client_ping(dpm_client *c, Dpm__Response **resp, dpm_err *err) {
   if (resp) *resp = NULL;
   if (!c) return dpm_errf(err, DPM_INVALID, "dpm_client_ping: client is NULL");
-  Dpm__Request ping = DPM__REQUEST__INIT;
-  Dpm__Empty empty = DPM__EMPTY__INIT;
-  ping.command_case = DPM__REQUEST__COMMAND_PING;
-  ping.ping = &empty;
-  uint64_t was = c->instance;
-  Dpm__Response *r;
-  dpm_status s = dpm_client_call(c, &ping, &r, err);
-  if (s) return s;
-  if (was && c->instance != was) {
-    uint64_t now = c->instance;
-    dpm__response__free_unpacked(r, NULL);
-    return dpm_errf(err, DPM_IO, "dpmd at %s restarted (instance %016llx, was %016llx)",
-                    c->endpoint, (unsigned long long)now, (unsigned long long)was);
-  }
-  if (resp)
-    *resp = r;
-  else
-    dpm__response__free_unpacked(r, NULL);
-  return DPM_OK;
+  return dpm_rpc_ping(c->rpc, resp, err);
 }
 
 void dpm_client_free_response(Dpm__Response *resp) {
@@ -416,10 +103,7 @@ void dpm_client_free_response(Dpm__Response *resp) {
 
 void dpm_client_close(dpm_client *c) {
   if (!c) return;
-  nn_close(c->sock);
-  free(c->endpoint);
-  free(c->ipc_path);
-  free(c->token);
+  dpm_rpc_close(c->rpc);
   free(c);
 }
 
@@ -440,13 +124,12 @@ dpm_status dpm_events_open(const char *endpoint, const char *name, dpm_events **
     memcpy(topic, name, tlen);
     topic[tlen++] = '\n';
   }
-  e->sock = open_socket(AF_SP, NN_SUB, err);
+  e->sock = dpm_nn_socket(AF_SP, NN_SUB, endpoint, err);
   if (e->sock < 0) goto fail;
   if (nn_setsockopt(e->sock, NN_SUB, NN_SUB_SUBSCRIBE, topic ? topic : "", tlen) < 0) {
     dpm_errf(err, DPM_IO, "nanomsg: cannot subscribe: %s", nn_strerror(nn_errno()));
     goto fail;
   }
-  if (connect_socket(e->sock, endpoint, err)) goto fail;
   free(topic);
   *out = e;
   return DPM_OK;
