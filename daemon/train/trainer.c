@@ -25,7 +25,18 @@
 #include "parallel/share.h"
 #include "common/spec.h"
 
-typedef enum { JOB_STEP, JOB_SYNC } job_kind;
+typedef enum { JOB_STEP, JOB_SYNC, JOB_META } job_kind;
+
+/* What a JOB_META run broadcasts from the job's rank 0 (shard 0's master)
+ * to every replica of every shard: at create, what the shards must agree
+ * on (the AGREE_ words); at load, shard 0's verdict on the checkpoint (the
+ * LOAD_ words and msg). Host memory, one copy per replica. */
+typedef struct meta {
+  uint64_t word[6];
+  char msg[sizeof ((dpm_err *)0)->msg]; /* load: shard 0's error message */
+} meta;
+enum { AGREE_MODEL, AGREE_PLAN, AGREE_DEVICES, AGREE_SHARDS, AGREE_EXAMPLES };
+enum { LOAD_STATUS, LOAD_ITER, LOAD_EPOCH, LOAD_INDEX, LOAD_NOTHING };
 
 typedef struct replica {
   int rank;
@@ -43,6 +54,8 @@ typedef struct replica {
   float *input;
   const uint8_t *const *rows;
   const int32_t *labels;
+  meta meta;  /* JOB_META: the job's rank 0's, once the run is over */
+  float flag; /* JOB_META with agreement: replicas that disagree, summed */
   dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
@@ -54,19 +67,21 @@ struct dpm_trainer {
   dpm_reader *reader, *eval_reader;
   dpm_crew *crew; /* the replicas' workers: opt.crew or own_crew */
   dpm_crew *own_crew;
-  dpm_comm *comm;       /* the replicas' group (NULL with one replica) */
-  dpm_comm_config comm_cfg; /* how it was made: a broken one is made anew */
-  int n;            /* replicas */
+  dpm_comm *comm;       /* the replicas' group, every shard's (NULL: one replica alone) */
+  dpm_comm_config comm_cfg; /* how it was made: a broken local one is made anew */
+  int n;            /* replicas (of this shard) */
+  int shard, shards; /* this process's shard of the job, and the job's shards (1: alone) */
   dpm_device *dev;  /* [n] their devices, parsed once */
   dpm_share *share; /* replicas take parts of each other's last backward op */
   replica *r;
   job_kind job;                  /* of the crew run in flight */
   const char *const *sync_names; /* JOB_SYNC: what to broadcast */
   int sync_n;
+  meta meta;  /* JOB_META: this shard's own values (rank 0's are broadcast) */
+  int agree;  /* JOB_META: also sum the replicas that disagree with rank 0 */
   atomic_int interrupted;
   uint64_t iter, seed, spec_hash;
   dpm_trainer_memory memory; /* counted at create */
-  int shards;
   int eval_batch;
   char *eval_images, *eval_labels;
   double scale;
@@ -146,6 +161,18 @@ static void run_step(dpm_trainer *t, replica *r) {
   dpm_exec_run_range(&r->step, p->help_at, r->step.n);
 }
 
+/* JOB_META: the job's rank 0's meta into every replica's (each its own
+ * copy: ranks' buffers do not overlap); with agreement, then the count of
+ * replicas whose own meta differs, summed over the job. Host memory only. */
+static void meta_job(dpm_trainer *t, replica *r) {
+  r->meta = t->meta;
+  r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, &r->meta, sizeof r->meta,
+                                 &r->err);
+  if (r->status || !t->agree) return;
+  r->flag = memcmp(r->meta.word, t->meta.word, sizeof t->meta.word) != 0;
+  r->status = dpm_comm_allreduce(r->ctx.comm, r->rank, &r->flag, 1, &r->err);
+}
+
 /* One rank's part of a crew run: the job on replica `rank`, on the group
  * as it is for this run (dispatch renews a broken one between runs). */
 static void run_job(void *arg, int rank) {
@@ -155,6 +182,10 @@ static void run_job(void *arg, int rank) {
   r->status = DPM_OK;
   if (t->job == JOB_SYNC) {
     sync_blobs(r, t->sync_names, t->sync_n);
+    return;
+  }
+  if (t->job == JOB_META) {
+    meta_job(t, r);
     return;
   }
   load_input(t, r);
@@ -167,11 +198,27 @@ static void run_job(void *arg, int rank) {
   }
 }
 
+/* "shard 1 of 2: " in front of err's message, in a job of several shards. */
+static dpm_status shard_prefix(const dpm_trainer *t, dpm_err *err) {
+  if (t->shards > 1) dpm_err_prefix(err, "shard %d of %d: ", t->shard, t->shards);
+  return err ? err->code : DPM_INTERNAL;
+}
+
 /* Run a job on every replica (the master on this thread, the others on the
  * crew's workers), one crew run; the first replica's failure is the
  * result. */
 static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
-  /* a timeout broke the group in an earlier run: no rank is inside it now */
+  /* A failure broke the group in an earlier run (no rank is inside it now).
+   * A local group is made anew; a job's group across processes is not: its
+   * peers hold their own broken ends, and a new formation needs every
+   * process and a new rendezvous prefix (comm.h). */
+  if (t->shards > 1 && dpm_comm_broken(t->comm)) {
+    dpm_errf(err, DPM_STATE,
+             "the job's communicator failed in an earlier collective; a job over "
+             "several processes must be formed again (new processes or a new "
+             "rendezvous prefix) and resumed from a checkpoint");
+    return shard_prefix(t, err);
+  }
   dpm_status s = dpm_comm_renew(&t->comm, &t->comm_cfg, err);
   if (s) return s;
   t->job = job;
@@ -182,6 +229,7 @@ static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
         char name[32];
         *err = t->r[d].err;
         dpm_err_prefix(err, "%s: ", dpm_device_format(t->dev[d], name, sizeof name));
+        shard_prefix(t, err);
       }
       return t->r[d].status;
     }
@@ -190,7 +238,7 @@ static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
 
 static dpm_status broadcast_from_master(dpm_trainer *t, const char *const *names, int n,
                                         dpm_err *err) {
-  if (t->n == 1) return DPM_OK;
+  if (!t->comm) return DPM_OK; /* one replica alone */
   t->sync_names = names;
   t->sync_n = n;
   return dispatch(t, JOB_SYNC, err);
@@ -283,6 +331,9 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
   return DPM_OK;
 }
 
+/* Ranks in the job's group: every shard's replicas. */
+static int ranks(const dpm_trainer *t) { return t->n * t->shards; }
+
 static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_model *m = &t->model;
   dpm_status s = dpm_dev_get(t->dev[r->rank], &r->dev, err);
@@ -294,7 +345,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
   dpm_exec_fini(&init);
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
-  if (!s && t->n > 1) s = grad_arena(r, &t->plan, err);
+  if (!s && ranks(t) > 1) s = grad_arena(r, &t->plan, err);
   if (s) return s;
   r->data = dpm_ws_find(&r->ws, m->data);
   if (!(r->input = dpm_alloc(dpm_shape_bytes(&r->data->t.shape)))) return nomem(err);
@@ -357,7 +408,7 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
   const dpm_model *m = &t->model;
   uint64_t per = 0, b;
   for (int i = 0; i < m->shapes.n; i++) add_bytes(&per, aligned(dpm_shape_bytes(&m->shapes.v[i].shape)));
-  for (int i = 0; devices > 1 && i < t->plan.n_grads; i++)
+  for (int i = 0; ranks(t) > 1 && i < t->plan.n_grads; i++)
     add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
   add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
   mem->tensors = __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
@@ -384,21 +435,154 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
   return DPM_OK;
 }
 
-/* The replicas' group: local ranks now; a rendezvous (several hosts) needs
- * gloo, which the factory refuses until it exists (comm/comm.h). */
+/* This process's part of the job: the options' fleet (shard_id of
+ * num_shards) or a job of its own. A spec that describes a job over several
+ * processes (parallel.shards, parallel.rendezvous, input.num_shards above
+ * 1) needs the fleet from whoever forms the job; the spec's own input shard
+ * fields, when set, must be the fleet's. Sets t->shard and t->shards. */
+static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
+  const Dpm__ParallelSpec *par = spec->parallel;
+  const Dpm__InputSpec *in = spec->input;
+  int shard = t->opt.fleet.shard_id, shards = t->opt.fleet.num_shards;
+  int world;
+  if (shards < 0 || (shards > 1 && (shard < 0 || shard >= shards)))
+    return dpm_errf(err, DPM_INVALID, "fleet: shard %d of %d is not a shard of the job",
+                    shard, shards);
+  if (shards <= 1) {
+    const char *what = par && par->n_shards ? "parallel.shards"
+                       : par && par->rendezvous ? "parallel.rendezvous"
+                       : in->num_shards > 1     ? "input.num_shards"
+                                                : NULL;
+    if (what)
+      return dpm_errf(err, DPM_SPEC,
+                      "%s: %s describes a job over several processes, and this trainer "
+                      "was given no shard of one: dpmd forms such jobs (dpmctl submit "
+                      "--shards), or run dpm-train once per shard (--shard I/N --store "
+                      "URL)",
+                      spec->source, what);
+    t->shard = 0, t->shards = 1;
+    return DPM_OK;
+  }
+  if (in->num_shards > 1 && (in->num_shards != (uint32_t)shards || in->shard_id != (uint32_t)shard))
+    return dpm_errf(err, DPM_SPEC,
+                    "%s: input.shard_id %u of num_shards %u disagrees with this process's "
+                    "shard %d of %d (leave them out of the spec, or give the same)",
+                    spec->source, in->shard_id, in->num_shards, shard, shards);
+  if (par && par->n_shards && par->n_shards != (size_t)shards)
+    return dpm_errf(err, DPM_SPEC,
+                    "%s: parallel.shards names %zu daemons, but the job has %d shards",
+                    spec->source, par->n_shards, shards);
+  if (__builtin_mul_overflow(t->n, shards, &world) || world > DPM_COMM_MAX_RANKS)
+    return dpm_errf(err, DPM_INVALID,
+                    "fleet: %d shards of %d replicas are more than %d ranks", shards, t->n,
+                    DPM_COMM_MAX_RANKS);
+  const dpm_comm_rendezvous *rv = &t->opt.fleet.rendezvous;
+  if ((!rv->store || !*rv->store) && !rv->kv)
+    return dpm_errf(err, DPM_INVALID, "fleet: the rendezvous has no store");
+  if (!rv->prefix || !*rv->prefix)
+    return dpm_errf(err, DPM_INVALID, "fleet: the rendezvous has no prefix");
+  t->shard = shard, t->shards = shards;
+  return DPM_OK;
+}
+
+/* The replicas' group: local threads for a process alone (none for one
+ * replica), else gloo across the job's processes, this shard's replicas
+ * being ranks shard*n .. shard*n+n-1 of n*shards (formed at the fleet's
+ * rendezvous: this waits for every shard, up to comm_timeout_ms). */
 static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
-  const Dpm__Rendezvous *rv = spec->parallel ? spec->parallel->rendezvous : NULL;
   t->comm_cfg = (dpm_comm_config){
-      .kind = rv ? DPM_COMM_GLOO : DPM_COMM_LOCAL,
+      .kind = t->shards > 1 ? DPM_COMM_GLOO : DPM_COMM_LOCAL,
       .size = t->n,
-      .world = t->n * t->shards,
+      .rank_base = t->shard * t->n,
+      .world = ranks(t),
       .timeout_ms = t->opt.comm_timeout_ms,
   };
-  if (t->comm_cfg.world == 1) return DPM_OK;
-  if (dpm_comm_create(&t->comm_cfg, &t->comm, err))
-    return dpm_err_prefix(err, "%s: input.num_shards %d, parallel.rendezvous %s: ",
-                          spec->source, t->shards, rv ? "set" : "none");
+  if (t->shards > 1) t->comm_cfg.rendezvous = t->opt.fleet.rendezvous;
+  if (ranks(t) == 1) return DPM_OK;
+  if (dpm_comm_create(&t->comm_cfg, &t->comm, err)) {
+    dpm_err_prefix(err, "%s: ", spec->source);
+    return shard_prefix(t, err);
+  }
   return DPM_OK;
+}
+
+/* The spec's hash without its input shard fields (common/spec.h): what
+ * every shard of a job trains, whichever slice of the data it reads. */
+static uint64_t model_hash(const Dpm__ModelSpec *spec) {
+  Dpm__ModelSpec top = *spec;
+  Dpm__InputSpec in = *spec->input;
+  in.has_shard_id = in.has_num_shards = 0;
+  in.shard_id = 0, in.num_shards = 1;
+  top.input = &in;
+  return dpm_spec_hash(&top);
+}
+
+static void fnv(uint64_t *h, uint64_t v) {
+  for (int i = 0; i < 8; i++, v >>= 8) *h = (*h ^ (v & 0xff)) * 1099511628211ull;
+}
+
+/* The collectives of one step, in order, with their sizes: what every rank
+ * of the job must run alike (net type, buckets, computed broadcasts). */
+static uint64_t plan_digest(const dpm_trainer *t) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < t->plan.step.n; i++) {
+    const dpm_node *nd = &t->plan.step.nodes[i];
+    dpm_op_id id = nd->def->id;
+    if (id != DPM_OP_ALLREDUCE && id != DPM_OP_ALLREDUCE_START &&
+        id != DPM_OP_ALLREDUCE_WAIT && id != DPM_OP_BROADCAST)
+      continue;
+    fnv(&h, (uint64_t)id);
+    for (int k = 0; k < nd->n_in; k++)
+      fnv(&h, dpm_shape_bytes(&dpm_shapes_get(&t->model.shapes, nd->in[k])->shape));
+  }
+  return h;
+}
+
+/* Every shard of a job must train the same model on as many replicas, with
+ * the same collectives, over a data set of the same size: a difference
+ * would hang the collectives or train on mismatched gradients. Shard 0's
+ * facts are broadcast and every rank compares them with its own; all
+ * shards fail alike when any differs, the differing one naming what. */
+static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
+  meta *m = &t->meta;
+  memset(m, 0, sizeof *m);
+  m->word[AGREE_MODEL] = model_hash(spec);
+  m->word[AGREE_PLAN] = plan_digest(t);
+  m->word[AGREE_DEVICES] = (uint64_t)t->n;
+  m->word[AGREE_SHARDS] = (uint64_t)t->shards;
+  m->word[AGREE_EXAMPLES] = (uint64_t)dpm_reader_size(t->reader);
+  t->agree = 1;
+  dpm_status s = dispatch(t, JOB_META, err);
+  t->agree = 0;
+  if (s) return s;
+  const uint64_t *got = t->r[0].meta.word, *mine = m->word;
+  if (t->r[0].flag == 0) return DPM_OK;
+  static const char *const what[] = {
+      [AGREE_MODEL] = "spec hash %016llx, shard 0's %016llx",
+      [AGREE_PLAN] = "step collectives %016llx (net type, buckets, computed params), "
+                     "shard 0's %016llx",
+      [AGREE_DEVICES] = "%llu devices, shard 0 %llu",
+      [AGREE_SHARDS] = "%llu shards, shard 0 %llu",
+      [AGREE_EXAMPLES] = "%llu examples, shard 0's data %llu"};
+  char diff[384] = "";
+  size_t at = 0;
+  for (int w = 0; w <= AGREE_EXAMPLES; w++) {
+    if (got[w] == mine[w] || at >= sizeof diff) continue;
+    int k = snprintf(diff + at, sizeof diff - at, at ? "; " : "");
+    if (k > 0) at += (size_t)k;
+    if (at >= sizeof diff) break;
+    k = snprintf(diff + at, sizeof diff - at, what[w], (unsigned long long)mine[w],
+                 (unsigned long long)got[w]);
+    if (k > 0) at += (size_t)k;
+  }
+  dpm_errf(err, DPM_SPEC,
+           "%s: %s%s; every shard runs the same spec on as many devices, with the same "
+           "net type",
+           spec->source,
+           at ? "this shard's model differs from shard 0's: "
+              : "another shard's model differs from shard 0's (its own error says how)",
+           diff);
+  return shard_prefix(t, err);
 }
 
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
@@ -408,8 +592,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (t->opt.crew && dpm_crew_size(t->opt.crew) != devices)
     return dpm_errf(err, DPM_INVALID, "%s: %d devices, but the crew has %d ranks",
                     spec->source, devices, dpm_crew_size(t->opt.crew));
-  t->shards = (int)spec->input->num_shards;
-  if (make_comm(t, spec, err)) return err->code;
+  if (fleet_check(t, spec, err)) return err->code;
   int type = t->opt.net_type >= 0                                ? t->opt.net_type
              : par && par->net_type == DPM__NET_TYPE__NET_SIMPLE ? DPM_NET_SIMPLE
                                                                  : DPM_NET_DAG;
@@ -418,12 +601,15 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   dpm_status s = input_shape(t->opt.fs, spec->input, chw, err);
   if (!s)
     s = dpm_model_build(spec, chw, batch, loss_scale(devices, t->shards), &t->model, err);
+  /* the plan is the job's: its collectives span every shard's replicas */
   if (!s)
-    s = dpm_plan_build(&t->model, devices, type, par ? par->bucket_bytes : 4 << 20,
+    s = dpm_plan_build(&t->model, ranks(t), type, par ? par->bucket_bytes : 4 << 20,
                        par ? par->broadcast_computed_params : 1, replicas_backend(t),
                        &t->plan, err);
   if (s) return s;
   dpm_reader_config rc = reader_config(t->opt.fs, spec->input, batch * devices);
+  rc.shard_id = t->shard; /* this shard's slice of each global batch */
+  rc.num_shards = t->shards;
   rc.raw = 1; /* each replica gathers and converts its rows on its own worker */
   if (count_bytes(t, devices, &rc, &t->memory, err)) return err->code;
   const dpm_trainer_memory *mb = &t->memory;
@@ -440,17 +626,26 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   /* the spec is valid and fits: now allocate */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   if (!(t->crew = t->opt.crew)) {
+    /* the job's rank of each replica picks its core, so that shards of one
+       job sharing a host spread over its cores (ranks(t) <= DPM_COMM_MAX_RANKS) */
     int *cores = malloc((size_t)devices * sizeof *cores);
-    if (!cores) return nomem(err);
-    dpm_device_cores(t->dev, devices, cores);
+    dpm_device *at = malloc((size_t)devices * sizeof *at);
+    if (!cores || !at) {
+      free(cores), free(at);
+      return nomem(err);
+    }
+    for (int d = 0; d < devices; d++)
+      at[d] = (dpm_device){t->dev[d].kind, t->dev[d].index + t->shard * devices};
+    dpm_device_cores(at, devices, cores);
     dpm_status cs = dpm_crew_create_pinned(devices, cores, &t->own_crew, err);
     free(cores);
+    free(at);
     if (cs) return cs;
     t->crew = t->own_crew;
   }
   /* with more replicas than CPUs, one waiting to help would hold a CPU a peer needs */
   int cpus = process_cpus_known ? CPU_COUNT(&process_cpus) : 1;
-  if (!t->opt.no_share && t->plan.shared_op >= 0 && devices <= cpus &&
+  if (!t->opt.no_share && t->plan.shared_op >= 0 && devices > 1 && devices <= cpus &&
       dpm_share_create(devices, &t->share, err))
     return err->code;
   if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
@@ -460,6 +655,15 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     if (replica_init(t, &t->r[d], err))
       return dpm_err_prefix(err, "%s: ", dpm_device_format(t->dev[d], name, sizeof name));
   }
+  /* Everything of this process is in place: only now meet the other shards
+   * (a shard that failed above never keeps them waiting past the timeout
+   * of their rendezvous). Every shard's master ran the seeded init (fills
+   * are seeded by the spec's seed and the blob's name: the same values by
+   * construction); the job's rank 0's are then broadcast to every replica
+   * of every shard, so all start bitwise identical whatever each host's
+   * math library computed. */
+  if (make_comm(t, spec, err)) return err->code;
+  if (t->shards > 1 && agree(t, spec, err)) return err->code;
   return dpm_trainer_sync(t, err);
 }
 
@@ -495,8 +699,11 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
 
 /* Replica d's rows of the global batch become its data (gathered and
  * converted by its worker, load_input) and its labels: views of the batch
- * (no copy) when the device's memory is the host's. Dropout's stream is seeded from (seed, iteration, device), so a resumed
- * run draws what an uninterrupted one would. */
+ * (no copy) when the device's memory is the host's. Dropout's stream is
+ * seeded from (seed, iteration, the replica's rank in the job), so a
+ * resumed run draws what an uninterrupted one would, and the rank that
+ * reads given rows draws alike whether the job has one shard of 2n
+ * replicas or two of n. */
 static void feed(dpm_trainer *t, const dpm_batch *b) {
   int per = t->model.batch;
   for (int d = 0; d < t->n; d++) {
@@ -509,7 +716,7 @@ static void feed(dpm_trainer *t, const dpm_batch *b) {
     }
     uint64_t s = t->seed ^ 0x5eedull;
     s = dpm_splitmix64(&s) ^ t->iter;
-    s = dpm_splitmix64(&s) ^ (uint64_t)d;
+    s = dpm_splitmix64(&s) ^ (uint64_t)(t->shard * t->n + d);
     dpm_rng_seed(r->ctx.rng, s);
   }
 }
@@ -643,21 +850,88 @@ static dpm_status fits(const dpm_trainer *t, const dpm_ckpt *c, const char *path
   return DPM_OK;
 }
 
+/* Reads path into c and checks it against the model, then moves the
+ * reader to its position; nothing else is touched. On failure c is empty. */
+static dpm_status read_fitting(dpm_trainer *t, const dpm_fs *fs, const char *path,
+                               dpm_ckpt *c, dpm_err *err) {
+  if (!path) return dpm_errf(err, DPM_INVALID, "no checkpoint file given");
+  if (dpm_ckpt_read(fs, path, c, err)) return err->code;
+  dpm_reader_pos pos = {c->meta.reader_epoch, c->meta.reader_index};
+  dpm_status s = fits(t, c, path, err);
+  if (!s) s = dpm_reader_seek(t->reader, pos, err);
+  if (s) dpm_ckpt_fini(c);
+  return s;
+}
+
+/* c's tensors into the master. */
+static void write_master(dpm_trainer *t, const dpm_ckpt *c) {
+  for (int i = 0; i < c->n; i++) {
+    dpm_blob *b = dpm_ws_find(&t->r[0].ws, c->names[i]);
+    dpm_tensor_write(&b->t, c->tensors[i].data, dpm_shape_bytes(&b->t.shape));
+  }
+}
+
+/* A job of several shards: shard 0 reads and checks the file and moves its
+ * reader, then tells every shard its verdict and, when it loaded, the
+ * iteration and reader position (JOB_META); the others move their readers
+ * there (the agreement at create made their data sets alike, so a position
+ * valid on shard 0 is valid on all), shard 0 writes its master, and the
+ * sync takes the master's state to every replica of every shard. */
+static dpm_status fleet_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
+                             dpm_err *err) {
+  dpm_ckpt c;
+  int have = 0;
+  meta *m = &t->meta;
+  memset(m, 0, sizeof *m);
+  if (t->shard == 0 && !path) {
+    m->word[LOAD_NOTHING] = 1;
+  } else if (t->shard == 0) {
+    dpm_status s = read_fitting(t, fs, path, &c, err);
+    have = !s;
+    m->word[LOAD_STATUS] = (uint64_t)s;
+    if (s) snprintf(m->msg, sizeof m->msg, "%s", err->msg);
+    else {
+      m->word[LOAD_ITER] = c.meta.iter;
+      m->word[LOAD_EPOCH] = c.meta.reader_epoch;
+      m->word[LOAD_INDEX] = c.meta.reader_index;
+    }
+  }
+  dpm_status s = dispatch(t, JOB_META, err);
+  const meta *got = &t->r[0].meta;
+  if (!s && got->word[LOAD_STATUS]) { /* shard 0 refused the file */
+    uint64_t code = got->word[LOAD_STATUS];
+    s = code < DPM_STATUS_COUNT ? (dpm_status)code : DPM_INTERNAL;
+    if (t->shard != 0) {
+      dpm_errf(err, s, "shard 0 could not load the checkpoint: %.*s",
+               (int)sizeof got->msg, got->msg);
+      shard_prefix(t, err);
+    }
+  }
+  if (!s && !got->word[LOAD_NOTHING]) {
+    if (t->shard != 0) {
+      dpm_reader_pos pos = {got->word[LOAD_EPOCH], got->word[LOAD_INDEX]};
+      if (dpm_reader_seek(t->reader, pos, err)) s = shard_prefix(t, err);
+    } else {
+      write_master(t, &c);
+    }
+    if (!s) {
+      t->iter = got->word[LOAD_ITER];
+      s = dpm_trainer_sync(t, err);
+    }
+  }
+  if (have) dpm_ckpt_fini(&c);
+  return s;
+}
+
 dpm_status dpm_trainer_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
                             dpm_err *err) {
+  if (t->shards > 1) return fleet_load(t, fs, path, err);
   dpm_ckpt c;
-  if (dpm_ckpt_read(fs, path, &c, err)) return err->code;
-  dpm_reader_pos pos = {c.meta.reader_epoch, c.meta.reader_index};
-  dpm_status s = fits(t, &c, path, err);
-  if (!s) s = dpm_reader_seek(t->reader, pos, err);
-  if (!s) {
-    for (int i = 0; i < c.n; i++) {
-      dpm_blob *b = dpm_ws_find(&t->r[0].ws, c.names[i]);
-      dpm_tensor_write(&b->t, c.tensors[i].data, dpm_shape_bytes(&b->t.shape));
-    }
-    t->iter = c.meta.iter;
-    s = dpm_trainer_sync(t, err);
-  }
+  dpm_status s = read_fitting(t, fs, path, &c, err);
+  if (s) return s;
+  write_master(t, &c);
+  t->iter = c.meta.iter;
+  s = dpm_trainer_sync(t, err);
   dpm_ckpt_fini(&c);
   return s;
 }

@@ -10,6 +10,29 @@
  * checkpoints, evaluation and predictors read it. Blob names inside a
  * replica are unscoped; the scoped form "cpu_1/fc1_w" addresses replica 1.
  *
+ * A job over several processes (hosts): each process runs one trainer, its
+ * shard of the job (options.fleet), on as many devices as every other
+ * shard. Its replicas are ranks shard*n .. shard*n+n-1 of the job's
+ * n*shards, in one gloo group (comm/comm.h) formed at create, after
+ * everything of this process is allocated; one replica alone has a group
+ * too. The job's rank 0 (shard 0's master) is the job's master: every
+ * shard's master runs the seeded init (the same values by construction:
+ * fills are seeded by the spec's seed and the blob's name), then rank 0's
+ * state is broadcast to every replica of every shard, as by every sync and
+ * load. The reader takes the shard's slice of each global batch (io/reader.h),
+ * the loss is scaled by 1/(devices x shards), and gradients are summed over
+ * every rank, so k shards of n replicas train as one of k*n: the same
+ * parameters, bitwise when the sums' order is the same (two ranks, or a
+ * backend summing in rank order). Before anything is synced the shards
+ * check that they agree (model, devices, shards, data set size, the step's
+ * collectives) and all fail with DPM_SPEC when one differs. Calls that run
+ * collectives (create, step, sync, sync_blobs, load) are made by every
+ * shard together, in the same order; checkpoint, eval, export and the
+ * accessors are the process's own (every shard holds the same state; the
+ * job's convention is that shard 0 writes files). A failed collective
+ * breaks the job: later calls fail with DPM_STATE, and the job is formed
+ * anew (new processes or a new rendezvous prefix) from a checkpoint.
+ *
  * Threads: a trainer is driven by one thread (the caller of these
  * functions), which also runs replica 0; replicas 1.. run on the workers of
  * a crew (parallel/crew.h), whose communicator carries the collectives (dag
@@ -33,7 +56,8 @@
  * error (DPM_TIMEOUT) if a replica stalls (the crew then renews its broken
  * communicator before its next run); after a failed step the replicas may
  * disagree (load a checkpoint). load refuses a file that does not fit
- * the model, leaving the model exactly as it was. */
+ * the model, leaving the model exactly as it was (in a job of several
+ * shards, every shard; unless the collective that tells them fails). */
 #ifndef DPM_TRAINER_H
 #define DPM_TRAINER_H
 
@@ -52,8 +76,10 @@ struct dpm_fs;
 typedef struct dpm_step_stats {
   uint64_t iter;   /* completed steps */
   int steps_done;  /* steps run by this call (fewer if interrupted) */
-  double loss;     /* of the last step: the losses summed, averaged over replicas */
-  double accuracy; /* of the last step's global batch; NaN without Accuracy */
+  double loss;     /* of the last step: the losses summed, averaged over this
+                      shard's replicas */
+  double accuracy; /* of the last step's global batch (this shard's part of it);
+                      NaN without Accuracy */
   double lr;       /* learning rate used by the last step */
   double step_ms;  /* wall time of the last step */
   double comm_ms;  /* of it, the master replica's time in collectives: waiting for
@@ -81,10 +107,15 @@ typedef struct dpm_trainer_options {
   int no_share;
   /* This process's part of a job over several processes (hosts): shard
    * shard_id of num_shards, each running the same devices. num_shards 0 or
-   * 1: a job of this process alone. Above 1, the replicas reduce locally,
-   * then across the shards through the gloo communicator (comm/comm.h)
-   * formed at rendezvous (store and prefix; comm_timeout_ms bounds every
-   * wait); the reader takes the shard's slice of each global batch. */
+   * 1: a job of this process alone; then a spec that describes a job over
+   * several processes (parallel.shards, parallel.rendezvous, input.num_shards
+   * above 1) is refused (DPM_SPEC: dpmd or dpm-train --shard form such
+   * jobs). Above 1, the replicas reduce locally, then across the shards
+   * through the gloo communicator (comm/comm.h) formed at rendezvous (store
+   * or kv, and prefix, both required; comm_timeout_ms bounds every wait);
+   * the reader takes the shard's slice of each global batch; the spec's
+   * input.shard_id/num_shards must be absent (1) or this shard's. The
+   * rendezvous strings are read during create only. */
   struct {
     int shard_id, num_shards;
     dpm_comm_rendezvous rendezvous;
@@ -127,8 +158,16 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy, dpm_
 dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const struct dpm_fs *fs,
                                   const char *path, dpm_err *err);
 /* Load a checkpoint (path through fs) into the master and sync it to every
- * replica; the reader resumes at the saved position. Refuses (DPM_CORRUPT,
- * DPM_SPEC: another spec, DPM_SHAPE) without touching the model. */
+ * replica; the reader resumes at the saved position (the global batch's
+ * first example: a checkpoint resumes alike with any number of shards and
+ * devices whose global batch is the same). Refuses (DPM_CORRUPT, DPM_SPEC:
+ * another spec, DPM_SHAPE; DPM_INVALID: no path) without touching the
+ * model.
+ * In a job of several shards every shard calls it together: shard 0 reads
+ * path, the others ignore theirs (NULL is fine: they receive the state) and
+ * fail with shard 0's status and message when shard 0 refuses the file;
+ * shard 0 with a NULL path loads nothing, and every shard returns DPM_OK
+ * with its model unchanged (so only shard 0 need know whether to resume). */
 dpm_status dpm_trainer_load(dpm_trainer *t, const struct dpm_fs *fs, const char *path,
                             dpm_err *err);
 /* Broadcast the master's params, computed params, optimizer state and

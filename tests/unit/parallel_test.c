@@ -352,27 +352,90 @@ static void sync_blobs(void) {
 TEST(parallel_sync_blobs) { sync_blobs(); }
 TEST(fenced_parallel_sync_blobs) { on_fenced(sync_blobs); }
 
-/* input.num_shards 2 used to train with gradients scaled by 1/(2N) and no
- * reduction across hosts: a wrong result with no error. Until a gloo
- * communicator exists, a job over several hosts is refused. */
-TEST(trainer_refuses_shards_without_a_communicator_across_hosts) {
-  Dpm__ModelSpec *spec = tf_spec("  - {op: FC, in: [data], out: pred, dim_out: 10}\n", 8, 1,
-                                 0.1, "dag", 1 << 20);
-  CHECK(spec);
-  spec->input->num_shards = 2;
-  dpm_trainer_options opt = {.devices = 2, .net_type = -1};
+/* create fails with `code` and a message holding `a` and `b`. */
+static int refused_with(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
+                        dpm_status code, const char *a, const char *b) {
   dpm_trainer *t = NULL;
   dpm_err err = {0};
-  CHECK_INT(dpm_trainer_create(spec, &opt, &t, &err), DPM_UNSUPPORTED);
-  CHECK_HAS(err.msg, "input.num_shards 2");
-  CHECK_HAS(err.msg, "several hosts");
-  CHECK(t == NULL);
+  dpm_status s = dpm_trainer_create(spec, opt, &t, &err);
+  dpm_trainer_destroy(t);
+  if (s == code && !t && strstr(err.msg, a) && strstr(err.msg, b)) return 1;
+  printf("    got %s: %s (want %s, '%s', '%s')\n", dpm_status_name(s), err.msg,
+         dpm_status_name(code), a, b);
+  return 0;
+}
+
+static Dpm__ModelSpec *tiny_spec(void) {
+  return tf_spec("  - {op: FC, in: [data], out: pred, dim_out: 10}\n", 8, 1, 0.1, "dag",
+                 1 << 20);
+}
+
+/* input.num_shards 2 once trained with gradients scaled by 1/(2N) and no
+ * reduction across hosts: a wrong result with no error. A spec that
+ * describes a job over several processes needs the process's shard of it
+ * (options.fleet, from dpmd or dpm-train --shard), and says so. */
+TEST(trainer_refuses_a_job_of_several_processes_without_its_shard) {
+  Dpm__ModelSpec *spec = tiny_spec();
+  CHECK(spec);
+  dpm_trainer_options opt = {.devices = 2, .net_type = -1};
+  spec->input->num_shards = 2;
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "input.num_shards", "dpmd forms such jobs"));
+  opt.devices = 1; /* one replica too, which has no communicator of its own */
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "input.num_shards", "--shard I/N"));
   spec->input->num_shards = 1;
   spec->parallel->rendezvous = malloc(sizeof *spec->parallel->rendezvous);
   CHECK(spec->parallel->rendezvous);
   dpm__rendezvous__init(spec->parallel->rendezvous);
-  CHECK_INT(dpm_trainer_create(spec, &opt, &t, &err), DPM_UNSUPPORTED);
-  CHECK_HAS(err.msg, "gloo");
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "parallel.rendezvous", "dpmd forms such jobs"));
+  spec->parallel->shards = calloc(2, sizeof *spec->parallel->shards);
+  CHECK(spec->parallel->shards);
+  spec->parallel->n_shards = 2;
+  spec->parallel->shards[0] = strdup("tcp://a:7070");
+  spec->parallel->shards[1] = strdup("tcp://b:7070");
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "parallel.shards", "dpmd forms such jobs"));
+  dpm_spec_free(spec);
+}
+
+/* A fleet's shard: in range, with a store and a prefix; the spec's own
+ * input shard fields and daemon list, when given, must be the fleet's. All
+ * refused before any rendezvous is tried. */
+TEST(trainer_checks_its_shard_of_a_job) {
+  Dpm__ModelSpec *spec = tiny_spec();
+  CHECK(spec);
+  dpm_trainer_options opt = {.devices = 1, .net_type = -1};
+  opt.fleet.shard_id = 2, opt.fleet.num_shards = 2;
+  CHECK(refused_with(spec, &opt, DPM_INVALID, "shard 2 of 2", "not a shard"));
+  opt.fleet.shard_id = -1;
+  CHECK(refused_with(spec, &opt, DPM_INVALID, "shard -1 of 2", "not a shard"));
+  opt.fleet.shard_id = 1;
+  CHECK(refused_with(spec, &opt, DPM_INVALID, "rendezvous", "no store"));
+  opt.fleet.rendezvous.store = "file:///tmp";
+  CHECK(refused_with(spec, &opt, DPM_INVALID, "rendezvous", "no prefix"));
+  opt.fleet.rendezvous.prefix = "unit/never-formed";
+  spec->input->num_shards = 2; /* shard 0 of 2 in the spec, 1 of 2 in the fleet */
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "input.shard_id 0 of num_shards 2",
+                     "shard 1 of 2"));
+  spec->input->num_shards = 3;
+  spec->input->shard_id = 1;
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "input.shard_id 1 of num_shards 3",
+                     "shard 1 of 2"));
+  spec->input->num_shards = 1;
+  spec->input->shard_id = 0;
+  spec->parallel->shards = calloc(3, sizeof *spec->parallel->shards);
+  CHECK(spec->parallel->shards);
+  spec->parallel->n_shards = 3;
+  for (int i = 0; i < 3; i++) {
+    char ep[32];
+    snprintf(ep, sizeof ep, "tcp://h%d:7070", i);
+    spec->parallel->shards[i] = strdup(ep);
+  }
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "parallel.shards names 3 daemons",
+                     "the job has 2 shards"));
+  opt.fleet.num_shards = 1024; /* 2 replicas x 1024 shards: more ranks than a group has */
+  opt.devices = 2;
+  spec->parallel->n_shards = 0;
+  CHECK(refused_with(spec, &opt, DPM_INVALID, "1024 shards of 2 replicas", "ranks"));
+  spec->parallel->n_shards = 3;
   dpm_spec_free(spec);
 }
 
