@@ -436,19 +436,21 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
 }
 
 /* This process's part of the job: the options' fleet (shard_id of
- * num_shards) or a job of its own. A spec that describes a job over several
- * processes (parallel.shards, parallel.rendezvous, input.num_shards above
- * 1) needs the fleet from whoever forms the job; the spec's own input shard
- * fields, when set, must be the fleet's. Sets t->shard and t->shards. */
+ * num_shards) or, with num_shards 0, a job of its own. A spec that
+ * describes a job over several processes (parallel.shards,
+ * parallel.rendezvous, input.num_shards above 1) needs a fleet from
+ * whoever forms the job (a fleet of one shard is fine: a job re-formed
+ * smaller); the spec's own input shard fields and daemon list, when given,
+ * must be the fleet's. Sets t->shard and t->shards. */
 static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *par = spec->parallel;
   const Dpm__InputSpec *in = spec->input;
   int shard = t->opt.fleet.shard_id, shards = t->opt.fleet.num_shards;
   int world;
-  if (shards < 0 || (shards > 1 && (shard < 0 || shard >= shards)))
+  if (shards < 0 || shard < 0 || (shards > 0 && shard >= shards) || (!shards && shard))
     return dpm_errf(err, DPM_INVALID, "fleet: shard %d of %d is not a shard of the job",
                     shard, shards);
-  if (shards <= 1) {
+  if (!shards) {
     const char *what = par && par->n_shards ? "parallel.shards"
                        : par && par->rendezvous ? "parallel.rendezvous"
                        : in->num_shards > 1     ? "input.num_shards"
@@ -472,6 +474,8 @@ static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_er
     return dpm_errf(err, DPM_SPEC,
                     "%s: parallel.shards names %zu daemons, but the job has %d shards",
                     spec->source, par->n_shards, shards);
+  t->shard = 0, t->shards = 1;
+  if (shards == 1) return DPM_OK; /* the whole job: no rendezvous */
   if (__builtin_mul_overflow(t->n, shards, &world) || world > DPM_COMM_MAX_RANKS)
     return dpm_errf(err, DPM_INVALID,
                     "fleet: %d shards of %d replicas are more than %d ranks", shards, t->n,

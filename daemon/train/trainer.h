@@ -106,11 +106,13 @@ typedef struct dpm_trainer_options {
    * (parallel/share.h); for comparisons. Results are the same either way. */
   int no_share;
   /* This process's part of a job over several processes (hosts): shard
-   * shard_id of num_shards, each running the same devices. num_shards 0 or
-   * 1: a job of this process alone; then a spec that describes a job over
+   * shard_id of num_shards, each running the same devices. num_shards 0:
+   * no fleet, a job of this process alone; a spec that describes a job over
    * several processes (parallel.shards, parallel.rendezvous, input.num_shards
-   * above 1) is refused (DPM_SPEC: dpmd or dpm-train --shard form such
-   * jobs). Above 1, the replicas reduce locally, then across the shards
+   * above 1) is then refused (DPM_SPEC: dpmd or dpm-train --shard form such
+   * jobs). 1: a fleet of one shard (a job re-formed smaller), alone too,
+   * whatever the spec's rendezvous says. Above 1, the replicas reduce
+   * locally, then across the shards
    * through the gloo communicator (comm/comm.h) formed at rendezvous (store
    * or kv, and prefix, both required; comm_timeout_ms bounds every wait);
    * the reader takes the shard's slice of each global batch; the spec's

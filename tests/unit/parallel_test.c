@@ -393,6 +393,17 @@ TEST(trainer_refuses_a_job_of_several_processes_without_its_shard) {
   spec->parallel->shards[0] = strdup("tcp://a:7070");
   spec->parallel->shards[1] = strdup("tcp://b:7070");
   CHECK(refused_with(spec, &opt, DPM_SPEC, "parallel.shards", "dpmd forms such jobs"));
+  /* a fleet of one shard (a job re-formed smaller) trains alone */
+  opt.fleet.num_shards = 1;
+  CHECK(refused_with(spec, &opt, DPM_SPEC, "parallel.shards names 2 daemons",
+                     "the job has 1 shards"));
+  spec->parallel->n_shards = 0;
+  dpm_trainer *t = NULL;
+  dpm_err err = {0};
+  CHECK_INT(dpm_trainer_create(spec, &opt, &t, &err), DPM_OK);
+  CHECK(tf_steps(t, 2));
+  dpm_trainer_destroy(t);
+  spec->parallel->n_shards = 2;
   dpm_spec_free(spec);
 }
 
