@@ -90,8 +90,12 @@ int dpm_nn_socket(int family, int protocol, const char *endpoint, dpm_err *err) 
     dpm_errf(err, DPM_IO, "cannot create a nanomsg socket: %s", nn_strerror(nn_errno()));
     return -1;
   }
+  /* IPv6 only for an IPv6 address: nanomsg 1.1's tcp connect with
+   * NN_IPV4ONLY 0 to an IPv4 address aborts the process (an assertion in
+   * usock_posix.inc), so tcp://127.0.0.1:P keeps the default */
+  int v6 = !strncmp(endpoint, "tcp://[", 7);
   if (set_int(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, -1) < 0 ||
-      set_int(s, NN_SOL_SOCKET, NN_IPV4ONLY, 0) < 0) { /* tcp://[::1]:P too */
+      (v6 && set_int(s, NN_SOL_SOCKET, NN_IPV4ONLY, 0) < 0)) {
     dpm_errf(err, DPM_IO, "nanomsg: socket options: %s", nn_strerror(nn_errno()));
     nn_close(s);
     return -1;

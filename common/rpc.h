@@ -59,8 +59,9 @@ uint64_t dpm_rpc_instance(const dpm_rpc *r);
 void dpm_rpc_close(dpm_rpc *r);
 
 /* A nanomsg socket of family (AF_SP, AF_SP_RAW) and protocol, taking
- * messages of any size, on IPv4 and IPv6, connecting to endpoint in the
- * background: the socket, or -1 with err set (DPM_IO). */
+ * messages of any size, connecting to endpoint in the background (over
+ * IPv6 for a tcp://[ADDR]:PORT endpoint): the socket, or -1 with err set
+ * (DPM_IO). */
 int dpm_nn_socket(int family, int protocol, const char *endpoint, dpm_err *err);
 
 #endif
