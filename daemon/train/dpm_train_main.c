@@ -4,13 +4,30 @@
  *             [--epochs N | --iters N] [--json] [--resume FILE]
  *             [--checkpoint FILE] [--extract-predictor DIR --inputs A[,B]
  *             --outputs X[,Y]]
+ *             [--shard I/N (--job NAME | --prefix P) [--store URL]
+ *              [--interface IF]]
  *
  * Evaluates on the spec's eval data after each epoch. With --json it prints
  * one JSON object per line: per epoch {"epoch","loss","test_accuracy",
  * "images_per_s"}, last a summary {"images_per_s","step_ms_median",
  * "test_accuracy","peak_rss_mb"}. --help and --version print on stdout.
+ *
+ * One job over several processes: run one dpm-train per shard, each with
+ * the same spec and flags but for --shard I/N. They meet at the store
+ * (--store, default the spec's parallel.rendezvous.store when it is
+ * file:// or redis://) under the prefix "dpm-train/NAME" (--job NAME) or P
+ * (--prefix P): the same on every shard, and new for every run (a store's
+ * keys cannot be set twice). Shard 0 alone reads --resume, writes
+ * --checkpoint and --extract-predictor and prints figures (global
+ * images/s; loss and accuracy of its own replicas); the others print
+ * nothing on stdout, errors on stderr. Every shard evaluates after each
+ * epoch (all hold the same parameters), so none waits out shard 0's
+ * evaluation at its next collective. Collectives wait at most the spec's
+ * parallel.rendezvous.timeout_ms (default 60 s).
+ *
  * Exit codes: 0 ok, 1 failed, 2 usage. */
 #include <cblas.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +35,14 @@
 #include <sys/resource.h>
 
 #include "common/device.h"
-#include "dpm/client.h" /* DPM_VERSION */
 #include "common/spec.h"
+#include "common/validate.h"
+#include "dpm/client.h" /* DPM_VERSION */
 #include "train/trainer.h"
 
 typedef struct {
   const char *spec, *devices, *net_type, *resume, *checkpoint, *predictor, *inputs,
-      *outputs;
+      *outputs, *shard, *store, *prefix, *job, *iface;
   long epochs, iters;
   int json;
 } options;
@@ -49,6 +67,16 @@ static const struct {
      "write a predictor to DIR"},
     {"--inputs", offsetof(options, inputs), 's', "predictor inputs, A[,B]"},
     {"--outputs", offsetof(options, outputs), 's', "predictor outputs, X[,Y]"},
+    {"--shard", offsetof(options, shard), 's',
+     "I/N: this process is shard I of a job of N processes"},
+    {"--job", offsetof(options, job), 's',
+     "the job's name, the same on every shard and new for every run"},
+    {"--prefix", offsetof(options, prefix), 's',
+     "rendezvous prefix instead of dpm-train/JOB"},
+    {"--store", offsetof(options, store), 's',
+     "file:///DIR | redis://HOST:PORT (default: the spec's)"},
+    {"--interface", offsetof(options, iface), 's',
+     "network interface for the collectives (default: the spec's)"},
 };
 #define N_FLAGS (sizeof flags / sizeof *flags)
 
@@ -97,7 +125,76 @@ static int parse(int argc, char **argv, options *o) {
   if (!o->spec) return usage("no spec given");
   if (!o->predictor != !o->inputs || !o->predictor != !o->outputs)
     return usage("--extract-predictor needs --inputs and --outputs");
+  if (!o->shard && (o->job || o->prefix || o->store || o->iface))
+    return usage("--job, --prefix, --store and --interface go with --shard I/N");
+  if (o->job && o->prefix) return usage("give --job NAME or --prefix P, not both");
   return 0;
+}
+
+/* "I/N": 0 <= I < N <= DPM_SPEC_MAX_SHARDS, decimal digits only. */
+static int parse_shard(const char *s, int *id, int *n) {
+  char *end;
+  if (!s || s[0] < '0' || s[0] > '9') return -1;
+  long i = strtol(s, &end, 10);
+  if (*end != '/' || end[1] < '0' || end[1] > '9') return -1;
+  long k = strtol(end + 1, &end, 10);
+  if (*end || k < 1 || k > DPM_SPEC_MAX_SHARDS || i >= k) return -1;
+  *id = (int)i, *n = (int)k;
+  return 0;
+}
+
+/* A name made of [A-Za-z0-9._-] (and '/' where slash), 1..max bytes. */
+static int name_ok(const char *s, size_t max, int slash) {
+  size_t n = strlen(s);
+  if (n < 1 || n > max) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(isalnum((unsigned char)s[i]) || strchr("._-", s[i]) || (slash && s[i] == '/')))
+      return 0;
+  return 1;
+}
+
+/* The fleet options of --shard I/N: the store (the flag's, else the spec's
+ * when this process can reach it), the prefix (P, or dpm-train/JOB), the
+ * interface (the flag's, else the spec's) and the collectives' timeout
+ * (the spec's rendezvous timeout). prefix_buf holds a derived prefix.
+ * NULL when fine, else the usage message. */
+static const char *fleet_options(const options *o, const Dpm__ModelSpec *spec,
+                                 dpm_trainer_options *t, char *prefix_buf, size_t n) {
+  const Dpm__Rendezvous *rv = spec->parallel ? spec->parallel->rendezvous : NULL;
+  if (parse_shard(o->shard, &t->fleet.shard_id, &t->fleet.num_shards))
+    return "--shard takes I/N: shard I (from 0) of N processes, N at most 256";
+  if (rv) t->comm_timeout_ms = (int)rv->timeout_ms;
+  if (t->fleet.num_shards == 1) return NULL; /* a job of this process alone */
+  const char *store = o->store ? o->store : rv ? rv->store : NULL;
+  if (!store)
+    return "--shard I/N needs --store file:///DIR or redis://HOST:PORT (the spec has "
+           "no parallel.rendezvous.store)";
+  if (!strcmp(store, "daemon"))
+    return o->store ? "--store daemon is dpmd's own store: give file:///DIR or "
+                      "redis://HOST:PORT"
+                    : "--shard I/N needs --store file:///DIR or redis://HOST:PORT (the "
+                      "spec's parallel.rendezvous.store is 'daemon', which only dpmd "
+                      "serves)";
+  if (!dpm_store_url_valid(store))
+    return "--store takes file:///DIR or redis://HOST:PORT";
+  const char *iface = o->iface ? o->iface : rv ? rv->interface : NULL;
+  if (iface && !dpm_interface_name_valid(iface))
+    return "--interface takes a network interface name (eth0)";
+  if (o->job) {
+    if (!name_ok(o->job, 100, 0))
+      return "--job takes a name of 1-100 letters, digits, '.', '_' or '-'";
+    snprintf(prefix_buf, n, "dpm-train/%s", o->job);
+  } else if (o->prefix) {
+    if (!name_ok(o->prefix, 200, 1))
+      return "--prefix takes 1-200 letters, digits, '.', '_', '-' or '/'";
+    snprintf(prefix_buf, n, "%s", o->prefix);
+  } else {
+    return "--shard I/N needs --job NAME (the same on every shard, new for every run) "
+           "or --prefix P";
+  }
+  t->fleet.rendezvous = (dpm_comm_rendezvous){
+      .store = store, .prefix = prefix_buf, .iface = iface};
+  return NULL;
 }
 
 /* "cpu:0,cpu:1" -> 2: canonical CPU devices (common/device.h), each once,
@@ -153,12 +250,14 @@ static const char *num(char *buf, size_t n, double v, int prec, int json) {
 static const char *const net_types[] = {
     [DPM_NET_SIMPLE] = "simple", [DPM_NET_DAG] = "dag"};
 
-/* Trains o->epochs epochs (or o->iters steps), printing per epoch. */
-static dpm_status train(dpm_trainer *t, const options *o, dpm_err *err) {
+/* Trains o->epochs epochs (or o->iters steps), printing per epoch unless
+ * quiet (a shard other than 0); images are the job's, all shards'. */
+static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
+                        dpm_err *err) {
   int64_t per_epoch = dpm_trainer_steps_per_epoch(t);
   int64_t total = o->iters ? o->iters : o->epochs * per_epoch;
   int64_t epochs = o->iters ? (o->iters + per_epoch - 1) / per_epoch : o->epochs;
-  int images = dpm_trainer_batch(t) * dpm_trainer_devices(t);
+  double images = (double)dpm_trainer_batch(t) * dpm_trainer_devices(t) * shards;
   double *ms = malloc((size_t)(total ? total : 1) * sizeof *ms), acc = NAN, train_ms = 0;
   int64_t done = 0;
   dpm_status s = ms ? DPM_OK : dpm_errf(err, DPM_NOMEM, "out of memory");
@@ -177,13 +276,14 @@ static dpm_status train(dpm_trainer *t, const options *o, dpm_err *err) {
     train_ms += epoch_ms;
     double ips = steps * images / (epoch_ms / 1e3);
     char a[32], l[32];
+    if (quiet) continue;
     printf(o->json ? "{\"epoch\":%lld,\"loss\":%s,\"test_accuracy\":%s,\"images_per_s\":%.0f}\n"
                    : "epoch %lld  loss %s  test accuracy %s  %.0f images/s\n",
            (long long)e + 1, num(l, sizeof l, loss_sum / steps, 6, o->json),
            num(a, sizeof a, acc, 4, o->json), ips);
     fflush(stdout);
   }
-  if (!s) {
+  if (!s && !quiet) {
     qsort(ms, (size_t)done, sizeof *ms, cmp_double);
     char a[32], m[32], r[32];
     printf(o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%s,\"test_accuracy\":%s,"
@@ -212,12 +312,25 @@ int main(int argc, char **argv) {
   Dpm__ModelSpec *spec = NULL;
   dpm_err err = {0};
   dpm_trainer *t = NULL;
+  char prefix[256];
   dpm_status s = dpm_spec_load(o.spec, &spec, &err);
+  if (!s && o.shard) {
+    const char *bad = fleet_options(&o, spec, &topt, prefix, sizeof prefix);
+    if (bad) {
+      dpm_spec_free(spec);
+      return usage(bad);
+    }
+  }
+  int shards = topt.fleet.num_shards > 1 ? topt.fleet.num_shards : 1;
+  int lead = topt.fleet.shard_id == 0; /* shard 0 reads, writes and prints */
   if (!s) s = dpm_trainer_create(spec, &topt, &t, &err);
-  if (!s && o.resume) s = dpm_trainer_load(t, NULL, o.resume, &err);
-  if (!s) s = train(t, &o, &err);
-  if (!s && o.checkpoint) s = dpm_trainer_checkpoint(t, NULL, o.checkpoint, &err);
-  if (!s && o.predictor) {
+  /* in a job of several shards every shard loads together: shard 0 reads
+     the file (or, without --resume, tells the others there is none) */
+  if (!s && (o.resume || shards > 1))
+    s = dpm_trainer_load(t, NULL, lead ? o.resume : NULL, &err);
+  if (!s) s = train(t, &o, shards, !lead, &err);
+  if (!s && lead && o.checkpoint) s = dpm_trainer_checkpoint(t, NULL, o.checkpoint, &err);
+  if (!s && lead && o.predictor) {
     char in_list[1024], out_list[1024], *in[DPM_OP_MAX_IO], *out[DPM_OP_MAX_IO];
     snprintf(in_list, sizeof in_list, "%s", o.inputs);
     snprintf(out_list, sizeof out_list, "%s", o.outputs);
