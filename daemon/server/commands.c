@@ -12,6 +12,9 @@
 #include "common/spec.h"
 #include "common/validate.h"
 #include "server/devices.h"
+#include "server/fleet.h"
+#include "server/gather.h"
+#include "server/kv.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/model.h"
@@ -21,6 +24,10 @@ enum {
   NEEDS_MODEL = 1, /* must name a registered model (any model named must be) */
   ON_MODEL = 2,    /* runs on the model's thread (a job) */
   MUTATING = 4,    /* refused once the daemon is stopping */
+  /* On a model that is one shard of a job over several daemons (fleet.h): */
+  FROM_COORDINATOR = 8, /* refused at shards but 0 unless shard 0 sent it (forwarded):
+                           the coordinator acts on the whole job */
+  NOT_ON_FLEETS = 16,   /* refused: not done across daemons in this build */
 };
 
 /* What a loop handler works with. */
@@ -71,6 +78,12 @@ static dpm_status check_submit(const dpmd_paths *paths, Dpm__Request *rq, dpm_er
     dpm__parallel_spec__init(spec->parallel);
   }
   Dpm__ParallelSpec *p = spec->parallel;
+  if (r->n_shards) {
+    char **t = p->shards;
+    size_t n = p->n_shards;
+    p->shards = r->shards, p->n_shards = r->n_shards;
+    r->shards = t, r->n_shards = n;
+  }
   if (r->n_devices) {
     char **t = p->devices;
     size_t n = p->n_devices;
@@ -90,6 +103,18 @@ static dpm_status check_submit(const dpmd_paths *paths, Dpm__Request *rq, dpm_er
         dpm_escape(spec->name, b, sizeof b));
   }
   return DPM_OK;
+}
+
+/* A join names its model and devices (the coordinator applied them) and
+ * holds a consistent shard (fleet.h); the spec is validated as a submit's. */
+static dpm_status check_join(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  (void)paths;
+  const Dpm__JoinRequest *j = rq->join;
+  if (!dpm_model_name_valid(j->spec->name))
+    return dpm_errf(err, DPM_INVALID, "join: not a model name");
+  if (!j->spec->parallel || !j->spec->parallel->n_devices)
+    return dpm_errf(err, DPM_INVALID, "join: the spec names no devices");
+  return dpmd_fleet_check_join(j, err);
 }
 
 static dpm_status check_train(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
@@ -164,43 +189,133 @@ static void run_version(const call *c) {
   free(names);
 }
 
+/* What a submit and a join check before a model starts: a free name, room
+ * for it, the daemon's devices, the spec; then room in the registry. */
+static dpm_status admit(const call *c, const Dpm__ModelSpec *spec, dpm_err *err) {
+  dpmd *d = c->d;
+  if (dpmd_registry_find(c->models, spec->name))
+    return dpm_errf(err, DPM_EXISTS, "a model named %s exists", spec->name);
+  if (dpmd_registry_count(c->models) >= d->cfg->max_models)
+    return dpm_errf(err, DPM_DENIED, "this dpmd holds at most %d models (max_models)",
+                    d->cfg->max_models);
+  if (dpmd_devices_check(d->devices, spec->parallel->devices, spec->parallel->n_devices,
+                         err))
+    return dpm_err_prefix(err, "%s: ", spec->name);
+  if (dpm_spec_validate(spec, err)) return err->code;
+  return dpmd_registry_reserve(c->models, err);
+}
+
+/* Starts the model of spec (taken) with fleet (taken; NULL: none); the
+ * model answers `to` once built when it is not NULL. */
+static dpmd_model *start(const call *c, Dpm__ModelSpec *spec, dpmd_fleet_link *fleet,
+                         dpmd_reply_to *to) {
+  dpm_err err = {0};
+  dpmd_model *m;
+  if (dpmd_model_new(c->d, spec, 0, fleet, to, &m, &err)) {
+    dpmd_reply_error(c->d, c->to, err.code, "%s", err.msg);
+    return NULL;
+  }
+  dpmd_registry_add(c->models, dpmd_model_name(m), m);
+  dpmd_notify_serving(c->d, dpmd_registry_count(c->models));
+  return m;
+}
+
 static void run_submit(const call *c) {
   dpmd *d = c->d;
   Dpm__ModelSpec *spec = c->rq->submit->spec; /* overrides applied (check_submit) */
   dpm_err err = {0};
-  if (dpmd_registry_find(c->models, spec->name))
-    return dpmd_reply_error(d, c->to, DPM_EXISTS, "a model named %s exists", spec->name);
-  if (dpmd_registry_count(c->models) >= d->cfg->max_models)
-    return dpmd_reply_error(d, c->to, DPM_DENIED,
-                            "this dpmd holds at most %d models (max_models)",
-                            d->cfg->max_models);
-  if (dpmd_devices_check(d->devices, spec->parallel->devices, spec->parallel->n_devices,
-                         &err))
-    return dpmd_reply_error(d, c->to, err.code, "%s: %s", spec->name, err.msg);
-  if (dpm_spec_validate(spec, &err))
+  dpmd_fleet_link *fleet = NULL;
+  int shards = dpmd_fleet_shards(spec);
+  if (admit(c, spec, &err) || (shards && dpmd_fleet_coordinate(spec, &fleet, &err)))
     return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
-  if (dpmd_registry_reserve(c->models, &err))
-    return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
-  dpmd_model *m;
   c->rq->submit->spec = NULL; /* the model owns it now */
-  if (dpmd_model_new(d, spec, 0, c->to, &m, &err))
+  dpmd_model *m = start(c, spec, fleet, c->to);
+  if (!m) return;
+  if (shards)
+    dpmd_info("model %s: submitted on %zu device(s) as shard 0 of %d, forming %s",
+              dpmd_model_name(m), spec->parallel->n_devices, shards,
+              dpmd_fleet_formation(fleet));
+  else
+    dpmd_info("model %s: submitted on %zu device(s)", dpmd_model_name(m),
+              spec->parallel->n_devices);
+}
+
+/* A coordinator asks this daemon to run a shard of its job: answered at
+ * once (the model's snapshot, building) once the model has started; the
+ * model then meets the other shards at the rendezvous. */
+static void run_join(const call *c) {
+  dpmd *d = c->d;
+  Dpm__JoinRequest *j = c->rq->join;
+  Dpm__ModelSpec *spec = j->spec;
+  dpm_err err = {0};
+  dpmd_fleet_link *fleet = NULL;
+  if (admit(c, spec, &err) || dpmd_fleet_join(j, &fleet, &err))
     return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
-  dpmd_registry_add(c->models, dpmd_model_name(m), m);
-  dpmd_notify_serving(d, dpmd_registry_count(c->models));
-  dpmd_info("model %s: submitted on %zu device(s)", dpmd_model_name(m),
-            spec->parallel->n_devices);
+  j->spec = NULL; /* the model owns it now */
+  dpmd_model *m = start(c, spec, fleet, NULL);
+  if (!m) return;
+  dpmd_info("model %s: joined on %zu device(s) as shard %u of %u, coordinated by %s",
+            dpmd_model_name(m), spec->parallel->n_devices, j->shard_id, j->num_shards,
+            j->coordinator);
+  dpmd_model_reply_info(m, c->to);
+}
+
+/* For the coordinator of a fleet job (unless the request came from a
+ * coordinator itself): one ShardInfo per shard in info, shard 0's from
+ * info, the others' endpoints only, for the gatherer to fill in
+ * (gather.h). *mem holds them (free it once the answer is posted); 0 when
+ * the model needs none, 1 when it has them, -1 when out of memory. */
+static int shard_infos(const call *c, dpmd_model *m, Dpm__ModelInfo *info, void **mem) {
+  const dpmd_fleet_link *l = dpmd_model_fleet(m);
+  *mem = NULL;
+  if (c->rq->forwarded || !l || dpmd_fleet_shard_id(l) != 0 ||
+      dpmd_fleet_num_shards(l) < 2)
+    return 0;
+  const Dpm__ParallelSpec *p = dpmd_model_spec(m)->parallel;
+  size_t n = p->n_shards; /* at most DPM_SPEC_MAX_SHARDS: validated */
+  Dpm__ShardInfo *v = calloc(n, sizeof *v + sizeof(Dpm__ShardInfo *));
+  if (!v) return -1;
+  Dpm__ShardInfo **ptr = (Dpm__ShardInfo **)(v + n);
+  for (size_t i = 0; i < n; i++) {
+    dpm__shard_info__init(&v[i]);
+    v[i].shard_id = (uint32_t)i;
+    v[i].endpoint = p->shards[i];
+    ptr[i] = &v[i];
+  }
+  v[0].state = info->state;
+  v[0].has_iter = info->has_iter, v[0].iter = info->iter;
+  v[0].has_target_iter = info->has_target_iter, v[0].target_iter = info->target_iter;
+  v[0].error = info->error;
+  info->n_shards = n;
+  info->shards = ptr;
+  *mem = v;
+  return 1;
+}
+
+/* Answers with rs, through the gatherer when a model in it has shards to
+ * ask (gather.h). */
+static void reply_gathered(const call *c, Dpm__Response *rs, int gather) {
+  if (gather)
+    dpmd_gather_post(c->d->gather, rs, c->to);
+  else
+    dpmd_reply(c->d, c->to, rs);
 }
 
 static void reply_models(const call *c) {
-  int n = dpmd_registry_count(c->models);
+  int n = dpmd_registry_count(c->models), gather = 0, nomem = 0;
   Dpm__ModelInfo *info = calloc((size_t)n + 1, sizeof *info);
   Dpm__ModelInfo **ptr = calloc((size_t)n + 1, sizeof *ptr);
   dpmd_info_buf *buf = calloc((size_t)n + 1, sizeof *buf);
-  if (!info || !ptr || !buf) {
+  void **mem = calloc((size_t)n + 1, sizeof *mem);
+  if (!info || !ptr || !buf || !mem) {
     dpmd_reply_error(c->d, c->to, DPM_NOMEM, "out of memory");
   } else {
     for (int i = 0; i < n; i++) {
-      dpmd_model_info(dpmd_registry_at(c->models, i), &info[i], &buf[i]);
+      dpmd_model *m = dpmd_registry_at(c->models, i);
+      dpmd_model_info(m, &info[i], &buf[i]);
+      int k = shard_infos(c, m, &info[i], &mem[i]);
+      gather |= k > 0;
+      nomem |= k < 0;
       ptr[i] = &info[i];
     }
     Dpm__ModelList list = DPM__MODEL_LIST__INIT;
@@ -209,8 +324,13 @@ static void reply_models(const call *c) {
     Dpm__Response rs = DPM__RESPONSE__INIT;
     rs.result_case = DPM__RESPONSE__RESULT_MODELS;
     rs.models = &list;
-    dpmd_reply(c->d, c->to, &rs);
+    if (nomem)
+      dpmd_reply_error(c->d, c->to, DPM_NOMEM, "out of memory");
+    else
+      reply_gathered(c, &rs, gather);
   }
+  for (int i = 0; mem && i < n; i++) free(mem[i]);
+  free(mem);
   free(info);
   free(ptr);
   free(buf);
@@ -218,7 +338,17 @@ static void reply_models(const call *c) {
 
 static void run_status(const call *c) {
   if (!c->m) return reply_models(c); /* no name: every model */
-  dpmd_model_reply_info(c->m, c->to);
+  Dpm__ModelInfo info;
+  dpmd_info_buf buf;
+  void *mem;
+  dpmd_model_info(c->m, &info, &buf);
+  int k = shard_infos(c, c->m, &info, &mem);
+  if (k < 0) return dpmd_reply_error(c->d, c->to, DPM_NOMEM, "out of memory");
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  rs.result_case = DPM__RESPONSE__RESULT_MODEL;
+  rs.model = &info;
+  reply_gathered(c, &rs, k);
+  free(mem);
 }
 
 static void run_list(const call *c) { reply_models(c); }
@@ -251,6 +381,34 @@ static void run_metrics(const call *c) {
   free(text);
 }
 
+/* The rendezvous store (kv.h): answered at once, never waiting. */
+static void run_kv_set(const call *c) {
+  const Dpm__KvSetRequest *r = c->rq->kv_set;
+  dpm_err err = {0};
+  if (dpmd_kv_set(c->d->kv, r->formation, r->key, r->value.data, r->value.len, &err))
+    return dpmd_reply_error(c->d, c->to, err.code, "%s", err.msg);
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  dpmd_reply(c->d, c->to, &rs);
+}
+
+static void run_kv_get(const call *c) {
+  const Dpm__KvGetRequest *r = c->rq->kv_get;
+  dpm_err err = {0};
+  void *v;
+  size_t n;
+  if (dpmd_kv_get(c->d->kv, r->formation, r->key, 0, &v, &n, &err))
+    return dpmd_reply_error(c->d, c->to, err.code, "%s", err.msg);
+  Dpm__KvValue kv = DPM__KV_VALUE__INIT;
+  kv.has_value = v != NULL; /* absent: not yet */
+  kv.value.data = v;
+  kv.value.len = n;
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  rs.result_case = DPM__RESPONSE__RESULT_KV;
+  rs.kv = &kv;
+  dpmd_reply(c->d, c->to, &rs);
+  free(v);
+}
+
 static void run_shutdown(const call *c) {
   dpmd_info("shutdown requested");
   Dpm__Response rs = DPM__RESPONSE__INIT;
@@ -272,23 +430,27 @@ static const command commands[] = {
     LOOP(PING, "ping", 0, NULL, NULL, run_version),
     LOOP(VERSION_INFO, "version", 0, NULL, NULL, run_version),
     LOOP(SUBMIT, "submit", MUTATING, check_submit, NULL, run_submit),
-    JOB(TRAIN, "train", MUTATING, check_train, name_train, dpmd_job_train),
+    JOB(TRAIN, "train", MUTATING | FROM_COORDINATOR, check_train, name_train,
+        dpmd_job_train),
     LOOP(STATUS, "status", 0, NULL, name_status, run_status),
     LOOP(LIST, "list", 0, NULL, NULL, run_list),
     LOOP(WATCH, "watch", 0, NULL, name_watch, run_watch),
     JOB(CHECKPOINT, "checkpoint", MUTATING, check_checkpoint, name_checkpoint,
         dpmd_job_checkpoint),
-    JOB(LOAD, "load", MUTATING, check_load, name_load, dpmd_job_load),
-    JOB(SYNC, "sync", MUTATING, NULL, name_sync, dpmd_job_sync),
+    JOB(LOAD, "load", MUTATING | NOT_ON_FLEETS, check_load, name_load, dpmd_job_load),
+    JOB(SYNC, "sync", MUTATING | NOT_ON_FLEETS, NULL, name_sync, dpmd_job_sync),
     JOB(EXTRACT_PREDICTOR, "extract-predictor", 0, check_extract, name_extract_predictor,
         dpmd_job_extract),
     JOB(EVAL, "eval", 0, NULL, name_eval, dpmd_job_eval),
     JOB(GET_BLOB, "get-blob", 0, NULL, name_get_blob, dpmd_job_get_blob),
-    JOB(PAUSE, "pause", MUTATING, NULL, name_pause, dpmd_job_pause),
-    JOB(RESUME, "resume", MUTATING, NULL, name_resume, dpmd_job_resume),
+    JOB(PAUSE, "pause", MUTATING | NOT_ON_FLEETS, NULL, name_pause, dpmd_job_pause),
+    JOB(RESUME, "resume", MUTATING | NOT_ON_FLEETS, NULL, name_resume, dpmd_job_resume),
     LOOP(DELETE, "delete", NEEDS_MODEL | MUTATING, NULL, name_delete_, run_delete),
     LOOP(METRICS, "metrics", 0, NULL, NULL, run_metrics),
     LOOP(SHUTDOWN, "shutdown", MUTATING, NULL, NULL, run_shutdown),
+    LOOP(JOIN, "join", MUTATING, check_join, NULL, run_join),
+    LOOP(KV_SET, "kv-set", 0, NULL, NULL, run_kv_set),
+    LOOP(KV_GET, "kv-get", 0, NULL, NULL, run_kv_get),
 };
 #undef LOOP
 #undef JOB
@@ -311,6 +473,24 @@ dpm_status dpmd_command_check(const dpmd_paths *paths, Dpm__Request *rq, dpm_err
 
 /* ---- dispatch ----------------------------------------------------------------- */
 
+/* The row's fleet flags against a model that is a shard of a job over
+ * several daemons. */
+static dpm_status fleet_check(const command *c, const Dpm__Request *rq, dpmd_model *m,
+                              dpm_err *err) {
+  const dpmd_fleet_link *l = m ? dpmd_model_fleet(m) : NULL;
+  if (!l || dpmd_fleet_num_shards(l) < 2) return DPM_OK;
+  int id = dpmd_fleet_shard_id(l), n = dpmd_fleet_num_shards(l);
+  if (c->flags & NOT_ON_FLEETS)
+    return dpm_errf(err, DPM_UNSUPPORTED,
+                    "%s runs on %d daemons: %s of such a job is not in this build",
+                    dpmd_model_name(m), n, c->name);
+  if ((c->flags & FROM_COORDINATOR) && id != 0 && !rq->forwarded)
+    return dpm_errf(err, DPM_STATE,
+                    "%s is shard %d of %d of a job coordinated by %s: send %s there",
+                    dpmd_model_name(m), id, n, dpmd_fleet_coordinator(l), c->name);
+  return DPM_OK;
+}
+
 void dpmd_handle(dpmd *d, dpmd_registry *models, Dpm__Request *rq, dpmd_reply_to *to) {
   dpm_err err = {0};
   const command *c = lookup(rq->command_case);
@@ -322,7 +502,7 @@ void dpmd_handle(dpmd *d, dpmd_registry *models, Dpm__Request *rq, dpmd_reply_to
     dpmd_reply_error(d, to, DPM_STATE, "dpmd is shutting down");
   else if ((c->flags & NEEDS_MODEL || (name && *name)) && (!m || dpmd_model_ending(m)))
     dpmd_reply_error(d, to, DPM_NOT_FOUND, "no model named '%s'", name ? name : "");
-  else if (c->check && c->check(d->paths, rq, &err))
+  else if (fleet_check(c, rq, m, &err) || (c->check && c->check(d->paths, rq, &err)))
     dpmd_reply_error(d, to, err.code, "%s", err.msg);
   else if (c->flags & ON_MODEL)
     return dpmd_model_post(m, c->job, c->name, rq, to); /* takes rq */

@@ -8,8 +8,16 @@
  * Dispatch (dpmd_handle) goes through a row in this order, and the first
  * refusal is the answer: unknown command (DPM_UNSUPPORTED), a mutating
  * command while stopping (DPM_STATE), a model named but not registered or
- * ending (DPM_NOT_FOUND), the argument check (its status and message);
+ * ending (DPM_NOT_FOUND), for a model that is a shard of a job over several
+ * daemons (server/fleet.h) the row's fleet flags (a command not done
+ * across daemons yet: DPM_UNSUPPORTED; one the coordinator sends the whole
+ * job, sent to another shard by anyone but the coordinator: DPM_STATE,
+ * naming the coordinator), the argument check (its status and message);
  * then the loop handler runs, or the job is posted to the model's queue.
+ *
+ * Fleet jobs: status and list at a job's coordinator are answered through
+ * the gatherer (server/gather.h), which asks every other shard first;
+ * join, kv-set and kv-get are the daemons' own commands (fleet.h, kv.h).
  *
  * Threads: the loop thread only (dpmd_command_name and dpmd_command_check
  * use no shared state: any thread). */
@@ -39,7 +47,8 @@ const char *dpmd_command_name(int command);
  * judged without a model (train's iters, extract's format, inputs and
  * outputs, the form of client paths: dpmd_paths_check, they are confined
  * when used) and, for a submit, the overrides it moves into the spec (name,
- * devices, checkpoint policy; cpu:0 when none) and the model name. The
+ * devices, checkpoint policy, shards; cpu:0 when no devices) and the model
+ * name; for a join, the model name, its devices and its shard (fleet.h). The
  * spec itself is validated by the submit handler, once the daemon's devices
  * have been checked. DPM_OK for a command without a check or a row;
  * else DPM_INVALID, DPM_UNSUPPORTED, DPM_DENIED, DPM_SPEC or DPM_NOMEM

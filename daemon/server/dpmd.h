@@ -34,6 +34,8 @@
 struct dpmd_model;
 struct dpmd_devices;
 struct dpmd_paths;
+struct dpmd_kv;
+struct dpmd_gather;
 struct uv_loop_s;
 typedef struct dpmd_core dpmd_core;
 
@@ -41,6 +43,8 @@ typedef struct dpmd {
   const dpmd_config *cfg;         /* the configuration, final before serving */
   struct dpmd_devices *devices;   /* devices and warm crews; any thread (devices.h) */
   const struct dpmd_paths *paths; /* where clients' paths may lead (paths.h) */
+  struct dpmd_kv *kv;             /* the rendezvous store it serves; any thread (kv.h) */
+  struct dpmd_gather *gather;     /* asks fleet jobs' shards for status (gather.h) */
   uint64_t instance;              /* random per start: clients notice a restart */
   double started;                 /* CLOCK_REALTIME seconds */
   dpmd_core *core;                /* dpmd.c's: through the functions below only */

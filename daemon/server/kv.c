@@ -27,7 +27,7 @@ typedef struct formation {
 
 struct dpmd_kv {
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* CLOCK_MONOTONIC: a set or a drop happened */
+  pthread_cond_t cv;                    /* CLOCK_MONOTONIC: a set or a drop happened */
   formation *f[DPMD_KV_MAX_FORMATIONS]; /* NULL: a free slot */
   size_t total;                         /* bytes of every formation */
 };
@@ -157,7 +157,8 @@ dpm_status dpmd_kv_set(dpmd_kv *kv, const char *name, const char *key, const voi
   if (len > DPMD_KV_MAX_VALUE)
     return dpm_errf(err, DPM_DENIED, "a rendezvous value of %zu bytes; at most %u", len,
                     DPMD_KV_MAX_VALUE);
-  if (len && !value) return dpm_errf(err, DPM_INVALID, "a value of %zu bytes at NULL", len);
+  if (len && !value)
+    return dpm_errf(err, DPM_INVALID, "a value of %zu bytes at NULL", len);
   size_t klen = strlen(key);
   size_t cost = klen + 1 + len + DPMD_KV_ENTRY_COST; /* each term bounded above */
   /* copies made before the lock, freed if unused */
@@ -266,6 +267,7 @@ dpm_status dpmd_kv_get(dpmd_kv *kv, const char *name, const char *key, int timeo
 
 dpmd_kv_usage dpmd_kv_used(dpmd_kv *kv) {
   dpmd_kv_usage u = {0};
+  if (!kv) return u;
   pthread_mutex_lock(&kv->mu);
   for (int i = 0; i < DPMD_KV_MAX_FORMATIONS; i++)
     if (kv->f[i]) u.formations++, u.keys += kv->f[i]->n;
@@ -285,8 +287,8 @@ static dpm_status local_set(void *ctx, const char *key, const void *value, size_
 static dpm_status local_get(void *ctx, const char *key, int timeout_ms, void **value,
                             size_t *len, dpm_err *err) {
   dpmd_kv_local *l = ctx; /* waits at least 1 ms: a value, or DPM_TIMEOUT */
-  return dpmd_kv_get(l->kv, l->formation, key, timeout_ms > 0 ? timeout_ms : 1, value, len,
-                     err);
+  return dpmd_kv_get(l->kv, l->formation, key, timeout_ms > 0 ? timeout_ms : 1, value,
+                     len, err);
 }
 
 void dpmd_kv_local_init(dpmd_kv_local *l, dpmd_kv *kv, const char *formation) {

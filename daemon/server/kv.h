@@ -75,7 +75,7 @@ dpm_status dpmd_kv_set(dpmd_kv *kv, const char *formation, const char *key,
 dpm_status dpmd_kv_get(dpmd_kv *kv, const char *formation, const char *key,
                        int timeout_ms, void **value, size_t *len, dpm_err *err);
 
-/* What the store holds now (for metrics). */
+/* What the store holds now (for metrics); zeros for NULL. */
 typedef struct dpmd_kv_usage {
   int formations;
   size_t keys, bytes;

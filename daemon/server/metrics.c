@@ -9,6 +9,7 @@
 
 #include "backend/device.h"
 #include "server/devices.h"
+#include "server/kv.h"
 #include "server/model.h"
 
 typedef struct text {
@@ -126,6 +127,15 @@ char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
   head(&t, "dpmd_dropped_messages_total", "counter",
        "Requests that could not be decoded.");
   put(&t, "dpmd_dropped_messages_total %llu\n", (unsigned long long)dpmd_dropped(d));
+  dpmd_kv_usage kv = dpmd_kv_used(d->kv);
+  head(&t, "dpmd_rendezvous_formations", "gauge",
+       "Formations of fleet jobs in this daemon's rendezvous store.");
+  put(&t, "dpmd_rendezvous_formations %d\n", kv.formations);
+  head(&t, "dpmd_rendezvous_keys", "gauge", "Keys in the rendezvous store.");
+  put(&t, "dpmd_rendezvous_keys %zu\n", kv.keys);
+  head(&t, "dpmd_rendezvous_bytes", "gauge",
+       "Bytes counted against the rendezvous store's bounds.");
+  put(&t, "dpmd_rendezvous_bytes %zu\n", kv.bytes);
   Dpm__ModelInfo *info = calloc((size_t)n_models + 1, sizeof *info);
   dpmd_info_buf *buf = calloc((size_t)n_models + 1, sizeof *buf);
   if (!info || !buf) t.failed = 1;

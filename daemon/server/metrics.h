@@ -2,7 +2,8 @@
  * 0.0.4. Uptime, models by state, warm device crews, each open device's
  * caching allocator (memory in use, cached and at peak; allocations served
  * from the cache or the device), requests by command and status, requests
- * dropped undecoded, and per model its iteration, loss, images/s, step
+ * dropped undecoded, what the rendezvous store holds (formations, keys,
+ * bytes: server/kv.h), and per model its iteration, loss, images/s, step
  * time, tensor bytes and memory bytes (from each model's snapshot; a model
  * without a value has no line).
  *

@@ -17,6 +17,7 @@
 #include "engine/dtype_wire.h"
 #include "engine/workspace.h"
 #include "server/devices.h"
+#include "server/fleet.h"
 #include "common/escape.h"
 #include "server/log.h"
 #include "server/paths.h"
@@ -47,6 +48,9 @@ typedef struct waiter { /* a train --wait to answer when the run ends */
 struct dpmd_model {
   dpmd *d;
   Dpm__ModelSpec *spec; /* owned; immutable once the thread runs */
+  /* owned: its shard of a fleet job, NULL: none. The pointer never changes;
+   * the link's stores are the model thread's */
+  dpmd_fleet_link *fleet;
   char dir[PATH_MAX];
   int restore;
   dpmd_reply_to submit_to;
@@ -79,6 +83,8 @@ static const char *const state_names[DPMD_STATE_COUNT] = {"building", "ready", "
                                                            "paused", "failed"};
 const char *dpmd_state_name(dpmd_state s) { return state_names[s]; }
 const char *dpmd_model_name(const dpmd_model *m) { return m->spec->name; }
+const Dpm__ModelSpec *dpmd_model_spec(const dpmd_model *m) { return m->spec; }
+const dpmd_fleet_link *dpmd_model_fleet(const dpmd_model *m) { return m->fleet; }
 
 dpmd_state dpmd_model_state(dpmd_model *m) {
   pthread_mutex_lock(&m->mu);
@@ -96,6 +102,12 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
   info->name = m->spec->name;
   info->n_devices = m->spec->parallel ? m->spec->parallel->n_devices : 0;
   info->devices = m->spec->parallel ? m->spec->parallel->devices : NULL;
+  if (m->fleet) {
+    info->has_shard_id = info->has_num_shards = 1;
+    info->shard_id = (uint32_t)dpmd_fleet_shard_id(m->fleet);
+    info->num_shards = (uint32_t)dpmd_fleet_num_shards(m->fleet);
+    info->coordinator = (char *)dpmd_fleet_coordinator(m->fleet);
+  }
   pthread_mutex_lock(&m->mu);
   info->state = (char *)state_names[m->state];
   info->has_iter = info->has_target_iter = 1;
@@ -239,13 +251,26 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
                              .max_bytes = m->d->cfg->max_model_bytes,
                              .max_bytes_name = "max_model_bytes",
                              .fs = dpmd_paths_data(m->d->paths)};
-  dpm_status s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
+  int shards = dpmd_fleet_shards(m->spec);
+  if (shards && !m->fleet) /* restored: its shards are not here to meet */
+    return dpm_errf(err, DPM_UNSUPPORTED,
+                    "%s: a job over %d daemons is not brought back after a restart "
+                    "(re-forming is not in this build); its files stay in %s",
+                    m->spec->name, shards, m->dir);
+  int coordinator = m->fleet && dpmd_fleet_shard_id(m->fleet) == 0;
+  dpm_status s = DPM_OK;
+  if (coordinator) s = dpmd_fleet_form(m->d, m->fleet, m->spec, err);
+  if (!s && m->fleet) s = dpmd_fleet_options(m->d, m->fleet, m->spec, &opt, err);
+  if (!s)
+    s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
+  if (s && coordinator) dpmd_fleet_abort(m->d, m->fleet, m->spec); /* formed or not */
   if (s) return s;
   uint64_t bytes = trainer_bytes(t);
   if (!m->restore && dpmd_store_save_spec(m->dir, m->spec, err)) {
     dpm_trainer_destroy(t);
+    if (coordinator) dpmd_fleet_abort(m->d, m->fleet, m->spec);
     return err->code;
   }
   pthread_mutex_lock(&m->mu);
@@ -355,6 +380,16 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   if (m->state == DPMD_FAILED)
     return reply_state(m, to, "load a checkpoint to recover");
   if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it or wait");
+  if (r->has_from_iter && r->from_iter != m->iter)
+    return dpmd_reply_error(
+        m->d, to, DPM_STATE,
+        "%s: this shard is at iteration %llu, its coordinator at %llu", m->spec->name,
+        (unsigned long long)m->iter, (unsigned long long)r->from_iter);
+  if (m->fleet && dpmd_fleet_shard_id(m->fleet) == 0) { /* the whole job trains */
+    dpm_err err = {0};
+    if (dpmd_fleet_train(m->d, m->fleet, m->spec, r->iters, m->iter, &err))
+      return reply_err(m, to, &err);
+  }
   pthread_mutex_lock(&m->mu);
   m->target = m->iter + r->iters;
   pthread_mutex_unlock(&m->mu);
@@ -565,6 +600,7 @@ static job *next_job(dpmd_model *m) {
  * the target is saved anyway; dpmd exits non-zero (dpmd_shutdown_failed). */
 static void checkpoint_at_shutdown(dpmd_model *m) {
   if (!m->t || m->state != DPMD_TRAINING || !m->d->cfg->checkpoint_on_shutdown) return;
+  if (m->fleet && !dpmd_fleet_checkpoints(m->fleet)) return; /* shard 0's to write */
   char path[PATH_MAX];
   dpm_err err = {0}, terr = {0};
   dpm_status s = checkpoint_default(m, path, sizeof path, &err);
@@ -589,6 +625,16 @@ static void finish(dpmd_model *m, job *j) {
   snprintf(err.msg, sizeof err.msg, "%s",
            j->kind == JOB_DELETE ? "model deleted" : "daemon shutting down");
   release_waiters(m, &err);
+  dpm_err ferr = {0}; /* the coordinator deletes the job on every shard */
+  char msg[sizeof err.msg + sizeof ferr.msg + 64];
+  if (j->kind == JOB_DELETE && m->fleet && dpmd_fleet_shard_id(m->fleet) == 0 &&
+      dpmd_fleet_delete(m->d, m->fleet, m->spec, &ferr)) {
+    dpmd_error("model %s: not deleted on every shard: %s", m->spec->name, ferr.msg);
+    snprintf(msg, sizeof msg, "%s: deleted here, not on every shard: %s", m->spec->name,
+             ferr.msg);
+    rs.status = dpm_status_to_wire(ferr.code);
+    rs.message = msg;
+  }
   if (j->kind == JOB_DELETE && dpmd_store_remove(m->dir, &err)) {
     rs.status = dpm_status_to_wire(err.code);
     rs.message = err.msg;
@@ -688,20 +734,24 @@ void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to) {
   push(m, j);
 }
 
-dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore, dpmd_reply_to *to,
-                          dpmd_model **out, dpm_err *err) {
+dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore,
+                          dpmd_fleet_link *fleet, dpmd_reply_to *to, dpmd_model **out,
+                          dpm_err *err) {
   *out = NULL;
   dpmd_model *m = calloc(1, sizeof *m);
   if (!m) {
     dpm_spec_free(spec);
+    dpmd_fleet_link_free(fleet);
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   }
   m->d = d;
   m->spec = spec;
+  m->fleet = fleet;
   m->restore = restore;
   const Dpm__CheckpointPolicy *cp = spec->checkpoint;
   m->every_iters = cp ? cp->every_iters : d->cfg->checkpoint_every_iters;
   m->every_s = cp ? cp->every_seconds : (double)d->cfg->checkpoint_every_s;
+  if (fleet && !dpmd_fleet_checkpoints(fleet)) m->every_iters = 0, m->every_s = 0;
   if (to) m->submit_to = *to;
   m->state = DPMD_BUILDING;
   pthread_mutex_init(&m->mu, NULL);
@@ -729,6 +779,7 @@ void dpmd_model_free(dpmd_model *m) {
   }
   pthread_mutex_destroy(&m->mu);
   pthread_cond_destroy(&m->cv);
+  dpmd_fleet_link_free(m->fleet); /* after the trainer, whose communicator used it */
   dpm_spec_free(m->spec);
   free(m);
 }

@@ -24,7 +24,16 @@
  * Files: DIR/spec.pb (the spec as submitted, with name and devices
  * applied), DIR/checkpoints/ckpt-ITER.dpmckpt and, after a shutdown that
  * interrupted a run, DIR/target (store.h): restored, the model is paused
- * at its newest checkpoint and `resume` finishes that run. */
+ * at its newest checkpoint and `resume` finishes that run.
+ *
+ * A job over several daemons (server/fleet.h): the model is one shard of
+ * it and holds the job's link. The coordinator's model forms the job on its
+ * thread before it builds its trainer (the submit is answered once the
+ * whole job has met at the rendezvous and built, or failed); train there
+ * starts every shard; delete there deletes every shard. Only shard 0
+ * checkpoints on its own (periodically, at shutdown). A restarted daemon
+ * does not bring such a model back (re-forming is not in this build): it
+ * logs why and leaves its files. */
 #ifndef DPMD_MODEL_H
 #define DPMD_MODEL_H
 
@@ -44,12 +53,17 @@ const char *dpmd_state_name(dpmd_state s);
 typedef struct dpmd_model dpmd_model;
 
 /* Starts a model: takes ownership of spec (name and devices already
- * applied; spec->name is the model's name) and begins building it on its
- * thread. restore: bring it back from its directory (last good checkpoint,
- * paused) instead of answering a submit; then `to` is NULL. The model
- * answers `to` once built (or failed: it then exits, dpmd_model_exited).
- * DPM_NOMEM when its thread cannot start (spec freed, `to` not answered). */
-dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore, dpmd_reply_to *to,
+ * applied; spec->name is the model's name) and of fleet (its shard of a job
+ * over several daemons, server/fleet.h; NULL for a job of this daemon
+ * alone) and begins building it on its thread. restore: bring it back from
+ * its directory (last good checkpoint, paused) instead of answering a
+ * submit; then `to` is NULL. The model answers `to` (may be NULL: a shard
+ * joining a job) once built (or failed: it then exits, dpmd_model_exited).
+ * DPM_NOMEM when its thread cannot start (spec and fleet freed, `to` not
+ * answered). */
+struct dpmd_fleet_link;
+dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore,
+                          struct dpmd_fleet_link *fleet, dpmd_reply_to *to,
                           dpmd_model **out, dpm_err *err);
 /* Requests a model holds queued at most; more are refused (DPM_DENIED). */
 #define DPMD_MAX_JOBS 64
@@ -75,11 +89,16 @@ typedef struct dpmd_info_buf {
   Dpm__CheckpointPolicy every;
 } dpmd_info_buf;
 /* Snapshot of the model into info (strings point into buf or into the
- * model's immutable spec). Any thread. */
+ * model's immutable spec; a fleet job's shard_id, num_shards and
+ * coordinator, never its shards: server/gather.h). Any thread. */
 void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf);
 /* Answer `to` with the model's snapshot. Any thread. */
 void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to);
 const char *dpmd_model_name(const dpmd_model *m);
+/* The model's spec (immutable) and its link to a fleet job (NULL: none;
+ * the link's accessors are safe on any thread). Any thread. */
+const Dpm__ModelSpec *dpmd_model_spec(const dpmd_model *m);
+const struct dpmd_fleet_link *dpmd_model_fleet(const dpmd_model *m);
 dpmd_state dpmd_model_state(dpmd_model *m);
 int dpmd_model_ending(const dpmd_model *m);
 /* Join the model thread and free everything (after dpmd_model_exited). */

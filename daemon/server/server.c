@@ -26,6 +26,8 @@
 #include "common/spec.h"
 #include "server/commands.h"
 #include "server/dpmd.h"
+#include "server/gather.h"
+#include "server/kv.h"
 #include "server/log.h"
 #include "server/model.h"
 #include "server/notify.h"
@@ -48,6 +50,8 @@ typedef struct server {
 
 static void close_all(uv_timer_t *t) {
   server *s = t->data;
+  dpmd_gather_stop(s->d.gather); /* its answers leave before the core stops */
+  s->d.gather = NULL;
   uv_close((uv_handle_t *)&s->rep_poll, NULL);
   for (int i = 0; i < 2; i++) uv_close((uv_handle_t *)&s->sig[i], NULL);
   uv_close((uv_handle_t *)&s->stop_timer, NULL);
@@ -156,7 +160,7 @@ static void restore_models(server *s) {
       free(spec->name); /* the model is its directory's name */
       if (!(spec->name = strdup(names[i])))
         dpm_spec_free(spec);
-      else if ((ok = !dpmd_model_new(&s->d, spec, 1, NULL, &m, &err)))
+      else if ((ok = !dpmd_model_new(&s->d, spec, 1, NULL, NULL, &m, &err)))
         dpmd_registry_add(s->models, dpmd_model_name(m), m);
       /* else dpmd_model_new freed the spec */
     }
@@ -230,8 +234,10 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   if (getrandom(&s.d.instance, sizeof s.d.instance, 0) != sizeof s.d.instance)
     s.d.instance = (uint64_t)getpid() << 32 ^ (uint64_t)(s.d.started * 1e6);
   dpm_status st = dpmd_registry_create(&s.models, err);
+  if (!st) st = dpmd_kv_create(&s.d.kv, err);
   if (!st) st = bind_all(&s, err);
   if (!st) st = dpmd_core_start(&s.d, s.loop, s.rep, s.pub, on_model_exited, &s, err);
+  if (!st) st = dpmd_gather_start(&s.d, &s.d.gather, err);
   if (!st) st = start_handles(&s, err);
   if (!st) {
     restore_models(&s);
@@ -240,6 +246,7 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
     uv_run(s.loop, UV_RUN_DEFAULT);
     *shutdown_failed = dpmd_core_shutdown_failed(&s.d);
   }
+  dpmd_gather_stop(s.d.gather); /* after a failed start (close_all stops it else) */
   uv_walk(s.loop, close_handle, NULL); /* a failed start leaves some open */
   uv_run(s.loop, UV_RUN_DEFAULT);
   uv_loop_close(s.loop);
@@ -247,5 +254,6 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   if (s.pub >= 0) nn_close(s.pub);
   dpmd_core_free(&s.d);
   dpmd_registry_destroy(s.models);
+  dpmd_kv_destroy(s.d.kv);
   return st;
 }

@@ -1,0 +1,112 @@
+/* A job over several daemons (a fleet): the spec's parallel.shards name
+ * them, one shard per daemon, each running the spec's devices. The daemon
+ * that takes the submit must be shards[0]: it coordinates the job as
+ * shard 0 and serves the rendezvous store when the spec's store is
+ * "daemon" (server/kv.h). A model of such a job holds a link (this file):
+ * its shard, the job's formation and the store its trainer meets the other
+ * shards through.
+ *
+ * Rule for shards[0]: it must reach the daemon that takes the submit: one
+ * of its listen addresses as written, or an endpoint where a ping is
+ * answered with this daemon's instance. Anything else is refused
+ * (DPM_INVALID), naming the endpoint.
+ *
+ * Forming (dpmd_fleet_form, on the coordinator's model thread, before its
+ * trainer is built): the check above; the formation opened in this
+ * daemon's store (store "daemon"); then, in shard order, every other daemon
+ * is asked to join (a JoinRequest: the spec as the coordinator took it,
+ * the shard's id, the number of shards, the formation, the coordinator's
+ * endpoint). A daemon accepts a join once it has checked the spec and
+ * started building its shard (commands.c, "join"); the shards' trainers
+ * then meet at the rendezvous, the coordinator's in process
+ * (dpmd_kv_local), the others' over RPC (server/kvpeer.h) or through the
+ * spec's Redis or file store. A join refused, or a daemon that cannot be
+ * reached, fails the forming, naming the shard and its endpoint; so does
+ * the coordinator's own shard failing to build (the rendezvous timed out,
+ * a peer's shard failed: dpmd_fleet_abort). Either way the formation is
+ * dropped first (the other shards' stores then fail at once instead of
+ * waiting out the timeout), and the shards that joined are deleted.
+ * Each formation is named afresh ("NAME/" and 16 random hex digits, drawn
+ * when the coordinator takes the submit), so no key of an earlier
+ * formation of the job is ever read by a later one.
+ *
+ * The whole job: train at the coordinator is forwarded to every other
+ * shard (dpmd_fleet_train: each must stand at the coordinator's iteration),
+ * delete at the coordinator deletes every shard and drops the formation
+ * (dpmd_fleet_delete), status and list at the coordinator ask every shard
+ * (server/gather.h). Periodic and shutdown checkpoints are shard 0's alone
+ * (dpmd_fleet_checkpoints). Stops agreed in band, failure detection,
+ * re-forming and restarts are not here: a shard that stops stepping makes
+ * the others fail their step at the collectives' timeout.
+ *
+ * Threads: the links are made on the loop thread, without the network;
+ * form, abort, train and delete wait for the network, on the model's
+ * thread; the accessors are safe on any thread (what they read never
+ * changes after the link is made). A link is owned by its model. */
+#ifndef DPMD_FLEET_H
+#define DPMD_FLEET_H
+
+#include <stdint.h>
+
+#include "proto/dpm.pb-c.h"
+#include "server/dpmd.h"
+#include "train/trainer.h"
+
+typedef struct dpmd_fleet_link dpmd_fleet_link;
+
+/* The spec's shards: 0 when it names none (a job of one daemon). */
+int dpmd_fleet_shards(const Dpm__ModelSpec *spec);
+
+/* Loop thread. The link of the coordinator (shard 0) of spec, a job over
+ * dpmd_fleet_shards(spec) >= 1 daemons; gives spec a rendezvous section
+ * (store "daemon") when it has none, so every shard builds the same spec.
+ * Draws the formation's name. DPM_NOMEM, DPM_IO (no randomness). */
+dpm_status dpmd_fleet_coordinate(Dpm__ModelSpec *spec, dpmd_fleet_link **out,
+                                 dpm_err *err);
+/* Loop thread. What a join must hold before anything is built: a shard id
+ * in 1 .. num_shards-1, num_shards equal to the spec's shards, the
+ * coordinator equal to shards[0], a formation of 1 .. DPMD_FORMATION_MAX-1
+ * bytes. DPM_INVALID naming what is wrong. */
+dpm_status dpmd_fleet_check_join(const Dpm__JoinRequest *j, dpm_err *err);
+/* Loop thread. The link of the shard a (checked) join asks this daemon to
+ * run. DPM_NOMEM. */
+dpm_status dpmd_fleet_join(const Dpm__JoinRequest *j, dpmd_fleet_link **out,
+                           dpm_err *err);
+void dpmd_fleet_link_free(dpmd_fleet_link *l);
+
+/* Any thread. */
+int dpmd_fleet_shard_id(const dpmd_fleet_link *l);
+int dpmd_fleet_num_shards(const dpmd_fleet_link *l);
+const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l); /* shard 0's endpoint */
+const char *dpmd_fleet_formation(const dpmd_fleet_link *l);
+/* Whether this shard writes periodic and shutdown checkpoints (shard 0). */
+int dpmd_fleet_checkpoints(const dpmd_fleet_link *l);
+
+/* Model thread, coordinator: forms the job (see Forming). On failure
+ * nothing of the formation is left (no formation, no joined shard). */
+dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
+                           dpm_err *err);
+/* Model thread: fills opt->fleet (shard, shards, the rendezvous: the store
+ * in process, over RPC, or the spec's URL; the formation; the interface)
+ * and opt->comm_timeout_ms (the rendezvous timeout). The stores stay open
+ * in l for as long as the trainer lives. */
+dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
+                              const Dpm__ModelSpec *spec, dpm_trainer_options *opt,
+                              dpm_err *err);
+/* Model thread, coordinator whose shard did not build: drops the formation
+ * and deletes the shards that joined (failures are logged). */
+void dpmd_fleet_abort(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec);
+/* Model thread, coordinator: starts `iters` steps on every other shard,
+ * each of which must be at iteration from_iter. The first refusal or
+ * unreachable shard ends it with its error, naming the shard (shards
+ * started before it are named too: they will fail their first step at the
+ * collectives' timeout). */
+dpm_status dpmd_fleet_train(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
+                            uint64_t iters, uint64_t from_iter, dpm_err *err);
+/* Model thread, coordinator: drops the formation and deletes the job on
+ * every other shard (a shard that no longer has it counts as deleted).
+ * Every shard is tried; the error names each one that failed. */
+dpm_status dpmd_fleet_delete(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
+                             dpm_err *err);
+
+#endif
