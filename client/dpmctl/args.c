@@ -32,6 +32,7 @@ const ctl_option ctl_options[O_N_OPTIONS] = {
     [O_COUNT] = {"--count", 1},
     [O_UNTIL_DONE] = {"--until-done", 0},
     [O_CHECKPOINT_EVERY] = {"--checkpoint-every", 1},
+    [O_SHARDS] = {"--shards", 1},
 };
 
 #define GLOBAL_OPTS ((1u << CTL_N_GLOBAL) - 1)

@@ -57,6 +57,7 @@ typedef enum {
   O_COUNT,
   O_UNTIL_DONE,
   O_CHECKPOINT_EVERY,
+  O_SHARDS,
   O_N_OPTIONS
 } ctl_opt;
 #define CTL_N_GLOBAL (O_HELP + 1)

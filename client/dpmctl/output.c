@@ -82,6 +82,24 @@ void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
     dpm_json_end(j);
   }
   if (m->has_memory_bytes) dpm_json_uint(j, "memory_bytes", m->memory_bytes);
+  if (m->has_shard_id) dpm_json_uint(j, "shard_id", m->shard_id);
+  if (m->has_num_shards) dpm_json_uint(j, "num_shards", m->num_shards);
+  if (m->coordinator) dpm_json_str(j, "coordinator", m->coordinator);
+  if (m->n_shards) {
+    dpm_json_array(j, "shards");
+    for (size_t i = 0; i < m->n_shards; i++) {
+      const Dpm__ShardInfo *s = m->shards[i];
+      dpm_json_object(j, NULL);
+      dpm_json_uint(j, "shard_id", s->shard_id);
+      dpm_json_str(j, "endpoint", s->endpoint);
+      if (s->state) dpm_json_str(j, "state", s->state);
+      if (s->has_iter) dpm_json_uint(j, "iter", s->iter);
+      if (s->has_target_iter) dpm_json_uint(j, "target_iter", s->target_iter);
+      if (s->error) dpm_json_str(j, "error", s->error);
+      dpm_json_end(j);
+    }
+    dpm_json_end(j);
+  }
   dpm_json_end(j);
 }
 
@@ -96,9 +114,24 @@ static void stats(FILE *f, const Dpm__ModelInfo *m) {
   if (m->has_images_per_s) fprintf(f, "  %.0f img/s", m->images_per_s);
 }
 
+/* A fleet job: "  shards 2" at the coordinator (with how many are not in
+ * its state), "  shard 1 of 2" elsewhere. */
+static void shards_brief(FILE *f, const Dpm__ModelInfo *m) {
+  if (m->n_shards) {
+    size_t off = 0;
+    for (size_t i = 0; i < m->n_shards; i++)
+      off += !m->shards[i]->state || !m->state || strcmp(m->shards[i]->state, m->state);
+    fprintf(f, "  shards %zu", m->n_shards);
+    if (off) fprintf(f, " (%zu not %s)", off, m->state ? m->state : "?");
+  } else if (m->has_num_shards && m->num_shards > 1) {
+    fprintf(f, "  shard %u of %u", m->shard_id, m->num_shards);
+  }
+}
+
 void ctl_model_line(FILE *f, const Dpm__ModelInfo *m) {
   fprintf(f, "%s  %s", m->name ? m->name : "?", m->state ? m->state : "?");
   stats(f, m);
+  shards_brief(f, m);
   if (m->error && *m->error) fprintf(f, "  error: %s", m->error);
   fputc('\n', f);
 }
@@ -136,6 +169,20 @@ static void model_detail(FILE *f, const Dpm__ModelInfo *m) {
   }
   if (m->checkpoint_error && *m->checkpoint_error)
     fprintf(f, "  checkpoint error: %s\n", m->checkpoint_error);
+  if (m->coordinator && !m->n_shards && m->has_shard_id && m->shard_id > 0)
+    fprintf(f, "  coordinated by %s\n", m->coordinator);
+  /* "  shard 1  tcp://..  ready  iter 20/20" */
+  for (size_t i = 0; i < m->n_shards; i++) {
+    const Dpm__ShardInfo *s = m->shards[i];
+    fprintf(f, "  shard %u  %s  %s", s->shard_id, s->endpoint ? s->endpoint : "?",
+            s->state ? s->state : "unknown");
+    if (s->has_iter) {
+      fprintf(f, "  iter %" PRIu64, s->iter);
+      if (s->has_target_iter) fprintf(f, "/%" PRIu64, s->target_iter);
+    }
+    if (s->error && *s->error) fprintf(f, "  error: %s", s->error);
+    fputc('\n', f);
+  }
 }
 
 static void json_version(dpm_json *j, const Dpm__VersionInfo *v) {

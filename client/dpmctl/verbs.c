@@ -158,6 +158,15 @@ static int cmd_submit(ctl_ctx *ctx) {
     dpm_spec_free(spec);
     return usage_error(ctx, "--devices takes a list such as cpu:0,cpu:1");
   }
+  char **shards = NULL; /* the daemons of a fleet job; the first is the endpoint */
+  size_t n_shards = 0;
+  const char *sh = ctx->a->opt[O_SHARDS];
+  if (sh && ctl_split(sh, &shards, &n_shards)) {
+    ctl_free_list(devices, n_devices);
+    dpm_spec_free(spec);
+    return usage_error(ctx, "--shards takes a list such as tcp://10.0.0.1:7070,"
+                            "tcp://10.0.0.2:7070");
+  }
   if ((spec->input &&
        (absolutize(&spec->input->images) || absolutize(&spec->input->labels))) ||
       (spec->eval &&
@@ -171,12 +180,15 @@ static int cmd_submit(ctl_ctx *ctx) {
     sub.devices = devices;
     sub.n_devices = n_devices;
     sub.checkpoint = every ? &policy : NULL;
+    sub.shards = shards;
+    sub.n_shards = n_shards;
     Dpm__Request req = DPM__REQUEST__INIT;
     req.command_case = DPM__REQUEST__COMMAND_SUBMIT;
     req.submit = &sub;
     rc = long_call_print(ctx, &req, NULL);
   }
   ctl_free_list(devices, n_devices);
+  ctl_free_list(shards, n_shards);
   dpm_spec_free(spec);
   return rc;
 }
@@ -371,8 +383,10 @@ const ctl_verb ctl_verbs[] = {
     {"ping", "ping", 0, 0, 0, 0, cmd_ping, 1, 0},
     {"version", "version", 0, 0, 0, 0, cmd_version, 1, 0},
     {"submit",
-     "submit SPEC.yaml [--name N] [--devices cpu:0,cpu:1] [--checkpoint-every N|Ns]", 1,
-     1, OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY), 0, cmd_submit, 1, 1},
+     "submit SPEC.yaml [--name N] [--devices cpu:0,cpu:1] [--checkpoint-every N|Ns] "
+     "[--shards EP,EP...]",
+     1, 1, OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY) | OPT(O_SHARDS), 0,
+     cmd_submit, 1, 1},
     {"train", "train NAME --iters N [--wait] [--no-progress]", 1, 1,
      OPT(O_ITERS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), OPT(O_ITERS), cmd_train, 1, 0},
     {"status", "status [NAME]", 0, 1, 0, 0, cmd_status, 1, 0},
