@@ -1,0 +1,190 @@
+# Several dpmd train one model (a fleet job) on 127.0.0.1: two daemons A
+# and B share a token, C has another. Refusals first: shards whose first is
+# not the daemon that takes the submit, a peer with a wrong token (DENIED,
+# naming it), a peer nobody listens at (naming it), each leaving no model
+# behind. Then the MLP as 2 shards x 1 device, submitted to A with
+# --shards: status at B says shard 1 coordinated by A, train sent to B or
+# pause to A are refused, train --iters 20 at A trains both, status and
+# list at A show both shards at iteration 20, every parameter on both
+# shards equals (to 1e-5 of the tensor's largest value) that of the same
+# spec on 1 shard x 2 devices in one dpmd (the same global batch), A's
+# rendezvous store holds the job's formation until delete, which removes
+# the job and its files on both daemons. Last, parallel.shards in the
+# spec forms a job too.
+. tests/e2e_lib.sh
+. tests/dpmd_lib.sh
+
+TOK=$T/token BAD=$T/bad-token
+printf 'fleet-secret\n' >"$TOK"
+printf 'another-secret\n' >"$BAD"
+chmod 600 "$TOK" "$BAD"
+PA=$(free_port)
+PB=$(free_port)
+while [ "$PB" = "$PA" ]; do PB=$(free_port); done
+PC=$(free_port)
+while [ "$PC" = "$PA" ] || [ "$PC" = "$PB" ]; do PC=$(free_port); done
+EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB EC=tcp://127.0.0.1:$PC
+PIDS=""
+cleanup() {
+  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$T"
+}
+trap cleanup EXIT
+
+# up NAME ENDPOINT TOKEN: starts dpmd NAME (2 cpu devices, state $T/NAME,
+# log $T/NAME.log) and waits until it answers
+up() {
+  "$DPMD" --listen "$2" --state-dir "$T/$1" --devices 2 --token-file "$3" \
+    2>>"$T/$1.log" &
+  PIDS="$PIDS $!"
+  eval "PID_$1=$!"
+  _end=$(($(date +%s) + 20))
+  until build/dpmctl --endpoint "$2" --token-file "$3" --timeout 1000 ping >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$_end" ] || die "dpmd $1 did not start: $(cat "$T/$1.log")"
+    sleep 0.05
+  done
+}
+up A "$EA" "$TOK"
+up B "$EB" "$TOK"
+up C "$EC" "$BAD"
+
+# at ENDPOINT ARGS...: dpmctl --json with the shared token; must exit 0
+at() {
+  _ep=$1
+  shift
+  build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" || die "dpmctl at $_ep: $* exited $?"
+}
+# refused_at ENDPOINT STATUS ARGS...: must exit 1 with STATUS; prints the JSON
+refused_at() {
+  _ep=$1 _want=$2
+  shift 2
+  set +e
+  _out=$(build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" 2>/dev/null)
+  _rc=$?
+  set -e
+  [ "$_rc" -eq 1 ] || die "dpmctl at $_ep: $* exited $_rc, expected 1: $_out"
+  expect "dpmctl $* status" "$(json_str "$_out" status)" "$_want"
+  echo "$_out"
+}
+# no_model ENDPOINT NAME: NAME is neither listed nor in the state dir
+no_model() {
+  case $(at "$1" list) in *"\"name\":\"$2\""*) die "$2 is listed at $1: $(at "$1" list)" ;; esac
+}
+# shard_of JSON ID: the object of shard ID in a status answer's shards
+shard_of() { echo "$1" | grep -o "{\"shard_id\":$2,\"endpoint\":[^}]*}"; }
+metric_at() {
+  build/dpmctl --token-file "$TOK" --endpoint "$1" metrics |
+    awk -v k="$2" '$1 == k { print $2 }'
+}
+SPEC=examples/fmnist_mlp.yaml
+t0=$(ms)
+
+# ---- refusals ------------------------------------------------------------------
+o=$(refused_at "$EA" INVALID submit $SPEC --name m --shards "$EB,$EA")
+mentions "$EB is another daemon" "$o"
+no_model "$EA" m
+no_model "$EB" m
+o=$(refused_at "$EA" DENIED submit $SPEC --name m --shards "$EA,$EC")
+mentions "shard 1 did not join: $EC refused: bad or missing token" "$o"
+mentions "share one token" "$o"
+no_model "$EA" m
+grep -q "request refused: bad or missing token" "$T/C.log" || die "C logged no refusal"
+FREE=$(free_port)
+while [ "$FREE" = "$PA" ] || [ "$FREE" = "$PB" ] || [ "$FREE" = "$PC" ]; do FREE=$(free_port); done
+t=$(ms)
+o=$(refused_at "$EA" TIMEOUT submit $SPEC --name m --shards "$EA,tcp://127.0.0.1:$FREE")
+mentions "shard 1 did not join: cannot reach tcp://127.0.0.1:$FREE" "$o"
+within_ms "$t" 12000 "the refusal of an unreachable shard"
+no_model "$EA" m
+expect "formations after refusals" "$(metric_at "$EA" dpmd_rendezvous_formations)" 0
+
+# ---- 2 shards x 1 device ------------------------------------------------------------
+s=$(at "$EA" submit $SPEC --name m --devices cpu:0 --shards "$EA,$EB")
+expect "submit state" "$(json_str "$s" state)" ready
+expect "submit shard_id" "$(json_field "$s" shard_id)" 0
+expect "submit num_shards" "$(json_field "$s" num_shards)" 2
+s=$(at "$EB" status m)
+expect "B's shard" "$(json_field "$s" shard_id)" 1
+expect "B's coordinator" "$(json_str "$s" coordinator)" "$EA"
+[ -f "$T/B/models/m/spec.pb" ] || die "B saved no spec"
+expect "formations while m exists" "$(metric_at "$EA" dpmd_rendezvous_formations)" 1
+at_least "$(metric_at "$EA" dpmd_rendezvous_keys)" 1 || die "no rendezvous keys at A"
+o=$(refused_at "$EB" STATE train m --iters 5)
+mentions "shard 1 of 2 of a job coordinated by $EA" "$o"
+o=$(refused_at "$EA" UNSUPPORTED pause m)
+mentions "runs on 2 daemons" "$o"
+s=$(at "$EA" train m --iters 20 --wait --no-progress)
+expect "iter after train --wait" "$(json_field "$s" iter)" 20
+s=$(at "$EA" status m)
+for id in 0 1; do
+  sh=$(shard_of "$s" $id)
+  expect "shard $id iter" "$(json_field "$sh" iter)" 20
+  expect "shard $id state" "$(json_str "$sh" state)" ready
+done
+expect "shard 1 endpoint" "$(json_str "$(shard_of "$s" 1)" endpoint)" "$EB"
+expect "B's own iter" "$(json_field "$(at "$EB" status m)" iter)" 20
+l=$(at "$EA" list)
+[ -n "$(shard_of "$l" 1)" ] || die "list shows no shards: $l"
+build/dpmctl --token-file "$TOK" --endpoint "$EA" list | grep -q "^m  ready  iter 20/20 .* shards 2$" ||
+  die "human list: $(build/dpmctl --token-file "$TOK" --endpoint "$EA" list)"
+
+# ---- the same spec on 1 shard x 2 devices -----------------------------------------------
+at "$EA" submit $SPEC --name r --devices cpu:0,cpu:1 >/dev/null
+at "$EA" train r --iters 20 --wait --no-progress >/dev/null
+# close A B: the raw float32 files hold as many values, and they differ by at
+# most 1e-5 of B's largest magnitude
+close() {
+  [ "$(wc -c <"$1")" = "$(wc -c <"$2")" ] || die "$1 and $2 differ in size"
+  od -An -v -tf4 "$1" | tr -s ' ' '\n' | sed '/^$/d' >"$1.txt"
+  od -An -v -tf4 "$2" | tr -s ' ' '\n' | sed '/^$/d' >"$2.txt"
+  paste "$1.txt" "$2.txt" | awk '
+    { d = $1 - $2; if (d < 0) d = -d; if (d > md) md = d
+      b = $2 < 0 ? -$2 : $2; if (b > mb) mb = b; n++ }
+    END { if (n == 0 || md > 1e-5 * mb) { print "max diff " md ", largest " mb ", " n " values"; exit 1 } }'
+}
+for b in fc1_w fc1_b fc2_w fc2_b pred_w pred_b; do
+  at "$EA" get-blob m $b --out "$T/m0.$b" >/dev/null
+  at "$EB" get-blob m $b --out "$T/m1.$b" >/dev/null
+  at "$EA" get-blob r $b --out "$T/r.$b" >/dev/null
+  why=$(close "$T/m0.$b" "$T/r.$b") || die "$b: 2 shards x 1 device vs 1 x 2: $why"
+  why=$(close "$T/m1.$b" "$T/r.$b") || die "$b on shard 1 vs 1 x 2: $why"
+done
+equal=0
+for b in fc1_w fc1_b fc2_w fc2_b pred_w pred_b; do
+  cmp -s "$T/m0.$b" "$T/r.$b" && equal=$((equal + 1))
+done
+at "$EA" delete r >/dev/null
+
+# ---- delete: everywhere, with the formation --------------------------------------------
+at "$EA" delete m >/dev/null
+no_model "$EA" m
+no_model "$EB" m
+[ ! -e "$T/A/models/m" ] || die "A kept m's files"
+[ ! -e "$T/B/models/m" ] || die "B kept m's files"
+expect "formations after delete" "$(metric_at "$EA" dpmd_rendezvous_formations)" 0
+expect "keys after delete" "$(metric_at "$EA" dpmd_rendezvous_keys)" 0
+
+# ---- parallel.shards in the spec --------------------------------------------------------
+{
+  sed '/^parallel:/,$d' $SPEC
+  cat <<YAML
+parallel:
+  devices: [cpu:0]
+  net_type: simple
+  shards: [$EA, $EB]
+  rendezvous: {store: daemon, timeout_ms: 30000}
+YAML
+} >"$T/fleet.yaml"
+s=$(at "$EA" submit "$T/fleet.yaml" --name s)
+expect "spec shards: num_shards" "$(json_field "$s" num_shards)" 2
+expect "spec shards: B's shard" "$(json_field "$(at "$EB" status s)" shard_id)" 1
+at "$EA" delete s >/dev/null
+no_model "$EB" s
+
+for d in A B C; do
+  build/dpmctl --token-file "$([ $d = C ] && echo "$BAD" || echo "$TOK")" \
+    --endpoint "$(eval echo "\$E$d")" shutdown >/dev/null || die "shutdown $d"
+  wait "$(eval echo "\$PID_$d")" || die "dpmd $d exited with $?: $(tail -5 "$T/$d.log")"
+done
+PIDS=""
+echo "fleet_loopback: ok ($(($(ms) - t0)) ms; $equal of 6 parameters bitwise equal to 1 x 2)"
