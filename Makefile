@@ -3,6 +3,7 @@
 # `make bench` the benchmarks, `make deps` installs missing Debian packages.
 
 CC       ?= gcc
+CXX      ?= g++
 BUILD    := build
 PKGS     := libprotobuf-c yaml-0.1 zlib openblas libuv nanomsg
 # Deferred (=): on a fresh machine the packages exist only once `deps` ran.
@@ -15,7 +16,12 @@ CFLAGS   ?= -O2 -g -ftree-vectorize -fno-math-errno
 INC      = -Iinclude -Idaemon -Iclient -I.
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(PKG_CFLAGS) \
              -MMD -MP
-LDLIBS   = $(PKG_LIBS) -lpthread -lm
+# C++ (the Gloo shim, daemon/**/*.cc): C++17, the same warnings and folders.
+# Gloo has no pkg-config file (DEPS.md); its redis_store.h includes <hiredis.h>.
+GLOO_CFLAGS := -I/usr/include/hiredis
+GLOO_LIBS   := -lgloo -lhiredis -lstdc++
+ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(GLOO_CFLAGS) -MMD -MP
+LDLIBS   = $(PKG_LIBS) $(GLOO_LIBS) -lpthread -lm
 # The ASan build is the test build: it also has the fenced test backend
 # (daemon/backend/fenced/, devices fenced:N).
 ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
@@ -29,7 +35,8 @@ ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/c
                           daemon/parallel/*.c daemon/backend/*.c daemon/backend/cpu/*.c \
                           daemon/backend/fenced/*.c \
                           daemon/train/*.c daemon/server/*.c)
-ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC))
+ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC)) \
+              $(wildcard daemon/*/*.cc daemon/*/*/*.cc)
 SPEC_SRC := $(wildcard common/*.c client/lib/*.c)
 LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C)
 CTL_SRC  := $(wildcard client/dpmctl/*.c)
@@ -37,7 +44,7 @@ TEST_SRC := $(wildcard tests/unit/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
-obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(patsubst $(BUILD)/%,%,$(2)))
+obj = $(patsubst %.cc,$(BUILD)/$(1)/%.o,$(patsubst %.c,$(BUILD)/$(1)/%.o,$(patsubst $(BUILD)/%,%,$(2))))
 LIB_OBJ      := $(call obj,obj,$(LIB_SRC))
 LIB_ASAN_OBJ := $(call obj,asan,$(LIB_SRC))
 LIB_TSAN_OBJ := $(call obj,tsan,$(LIB_SRC))
@@ -74,6 +81,15 @@ $(BUILD)/tsan/%.o: %.c | $(PROTO_H)
 $(BUILD)/tsan/proto/%.o: $(BUILD)/proto/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TSAN) -Wno-error -c $< -o $@
+$(BUILD)/obj/%.o: %.cc | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_CXXFLAGS) -c $< -o $@
+$(BUILD)/asan/%.o: %.cc | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_CXXFLAGS) $(ASAN) -c $< -o $@
+$(BUILD)/tsan/%.o: %.cc | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_CXXFLAGS) $(TSAN) -c $< -o $@
 
 $(BUILD)/libdpm.a: $(LIB_OBJ)
 	ar rcs $@ $^
@@ -134,7 +150,9 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 # runtime of include/dpm/predictor.h: the engine (less predictor
 # extraction), the ops, the backends and the rest of the smallest set that
 # links (-Wl,--no-undefined fails the link when a file it needs is missing
-# here). Each is a shared library (soname lib*.so.MAJOR, file
+# here): the communicators' dispatch (comm.c) and the local one, not the
+# factory (factory.c) nor gloo, so it needs no Gloo, C++ or network. Each
+# is a shared library (soname lib*.so.MAJOR, file
 # lib*.so.DPM_VERSION) that exports only its headers' functions
 # (pkgconfig/*.map), and a static one, both from position-independent
 # objects (build/pic/); make install puts them, the headers and their
@@ -159,6 +177,9 @@ libs: $(DPM_LIBS)
 $(BUILD)/pic/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fPIC -c $< -o $@
+$(BUILD)/pic/%.o: %.cc | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ALL_CXXFLAGS) -fPIC -c $< -o $@
 $(BUILD)/pic/proto/%.o: $(BUILD)/proto/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -fPIC -Wno-error -c $< -o $@

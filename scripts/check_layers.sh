@@ -4,13 +4,16 @@
 # common/ (shared by both by design) nothing from either. The Makefile's
 # per-layer include folders make most crossings fail to compile; this also
 # catches the ones spelled from the tree's root ("daemon/...", "client/...").
+# C++ files (*.cc: the Gloo shim) are checked like C ones.
 # Prints each crossing; exits 1 if there is one.
 cd "$(dirname "$0")/.." || exit 2
 daemon_dirs='engine|ops|io|comm|parallel|server|train|backend'
 client_dirs='spec|lib|dpmctl'
 bad=$(
-  grep -rnE "^#include \"(client/|($client_dirs)/)" daemon common --include=*.c --include=*.h
-  grep -rnE "^#include \"(daemon/|($daemon_dirs)/)" client common --include=*.c --include=*.h
+  grep -rnE "^#include \"(client/|($client_dirs)/)" daemon common --include=*.c --include=*.h \
+    --include=*.cc
+  grep -rnE "^#include \"(daemon/|($daemon_dirs)/)" client common --include=*.c --include=*.h \
+    --include=*.cc
 )
 [ -z "$bad" ] && exit 0
 echo "layer crossings (daemon/ <-> client/, or common/ -> either):"

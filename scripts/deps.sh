@@ -2,9 +2,9 @@
 # Installs the Debian packages dpm builds, tests and demos with, when missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -e
-PKGS="gcc make pkg-config libprotobuf-c-dev protobuf-c-compiler libyaml-dev
+PKGS="gcc g++ make pkg-config libprotobuf-c-dev protobuf-c-compiler libyaml-dev
 libopenblas-dev zlib1g-dev libuv1-dev libnanomsg-dev dataset-fashion-mnist systemd
-clang libclang-rt-14-dev"
+clang libclang-rt-14-dev libgloo-dev libhiredis-dev redis-server"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

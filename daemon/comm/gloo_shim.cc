@@ -1,0 +1,653 @@
+// Gloo behind a C interface (gloo_shim.h): a TCP context formed through a
+// rendezvous store, and exchange, allreduce, broadcast and barrier on it.
+// Every function of the C interface catches everything Gloo and the C++
+// library throw and turns it into a dpm_status and a message.
+//
+// Stores: Gloo's FileStore and RedisStore, with their waits polled here to
+// the millisecond (theirs count whole seconds), or the caller's key-value
+// callbacks (CallbackStore). Under the formation's PrefixStore sits
+// BoundedStore, whose get first waits for the key with the job's timeout:
+// Gloo's rendezvous reads rank_0's key with a plain get, which would
+// otherwise wait the store's default 30 s for a missing process 0.
+//
+// Once connected, the processes swap the addresses of their connections'
+// ends (alltoall), so that an error Gloo reports against an address
+// ("Connection closed by peer [ADDR]") names the process behind it.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/redis_store.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "comm/gloo_shim.h"
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+using Keys = std::vector<std::string>;
+
+// A failure of one of this file's stores, with its status. `key` is the
+// key waited for, when a wait timed out.
+struct StoreError : std::runtime_error {
+  dpm_status code;
+  std::string key;
+  StoreError(dpm_status c, const std::string &m, const std::string &k = "")
+      : std::runtime_error(m), code(c), key(k) {}
+};
+
+// How often a store wait looks again.
+constexpr Ms kPoll{5};
+
+// Poll ready() until it holds, or throw StoreError(DPM_TIMEOUT) once
+// `timeout` has passed (Gloo's kNoTimeout, zero, waits for ever).
+template <class F> void poll_keys(const Keys &keys, Ms timeout, F ready) {
+  auto until = Clock::now() + timeout;
+  while (!ready()) {
+    if (timeout != gloo::kNoTimeout && Clock::now() >= until) {
+      std::string k = keys.empty() ? "" : keys[0];
+      throw StoreError(DPM_TIMEOUT,
+                       "timed out after " + std::to_string(timeout.count()) +
+                           " ms waiting for store key '" + k + "'",
+                       k);
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+// FileStore with millisecond waits and a set that refuses an existing key
+// with DPM_EXISTS (Gloo's says so in an EnforceNotMet).
+class FileKV : public gloo::rendezvous::FileStore {
+public:
+  using FileStore::FileStore;
+  using FileStore::wait;
+  void set(const std::string &key, const std::vector<char> &data) override {
+    if (check({key})) throw StoreError(DPM_EXISTS, "store key '" + key + "' exists");
+    FileStore::set(key, data);
+  }
+  void wait(const Keys &keys, const Ms &timeout) override {
+    poll_keys(keys, timeout, [&] { return check(keys); });
+  }
+};
+
+// RedisStore likewise (its set is a SETNX: a race still fails there).
+class RedisKV : public gloo::rendezvous::RedisStore {
+public:
+  using RedisStore::RedisStore;
+  using RedisStore::wait;
+  void set(const std::string &key, const std::vector<char> &data) override {
+    if (check({key})) throw StoreError(DPM_EXISTS, "store key '" + key + "' exists");
+    RedisStore::set(key, data);
+  }
+  void wait(const Keys &keys, const Ms &timeout) override {
+    poll_keys(keys, timeout, [&] { return check(keys); });
+  }
+};
+
+// The caller's key-value store (dpm_comm_store): its get waits itself.
+class CallbackStore : public gloo::rendezvous::Store {
+public:
+  CallbackStore(const dpm_comm_store &kv, Ms timeout) : kv_(kv), timeout_(timeout) {}
+  void set(const std::string &key, const std::vector<char> &data) override {
+    dpm_err e = {};
+    dpm_status s = kv_.set(kv_.ctx, key.c_str(), data.data(), data.size(), &e);
+    if (s) throw StoreError(s, e.msg[0] ? e.msg : dpm_strerror(s), key);
+  }
+  std::vector<char> get(const std::string &key) override { return fetch(key, timeout_); }
+  void wait(const Keys &keys) override { wait(keys, timeout_); }
+  void wait(const Keys &keys, const Ms &timeout) override {
+    auto until = Clock::now() + timeout;
+    for (const auto &k : keys) {
+      auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
+      fetch(k, std::max(left, Ms(1)));
+    }
+  }
+
+private:
+  std::vector<char> fetch(const std::string &key, Ms timeout) {
+    void *v = nullptr;
+    size_t n = 0;
+    dpm_err e = {};
+    int ms = (int)std::min<long long>(timeout.count(), INT32_MAX);
+    dpm_status s = kv_.get(kv_.ctx, key.c_str(), ms, &v, &n, &e);
+    std::unique_ptr<void, void (*)(void *)> owned(v, free);
+    if (s == DPM_TIMEOUT)
+      throw StoreError(s,
+                       "timed out after " + std::to_string(ms) +
+                           " ms waiting for store key '" + key + "'",
+                       key);
+    if (s) throw StoreError(s, e.msg[0] ? e.msg : dpm_strerror(s), key);
+    const char *p = static_cast<const char *>(v);
+    return std::vector<char>(p, p + (p ? n : 0));
+  }
+  const dpm_comm_store kv_;
+  const Ms timeout_;
+};
+
+// A get that waits at most the job's timeout; waits bounded by it too.
+class BoundedStore : public gloo::rendezvous::Store {
+public:
+  BoundedStore(gloo::rendezvous::Store &base, Ms timeout)
+      : base_(base), timeout_(timeout) {}
+  void set(const std::string &key, const std::vector<char> &data) override {
+    base_.set(key, data);
+  }
+  std::vector<char> get(const std::string &key) override {
+    base_.wait({key}, timeout_);
+    return base_.get(key);
+  }
+  void wait(const Keys &keys) override { base_.wait(keys, timeout_); }
+  void wait(const Keys &keys, const Ms &timeout) override {
+    base_.wait(keys,
+               timeout == gloo::kNoTimeout ? timeout_ : std::min(timeout, timeout_));
+  }
+
+private:
+  gloo::rendezvous::Store &base_;
+  const Ms timeout_;
+};
+
+// One end of a connection: Gloo's text of it (what its errors print) and
+// a readable one (host:port).
+struct Addr {
+  char match[64];
+  char show[64];
+};
+
+void sum_floats(void *c, const void *a, const void *b, size_t n) {
+  float *__restrict t = static_cast<float *>(c);
+  const float *x = static_cast<const float *>(a), *y = static_cast<const float *>(b);
+  if (t == x) {
+    for (size_t i = 0; i < n; i++) t[i] += y[i];
+  } else {
+    for (size_t i = 0; i < n; i++) t[i] = x[i] + y[i];
+  }
+}
+
+// Gloo's messages start with "[/path/file.cc:123] ": keep what follows.
+std::string gloo_text(const char *what) {
+  std::string s(what ? what : "");
+  while (s.size() > 1 && s[0] == '[') {
+    size_t end = s.find("] ");
+    if (end == std::string::npos) break;
+    s.erase(0, end + 2);
+  }
+  return s;
+}
+
+bool says_timeout(const std::string &s) {
+  return s.find("imed out") != std::string::npos || s.find("imeout") != std::string::npos;
+}
+
+// Slot of exchange's messages: a prefix none of Gloo's algorithms uses.
+constexpr uint8_t kExchangeSlotPrefix = 0x40;
+
+} // namespace
+
+struct dpm_gloo {
+  int rank, size, local_ranks, timeout_ms;
+  std::shared_ptr<gloo::transport::Device> dev;
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+  std::vector<Addr> peers; // [size] each process's end of its connection to this one
+  bool spent = false;      // a collective failed: the context is closed
+  std::string spent_msg;   // that failure
+};
+
+namespace {
+
+// The failure of a call, from inside its catch: status and message into
+// err, the context marked spent. `what`: the collective's head ("allreduce");
+// `waiting`: whom a timeout waited for, when Gloo's message does not say.
+dpm_status caught(dpm_gloo *g, const char *what, dpm_err *err,
+                  const std::string &waiting = "") {
+  dpm_status code = DPM_INTERNAL;
+  std::string text;
+  try {
+    throw;
+  } catch (const StoreError &e) {
+    code = e.code;
+    text = e.what();
+  } catch (const gloo::IoException &e) {
+    text = gloo_text(e.what());
+    code = says_timeout(text) ? DPM_TIMEOUT : DPM_IO;
+  } catch (const gloo::EnforceNotMet &e) {
+    text = gloo_text(e.what());
+    if (text.find("already exists") != std::string::npos ||
+        text.find("already set") != std::string::npos)
+      code = DPM_EXISTS; // a store key set twice (a reused prefix)
+  } catch (const std::bad_alloc &) {
+    code = DPM_NOMEM;
+    text = "out of memory";
+  } catch (const std::exception &e) {
+    text = gloo_text(e.what());
+    code = says_timeout(text) ? DPM_TIMEOUT : DPM_IO;
+  } catch (...) {
+    text = "unknown exception";
+  }
+  // Name the peer Gloo names by its address.
+  std::string who;
+  for (int q = 0; g && q < g->size && who.empty(); q++)
+    if (q != g->rank && g->peers[(size_t)q].match[0] &&
+        text.find(g->peers[(size_t)q].match) != std::string::npos) {
+      char d[160];
+      dpm_gloo_describe(g, q, d, sizeof d);
+      who = d;
+    }
+  if (who.empty()) who = waiting;
+  std::string msg;
+  if (code == DPM_TIMEOUT)
+    msg = std::string(what) + ": timed out after " + std::to_string(g->timeout_ms) +
+          " ms" + (who.empty() ? "" : " waiting for " + who) + " (" + text + ")";
+  else if (code == DPM_IO && !who.empty())
+    msg = std::string(what) + ": lost " + who + " (" + text + ")";
+  else
+    msg = std::string(what) + ": " + text;
+  g->spent = true;
+  g->spent_msg = msg;
+  return dpm_errf(err, code, "%s", msg.c_str());
+}
+
+dpm_status spent(dpm_gloo *g, const char *what, dpm_err *err) {
+  return dpm_errf(err, DPM_STATE, "%s: the gloo context failed earlier (%s)", what,
+                  g->spent_msg.c_str());
+}
+
+// mkdir -p
+dpm_status make_dir(const std::string &dir, dpm_err *err) {
+  for (size_t i = 1; i <= dir.size(); i++) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    std::string part = dir.substr(0, i);
+    if (mkdir(part.c_str(), 0755) && errno != EEXIST)
+      return dpm_errf(err, DPM_IO, "cannot create the store directory %s: %s",
+                      part.c_str(), strerror(errno));
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) || !S_ISDIR(st.st_mode))
+    return dpm_errf(err, DPM_IO, "store directory %s is not a directory", dir.c_str());
+  return DPM_OK;
+}
+
+// "redis://HOST:PORT" (HOST may be [IPv6]).
+dpm_status parse_redis(const char *url, std::string *host, int *port, dpm_err *err) {
+  std::string s(url + strlen("redis://"));
+  size_t colon = s.rfind(':');
+  std::string h = colon == std::string::npos ? "" : s.substr(0, colon);
+  std::string p = colon == std::string::npos ? "" : s.substr(colon + 1);
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  char *end = nullptr;
+  long n = p.empty() ? 0 : strtol(p.c_str(), &end, 10);
+  if (h.empty() || p.empty() || *end || n < 1 || n > 65535)
+    return dpm_errf(err, DPM_INVALID, "rendezvous store '%s': expected redis://HOST:PORT",
+                    url);
+  *host = h;
+  *port = (int)n;
+  return DPM_OK;
+}
+
+// Whether interface `name` exists and has an IPv4 or IPv6 address (Gloo's
+// own lookup throws, and leaks, otherwise).
+dpm_status check_iface(const char *name, dpm_err *err) {
+  if (!if_nametoindex(name))
+    return dpm_errf(err, DPM_INVALID, "no network interface '%s'", name);
+  struct ifaddrs *all;
+  if (getifaddrs(&all))
+    return dpm_errf(err, DPM_IO, "listing network interfaces: %s", strerror(errno));
+  bool found = false;
+  for (struct ifaddrs *a = all; a && !found; a = a->ifa_next)
+    found = a->ifa_addr && !strcmp(a->ifa_name, name) &&
+            (a->ifa_addr->sa_family == AF_INET || a->ifa_addr->sa_family == AF_INET6);
+  freeifaddrs(all);
+  return found ? DPM_OK
+               : dpm_errf(err, DPM_INVALID, "network interface '%s' has no IP address",
+                          name);
+}
+
+void show_addr(const struct sockaddr_storage &ss, char *buf, size_t cap) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto *in = reinterpret_cast<const struct sockaddr_in *>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+    port = ntohs(in->sin_port);
+    snprintf(buf, cap, "%s:%d", ip, port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto *in6 = reinterpret_cast<const struct sockaddr_in6 *>(&ss);
+    inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip);
+    port = ntohs(in6->sin6_port);
+    snprintf(buf, cap, "[%s]:%d", ip, port);
+  } else {
+    snprintf(buf, cap, "?");
+  }
+}
+
+// The process a rendezvous key belongs to ("PREFIX/rank_3", "PREFIX/3"), or -1.
+int key_process(const std::string &key) {
+  size_t slash = key.rfind('/');
+  std::string last = slash == std::string::npos ? key : key.substr(slash + 1);
+  if (last.rfind("rank_", 0) == 0) last = last.substr(5);
+  if (last.empty() || last.size() > 9) return -1;
+  for (char ch : last)
+    if (ch < '0' || ch > '9') return -1;
+  return atoi(last.c_str());
+}
+
+// Connect: store, device, context, then the addresses of the connections.
+void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
+  const dpm_comm_rendezvous &rv = cfg->rendezvous;
+  std::unique_ptr<gloo::rendezvous::Store> base;
+  Ms timeout(cfg->timeout_ms);
+  if (!rv.store || !*rv.store) {
+    base.reset(new CallbackStore(*rv.kv, timeout));
+  } else if (!strncmp(rv.store, "file://", 7)) {
+    base.reset(new FileKV(rv.store + 7));
+  } else {
+    std::string host;
+    int port = 0;
+    parse_redis(rv.store, &host, &port, nullptr); // checked by the caller
+    // RedisStore's constructor leaks its connection when it throws: see
+    // first whether the server answers.
+    struct timeval tv = {2, 0};
+    redisContext *probe = redisConnectWithTimeout(host.c_str(), port, tv);
+    if (!probe) throw std::bad_alloc();
+    std::string why = probe->err ? probe->errstr : "";
+    redisFree(probe);
+    if (!why.empty())
+      throw StoreError(DPM_IO, "connecting to Redis at " + std::string(rv.store + 8) +
+                                   ": " + why);
+    base.reset(new RedisKV(host, port));
+  }
+  BoundedStore bounded(*base, timeout);
+  gloo::rendezvous::PrefixStore store(rv.prefix, bounded);
+
+  gloo::transport::tcp::attr attr;
+  if (rv.iface) attr.iface = rv.iface;
+  g->dev = gloo::transport::tcp::CreateDevice(attr);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(g->rank, g->size);
+  ctx->setTimeout(timeout);
+  ctx->connectFullMesh(store, g->dev);
+  g->ctx = ctx;
+  if (g->size == 1) return;
+
+  std::vector<Addr> mine((size_t)g->size), theirs((size_t)g->size);
+  memset(mine.data(), 0, mine.size() * sizeof(Addr));
+  memset(theirs.data(), 0, theirs.size() * sizeof(Addr));
+  for (int q = 0; q < g->size; q++) {
+    if (q == g->rank) continue;
+    const auto &a = ctx->getPair(q)->address();
+    Addr &m = mine[(size_t)q];
+    snprintf(m.match, sizeof m.match, "%s", a.str().c_str());
+    auto *tcp = dynamic_cast<const gloo::transport::tcp::Address *>(&a);
+    if (tcp)
+      show_addr(tcp->getSockaddr(), m.show, sizeof m.show);
+    else
+      snprintf(m.show, sizeof m.show, "%s", m.match);
+  }
+  gloo::AlltoallOptions o(ctx);
+  o.setInput(reinterpret_cast<char *>(mine.data()), mine.size() * sizeof(Addr));
+  o.setOutput(reinterpret_cast<char *>(theirs.data()), theirs.size() * sizeof(Addr));
+  o.setTimeout(timeout);
+  gloo::alltoall(o);
+  for (auto &a : theirs) {
+    a.match[sizeof a.match - 1] = 0;
+    a.show[sizeof a.show - 1] = 0;
+  }
+  g->peers = theirs;
+}
+
+} // namespace
+
+extern "C" {
+
+void dpm_gloo_describe(const dpm_gloo *g, int q, char *buf, size_t cap) {
+  int lo = q * g->local_ranks, hi = lo + g->local_ranks - 1;
+  const char *addr = q >= 0 && q < (int)g->peers.size() ? g->peers[(size_t)q].show : "";
+  if (lo == hi)
+    snprintf(buf, cap, "process %d (job rank %d%s%s)", q, lo, *addr ? ", " : "", addr);
+  else
+    snprintf(buf, cap, "process %d (job ranks %d-%d%s%s)", q, lo, hi, *addr ? ", " : "",
+             addr);
+}
+
+dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *err) {
+  if (!out) return dpm_errf(err, DPM_INVALID, "gloo: no output pointer");
+  *out = nullptr;
+  if (!cfg) return dpm_errf(err, DPM_INVALID, "gloo: no config");
+  const dpm_comm_rendezvous &rv = cfg->rendezvous;
+  if (cfg->size < 1 || cfg->size > DPM_COMM_MAX_RANKS || cfg->rank < 0 ||
+      cfg->rank >= cfg->size)
+    return dpm_errf(err, DPM_INVALID, "gloo: process %d of %d: outside 0..%d", cfg->rank,
+                    cfg->size, DPM_COMM_MAX_RANKS - 1);
+  if (cfg->local_ranks < 1)
+    return dpm_errf(err, DPM_INVALID, "gloo: %d ranks per process", cfg->local_ranks);
+  if (cfg->timeout_ms <= 0)
+    return dpm_errf(err, DPM_INVALID, "gloo: timeout %d ms must be positive",
+                    cfg->timeout_ms);
+  if (!rv.prefix || !*rv.prefix)
+    return dpm_errf(err, DPM_INVALID,
+                    "gloo rendezvous: no prefix (each formation needs its own)");
+  std::string host;
+  int port = 0;
+  if (!rv.store || !*rv.store) {
+    if (!rv.kv || !rv.kv->set || !rv.kv->get)
+      return dpm_errf(err, DPM_INVALID,
+                      "gloo rendezvous: neither a store URL nor key-value callbacks");
+  } else if (!strncmp(rv.store, "file://", 7)) {
+    if (rv.store[7] != '/' || !rv.store[8])
+      return dpm_errf(err, DPM_INVALID,
+                      "rendezvous store '%s': expected file:///DIR (an absolute path)",
+                      rv.store);
+  } else if (!strncmp(rv.store, "redis://", 8)) {
+    dpm_status s = parse_redis(rv.store, &host, &port, err);
+    if (s) return s;
+  } else {
+    return dpm_errf(err, DPM_INVALID,
+                    "rendezvous store '%s': expected file:///DIR or redis://HOST:PORT",
+                    rv.store);
+  }
+  if (rv.iface) {
+    dpm_status s = check_iface(rv.iface, err);
+    if (s) return s;
+  }
+  if (rv.store && !strncmp(rv.store, "file://", 7)) {
+    dpm_status s = make_dir(rv.store + 7, err);
+    if (s) return s;
+  }
+
+  dpm_gloo *g = new (std::nothrow) dpm_gloo;
+  if (!g) return dpm_errf(err, DPM_NOMEM, "gloo: out of memory");
+  g->rank = cfg->rank;
+  g->size = cfg->size;
+  g->local_ranks = cfg->local_ranks;
+  g->timeout_ms = cfg->timeout_ms;
+  char head[320];
+  snprintf(head, sizeof head, "gloo rendezvous (prefix '%s', process %d of %d)",
+           rv.prefix, cfg->rank, cfg->size);
+  try {
+    g->peers.resize((size_t)g->size);
+    memset(g->peers.data(), 0, g->peers.size() * sizeof(Addr));
+    form(g, cfg);
+  } catch (const StoreError &e) {
+    // A store's own failure: say what it means for the formation.
+    int q = e.key.empty() ? -1 : key_process(e.key);
+    if (e.code == DPM_TIMEOUT && q >= 0 && q != g->rank) {
+      char d[160];
+      dpm_gloo_describe(g, q, d, sizeof d);
+      dpm_errf(err, DPM_TIMEOUT, "%s: %s has not arrived: %s", head, d, e.what());
+    } else if (e.code == DPM_EXISTS) {
+      dpm_errf(err, DPM_EXISTS,
+               "%s: the prefix was used before (%s); every formation needs a new prefix",
+               head, e.what());
+    } else {
+      dpm_errf(err, e.code, "%s: %s", head, e.what());
+    }
+    dpm_gloo_destroy(g);
+    return e.code;
+  } catch (...) {
+    dpm_status s = caught(g, head, err);
+    dpm_gloo_destroy(g);
+    return s;
+  }
+  *out = g;
+  return DPM_OK;
+}
+
+dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size_t bytes,
+                             void *all, dpm_err *err) {
+  if (g->spent) return spent(g, op, err);
+  if (bytes && (size_t)g->size > SIZE_MAX / bytes)
+    return dpm_errf(err, DPM_INVALID, "%s: exchange of %zu bytes is too large", op,
+                    bytes);
+  char *base = static_cast<char *>(all);
+  memcpy(base + (size_t)g->rank * bytes, mine, bytes);
+  if (g->size == 1 || bytes == 0) return DPM_OK;
+  std::vector<char> got((size_t)g->size, 0);
+  got[(size_t)g->rank] = 1;
+  try {
+    auto slot = gloo::Slot::build(kExchangeSlotPrefix, 0);
+    auto out = g->ctx->createUnboundBuffer(base + (size_t)g->rank * bytes, bytes);
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in((size_t)g->size);
+    for (int q = 0; q < g->size; q++)
+      if (q != g->rank) {
+        in[(size_t)q] = g->ctx->createUnboundBuffer(base + (size_t)q * bytes, bytes);
+        in[(size_t)q]->recv(q, slot);
+      }
+    for (int q = 0; q < g->size; q++)
+      if (q != g->rank) out->send(q, slot);
+    auto until = Clock::now() + Ms(g->timeout_ms);
+    bool late = false; // the deadline passed: only look at what arrived
+    for (int q = 0; q < g->size; q++) {
+      if (q == g->rank) continue;
+      auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
+      try {
+        in[(size_t)q]->waitRecv(nullptr, late ? Ms(1) : std::max(left, Ms(1)));
+        got[(size_t)q] = 1;
+      } catch (const gloo::IoException &e) {
+        if (!says_timeout(gloo_text(e.what()))) throw;
+        late = true;
+      }
+    }
+    if (late) {
+      std::string missing;
+      for (int q = 0; q < g->size; q++) {
+        if (got[(size_t)q]) continue;
+        char d[160];
+        dpm_gloo_describe(g, q, d, sizeof d);
+        missing += (missing.empty() ? "" : ", ") + std::string(d);
+      }
+      g->spent = true;
+      g->spent_msg = std::string(op) + ": timed out after " +
+                     std::to_string(g->timeout_ms) + " ms; not arrived: " + missing;
+      return dpm_errf(err, DPM_TIMEOUT, "%s", g->spent_msg.c_str());
+    }
+    for (int q = 0; q < g->size; q++) {
+      if (q == g->rank) continue;
+      auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
+      out->waitSend(nullptr, std::max(left, Ms(1)));
+    }
+  } catch (...) {
+    return caught(g, op, err);
+  }
+  return DPM_OK;
+}
+
+dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, float *buf, size_t count,
+                              dpm_err *err) {
+  if (g->spent) return spent(g, op, err);
+  if (count > SIZE_MAX / sizeof(float))
+    return dpm_errf(err, DPM_INVALID, "%s: count %zu is too large", op, count);
+  if (count && !buf) return dpm_errf(err, DPM_INVALID, "%s: no buffer", op);
+  if (g->size == 1 || count == 0) return DPM_OK;
+  try {
+    gloo::AllreduceOptions o(g->ctx);
+    o.setOutput(buf, count);
+    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    o.setReduceFunction(sum_floats);
+    o.setTimeout(Ms(g->timeout_ms));
+    gloo::allreduce(o);
+  } catch (...) {
+    // The ring receives from the next process and sends to the previous.
+    char a[160], b[160];
+    dpm_gloo_describe(g, (g->rank + 1) % g->size, a, sizeof a);
+    dpm_gloo_describe(g, (g->rank + g->size - 1) % g->size, b, sizeof b);
+    std::string ring = a;
+    if (g->size > 2) ring += " or " + std::string(b);
+    return caught(g, op, err, ring);
+  }
+  return DPM_OK;
+}
+
+dpm_status dpm_gloo_broadcast(dpm_gloo *g, const char *op, int root, void *buf,
+                              size_t bytes, dpm_err *err) {
+  if (g->spent) return spent(g, op, err);
+  if (root < 0 || root >= g->size)
+    return dpm_errf(err, DPM_INVALID, "%s: root process %d outside 0..%d", op, root,
+                    g->size - 1);
+  if (bytes && !buf) return dpm_errf(err, DPM_INVALID, "%s: no buffer", op);
+  if (g->size == 1 || bytes == 0) return DPM_OK;
+  try {
+    gloo::BroadcastOptions o(g->ctx);
+    o.setOutput(static_cast<uint8_t *>(buf), bytes);
+    o.setRoot(root);
+    o.setTimeout(Ms(g->timeout_ms));
+    gloo::broadcast(o);
+  } catch (...) {
+    return caught(g, op, err);
+  }
+  return DPM_OK;
+}
+
+dpm_status dpm_gloo_barrier(dpm_gloo *g, const char *op, dpm_err *err) {
+  if (g->spent) return spent(g, op, err);
+  if (g->size == 1) return DPM_OK;
+  try {
+    gloo::BarrierOptions o(g->ctx);
+    o.setTimeout(Ms(g->timeout_ms));
+    gloo::barrier(o);
+  } catch (...) {
+    return caught(g, op, err);
+  }
+  return DPM_OK;
+}
+
+void dpm_gloo_destroy(dpm_gloo *g) {
+  if (!g) return;
+  try {
+    g->ctx.reset();
+    g->dev.reset();
+  } catch (...) {
+    // a destructor that throws: nothing more to close
+  }
+  delete g;
+}
+
+} // extern "C"
