@@ -1,6 +1,7 @@
 /* Communicator dispatch: checks what every backend would check the same way
  * (a group, a rank inside it) and calls the backend's ops table. Stateless;
- * thread safety is the backend's (see comm.h). */
+ * thread safety is the backend's (see comm.h). The factory is factory.c's
+ * (so that the predictor library, which dispatches, links no network). */
 #include "comm/comm.h"
 
 static dpm_status check_rank(const dpm_comm *c, int rank, const char *op, dpm_err *err) {
@@ -47,36 +48,4 @@ const char *dpm_comm_backend(const dpm_comm *c) { return c ? c->ops->name : "non
 
 void dpm_comm_destroy(dpm_comm *c) {
   if (c) c->ops->destroy(c);
-}
-
-/* ---- the factory ------------------------------------------------------------ */
-
-dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err) {
-  *out = NULL;
-  int world = cfg->world ? cfg->world : cfg->size;
-  switch (cfg->kind) {
-  case DPM_COMM_LOCAL:
-    if (cfg->rank_base != 0 || world != cfg->size)
-      return dpm_errf(err, DPM_UNSUPPORTED,
-                      "a job of %d ranks over several hosts needs a communicator across "
-                      "them (gloo), which this build does not have; the %d local ranks "
-                      "alone would reduce only their own gradients",
-                      world, cfg->size);
-    return dpm_comm_local_create(cfg->size, cfg->timeout_ms, out, err);
-  case DPM_COMM_GLOO:
-    return dpm_errf(err, DPM_UNSUPPORTED, "the gloo communicator is not in this build");
-  case DPM_COMM_NCCL:
-    return dpm_errf(err, DPM_UNSUPPORTED, "the nccl communicator is not in this build");
-  }
-  return dpm_errf(err, DPM_INVALID, "communicator kind %d", (int)cfg->kind);
-}
-
-dpm_status dpm_comm_renew(dpm_comm **c, const dpm_comm_config *cfg, dpm_err *err) {
-  if (!*c || !dpm_comm_broken(*c)) return DPM_OK;
-  dpm_comm *fresh;
-  dpm_status s = dpm_comm_create(cfg, &fresh, err);
-  if (s) return s;
-  dpm_comm_destroy(*c);
-  *c = fresh;
-  return DPM_OK;
 }

@@ -5,7 +5,9 @@
  * A communicator is a const ops table (dpm_comm_ops) behind an opaque handle,
  * so backends plug in without the callers changing:
  *   local  the ranks are threads of this process (CPU replicas); local.c
- *   gloo   CPU buffers, several hosts over TCP (later)
+ *   gloo   host buffers; the ranks are threads of several processes (hosts),
+ *          which meet through Gloo over TCP; gloo.c, on Gloo through
+ *          gloo_shim.cc
  *   nccl   GPU buffers, CUDA streams (later)
  * The interface assumes nothing about where buffers live or whether ranks
  * share an address space: a buffer is whatever the backend's devices address
@@ -46,7 +48,9 @@
  * after 100 ms; 2 of 3 ranks arrived; missing rank(s) 2)"). A broken group cannot
  * be repaired; join the rank threads, destroy it and create a new one. After
  * any failure of an allreduce or broadcast the contents of the buffers are
- * unspecified (DPM_INVALID excepted, see above). */
+ * unspecified (DPM_INVALID excepted, see above). A backend across processes
+ * also breaks on a lost peer (DPM_IO, naming the peer) and its messages
+ * say "broken by an earlier failure". */
 #ifndef DPM_COMM_H
 #define DPM_COMM_H
 
@@ -78,11 +82,11 @@ dpm_status dpm_comm_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
  * buf alone (peers may be reading and writing it). A rank may have at most
  * DPM_COMM_MAX_STARTED started and not waited for (more: DPM_INVALID from
  * start); wait with none: DPM_INVALID. Where the work happens is the
- * backend's: local sums in the waits (see dpm_comm_local_create), a
- * network backend on its own thread or stream. Errors as for allreduce,
- * reported by the wait (a start fails only on a broken group, too many
- * started, or a timeout waiting for a peer to wait for a job started
- * DPM_COMM_MAX_STARTED earlier). Blocking collectives may be called in
+ * backend's: local sums in the waits (see dpm_comm_local_create), gloo on
+ * its own thread (dpm_comm_gloo_create), nccl on a stream. Errors as for
+ * allreduce, reported by the wait (a start fails only on a broken group,
+ * too many started, or a timeout waiting for a peer to wait for a job
+ * started DPM_COMM_MAX_STARTED earlier). Blocking collectives may be called in
  * between; they do not complete started ones. */
 #define DPM_COMM_MAX_STARTED 64
 dpm_status dpm_comm_allreduce_start(dpm_comm *c, int rank, float *buf, size_t count,
@@ -100,7 +104,7 @@ dpm_status dpm_comm_barrier(dpm_comm *c, int rank, dpm_err *err);
 
 /* Number of ranks in the group. */
 int dpm_comm_size(const dpm_comm *c);
-/* Whether a timeout broke the group (see Errors above): then destroy it
+/* Whether a failure broke the group (see Errors above): then destroy it
  * and create a new one once every rank has left it. Safe from any thread;
  * 0 for NULL. */
 int dpm_comm_broken(dpm_comm *c);
@@ -116,8 +120,8 @@ void dpm_comm_destroy(dpm_comm *c);
  *
  * Every communicator comes from dpm_comm_create: the caller says which
  * backend, how many ranks it runs here and where they sit in the job's
- * whole group; the backend does the rest (a local group now; Gloo across
- * hosts and NCCL across GPUs later fill the same config). */
+ * whole group; the backend does the rest (a local group, or Gloo across
+ * processes and hosts; NCCL across GPUs later fills the same config). */
 typedef enum {
   DPM_COMM_LOCAL, /* the ranks are threads of this process, host buffers */
   DPM_COMM_GLOO,  /* host buffers; this process's ranks reduce locally, then Gloo
@@ -141,12 +145,13 @@ typedef struct dpm_comm_store {
 /* How the processes of a job find each other (gloo). Every process of one
  * formation of the job passes the same store and prefix; a new formation
  * (after a failure, or with other processes) needs a new prefix, since a
- * store's keys cannot be set twice. */
+ * store's keys cannot be set twice (a used prefix fails with DPM_EXISTS).
+ * A file store's directory is created if missing. */
 typedef struct dpm_comm_rendezvous {
-  const char *store;      /* "file:///DIR", "redis://HOST:PORT", or NULL: kv */
+  const char *store;        /* "file:///DIR", "redis://HOST:PORT", or NULL (or ""): kv */
   const dpm_comm_store *kv; /* the caller's store, when store is NULL */
-  const char *prefix;     /* the formation's keys: "JOB/FORMATION", unique */
-  const char *iface;      /* network interface to bind; NULL: the host name's address */
+  const char *prefix;       /* the formation's keys: "JOB/FORMATION", unique */
+  const char *iface;        /* network interface to bind; NULL: the host name's address */
 } dpm_comm_rendezvous;
 
 typedef struct dpm_comm_config {
@@ -162,10 +167,11 @@ typedef struct dpm_comm_config {
 } dpm_comm_config;
 
 /* A new communicator for cfg. DPM_UNSUPPORTED for a backend this build
- * lacks and for a local group that is not the whole job (world > size:
- * several hosts need a backend that crosses them, and reducing on one host
- * alone would be a wrong result, not an error); DPM_INVALID for bad
- * numbers; DPM_NOMEM. *out is NULL on failure. */
+ * lacks (nccl) and for a local group that is not the whole job (world >
+ * size: several hosts need a backend that crosses them, and reducing on one
+ * host alone would be a wrong result, not an error); DPM_INVALID for bad
+ * numbers; DPM_NOMEM; a gloo group's rendezvous errors (see
+ * dpm_comm_gloo_create). *out is NULL on failure. */
 dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
 /* Replaces *c with a new group made from cfg when a timeout broke it (no
  * rank may be inside it). On failure *c stays, broken (its calls fail with
@@ -188,6 +194,50 @@ dpm_status dpm_comm_renew(dpm_comm **c, const dpm_comm_config *cfg, dpm_err *err
  * No thread is started.
  * DPM_INVALID for bad arguments, DPM_NOMEM; *out is NULL on failure. */
 dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_err *err);
+
+/* Gloo backend: the job's `world` ranks run in world/size processes of
+ * `size` ranks each (threads, host memory); this process runs job ranks
+ * rank_base .. rank_base+size-1, and a call's `rank` is the local one
+ * (0..size-1; the group's dpm_comm_size is size). broadcast's root is a
+ * job-wide rank. With more than one process the processes meet first at
+ * the rendezvous (cfg->rendezvous: each process publishes its address under
+ * the prefix, waits up to timeout_ms per key for the others', connects to
+ * each); one process alone (world == size) needs no rendezvous and moves
+ * nothing over the network.
+ *
+ * Summation order: the local ranks' buffers are summed in local rank order
+ * (((b0 + b1) + b2) + ...), as the local backend does; then those
+ * per-process sums are all-reduced across the processes by Gloo's ring:
+ * each segment of the vector is owned by one process o and summed around
+ * the ring, s_o + (s_o+1 + (... + s_o-1)) (process indices mod the number
+ * of processes), and the finished segment is copied to every process. The
+ * order depends only on the topology (processes, ranks per process) and
+ * the count, so results are bitwise identical on every rank and
+ * reproducible from run to run, but may differ in the last bits from the
+ * rank-order sum of one process alone.
+ *
+ * Collectives are jobs run in order by a thread of the backend's (the
+ * cross-process step, with the local sum and copies): blocking calls wait
+ * for theirs; a started allreduce is handed to that thread once every local
+ * rank started it, so it overlaps the ranks' computation, and its wait
+ * waits for it. Blocking and started calls count in one sequence per rank:
+ * every rank of the job calls them in the same order, interleaved alike.
+ * Before any data moves, the processes swap what they called (collective,
+ * count or bytes, root), so a disagreement anywhere is DPM_INVALID on
+ * every rank of the job and the group stays usable; that swap also is the
+ * job-wide barrier.
+ *
+ * Timeouts: a rank waits timeout_ms for the other local ranks; the thread
+ * waits timeout_ms for each other process's part (each of Gloo's waits).
+ * DPM_TIMEOUT names the collective and the ranks or processes missing;
+ * DPM_IO a lost peer (process, job ranks, address). Either breaks the
+ * group for good (DPM_STATE after). Create's errors: DPM_INVALID (numbers,
+ * store URL, interface, no prefix), DPM_EXISTS (a prefix used before),
+ * DPM_TIMEOUT (a process did not arrive within timeout_ms), DPM_IO (store
+ * or network), DPM_NOMEM. *out is NULL on failure. Threads: as any
+ * communicator (see the top of this file); create blocks until every
+ * process has arrived. */
+dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
 
 /* ---- Backend interface (for the files implementing a backend) ----------
  *

@@ -1,0 +1,702 @@
+/* Gloo communicator: the job's ranks run in several processes (hosts), each
+ * process running `size` of them as threads; contract in comm.h, summation
+ * order at dpm_comm_gloo_create.
+ *
+ * Every collective is a job. Job k is every local rank's k-th call (a
+ * blocking collective or a started allreduce): a rank arriving records
+ * what it called in the job's slot (a ring of GLOO_JOBS); the last local
+ * rank to arrive checks that the local ranks agree and hands the job to
+ * the backend's thread (ready = k + 1). That thread runs the jobs in order,
+ * one at a time:
+ *   1. with other processes, it swaps a header with each of them
+ *      (dpm_gloo_exchange: the collective, its count or bytes, its root),
+ *      so that every rank of the job refuses a disagreement alike, with
+ *      DPM_INVALID, before any data moves (Gloo itself cannot survive
+ *      mismatched sizes); the exchange also is the job-wide barrier;
+ *   2. allreduce: sums the local buffers in rank order into local rank 0's,
+ *      all-reduces that across the processes (Gloo's ring), and copies the
+ *      result into the other local buffers; broadcast: Gloo's broadcast
+ *      from the root's process into local rank 0's buffer (the root's own
+ *      there), then copies to the other local buffers;
+ * and publishes the job's status (done = k + 1). With one process there is
+ * no Gloo context: no step 1, and step 2 only sums and copies locally. A
+ * blocking call waits for its job to be done; a started allreduce returns
+ * once the rank arrived, and its wait waits for the job, so the
+ * cross-process reduction runs while the ranks compute. A rank leaves a
+ * job once it has the result; the last to leave frees the slot for job
+ * k + GLOO_JOBS.
+ *
+ * Timeouts: a rank waits timeout_ms for the other local ranks to arrive at
+ * a job (then breaks the group, naming the missing ranks); once all have
+ * arrived it waits for the thread without a bound of its own, since every
+ * wait of the thread's is bounded by Gloo's timeout (the same timeout_ms).
+ * Any failure of the thread's network calls breaks the group too: the Gloo
+ * context is spent. Broken is sticky: later calls fail with DPM_STATE
+ * quoting the first failure, and the thread finishes jobs already handed to
+ * it with that error instead of running them.
+ *
+ * Threads: ranks arrive lock-free (their own slot entries, one atomic
+ * increment); the last arriver publishes, and the thread publishes done,
+ * under mu, broadcasting cv, on which the thread and the ranks sleep. The
+ * thread reads the ranks' buffers only between ready and done, while
+ * every rank of the job waits for it (or, for a started allreduce, has
+ * promised to leave the buffer alone); next, started, waited and the fifo
+ * are touched by the rank's own calls only. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "comm/gloo_shim.h"
+
+typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER, OP_COUNT } gloo_op;
+
+static const char *const op_names[] = {"allreduce", "broadcast", "barrier"};
+_Static_assert(sizeof op_names / sizeof *op_names == OP_COUNT, "gloo op names");
+
+/* What one local rank called at a job. */
+typedef struct {
+  gloo_op op;
+  int root;  /* broadcast: the job-wide root rank */
+  size_t n;  /* floats (allreduce) or bytes (broadcast) */
+  void *buf; /* the rank's buffer */
+} gloo_call;
+
+/* Slots of jobs: a rank may be DPM_COMM_MAX_STARTED started allreduces and
+ * one blocking call ahead of the slowest local rank's leaving. */
+#define GLOO_JOBS (2 * DPM_COMM_MAX_STARTED)
+/* Bytes of a job's message: a dpm_err's. */
+#define GLOO_MSG sizeof(((dpm_err *)0)->msg)
+/* Floats summed per pass of the local reduction (a chunk of each buffer
+ * stays in L1 between its reading and its writing). */
+#define SUM_CHUNK 1024
+
+/* Rank r's state in a job. */
+enum { ABSENT, ARRIVED, LEFT };
+
+/* One job: every local rank's k-th call. */
+typedef struct {
+  atomic_ulong uses;  /* jobs that used this slot and were left by every rank */
+  atomic_ulong ready; /* k + 1 once every local rank arrived at job k (judged) */
+  atomic_ulong done;  /* k + 1 once the thread finished job k */
+  atomic_int arrived; /* local ranks that arrived */
+  atomic_int left;    /* local ranks that left */
+  dpm_status verdict; /* the local ranks' agreement, set before ready */
+  dpm_status status;  /* the job's result, set before done */
+  char msg[GLOO_MSG]; /* the verdict's, then the result's, message */
+  gloo_call *calls;   /* [size] */
+  atomic_uchar *here; /* [size] ABSENT, ARRIVED, LEFT */
+} gloo_job;
+
+/* What each process tells the others about a job before it runs. Hosts of
+ * one byte order (the fields are sent as they lie in memory). */
+typedef struct {
+  uint32_t op;  /* gloo_op + 1; 0: this process's ranks disagreed */
+  int32_t root; /* broadcast: the job-wide root; else -1 */
+  uint64_t n;   /* count or bytes */
+  uint64_t job; /* the job's number */
+} gloo_header;
+
+typedef struct {
+  dpm_comm base;      /* first: handed out as dpm_comm */
+  int timeout_ms;     /* bound on waits for local ranks; Gloo's timeout */
+  int world;          /* ranks in the job */
+  int nproc;          /* processes in the job (world / size) */
+  int proc;           /* this one's: rank_base / size */
+  int rank_base;      /* the job-wide rank of local rank 0 */
+  dpm_gloo *net;      /* the Gloo context; NULL with one process */
+  pthread_mutex_t mu; /* guards publishing, broken's message and sleeping */
+  pthread_cond_t cv;  /* broadcast when a job is ready or done, a slot is free,
+                         the group breaks, or the thread must stop */
+  atomic_int broken;  /* set by the first failure, never cleared */
+  char broken_msg[GLOO_MSG];
+  unsigned long broken_job; /* under mu: the job whose local timeout broke the
+                               group (its ranks get DPM_TIMEOUT); else ULONG_MAX */
+  int stop;                 /* under mu: destroy asks the thread to end */
+  gloo_job *jobs;           /* [GLOO_JOBS] */
+  unsigned long *next;      /* [size] each rank's next job */
+  unsigned long *fifo;      /* [size * DPM_COMM_MAX_STARTED] started jobs, oldest first */
+  unsigned long *started, *waited; /* [size] started allreduces, and waited for */
+  atomic_uchar *inside;            /* [size] 1 while the rank is in a call */
+  gloo_header *headers;            /* [nproc] the thread's exchange */
+  pthread_t thread;
+  int have_thread;
+} gloo_comm;
+
+static gloo_comm *gloo_of(dpm_comm *c) { return (gloo_comm *)c; }
+
+static struct timespec deadline_after(int ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_sec += ms / 1000;
+  t.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (t.tv_nsec >= 1000000000L) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000L;
+  }
+  return t;
+}
+
+/* Sleep until *w >= want (a counter that only grows). Returns whether it
+ * got there; 0 also once `until` (NULL: none) passed or, with
+ * stop_on_broken, the group broke. */
+static int await(gloo_comm *g, atomic_ulong *w, unsigned long want,
+                 const struct timespec *until, int stop_on_broken) {
+  if (atomic_load(w) >= want) return 1;
+  pthread_mutex_lock(&g->mu);
+  while (atomic_load(w) < want && !(stop_on_broken && g->broken))
+    if (until ? pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT
+              : pthread_cond_wait(&g->cv, &g->mu) != 0)
+      break;
+  pthread_mutex_unlock(&g->mu);
+  return atomic_load(w) >= want;
+}
+
+/* A message into msg (GLOO_MSG bytes, truncated). */
+static void msgf(char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void msgf(char *msg, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, GLOO_MSG, fmt, ap);
+  va_end(ap);
+}
+
+/* Under mu: the first failure breaks the group, with its message. */
+static void break_locked(gloo_comm *g, const char *msg) {
+  if (g->broken) return;
+  msgf(g->broken_msg, "%s", msg);
+  atomic_store(&g->broken, 1);
+  pthread_cond_broadcast(&g->cv);
+}
+
+static dpm_status broken_state(gloo_comm *g, const char *op, dpm_err *err) {
+  pthread_mutex_lock(&g->mu);
+  dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier failure (%s)", op,
+           g->broken_msg);
+  pthread_mutex_unlock(&g->mu);
+  return DPM_STATE;
+}
+
+/* " 2, 3" into m: the job-wide ranks whose state in j is below `state`
+ * (ABSENT: not arrived; LEFT: not left). Returns how many. */
+static int list_ranks(gloo_comm *g, gloo_job *j, int state, char *m, size_t cap) {
+  size_t len = 0;
+  int n = 0;
+  m[0] = 0;
+  for (int r = 0; r < g->base.size; r++) {
+    if (atomic_load(&j->here[r]) >= state) continue;
+    if (len + 16 >= cap) {
+      snprintf(m + len, cap - len, " ...");
+      return n + 1;
+    }
+    len +=
+        (size_t)snprintf(m + len, cap - len, "%s %d", n++ ? "," : "", g->rank_base + r);
+  }
+  return n;
+}
+
+/* ---- jobs: arriving, finishing, leaving ---------------------------------- */
+
+/* Run by the last local rank to arrive: do the local ranks agree? Job-wide
+ * rank numbers in the messages. */
+static dpm_status judge(gloo_comm *g, gloo_job *j) {
+  const gloo_call *c0 = &j->calls[0];
+  const char *op = op_names[c0->op];
+  int base = g->rank_base;
+  const char *what = c0->op == OP_ALLREDUCE ? "count" : "bytes";
+  for (int r = 1; r < g->base.size; r++) {
+    const gloo_call *c = &j->calls[r];
+    if (c->op != c0->op) {
+      msgf(j->msg, "collective mismatch: rank %d called %s, rank %d called %s", base, op,
+           base + r, op_names[c->op]);
+      return DPM_INVALID;
+    }
+    if (c0->op != OP_BARRIER && c->n != c0->n) {
+      msgf(j->msg, "%s: ranks disagree on the %s: rank %d has %zu, rank %d has %zu", op,
+           what, base, c0->n, base + r, c->n);
+      return DPM_INVALID;
+    }
+    if (c0->op == OP_BROADCAST && c->root != c0->root) {
+      msgf(j->msg,
+           "broadcast: ranks disagree on the root: rank %d has %d, rank %d has %d", base,
+           c0->root, base + r, c->root);
+      return DPM_INVALID;
+    }
+  }
+  if (c0->op == OP_BARRIER) return DPM_OK;
+  for (int r = 0; r < g->base.size; r++)
+    if (j->calls[r].n && !j->calls[r].buf) {
+      msgf(j->msg, "%s: rank %d passed no buffer for %zu %s", op, base + r, j->calls[r].n,
+           what);
+      return DPM_INVALID;
+    }
+  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / sizeof(float)) {
+    msgf(j->msg, "allreduce: count %zu is too large", c0->n);
+    return DPM_INVALID;
+  }
+  if (c0->op == OP_BROADCAST && (c0->root < 0 || c0->root >= g->world)) {
+    msgf(j->msg, "broadcast: root %d outside the group of %d", c0->root, g->world);
+    return DPM_INVALID;
+  }
+  return DPM_OK;
+}
+
+/* Rank `rank` arrives at its next job with `call`; *job is its number.
+ * Waits (until `until`) for the job's slot to be free. */
+static dpm_status arrive(gloo_comm *g, int rank, gloo_call call, const char *op,
+                         const struct timespec *until, unsigned long *job, dpm_err *err) {
+  unsigned long k = g->next[rank];
+  gloo_job *j = &g->jobs[k % GLOO_JOBS];
+  if (!await(g, &j->uses, k / GLOO_JOBS, until, 1)) {
+    pthread_mutex_lock(&g->mu);
+    if (!g->broken) {
+      char who[160], m[GLOO_MSG];
+      list_ranks(g, j, LEFT, who, sizeof who);
+      snprintf(m, sizeof m,
+               "%s: timed out after %d ms waiting for rank(s)%s to finish the collective "
+               "called %d calls earlier",
+               op, g->timeout_ms, who, GLOO_JOBS);
+      break_locked(g, m);
+      dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+      pthread_mutex_unlock(&g->mu);
+      return DPM_TIMEOUT;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return broken_state(g, op, err);
+  }
+  g->next[rank] = k + 1;
+  j->calls[rank] = call;
+  atomic_store(&j->here[rank], ARRIVED);
+  if (atomic_fetch_add(&j->arrived, 1) + 1 == g->base.size) {
+    dpm_status v = judge(g, j);
+    pthread_mutex_lock(&g->mu);
+    if (!g->broken) { /* else never published: the ranks' finish sees broken */
+      j->verdict = v;
+      atomic_store(&j->ready, k + 1);
+      pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+  }
+  *job = k;
+  return DPM_OK;
+}
+
+/* The last local rank to leave job j frees its slot. */
+static void leave(gloo_comm *g, gloo_job *j, int rank) {
+  atomic_store(&j->here[rank], LEFT);
+  if (atomic_fetch_add(&j->left, 1) + 1 < g->base.size) return;
+  atomic_store(&j->arrived, 0);
+  atomic_store(&j->left, 0);
+  for (int r = 0; r < g->base.size; r++) atomic_store(&j->here[r], ABSENT);
+  pthread_mutex_lock(&g->mu);
+  atomic_fetch_add(&j->uses, 1);
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Rank `rank` waits for job k's result: first, until `until`, for every
+ * local rank to arrive (breaking the group otherwise), then for the thread. */
+static dpm_status finish(gloo_comm *g, int rank, unsigned long k, const char *op,
+                         const struct timespec *until, dpm_err *err) {
+  gloo_job *j = &g->jobs[k % GLOO_JOBS];
+  if (!await(g, &j->ready, k + 1, until, 1)) {
+    pthread_mutex_lock(&g->mu);
+    if (atomic_load(&j->ready) < k + 1) { /* never published: give up */
+      dpm_status s = DPM_STATE;
+      if (!g->broken || g->broken_job == k) {
+        char who[160], m[GLOO_MSG];
+        int missing = list_ranks(g, j, ARRIVED, who, sizeof who);
+        snprintf(m, sizeof m,
+                 "%s: timed out after %d ms; %d of %d ranks of process %d arrived; "
+                 "missing rank(s)%s",
+                 op, g->timeout_ms, g->base.size - missing, g->base.size, g->proc, who);
+        if (!g->broken) g->broken_job = k;
+        break_locked(g, m);
+        s = dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+      } else {
+        dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier failure (%s)", op,
+                 g->broken_msg);
+      }
+      pthread_mutex_unlock(&g->mu);
+      return s;
+    }
+    pthread_mutex_unlock(&g->mu);
+  }
+  await(g, &j->done, k + 1, NULL, 0); /* a ready job is always finished */
+  dpm_status s = j->status ? dpm_errf(err, j->status, "%s", j->msg) : DPM_OK;
+  leave(g, j, rank);
+  return s;
+}
+
+/* One call per rank at a time (comm.h): 1 if the rank may enter. */
+static int enter(gloo_comm *g, int rank, const char *op, dpm_err *err) {
+  if (!atomic_exchange(&g->inside[rank], 1)) return 1;
+  dpm_errf(err, DPM_INVALID,
+           "%s: rank %d is already inside a collective (one call per rank at a time)", op,
+           g->rank_base + rank);
+  return 0;
+}
+
+static dpm_status blocking(gloo_comm *g, int rank, gloo_call call, dpm_err *err) {
+  const char *op = op_names[call.op];
+  if (atomic_load(&g->broken)) return broken_state(g, op, err);
+  if (!enter(g, rank, op, err)) return DPM_INVALID;
+  struct timespec until = deadline_after(g->timeout_ms);
+  unsigned long k;
+  dpm_status s = arrive(g, rank, call, op, &until, &k, err);
+  if (!s) s = finish(g, rank, k, op, &until, err);
+  atomic_store(&g->inside[rank], 0);
+  return s;
+}
+
+static dpm_status gloo_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
+                                 dpm_err *err) {
+  return blocking(gloo_of(c), rank,
+                  (gloo_call){.op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf},
+                  err);
+}
+
+static dpm_status gloo_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
+                                 dpm_err *err) {
+  return blocking(gloo_of(c), rank,
+                  (gloo_call){.op = OP_BROADCAST, .root = root, .n = bytes, .buf = buf},
+                  err);
+}
+
+static dpm_status gloo_barrier(dpm_comm *c, int rank, dpm_err *err) {
+  return blocking(gloo_of(c), rank, (gloo_call){.op = OP_BARRIER, .root = -1}, err);
+}
+
+static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
+                             dpm_err *err) {
+  gloo_comm *g = gloo_of(c);
+  const char *op = "allreduce start";
+  if (atomic_load(&g->broken)) return broken_state(g, op, err);
+  if (g->started[rank] - g->waited[rank] == DPM_COMM_MAX_STARTED)
+    return dpm_errf(err, DPM_INVALID,
+                    "%s: rank %d already has %d started allreduces not waited for", op,
+                    g->rank_base + rank, DPM_COMM_MAX_STARTED);
+  if (!enter(g, rank, op, err)) return DPM_INVALID;
+  struct timespec until = deadline_after(g->timeout_ms);
+  unsigned long k;
+  gloo_call call = {.op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf};
+  dpm_status s = arrive(g, rank, call, op, &until, &k, err);
+  if (!s) {
+    g->fifo[(size_t)rank * DPM_COMM_MAX_STARTED +
+            g->started[rank] % DPM_COMM_MAX_STARTED] = k;
+    g->started[rank]++;
+  }
+  atomic_store(&g->inside[rank], 0);
+  return s;
+}
+
+static dpm_status gloo_wait(dpm_comm *c, int rank, dpm_err *err) {
+  gloo_comm *g = gloo_of(c);
+  if (g->waited[rank] == g->started[rank])
+    return dpm_errf(err, DPM_INVALID, "allreduce wait: rank %d has no started allreduce",
+                    g->rank_base + rank);
+  if (!enter(g, rank, "allreduce wait", err)) return DPM_INVALID;
+  unsigned long k = g->fifo[(size_t)rank * DPM_COMM_MAX_STARTED +
+                            g->waited[rank] % DPM_COMM_MAX_STARTED];
+  g->waited[rank]++;
+  struct timespec until = deadline_after(g->timeout_ms);
+  dpm_status s = finish(g, rank, k, "allreduce", &until, err);
+  atomic_store(&g->inside[rank], 0);
+  return s;
+}
+
+/* ---- the thread ------------------------------------------------------------ */
+
+/* "process 1 (job ranks 2-3, HOST:PORT)" */
+static const char *describe(gloo_comm *g, int p, char *buf, size_t cap) {
+  if (g->net) {
+    dpm_gloo_describe(g->net, p, buf, cap);
+  } else {
+    snprintf(buf, cap, "process %d", p);
+  }
+  return buf;
+}
+
+/* Do the processes' headers agree? DPM_INVALID with the message in j->msg
+ * otherwise; every process reaches the same verdict from the same headers. */
+static dpm_status agree(gloo_comm *g, gloo_job *j) {
+  const gloo_header *h = g->headers, *h0 = &g->headers[0];
+  char a[160], b[160];
+  for (int p = 0; p < g->nproc; p++) {
+    if (!h[p].op) {
+      msgf(j->msg, "the ranks of %s disagree on their call (its ranks say how)",
+           describe(g, p, a, sizeof a));
+      return DPM_INVALID;
+    }
+    if (h[p].op > OP_COUNT) {
+      msgf(j->msg, "%s sent collective %u, which this build does not know",
+           describe(g, p, a, sizeof a), (unsigned)h[p].op);
+      return DPM_INVALID;
+    }
+  }
+  for (int p = 1; p < g->nproc; p++) {
+    if (h[p].job != h0->job) {
+      msgf(j->msg, "collective mismatch: %s is at collective %llu, %s at %llu",
+           describe(g, 0, a, sizeof a), (unsigned long long)h0->job,
+           describe(g, p, b, sizeof b), (unsigned long long)h[p].job);
+      return DPM_INVALID;
+    }
+    if (h[p].op != h0->op) {
+      msgf(j->msg, "collective mismatch: %s called %s, %s called %s",
+           describe(g, 0, a, sizeof a), op_names[h0->op - 1], describe(g, p, b, sizeof b),
+           op_names[h[p].op - 1]);
+      return DPM_INVALID;
+    }
+  }
+  const char *op = op_names[h0->op - 1];
+  for (int p = 1; p < g->nproc; p++) {
+    if (h[p].n != h0->n) {
+      msgf(j->msg, "%s: processes disagree on the %s: %s has %llu, %s has %llu", op,
+           h0->op - 1 == OP_ALLREDUCE ? "count" : "bytes", describe(g, 0, a, sizeof a),
+           (unsigned long long)h0->n, describe(g, p, b, sizeof b),
+           (unsigned long long)h[p].n);
+      return DPM_INVALID;
+    }
+    if (h[p].root != h0->root) {
+      msgf(j->msg, "%s: processes disagree on the root: %s has %d, %s has %d", op,
+           describe(g, 0, a, sizeof a), (int)h0->root, describe(g, p, b, sizeof b),
+           (int)h[p].root);
+      return DPM_INVALID;
+    }
+  }
+  return DPM_OK;
+}
+
+static void add_into(float *restrict t, const float *restrict a, size_t m) {
+  for (size_t i = 0; i < m; i++) t[i] += a[i];
+}
+
+/* Local sum in rank order into rank 0's buffer, Gloo across processes, the
+ * result into the other local buffers. */
+static dpm_status run_allreduce(gloo_comm *g, gloo_job *j, dpm_err *err) {
+  size_t n = j->calls[0].n;
+  int size = g->base.size;
+  float *b0 = j->calls[0].buf;
+  if (!n) return DPM_OK;
+  for (size_t a = 0; a < n && size > 1; a += SUM_CHUNK) {
+    size_t m = n - a < SUM_CHUNK ? n - a : SUM_CHUNK;
+    for (int r = 1; r < size; r++)
+      add_into(b0 + a, (const float *)j->calls[r].buf + a, m);
+  }
+  if (g->net) {
+    dpm_status s = dpm_gloo_allreduce(g->net, "allreduce", b0, n, err);
+    if (s) return s;
+  }
+  for (int r = 1; r < size; r++) memcpy(j->calls[r].buf, b0, n * sizeof(float));
+  return DPM_OK;
+}
+
+static dpm_status run_broadcast(gloo_comm *g, gloo_job *j, dpm_err *err) {
+  int root = j->calls[0].root, size = g->base.size;
+  int rp = root / size, src = rp == g->proc ? root % size : 0;
+  size_t n = j->calls[0].n;
+  if (!n) return DPM_OK;
+  if (g->net) {
+    dpm_status s = dpm_gloo_broadcast(g->net, "broadcast", rp, j->calls[src].buf, n, err);
+    if (s) return s;
+  }
+  for (int r = 0; r < size; r++)
+    if (r != src) memcpy(j->calls[r].buf, j->calls[src].buf, n);
+  return DPM_OK;
+}
+
+/* Job k, ready: its status and message into j. */
+static void run_job(gloo_comm *g, gloo_job *j, unsigned long k) {
+  const gloo_call *c0 = &j->calls[0];
+  const char *op = j->verdict ? "collective" : op_names[c0->op];
+  dpm_err e = {0};
+  dpm_status s;
+  if (atomic_load(&g->broken)) {
+    pthread_mutex_lock(&g->mu);
+    msgf(j->msg, "%s: communicator broken by an earlier failure (%s)", op, g->broken_msg);
+    pthread_mutex_unlock(&g->mu);
+    j->status = DPM_STATE;
+    return;
+  }
+  if (g->net) {
+    gloo_header mine = {
+        .op = j->verdict ? 0 : (uint32_t)c0->op + 1,
+        .root = c0->op == OP_BROADCAST ? c0->root : -1,
+        .n = c0->op == OP_BARRIER ? 0 : c0->n,
+        .job = k,
+    };
+    s = dpm_gloo_exchange(g->net, op, &mine, sizeof mine, g->headers, &e);
+    if (s) goto failed;
+  }
+  if (j->verdict || (g->net && agree(g, j))) {
+    j->status = DPM_INVALID; /* j->msg says why */
+    return;
+  }
+  s = c0->op == OP_ALLREDUCE   ? run_allreduce(g, j, &e)
+      : c0->op == OP_BROADCAST ? run_broadcast(g, j, &e)
+                               : DPM_OK; /* the exchange was the barrier */
+  if (!s) {
+    j->status = DPM_OK;
+    return;
+  }
+failed: /* the Gloo context is spent: so is the group */
+  pthread_mutex_lock(&g->mu);
+  break_locked(g, e.msg);
+  pthread_mutex_unlock(&g->mu);
+  msgf(j->msg, "%s", e.msg);
+  j->status = s;
+}
+
+static void *thread_main(void *arg) {
+  gloo_comm *g = arg;
+  for (unsigned long k = 0;; k++) {
+    gloo_job *j = &g->jobs[k % GLOO_JOBS];
+    pthread_mutex_lock(&g->mu);
+    while (atomic_load(&j->ready) < k + 1 && !g->stop) pthread_cond_wait(&g->cv, &g->mu);
+    int stop = g->stop;
+    pthread_mutex_unlock(&g->mu);
+    if (stop) return NULL;
+    run_job(g, j, k);
+    pthread_mutex_lock(&g->mu);
+    atomic_store(&j->done, k + 1);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+  }
+}
+
+/* ---- the group ------------------------------------------------------------- */
+
+static int gloo_broken(dpm_comm *c) { return atomic_load(&gloo_of(c)->broken); }
+
+static void free_all(gloo_comm *g) {
+  for (int k = 0; g->jobs && k < GLOO_JOBS; k++) {
+    free(g->jobs[k].calls);
+    free(g->jobs[k].here);
+  }
+  free(g->jobs);
+  free(g->next);
+  free(g->fifo);
+  free(g->started);
+  free(g->waited);
+  free(g->inside);
+  free(g->headers);
+  free(g);
+}
+
+static void gloo_destroy(dpm_comm *c) {
+  gloo_comm *g = gloo_of(c);
+  if (g->have_thread) {
+    pthread_mutex_lock(&g->mu);
+    g->stop = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->thread, NULL);
+  }
+  dpm_gloo_destroy(g->net);
+  pthread_cond_destroy(&g->cv);
+  pthread_mutex_destroy(&g->mu);
+  free_all(g);
+}
+
+static const dpm_comm_ops gloo_comm_ops = {
+    .name = "gloo",
+    .allreduce = gloo_allreduce,
+    .broadcast = gloo_broadcast,
+    .barrier = gloo_barrier,
+    .allreduce_start = gloo_start,
+    .allreduce_wait = gloo_wait,
+    .broken = gloo_broken,
+    .destroy = gloo_destroy,
+};
+
+static dpm_status check_config(const dpm_comm_config *cfg, int world, dpm_err *err) {
+  if (cfg->size < 1 || cfg->size > DPM_COMM_MAX_RANKS)
+    return dpm_errf(err, DPM_INVALID, "gloo comm: size %d outside 1..%d", cfg->size,
+                    DPM_COMM_MAX_RANKS);
+  if (world < cfg->size || world > DPM_COMM_MAX_RANKS || world % cfg->size)
+    return dpm_errf(err, DPM_INVALID,
+                    "gloo comm: a job of %d ranks cannot be processes of %d ranks each "
+                    "(at most %d ranks in all)",
+                    world, cfg->size, DPM_COMM_MAX_RANKS);
+  if (cfg->rank_base < 0 || cfg->rank_base >= world || cfg->rank_base % cfg->size)
+    return dpm_errf(err, DPM_INVALID,
+                    "gloo comm: rank base %d is not a multiple of %d below %d",
+                    cfg->rank_base, cfg->size, world);
+  if (cfg->timeout_ms <= 0)
+    return dpm_errf(err, DPM_INVALID, "gloo comm: timeout %d ms must be positive",
+                    cfg->timeout_ms);
+  return DPM_OK;
+}
+
+dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
+                                dpm_err *err) {
+  if (!out) return dpm_errf(err, DPM_INVALID, "gloo comm: no output pointer");
+  *out = NULL;
+  if (!cfg) return dpm_errf(err, DPM_INVALID, "gloo comm: no config");
+  int world = cfg->world ? cfg->world : cfg->size;
+  dpm_status s = check_config(cfg, world, err);
+  if (s) return s;
+  int size = cfg->size, nproc = world / size;
+  gloo_comm *g = calloc(1, sizeof *g);
+  if (!g) return dpm_errf(err, DPM_NOMEM, "gloo comm: out of memory");
+  g->next = calloc((size_t)size, sizeof *g->next);
+  g->fifo = calloc((size_t)size * DPM_COMM_MAX_STARTED, sizeof *g->fifo);
+  g->started = calloc((size_t)size, sizeof *g->started);
+  g->waited = calloc((size_t)size, sizeof *g->waited);
+  g->inside = calloc((size_t)size, sizeof *g->inside);
+  g->headers = calloc((size_t)nproc, sizeof *g->headers);
+  int jobs_ok = (g->jobs = calloc(GLOO_JOBS, sizeof *g->jobs)) != NULL;
+  for (int k = 0; jobs_ok && k < GLOO_JOBS; k++) {
+    g->jobs[k].calls = calloc((size_t)size, sizeof *g->jobs[k].calls);
+    g->jobs[k].here = calloc((size_t)size, sizeof *g->jobs[k].here);
+    jobs_ok = g->jobs[k].calls && g->jobs[k].here;
+  }
+  pthread_condattr_t ca;
+  int cv_ok = 0, mu_ok = !pthread_mutex_init(&g->mu, NULL);
+  if (!pthread_condattr_init(&ca)) {
+    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
+            !pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  if (!g->next || !g->fifo || !g->started || !g->waited || !g->inside || !g->headers ||
+      !jobs_ok || !mu_ok || !cv_ok) {
+    if (mu_ok) pthread_mutex_destroy(&g->mu);
+    if (cv_ok) pthread_cond_destroy(&g->cv);
+    free_all(g);
+    return dpm_errf(err, DPM_NOMEM, "gloo comm: out of memory for %d ranks", size);
+  }
+  g->base = (dpm_comm){.ops = &gloo_comm_ops, .size = size};
+  g->timeout_ms = cfg->timeout_ms;
+  g->world = world;
+  g->nproc = nproc;
+  g->proc = cfg->rank_base / size;
+  g->rank_base = cfg->rank_base;
+  g->broken_job = ULONG_MAX;
+  if (nproc > 1) {
+    dpm_gloo_config gc = {.rank = g->proc,
+                          .size = nproc,
+                          .local_ranks = size,
+                          .timeout_ms = cfg->timeout_ms,
+                          .rendezvous = cfg->rendezvous};
+    s = dpm_gloo_create(&gc, &g->net, err);
+  }
+  if (!s && pthread_create(&g->thread, NULL, thread_main, g))
+    s = dpm_errf(err, DPM_NOMEM, "gloo comm: cannot start its thread");
+  if (s) {
+    dpm_gloo_destroy(g->net);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free_all(g);
+    return s;
+  }
+  g->have_thread = 1;
+  *out = &g->base;
+  return DPM_OK;
+}
