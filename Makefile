@@ -143,6 +143,8 @@ $(BUILD)/tests/race: $(RACE_OBJ) $(BUILD)/libdpm-tsan.a
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# bench/gloo measures against bare Gloo (bench/gloo_bare.cc).
+$(BUILD)/bench/gloo: $(BUILD)/obj/bench/gloo_bare.o
 
 # ---- libraries -------------------------------------------------------------------
 # libdpmclient: the client library of include/dpm/client.h (client/lib/),
