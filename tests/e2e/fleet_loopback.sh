@@ -187,4 +187,5 @@ for d in A B C; do
   wait "$(eval echo "\$PID_$d")" || die "dpmd $d exited with $?: $(tail -5 "$T/$d.log")"
 done
 PIDS=""
+for d in A B C; do sanitizers_quiet "$T/$d.log"; done
 echo "fleet_loopback: ok ($(($(ms) - t0)) ms; $equal of 6 parameters bitwise equal to 1 x 2)"
