@@ -101,14 +101,16 @@ int dpm_nn_socket(int family, int protocol, const char *endpoint, dpm_err *err) 
     return -1;
   }
   if (nn_connect(s, endpoint) < 0) {
-    dpm_errf(err, DPM_IO, "cannot connect to '%s': %s", endpoint, nn_strerror(nn_errno()));
+    dpm_errf(err, DPM_IO, "cannot connect to '%s': %s", endpoint,
+             nn_strerror(nn_errno()));
     nn_close(s);
     return -1;
   }
   return s;
 }
 
-dpm_status dpm_rpc_open(const char *endpoint, int timeout_ms, dpm_rpc **out, dpm_err *err) {
+dpm_status dpm_rpc_open(const char *endpoint, int timeout_ms, dpm_rpc **out,
+                        dpm_err *err) {
   if (!out) return dpm_errf(err, DPM_INVALID, "dpm_rpc_open: out is NULL");
   *out = NULL;
   if (!endpoint || !*endpoint) return dpm_errf(err, DPM_IO, "empty endpoint");
@@ -169,8 +171,7 @@ static dpm_status stopped_answering(const dpm_rpc *c, dpm_err *err) {
                   c->endpoint, DPM_LIVENESS_MS / 1000);
 }
 
-static dpm_status restarted(const dpm_rpc *c, uint64_t was, uint64_t now,
-                            dpm_err *err) {
+static dpm_status restarted(const dpm_rpc *c, uint64_t was, uint64_t now, dpm_err *err) {
   return dpm_errf(err, DPM_IO,
                   "dpmd at %s restarted; the request was lost (instance %016llx, was "
                   "%016llx)",
@@ -221,8 +222,8 @@ static uint8_t *pack(dpm_rpc *c, Dpm__Request *req, uint64_t id, size_t *len) {
 /* Sends a call's request: at once when connected; else fails at once when
  * an ipc endpoint has no listener, or waits for the connection until the
  * deadline (-1: none), at most DPM_LIVENESS_MS. */
-static dpm_status send_request(dpm_rpc *c, const uint8_t *buf, size_t n,
-                               int64_t deadline, dpm_err *err) {
+static dpm_status send_request(dpm_rpc *c, const uint8_t *buf, size_t n, int64_t deadline,
+                               dpm_err *err) {
   int rc = nn_send(c->sock, buf, n, NN_DONTWAIT);
   if (rc >= 0) return DPM_OK;
   int e = nn_errno();
@@ -304,7 +305,8 @@ static int receive(dpm_rpc *c, int timeout_ms, void **body, uint32_t *header) {
   return got;
 }
 
-dpm_status dpm_rpc_call(dpm_rpc *c, Dpm__Request *req, Dpm__Response **resp, dpm_err *err) {
+dpm_status dpm_rpc_call(dpm_rpc *c, Dpm__Request *req, Dpm__Response **resp,
+                        dpm_err *err) {
   if (resp) *resp = NULL;
   if (!c || !req || !resp)
     return dpm_errf(err, DPM_INVALID, "dpm_rpc_call: NULL argument");
@@ -409,4 +411,3 @@ void dpm_rpc_close(dpm_rpc *c) {
   free(c->token);
   free(c);
 }
-

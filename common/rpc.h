@@ -38,7 +38,8 @@ typedef struct dpm_rpc dpm_rpc;
  * bounded by timeout_ms (< 0: as long as the daemon answers pings).
  * Connects in the background: opening contacts nobody. DPM_IO for an
  * endpoint nanomsg refuses, DPM_NOMEM. */
-dpm_status dpm_rpc_open(const char *endpoint, int timeout_ms, dpm_rpc **out, dpm_err *err);
+dpm_status dpm_rpc_open(const char *endpoint, int timeout_ms, dpm_rpc **out,
+                        dpm_err *err);
 /* Replies larger than bytes are not taken (nanomsg drops the connection:
  * the call then fails as for a silent daemon); the default takes any size.
  * For a caller that must bound what a remote end can make it hold. */
@@ -48,7 +49,8 @@ dpm_status dpm_rpc_set_token(dpm_rpc *r, const char *token, dpm_err *err);
 void dpm_rpc_set_timeout(dpm_rpc *r, int timeout_ms);
 const char *dpm_rpc_endpoint(const dpm_rpc *r);
 /* Sends req and waits for its Response (see above). */
-dpm_status dpm_rpc_call(dpm_rpc *r, Dpm__Request *req, Dpm__Response **resp, dpm_err *err);
+dpm_status dpm_rpc_call(dpm_rpc *r, Dpm__Request *req, Dpm__Response **resp,
+                        dpm_err *err);
 /* A ping call that also checks the daemon is the instance this handle knew
  * (DPM_IO "restarted" otherwise); the first answer teaches the instance.
  * resp may be NULL; a refused ping (bad token) is DPM_OK with the refusal
