@@ -409,6 +409,18 @@ static void run_kv_get(const call *c) {
   free(v);
 }
 
+static void run_kv_fail(const call *c) {
+  const Dpm__KvFailRequest *r = c->rq->kv_fail;
+  dpm_err err = {0};
+  if (dpmd_kv_fail(c->d->kv, r->formation, r->shard_id, r->message, &err))
+    return dpmd_reply_error(c->d, c->to, err.code, "%s", err.msg);
+  char b[DPMD_FORMATION_MAX * 4];
+  dpmd_warn("formation %s: shard %u could not build",
+            dpm_escape(r->formation, b, sizeof b), r->shard_id);
+  Dpm__Response rs = DPM__RESPONSE__INIT;
+  dpmd_reply(c->d, c->to, &rs);
+}
+
 static void run_shutdown(const call *c) {
   dpmd_info("shutdown requested");
   Dpm__Response rs = DPM__RESPONSE__INIT;
@@ -451,6 +463,7 @@ static const command commands[] = {
     LOOP(JOIN, "join", MUTATING, check_join, NULL, run_join),
     LOOP(KV_SET, "kv-set", 0, NULL, NULL, run_kv_set),
     LOOP(KV_GET, "kv-get", 0, NULL, NULL, run_kv_get),
+    LOOP(KV_FAIL, "kv-fail", 0, NULL, NULL, run_kv_fail),
 };
 #undef LOOP
 #undef JOB

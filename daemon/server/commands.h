@@ -17,7 +17,8 @@
  *
  * Fleet jobs: status and list at a job's coordinator are answered through
  * the gatherer (server/gather.h), which asks every other shard first;
- * join, kv-set and kv-get are the daemons' own commands (fleet.h, kv.h).
+ * join, kv-set, kv-get and kv-fail are the daemons' own commands (fleet.h,
+ * kv.h).
  *
  * Threads: the loop thread only (dpmd_command_name and dpmd_command_check
  * use no shared state: any thread). */

@@ -192,6 +192,25 @@ static void drop_formation(dpmd *d, dpmd_fleet_link *l) {
   l->formation_open = 0;
 }
 
+void dpmd_fleet_report(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
+                       const dpm_err *why) {
+  if (l->shard_id == 0 || !daemon_store(spec)) return;
+  Dpm__KvFailRequest f = DPM__KV_FAIL_REQUEST__INIT;
+  f.formation = (char *)l->formation;
+  f.shard_id = (uint32_t)l->shard_id;
+  f.message = (char *)why->msg;
+  Dpm__Request rq = DPM__REQUEST__INIT;
+  rq.command_case = DPM__REQUEST__COMMAND_KV_FAIL;
+  rq.kv_fail = &f;
+  Dpm__Response *r;
+  dpm_err e = {0};
+  if (dpmd_peer_call_once(d, l->coordinator, &rq, DPMD_PEER_TIMEOUT_MS, &r, &e))
+    dpmd_warn("model %s: could not tell the coordinator this shard failed: %s",
+              spec->name, e.msg);
+  else
+    dpm__response__free_unpacked(r, NULL);
+}
+
 void dpmd_fleet_abort(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec) {
   drop_formation(d, l); /* first: the shards' waits at the store end at once */
   for (int i = 1; i <= l->joined; i++) {

@@ -23,7 +23,8 @@
  * spec's Redis or file store. A join refused, or a daemon that cannot be
  * reached, fails the forming, naming the shard and its endpoint; so does
  * the coordinator's own shard failing to build (the rendezvous timed out,
- * a peer's shard failed: dpmd_fleet_abort). Either way the formation is
+ * a peer's shard failed: dpmd_fleet_abort; a shard that fails to build
+ * reports it to the store, dpmd_fleet_report). Either way the formation is
  * dropped first (the other shards' stores then fail at once instead of
  * waiting out the timeout), and the shards that joined are deleted.
  * Each formation is named afresh ("NAME/" and 16 random hex digits, drawn
@@ -93,6 +94,12 @@ dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *sp
 dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
                               const Dpm__ModelSpec *spec, dpm_trainer_options *opt,
                               dpm_err *err);
+/* Model thread, another shard that did not build (why): tells the
+ * coordinator's store (store "daemon"), so that every shard waiting at the
+ * rendezvous fails at once with this shard's message instead of at the
+ * timeout. A failure to tell is logged. */
+void dpmd_fleet_report(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
+                       const dpm_err *why);
 /* Model thread, coordinator whose shard did not build: drops the formation
  * and deletes the shards that joined (failures are logged). */
 void dpmd_fleet_abort(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec);

@@ -20,6 +20,7 @@ typedef struct entry {
 
 typedef struct formation {
   char name[DPMD_FORMATION_MAX];
+  char failed[DPMD_KV_MAX_FAILURE + 64]; /* "" or why a shard failed (dpmd_kv_fail) */
   entry *v;
   size_t n, cap;
   size_t bytes; /* counted against DPMD_KV_MAX_BYTES */
@@ -109,6 +110,10 @@ static dpm_status gone(const char *name, dpm_err *err) {
                   dpm_escape(name, b, sizeof b));
 }
 
+static dpm_status failed(const formation *f, dpm_err *err) {
+  return dpm_errf(err, DPM_IO, "%s", f->failed);
+}
+
 /* ---- formations -------------------------------------------------------------- */
 
 dpm_status dpmd_kv_open(dpmd_kv *kv, const char *name, dpm_err *err) {
@@ -149,6 +154,24 @@ void dpmd_kv_drop(dpmd_kv *kv, const char *name) {
   free_formation(f);
 }
 
+dpm_status dpmd_kv_fail(dpmd_kv *kv, const char *name, unsigned shard_id, const char *why,
+                        dpm_err *err) {
+  if (check_formation(name, err)) return err->code;
+  char text[DPMD_KV_MAX_FAILURE + 1];
+  dpm_escape(why ? why : "", text, sizeof text);
+  dpm_status s = DPM_OK;
+  pthread_mutex_lock(&kv->mu);
+  formation *f = find(kv, name);
+  if (!f) {
+    s = gone(name, err);
+  } else if (!f->failed[0]) {
+    snprintf(f->failed, sizeof f->failed, "shard %u could not build: %s", shard_id, text);
+    pthread_cond_broadcast(&kv->cv);
+  }
+  pthread_mutex_unlock(&kv->mu);
+  return s;
+}
+
 /* ---- keys -------------------------------------------------------------------- */
 
 dpm_status dpmd_kv_set(dpmd_kv *kv, const char *name, const char *key, const void *value,
@@ -177,6 +200,8 @@ dpm_status dpmd_kv_set(dpmd_kv *kv, const char *name, const char *key, const voi
   entry *e = f ? lookup(f, key) : NULL;
   if (!f) {
     s = gone(name, err);
+  } else if (f->failed[0]) {
+    s = failed(f, err);
   } else if (e) {
     if (e->len != len || (len && memcmp(e->value, value, len))) {
       char b[DPMD_KV_MAX_KEY * 4];
@@ -239,6 +264,10 @@ dpm_status dpmd_kv_get(dpmd_kv *kv, const char *name, const char *key, int timeo
     entry *e = f ? lookup(f, key) : NULL;
     if (!f) {
       s = gone(name, err);
+      break;
+    }
+    if (f->failed[0]) {
+      s = failed(f, err);
       break;
     }
     if (e) {

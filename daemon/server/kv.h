@@ -15,7 +15,10 @@
  * once: the value, or "not yet" (DPM_OK with *value NULL) while the key is
  * unset; the other shards' stores poll it over RPC. Only the
  * coordinator's own shard waits in it (dpmd_kv_local, on its model's
- * thread); the loop thread never waits.
+ * thread); the loop thread never waits. A shard that cannot build marks
+ * the formation failed (dpmd_kv_fail): from then on every get and set in
+ * it, waiting or not, fails at once with that shard's message, so the
+ * others stop waiting for a shard that will never come.
  *
  * Bounds: every byte is counted before it is allocated: a key is 1 to
  * DPMD_KV_MAX_KEY bytes, a value at most DPMD_KV_MAX_VALUE; a formation
@@ -61,17 +64,26 @@ dpm_status dpmd_kv_open(dpmd_kv *kv, const char *formation, dpm_err *err);
  * waiters in it return DPM_NOT_FOUND. */
 void dpmd_kv_drop(dpmd_kv *kv, const char *formation);
 
+/* Marks formation failed by shard_id with why (kept escaped and cut to
+ * DPMD_KV_MAX_FAILURE bytes; the first failure stays) and wakes its
+ * waiters. DPM_NOT_FOUND: the formation is not open; DPM_INVALID: a bad
+ * name. */
+#define DPMD_KV_MAX_FAILURE 400
+dpm_status dpmd_kv_fail(dpmd_kv *kv, const char *formation, unsigned shard_id,
+                        const char *why, dpm_err *err);
+
 /* Sets key to the len bytes at value in formation. DPM_NOT_FOUND: the
  * formation is not open; DPM_INVALID: the key is empty or longer than
  * DPMD_KV_MAX_KEY; DPM_DENIED: over a bound; DPM_EXISTS: set before to
- * other bytes; DPM_NOMEM. */
+ * other bytes; DPM_IO: the formation failed (its message); DPM_NOMEM. */
 dpm_status dpmd_kv_set(dpmd_kv *kv, const char *formation, const char *key,
                        const void *value, size_t len, dpm_err *err);
 /* The value of key in formation: *value a malloc'd copy (of *len bytes;
  * never NULL once set, even for an empty value), or NULL while the key is
  * unset. timeout_ms 0 answers at once; above 0 waits up to that long for
  * the key (DPM_TIMEOUT after it). DPM_NOT_FOUND: the formation is not open
- * (or was dropped while waiting); DPM_INVALID: a bad key; DPM_NOMEM. */
+ * (or was dropped while waiting); DPM_IO: the formation failed (before or
+ * while waiting; its message); DPM_INVALID: a bad key; DPM_NOMEM. */
 dpm_status dpmd_kv_get(dpmd_kv *kv, const char *formation, const char *key,
                        int timeout_ms, void **value, size_t *len, dpm_err *err);
 

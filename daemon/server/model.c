@@ -266,6 +266,7 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
   if (s && coordinator) dpmd_fleet_abort(m->d, m->fleet, m->spec); /* formed or not */
+  if (s && m->fleet && !coordinator) dpmd_fleet_report(m->d, m->fleet, m->spec, err);
   if (s) return s;
   uint64_t bytes = trainer_bytes(t);
   if (!m->restore && dpmd_store_save_spec(m->dir, m->spec, err)) {

@@ -1,8 +1,10 @@
-# Several dpmd train one model (a fleet job) on 127.0.0.1: two daemons A
-# and B share a token, C has another. Refusals first: shards whose first is
-# not the daemon that takes the submit, a peer with a wrong token (DENIED,
-# naming it), a peer nobody listens at (naming it), each leaving no model
-# behind. Then the MLP as 2 shards x 1 device, submitted to A with
+# Several dpmd train one model (a fleet job) on 127.0.0.1: three daemons
+# A, B and D share a token (D may not read the dataset), C has another.
+# Refusals first: shards whose first is not the daemon that takes the
+# submit, a peer with a wrong token (DENIED, naming it), a peer nobody
+# listens at (naming it), each leaving no model behind; a peer that accepts
+# but cannot build fails the submit within seconds (not at the rendezvous
+# timeout), with its reason. Then the MLP as 2 shards x 1 device, submitted to A with
 # --shards: status at B says shard 1 coordinated by A, train sent to B or
 # pause to A are refused, train --iters 20 at A trains both, status and
 # list at A show both shards at iteration 20, every parameter on both
@@ -23,7 +25,9 @@ PB=$(free_port)
 while [ "$PB" = "$PA" ]; do PB=$(free_port); done
 PC=$(free_port)
 while [ "$PC" = "$PA" ] || [ "$PC" = "$PB" ]; do PC=$(free_port); done
-EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB EC=tcp://127.0.0.1:$PC
+PD=$(free_port)
+while [ "$PD" = "$PA" ] || [ "$PD" = "$PB" ] || [ "$PD" = "$PC" ]; do PD=$(free_port); done
+EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB EC=tcp://127.0.0.1:$PC ED=tcp://127.0.0.1:$PD
 PIDS=""
 cleanup() {
   for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
@@ -31,10 +35,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# up NAME ENDPOINT TOKEN: starts dpmd NAME (2 cpu devices, state $T/NAME,
-# log $T/NAME.log) and waits until it answers
+# up NAME ENDPOINT TOKEN [FLAGS]: starts dpmd NAME (2 cpu devices, state
+# $T/NAME, log $T/NAME.log) and waits until it answers
 up() {
-  "$DPMD" --listen "$2" --state-dir "$T/$1" --devices 2 --token-file "$3" \
+  "$DPMD" --listen "$2" --state-dir "$T/$1" --devices 2 --token-file "$3" ${4:-} \
     2>>"$T/$1.log" &
   PIDS="$PIDS $!"
   eval "PID_$1=$!"
@@ -47,6 +51,8 @@ up() {
 up A "$EA" "$TOK"
 up B "$EB" "$TOK"
 up C "$EC" "$BAD"
+echo "data_paths: [$T]" >"$T/d.yaml"
+up D "$ED" "$TOK" "--config $T/d.yaml"
 
 # at ENDPOINT ARGS...: dpmctl --json with the shared token; must exit 0
 at() {
@@ -96,6 +102,13 @@ o=$(refused_at "$EA" TIMEOUT submit $SPEC --name m --shards "$EA,tcp://127.0.0.1
 mentions "shard 1 did not join: cannot reach tcp://127.0.0.1:$FREE" "$o"
 within_ms "$t" 12000 "the refusal of an unreachable shard"
 no_model "$EA" m
+t=$(ms)
+o=$(refused_at "$EA" IO submit $SPEC --name m --shards "$EA,$ED")
+mentions "shard 1 could not build" "$o"
+mentions "$DATA" "$o"
+within_ms "$t" 15000 "the refusal of a shard that cannot build (rendezvous timeout 60 s)"
+no_model "$EA" m
+no_model "$ED" m
 expect "formations after refusals" "$(metric_at "$EA" dpmd_rendezvous_formations)" 0
 
 # ---- 2 shards x 1 device ------------------------------------------------------------
@@ -181,11 +194,11 @@ expect "spec shards: B's shard" "$(json_field "$(at "$EB" status s)" shard_id)" 
 at "$EA" delete s >/dev/null
 no_model "$EB" s
 
-for d in A B C; do
+for d in A B C D; do
   build/dpmctl --token-file "$([ $d = C ] && echo "$BAD" || echo "$TOK")" \
     --endpoint "$(eval echo "\$E$d")" shutdown >/dev/null || die "shutdown $d"
   wait "$(eval echo "\$PID_$d")" || die "dpmd $d exited with $?: $(tail -5 "$T/$d.log")"
 done
 PIDS=""
-for d in A B C; do sanitizers_quiet "$T/$d.log"; done
+for d in A B C D; do sanitizers_quiet "$T/$d.log"; done
 echo "fleet_loopback: ok ($(($(ms) - t0)) ms; $equal of 6 parameters bitwise equal to 1 x 2)"

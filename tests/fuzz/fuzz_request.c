@@ -3,9 +3,10 @@
  * in strings, the unpacked form's memory), then the argument checks that
  * need no model (paths' form against a real dpmd_paths, overrides moved
  * into a submitted spec, the model name, a join's shard), then, for a
- * submit or a join, the spec's validation (common/validate.h); a kv-set or
- * kv-get goes to a rendezvous store (server/kv.h) with one open formation,
- * "f", which is emptied every 4096 sets. No file is opened. */
+ * submit or a join, the spec's validation (common/validate.h); a kv-set,
+ * kv-get or kv-fail goes to a rendezvous store (server/kv.h) with one open
+ * formation, "f", which is made afresh every 4096 requests. No file is
+ * opened. */
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -57,6 +58,9 @@ static void kv_request(const Dpm__Request *rq) {
     st = dpmd_kv_get(store(), rq->kv_get->formation, rq->kv_get->key, 0, &v, &n, &err);
     FUZZ_CHECK(st || !v || n <= DPMD_KV_MAX_VALUE);
     free(v);
+  } else if (rq->command_case == DPM__REQUEST__COMMAND_KV_FAIL) {
+    const Dpm__KvFailRequest *r = rq->kv_fail;
+    st = dpmd_kv_fail(store(), r->formation, r->shard_id, r->message, &err);
   }
   if (st) FUZZ_CHECK(err.code == st && err.msg[0]);
   FUZZ_CHECK(dpmd_kv_used(store()).bytes <= DPMD_KV_MAX_TOTAL);

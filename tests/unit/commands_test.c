@@ -29,7 +29,7 @@ TEST(commands_every_request_has_a_row) {
         ok = 0;
   }
   CHECK(ok);
-  CHECK_INT(commands, 21);
+  CHECK_INT(commands, 22);
   CHECK(!strcmp(dpmd_command_name(0), "unknown"));
   CHECK(!strcmp(dpmd_command_name(DPM__REQUEST__COMMAND_GET_BLOB), "get-blob"));
   CHECK(!strcmp(dpmd_command_name(DPM__REQUEST__COMMAND_VERSION_INFO), "version"));

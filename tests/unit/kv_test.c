@@ -3,8 +3,10 @@
  * both set and get; dropping one removes its keys and wakes its waiters),
  * set-once semantics, "not yet" answers, every bound (key length, value
  * size, keys and bytes per formation, formations, bytes in all) refused
- * with nothing changed, and the in-process store the coordinator's own
- * shard uses (waits for a key another thread sets; times out). */
+ * with nothing changed, a formation marked failed (every get and set,
+ * waiting or not, fails with the first shard's message), and the
+ * in-process store the coordinator's own shard uses (waits for a key
+ * another thread sets; times out). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -184,18 +186,54 @@ TEST(kv_keys_bytes_and_formations_bounds) {
 typedef struct {
   dpmd_kv *kv;
   const char *formation;
-  int delay_ms, drop; /* set "late" after delay_ms, or drop the formation */
+  int delay_ms, drop; /* set "late" after delay_ms, or drop the formation (1), or mark
+                         it failed (2) */
 } setter;
 
 static void *set_later(void *arg) {
   setter *s = arg;
   nanosleep(&(struct timespec){0, s->delay_ms * 1000000L}, NULL);
   dpm_err err = {0};
-  if (s->drop)
+  if (s->drop == 1)
     dpmd_kv_drop(s->kv, s->formation);
+  else if (s->drop == 2)
+    dpmd_kv_fail(s->kv, s->formation, 3, "no data\nhere", &err);
   else
     dpmd_kv_set(s->kv, s->formation, "late", "value", 5, &err);
   return NULL;
+}
+
+TEST(kv_failed_formation_fails_every_wait) {
+  dpmd_kv *kv;
+  dpm_err err = {0};
+  CHECK_INT(dpmd_kv_create(&kv, &err), DPM_OK);
+  CHECK_INT(dpmd_kv_open(kv, "job/1", &err), DPM_OK);
+  CHECK_INT(dpmd_kv_open(kv, "job/2", &err), DPM_OK);
+  CHECK_INT(dpmd_kv_set(kv, "job/1", "set", "v", 1, &err), DPM_OK);
+  CHECK_INT(dpmd_kv_fail(kv, "nope", 1, "x", &err), DPM_NOT_FOUND);
+  /* a waiter learns of the failure at once, with the shard's message */
+  setter s = {kv, "job/1", 50, 2};
+  pthread_t th;
+  pthread_create(&th, NULL, set_later, &s);
+  double t0 = now_ms();
+  void *v = NULL;
+  size_t n = 0;
+  dpm_status got = dpmd_kv_get(kv, "job/1", "never", 5000, &v, &n, &err);
+  pthread_join(th, NULL);
+  CHECK_INT(got, DPM_IO);
+  CHECK(now_ms() - t0 < 4000);
+  CHECK_HAS(err.msg, "shard 3 could not build: no data\\nhere"); /* escaped */
+  /* then every get (a key set before too) and set fails alike; the first
+   * failure stays */
+  CHECK_INT(dpmd_kv_fail(kv, "job/1", 4, "later", &err), DPM_OK);
+  CHECK_INT(dpmd_kv_get(kv, "job/1", "set", 0, &v, &n, &err), DPM_IO);
+  CHECK_HAS(err.msg, "shard 3");
+  CHECK_INT(dpmd_kv_set(kv, "job/1", "other", "v", 1, &err), DPM_IO);
+  /* other formations are untouched */
+  CHECK_INT(dpmd_kv_set(kv, "job/2", "k", "v", 1, &err), DPM_OK);
+  CHECK_INT(dpmd_kv_get(kv, "job/2", "k", 0, &v, &n, &err), DPM_OK);
+  free(v);
+  dpmd_kv_destroy(kv);
 }
 
 TEST(kv_local_store_waits_times_out_and_sees_drops) {
