@@ -216,16 +216,16 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * reproducible from run to run, but may differ in the last bits from the
  * rank-order sum of one process alone.
  *
- * Collectives are jobs run in order by a thread of the backend's (the
- * cross-process step, with the local sum and copies): blocking calls wait
- * for theirs; a started allreduce is handed to that thread once every local
- * rank started it, so it overlaps the ranks' computation, and its wait
- * waits for it. Blocking and started calls count in one sequence per rank:
- * every rank of the job calls them in the same order, interleaved alike.
- * Before any data moves, the processes swap what they called (collective,
- * count or bytes, root), so a disagreement anywhere is DPM_INVALID on
- * every rank of the job and the group stays usable; that swap also is the
- * job-wide barrier.
+ * Collectives run in order, one at a time (the cross-process step, with
+ * the local sum and copies): a blocking one on the last local rank to
+ * arrive when nothing runs before it, else on a thread of the backend's; a
+ * started allreduce is handed to that thread once every local rank started
+ * it, so it overlaps the ranks' computation, and its wait waits for it.
+ * Blocking and started calls count in one sequence per rank: every rank of
+ * the job calls them in the same order, interleaved alike. Before any data
+ * moves, the processes swap what they called (collective, count or bytes,
+ * root), so a disagreement anywhere is DPM_INVALID on every rank of the job
+ * and the group stays usable; that swap also is the job-wide barrier.
  *
  * Timeouts: a rank waits timeout_ms for the other local ranks; the thread
  * waits timeout_ms for each other process's part (each of Gloo's waits).

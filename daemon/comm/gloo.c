@@ -5,42 +5,46 @@
  * Every collective is a job. Job k is every local rank's k-th call (a
  * blocking collective or a started allreduce): a rank arriving records
  * what it called in the job's slot (a ring of GLOO_JOBS); the last local
- * rank to arrive checks that the local ranks agree and hands the job to
- * the backend's thread (ready = k + 1). That thread runs the jobs in order,
- * one at a time:
- *   1. with other processes, it swaps a header with each of them
+ * rank to arrive checks that the local ranks agree and publishes the job
+ * (ready = k + 1). Jobs run in order, one at a time (turn, running): a
+ * blocking job whose turn it is when published runs on the rank that
+ * published it (no thread wake-ups on the way); every other job (a started
+ * allreduce, or a blocking one behind started ones) is handed to the
+ * backend's thread. Running a job:
+ *   1. with other processes, swap a header with each of them
  *      (dpm_gloo_exchange: the collective, its count or bytes, its root),
  *      so that every rank of the job refuses a disagreement alike, with
  *      DPM_INVALID, before any data moves (Gloo itself cannot survive
  *      mismatched sizes); the exchange also is the job-wide barrier;
- *   2. allreduce: sums the local buffers in rank order into local rank 0's,
- *      all-reduces that across the processes (Gloo's ring), and copies the
+ *   2. allreduce: sum the local buffers in rank order into local rank 0's,
+ *      all-reduce that across the processes (Gloo's ring), and copy the
  *      result into the other local buffers; broadcast: Gloo's broadcast
  *      from the root's process into local rank 0's buffer (the root's own
  *      there), then copies to the other local buffers;
- * and publishes the job's status (done = k + 1). With one process there is
+ * then publish the job's status (done = k + 1). With one process there is
  * no Gloo context: no step 1, and step 2 only sums and copies locally. A
  * blocking call waits for its job to be done; a started allreduce returns
  * once the rank arrived, and its wait waits for the job, so the
- * cross-process reduction runs while the ranks compute. A rank leaves a
- * job once it has the result; the last to leave frees the slot for job
- * k + GLOO_JOBS.
+ * cross-process reduction runs on the thread while the ranks compute. A
+ * rank leaves a job once it has the result; the last to leave frees the
+ * slot for job k + GLOO_JOBS.
  *
  * Timeouts: a rank waits timeout_ms for the other local ranks to arrive at
  * a job (then breaks the group, naming the missing ranks); once all have
- * arrived it waits for the thread without a bound of its own, since every
- * wait of the thread's is bounded by Gloo's timeout (the same timeout_ms).
- * Any failure of the thread's network calls breaks the group too: the Gloo
- * context is spent. Broken is sticky: later calls fail with DPM_STATE
- * quoting the first failure, and the thread finishes jobs already handed to
- * it with that error instead of running them.
+ * arrived it waits for the job without a bound of its own, since every
+ * wait in running one is bounded by Gloo's timeout (the same timeout_ms).
+ * Any failure of the network calls breaks the group too: the Gloo context
+ * is spent. Broken is sticky: later calls fail with DPM_STATE quoting the
+ * first failure, and jobs already published finish with that error
+ * instead of running.
  *
  * Threads: ranks arrive lock-free (their own slot entries, one atomic
- * increment); the last arriver publishes, and the thread publishes done,
- * under mu, broadcasting cv, on which the thread and the ranks sleep. The
- * thread reads the ranks' buffers only between ready and done, while
- * every rank of the job waits for it (or, for a started allreduce, has
- * promised to leave the buffer alone); next, started, waited and the fifo
+ * increment); the last arriver publishes under mu, and takes the job or
+ * signals cv_thread; whoever ran a job publishes done under mu and wakes
+ * the ranks asleep on cv. Job buffers are read only between ready and
+ * done, while every rank of the job waits for it (or, for a started
+ * allreduce, has promised to leave the buffer alone); the Gloo context is
+ * used by the one running the job only; next, started, waited and the fifo
  * are touched by the rank's own calls only. */
 #include <errno.h>
 #include <limits.h>
@@ -105,17 +109,23 @@ typedef struct {
 } gloo_header;
 
 typedef struct {
-  dpm_comm base;      /* first: handed out as dpm_comm */
-  int timeout_ms;     /* bound on waits for local ranks; Gloo's timeout */
-  int world;          /* ranks in the job */
-  int nproc;          /* processes in the job (world / size) */
-  int proc;           /* this one's: rank_base / size */
-  int rank_base;      /* the job-wide rank of local rank 0 */
-  dpm_gloo *net;      /* the Gloo context; NULL with one process */
-  pthread_mutex_t mu; /* guards publishing, broken's message and sleeping */
-  pthread_cond_t cv;  /* broadcast when a job is ready or done, a slot is free,
-                         the group breaks, or the thread must stop */
-  atomic_int broken;  /* set by the first failure, never cleared */
+  dpm_comm base;            /* first: handed out as dpm_comm */
+  int timeout_ms;           /* bound on waits for local ranks; Gloo's timeout */
+  int world;                /* ranks in the job */
+  int nproc;                /* processes in the job (world / size) */
+  int proc;                 /* this one's: rank_base / size */
+  int rank_base;            /* the job-wide rank of local rank 0 */
+  dpm_gloo *net;            /* the Gloo context; NULL with one process */
+  pthread_mutex_t mu;       /* guards publishing, turn and running, broken's message,
+                               sleeping */
+  pthread_cond_t cv;        /* ranks sleep here: broadcast (when any sleeps) once a
+                               job is done, a slot is free, or the group breaks */
+  pthread_cond_t cv_thread; /* the thread sleeps here: signalled when a job is
+                               handed to it, or it must stop */
+  int sleepers;             /* under mu: ranks asleep on cv */
+  unsigned long turn;       /* under mu: the first job not done (jobs run in order) */
+  int running;              /* under mu: job `turn` is running (thread or inline) */
+  atomic_int broken;        /* set by the first failure, never cleared */
   char broken_msg[GLOO_MSG];
   unsigned long broken_job; /* under mu: the job whose local timeout broke the
                                group (its ranks get DPM_TIMEOUT); else ULONG_MAX */
@@ -151,10 +161,12 @@ static int await(gloo_comm *g, atomic_ulong *w, unsigned long want,
                  const struct timespec *until, int stop_on_broken) {
   if (atomic_load(w) >= want) return 1;
   pthread_mutex_lock(&g->mu);
+  g->sleepers++;
   while (atomic_load(w) < want && !(stop_on_broken && g->broken))
     if (until ? pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT
               : pthread_cond_wait(&g->cv, &g->mu) != 0)
       break;
+  g->sleepers--;
   pthread_mutex_unlock(&g->mu);
   return atomic_load(w) >= want;
 }
@@ -248,10 +260,21 @@ static dpm_status judge(gloo_comm *g, gloo_job *j) {
   return DPM_OK;
 }
 
+/* Under mu: wake the ranks asleep on cv, if any. */
+static void wake_ranks(gloo_comm *g) {
+  if (g->sleepers) pthread_cond_broadcast(&g->cv);
+}
+
 /* Rank `rank` arrives at its next job with `call`; *job is its number.
- * Waits (until `until`) for the job's slot to be free. */
+ * Waits (until `until`) for the job's slot to be free. The last local rank
+ * to arrive hands the job over; with `can_run` (a blocking call), when no
+ * earlier job is unfinished, it takes the job itself (*run = 1: the caller
+ * runs it and completes it, saving two thread wake-ups) instead of handing
+ * it to the thread. */
 static dpm_status arrive(gloo_comm *g, int rank, gloo_call call, const char *op,
-                         const struct timespec *until, unsigned long *job, dpm_err *err) {
+                         const struct timespec *until, int can_run, int *run,
+                         unsigned long *job, dpm_err *err) {
+  *run = 0;
   unsigned long k = g->next[rank];
   gloo_job *j = &g->jobs[k % GLOO_JOBS];
   if (!await(g, &j->uses, k / GLOO_JOBS, until, 1)) {
@@ -280,7 +303,11 @@ static dpm_status arrive(gloo_comm *g, int rank, gloo_call call, const char *op,
     if (!g->broken) { /* else never published: the ranks' finish sees broken */
       j->verdict = v;
       atomic_store(&j->ready, k + 1);
-      pthread_cond_broadcast(&g->cv);
+      /* the other ranks wait for done, which wakes them */
+      if (can_run && g->turn == k && !g->running)
+        g->running = *run = 1;
+      else
+        pthread_cond_signal(&g->cv_thread);
     }
     pthread_mutex_unlock(&g->mu);
   }
@@ -297,7 +324,7 @@ static void leave(gloo_comm *g, gloo_job *j, int rank) {
   for (int r = 0; r < g->base.size; r++) atomic_store(&j->here[r], ABSENT);
   pthread_mutex_lock(&g->mu);
   atomic_fetch_add(&j->uses, 1);
-  pthread_cond_broadcast(&g->cv);
+  wake_ranks(g);
   pthread_mutex_unlock(&g->mu);
 }
 
@@ -344,13 +371,21 @@ static int enter(gloo_comm *g, int rank, const char *op, dpm_err *err) {
   return 0;
 }
 
+static void run_job(gloo_comm *g, gloo_job *j, unsigned long k);
+static void complete(gloo_comm *g, gloo_job *j, unsigned long k);
+
 static dpm_status blocking(gloo_comm *g, int rank, gloo_call call, dpm_err *err) {
   const char *op = op_names[call.op];
   if (atomic_load(&g->broken)) return broken_state(g, op, err);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
   struct timespec until = deadline_after(g->timeout_ms);
   unsigned long k;
-  dpm_status s = arrive(g, rank, call, op, &until, &k, err);
+  int run;
+  dpm_status s = arrive(g, rank, call, op, &until, 1, &run, &k, err);
+  if (!s && run) { /* this rank took the job: run it here */
+    run_job(g, &g->jobs[k % GLOO_JOBS], k);
+    complete(g, &g->jobs[k % GLOO_JOBS], k);
+  }
   if (!s) s = finish(g, rank, k, op, &until, err);
   atomic_store(&g->inside[rank], 0);
   return s;
@@ -387,7 +422,8 @@ static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
   struct timespec until = deadline_after(g->timeout_ms);
   unsigned long k;
   gloo_call call = {.op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf};
-  dpm_status s = arrive(g, rank, call, op, &until, &k, err);
+  int run; /* never: started jobs are the thread's */
+  dpm_status s = arrive(g, rank, call, op, &until, 0, &run, &k, err);
   if (!s) {
     g->fifo[(size_t)rank * DPM_COMM_MAX_STARTED +
             g->started[rank] % DPM_COMM_MAX_STARTED] = k;
@@ -554,20 +590,36 @@ failed: /* the Gloo context is spent: so is the group */
   j->status = s;
 }
 
+/* Job k has run: the next one's turn; its ranks may take the result. */
+static void complete(gloo_comm *g, gloo_job *j, unsigned long k) {
+  pthread_mutex_lock(&g->mu);
+  g->running = 0;
+  g->turn = k + 1;
+  atomic_store(&j->done, k + 1);
+  wake_ranks(g);
+  if (atomic_load(&g->jobs[(k + 1) % GLOO_JOBS].ready) >= k + 2)
+    pthread_cond_signal(&g->cv_thread);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Runs every job its ranks did not take, in order, one at a time. */
 static void *thread_main(void *arg) {
   gloo_comm *g = arg;
-  for (unsigned long k = 0;; k++) {
-    gloo_job *j = &g->jobs[k % GLOO_JOBS];
+  for (;;) {
     pthread_mutex_lock(&g->mu);
-    while (atomic_load(&j->ready) < k + 1 && !g->stop) pthread_cond_wait(&g->cv, &g->mu);
+    unsigned long k = g->turn;
+    gloo_job *j = &g->jobs[k % GLOO_JOBS];
+    while (!g->stop && (g->running || atomic_load(&j->ready) < k + 1)) {
+      pthread_cond_wait(&g->cv_thread, &g->mu);
+      k = g->turn;
+      j = &g->jobs[k % GLOO_JOBS];
+    }
     int stop = g->stop;
+    g->running = !stop;
     pthread_mutex_unlock(&g->mu);
     if (stop) return NULL;
     run_job(g, j, k);
-    pthread_mutex_lock(&g->mu);
-    atomic_store(&j->done, k + 1);
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+    complete(g, j, k);
   }
 }
 
@@ -595,11 +647,12 @@ static void gloo_destroy(dpm_comm *c) {
   if (g->have_thread) {
     pthread_mutex_lock(&g->mu);
     g->stop = 1;
-    pthread_cond_broadcast(&g->cv);
+    pthread_cond_signal(&g->cv_thread);
     pthread_mutex_unlock(&g->mu);
     pthread_join(g->thread, NULL);
   }
   dpm_gloo_destroy(g->net);
+  pthread_cond_destroy(&g->cv_thread);
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->mu);
   free_all(g);
@@ -659,16 +712,18 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
     jobs_ok = g->jobs[k].calls && g->jobs[k].here;
   }
   pthread_condattr_t ca;
-  int cv_ok = 0, mu_ok = !pthread_mutex_init(&g->mu, NULL);
+  int cv_ok = 0, tcv_ok = !pthread_cond_init(&g->cv_thread, NULL);
+  int mu_ok = !pthread_mutex_init(&g->mu, NULL);
   if (!pthread_condattr_init(&ca)) {
     cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
             !pthread_cond_init(&g->cv, &ca);
     pthread_condattr_destroy(&ca);
   }
   if (!g->next || !g->fifo || !g->started || !g->waited || !g->inside || !g->headers ||
-      !jobs_ok || !mu_ok || !cv_ok) {
+      !jobs_ok || !mu_ok || !cv_ok || !tcv_ok) {
     if (mu_ok) pthread_mutex_destroy(&g->mu);
     if (cv_ok) pthread_cond_destroy(&g->cv);
+    if (tcv_ok) pthread_cond_destroy(&g->cv_thread);
     free_all(g);
     return dpm_errf(err, DPM_NOMEM, "gloo comm: out of memory for %d ranks", size);
   }
@@ -691,6 +746,7 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
     s = dpm_errf(err, DPM_NOMEM, "gloo comm: cannot start its thread");
   if (s) {
     dpm_gloo_destroy(g->net);
+    pthread_cond_destroy(&g->cv_thread);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free_all(g);

@@ -281,8 +281,9 @@ static const size_t sum_counts[] = {0, 1, 17, 100003, 1 << 20};
 #define MESSY_N 300007
 
 /* Blocking allreduces of every count (exact sums), then messy data reduced
- * by a blocking call and by started ones (three in flight, waited oldest
- * first): each started result equals the blocking call's bit for bit. */
+ * by a blocking call and by started ones (three in flight, a blocking call
+ * among them, waited oldest first): each started result equals the
+ * blocking call's bit for bit. */
 static void sum_rank(gt_rank *r) {
   dpm_err e = {0};
   r->out->s = DPM_OK;
@@ -312,6 +313,13 @@ static void sum_rank(gt_rank *r) {
     fail_with(r, s, &e);
   if (!s && (s = dpm_comm_allreduce_start(r->comm, r->rank, c, MESSY_N / 2, &e)))
     fail_with(r, s, &e);
+  /* a blocking call in between: it runs after the started ones, which it
+   * does not complete */
+  float between[10];
+  int_values(between, 10, r->jrank, 5);
+  if (!s && (s = dpm_comm_allreduce(r->comm, r->rank, between, 10, &e)))
+    fail_with(r, s, &e);
+  if (!s) r->out->bad += int_bad(between, 10, r->world, 5);
   if (!s && (s = dpm_comm_allreduce_start(r->comm, r->rank, d, 1000, &e)))
     fail_with(r, s, &e);
   /* the oldest first: b is done after the first wait */
