@@ -11,8 +11,10 @@
 # shards equals (to 1e-5 of the tensor's largest value) that of the same
 # spec on 1 shard x 2 devices in one dpmd (the same global batch), A's
 # rendezvous store holds the job's formation until delete, which removes
-# the job and its files on both daemons. Last, parallel.shards in the
-# spec forms a job too.
+# the job and its files on both daemons. Then parallel.shards in the spec
+# forms a job too; with B killed, status at A gives shard 1 no state and
+# says it cannot be reached, and delete at A deletes it there and fails
+# naming shard 1.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -194,11 +196,27 @@ expect "spec shards: B's shard" "$(json_field "$(at "$EB" status s)" shard_id)" 
 at "$EA" delete s >/dev/null
 no_model "$EB" s
 
-for d in A B C D; do
+# ---- a shard's daemon gone: status names it, delete says where it failed ----------------
+at "$EA" submit "$T/fleet.yaml" --name s >/dev/null
+kill -9 "$PID_B"
+wait "$PID_B" 2>/dev/null || true
+t=$(ms)
+s=$(at "$EA" status s)
+within_ms "$t" 6000 "status with a shard's daemon gone"
+sh=$(shard_of "$s" 1)
+case $sh in *'"state"'*) die "shard 1 of a dead daemon has a state: $sh" ;; esac
+case $(json_str "$sh" error) in "cannot reach $EB"*) ;; *) die "shard 1's error: $sh" ;; esac
+o=$(refused_at "$EA" TIMEOUT delete s)
+mentions "s: deleted here, not on every shard: shard 1: cannot reach $EB" "$o"
+no_model "$EA" s
+expect "formations after a delete with a shard gone" \
+  "$(metric_at "$EA" dpmd_rendezvous_formations)" 0
+
+for d in A C D; do
   build/dpmctl --token-file "$([ $d = C ] && echo "$BAD" || echo "$TOK")" \
     --endpoint "$(eval echo "\$E$d")" shutdown >/dev/null || die "shutdown $d"
   wait "$(eval echo "\$PID_$d")" || die "dpmd $d exited with $?: $(tail -5 "$T/$d.log")"
 done
 PIDS=""
-for d in A B C D; do sanitizers_quiet "$T/$d.log"; done
+for d in A C D; do sanitizers_quiet "$T/$d.log"; done
 echo "fleet_loopback: ok ($(($(ms) - t0)) ms; $equal of 6 parameters bitwise equal to 1 x 2)"
