@@ -29,7 +29,10 @@
  * collectives (create, step, sync, sync_blobs, load) are made by every
  * shard together, in the same order; checkpoint, eval, export and the
  * accessors are the process's own (every shard holds the same state; the
- * job's convention is that shard 0 writes files). A failed collective
+ * job's convention is that shard 0 writes files). dpm_trainer_interrupt
+ * stops this shard only: whoever drives the job stops every shard after
+ * the same step (else the others' next collective fails after the
+ * timeout). A failed collective
  * breaks the job: later calls fail with DPM_STATE, and the job is formed
  * anew (new processes or a new rendezvous prefix) from a checkpoint.
  *

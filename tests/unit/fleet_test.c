@@ -1,0 +1,334 @@
+/* Jobs of several shards (trainer.h's fleet), in one process: each shard is
+ * a trainer of its own, driven by a thread of its own, and the shards meet
+ * through a FileStore in a temporary directory (the gloo communicator,
+ * comm/comm.h), as dpm-train processes do on one host. A job of k shards
+ * of n replicas trains as one process of k*n replicas: bitwise with two
+ * ranks (one sum of two), to float tolerance otherwise; every replica of
+ * every shard holds the same state; shard 0 alone reads a checkpoint; the
+ * shards refuse to train a model they do not agree on; a shard that stops
+ * fails its peers' step within the timeout, and the job then refuses to go
+ * on. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/spec.h"
+#include "io/checkpoint.h"
+#include "test.h"
+#include "train/trainer.h"
+#include "trainer_fixture.h"
+
+/* The FileStore's directory, made once per process. */
+static const char *store_url(void) {
+  static char url[80];
+  if (!url[0]) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/dpm-fleet-XXXXXX");
+    if (!mkdtemp(dir)) return NULL;
+    snprintf(url, sizeof url, "file://%s", dir);
+  }
+  return url;
+}
+
+static char *temp_path(const char *name) {
+  const char *url = store_url();
+  char *p = malloc(160);
+  if (url && p) snprintf(p, 160, "%s/%s", url + strlen("file://"), name);
+  return p;
+}
+
+/* What a shard's thread does in one phase. */
+typedef enum { CREATE, STEP, LOAD } phase;
+
+typedef struct {
+  const Dpm__ModelSpec *spec;
+  int shard, shards, devices, net_type, timeout_ms;
+  char prefix[64];
+  phase what;
+  int steps;        /* STEP */
+  const char *path; /* LOAD: this shard's path (NULL: none) */
+  dpm_trainer *t;   /* made by CREATE */
+  dpm_status status;
+  dpm_err err;
+  double ms; /* how long the phase took */
+} shard_run;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void *run_phase(void *arg) {
+  shard_run *r = arg;
+  double t0 = now_ms();
+  memset(&r->err, 0, sizeof r->err);
+  if (r->what == CREATE) {
+    dpm_trainer_options opt = {.devices = r->devices,
+                               .net_type = r->net_type,
+                               .comm_timeout_ms = r->timeout_ms ? r->timeout_ms : 20000};
+    opt.fleet.shard_id = r->shard;
+    opt.fleet.num_shards = r->shards;
+    opt.fleet.rendezvous.store = store_url();
+    opt.fleet.rendezvous.prefix = r->prefix;
+    r->status = dpm_trainer_create(r->spec, &opt, &r->t, &r->err);
+  } else if (r->what == STEP) {
+    dpm_step_stats st;
+    r->status = dpm_trainer_step(r->t, r->steps, &st, &r->err);
+  } else {
+    r->status = dpm_trainer_load(r->t, NULL, r->path, &r->err);
+  }
+  r->ms = now_ms() - t0;
+  return NULL;
+}
+
+/* Runs phase `what` on every shard at once; 1 when every shard's thread ran
+ * (their statuses are the caller's to check). */
+static int run_all(shard_run *runs, int n, phase what) {
+  pthread_t th[8];
+  for (int i = 0; i < n; i++) {
+    runs[i].what = what;
+    if (pthread_create(&th[i], NULL, run_phase, &runs[i])) return 0;
+  }
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+  return 1;
+}
+
+/* The runs of a job of `shards` shards of `devices` replicas each, under a
+ * prefix of their own; 1 when every shard was created. */
+static int make_job(shard_run *runs, const Dpm__ModelSpec *spec, int shards, int devices,
+                    const char *name) {
+  static int formation;
+  formation++;
+  for (int i = 0; i < shards; i++) {
+    runs[i] = (shard_run){.spec = spec, .shard = i, .shards = shards, .devices = devices,
+                          .net_type = -1};
+    snprintf(runs[i].prefix, sizeof runs[i].prefix, "unit-%d/%s/%d", (int)getpid(), name,
+             formation);
+  }
+  if (!run_all(runs, shards, CREATE)) return 0;
+  int ok = 1;
+  for (int i = 0; i < shards; i++)
+    if (runs[i].status) {
+      printf("    shard %d: %s\n", i, runs[i].err.msg);
+      ok = 0;
+    }
+  return ok;
+}
+
+static int all_ok(const shard_run *runs, int n) {
+  int ok = 1;
+  for (int i = 0; i < n; i++)
+    if (runs[i].status) {
+      printf("    shard %d: %s\n", i, runs[i].err.msg);
+      ok = 0;
+    }
+  return ok;
+}
+
+static void destroy_job(shard_run *runs, int n) {
+  for (int i = 0; i < n; i++) {
+    dpm_trainer_destroy(runs[i].t);
+    runs[i].t = NULL;
+  }
+}
+
+/* Replica d's blob `name` of t, in host memory ("cpu_1/fc1_w"; d 0: the
+ * master's stripped name). */
+static dpm_tensor blob_of(dpm_trainer *t, int d, const char *name) {
+  char scoped[300], scope[32];
+  if (d) snprintf(scoped, sizeof scoped, "%s/%s",
+                  dpm_device_scope(*dpm_trainer_device(t, d), scope, sizeof scope), name);
+  dpm_tensor h = {0};
+  dpm_err err;
+  if (dpm_trainer_read_blob(t, d ? scoped : name, &h, &err)) printf("    %s\n", err.msg);
+  return h;
+}
+
+/* max |a-b| / max |a| over every param of a's master and b's replica d;
+ * 0 only when bitwise equal; with all_state, every synced blob compared
+ * bitwise too (optimizer state, counters): INFINITY when one differs. */
+static double state_diff(dpm_trainer *a, dpm_trainer *b, int d, int all_state) {
+  const dpm_plan *p = dpm_trainer_plan(a);
+  const dpm_model *m = dpm_trainer_model(a);
+  double diff = 0, mag = 0;
+  int bitwise = 1;
+  for (int i = 0; i < p->n_synced; i++) {
+    const dpm_blobinfo *info = dpm_shapes_get(&m->shapes, p->synced[i]);
+    dpm_tensor x = blob_of(a, 0, p->synced[i]), y = blob_of(b, d, p->synced[i]);
+    if (!x.data || !y.data || !dpm_shape_equal(&x.shape, &y.shape)) {
+      diff = INFINITY;
+    } else {
+      if (memcmp(x.data, y.data, dpm_shape_bytes(&x.shape))) bitwise = 0;
+      for (int64_t k = 0; info->kind == DPM_BLOB_PARAM && k < dpm_tensor_numel(&x); k++) {
+        diff = fmax(diff, fabs((double)dpm_f32(&x)[k] - dpm_f32(&y)[k]));
+        mag = fmax(mag, fabs((double)dpm_f32(&x)[k]));
+      }
+    }
+    dpm_tensor_fini(&x);
+    dpm_tensor_fini(&y);
+  }
+  if (all_state && !bitwise) return INFINITY;
+  return diff == 0 ? 0 : diff / mag;
+}
+
+/* Every replica of every shard holds shard 0's master's state, bitwise. */
+static int job_identical(shard_run *runs, int shards) {
+  for (int s = 0; s < shards; s++)
+    for (int d = 0; d < dpm_trainer_devices(runs[s].t); d++)
+      if ((s || d) && state_diff(runs[0].t, runs[s].t, d, 1) != 0) {
+        printf("    shard %d replica %d differs from the job's master\n", s, d);
+        return 0;
+      }
+  return 1;
+}
+
+/* k shards of n replicas against one process of k*n, at the same global
+ * batch, `steps` steps: every replica starts and stays identical, and the
+ * parameters are the one process's within tol (0: bitwise). */
+static void like_one_process(const char *forward, const char *net_type, int shards,
+                             int devices, int steps, double tol) {
+  Dpm__ModelSpec *spec = tf_spec(forward, 8, 7, 0.01, net_type, 65536);
+  shard_run runs[4];
+  dpm_trainer *one = tf_trainer(spec, shards * devices, NULL);
+  CHECK(spec && one && tf_steps(one, steps));
+  CHECK(make_job(runs, spec, shards, devices, net_type));
+  CHECK(job_identical(runs, shards)); /* the initial broadcast */
+  for (int i = 0; i < shards; i++) runs[i].steps = steps;
+  CHECK(run_all(runs, shards, STEP) && all_ok(runs, shards));
+  CHECK(job_identical(runs, shards));
+  double rel = state_diff(one, runs[0].t, 0, tol == 0);
+  printf("    %d shards x %d replicas vs 1 x %d (%s): max |a-b| / max |a| = %.2g\n", shards,
+         devices, shards * devices, net_type, rel);
+  CHECK(rel <= tol);
+  CHECK_INT(dpm_trainer_iter(runs[1].t), steps);
+  destroy_job(runs, shards);
+  dpm_trainer_destroy(one);
+  dpm_spec_free(spec);
+}
+
+TEST(fleet_two_shards_train_like_two_replicas_simple) {
+  like_one_process(MLP_FORWARD, "simple", 2, 1, 6, 0);
+}
+TEST(fleet_two_shards_train_like_two_replicas_dag) {
+  like_one_process(MLP_FORWARD, "dag", 2, 1, 6, 0);
+}
+TEST(fleet_cnn_two_shards_train_like_two_replicas) {
+  like_one_process(CNN_FORWARD, "dag", 2, 1, 4, 0);
+}
+/* local sums, then across the shards: another order than one process's */
+TEST(fleet_two_shards_of_two_train_like_four_replicas) {
+  like_one_process(MLP_FORWARD, "dag", 2, 2, 4, 1e-5);
+}
+
+/* Shard 0 alone reads a checkpoint (the others pass no file); the job then
+ * trains on exactly as the process that wrote it; a checkpoint shard 0 of
+ * the job writes resumes exactly in one process. A file shard 0 refuses
+ * fails every shard alike, naming shard 0's reason, and leaves the job
+ * usable; shard 0 without a file loads nothing anywhere. */
+TEST(fleet_load_reads_on_shard_0_only) {
+  Dpm__ModelSpec *spec = tf_spec(MLP_FORWARD, 8, 7, 0.01, "simple", 65536);
+  char *path = temp_path("one.ckpt"), *back = temp_path("job.ckpt");
+  dpm_err err = {0};
+  dpm_trainer *one = tf_trainer(spec, 2, NULL);
+  CHECK(spec && path && back && one && tf_steps(one, 3));
+  CHECK_INT(dpm_trainer_checkpoint(one, NULL, path, &err), DPM_OK);
+  shard_run runs[2];
+  CHECK(make_job(runs, spec, 2, 1, "load"));
+  runs[0].path = path, runs[1].path = NULL;
+  CHECK(run_all(runs, 2, LOAD) && all_ok(runs, 2));
+  CHECK_INT(dpm_trainer_iter(runs[1].t), 3);
+  CHECK(job_identical(runs, 2));
+  runs[0].steps = runs[1].steps = 4;
+  CHECK(tf_steps(one, 4) && run_all(runs, 2, STEP) && all_ok(runs, 2));
+  CHECK(state_diff(one, runs[0].t, 0, 1) == 0 && job_identical(runs, 2));
+  /* the job's checkpoint, resumed in one process of two replicas */
+  CHECK_INT(dpm_trainer_checkpoint(runs[0].t, NULL, back, &err), DPM_OK);
+  dpm_trainer *again = tf_trainer(spec, 2, NULL);
+  CHECK(again);
+  CHECK_INT(dpm_trainer_load(again, NULL, back, &err), DPM_OK);
+  CHECK(tf_steps(again, 2) && tf_steps(one, 2));
+  CHECK(state_diff(one, again, 0, 1) == 0);
+  dpm_trainer_destroy(again);
+  /* refused on shard 0: every shard fails, nothing moves */
+  char *missing = temp_path("missing.ckpt");
+  runs[0].path = missing;
+  CHECK(run_all(runs, 2, LOAD));
+  CHECK_INT(runs[0].status, DPM_IO);
+  CHECK_INT(runs[1].status, DPM_IO);
+  CHECK_HAS(runs[1].err.msg, "shard 1 of 2: shard 0 could not load the checkpoint");
+  CHECK_HAS(runs[1].err.msg, "missing.ckpt");
+  CHECK_INT(dpm_trainer_iter(runs[1].t), 7);
+  /* no file on shard 0: nothing loaded anywhere */
+  runs[0].path = NULL, runs[1].path = path;
+  CHECK(run_all(runs, 2, LOAD) && all_ok(runs, 2));
+  CHECK_INT(dpm_trainer_iter(runs[0].t), 7);
+  CHECK_INT(dpm_trainer_iter(runs[1].t), 7);
+  /* and the job goes on */
+  runs[0].steps = runs[1].steps = 1;
+  CHECK(run_all(runs, 2, STEP) && all_ok(runs, 2) && job_identical(runs, 2));
+  destroy_job(runs, 2);
+  dpm_trainer_destroy(one);
+  dpm_spec_free(spec);
+  free(path), free(back), free(missing);
+}
+
+/* Shards whose model, devices or net type differ are refused at create,
+ * on every shard, before anything trains; the differing one says what. */
+TEST(fleet_shards_that_differ_are_refused) {
+  Dpm__ModelSpec *a = tf_spec(MLP_FORWARD, 8, 7, 0.01, "dag", 65536);
+  Dpm__ModelSpec *b = tf_spec(MLP_FORWARD, 8, 7, 0.02, "dag", 65536);
+  CHECK(a && b);
+  shard_run runs[2];
+  for (int i = 0; i < 2; i++)
+    runs[i] = (shard_run){.spec = i ? b : a, .shard = i, .shards = 2, .devices = 1,
+                          .net_type = -1};
+  snprintf(runs[0].prefix, sizeof runs[0].prefix, "unit-%d/differ/lr", (int)getpid());
+  memcpy(runs[1].prefix, runs[0].prefix, sizeof runs[0].prefix);
+  CHECK(run_all(runs, 2, CREATE));
+  CHECK_INT(runs[0].status, DPM_SPEC);
+  CHECK_INT(runs[1].status, DPM_SPEC);
+  CHECK_HAS(runs[0].err.msg, "shard 0 of 2: t.yaml: another shard's model differs");
+  CHECK_HAS(runs[1].err.msg, "shard 1 of 2: t.yaml: this shard's model differs from shard 0's");
+  CHECK_HAS(runs[1].err.msg, "spec hash");
+  CHECK(!runs[0].t && !runs[1].t);
+  /* the same spec, another net type: other collectives */
+  runs[1].spec = a;
+  runs[1].net_type = DPM_NET_SIMPLE;
+  snprintf(runs[0].prefix, sizeof runs[0].prefix, "unit-%d/differ/net", (int)getpid());
+  memcpy(runs[1].prefix, runs[0].prefix, sizeof runs[0].prefix);
+  CHECK(run_all(runs, 2, CREATE));
+  CHECK_INT(runs[0].status, DPM_SPEC);
+  CHECK_INT(runs[1].status, DPM_SPEC);
+  CHECK_HAS(runs[1].err.msg, "step collectives");
+  dpm_spec_free(a);
+  dpm_spec_free(b);
+}
+
+/* A shard that stops stepping fails its peer's step within the timeout,
+ * naming the collective; the peer's job then refuses to go on (DPM_STATE)
+ * instead of forming anew under the same prefix. */
+TEST(fleet_step_fails_when_a_shard_stops) {
+  Dpm__ModelSpec *spec = tf_spec(MLP_FORWARD, 8, 7, 0.01, "dag", 65536);
+  CHECK(spec);
+  shard_run runs[2];
+  for (int i = 0; i < 2; i++) {
+    runs[i] = (shard_run){.spec = spec, .shard = i, .shards = 2, .devices = 1,
+                          .net_type = -1, .timeout_ms = 1000};
+    snprintf(runs[i].prefix, sizeof runs[i].prefix, "unit-%d/stops", (int)getpid());
+  }
+  CHECK(run_all(runs, 2, CREATE) && all_ok(runs, 2));
+  runs[0].steps = 1;
+  CHECK(run_all(runs, 1, STEP)); /* shard 1 does not step */
+  printf("    shard 0 failed after %.0f ms: %s\n", runs[0].ms, runs[0].err.msg);
+  CHECK(runs[0].status == DPM_TIMEOUT || runs[0].status == DPM_IO);
+  CHECK_HAS(runs[0].err.msg, "shard 0 of 2: cpu:0: ");
+  CHECK(strstr(runs[0].err.msg, "allreduce") || strstr(runs[0].err.msg, "broadcast"));
+  CHECK(runs[0].ms < 1000 + 1500);
+  CHECK(run_all(runs, 1, STEP));
+  CHECK_INT(runs[0].status, DPM_STATE);
+  CHECK_HAS(runs[0].err.msg, "formed again");
+  destroy_job(runs, 2);
+  dpm_spec_free(spec);
+}
