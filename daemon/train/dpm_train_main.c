@@ -29,6 +29,7 @@
 #include <cblas.h>
 #include <ctype.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +304,9 @@ int main(int argc, char **argv) {
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
   openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
+  /* a peer shard that dies mid-collective is an error of the collective
+     (EPIPE), not a reason to die without a word */
+  signal(SIGPIPE, SIG_IGN);
   dpm_trainer_options topt = {.net_type = -1};
   if (o.devices && parse_devices(o.devices, &topt.devices))
     return usage("--devices takes cpu:0,cpu:1,... (each once, from 0)");
