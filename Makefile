@@ -219,7 +219,8 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # with -j and TEST_RUN=no, which builds the target's prerequisites and runs
 # no test.
 TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(BUILD)/asan-bin/dpmd \
-              $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(DPM_LIBS)
+              $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
+              $(DPM_LIBS)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
                                 $(wildcard tests/fuzz/fuzz_*.c))
 TEST_CPUS = $(shell nproc 2>/dev/null || echo 1)
