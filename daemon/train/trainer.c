@@ -459,8 +459,8 @@ static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_er
       return dpm_errf(err, DPM_SPEC,
                       "%s: %s describes a job over several processes, and this trainer "
                       "was given no shard of one: dpmd forms such jobs (dpmctl submit "
-                      "--shards), or run dpm-train once per shard (--shard I/N --store "
-                      "URL)",
+                      "--shards), or run dpm-train once per shard (--shard I/N --job "
+                      "NAME --store URL)",
                       spec->source, what);
     t->shard = 0, t->shards = 1;
     return DPM_OK;
