@@ -8,6 +8,7 @@
  * shards refuse to train a model they do not agree on; a shard that stops
  * fails its peers' step within the timeout, and the job then refuses to go
  * on. */
+#include <ftw.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -19,14 +20,29 @@
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 
-/* The FileStore's directory, made once per process. */
+/* The FileStore's directory (and the tests' checkpoints), made once per
+ * process and removed with everything in it when the process exits. */
+static char store_dir[64];
+
+static int remove_entry(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+__attribute__((destructor)) static void remove_store(void) {
+  if (store_dir[0]) nftw(store_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static const char *store_url(void) {
   static char url[80];
   if (!url[0]) {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/dpm-fleet-XXXXXX");
-    if (!mkdtemp(dir)) return NULL;
-    snprintf(url, sizeof url, "file://%s", dir);
+    snprintf(store_dir, sizeof store_dir, "/tmp/dpm-fleet-XXXXXX");
+    if (!mkdtemp(store_dir)) {
+      store_dir[0] = 0;
+      return NULL;
+    }
+    snprintf(url, sizeof url, "file://%s", store_dir);
   }
   return url;
 }
