@@ -1078,6 +1078,9 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
     in = *spec->input;
     in.has_line = 0;
     in.line = 0;
+    in.has_shard_id = in.has_num_shards = 0; /* which slice a process reads */
+    in.shard_id = 0;
+    in.num_shards = 1;
     top.input = &in;
   }
   if (spec->update) {

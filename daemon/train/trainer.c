@@ -510,17 +510,6 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
   return DPM_OK;
 }
 
-/* The spec's hash without its input shard fields (common/spec.h): what
- * every shard of a job trains, whichever slice of the data it reads. */
-static uint64_t model_hash(const Dpm__ModelSpec *spec) {
-  Dpm__ModelSpec top = *spec;
-  Dpm__InputSpec in = *spec->input;
-  in.has_shard_id = in.has_num_shards = 0;
-  in.shard_id = 0, in.num_shards = 1;
-  top.input = &in;
-  return dpm_spec_hash(&top);
-}
-
 static void fnv(uint64_t *h, uint64_t v) {
   for (int i = 0; i < 8; i++, v >>= 8) *h = (*h ^ (v & 0xff)) * 1099511628211ull;
 }
@@ -550,7 +539,7 @@ static uint64_t plan_digest(const dpm_trainer *t) {
 static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   meta *m = &t->meta;
   memset(m, 0, sizeof *m);
-  m->word[AGREE_MODEL] = model_hash(spec);
+  m->word[AGREE_MODEL] = dpm_spec_hash(spec);
   m->word[AGREE_PLAN] = plan_digest(t);
   m->word[AGREE_DEVICES] = (uint64_t)t->n;
   m->word[AGREE_SHARDS] = (uint64_t)t->shards;

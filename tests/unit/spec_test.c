@@ -199,14 +199,15 @@ TEST(spec_defaults_and_hash) {
   CHECK(dpm_spec_hash(a) == dpm_spec_hash(b));
   CHECK(dpm_spec_hash(a) != dpm_spec_hash(c));
   CHECK(dpm_spec_hash(NULL) == 0);
-  { /* renamed or on other devices: the same model for a checkpoint */
+  { /* renamed, on other devices or hosts: the same model for a checkpoint */
     uint64_t h = dpm_spec_hash(a);
     char *name = a->name;
     a->name = "renamed";
     CHECK(dpm_spec_hash(a) == h);
     a->name = name;
-    const char *t4 = MINI "input: {images: i, labels: l}\n"
-                          "parallel: {devices: [cpu:0, cpu:1], net_type: simple}\n";
+    const char *t4 = MINI "input: {images: i, labels: l, shard_id: 1, num_shards: 2}\n"
+                          "parallel: {devices: [cpu:0, cpu:1], net_type: simple,"
+                          " shards: [\"tcp://a:1\", \"tcp://b:1\"]}\n";
     Dpm__ModelSpec *e = NULL;
     CHECK_INT(dpm_spec_parse(t4, strlen(t4), NULL, &e, NULL), DPM_OK);
     CHECK(dpm_spec_hash(e) == h);
