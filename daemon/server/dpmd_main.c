@@ -9,8 +9,16 @@
  * in flight, checkpoints training models and exits 0. Exit status 1: it
  * could not start (the reason is logged: another dpmd holds the state dir,
  * ...), or a model could not be checkpointed at shutdown (its previous
- * checkpoint and target stay); 2: bad usage or config. */
+ * checkpoint and target stay); 2: bad usage or config.
+ *
+ * Signals: SIGPIPE is ignored from the start, before any thread exists, so
+ * every thread inherits it: a write to a peer that died (Gloo's TCP pairs,
+ * the RPC sockets of a fleet job) fails with EPIPE, which the caller turns
+ * into an error naming the peer, instead of killing the daemon (exit 141,
+ * nothing logged). SIGPIPE is the only signal a dying TCP peer raises
+ * (SIGURG, for out-of-band data nobody sends, is ignored by default). */
 #include <cblas.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +39,7 @@ static const char usage[] =
     "            [--token-file FILE]\n";
 
 int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN); /* first: every thread inherits it (see Signals) */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
