@@ -212,6 +212,17 @@ bool says_timeout(const std::string &s) {
 // Slot of exchange's messages: a prefix none of Gloo's algorithms uses.
 constexpr uint8_t kExchangeSlotPrefix = 0x40;
 
+// Whether an exchange posts the next one's receives as it ends. Gloo's
+// unbound buffers may be destroyed with a receive pending (the I/O thread
+// lets go of them first), but libgloo is not built for ThreadSanitizer,
+// which cannot see that hand-over: its builds post each exchange's
+// receives in the call instead.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kPrepost = false;
+#else
+constexpr bool kPrepost = true;
+#endif
+
 } // namespace
 
 struct dpm_gloo {
@@ -221,6 +232,16 @@ struct dpm_gloo {
   std::vector<Addr> peers; // [size] each process's end of its connection to this one
   bool spent = false;      // a collective failed: the context is closed
   std::string spent_msg;   // that failure
+  // exchange: its size (fixed by the first call), the receive buffers (one
+  // per peer, at xin + peer * xbytes) and the send buffer, kept from call
+  // to call; whether the receives are posted (kPrepost: the next call's, as
+  // soon as one ends, so that a peer's next header goes out at once instead
+  // of after our "ready to receive" reached it)
+  size_t xbytes = 0;
+  std::vector<char> xin, xout; // [size * xbytes], [xbytes]
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> xrecv; // [size]
+  std::unique_ptr<gloo::transport::UnboundBuffer> xsend;
+  bool xposted = false;
 };
 
 namespace {
@@ -527,29 +548,41 @@ dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size
   if (bytes && (size_t)g->size > SIZE_MAX / bytes)
     return dpm_errf(err, DPM_INVALID, "%s: exchange of %zu bytes is too large", op,
                     bytes);
+  if (g->xbytes && bytes != g->xbytes)
+    return dpm_errf(err, DPM_INVALID,
+                    "%s: exchange of %zu bytes, but this context's exchanges are %zu", op,
+                    bytes, g->xbytes);
   char *base = static_cast<char *>(all);
   memcpy(base + (size_t)g->rank * bytes, mine, bytes);
   if (g->size == 1 || bytes == 0) return DPM_OK;
   std::vector<char> got((size_t)g->size, 0);
   got[(size_t)g->rank] = 1;
+  auto slot = gloo::Slot::build(kExchangeSlotPrefix, 0);
   try {
-    auto slot = gloo::Slot::build(kExchangeSlotPrefix, 0);
-    auto out = g->ctx->createUnboundBuffer(base + (size_t)g->rank * bytes, bytes);
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in((size_t)g->size);
+    if (!g->xbytes) { /* the first exchange: the buffers */
+      g->xin.assign((size_t)g->size * bytes, 0);
+      g->xout.assign(bytes, 0);
+      g->xsend = g->ctx->createUnboundBuffer(g->xout.data(), bytes);
+      g->xrecv.resize((size_t)g->size);
+      for (int q = 0; q < g->size; q++)
+        if (q != g->rank)
+          g->xrecv[(size_t)q] =
+              g->ctx->createUnboundBuffer(g->xin.data() + (size_t)q * bytes, bytes);
+      g->xbytes = bytes;
+    }
+    for (int q = 0; q < g->size && !g->xposted; q++)
+      if (q != g->rank) g->xrecv[(size_t)q]->recv(q, slot);
+    g->xposted = true;
+    memcpy(g->xout.data(), mine, bytes);
     for (int q = 0; q < g->size; q++)
-      if (q != g->rank) {
-        in[(size_t)q] = g->ctx->createUnboundBuffer(base + (size_t)q * bytes, bytes);
-        in[(size_t)q]->recv(q, slot);
-      }
-    for (int q = 0; q < g->size; q++)
-      if (q != g->rank) out->send(q, slot);
+      if (q != g->rank) g->xsend->send(q, slot);
     auto until = Clock::now() + Ms(g->timeout_ms);
     bool late = false; // the deadline passed: only look at what arrived
     for (int q = 0; q < g->size; q++) {
       if (q == g->rank) continue;
       auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
       try {
-        in[(size_t)q]->waitRecv(nullptr, late ? Ms(1) : std::max(left, Ms(1)));
+        g->xrecv[(size_t)q]->waitRecv(nullptr, late ? Ms(1) : std::max(left, Ms(1)));
         got[(size_t)q] = 1;
       } catch (const gloo::IoException &e) {
         if (!says_timeout(gloo_text(e.what()))) throw;
@@ -569,10 +602,17 @@ dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size
                      std::to_string(g->timeout_ms) + " ms; not arrived: " + missing;
       return dpm_errf(err, DPM_TIMEOUT, "%s", g->spent_msg.c_str());
     }
+    g->xposted = false;
+    for (int q = 0; q < g->size; q++) {
+      if (q == g->rank) continue;
+      memcpy(base + (size_t)q * bytes, g->xin.data() + (size_t)q * bytes, bytes);
+      if (kPrepost) g->xrecv[(size_t)q]->recv(q, slot); /* the next call's */
+    }
+    g->xposted = kPrepost;
     for (int q = 0; q < g->size; q++) {
       if (q == g->rank) continue;
       auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
-      out->waitSend(nullptr, std::max(left, Ms(1)));
+      g->xsend->waitSend(nullptr, std::max(left, Ms(1)));
     }
   } catch (...) {
     return caught(g, op, err);
@@ -642,6 +682,8 @@ dpm_status dpm_gloo_barrier(dpm_gloo *g, const char *op, dpm_err *err) {
 void dpm_gloo_destroy(dpm_gloo *g) {
   if (!g) return;
   try {
+    g->xsend.reset(); /* a pending receive is let go of first (kPrepost) */
+    g->xrecv.clear();
     g->ctx.reset();
     g->dev.reset();
   } catch (...) {

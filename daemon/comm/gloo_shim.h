@@ -54,11 +54,14 @@ typedef struct dpm_gloo_config {
  * call. */
 dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *err);
 
-/* Every process contributes `bytes` bytes (the same on every process) from
- * mine; all (size * bytes bytes) receives process p's at p * bytes, this
- * process's included. Each process sends to and receives from every other
- * one directly, so it also serves as a barrier. On a timeout the message
- * names the processes not heard from. `op` heads every message. */
+/* Every process contributes `bytes` bytes (the same on every process and in
+ * every call on this context: the first call fixes it; another size is
+ * DPM_INVALID) from mine; all (size * bytes bytes) receives process p's at
+ * p * bytes, this process's included. Each process sends to and receives
+ * from every other one directly, so it also serves as a barrier; the
+ * receives of the next call are posted as each call ends, so that a peer's
+ * next contribution goes out at once. On a timeout the message names the
+ * processes not heard from. `op` heads every message. */
 dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size_t bytes,
                              void *all, dpm_err *err);
 
