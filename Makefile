@@ -243,6 +243,12 @@ bench: deps $(BENCHES) $(BUILD)/dpm-train
 demo: deps $(PROGS)
 	./scripts/demo.sh
 
+# Two dpmd on 127.0.0.1 train the MLP as one job of 2 shards x 1 device for an
+# epoch, then status of both, a checkpoint, a predictor (scripts/demo_fleet.sh).
+demo-fleet: deps $(PROGS)
+	./scripts/demo_fleet.sh
+.PHONY: demo-fleet
+
 # make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
 # and client headers, the libraries and their pkg-config files (in
 # LIBDIR=PREFIX/lib), the systemd unit and the default config (never
