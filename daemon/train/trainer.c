@@ -2,6 +2,7 @@
  * sync, checkpoints and evaluation. */
 #include "train/trainer.h"
 
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -25,7 +26,7 @@
 #include "parallel/share.h"
 #include "common/spec.h"
 
-typedef enum { JOB_STEP, JOB_SYNC, JOB_META } job_kind;
+typedef enum { JOB_STEP, JOB_SYNC, JOB_META, JOB_GO } job_kind;
 
 /* What a JOB_META run broadcasts from the job's rank 0 (shard 0's master)
  * to every replica of every shard: at create, what the shards must agree
@@ -37,6 +38,11 @@ typedef struct meta {
 } meta;
 enum { AGREE_MODEL, AGREE_PLAN, AGREE_DEVICES, AGREE_SHARDS, AGREE_EXAMPLES };
 enum { LOAD_STATUS, LOAD_ITER, LOAD_EPOCH, LOAD_INDEX, LOAD_NOTHING };
+/* What a JOB_GO run broadcasts from the job's rank 0 before each step of a
+ * job of several shards: its decision (0: step; else stop, with the reason
+ * rank 0's driver gave to dpm_trainer_stop) and its iteration, which every
+ * shard must share. 16 bytes per step. */
+enum { GO_STOP, GO_ITER, GO_WORDS };
 
 typedef struct replica {
   int rank;
@@ -56,6 +62,7 @@ typedef struct replica {
   const int32_t *labels;
   meta meta;  /* JOB_META: the job's rank 0's, once the run is over */
   float flag; /* JOB_META with agreement: replicas that disagree, summed */
+  uint64_t go[GO_WORDS]; /* JOB_GO: the job's rank 0's decision, once the run is over */
   dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
@@ -79,6 +86,7 @@ struct dpm_trainer {
   int sync_n;
   meta meta;  /* JOB_META: this shard's own values (rank 0's are broadcast) */
   int agree;  /* JOB_META: also sum the replicas that disagree with rank 0 */
+  int go_stop; /* JOB_GO at shard 0: the decision to broadcast (0: step) */
   atomic_int interrupted;
   uint64_t iter, seed, spec_hash;
   dpm_trainer_memory memory; /* counted at create */
@@ -173,6 +181,14 @@ static void meta_job(dpm_trainer *t, replica *r) {
   r->status = dpm_comm_allreduce(r->ctx.comm, r->rank, &r->flag, 1, &r->err);
 }
 
+/* JOB_GO: the job's rank 0's decision and iteration into every replica's
+ * (its own copy). Host memory only. */
+static void go_job(dpm_trainer *t, replica *r) {
+  r->go[GO_STOP] = (uint64_t)t->go_stop;
+  r->go[GO_ITER] = t->iter;
+  r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, r->go, sizeof r->go, &r->err);
+}
+
 /* One rank's part of a crew run: the job on replica `rank`, on the group
  * as it is for this run (dispatch renews a broken one between runs). */
 static void run_job(void *arg, int rank) {
@@ -186,6 +202,10 @@ static void run_job(void *arg, int rank) {
   }
   if (t->job == JOB_META) {
     meta_job(t, r);
+    return;
+  }
+  if (t->job == JOB_GO) {
+    go_job(t, r);
     return;
   }
   load_input(t, r);
@@ -733,10 +753,48 @@ static void stats(const dpm_trainer *t, dpm_step_stats *st) {
   st->lr = scalar(t->r[0].lr);
 }
 
+/* The job's decision before its next step (a job of several shards): rank
+ * 0 broadcasts `stop` (shard 0's; the others' is ignored) and its
+ * iteration; *why is the decision every shard received. A shard at another
+ * iteration than rank 0 fails (DPM_STATE): it would read other examples. */
+static dpm_status decide(dpm_trainer *t, int stop, int *why, dpm_err *err) {
+  t->go_stop = t->shard == 0 ? stop : 0;
+  dpm_status s = dispatch(t, JOB_GO, err);
+  if (s) return s;
+  const uint64_t *g = t->r[0].go;
+  if (g[GO_ITER] != t->iter) {
+    dpm_errf(err, DPM_STATE, "this shard is at iteration %llu, the job's rank 0 at %llu",
+             (unsigned long long)t->iter, (unsigned long long)g[GO_ITER]);
+    return shard_prefix(t, err);
+  }
+  *why = (int)(g[GO_STOP] > INT_MAX ? INT_MAX : g[GO_STOP]);
+  return DPM_OK;
+}
+
+dpm_status dpm_trainer_stop(dpm_trainer *t, int why, dpm_err *err) {
+  if (why <= 0) return dpm_errf(err, DPM_INVALID, "a stop needs a reason above 0");
+  if (t->shards <= 1) return DPM_OK;
+  if (t->shard != 0) {
+    dpm_errf(err, DPM_INVALID, "only shard 0 stops the job");
+    return shard_prefix(t, err);
+  }
+  int got;
+  return decide(t, why, &got, err);
+}
+
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err) {
   dpm_step_stats st = {0};
   atomic_store(&t->interrupted, 0);
   for (int i = 0; i < n && !atomic_load(&t->interrupted); i++) {
+    if (t->shards > 1) { /* the job's decision comes first: no batch is taken */
+      int why = 0;
+      if (decide(t, 0, &why, err)) return err->code;
+      if (why) {
+        st.iter = t->iter;
+        st.stopped = why;
+        break;
+      }
+    }
     double t0 = now_ms();
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;

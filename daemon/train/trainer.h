@@ -31,8 +31,9 @@
  * accessors are the process's own (every shard holds the same state; the
  * job's convention is that shard 0 writes files). dpm_trainer_interrupt
  * stops this shard only: whoever drives the job stops every shard after
- * the same step (else the others' next collective fails after the
- * timeout). A failed collective
+ * the same step with dpm_trainer_stop, a decision rank 0 broadcasts before
+ * every step (else the others' next collective fails after the timeout).
+ * A failed collective
  * breaks the job: later calls fail with DPM_STATE, and the job is formed
  * anew (new processes or a new rendezvous prefix) from a checkpoint.
  *
@@ -87,6 +88,9 @@ typedef struct dpm_step_stats {
   double step_ms;  /* wall time of the last step */
   double comm_ms;  /* of it, the master replica's time in collectives: waiting for
                       peers and summing (the reduction not hidden behind backward) */
+  int stopped;     /* a job of several shards: the job's rank 0 stopped it before
+                      this shard's next step, with this reason (dpm_trainer_stop);
+                      0: not stopped */
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {
@@ -151,8 +155,25 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
 /* Run up to n steps (fewer if interrupted); *last describes the last one. */
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err);
 /* Ask a running dpm_trainer_step to return after the step in flight. Safe
- * from any thread (and from a signal handler). */
+ * from any thread (and from a signal handler). In a job of several shards
+ * this is local: the shard leaves its step loop, and the others wait for it
+ * in the next step's decision (below) until it steps again or the timeout
+ * passes; only dpm_trainer_stop ends the job's run. */
 void dpm_trainer_interrupt(dpm_trainer *t);
+/* Stops (agreed in band) the job of several shards: each step of such a job
+ * begins with the job's rank 0's decision, broadcast to every replica of
+ * every shard (16 bytes: step or stop, and rank 0's iteration, which each
+ * shard checks against its own: DPM_STATE if they differ), before any
+ * batch is read. Called by shard 0's driver between two of its
+ * dpm_trainer_step calls, it broadcasts "stop, reason why" (why > 0,
+ * chosen by the driver) as the decision of the next step: every other
+ * shard's dpm_trainer_step, waiting there, returns DPM_OK with
+ * last->stopped = why and last->iter the job's iteration, having taken no
+ * batch, so every shard stops after the same iteration and none is left
+ * inside a collective. DPM_OK at once for a job of one process;
+ * DPM_INVALID on shards but 0 or for why <= 0; a collective's error (the
+ * shard that did not answer within the timeout, named) as a step's. */
+dpm_status dpm_trainer_stop(dpm_trainer *t, int why, dpm_err *err);
 /* Loss and accuracy over the whole eval set, in test mode, on the master.
  * DPM_STATE when the spec has no eval section. */
 dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy, dpm_err *err);

@@ -55,14 +55,21 @@ static char *temp_path(const char *name) {
 }
 
 /* What a shard's thread does in one phase. */
-typedef enum { CREATE, STEP, LOAD } phase;
+typedef enum {
+  CREATE,
+  STEP,
+  LOAD,
+  STEP_STOP /* steps; then shard 0 stops the job with reason stop_why */
+} phase;
 
 typedef struct {
   const Dpm__ModelSpec *spec;
   int shard, shards, devices, net_type, timeout_ms;
   char prefix[64];
   phase what;
-  int steps;        /* STEP */
+  int steps;        /* STEP, STEP_STOP */
+  int stop_why;     /* STEP_STOP */
+  dpm_step_stats st; /* STEP, STEP_STOP: the last step's */
   const char *path; /* LOAD: this shard's path (NULL: none) */
   dpm_trainer *t;   /* made by CREATE */
   dpm_status status;
@@ -89,9 +96,11 @@ static void *run_phase(void *arg) {
     opt.fleet.rendezvous.store = store_url();
     opt.fleet.rendezvous.prefix = r->prefix;
     r->status = dpm_trainer_create(r->spec, &opt, &r->t, &r->err);
-  } else if (r->what == STEP) {
-    dpm_step_stats st;
-    r->status = dpm_trainer_step(r->t, r->steps, &st, &r->err);
+  } else if (r->what == STEP || r->what == STEP_STOP) {
+    memset(&r->st, 0, sizeof r->st);
+    r->status = dpm_trainer_step(r->t, r->steps, &r->st, &r->err);
+    if (!r->status && r->what == STEP_STOP && r->shard == 0)
+      r->status = dpm_trainer_stop(r->t, r->stop_why, &r->err);
   } else {
     r->status = dpm_trainer_load(r->t, NULL, r->path, &r->err);
   }
@@ -345,6 +354,44 @@ TEST(fleet_step_fails_when_a_shard_stops) {
   CHECK(run_all(runs, 1, STEP));
   CHECK_INT(runs[0].status, DPM_STATE);
   CHECK_HAS(runs[0].err.msg, "formed again");
+  destroy_job(runs, 2);
+  dpm_spec_free(spec);
+}
+
+/* A stop agreed in band: shard 0 steps 5 times and stops the job; shard 1,
+ * asked for 100 steps, returns DPM_OK after the same 5 with the reason
+ * shard 0 gave, having read no batch more (the job then steps on alike and
+ * stays identical to one replica's pair). Shards but 0 cannot stop it. */
+TEST(fleet_stop_is_agreed_at_one_iteration) {
+  Dpm__ModelSpec *spec = tf_spec(MLP_FORWARD, 8, 7, 0.01, "simple", 65536);
+  CHECK(spec);
+  shard_run runs[2];
+  CHECK(make_job(runs, spec, 2, 1, "stop"));
+  runs[0].steps = 5, runs[1].steps = 100;
+  runs[0].stop_why = runs[1].stop_why = 7;
+  double t0 = now_ms();
+  CHECK(run_all(runs, 2, STEP_STOP) && all_ok(runs, 2));
+  printf("    5 steps and the stop: %.1f ms\n", now_ms() - t0);
+  CHECK_INT(runs[0].st.stopped, 0);
+  CHECK_INT(runs[1].st.stopped, 7);
+  CHECK_INT((int)runs[1].st.iter, 5);
+  CHECK_INT((int)dpm_trainer_iter(runs[0].t), 5);
+  CHECK_INT((int)dpm_trainer_iter(runs[1].t), 5);
+  dpm_err err = {0};
+  CHECK_INT(dpm_trainer_stop(runs[1].t, 7, &err), DPM_INVALID);
+  CHECK_INT(dpm_trainer_stop(runs[0].t, 0, &err), DPM_INVALID);
+  runs[0].steps = runs[1].steps = 3; /* the job goes on after a stop */
+  CHECK(run_all(runs, 2, STEP) && all_ok(runs, 2));
+  CHECK_INT(runs[1].st.stopped, 0);
+  CHECK_INT((int)dpm_trainer_iter(runs[1].t), 8);
+  CHECK(job_identical(runs, 2));
+  dpm_trainer_options one = {.net_type = -1};
+  dpm_trainer *t = NULL;
+  Dpm__ModelSpec *alone = tf_spec(MLP_FORWARD, 8, 7, 0.01, "simple", 65536);
+  CHECK(alone && !dpm_trainer_create(alone, &one, &t, &err));
+  CHECK_INT(dpm_trainer_stop(t, 7, &err), DPM_OK); /* one process: nothing to agree */
+  dpm_trainer_destroy(t);
+  dpm_spec_free(alone);
   destroy_job(runs, 2);
   dpm_spec_free(spec);
 }
