@@ -124,6 +124,26 @@ const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l) { return l->coordin
 const char *dpmd_fleet_formation(const dpmd_fleet_link *l) { return l->formation; }
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l) { return l->shard_id == 0; }
 
+void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, const char *msg, char *out,
+                            size_t cap) {
+  if (!cap) return;
+  int n = dpmd_fleet_shards(spec);
+  size_t used = (size_t)snprintf(out, cap, "%s", msg);
+  unsigned char seen[256] = {0}; /* a spec names at most 256 shards (validate.c) */
+  for (const char *p = msg; (p = strstr(p, "process ")); p += 8) {
+    const char *q = p + 8;
+    int k = 0, digits = 0;
+    for (; *q >= '0' && *q <= '9' && digits < 4; q++, digits++) k = k * 10 + (*q - '0');
+    if (!digits || k >= n || k >= 256 || seen[k]) continue;
+    seen[k] = 1;
+    if (used >= cap - 1) break;
+    int w = snprintf(out + used, cap - used, "; process %d is shard %d at %s", k, k,
+                     spec->parallel->shards[k]);
+    if (w < 0) break;
+    used = (size_t)w >= cap - used ? cap - 1 : used + (size_t)w;
+  }
+}
+
 /* ---- forming ----------------------------------------------------------------- */
 
 /* shards[0] must reach this daemon (fleet.h, "Rule for shards[0]"). */

@@ -36,9 +36,14 @@
  * delete at the coordinator deletes every shard and drops the formation
  * (dpmd_fleet_delete), status and list at the coordinator ask every shard
  * (server/gather.h). Periodic and shutdown checkpoints are shard 0's alone
- * (dpmd_fleet_checkpoints). Stops agreed in band, failure detection,
- * re-forming and restarts are not here: a shard that stops stepping makes
- * the others fail their step at the collectives' timeout.
+ * (dpmd_fleet_checkpoints). Stops are agreed in band by the trainers
+ * (train/trainer.h, dpm_trainer_stop; model.c decides when): pause at the
+ * coordinator stops every shard at one iteration, resume there is a train
+ * forwarded to every shard towards the same target. A shard that dies or
+ * stops stepping makes the others fail their step at once (a closed
+ * connection) or at the collectives' timeout; the failure names the
+ * process, which is the shard (dpmd_fleet_name_shards adds its endpoint).
+ * Re-forming and restarts are not here.
  *
  * Threads: the links are made on the loop thread, without the network;
  * form, abort, train and delete wait for the network, on the model's
@@ -82,6 +87,13 @@ const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l); /* shard 0's endpo
 const char *dpmd_fleet_formation(const dpmd_fleet_link *l);
 /* Whether this shard writes periodic and shutdown checkpoints (shard 0). */
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l);
+
+/* Any thread. msg (a collective's error: its processes are the job's
+ * shards, "process K" is shard K) into out (cap bytes, truncated), with
+ * "; process K is shard K at ENDPOINT" added once for each process it
+ * names that is one of the spec's shards. */
+void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, const char *msg, char *out,
+                            size_t cap);
 
 /* Model thread, coordinator: forms the job (see Forming). On failure
  * nothing of the formation is left (no formation, no joined shard). */

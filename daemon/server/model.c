@@ -27,6 +27,11 @@
 
 typedef enum { JOB_REQUEST, JOB_DELETE, JOB_SHUTDOWN } job_kind;
 
+/* Why a fleet job's coordinator stops the job's run (dpm_trainer_stop's
+ * reason, as every other shard receives it in band). */
+enum { STOP_PAUSE = 1, STOP_END = 2 }; /* pause; delete or shutdown */
+static const char *const stop_names[] = {"", "paused", "ended"};
+
 typedef struct job {
   struct job *next;
   job_kind kind;
@@ -195,7 +200,9 @@ static void release_waiters(dpmd_model *m, const dpm_err *err) {
   }
 }
 
-static void fail(dpmd_model *m, const dpm_err *err) {
+static void fail(dpmd_model *m, const dpm_err *in) {
+  dpm_err named = *in, *err = &named; /* a fleet's processes named as its shards */
+  if (m->fleet) dpmd_fleet_name_shards(m->spec, in->msg, named.msg, sizeof named.msg);
   dpmd_error("model %s failed: %s", m->spec->name, err->msg);
   pthread_mutex_lock(&m->mu);
   dpm_escape(err->msg, m->error, sizeof m->error);
@@ -360,6 +367,12 @@ static void train_chunk(dpmd_model *m) {
     fail(m, &err);
     return;
   }
+  if (st.stopped) { /* the coordinator stopped the job: this shard stops with it */
+    dpmd_info("model %s: the job's coordinator %s it at iteration %llu", m->spec->name,
+              st.stopped == STOP_END ? "ended" : "paused", (unsigned long long)m->iter);
+    set_state(m, DPMD_PAUSED);
+    return;
+  }
   if (st.steps_done > 0) publish(m, DPM__EVENT_KIND__EVENT_PROGRESS, NULL);
   checkpoint_if_due(m);
   if (m->iter >= m->target) {
@@ -404,9 +417,31 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   m->waiters = w;
 }
 
+/* Whether this model coordinates a job of several daemons (shard 0). */
+static int coordinates(const dpmd_model *m) {
+  return m->fleet && dpmd_fleet_shard_id(m->fleet) == 0 &&
+         dpmd_fleet_num_shards(m->fleet) > 1;
+}
+
+/* The coordinator of a training fleet job stops every shard after the
+ * iteration it stands at (in band: trainer.h, dpm_trainer_stop). A shard
+ * that does not answer within the timeout fails the model, naming it. */
+static dpm_status stop_job(dpmd_model *m, int why, dpm_err *err) {
+  if (!coordinates(m) || m->state != DPMD_TRAINING || !m->t) return DPM_OK;
+  if (dpm_trainer_stop(m->t, why, err)) {
+    fail(m, err);
+    return err->code;
+  }
+  dpmd_info("model %s: every shard %s at iteration %llu", m->spec->name, stop_names[why],
+            (unsigned long long)m->iter);
+  return DPM_OK;
+}
+
 void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   if (m->state != DPMD_TRAINING) return reply_state(m, to, "not training");
+  dpm_err err = {0};
+  if (stop_job(m, STOP_PAUSE, &err)) return reply_err(m, to, &err);
   set_state(m, DPMD_PAUSED);
   dpmd_model_reply_info(m, to);
 }
@@ -414,6 +449,10 @@ void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
 void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
+  dpm_err err = {0}; /* the whole job goes on towards the same target */
+  if (coordinates(m) && m->target > m->iter &&
+      dpmd_fleet_train(m->d, m->fleet, m->spec, m->target - m->iter, m->iter, &err))
+    return reply_err(m, to, &err);
   rate_restart(m);
   set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
   dpmd_model_reply_info(m, to);
@@ -621,6 +660,8 @@ static void checkpoint_at_shutdown(dpmd_model *m) {
 static void finish(dpmd_model *m, job *j) {
   dpm_err err = {0};
   Dpm__Response rs = DPM__RESPONSE__INIT;
+  dpm_err serr = {0}; /* a fleet's coordinator: every shard stops at this iteration */
+  stop_job(m, STOP_END, &serr); /* failed: the model is failed, and not checkpointed */
   if (j->kind == JOB_SHUTDOWN) checkpoint_at_shutdown(m);
   err = (dpm_err){.code = DPM_STATE};
   snprintf(err.msg, sizeof err.msg, "%s",

@@ -5,8 +5,8 @@
 # listens at (naming it), each leaving no model behind; a peer that accepts
 # but cannot build fails the submit within seconds (not at the rendezvous
 # timeout), with its reason. Then the MLP as 2 shards x 1 device, submitted to A with
-# --shards: status at B says shard 1 coordinated by A, train sent to B or
-# pause to A are refused, train --iters 20 at A trains both, status and
+# --shards: status at B says shard 1 coordinated by A, train or pause sent
+# to B are refused, train --iters 20 at A trains both, status and
 # list at A show both shards at iteration 20, every parameter on both
 # shards equals (to 1e-5 of the tensor's largest value) that of the same
 # spec on 1 shard x 2 devices in one dpmd (the same global batch), A's
@@ -126,8 +126,8 @@ expect "formations while m exists" "$(metric_at "$EA" dpmd_rendezvous_formations
 at_least "$(metric_at "$EA" dpmd_rendezvous_keys)" 1 || die "no rendezvous keys at A"
 o=$(refused_at "$EB" STATE train m --iters 5)
 mentions "shard 1 of 2 of a job coordinated by $EA" "$o"
-o=$(refused_at "$EA" UNSUPPORTED pause m)
-mentions "runs on 2 daemons" "$o"
+o=$(refused_at "$EB" STATE pause m)
+mentions "shard 1 of 2 of a job coordinated by $EA: send pause there" "$o"
 s=$(at "$EA" train m --iters 20 --wait --no-progress)
 expect "iter after train --wait" "$(json_field "$s" iter)" 20
 s=$(at "$EA" status m)

@@ -133,3 +133,25 @@ TEST(fleet_link_trainer_options_per_store) {
   dpmd_kv_destroy(d.kv);
   CHECK(ok);
 }
+
+/* A collective's error names processes; each that is a shard of the spec
+ * gets its endpoint, once; out of range or repeated ones nothing more; the
+ * result is bounded by cap. */
+TEST(fleet_link_failure_names_the_shard) {
+  Dpm__ModelSpec *s = spec_of("mlp", 3);
+  char out[512];
+  dpmd_fleet_name_shards(s,
+                         "broadcast: timed out after 1000 ms; not arrived: process 2 "
+                         "(job rank 2, 127.0.0.1:4000), process 2, process 9, process x",
+                         out, sizeof out);
+  CHECK_HAS(out, "not arrived: process 2 (job rank 2");
+  CHECK_HAS(out, "; process 2 is shard 2 at tcp://10.0.0.3:7070");
+  CHECK(!strstr(strstr(out, "is shard 2") + 1, "is shard 2")); /* once */
+  CHECK(!strstr(out, "process 9 is"));
+  char small[24];
+  dpmd_fleet_name_shards(s, "allreduce: lost process 1 of the job", small, sizeof small);
+  CHECK_INT((int)strlen(small), (int)sizeof small - 1);
+  dpmd_fleet_name_shards(s, "no process named", out, sizeof out);
+  CHECK(!strcmp(out, "no process named"));
+  dpm__model_spec__free_unpacked(s, NULL);
+}

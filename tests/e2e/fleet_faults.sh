@@ -1,0 +1,163 @@
+# A fleet job under stops and faults, two dpmd on 127.0.0.1 (A coordinates,
+# B is shard 1; the MLP as 2 shards x 1 device; collectives' timeout 2 s):
+# pause at A stops both shards at one iteration (agreed in band) and resume
+# at A goes on on both; pause sent to B is refused (send it to A); while
+# the job trains, kill -9 of B makes A's model `failed` within the timeout
+# + 1 s, its message naming the collective, the job's rank and B's endpoint,
+# and status, list and another model at A still answer; B restarted, a
+# new job stopped with SIGSTOP on B fails A's model within the timeout + 1
+# s with a timeout naming B; after SIGCONT, B fails too and both answer;
+# shutdown of A while a job trains stops both shards at one iteration (B
+# paused there), and A's checkpoint holds that iteration.
+. tests/e2e_lib.sh
+. tests/dpmd_lib.sh
+
+TOK=$T/token
+printf 'fleet-secret\n' >"$TOK"
+chmod 600 "$TOK"
+PA=$(free_port)
+PB=$(free_port)
+while [ "$PB" = "$PA" ]; do PB=$(free_port); done
+EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB
+TIMEOUT_MS=2000
+PIDS=""
+cleanup() {
+  for p in $PIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  [ -n "${KEEP:-}" ] || rm -rf "$T"
+}
+trap cleanup EXIT
+
+# up NAME ENDPOINT: starts dpmd NAME (2 cpu devices, state $T/NAME, log
+# $T/NAME.log) and waits until it answers
+up() {
+  "$DPMD" --listen "$2" --state-dir "$T/$1" --devices 2 --token-file "$TOK" \
+    2>>"$T/$1.log" &
+  PIDS="$PIDS $!"
+  eval "PID_$1=$!"
+  _end=$(($(date +%s) + 20))
+  until build/dpmctl --endpoint "$2" --token-file "$TOK" --timeout 1000 ping >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$_end" ] || die "dpmd $1 did not start: $(cat "$T/$1.log")"
+    sleep 0.05
+  done
+}
+# at ENDPOINT ARGS...: dpmctl --json with the token; must exit 0
+at() {
+  _ep=$1
+  shift
+  build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" || die "dpmctl at $_ep: $* exited $?"
+}
+# refused_at ENDPOINT STATUS ARGS...: must exit 1 with STATUS; prints the JSON
+refused_at() {
+  _ep=$1 _want=$2
+  shift 2
+  set +e
+  _out=$(build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" 2>/dev/null)
+  _rc=$?
+  set -e
+  [ "$_rc" -eq 1 ] || die "dpmctl at $_ep: $* exited $_rc, expected 1: $_out"
+  expect "dpmctl $* status" "$(json_str "$_out" status)" "$_want"
+  echo "$_out"
+}
+# own_status ENDPOINT NAME: status without its shards (the model's own error)
+own_status() { at "$1" status "$2" | sed 's/,"shards":.*/}/'; }
+state_at() { json_str "$(at "$1" status "$2")" state; }
+iter_at() { json_field "$(at "$1" status "$2")" iter; }
+# failed_ms LOG NAME: when LOG says NAME failed, in ms since the epoch (the
+# daemon's clock, not the time a status call that asks a stopped shard takes)
+failed_ms() {
+  _l=$(grep "model $2 failed:" "$1" | head -1 | cut -d' ' -f1)
+  [ -n "$_l" ] || die "$1 says nothing of $2 failing"
+  date -d "$_l" +%s%3N
+}
+is_state() { [ "$(state_at "$1" "$2")" = "$3" ]; }
+iter_over() { [ "$(iter_at "$1" "$2")" -gt "$3" ]; }
+
+up A "$EA"
+up B "$EB"
+{
+  sed '/^parallel:/,$d' examples/fmnist_mlp.yaml
+  cat <<YAML
+parallel:
+  devices: [cpu:0]
+  net_type: simple
+  rendezvous: {store: daemon, timeout_ms: $TIMEOUT_MS}
+YAML
+} >"$T/fleet.yaml"
+t0=$(ms)
+
+# ---- pause and resume at the coordinator: one iteration on both ------------------------
+at "$EA" submit "$T/fleet.yaml" --name m --shards "$EA,$EB" >/dev/null
+at "$EA" train m --iters 1000000 >/dev/null
+poll 20 "m training on B" iter_over "$EB" m 5
+o=$(refused_at "$EB" STATE pause m)
+mentions "coordinated by $EA: send pause there" "$o"
+s=$(at "$EA" pause m)
+expect "A paused" "$(json_str "$s" state)" paused
+poll 5 "B paused after A" is_state "$EB" m paused
+ia=$(iter_at "$EA" m) ib=$(iter_at "$EB" m)
+expect "B's iteration where A paused" "$ib" "$ia"
+at "$EA" resume m >/dev/null
+expect "B training after resume" "$(state_at "$EB" m)" training
+poll 20 "m going on on B after resume" iter_over "$EB" m $((ia + 5))
+s=$(at "$EA" pause m)
+poll 5 "B paused again" is_state "$EB" m paused
+expect "B's iteration at the second pause" "$(iter_at "$EB" m)" "$(json_field "$s" iter)"
+grep -q "model m: every shard paused at iteration $ia" "$T/A.log" || die "A logged no agreed stop"
+grep -q "model m: the job's coordinator paused it at iteration $ia" "$T/B.log" ||
+  die "B logged no stop at $ia: $(grep 'model m' "$T/B.log" | tail -5)"
+
+# ---- kill -9 of shard 1 mid-training: A fails within the timeout + 1 s -------------------
+at "$EA" submit examples/fmnist_mlp.yaml --name other --devices cpu:1 >/dev/null
+at "$EA" resume m >/dev/null
+poll 20 "m training again" iter_over "$EB" m "$(iter_at "$EB" m)"
+kill -9 "$PID_B"
+t=$(ms)
+wait "$PID_B" 2>/dev/null || true
+poll $((TIMEOUT_MS / 1000 + 3)) "A's m failed after B was killed" is_state "$EA" m failed
+kill_ms=$(($(failed_ms "$T/A.log" m) - t))
+[ "$kill_ms" -le $((TIMEOUT_MS + 1000)) ] || die "A's m failed after $kill_ms ms (timeout $TIMEOUT_MS)"
+s=$(own_status "$EA" m)
+mentions "job rank 1" "$s"
+mentions "process 1 is shard 1 at $EB" "$s"
+case $(json_str "$s" error) in *broadcast* | *allreduce*) ;; *) die "no collective named: $s" ;; esac
+at "$EA" list >/dev/null
+s=$(at "$EA" train other --iters 5 --wait --no-progress)
+expect "another model trains at A" "$(json_field "$s" iter)" 5
+
+# ---- SIGSTOP of shard 1: a timeout naming it --------------------------------------------
+up B "$EB" # restarted: it does not bring its shard of m back; delete at A deletes m
+at "$EA" delete m >/dev/null
+at "$EA" submit "$T/fleet.yaml" --name n --shards "$EA,$EB" >/dev/null
+at "$EA" train n --iters 1000000 >/dev/null
+poll 20 "n training on B" iter_over "$EB" n 5
+kill -STOP "$PID_B"
+t=$(ms)
+poll $((TIMEOUT_MS / 1000 + 3)) "A's n failed after B stopped" is_state "$EA" n failed
+stop_ms=$(($(failed_ms "$T/A.log" n) - t))
+[ "$stop_ms" -le $((TIMEOUT_MS + 1000)) ] || die "A's n failed after $stop_ms ms (timeout $TIMEOUT_MS)"
+s=$(own_status "$EA" n)
+mentions "timed out after $TIMEOUT_MS ms" "$s"
+mentions "process 1 is shard 1 at $EB" "$s"
+at "$EA" status other >/dev/null
+kill -CONT "$PID_B"
+poll $((TIMEOUT_MS / 1000 + 5)) "B's n failed after SIGCONT" is_state "$EB" n failed
+at "$EA" delete n >/dev/null
+
+# ---- shutdown at the coordinator: both shards stop at one iteration ---------------------
+at "$EA" submit "$T/fleet.yaml" --name q --shards "$EA,$EB" >/dev/null
+at "$EA" train q --iters 1000000 >/dev/null
+poll 20 "q training on B" iter_over "$EB" q 5
+at "$EA" delete other >/dev/null
+build/dpmctl --token-file "$TOK" --endpoint "$EA" shutdown >/dev/null || die "shutdown A"
+wait "$PID_A" || die "dpmd A exited with $?: $(tail -5 "$T/A.log")"
+poll 5 "B paused after A's shutdown" is_state "$EB" q paused
+iq=$(iter_at "$EB" q)
+[ -f "$(ckpt_path "$T/A/models/q/checkpoints" "$iq")" ] ||
+  die "no checkpoint of iteration $iq at A: $(ls "$T/A/models/q/checkpoints")"
+grep -q "model q: the job's coordinator ended it at iteration $iq" "$T/B.log" || die "B logged no end at $iq"
+
+build/dpmctl --token-file "$TOK" --endpoint "$EB" shutdown >/dev/null || die "shutdown B"
+wait "$PID_B" || die "dpmd B exited with $?: $(tail -5 "$T/B.log")"
+PIDS=""
+for d in A B; do sanitizers_quiet "$T/$d.log"; done
+echo "fleet_faults: ok ($(($(ms) - t0)) ms; failure seen after kill -9 in $kill_ms ms, after SIGSTOP in $stop_ms ms, timeout $TIMEOUT_MS ms)"
