@@ -234,14 +234,14 @@ struct dpm_gloo {
   std::string spent_msg;   // that failure
   // exchange: its size (fixed by the first call), the receive buffers (one
   // per peer, at xin + peer * xbytes) and the send buffer, kept from call
-  // to call; whether the receives are posted (kPrepost: the next call's, as
-  // soon as one ends, so that a peer's next header goes out at once instead
-  // of after our "ready to receive" reached it)
+  // to call; which receives are posted (kPrepost: the next call's, as soon
+  // as one ends, so that a peer's next header goes out at once instead of
+  // after our "ready to receive" reached it)
   size_t xbytes = 0;
   std::vector<char> xin, xout; // [size * xbytes], [xbytes]
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> xrecv; // [size]
   std::unique_ptr<gloo::transport::UnboundBuffer> xsend;
-  bool xposted = false;
+  std::vector<char> xposted; // [size]
 };
 
 namespace {
@@ -564,15 +564,18 @@ dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size
       g->xout.assign(bytes, 0);
       g->xsend = g->ctx->createUnboundBuffer(g->xout.data(), bytes);
       g->xrecv.resize((size_t)g->size);
+      g->xposted.assign((size_t)g->size, 0);
       for (int q = 0; q < g->size; q++)
         if (q != g->rank)
           g->xrecv[(size_t)q] =
               g->ctx->createUnboundBuffer(g->xin.data() + (size_t)q * bytes, bytes);
       g->xbytes = bytes;
     }
-    for (int q = 0; q < g->size && !g->xposted; q++)
-      if (q != g->rank) g->xrecv[(size_t)q]->recv(q, slot);
-    g->xposted = true;
+    for (int q = 0; q < g->size; q++)
+      if (q != g->rank && !g->xposted[(size_t)q]) {
+        g->xrecv[(size_t)q]->recv(q, slot);
+        g->xposted[(size_t)q] = 1;
+      }
     memcpy(g->xout.data(), mine, bytes);
     for (int q = 0; q < g->size; q++)
       if (q != g->rank) g->xsend->send(q, slot);
@@ -602,13 +605,21 @@ dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size
                      std::to_string(g->timeout_ms) + " ms; not arrived: " + missing;
       return dpm_errf(err, DPM_TIMEOUT, "%s", g->spent_msg.c_str());
     }
-    g->xposted = false;
     for (int q = 0; q < g->size; q++) {
       if (q == g->rank) continue;
       memcpy(base + (size_t)q * bytes, g->xin.data() + (size_t)q * bytes, bytes);
-      if (kPrepost) g->xrecv[(size_t)q]->recv(q, slot); /* the next call's */
+      g->xposted[(size_t)q] = 0;
     }
-    g->xposted = kPrepost;
+    /* the next call's receives; a peer that is done with the group may have
+     * closed its end already: that is the next call's failure, if any */
+    for (int q = 0; kPrepost && q < g->size; q++) {
+      if (q == g->rank) continue;
+      try {
+        g->xrecv[(size_t)q]->recv(q, slot);
+        g->xposted[(size_t)q] = 1;
+      } catch (const std::exception &) {
+      }
+    }
     for (int q = 0; q < g->size; q++) {
       if (q == g->rank) continue;
       auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
