@@ -27,7 +27,6 @@ enum {
   /* On a model that is one shard of a job over several daemons (fleet.h): */
   FROM_COORDINATOR = 8, /* refused at shards but 0 unless shard 0 sent it (forwarded):
                            the coordinator acts on the whole job */
-  NOT_ON_FLEETS = 16,   /* refused: not done across daemons in this build */
 };
 
 /* What a loop handler works with. */
@@ -130,7 +129,10 @@ static dpm_status check_checkpoint(const dpmd_paths *paths, Dpm__Request *rq,
   return out && *out ? dpmd_paths_check(paths, out, err) : DPM_OK;
 }
 
+/* A load a fleet's coordinator forwards names no file: the shard receives
+ * shard 0's (model.c opens nothing for it, and refuses it elsewhere). */
 static dpm_status check_load(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  if (rq->forwarded && !*rq->load->path) return DPM_OK;
   return dpmd_paths_check(paths, rq->load->path, err);
 }
 
@@ -449,8 +451,8 @@ static const command commands[] = {
     LOOP(WATCH, "watch", 0, NULL, name_watch, run_watch),
     JOB(CHECKPOINT, "checkpoint", MUTATING, check_checkpoint, name_checkpoint,
         dpmd_job_checkpoint),
-    JOB(LOAD, "load", MUTATING | NOT_ON_FLEETS, check_load, name_load, dpmd_job_load),
-    JOB(SYNC, "sync", MUTATING | NOT_ON_FLEETS, NULL, name_sync, dpmd_job_sync),
+    JOB(LOAD, "load", MUTATING | FROM_COORDINATOR, check_load, name_load, dpmd_job_load),
+    JOB(SYNC, "sync", MUTATING | FROM_COORDINATOR, NULL, name_sync, dpmd_job_sync),
     JOB(EXTRACT_PREDICTOR, "extract-predictor", 0, check_extract, name_extract_predictor,
         dpmd_job_extract),
     JOB(EVAL, "eval", 0, NULL, name_eval, dpmd_job_eval),
@@ -494,10 +496,6 @@ static dpm_status fleet_check(const command *c, const Dpm__Request *rq, dpmd_mod
   const dpmd_fleet_link *l = m ? dpmd_model_fleet(m) : NULL;
   if (!l || dpmd_fleet_num_shards(l) < 2) return DPM_OK;
   int id = dpmd_fleet_shard_id(l), n = dpmd_fleet_num_shards(l);
-  if (c->flags & NOT_ON_FLEETS)
-    return dpm_errf(err, DPM_UNSUPPORTED,
-                    "%s runs on %d daemons: %s of such a job is not in this build",
-                    dpmd_model_name(m), n, c->name);
   if ((c->flags & FROM_COORDINATOR) && id != 0 && !rq->forwarded)
     return dpm_errf(err, DPM_STATE,
                     "%s is shard %d of %d of a job coordinated by %s: send %s there",

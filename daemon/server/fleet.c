@@ -3,6 +3,7 @@
 #include "server/fleet.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,24 +125,29 @@ const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l) { return l->coordin
 const char *dpmd_fleet_formation(const dpmd_fleet_link *l) { return l->formation; }
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l) { return l->shard_id == 0; }
 
-void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, const char *msg, char *out,
-                            size_t cap) {
+void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *msg,
+                            char *out, size_t cap) {
   if (!cap) return;
   int n = dpmd_fleet_shards(spec);
   size_t used = (size_t)snprintf(out, cap, "%s", msg);
   unsigned char seen[256] = {0}; /* a spec names at most 256 shards (validate.c) */
+  int named = 0;
   for (const char *p = msg; (p = strstr(p, "process ")); p += 8) {
     const char *q = p + 8;
     int k = 0, digits = 0;
     for (; *q >= '0' && *q <= '9' && digits < 4; q++, digits++) k = k * 10 + (*q - '0');
     if (!digits || k >= n || k >= 256 || seen[k]) continue;
     seen[k] = 1;
+    named++;
     if (used >= cap - 1) break;
     int w = snprintf(out + used, cap - used, "; process %d is shard %d at %s", k, k,
                      spec->parallel->shards[k]);
     if (w < 0) break;
     used = (size_t)w >= cap - used ? cap - 1 : used + (size_t)w;
   }
+  if (!named && n == 2 && (self == 0 || self == 1) && used < cap - 1)
+    snprintf(out + used, cap - used, "; the other process is shard %d at %s", 1 - self,
+             spec->parallel->shards[1 - self]);
 }
 
 /* ---- forming ----------------------------------------------------------------- */
@@ -328,4 +334,66 @@ dpm_status dpmd_fleet_delete(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *
   }
   if (first) return dpm_errf(err, first, "%s", msg);
   return DPM_OK;
+}
+
+/* ---- collectives forwarded ------------------------------------------------------ */
+
+typedef struct fleet_call {
+  dpmd *d;
+  const char *endpoint; /* the spec's */
+  Dpm__Request rq;      /* a shallow copy: the peer call sets its header fields */
+  int ms, shard, started;
+  pthread_t thread;
+  dpm_status status;
+  dpm_err err;
+} fleet_call;
+
+struct dpmd_fleet_calls {
+  int n;
+  fleet_call *calls; /* [n]: shards 1 .. n */
+};
+
+static void *call_main(void *arg) {
+  fleet_call *c = arg;
+  Dpm__Response *r;
+  c->status = dpmd_peer_call_once(c->d, c->endpoint, &c->rq, c->ms, &r, &c->err);
+  if (!c->status) dpm__response__free_unpacked(r, NULL);
+  return NULL;
+}
+
+dpm_status dpmd_fleet_forward_begin(dpmd *d, const dpmd_fleet_link *l,
+                                    const Dpm__ModelSpec *spec, const Dpm__Request *rq,
+                                    dpmd_fleet_calls **out, dpm_err *err) {
+  dpmd_fleet_calls *fc = calloc(1, sizeof *fc);
+  int n = l->num_shards - 1;
+  if (!fc || (n > 0 && !(fc->calls = calloc((size_t)n, sizeof *fc->calls)))) {
+    free(fc);
+    return dpm_errf(err, DPM_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    fleet_call *c = &fc->calls[i];
+    *c = (fleet_call){.d = d, .endpoint = spec->parallel->shards[i + 1], .rq = *rq,
+                      .ms = timeout_of(spec) + DPMD_PEER_TIMEOUT_MS, .shard = i + 1};
+    c->started = !pthread_create(&c->thread, NULL, call_main, c);
+    if (!c->started) c->status = dpm_errf(&c->err, DPM_NOMEM, "cannot start a thread");
+    fc->n = i + 1;
+  }
+  *out = fc;
+  return DPM_OK;
+}
+
+dpm_status dpmd_fleet_forward_end(dpmd_fleet_calls *fc, dpm_err *err) {
+  dpm_status first = DPM_OK;
+  for (int i = 0; i < fc->n; i++) {
+    fleet_call *c = &fc->calls[i];
+    if (c->started) pthread_join(c->thread, NULL);
+    if (c->status && !first) {
+      first = c->status;
+      *err = c->err;
+      dpm_err_prefix(err, "shard %d: ", c->shard);
+    }
+  }
+  free(fc->calls);
+  free(fc);
+  return first;
 }

@@ -88,12 +88,15 @@ const char *dpmd_fleet_formation(const dpmd_fleet_link *l);
 /* Whether this shard writes periodic and shutdown checkpoints (shard 0). */
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l);
 
-/* Any thread. msg (a collective's error: its processes are the job's
- * shards, "process K" is shard K) into out (cap bytes, truncated), with
- * "; process K is shard K at ENDPOINT" added once for each process it
- * names that is one of the spec's shards. */
-void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, const char *msg, char *out,
-                            size_t cap);
+/* Any thread. msg (a collective's error on shard self: its processes are
+ * the job's shards, "process K" is shard K) into out (cap bytes,
+ * truncated), with "; process K is shard K at ENDPOINT" added once for
+ * each process it names that is one of the spec's shards. A message that
+ * names none (a send that timed out says not to whom) in a job of two
+ * shards gets "; the other process is shard K at ENDPOINT": there is no
+ * other peer. */
+void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *msg,
+                            char *out, size_t cap);
 
 /* Model thread, coordinator: forms the job (see Forming). On failure
  * nothing of the formation is left (no formation, no joined shard). */
@@ -122,6 +125,22 @@ void dpmd_fleet_abort(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec);
  * collectives' timeout). */
 dpm_status dpmd_fleet_train(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
                             uint64_t iters, uint64_t from_iter, dpm_err *err);
+/* A collective forwarded to every other shard while the coordinator's own
+ * shard runs its part (load, sync: each shard's trainer waits in the
+ * collective for the others, so the calls cannot be made one after the
+ * other). */
+typedef struct dpmd_fleet_calls dpmd_fleet_calls;
+/* Model thread, coordinator: sends rq (copied per call; fields it points
+ * to must outlive dpmd_fleet_forward_end) to every other shard, each call
+ * on a thread of its own, waiting up to the job's timeout plus
+ * DPMD_PEER_TIMEOUT_MS for its answer. DPM_NOMEM (nothing started). */
+dpm_status dpmd_fleet_forward_begin(dpmd *d, const dpmd_fleet_link *l,
+                                    const Dpm__ModelSpec *spec, const Dpm__Request *rq,
+                                    dpmd_fleet_calls **out, dpm_err *err);
+/* Model thread: waits for every call begun and frees c; the first shard
+ * that failed or refused, named (DPM_OK when all answered OK). */
+dpm_status dpmd_fleet_forward_end(dpmd_fleet_calls *c, dpm_err *err);
+
 /* Model thread, coordinator: drops the formation and deletes the job on
  * every other shard (a shard that no longer has it counts as deleted).
  * Every shard is tried; the error names each one that failed. */

@@ -202,7 +202,9 @@ static void release_waiters(dpmd_model *m, const dpm_err *err) {
 
 static void fail(dpmd_model *m, const dpm_err *in) {
   dpm_err named = *in, *err = &named; /* a fleet's processes named as its shards */
-  if (m->fleet) dpmd_fleet_name_shards(m->spec, in->msg, named.msg, sizeof named.msg);
+  if (m->fleet)
+    dpmd_fleet_name_shards(m->spec, dpmd_fleet_shard_id(m->fleet), in->msg, named.msg,
+                           sizeof named.msg);
   dpmd_error("model %s failed: %s", m->spec->name, err->msg);
   pthread_mutex_lock(&m->mu);
   dpm_escape(err->msg, m->error, sizeof m->error);
@@ -518,18 +520,59 @@ void dpmd_job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *t
   reply_path(m, to, path, m->iter);
 }
 
+/* Runs a collective on the whole fleet job at its coordinator: fwd is sent
+ * to every other shard while this shard's part (fn) runs; the first
+ * failure, this shard's or a named other's, is the result. Elsewhere (and
+ * for a job of one daemon) fn alone. */
+static dpm_status whole_job(dpmd_model *m, Dpm__Request *fwd,
+                            dpm_status (*fn)(dpmd_model *m, const void *arg, dpm_err *err),
+                            const void *arg, dpm_err *err) {
+  dpmd_fleet_calls *fc = NULL;
+  if (coordinates(m) && dpmd_fleet_forward_begin(m->d, m->fleet, m->spec, fwd, &fc, err))
+    return err->code;
+  dpm_status s = fn(m, arg, err);
+  dpm_err ferr = {0};
+  if (fc && dpmd_fleet_forward_end(fc, &ferr) && !s) {
+    *err = ferr;
+    s = dpm_err_prefix(err, "done here, not on every shard: ");
+  }
+  return s;
+}
+
+/* Shards but 0 of a fleet job receive what shard 0 reads (trainer.h). */
+static int receives(const dpmd_model *m) {
+  return m->fleet && dpmd_fleet_shard_id(m->fleet) != 0;
+}
+
+static dpm_status load_here(dpmd_model *m, const void *path, dpm_err *err) {
+  return dpm_trainer_load(m->t, dpmd_paths_files(m->d->paths), receives(m) ? NULL : path,
+                          err);
+}
+
+static dpm_status sync_here(dpmd_model *m, const void *arg, dpm_err *err) {
+  (void)arg;
+  return dpm_trainer_sync(m->t, err);
+}
+
 void dpmd_job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   dpm_err err = {0};
   int fd; /* a path the client may not use is refused whatever the state */
-  if (dpm_file_open_read(dpmd_paths_files(m->d->paths), rq->load->path, &fd, &err))
+  if (!receives(m) &&
+      dpm_file_open_read(dpmd_paths_files(m->d->paths), rq->load->path, &fd, &err))
     return reply_err(m, to, &err);
-  close(fd);
+  if (!receives(m)) close(fd);
   if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it first");
-  if (dpm_trainer_load(m->t, dpmd_paths_files(m->d->paths), rq->load->path, &err))
-    return reply_err(m, to, &err);
+  /* the other shards read nothing: they receive shard 0's state */
+  Dpm__LoadRequest lr = DPM__LOAD_REQUEST__INIT;
+  lr.name = m->spec->name;
+  lr.path = "";
+  Dpm__Request fwd = DPM__REQUEST__INIT;
+  fwd.command_case = DPM__REQUEST__COMMAND_LOAD;
+  fwd.load = &lr;
+  if (whole_job(m, &fwd, load_here, rq->load->path, &err)) return reply_err(m, to, &err);
   pthread_mutex_lock(&m->mu);
   m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
-  snprintf(m->ckpt, sizeof m->ckpt, "%s", rq->load->path);
+  if (!receives(m)) snprintf(m->ckpt, sizeof m->ckpt, "%s", rq->load->path);
   m->error[0] = m->ckpt_error[0] = 0;
   m->has_last = 0; /* the previous run's loss and speed say nothing now */
   m->images_per_s = 0;
@@ -542,7 +585,13 @@ void dpmd_job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
 void dpmd_job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
   dpm_err err = {0};
-  if (dpm_trainer_sync(m->t, &err)) return reply_err(m, to, &err);
+  if (m->state == DPMD_TRAINING && m->fleet) return reply_state(m, to, "pause it first");
+  Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
+  nr.name = m->spec->name;
+  Dpm__Request fwd = DPM__REQUEST__INIT;
+  fwd.command_case = DPM__REQUEST__COMMAND_SYNC;
+  fwd.sync = &nr;
+  if (whole_job(m, &fwd, sync_here, NULL, &err)) return reply_err(m, to, &err);
   dpmd_model_reply_info(m, to);
 }
 

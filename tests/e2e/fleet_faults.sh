@@ -1,7 +1,11 @@
 # A fleet job under stops and faults, two dpmd on 127.0.0.1 (A coordinates,
 # B is shard 1; the MLP as 2 shards x 1 device; collectives' timeout 2 s):
 # pause at A stops both shards at one iteration (agreed in band) and resume
-# at A goes on on both; pause sent to B is refused (send it to A); while
+# at A goes on on both; pause sent to B is refused (send it to A); a
+# checkpoint at A (none written at B) loads into a 1-shard job of 2 devices,
+# and after 10 steps of each its parameters equal the fleet's bitwise, and
+# the reverse: the 1-shard job's checkpoint, loaded at A (B reads no file,
+# it receives the state), then sync, then 10 steps, equal again; while
 # the job trains, kill -9 of B makes A's model `failed` within the timeout
 # + 1 s, its message naming the collective, the job's rank and B's endpoint,
 # and status, list and another model at A still answer; B restarted, a
@@ -106,9 +110,43 @@ grep -q "model m: every shard paused at iteration $ia" "$T/A.log" || die "A logg
 grep -q "model m: the job's coordinator paused it at iteration $ia" "$T/B.log" ||
   die "B logged no stop at $ia: $(grep 'model m' "$T/B.log" | tail -5)"
 
+# ---- checkpoints across hosts: A writes, load at A reaches B (which has no file) -------------
+# same FILE_A FILE_B: the raw float32 files are equal byte for byte
+same() { cmp -s "$1" "$2" || die "$1 and $2 differ"; }
+# params_equal M1 EP1 M2 EP2: every parameter of M1 at EP1 equals M2's at EP2
+params_equal() {
+  for b in fc1_w fc1_b fc2_w fc2_b pred_w pred_b; do
+    at "$2" get-blob "$1" $b --out "$T/x.$b" >/dev/null
+    at "$4" get-blob "$3" $b --out "$T/y.$b" >/dev/null
+    same "$T/x.$b" "$T/y.$b"
+  done
+}
+c=$(at "$EA" checkpoint m)
+C1=$(json_str "$c" path) I1=$(json_field "$c" iter)
+[ ! -e "$T/B/models/m/checkpoints" ] || [ -z "$(ls "$T/B/models/m/checkpoints")" ] ||
+  die "B wrote a checkpoint"
+o=$(refused_at "$EB" STATE load m "$C1")
+mentions "send load there" "$o"
+at "$EA" submit examples/fmnist_mlp.yaml --name r --devices cpu:0,cpu:1 >/dev/null
+at "$EA" load r "$C1" >/dev/null # 2 shards -> 1 shard of 2 devices
+at "$EA" train r --iters 10 --wait --no-progress >/dev/null
+at "$EA" train m --iters 10 --wait --no-progress >/dev/null # m goes on from C1 too
+params_equal m "$EB" r "$EA"
+c=$(at "$EA" checkpoint r)
+C2=$(json_str "$c" path)
+at "$EA" train r --iters 10 --wait --no-progress >/dev/null
+s=$(at "$EA" load m "$C2") # 1 shard -> 2 shards: B receives it from A
+expect "m's iteration after the load" "$(json_field "$s" iter)" $((I1 + 10))
+expect "B's iteration after the load" "$(iter_at "$EB" m)" $((I1 + 10))
+at "$EA" sync m >/dev/null
+at "$EA" train m --iters 10 --wait --no-progress >/dev/null
+params_equal m "$EB" r "$EA"
+params_equal m "$EA" r "$EA"
+at "$EA" delete r >/dev/null
+
 # ---- kill -9 of shard 1 mid-training: A fails within the timeout + 1 s -------------------
 at "$EA" submit examples/fmnist_mlp.yaml --name other --devices cpu:1 >/dev/null
-at "$EA" resume m >/dev/null
+at "$EA" train m --iters 1000000 >/dev/null
 poll 20 "m training again" iter_over "$EB" m "$(iter_at "$EB" m)"
 kill -9 "$PID_B"
 t=$(ms)
@@ -137,7 +175,7 @@ stop_ms=$(($(failed_ms "$T/A.log" n) - t))
 [ "$stop_ms" -le $((TIMEOUT_MS + 1000)) ] || die "A's n failed after $stop_ms ms (timeout $TIMEOUT_MS)"
 s=$(own_status "$EA" n)
 mentions "timed out after $TIMEOUT_MS ms" "$s"
-mentions "process 1 is shard 1 at $EB" "$s"
+mentions "shard 1 at $EB" "$s"
 at "$EA" status other >/dev/null
 kill -CONT "$PID_B"
 poll $((TIMEOUT_MS / 1000 + 5)) "B's n failed after SIGCONT" is_state "$EB" n failed

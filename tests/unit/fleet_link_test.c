@@ -136,11 +136,12 @@ TEST(fleet_link_trainer_options_per_store) {
 
 /* A collective's error names processes; each that is a shard of the spec
  * gets its endpoint, once; out of range or repeated ones nothing more; the
- * result is bounded by cap. */
+ * result is bounded by cap; naming none, a job of two shards names the
+ * other one. */
 TEST(fleet_link_failure_names_the_shard) {
   Dpm__ModelSpec *s = spec_of("mlp", 3);
   char out[512];
-  dpmd_fleet_name_shards(s,
+  dpmd_fleet_name_shards(s, 0,
                          "broadcast: timed out after 1000 ms; not arrived: process 2 "
                          "(job rank 2, 127.0.0.1:4000), process 2, process 9, process x",
                          out, sizeof out);
@@ -149,9 +150,14 @@ TEST(fleet_link_failure_names_the_shard) {
   CHECK(!strstr(strstr(out, "is shard 2") + 1, "is shard 2")); /* once */
   CHECK(!strstr(out, "process 9 is"));
   char small[24];
-  dpmd_fleet_name_shards(s, "allreduce: lost process 1 of the job", small, sizeof small);
+  dpmd_fleet_name_shards(s, 0, "allreduce: lost process 1 of the job", small, sizeof small);
   CHECK_INT((int)strlen(small), (int)sizeof small - 1);
-  dpmd_fleet_name_shards(s, "no process named", out, sizeof out);
-  CHECK(!strcmp(out, "no process named"));
+  dpmd_fleet_name_shards(s, 0, "no process named", out, sizeof out);
+  CHECK(!strcmp(out, "no process named")); /* three shards: which one is not known */
+  Dpm__ModelSpec *two = spec_of("mlp", 2);
+  dpmd_fleet_name_shards(two, 1, "broadcast: timed out after 2000 ms", out, sizeof out);
+  CHECK(!strcmp(out, "broadcast: timed out after 2000 ms; the other process is shard 0 at "
+                     "tcp://10.0.0.1:7070"));
+  dpm__model_spec__free_unpacked(two, NULL);
   dpm__model_spec__free_unpacked(s, NULL);
 }
