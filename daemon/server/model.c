@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +54,13 @@ typedef struct waiter { /* a train --wait to answer when the run ends */
 struct dpmd_model {
   dpmd *d;
   Dpm__ModelSpec *spec; /* owned; immutable once the thread runs */
-  /* owned: its shard of a fleet job, NULL: none. The pointer never changes;
-   * the link's stores are the model thread's */
-  dpmd_fleet_link *fleet;
+  /* owned: its shard of a fleet job, NULL: none. Set by the model thread
+   * only (restored, re-formed: a new link), read by any; a replaced link
+   * stays in `retired` until the model is freed, so a reader's stays
+   * valid. The link's stores are the model thread's */
+  dpmd_fleet_link *_Atomic fleet;
+  dpmd_fleet_link **retired; /* model thread; freed with the model */
+  int n_retired;
   char dir[PATH_MAX];
   int restore;
   dpmd_reply_to submit_to;
@@ -250,6 +255,57 @@ static void restore_checkpoint(dpmd_model *m) {
   set_state(m, DPMD_READY);
 }
 
+/* The model's trainer becomes t (built, formed). */
+static void take_trainer(dpmd_model *m, dpm_trainer *t) {
+  uint64_t bytes = trainer_bytes(t);
+  pthread_mutex_lock(&m->mu);
+  m->t = t;
+  m->tensor_bytes = bytes;
+  m->memory_bytes = dpm_trainer_memory_of(t)->total;
+  pthread_mutex_unlock(&m->mu);
+  m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
+}
+
+/* A restored fleet job's shard. The coordinator (DIR/shard says 0) comes
+ * back paused at its newest checkpoint's iteration with no trainer: its
+ * job is not formed until `resume` re-forms it (reform, below); another
+ * shard drops itself and its files (its coordinator re-forms the job with
+ * it when asked). DIR/shard missing (a state dir of an older dpmd): the
+ * files stay and the model is not brought back. */
+static dpm_status restore_fleet(dpmd_model *m, dpm_err *err) {
+  int shard = dpmd_store_load_shard(m->dir);
+  if (shard < 0)
+    return dpm_errf(err, DPM_UNSUPPORTED,
+                    "%s: a fleet job's shard without %s/shard is not brought back; its "
+                    "files stay",
+                    m->spec->name, m->dir);
+  if (shard > 0) {
+    dpm_err rerr = {0};
+    if (dpmd_store_remove(m->dir, &rerr)) dpmd_warn("model %s: %s", m->spec->name, rerr.msg);
+    return dpm_errf(err, DPM_STATE,
+                    "%s: shard %d of a fleet job coordinated by %s is dropped after a "
+                    "restart (its files removed): the coordinator re-forms the job",
+                    m->spec->name, shard, m->spec->parallel->shards[0]);
+  }
+  dpmd_fleet_link *l;
+  if (dpmd_fleet_coordinate(m->spec, &l, err)) return err->code;
+  m->fleet = l;
+  uint64_t it[1];
+  int n = dpmd_store_checkpoints(m->dir, it, 1);
+  uint64_t target = dpmd_store_take_target(m->dir);
+  pthread_mutex_lock(&m->mu);
+  m->iter = m->ckpt_iter = n ? it[0] : 0;
+  m->target = target > m->iter ? target : m->iter;
+  if (n) dpmd_store_checkpoint_path(m->dir, it[0], m->ckpt, sizeof m->ckpt);
+  pthread_mutex_unlock(&m->mu);
+  dpmd_info("model %s: a job over %d daemons, back paused at iteration %llu (of %llu); "
+            "resume re-forms it",
+            m->spec->name, dpmd_fleet_num_shards(l), (unsigned long long)m->iter,
+            (unsigned long long)m->target);
+  set_state(m, DPMD_PAUSED);
+  return DPM_OK;
+}
+
 static dpm_status build(dpmd_model *m, dpm_err *err) {
   const Dpm__ParallelSpec *par = m->spec->parallel; /* submit always sets devices */
   if (!par || !par->n_devices)
@@ -260,35 +316,26 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
                              .max_bytes = m->d->cfg->max_model_bytes,
                              .max_bytes_name = "max_model_bytes",
                              .fs = dpmd_paths_data(m->d->paths)};
-  int shards = dpmd_fleet_shards(m->spec);
-  if (shards && !m->fleet) /* restored: its shards are not here to meet */
-    return dpm_errf(err, DPM_UNSUPPORTED,
-                    "%s: a job over %d daemons is not brought back after a restart "
-                    "(re-forming is not in this build); its files stay in %s",
-                    m->spec->name, shards, m->dir);
-  int coordinator = m->fleet && dpmd_fleet_shard_id(m->fleet) == 0;
+  if (dpmd_fleet_shards(m->spec) && m->restore) return restore_fleet(m, err);
+  dpmd_fleet_link *l = m->fleet;
+  int coordinator = l && dpmd_fleet_shard_id(l) == 0;
   dpm_status s = DPM_OK;
-  if (coordinator) s = dpmd_fleet_form(m->d, m->fleet, m->spec, err);
-  if (!s && m->fleet) s = dpmd_fleet_options(m->d, m->fleet, m->spec, &opt, err);
+  if (coordinator) s = dpmd_fleet_form(m->d, l, m->spec, err);
+  if (!s && l) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
   if (!s)
     s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
-  if (s && coordinator) dpmd_fleet_abort(m->d, m->fleet, m->spec); /* formed or not */
-  if (s && m->fleet && !coordinator) dpmd_fleet_report(m->d, m->fleet, m->spec, err);
+  if (s && coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
+  if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
   if (s) return s;
-  uint64_t bytes = trainer_bytes(t);
-  if (!m->restore && dpmd_store_save_spec(m->dir, m->spec, err)) {
+  if (!m->restore && (dpmd_store_save_spec(m->dir, m->spec, err) ||
+                      (l && dpmd_store_save_shard(m->dir, dpmd_fleet_shard_id(l), err)))) {
     dpm_trainer_destroy(t);
-    if (coordinator) dpmd_fleet_abort(m->d, m->fleet, m->spec);
+    if (coordinator) dpmd_fleet_abort(m->d, l, m->spec);
     return err->code;
   }
-  pthread_mutex_lock(&m->mu);
-  m->t = t;
-  m->tensor_bytes = bytes;
-  m->memory_bytes = dpm_trainer_memory_of(t)->total;
-  pthread_mutex_unlock(&m->mu);
-  m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
+  take_trainer(m, t);
   if (m->restore)
     restore_checkpoint(m);
   else
@@ -448,8 +495,115 @@ void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   dpmd_model_reply_info(m, to);
 }
 
+static dpm_status load_here(dpmd_model *m, const void *path, dpm_err *err);
+static dpm_status whole_job(dpmd_model *m, Dpm__Request *fwd,
+                            dpm_status (*fn)(dpmd_model *m, const void *arg, dpm_err *err),
+                            const void *arg, dpm_err *err);
+
+/* Loads, on every shard of the (re-formed) job, the newest of the model's
+ * checkpoints that shard 0 accepts (the others receive it); one refused
+ * (torn, corrupt) is skipped with a warning, as every shard hears shard
+ * 0's verdict. None at all: the job starts from its seeded init. */
+static dpm_status load_newest(dpmd_model *m, dpm_err *err) {
+  uint64_t it[64];
+  int n = dpmd_store_checkpoints(m->dir, it, 64);
+  Dpm__LoadRequest lr = DPM__LOAD_REQUEST__INIT;
+  lr.name = m->spec->name;
+  lr.path = "";
+  Dpm__Request fwd = DPM__REQUEST__INIT;
+  fwd.command_case = DPM__REQUEST__COMMAND_LOAD;
+  fwd.load = &lr;
+  for (int i = 0; i < n; i++) {
+    char path[PATH_MAX];
+    if (dpmd_store_checkpoint_path(m->dir, it[i], path, sizeof path)) continue;
+    dpm_status s = whole_job(m, &fwd, load_here, path, err);
+    if (!s) {
+      pthread_mutex_lock(&m->mu);
+      snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
+      pthread_mutex_unlock(&m->mu);
+      return DPM_OK;
+    }
+    if (s != DPM_CORRUPT && s != DPM_SPEC && s != DPM_SHAPE) return s;
+    dpmd_warn("model %s: skipping checkpoint: %s", m->spec->name, err->msg);
+  }
+  dpmd_warn("model %s: no checkpoint to re-form from: the job starts at iteration 0",
+            m->spec->name);
+  return DPM_OK;
+}
+
+/* Re-forms a fleet job at its coordinator (failed, or restored without a
+ * trainer): the old formation is dropped and the job deleted on its other
+ * shards (those gone count as deleted), a new link draws a fresh formation,
+ * the job forms and builds as at submit, every shard loads the newest
+ * checkpoint (load_newest), and the run goes on towards its target. A
+ * failure leaves the model failed (no trainer) with the reason; resume
+ * tries again. */
+static dpm_status reform(dpmd_model *m, dpm_err *err) {
+  dpm_err derr = {0};
+  if (dpmd_fleet_delete(m->d, m->fleet, m->spec, &derr))
+    dpmd_warn("model %s: re-forming: %s", m->spec->name, derr.msg);
+  pthread_mutex_lock(&m->mu);
+  dpm_trainer *old = m->t;
+  m->t = NULL;
+  m->error[0] = 0;
+  pthread_mutex_unlock(&m->mu);
+  dpm_trainer_destroy(old);
+  dpmd_fleet_link *l, **r = realloc(m->retired, (size_t)(m->n_retired + 1) * sizeof *r);
+  if (!r) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  m->retired = r;
+  if (dpmd_fleet_coordinate(m->spec, &l, err)) return err->code;
+  m->retired[m->n_retired++] = m->fleet;
+  m->fleet = l;
+  set_state(m, DPMD_BUILDING);
+  const Dpm__ParallelSpec *par = m->spec->parallel;
+  dpm_trainer_options opt = {.net_type = -1,
+                             .max_bytes = m->d->cfg->max_model_bytes,
+                             .max_bytes_name = "max_model_bytes",
+                             .fs = dpmd_paths_data(m->d->paths)};
+  dpm_status s = dpmd_fleet_form(m->d, l, m->spec, err);
+  if (!s) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
+  if (!s)
+    s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
+  dpm_trainer *t = NULL;
+  if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
+  if (s) {
+    dpmd_fleet_abort(m->d, l, m->spec);
+    return s;
+  }
+  take_trainer(m, t);
+  if ((s = load_newest(m, err))) return s;
+  pthread_mutex_lock(&m->mu);
+  m->iter = m->ckpt_iter = dpm_trainer_iter(t);
+  if (m->target < m->iter) m->target = m->iter;
+  m->has_last = 0;
+  m->images_per_s = 0;
+  pthread_mutex_unlock(&m->mu);
+  dpmd_info("model %s: re-formed as %s at iteration %llu", m->spec->name,
+            dpmd_fleet_formation(l), (unsigned long long)m->iter);
+  if (m->target > m->iter &&
+      (s = dpmd_fleet_train(m->d, l, m->spec, m->target - m->iter, m->iter, err)))
+    return s;
+  rate_restart(m);
+  set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
+  return DPM_OK;
+}
+
+/* Whether resume re-forms the job: its coordinator, failed or not formed. */
+static int needs_reform(const dpmd_model *m) {
+  return m->fleet && dpmd_fleet_shard_id(m->fleet) == 0 &&
+         (m->state == DPMD_FAILED || !m->t);
+}
+
 void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   (void)rq;
+  if (needs_reform(m)) {
+    dpm_err err = {0};
+    if (reform(m, &err)) {
+      fail(m, &err);
+      return reply_err(m, to, &err);
+    }
+    return dpmd_model_reply_info(m, to);
+  }
   if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
   dpm_err err = {0}; /* the whole job goes on towards the same target */
   if (coordinates(m) && m->target > m->iter &&
@@ -769,7 +923,10 @@ static void *model_main(void *arg) {
       return NULL;
     }
     test_gate(m, j);
-    j->fn(m, j->rq, &j->to);
+    if (!m->t && j->fn != dpmd_job_resume) /* a fleet job not formed (restored, failed) */
+      reply_state(m, &j->to, "its job is not formed: resume re-forms it");
+    else
+      j->fn(m, j->rq, &j->to);
     dpm__request__free_unpacked(j->rq, NULL);
     free(j);
   }
@@ -871,6 +1028,8 @@ void dpmd_model_free(dpmd_model *m) {
   pthread_mutex_destroy(&m->mu);
   pthread_cond_destroy(&m->cv);
   dpmd_fleet_link_free(m->fleet); /* after the trainer, whose communicator used it */
+  for (int i = 0; i < m->n_retired; i++) dpmd_fleet_link_free(m->retired[i]);
+  free(m->retired);
   dpm_spec_free(m->spec);
   free(m);
 }

@@ -29,11 +29,29 @@
  * A job over several daemons (server/fleet.h): the model is one shard of
  * it and holds the job's link. The coordinator's model forms the job on its
  * thread before it builds its trainer (the submit is answered once the
- * whole job has met at the rendezvous and built, or failed); train there
- * starts every shard; delete there deletes every shard. Only shard 0
- * checkpoints on its own (periodically, at shutdown). A restarted daemon
- * does not bring such a model back (re-forming is not in this build): it
- * logs why and leaves its files. */
+ * whole job has met at the rendezvous and built, or failed); train, pause,
+ * resume, load, sync and delete there act on every shard. Pause, delete
+ * and shutdown there stop every shard after the same iteration, agreed in
+ * band (train/trainer.h, dpm_trainer_stop): the other shards' models pause
+ * there. load and sync are forwarded to the other shards while the
+ * coordinator runs its part (the others read no file). A failure of a
+ * collective fails the model on every surviving shard, its message naming
+ * the shard (process, job rank, endpoint). Only shard 0 checkpoints on its
+ * own (periodically, at shutdown).
+ *
+ * Re-forming: resume at the coordinator of a failed job, or of one not
+ * formed (restored), drops the old formation, deletes the job on its other
+ * shards, forms it anew (a fresh formation, the same shards), loads the
+ * newest checkpoint that shard 0 accepts on every shard, and trains on
+ * towards the target. Meanwhile (and after a failed re-forming) the model
+ * has no trainer: every other job is refused (DPM_STATE, "resume re-forms
+ * it"). The link is replaced; the old one is kept until the model is freed.
+ *
+ * Restart: DIR/shard records which shard of a fleet job the model is. A
+ * restarted coordinator brings the job back paused at its newest
+ * checkpoint's iteration, with no trainer (nothing is loaded on one shard
+ * alone); another shard drops its model and files (the coordinator
+ * re-forms the job with it). */
 #ifndef DPMD_MODEL_H
 #define DPMD_MODEL_H
 

@@ -174,6 +174,25 @@ uint64_t dpmd_store_take_target(const char *dir) {
   return t;
 }
 
+dpm_status dpmd_store_save_shard(const char *dir, int shard, dpm_err *err) {
+  char path[PATH_MAX], text[32];
+  if (fits(snprintf(path, sizeof path, "%s/shard", dir), sizeof path))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
+  int n = snprintf(text, sizeof text, "%d\n", shard);
+  return dpm_file_write_buffer(NULL, path, 0, text, (size_t)n, err);
+}
+
+int dpmd_store_load_shard(const char *dir) {
+  char path[PATH_MAX];
+  int s = -1;
+  if (fits(snprintf(path, sizeof path, "%s/shard", dir), sizeof path)) return -1;
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  if (fscanf(f, "%d", &s) != 1 || s < 0 || s >= DPM_SPEC_MAX_SHARDS) s = -1;
+  fclose(f);
+  return s;
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st, (void)flag, (void)ftw;
   return remove(path);

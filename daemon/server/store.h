@@ -4,6 +4,9 @@
  *   STATE/models/NAME/checkpoints/ckpt-ITER.dpmckpt ITER zero-padded to 12 digits
  *   STATE/models/NAME/target                        where a run stopped by a
  *                                                   shutdown was headed (text)
+ *   STATE/models/NAME/shard                         a fleet job's: the shard this
+ *                                                   daemon runs (text; the shards
+ *                                                   are the spec's parallel.shards)
  *   STATE/lock                                      the running dpmd's pid, flocked
  *
  * Every file is written through common/file.h (a temporary, fsynced, renamed,
@@ -43,6 +46,11 @@ void dpmd_store_retain(const char *dir, int keep);
  * is none or it is unreadable. */
 dpm_status dpmd_store_save_target(const char *dir, uint64_t target, dpm_err *err);
 uint64_t dpmd_store_take_target(const char *dir);
+/* DIR/shard: which shard of a fleet job (server/fleet.h) the model is.
+ * save writes it (atomically); load returns it, or -1 when there is none or
+ * it is unreadable. */
+dpm_status dpmd_store_save_shard(const char *dir, int shard, dpm_err *err);
+int dpmd_store_load_shard(const char *dir);
 /* Removes DIR and everything in it. */
 dpm_status dpmd_store_remove(const char *dir, dpm_err *err);
 /* Names of the models under STATE/models (malloc'd array of malloc'd

@@ -8,11 +8,18 @@
 # it receives the state), then sync, then 10 steps, equal again; while
 # the job trains, kill -9 of B makes A's model `failed` within the timeout
 # + 1 s, its message naming the collective, the job's rank and B's endpoint,
-# and status, list and another model at A still answer; B restarted, a
+# and status, list and another model at A still answer; B restarted, resume
+# at A re-forms m from A's checkpoint C1 (B reads no file), and after K - I1
+# steps its parameters on B equal bitwise those of a 1 x 2 job that loaded
+# C1 and trained as many; a
 # new job stopped with SIGSTOP on B fails A's model within the timeout + 1
-# s with a timeout naming B; after SIGCONT, B fails too and both answer;
+# s with a timeout naming B; after SIGCONT, B fails too, and resume at A
+# re-forms n (no checkpoint: from iteration 0) with B's failed shard
+# replaced;
 # shutdown of A while a job trains stops both shards at one iteration (B
-# paused there), and A's checkpoint holds that iteration.
+# paused there), and A's checkpoint holds that iteration; A restarted
+# brings q back paused at that iteration (no trainer: get-blob refused) and
+# resume re-forms it with B (whose paused shard is replaced).
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -162,9 +169,24 @@ at "$EA" list >/dev/null
 s=$(at "$EA" train other --iters 5 --wait --no-progress)
 expect "another model trains at A" "$(json_field "$s" iter)" 5
 
-# ---- SIGSTOP of shard 1: a timeout naming it --------------------------------------------
-up B "$EB" # restarted: it does not bring its shard of m back; delete at A deletes m
+# ---- resume re-forms the job from A's checkpoint once B is back --------------------------
+up B "$EB" # restarted: it does not bring its shard of m back
+o=$(refused_at "$EA" STATE checkpoint m)
+s=$(at "$EA" resume m)
+expect "m re-formed" "$(json_str "$s" state)" training
+expect "m re-formed at C1's iteration" "$(json_field "$s" iter)" "$I1"
+poll 20 "m training on the restarted B" iter_over "$EB" m $((I1 + 3))
+s=$(at "$EA" pause m)
+K=$(json_field "$s" iter)
+poll 5 "B paused" is_state "$EB" m paused
+at "$EA" submit examples/fmnist_mlp.yaml --name r2 --devices cpu:0,cpu:1 >/dev/null
+at "$EA" load r2 "$C1" >/dev/null
+at "$EA" train r2 --iters $((K - I1)) --wait --no-progress >/dev/null
+params_equal m "$EB" r2 "$EA" # re-formed from C1 = an uninterrupted run from C1
+at "$EA" delete r2 >/dev/null
 at "$EA" delete m >/dev/null
+
+# ---- SIGSTOP of shard 1: a timeout naming it --------------------------------------------
 at "$EA" submit "$T/fleet.yaml" --name n --shards "$EA,$EB" >/dev/null
 at "$EA" train n --iters 1000000 >/dev/null
 poll 20 "n training on B" iter_over "$EB" n 5
@@ -179,6 +201,9 @@ mentions "shard 1 at $EB" "$s"
 at "$EA" status other >/dev/null
 kill -CONT "$PID_B"
 poll $((TIMEOUT_MS / 1000 + 5)) "B's n failed after SIGCONT" is_state "$EB" n failed
+s=$(at "$EA" resume n) # no checkpoint: re-formed at iteration 0, B's failed shard replaced
+expect "n re-formed from its init" "$(json_field "$s" iter)" 0
+poll 20 "n training on B again" iter_over "$EB" n 3
 at "$EA" delete n >/dev/null
 
 # ---- shutdown at the coordinator: both shards stop at one iteration ---------------------
@@ -193,6 +218,20 @@ iq=$(iter_at "$EB" q)
 [ -f "$(ckpt_path "$T/A/models/q/checkpoints" "$iq")" ] ||
   die "no checkpoint of iteration $iq at A: $(ls "$T/A/models/q/checkpoints")"
 grep -q "model q: the job's coordinator ended it at iteration $iq" "$T/B.log" || die "B logged no end at $iq"
+
+# ---- the coordinator restarted: q back paused, resume re-forms it ------------------------
+up A "$EA"
+s=$(at "$EA" status q)
+expect "q after A's restart" "$(json_str "$s" state)" paused
+expect "q's iteration after A's restart" "$(json_field "$s" iter)" "$iq"
+o=$(refused_at "$EA" STATE get-blob q fc1_w)
+mentions "resume re-forms it" "$o"
+s=$(at "$EA" resume q)
+expect "q re-formed" "$(json_str "$s" state)" training
+poll 20 "q training on B after A's restart" iter_over "$EB" q $((iq + 3))
+at "$EA" delete q >/dev/null
+build/dpmctl --token-file "$TOK" --endpoint "$EA" shutdown >/dev/null || die "shutdown A"
+wait "$PID_A" || die "dpmd A exited with $?: $(tail -5 "$T/A.log")"
 
 build/dpmctl --token-file "$TOK" --endpoint "$EB" shutdown >/dev/null || die "shutdown B"
 wait "$PID_B" || die "dpmd B exited with $?: $(tail -5 "$T/B.log")"
