@@ -18,6 +18,8 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -155,6 +158,7 @@ private:
 };
 
 // A get that waits at most the job's timeout; waits bounded by it too.
+// Keeps what it got (the peers' published addresses, for naming them).
 class BoundedStore : public gloo::rendezvous::Store {
 public:
   BoundedStore(gloo::rendezvous::Store &base, Ms timeout)
@@ -164,7 +168,13 @@ public:
   }
   std::vector<char> get(const std::string &key) override {
     base_.wait({key}, timeout_);
-    return base_.get(key);
+    std::vector<char> v = base_.get(key);
+    got_[key] = v;
+    return v;
+  }
+  const std::vector<char> *got(const std::string &key) const {
+    auto it = got_.find(key);
+    return it == got_.end() ? nullptr : &it->second;
   }
   void wait(const Keys &keys) override { base_.wait(keys, timeout_); }
   void wait(const Keys &keys, const Ms &timeout) override {
@@ -175,6 +185,7 @@ public:
 private:
   gloo::rendezvous::Store &base_;
   const Ms timeout_;
+  std::map<std::string, std::vector<char>> got_;
 };
 
 // One end of a connection: Gloo's text of it (what its errors print) and
@@ -209,6 +220,40 @@ bool says_timeout(const std::string &s) {
   return s.find("imed out") != std::string::npos || s.find("imeout") != std::string::npos;
 }
 
+// SIGPIPE blocked in this thread while it lives. Gloo writes to its peers
+// from the calling thread as well as from its device's I/O thread (which
+// starts with the mask of the thread that creates the device, so under
+// one of these in dpm_gloo_create): a peer gone mid-write must be an EPIPE
+// error for the collective, not a signal that ends the process. A SIGPIPE
+// raised meanwhile (pending, as it is blocked) is taken back before the
+// mask is restored.
+class NoSigpipe {
+public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~NoSigpipe() {
+    sigset_t pending;
+    if (!was_pending_ && !sigpending(&pending) && sigismember(&pending, SIGPIPE) == 1) {
+      struct timespec zero = {0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe &) = delete;
+  NoSigpipe &operator=(const NoSigpipe &) = delete;
+
+private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
 // Slot of exchange's messages: a prefix none of Gloo's algorithms uses.
 constexpr uint8_t kExchangeSlotPrefix = 0x40;
 
@@ -230,8 +275,12 @@ struct dpm_gloo {
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::vector<Addr> peers; // [size] each process's end of its connection to this one
-  bool spent = false;      // a collective failed: the context is closed
-  std::string spent_msg;   // that failure
+  // [size] the address each process published for its connection to this
+  // one: Gloo names a peer by it when the peer connected before this side
+  // called connect (Gloo then keeps it as the peer's address)
+  std::vector<std::string> published;
+  bool spent = false;    // a collective failed: the context is closed
+  std::string spent_msg; // that failure
   // exchange: its size (fixed by the first call), the receive buffers (one
   // per peer, at xin + peer * xbytes) and the send buffer, kept from call
   // to call; which receives are posted (kPrepost: the next call's, as soon
@@ -275,15 +324,19 @@ dpm_status caught(dpm_gloo *g, const char *what, dpm_err *err,
   } catch (...) {
     text = "unknown exception";
   }
-  // Name the peer Gloo names by its address.
+  // Name the peer Gloo names by its address (either of the two).
   std::string who;
-  for (int q = 0; g && q < g->size && who.empty(); q++)
-    if (q != g->rank && g->peers[(size_t)q].match[0] &&
-        text.find(g->peers[(size_t)q].match) != std::string::npos) {
+  for (int q = 0; g && q < g->size && who.empty(); q++) {
+    if (q == g->rank) continue;
+    const char *end = g->peers[(size_t)q].match;
+    const std::string &pub = g->published[(size_t)q];
+    if ((*end && text.find(end) != std::string::npos) ||
+        (!pub.empty() && text.find(pub) != std::string::npos)) {
       char d[160];
       dpm_gloo_describe(g, q, d, sizeof d);
       who = d;
     }
+  }
   if (who.empty()) who = waiting;
   std::string msg;
   if (code == DPM_TIMEOUT)
@@ -412,7 +465,7 @@ void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
 
   gloo::transport::tcp::attr attr;
   if (rv.iface) attr.iface = rv.iface;
-  g->dev = gloo::transport::tcp::CreateDevice(attr);
+  g->dev = gloo::transport::tcp::CreateDevice(attr); // its I/O thread: no SIGPIPE
   auto ctx = std::make_shared<gloo::rendezvous::Context>(g->rank, g->size);
   ctx->setTimeout(timeout);
   ctx->connectFullMesh(store, g->dev);
@@ -443,6 +496,20 @@ void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
     a.show[sizeof a.show - 1] = 0;
   }
   g->peers = theirs;
+  // What each peer published for us: its key's value holds one address per
+  // other process, ours at our rank (less one past the peer's own).
+  for (int q = 0; q < g->size; q++) {
+    const std::vector<char> *v =
+        bounded.got(std::string(rv.prefix) + "/" + std::to_string(q));
+    if (q == g->rank || !v || v->size() % (size_t)(g->size - 1)) continue;
+    size_t each = v->size() / (size_t)(g->size - 1);
+    size_t at = (size_t)(g->rank > q ? g->rank - 1 : g->rank) * each;
+    std::vector<char> one(v->begin() + (long)at, v->begin() + (long)(at + each));
+    try {
+      g->published[(size_t)q] = gloo::transport::tcp::Address(one).str();
+    } catch (const std::exception &) { /* only for messages */
+    }
+  }
 }
 
 } // namespace
@@ -513,8 +580,10 @@ dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *
   char head[320];
   snprintf(head, sizeof head, "gloo rendezvous (prefix '%s', process %d of %d)",
            rv.prefix, cfg->rank, cfg->size);
+  NoSigpipe no_sigpipe;
   try {
     g->peers.resize((size_t)g->size);
+    g->published.resize((size_t)g->size);
     memset(g->peers.data(), 0, g->peers.size() * sizeof(Addr));
     form(g, cfg);
   } catch (const StoreError &e) {
@@ -558,6 +627,7 @@ dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size
   std::vector<char> got((size_t)g->size, 0);
   got[(size_t)g->rank] = 1;
   auto slot = gloo::Slot::build(kExchangeSlotPrefix, 0);
+  NoSigpipe no_sigpipe;
   try {
     if (!g->xbytes) { /* the first exchange: the buffers */
       g->xin.assign((size_t)g->size * bytes, 0);
@@ -638,6 +708,7 @@ dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, float *buf, size_t co
     return dpm_errf(err, DPM_INVALID, "%s: count %zu is too large", op, count);
   if (count && !buf) return dpm_errf(err, DPM_INVALID, "%s: no buffer", op);
   if (g->size == 1 || count == 0) return DPM_OK;
+  NoSigpipe no_sigpipe;
   try {
     gloo::AllreduceOptions o(g->ctx);
     o.setOutput(buf, count);
@@ -665,6 +736,7 @@ dpm_status dpm_gloo_broadcast(dpm_gloo *g, const char *op, int root, void *buf,
                     g->size - 1);
   if (bytes && !buf) return dpm_errf(err, DPM_INVALID, "%s: no buffer", op);
   if (g->size == 1 || bytes == 0) return DPM_OK;
+  NoSigpipe no_sigpipe;
   try {
     gloo::BroadcastOptions o(g->ctx);
     o.setOutput(static_cast<uint8_t *>(buf), bytes);
@@ -680,6 +752,7 @@ dpm_status dpm_gloo_broadcast(dpm_gloo *g, const char *op, int root, void *buf,
 dpm_status dpm_gloo_barrier(dpm_gloo *g, const char *op, dpm_err *err) {
   if (g->spent) return spent(g, op, err);
   if (g->size == 1) return DPM_OK;
+  NoSigpipe no_sigpipe;
   try {
     gloo::BarrierOptions o(g->ctx);
     o.setTimeout(Ms(g->timeout_ms));

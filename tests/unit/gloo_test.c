@@ -635,6 +635,38 @@ TEST(gloo_peer_killed_mid_allreduce_fails_the_survivor) {
   CHECK(o->broken);
 }
 
+/* Process 1 leaves the group after a barrier (destroys it and exits);
+ * process 0 then writes to it: an error naming the peer, not a SIGPIPE
+ * that ends the process (this binary keeps SIGPIPE's default action). */
+static void gone_rank(gt_rank *r) {
+  dpm_err e = {0};
+  r->out->s = dpm_comm_barrier(r->comm, r->rank, &e);
+  if (r->out->s || r->jrank == 1) return;
+  usleep(100000); /* its end closed */
+  size_t n = 1u << 20;
+  float *b = calloc(n, sizeof *b);
+  for (int i = 0; i < 3 && !r->out->s2; i++)
+    r->out->s2 = dpm_comm_allreduce(r->comm, r->rank, b, n, &e);
+  snprintf(r->out->msg2, sizeof r->out->msg2, "%s", e.msg);
+  free(b);
+}
+
+TEST(gloo_peer_gone_is_an_error_not_a_sigpipe) {
+  char dir[64];
+  CHECK(gt_dir(dir, sizeof dir));
+  gt_shared *sh = gt_map();
+  CHECK(sh);
+  gt_spec sp = gt_file_spec(dir, 2, 1, 2000, gone_rank);
+  int ok = gt_run(&sp, sh) && gt_created(&sp, sh);
+  gt_slot got = sh->rank[0];
+  munmap(sh, sizeof *sh);
+  gt_clean(dir);
+  CHECK(ok); /* process 0 exited 0: no SIGPIPE */
+  CHECK_INT(got.s, DPM_OK);
+  CHECK_INT(got.s2, DPM_IO);
+  CHECK_HAS(got.msg2, "lost process 1 (job rank 1, 127.0.0.1:");
+}
+
 /* ---- stores -------------------------------------------------------------- */
 
 /* A small exact allreduce and a broadcast from the last rank. */
