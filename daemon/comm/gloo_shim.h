@@ -9,7 +9,10 @@
  *
  * Threads: a dpm_gloo is used by one thread at a time (created on one
  * thread, driven by another is fine). Calls block; each wait in them is
- * bounded by the timeout given at creation.
+ * bounded by the timeout given at creation. Gloo writes to the peers from
+ * the calling thread and from its own I/O thread: SIGPIPE is blocked in
+ * both while they do (a peer gone mid-write is DPM_IO, never a signal), and
+ * the calling thread's mask is as it was when a call returns.
  *
  * Errors: DPM_INVALID for bad arguments (checked before anything is sent),
  * DPM_TIMEOUT when peers did not answer within the timeout, DPM_IO for a
