@@ -33,6 +33,7 @@ const ctl_option ctl_options[O_N_OPTIONS] = {
     [O_UNTIL_DONE] = {"--until-done", 0},
     [O_CHECKPOINT_EVERY] = {"--checkpoint-every", 1},
     [O_SHARDS] = {"--shards", 1},
+    [O_ALLOW_BATCH_CHANGE] = {"--allow-batch-change", 0},
 };
 
 #define GLOBAL_OPTS ((1u << CTL_N_GLOBAL) - 1)

@@ -58,6 +58,7 @@ typedef enum {
   O_UNTIL_DONE,
   O_CHECKPOINT_EVERY,
   O_SHARDS,
+  O_ALLOW_BATCH_CHANGE,
   O_N_OPTIONS
 } ctl_opt;
 #define CTL_N_GLOBAL (O_HELP + 1)

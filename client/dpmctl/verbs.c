@@ -234,9 +234,6 @@ static int name_verb(ctl_ctx *ctx, Dpm__Request__CommandCase c, const char *ok_f
   case DPM__REQUEST__COMMAND_PAUSE:
     req.pause = &nr;
     break;
-  case DPM__REQUEST__COMMAND_RESUME:
-    req.resume = &nr;
-    break;
   case DPM__REQUEST__COMMAND_DELETE:
     req.delete_ = &nr;
     break;
@@ -260,8 +257,30 @@ static int cmd_eval(ctl_ctx *ctx) {
 static int cmd_pause(ctl_ctx *ctx) {
   return name_verb(ctx, DPM__REQUEST__COMMAND_PAUSE, "paused %s", 0);
 }
+/* resume NAME [--shards EP,..] [--allow-batch-change]: a fleet job's
+ * coordinator re-forms it over the shards given (elastic). */
 static int cmd_resume(ctl_ctx *ctx) {
-  return name_verb(ctx, DPM__REQUEST__COMMAND_RESUME, "resumed %s", 0);
+  Dpm__ResumeRequest rr = DPM__RESUME_REQUEST__INIT;
+  rr.name = (char *)pos(ctx, 0);
+  char **shards = NULL;
+  size_t n_shards = 0;
+  const char *sh = ctx->a->opt[O_SHARDS];
+  if (sh && ctl_split(sh, &shards, &n_shards))
+    return usage_error(ctx, "--shards takes a list such as tcp://10.0.0.1:7070,"
+                            "tcp://10.0.0.2:7070");
+  rr.shards = shards;
+  rr.n_shards = n_shards;
+  rr.has_allow_batch_change = ctx->a->opt[O_ALLOW_BATCH_CHANGE] != NULL;
+  rr.allow_batch_change = rr.has_allow_batch_change;
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_RESUME;
+  req.resume = &rr;
+  char ok[512];
+  snprintf(ok, sizeof ok, "resumed %s", rr.name ? rr.name : "");
+  /* re-forming waits for the whole job to meet and load */
+  int rc = n_shards ? long_call_print(ctx, &req, ok) : call_print(ctx, &req, ok);
+  ctl_free_list(shards, n_shards);
+  return rc;
 }
 static int cmd_delete(ctl_ctx *ctx) {
   return name_verb(ctx, DPM__REQUEST__COMMAND_DELETE, "deleted %s", 0);
@@ -408,7 +427,8 @@ const ctl_verb ctl_verbs[] = {
     {"get-blob", "get-blob NAME BLOB [--device cpu:1] [--out FILE]", 2, 2,
      OPT(O_DEVICE) | OPT(O_OUT), 0, cmd_get_blob, 1, 1},
     {"pause", "pause NAME", 1, 1, 0, 0, cmd_pause, 1, 0},
-    {"resume", "resume NAME", 1, 1, 0, 0, cmd_resume, 1, 0},
+    {"resume", "resume NAME [--shards EP,..] [--allow-batch-change]", 1, 1,
+     OPT(O_SHARDS) | OPT(O_ALLOW_BATCH_CHANGE), 0, cmd_resume, 1, 0},
     {"delete", "delete NAME", 1, 1, 0, 0, cmd_delete, 1, 0},
     {"metrics", "metrics", 0, 0, 0, 0, cmd_metrics, 1, 0},
     {"shutdown", "shutdown", 0, 0, 0, 0, cmd_shutdown, 1, 1},

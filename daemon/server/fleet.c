@@ -10,6 +10,7 @@
 #include <sys/random.h>
 
 #include "common/escape.h"
+#include "common/validate.h"
 #include "server/kv.h"
 #include "server/kvpeer.h"
 #include "server/log.h"
@@ -148,6 +149,30 @@ void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *ms
   if (!named && n == 2 && (self == 0 || self == 1) && used < cap - 1)
     snprintf(out + used, cap - used, "; the other process is shard %d at %s", 1 - self,
              spec->parallel->shards[1 - self]);
+}
+
+dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards, int new_shards,
+                                    int allow, uint32_t *device_batch, int *changed,
+                                    dpm_err *err) {
+  if (batch < 1 || devices < 1 || shards < 1 || new_shards < 1)
+    return dpm_errf(err, DPM_INVALID, "elastic batch: nothing to divide");
+  uint64_t global = (uint64_t)batch * (uint64_t)devices * (uint64_t)shards;
+  uint64_t ranks = (uint64_t)devices * (uint64_t)new_shards;
+  if (global % ranks == 0 && global / ranks <= DPM_SPEC_MAX_BATCH) {
+    *device_batch = (uint32_t)(global / ranks);
+    *changed = 0;
+    return DPM_OK;
+  }
+  if (!allow)
+    return dpm_errf(err, DPM_INVALID,
+                    "the global batch of %llu does not divide among %llu devices (%d "
+                    "shard(s) of %d); --allow-batch-change keeps the per-device batch of "
+                    "%u, making the global batch %llu",
+                    (unsigned long long)global, (unsigned long long)ranks, new_shards,
+                    devices, batch, (unsigned long long)batch * ranks);
+  *device_batch = batch;
+  *changed = 1;
+  return DPM_OK;
 }
 
 /* ---- forming ----------------------------------------------------------------- */

@@ -98,6 +98,18 @@ int dpmd_fleet_checkpoints(const dpmd_fleet_link *l);
 void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *msg,
                             char *out, size_t cap);
 
+/* The per-device batch of a job re-formed from `shards` to `new_shards`
+ * shards of `devices` devices each, whose per-device batch is `batch`
+ * (elastic resume). The global batch batch x devices x shards is kept when
+ * the new devices divide it (into at most DPM_SPEC_MAX_BATCH per device):
+ * *device_batch is its share, *changed 0. Otherwise, with allow (dpmctl
+ * resume --allow-batch-change), the per-device batch stays (*device_batch
+ * = batch) and the global batch becomes batch x devices x new_shards
+ * (*changed 1); without, DPM_INVALID saying both. Pure. */
+dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards, int new_shards,
+                                    int allow, uint32_t *device_batch, int *changed,
+                                    dpm_err *err);
+
 /* Model thread, coordinator: forms the job (see Forming). On failure
  * nothing of the formation is left (no formation, no joined shard). */
 dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,

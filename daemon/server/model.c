@@ -24,6 +24,7 @@
 #include "server/paths.h"
 #include "server/store.h"
 #include "common/spec.h"
+#include "common/validate.h"
 #include "train/trainer.h"
 
 typedef enum { JOB_REQUEST, JOB_DELETE, JOB_SHUTDOWN } job_kind;
@@ -53,7 +54,12 @@ typedef struct waiter { /* a train --wait to answer when the run ends */
 
 struct dpmd_model {
   dpmd *d;
-  Dpm__ModelSpec *spec; /* owned; immutable once the thread runs */
+  /* owned; immutable once the thread runs, except that an elastic resume
+   * (model thread) replaces it with the job's new shards: the old one
+   * stays in retired_specs until the model is freed */
+  Dpm__ModelSpec *_Atomic spec;
+  Dpm__ModelSpec **retired_specs;
+  int n_retired_specs;
   /* owned: its shard of a fleet job, NULL: none. Set by the model thread
    * only (restored, re-formed: a new link), read by any; a replaced link
    * stays in `retired` until the model is freed, so a reader's stays
@@ -538,10 +544,25 @@ static dpm_status load_newest(dpmd_model *m, dpm_err *err) {
  * checkpoint (load_newest), and the run goes on towards its target. A
  * failure leaves the model failed (no trainer) with the reason; resume
  * tries again. */
-static dpm_status reform(dpmd_model *m, dpm_err *err) {
+static dpm_status reform(dpmd_model *m, Dpm__ModelSpec *elastic, dpm_err *err) {
   dpm_err derr = {0};
   if (dpmd_fleet_delete(m->d, m->fleet, m->spec, &derr))
     dpmd_warn("model %s: re-forming: %s", m->spec->name, derr.msg);
+  if (elastic) { /* the job's new shards from now on (saved: a restart keeps them) */
+    Dpm__ModelSpec **rs =
+        realloc(m->retired_specs, (size_t)(m->n_retired_specs + 1) * sizeof *rs);
+    if (!rs) {
+      dpm_spec_free(elastic);
+      return dpm_errf(err, DPM_NOMEM, "out of memory");
+    }
+    m->retired_specs = rs;
+    if (dpmd_store_save_spec(m->dir, elastic, err)) {
+      dpm_spec_free(elastic);
+      return err->code;
+    }
+    m->retired_specs[m->n_retired_specs++] = m->spec;
+    m->spec = elastic;
+  }
   pthread_mutex_lock(&m->mu);
   dpm_trainer *old = m->t;
   m->t = NULL;
@@ -588,6 +609,67 @@ static dpm_status reform(dpmd_model *m, dpm_err *err) {
   return DPM_OK;
 }
 
+/* A copy of m's spec over the shards of an elastic resume (r), with the
+ * per-device batch that keeps the global batch (or, allowed, the old one:
+ * *note says the global batch changed). DPM_INVALID: not this job's
+ * coordinator first, a bad or repeated endpoint, a batch that does not
+ * divide. */
+static dpm_status elastic_spec(dpmd_model *m, const Dpm__ResumeRequest *r,
+                               Dpm__ModelSpec **out, char *note, size_t cap,
+                               dpm_err *err) {
+  const Dpm__ParallelSpec *p = m->spec->parallel;
+  if (r->n_shards > DPM_SPEC_MAX_SHARDS)
+    return dpm_errf(err, DPM_INVALID, "at most %d shards", DPM_SPEC_MAX_SHARDS);
+  for (size_t i = 0; i < r->n_shards; i++) {
+    if (!dpm_shard_endpoint_valid(r->shards[i]))
+      return dpm_errf(err, DPM_INVALID, "shard %zu is not tcp://HOST:PORT or ipc:///PATH",
+                      i);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(r->shards[i], r->shards[j]))
+        return dpm_errf(err, DPM_INVALID, "shards %zu and %zu are the same daemon", j, i);
+  }
+  if (strcmp(r->shards[0], p->shards[0]) != 0)
+    return dpm_errf(err, DPM_INVALID,
+                    "the first shard must be the job's coordinator, %s", p->shards[0]);
+  uint32_t batch = p->device_batch ? p->device_batch : m->spec->input->batch_size;
+  uint32_t nb;
+  int changed;
+  if (dpmd_fleet_elastic_batch(batch, (int)p->n_devices, (int)p->n_shards,
+                               (int)r->n_shards, r->allow_batch_change, &nb, &changed,
+                               err))
+    return err->code;
+  size_t len = protobuf_c_message_get_packed_size(&m->spec->base);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  protobuf_c_message_pack(&m->spec->base, buf);
+  Dpm__ModelSpec *s = dpm__model_spec__unpack(NULL, len, buf);
+  free(buf);
+  char **sh = s ? calloc(r->n_shards, sizeof *sh) : NULL;
+  for (size_t i = 0; sh && i < r->n_shards; i++)
+    if (!(sh[i] = strdup(r->shards[i]))) {
+      for (size_t j = 0; j < i; j++) free(sh[j]);
+      free(sh), sh = NULL;
+    }
+  if (!sh) {
+    dpm_spec_free(s);
+    return dpm_errf(err, DPM_NOMEM, "out of memory");
+  }
+  Dpm__ParallelSpec *q = s->parallel;
+  for (size_t i = 0; i < q->n_shards; i++) free(q->shards[i]);
+  free(q->shards);
+  q->shards = sh;
+  q->n_shards = r->n_shards;
+  q->has_device_batch = nb != s->input->batch_size;
+  q->device_batch = q->has_device_batch ? nb : 0;
+  note[0] = 0;
+  if (changed)
+    snprintf(note, cap, "the global batch is now %llu (was %llu): %u per device",
+             (unsigned long long)nb * q->n_devices * q->n_shards,
+             (unsigned long long)batch * p->n_devices * p->n_shards, nb);
+  *out = s;
+  return DPM_OK;
+}
+
 /* Whether resume re-forms the job: its coordinator, failed or not formed. */
 static int needs_reform(const dpmd_model *m) {
   return m->fleet && dpmd_fleet_shard_id(m->fleet) == 0 &&
@@ -595,17 +677,36 @@ static int needs_reform(const dpmd_model *m) {
 }
 
 void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
-  (void)rq;
-  if (needs_reform(m)) {
-    dpm_err err = {0};
-    if (reform(m, &err)) {
+  const Dpm__ResumeRequest *r = rq->resume;
+  Dpm__ModelSpec *elastic = NULL;
+  char note[160] = "";
+  dpm_err err = {0};
+  if (r->n_shards) { /* elastic: the coordinator re-forms the job over r's shards */
+    if (!m->fleet || dpmd_fleet_shard_id(m->fleet) != 0)
+      return dpmd_reply_error(m->d, to, DPM_INVALID,
+                              "%s: --shards re-forms a fleet job at its coordinator",
+                              m->spec->name);
+    if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it first");
+    if (elastic_spec(m, r, &elastic, note, sizeof note, &err)) return reply_err(m, to, &err);
+  }
+  if (elastic || needs_reform(m)) {
+    if (reform(m, elastic, &err)) {
       fail(m, &err);
       return reply_err(m, to, &err);
     }
-    return dpmd_model_reply_info(m, to);
+    if (!note[0]) return dpmd_model_reply_info(m, to);
+    dpmd_info("model %s: %s", m->spec->name, note);
+    Dpm__Response rs = DPM__RESPONSE__INIT;
+    Dpm__ModelInfo info;
+    dpmd_info_buf buf;
+    dpmd_model_info(m, &info, &buf);
+    rs.result_case = DPM__RESPONSE__RESULT_MODEL;
+    rs.model = &info;
+    rs.message = note;
+    return dpmd_reply(m->d, to, &rs);
   }
   if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
-  dpm_err err = {0}; /* the whole job goes on towards the same target */
+  /* the whole job goes on towards the same target */
   if (coordinates(m) && m->target > m->iter &&
       dpmd_fleet_train(m->d, m->fleet, m->spec, m->target - m->iter, m->iter, &err))
     return reply_err(m, to, &err);
@@ -1030,6 +1131,8 @@ void dpmd_model_free(dpmd_model *m) {
   dpmd_fleet_link_free(m->fleet); /* after the trainer, whose communicator used it */
   for (int i = 0; i < m->n_retired; i++) dpmd_fleet_link_free(m->retired[i]);
   free(m->retired);
+  for (int i = 0; i < m->n_retired_specs; i++) dpm_spec_free(m->retired_specs[i]);
+  free(m->retired_specs);
   dpm_spec_free(m->spec);
   free(m);
 }

@@ -609,7 +609,11 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   int type = t->opt.net_type >= 0                                ? t->opt.net_type
              : par && par->net_type == DPM__NET_TYPE__NET_SIMPLE ? DPM_NET_SIMPLE
                                                                  : DPM_NET_DAG;
-  int batch = (int)spec->input->batch_size;
+  /* parallel.device_batch: an elastic resume's, in place of input.batch_size */
+  if (par && par->device_batch > DPM_SPEC_MAX_BATCH)
+    return dpm_errf(err, DPM_SPEC, "parallel.device_batch must be 1..%u, got %u",
+                    DPM_SPEC_MAX_BATCH, par->device_batch);
+  int batch = par && par->device_batch ? (int)par->device_batch : (int)spec->input->batch_size;
   int64_t chw[3];
   dpm_status s = input_shape(t->opt.fs, spec->input, chw, err);
   if (!s)

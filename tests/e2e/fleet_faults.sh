@@ -19,7 +19,12 @@
 # shutdown of A while a job trains stops both shards at one iteration (B
 # paused there), and A's checkpoint holds that iteration; A restarted
 # brings q back paused at that iteration (no trainer: get-blob refused) and
-# resume re-forms it with B (whose paused shard is replaced).
+# resume re-forms it with B (whose paused shard is replaced); resume q
+# --shards A re-forms it on A alone from that checkpoint with the global
+# batch kept (128 on one device; 3 shards refused: 128 does not divide,
+# naming --allow-batch-change), and its parameters after K - iq steps
+# equal, within 1e-5, a 1 x 2 job's from the same checkpoint; resume
+# --shards A,B brings B back.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -118,6 +123,17 @@ grep -q "model m: the job's coordinator paused it at iteration $ia" "$T/B.log" |
   die "B logged no stop at $ia: $(grep 'model m' "$T/B.log" | tail -5)"
 
 # ---- checkpoints across hosts: A writes, load at A reaches B (which has no file) -------------
+# close A B: the raw float32 files hold as many values, and they differ by at
+# most 1e-5 of B's largest magnitude
+close() {
+  [ "$(wc -c <"$1")" = "$(wc -c <"$2")" ] || die "$1 and $2 differ in size"
+  od -An -v -tf4 "$1" | tr -s ' ' '\n' | sed '/^$/d' >"$1.txt"
+  od -An -v -tf4 "$2" | tr -s ' ' '\n' | sed '/^$/d' >"$2.txt"
+  paste "$1.txt" "$2.txt" | awk '
+    { d = $1 - $2; if (d < 0) d = -d; if (d > md) md = d
+      b = $2 < 0 ? -$2 : $2; if (b > mb) mb = b; n++ }
+    END { if (n == 0 || md > 1e-5 * mb) { print "max diff " md ", largest " mb ", " n " values"; exit 1 } }'
+}
 # same FILE_A FILE_B: the raw float32 files are equal byte for byte
 same() { cmp -s "$1" "$2" || die "$1 and $2 differ"; }
 # params_equal M1 EP1 M2 EP2: every parameter of M1 at EP1 equals M2's at EP2
@@ -229,6 +245,34 @@ mentions "resume re-forms it" "$o"
 s=$(at "$EA" resume q)
 expect "q re-formed" "$(json_str "$s" state)" training
 poll 20 "q training on B after A's restart" iter_over "$EB" q $((iq + 3))
+
+# ---- elastic: q on A alone from its checkpoint (the global batch kept), then on both -----
+at "$EA" pause q >/dev/null
+o=$(refused_at "$EA" INVALID resume q --shards "$EA,$EB,tcp://127.0.0.1:9")
+mentions "global batch of 128 does not divide among 3 devices" "$o"
+mentions "--allow-batch-change" "$o"
+o=$(refused_at "$EA" INVALID resume q --shards "$EB")
+mentions "must be the job's coordinator" "$o"
+s=$(at "$EA" resume q --shards "$EA")
+expect "q on A alone" "$(json_field "$s" num_shards)" 1
+expect "q re-formed at A's checkpoint" "$(json_field "$s" iter)" "$iq"
+expect "q on A alone trains" "$(json_str "$s" state)" training
+o=$(refused_at "$EB" NOT_FOUND status q) # B's shard was deleted
+poll 20 "q training on A alone" iter_over "$EA" q $((iq + 3))
+s=$(at "$EA" pause q)
+K=$(json_field "$s" iter)
+at "$EA" submit examples/fmnist_mlp.yaml --name r3 --devices cpu:0,cpu:1 >/dev/null
+at "$EA" load r3 "$(ckpt_path "$T/A/models/q/checkpoints" "$iq")" >/dev/null
+at "$EA" train r3 --iters $((K - iq)) --wait --no-progress >/dev/null
+for b in fc1_w fc1_b fc2_w fc2_b pred_w pred_b; do # 1 x 1 at 128 against 1 x 2 at 64
+  at "$EA" get-blob q $b --out "$T/q.$b" >/dev/null
+  at "$EA" get-blob r3 $b --out "$T/r3.$b" >/dev/null
+  why=$(close "$T/q.$b" "$T/r3.$b") || die "$b: elastic q vs 1 x 2 from the same checkpoint: $why"
+done
+at "$EA" delete r3 >/dev/null
+s=$(at "$EA" resume q --shards "$EA,$EB")
+expect "q on both again" "$(json_field "$s" num_shards)" 2
+poll 20 "q training on B again" iter_over "$EB" q $((iq + 3))
 at "$EA" delete q >/dev/null
 build/dpmctl --token-file "$TOK" --endpoint "$EA" shutdown >/dev/null || die "shutdown A"
 wait "$PID_A" || die "dpmd A exited with $?: $(tail -5 "$T/A.log")"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "server/fleet.h"
+#include "common/validate.h"
 #include "server/kv.h"
 #include "test.h"
 
@@ -160,4 +161,28 @@ TEST(fleet_link_failure_names_the_shard) {
                      "tcp://10.0.0.1:7070"));
   dpm__model_spec__free_unpacked(two, NULL);
   dpm__model_spec__free_unpacked(s, NULL);
+}
+
+/* Elastic resume's batch: kept when the new devices divide the global
+ * batch (each its share), else refused naming --allow-batch-change, which
+ * keeps the per-device batch and changes the global one. */
+TEST(fleet_link_elastic_batch_rule) {
+  uint32_t b = 0;
+  int changed = -1;
+  dpm_err err = {0};
+  CHECK_INT(dpmd_fleet_elastic_batch(64, 1, 2, 1, 0, &b, &changed, &err), DPM_OK);
+  CHECK(b == 128 && changed == 0); /* 2 shards -> 1: 128 on one device */
+  CHECK_INT(dpmd_fleet_elastic_batch(128, 1, 1, 2, 0, &b, &changed, &err), DPM_OK);
+  CHECK(b == 64 && changed == 0); /* and back */
+  CHECK_INT(dpmd_fleet_elastic_batch(64, 2, 3, 2, 0, &b, &changed, &err), DPM_OK);
+  CHECK(b == 96 && changed == 0); /* 384 over 4 devices */
+  CHECK_INT(dpmd_fleet_elastic_batch(128, 1, 1, 3, 0, &b, &changed, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "global batch of 128 does not divide among 3 devices");
+  CHECK_HAS(err.msg, "--allow-batch-change keeps the per-device batch of 128");
+  CHECK_INT(dpmd_fleet_elastic_batch(128, 1, 1, 3, 1, &b, &changed, &err), DPM_OK);
+  CHECK(b == 128 && changed == 1);
+  /* a share above the spec's largest batch is not kept either */
+  CHECK_INT(dpmd_fleet_elastic_batch(DPM_SPEC_MAX_BATCH, 1, 2, 1, 0, &b, &changed, &err),
+            DPM_INVALID);
+  CHECK_INT(dpmd_fleet_elastic_batch(0, 1, 2, 1, 1, &b, &changed, &err), DPM_INVALID);
 }
