@@ -258,7 +258,8 @@ static int cmd_pause(ctl_ctx *ctx) {
   return name_verb(ctx, DPM__REQUEST__COMMAND_PAUSE, "paused %s", 0);
 }
 /* resume NAME [--shards EP,..] [--allow-batch-change]: a fleet job's
- * coordinator re-forms it over the shards given (elastic). */
+ * coordinator re-forms it over the shards given (elastic); a note from the
+ * daemon (the global batch changed) goes to stderr. */
 static int cmd_resume(ctl_ctx *ctx) {
   Dpm__ResumeRequest rr = DPM__RESUME_REQUEST__INIT;
   rr.name = (char *)pos(ctx, 0);
@@ -278,8 +279,15 @@ static int cmd_resume(ctl_ctx *ctx) {
   char ok[512];
   snprintf(ok, sizeof ok, "resumed %s", rr.name ? rr.name : "");
   /* re-forming waits for the whole job to meet and load */
-  int rc = n_shards ? long_call_print(ctx, &req, ok) : call_print(ctx, &req, ok);
+  Dpm__Response *resp;
+  int rc = n_shards ? ctl_long_call(ctx, &req, &resp) : ctl_call(ctx, &req, &resp);
   ctl_free_list(shards, n_shards);
+  if (rc) return rc;
+  rc = ctl_print_response(ctx, resp, ok);
+  /* what the daemon says besides (an elastic resume that changed the
+   * global batch), on stderr: stdout keeps one JSON object */
+  if (resp->message && *resp->message) fprintf(stderr, "dpmctl: %s\n", resp->message);
+  dpm_client_free_response(resp);
   return rc;
 }
 static int cmd_delete(ctl_ctx *ctx) {
