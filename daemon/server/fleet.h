@@ -43,7 +43,12 @@
  * stops stepping makes the others fail their step at once (a closed
  * connection) or at the collectives' timeout; the failure names the
  * process, which is the shard (dpmd_fleet_name_shards adds its endpoint).
- * Re-forming and restarts are not here.
+ * load and sync at the coordinator are forwarded to every other shard
+ * while it runs its part (dpmd_fleet_forward_begin/end). Re-forming
+ * (resume at the coordinator: dpmd_fleet_delete of the old job, a new link
+ * from dpmd_fleet_coordinate, dpmd_fleet_form) and restarts are the
+ * model's (server/model.h); the elastic batch rule is here
+ * (dpmd_fleet_elastic_batch).
  *
  * Threads: the links are made on the loop thread, without the network;
  * form, abort, train and delete wait for the network, on the model's
