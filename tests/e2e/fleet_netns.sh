@@ -21,6 +21,7 @@
 #     shards: each daemon logs the model failed within the timeout (3 s)
 #     + 1 s, status at each says failed with a timeout error naming the
 #     other shard's daemon, and both still answer status and ping.
+# No sanitizer report in either daemon's log (DPMD=build/asan-bin/dpmd: 15 s).
 # dpmctl reaches the daemons over ipc sockets (a path works across network
 # namespaces); the daemons talk to each other over tcp on the veth.
 . tests/e2e_lib.sh
@@ -294,4 +295,5 @@ echo "link down under dpmd: A failed the model after $tookA ms, B after $tookB m
 echo "  A says: $(json_str "${sa%%\"shards\":*}" error)"
 echo "  B says: $(json_str "${sb%%\"shards\":*}" error)"
 
+for d in A B; do sanitizers_quiet "$T/$d.log"; done
 echo "fleet_netns: ok ($(($(ms) - t0)) ms)"
