@@ -55,6 +55,7 @@ ip netns add "$NS0" 2>"$T/ip.err" || skip "cannot create a network namespace: $(
 made="$NS0"
 ip netns add "$NS1" 2>"$T/ip.err" || skip "cannot create a network namespace: $(cat "$T/ip.err")"
 made="$NS0 $NS1"
+ip netns exec "$NS0" true 2>"$T/ip.err" || skip "cannot run in a network namespace: $(cat "$T/ip.err")"
 ip link add "$V0" type veth peer name "$V1" 2>"$T/ip.err" ||
   skip "cannot create a veth pair: $(cat "$T/ip.err")"
 ip link set "$V0" netns "$NS0"
