@@ -68,7 +68,7 @@ for n in "$NS0" "$NS1"; do
   ip -n "$n" link set lo up
   ip -n "$n" link set $IF up
 done
-# up_link: both ends carry (after a link set up)
+# carrier: both ends of the veth have a carrier (after a link set up)
 carrier() { ip -n "$NS0" link show $IF | grep -q LOWER_UP && ip -n "$NS1" link show $IF | grep -q LOWER_UP; }
 poll 10 "the veth up" carrier
 
