@@ -38,11 +38,18 @@ typedef struct meta {
 } meta;
 enum { AGREE_MODEL, AGREE_PLAN, AGREE_DEVICES, AGREE_SHARDS, AGREE_EXAMPLES };
 enum { LOAD_STATUS, LOAD_ITER, LOAD_EPOCH, LOAD_INDEX, LOAD_NOTHING };
-/* What a JOB_GO run broadcasts from the job's rank 0 before each step of a
- * job of several shards: its decision (0: step; else stop, with the reason
- * rank 0's driver gave to dpm_trainer_stop) and its iteration, which every
- * shard must share. 16 bytes per step. */
-enum { GO_STOP, GO_ITER, GO_WORDS };
+/* What a JOB_GO run broadcasts from the job's rank 0 before each grant of
+ * steps of a job of several shards: its decision (0: step; else stop, with
+ * the reason rank 0's driver gave to dpm_trainer_stop), its iteration,
+ * which every shard must share, and how many steps the grant holds. 24
+ * bytes per grant. */
+enum { GO_STOP, GO_ITER, GO_STEPS, GO_WORDS };
+/* A grant holds as many steps as take about GRANT_MS at the last step's
+ * pace, 1 to GRANT_MAX, never more than shard 0's call has left: the
+ * decision's cost (a broadcast across the shards, ~0.2-0.5 ms on loopback)
+ * is spread over them, and a stop waits at most about GRANT_MS. */
+#define GRANT_MS 25.0
+#define GRANT_MAX 64
 
 typedef struct replica {
   int rank;
@@ -86,7 +93,10 @@ struct dpm_trainer {
   int sync_n;
   meta meta;  /* JOB_META: this shard's own values (rank 0's are broadcast) */
   int agree;  /* JOB_META: also sum the replicas that disagree with rank 0 */
-  int go_stop; /* JOB_GO at shard 0: the decision to broadcast (0: step) */
+  int go_stop;  /* JOB_GO at shard 0: the decision to broadcast (0: step) */
+  int go_steps; /* ... and the steps it grants */
+  int granted;  /* steps of the job's current grant this shard has yet to run */
+  double last_step_ms; /* the last step's wall time (shard 0 sizes grants by it) */
   atomic_int interrupted;
   uint64_t iter, seed, spec_hash;
   dpm_trainer_memory memory; /* counted at create */
@@ -186,6 +196,7 @@ static void meta_job(dpm_trainer *t, replica *r) {
 static void go_job(dpm_trainer *t, replica *r) {
   r->go[GO_STOP] = (uint64_t)t->go_stop;
   r->go[GO_ITER] = t->iter;
+  r->go[GO_STEPS] = (uint64_t)t->go_steps;
   r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, r->go, sizeof r->go, &r->err);
 }
 
@@ -757,12 +768,23 @@ static void stats(const dpm_trainer *t, dpm_step_stats *st) {
   st->lr = scalar(t->r[0].lr);
 }
 
-/* The job's decision before its next step (a job of several shards): rank
- * 0 broadcasts `stop` (shard 0's; the others' is ignored) and its
- * iteration; *why is the decision every shard received. A shard at another
+/* Steps in a grant: about GRANT_MS at a pace of step_ms, 1..GRANT_MAX,
+ * at most left. */
+static int grant_steps(int left, double step_ms) {
+  double g = step_ms > 0 ? GRANT_MS / step_ms : 1;
+  int k = g >= GRANT_MAX ? GRANT_MAX : g < 1 ? 1 : (int)g;
+  return k < left ? k : left;
+}
+
+/* The job's decision before its next grant of steps (a job of several
+ * shards): rank 0 broadcasts `stop` and `steps` (shard 0's; the others'
+ * are ignored) and its iteration; *why and *granted are what every shard
+ * received (a grant outside 1..GRANT_MAX counts as 1). A shard at another
  * iteration than rank 0 fails (DPM_STATE): it would read other examples. */
-static dpm_status decide(dpm_trainer *t, int stop, int *why, dpm_err *err) {
+static dpm_status decide(dpm_trainer *t, int stop, int steps, int *why, int *granted,
+                         dpm_err *err) {
   t->go_stop = t->shard == 0 ? stop : 0;
+  t->go_steps = t->shard == 0 ? steps : 0;
   dpm_status s = dispatch(t, JOB_GO, err);
   if (s) return s;
   const uint64_t *g = t->r[0].go;
@@ -772,6 +794,7 @@ static dpm_status decide(dpm_trainer *t, int stop, int *why, dpm_err *err) {
     return shard_prefix(t, err);
   }
   *why = (int)(g[GO_STOP] > INT_MAX ? INT_MAX : g[GO_STOP]);
+  *granted = g[GO_STEPS] >= 1 && g[GO_STEPS] <= GRANT_MAX ? (int)g[GO_STEPS] : 1;
   return DPM_OK;
 }
 
@@ -782,22 +805,30 @@ dpm_status dpm_trainer_stop(dpm_trainer *t, int why, dpm_err *err) {
     dpm_errf(err, DPM_INVALID, "only shard 0 stops the job");
     return shard_prefix(t, err);
   }
-  int got;
-  return decide(t, why, &got, err);
+  if (t->granted) { /* shard 0 never leaves a step call inside a grant */
+    dpm_errf(err, DPM_INTERNAL, "a stop inside a grant of %d more steps", t->granted);
+    return shard_prefix(t, err);
+  }
+  int got, steps;
+  return decide(t, why, 0, &got, &steps, err);
 }
 
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err) {
   dpm_step_stats st = {0};
   atomic_store(&t->interrupted, 0);
-  for (int i = 0; i < n && !atomic_load(&t->interrupted); i++) {
-    if (t->shards > 1) { /* the job's decision comes first: no batch is taken */
-      int why = 0;
-      if (decide(t, 0, &why, err)) return err->code;
+  for (int i = 0; i < n; i++) {
+    /* shard 0 finishes the job's grant first (the others are running it) */
+    if (atomic_load(&t->interrupted) && (t->shard != 0 || !t->granted)) break;
+    if (t->shards > 1 && !t->granted) { /* the job's decision first: no batch taken */
+      int why = 0, granted = 0;
+      if (decide(t, 0, grant_steps(n - i, t->last_step_ms), &why, &granted, err))
+        return err->code;
       if (why) {
         st.iter = t->iter;
         st.stopped = why;
         break;
       }
+      t->granted = granted;
     }
     double t0 = now_ms();
     const dpm_batch *b;
@@ -809,6 +840,8 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     stats(t, &st);
     st.steps_done = i + 1;
     st.step_ms = now_ms() - t0;
+    t->last_step_ms = st.step_ms;
+    if (t->granted) t->granted--;
     st.comm_ms = (double)(t->r[0].ctx.comm_ns - comm0) / 1e6;
     if (!isfinite(st.loss))
       return dpm_errf(err, DPM_NUMERIC, "loss is %g at iteration %llu", st.loss,

@@ -156,21 +156,25 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err);
 /* Ask a running dpm_trainer_step to return after the step in flight. Safe
  * from any thread (and from a signal handler). In a job of several shards
- * this is local: the shard leaves its step loop, and the others wait for it
- * in the next step's decision (below) until it steps again or the timeout
- * passes; only dpm_trainer_stop ends the job's run. */
+ * this is local: the shard leaves its step loop (shard 0 at the end of the
+ * job's current grant of steps, below), and the others wait for it in
+ * their next collective until it steps again or the timeout passes; only
+ * dpm_trainer_stop ends the job's run. */
 void dpm_trainer_interrupt(dpm_trainer *t);
-/* Stops (agreed in band) the job of several shards: each step of such a job
- * begins with the job's rank 0's decision, broadcast to every replica of
- * every shard (16 bytes: step or stop, and rank 0's iteration, which each
- * shard checks against its own: DPM_STATE if they differ), before any
- * batch is read. Called by shard 0's driver between two of its
- * dpm_trainer_step calls, it broadcasts "stop, reason why" (why > 0,
- * chosen by the driver) as the decision of the next step: every other
- * shard's dpm_trainer_step, waiting there, returns DPM_OK with
- * last->stopped = why and last->iter the job's iteration, having taken no
- * batch, so every shard stops after the same iteration and none is left
- * inside a collective. DPM_OK at once for a job of one process;
+/* Stops (agreed in band) the job of several shards: such a job steps in
+ * grants, each begun by the job's rank 0's decision, broadcast to every
+ * replica of every shard before any batch is read (24 bytes: step or stop,
+ * rank 0's iteration, which each shard checks against its own, DPM_STATE
+ * if they differ, and how many steps the grant holds: as many as take
+ * about 25 ms at the last step's pace, 1 to 64, never past the end of
+ * shard 0's dpm_trainer_step call, so that shard 0 never leaves a call
+ * inside a grant; the others run a grant across their calls). Called by
+ * shard 0's driver between two of its dpm_trainer_step calls, it
+ * broadcasts "stop, reason why" (why > 0, chosen by the driver) as the
+ * next decision: every other shard's dpm_trainer_step, waiting there,
+ * returns DPM_OK with last->stopped = why and last->iter the job's
+ * iteration, having taken no batch, so every shard stops after the same
+ * iteration and none is left inside a collective. DPM_OK at once for a job of one process;
  * DPM_INVALID on shards but 0 or for why <= 0; a collective's error (the
  * shard that did not answer within the timeout, named) as a step's. */
 dpm_status dpm_trainer_stop(dpm_trainer *t, int why, dpm_err *err);

@@ -59,7 +59,8 @@ typedef enum {
   CREATE,
   STEP,
   LOAD,
-  STEP_STOP /* steps; then shard 0 stops the job with reason stop_why */
+  STEP_STOP,  /* steps; then shard 0 stops the job with reason stop_why */
+  STEP_CHUNKS /* calls of `chunk` steps until the job is stopped */
 } phase;
 
 typedef struct {
@@ -69,6 +70,7 @@ typedef struct {
   phase what;
   int steps;        /* STEP, STEP_STOP */
   int stop_why;     /* STEP_STOP */
+  int chunk;        /* STEP_CHUNKS */
   dpm_step_stats st; /* STEP, STEP_STOP: the last step's */
   const char *path; /* LOAD: this shard's path (NULL: none) */
   dpm_trainer *t;   /* made by CREATE */
@@ -96,6 +98,11 @@ static void *run_phase(void *arg) {
     opt.fleet.rendezvous.store = store_url();
     opt.fleet.rendezvous.prefix = r->prefix;
     r->status = dpm_trainer_create(r->spec, &opt, &r->t, &r->err);
+  } else if (r->what == STEP_CHUNKS) {
+    memset(&r->st, 0, sizeof r->st);
+    r->status = DPM_OK;
+    while (!r->status && !r->st.stopped)
+      r->status = dpm_trainer_step(r->t, r->chunk, &r->st, &r->err);
   } else if (r->what == STEP || r->what == STEP_STOP) {
     memset(&r->st, 0, sizeof r->st);
     r->status = dpm_trainer_step(r->t, r->steps, &r->st, &r->err);
@@ -361,7 +368,9 @@ TEST(fleet_step_fails_when_a_shard_stops) {
 /* A stop agreed in band: shard 0 steps 5 times and stops the job; shard 1,
  * asked for 100 steps, returns DPM_OK after the same 5 with the reason
  * shard 0 gave, having read no batch more (the job then steps on alike and
- * stays identical to one replica's pair). Shards but 0 cannot stop it. */
+ * stays identical to one replica's pair). Shards but 0 cannot stop it.
+ * Grants of steps span the other shards' calls: shard 0 in one call of 40,
+ * shard 1 in calls of 3, stopped at the same iteration. */
 TEST(fleet_stop_is_agreed_at_one_iteration) {
   Dpm__ModelSpec *spec = tf_spec(MLP_FORWARD, 8, 7, 0.01, "simple", 65536);
   CHECK(spec);
@@ -384,6 +393,18 @@ TEST(fleet_stop_is_agreed_at_one_iteration) {
   CHECK(run_all(runs, 2, STEP) && all_ok(runs, 2));
   CHECK_INT(runs[1].st.stopped, 0);
   CHECK_INT((int)dpm_trainer_iter(runs[1].t), 8);
+  CHECK(job_identical(runs, 2));
+  /* shard 0 grants steps in one call of 40, shard 1 runs them in calls of 3
+   * (a grant spans its calls); the stop then reaches it at 48 */
+  runs[0].steps = 40;
+  runs[1].chunk = 3;
+  pthread_t th[2];
+  runs[0].what = STEP_STOP, runs[1].what = STEP_CHUNKS;
+  for (int i = 0; i < 2; i++) CHECK(!pthread_create(&th[i], NULL, run_phase, &runs[i]));
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  CHECK(all_ok(runs, 2));
+  CHECK_INT(runs[1].st.stopped, 7);
+  CHECK_INT((int)dpm_trainer_iter(runs[1].t), 48);
   CHECK(job_identical(runs, 2));
   dpm_trainer_options one = {.net_type = -1};
   dpm_trainer *t = NULL;
