@@ -5,7 +5,8 @@
 # checkpoint at A (none written at B) loads into a 1-shard job of 2 devices,
 # and after 10 steps of each its parameters equal the fleet's bitwise, and
 # the reverse: the 1-shard job's checkpoint, loaded at A (B reads no file,
-# it receives the state), then sync, then 10 steps, equal again; while
+# it receives the state), then sync, then 10 steps, equal again; eval and
+# extract-predictor at A answer for the job; while
 # the job trains, kill -9 of B makes A's model `failed` within the timeout
 # + 1 s, its message naming the collective, the job's rank and B's endpoint,
 # and status, list and another model at A still answer; B restarted, resume
@@ -166,6 +167,10 @@ at "$EA" train m --iters 10 --wait --no-progress >/dev/null
 params_equal m "$EB" r "$EA"
 params_equal m "$EA" r "$EA"
 at "$EA" delete r >/dev/null
+e=$(at "$EA" eval m) # eval and extract-predictor at the coordinator: shard 0's
+at_least "$(json_field "$e" accuracy)" 0.1 || die "eval at A: $e"
+at "$EA" extract-predictor m --inputs data --outputs softmax --out "$T/A/pred" >/dev/null
+[ -n "$(ls "$T/A/pred")" ] || die "no predictor written at A"
 
 # ---- kill -9 of shard 1 mid-training: A fails within the timeout + 1 s -------------------
 at "$EA" submit examples/fmnist_mlp.yaml --name other --devices cpu:1 >/dev/null
