@@ -25,7 +25,8 @@
 # batch kept (128 on one device; 3 shards refused: 128 does not divide,
 # naming --allow-batch-change), and its parameters after K - iq steps
 # equal, within 1e-5, a 1 x 2 job's from the same checkpoint; resume
-# --shards A,B brings B back.
+# --shards A,B,C --allow-batch-change re-forms it on three daemons at 128
+# per device (dpmctl notes on stderr that the global batch is now 384).
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -275,15 +276,25 @@ for b in fc1_w fc1_b fc2_w fc2_b pred_w pred_b; do # 1 x 1 at 128 against 1 x 2 
   why=$(close "$T/q.$b" "$T/r3.$b") || die "$b: elastic q vs 1 x 2 from the same checkpoint: $why"
 done
 at "$EA" delete r3 >/dev/null
-s=$(at "$EA" resume q --shards "$EA,$EB")
-expect "q on both again" "$(json_field "$s" num_shards)" 2
+PC=$(free_port)
+while [ "$PC" = "$PA" ] || [ "$PC" = "$PB" ]; do PC=$(free_port); done
+EC=tcp://127.0.0.1:$PC
+up C "$EC"
+s=$(build/dpmctl --json --token-file "$TOK" --endpoint "$EA" resume q --shards "$EA,$EB,$EC" \
+  --allow-batch-change 2>"$T/note") || die "resume q over 3 shards: $s $(cat "$T/note")"
+expect "q on three" "$(json_field "$s" num_shards)" 3
+grep -q "the global batch is now 384 (was 128): 128 per device" "$T/note" ||
+  die "no note of the batch change: $(cat "$T/note")"
 poll 20 "q training on B again" iter_over "$EB" q $((iq + 3))
+poll 20 "q training on C" iter_over "$EC" q $((iq + 3))
 at "$EA" delete q >/dev/null
+build/dpmctl --token-file "$TOK" --endpoint "$EC" shutdown >/dev/null || die "shutdown C"
+wait "$PID_C" || die "dpmd C exited with $?"
 build/dpmctl --token-file "$TOK" --endpoint "$EA" shutdown >/dev/null || die "shutdown A"
 wait "$PID_A" || die "dpmd A exited with $?: $(tail -5 "$T/A.log")"
 
 build/dpmctl --token-file "$TOK" --endpoint "$EB" shutdown >/dev/null || die "shutdown B"
 wait "$PID_B" || die "dpmd B exited with $?: $(tail -5 "$T/B.log")"
 PIDS=""
-for d in A B; do sanitizers_quiet "$T/$d.log"; done
+for d in A B C; do sanitizers_quiet "$T/$d.log"; done
 echo "fleet_faults: ok ($(($(ms) - t0)) ms; failure seen after kill -9 in $kill_ms ms, after SIGSTOP in $stop_ms ms, timeout $TIMEOUT_MS ms)"
