@@ -46,6 +46,10 @@
  * towards the target. Meanwhile (and after a failed re-forming) the model
  * has no trainer: every other job is refused (DPM_STATE, "resume re-forms
  * it"). The link is replaced; the old one is kept until the model is freed.
+ * `resume --shards` (elastic) re-forms over other shards: the model's spec
+ * is replaced by a copy with the new shards and, when the global batch is
+ * kept, parallel.device_batch (fleet.h, dpmd_fleet_elastic_batch), saved
+ * as DIR/spec.pb.
  *
  * Restart: DIR/shard records which shard of a fleet job the model is. A
  * restarted coordinator brings the job back paused at its newest
@@ -113,8 +117,10 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf);
 /* Answer `to` with the model's snapshot. Any thread. */
 void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to);
 const char *dpmd_model_name(const dpmd_model *m);
-/* The model's spec (immutable) and its link to a fleet job (NULL: none;
- * the link's accessors are safe on any thread). Any thread. */
+/* The model's spec (immutable; an elastic resume replaces it with a new
+ * one, and the old stays valid until the model is freed) and its link to a
+ * fleet job (NULL: none; replaced likewise when the job re-forms; the
+ * link's accessors are safe on any thread). Any thread. */
 const Dpm__ModelSpec *dpmd_model_spec(const dpmd_model *m);
 const struct dpmd_fleet_link *dpmd_model_fleet(const dpmd_model *m);
 dpmd_state dpmd_model_state(dpmd_model *m);
