@@ -26,7 +26,11 @@
 # naming --allow-batch-change), and its parameters after K - iq steps
 # equal, within 1e-5, a 1 x 2 job's from the same checkpoint; resume
 # --shards A,B,C --allow-batch-change re-forms it on three daemons at 128
-# per device (dpmctl notes on stderr that the global batch is now 384).
+# per device (dpmctl notes on stderr that the global batch is now 384);
+# kill -9 of A while a job trains fails B's model within the timeout + 1 s
+# naming shard 0 and A's endpoint, and A restarted brings the job back at
+# its checkpoint (ready there after resume: a crash saves no target), resume
+# re-forming it with B (whose failed shard goes), which then trains on.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -78,8 +82,8 @@ refused_at() {
 }
 # own_status ENDPOINT NAME: status without its shards (the model's own error)
 own_status() { at "$1" status "$2" | sed 's/,"shards":.*/}/'; }
-state_at() { json_str "$(at "$1" status "$2")" state; }
-iter_at() { json_field "$(at "$1" status "$2")" iter; }
+state_at() { json_str "$(own_status "$1" "$2")" state; }
+iter_at() { json_field "$(own_status "$1" "$2")" iter; }
 # failed_ms LOG NAME: when LOG says NAME failed, in ms since the epoch (the
 # daemon's clock, not the time a status call that asks a stopped shard takes)
 failed_ms() {
@@ -290,6 +294,30 @@ poll 20 "q training on C" iter_over "$EC" q $((iq + 3))
 at "$EA" delete q >/dev/null
 build/dpmctl --token-file "$TOK" --endpoint "$EC" shutdown >/dev/null || die "shutdown C"
 wait "$PID_C" || die "dpmd C exited with $?"
+
+# ---- kill -9 of the coordinator: B fails naming shard 0; A restarted re-forms ------------
+at "$EA" submit "$T/fleet.yaml" --name k --shards "$EA,$EB" >/dev/null
+at "$EA" train k --iters 1000000 >/dev/null
+poll 20 "k training on B" iter_over "$EB" k 5
+at "$EA" pause k >/dev/null
+ck=$(json_field "$(at "$EA" checkpoint k)" iter)
+at "$EA" resume k >/dev/null
+poll 20 "k training again" iter_over "$EB" k $((ck + 3))
+kill -9 "$PID_A"
+t=$(ms)
+wait "$PID_A" 2>/dev/null || true
+poll $((TIMEOUT_MS / 1000 + 3)) "B's k failed after A was killed" is_state "$EB" k failed
+coord_ms=$(($(failed_ms "$T/B.log" k) - t))
+[ "$coord_ms" -le $((TIMEOUT_MS + 1000)) ] || die "B's k failed after $coord_ms ms"
+mentions "process 0 is shard 0 at $EA" "$(own_status "$EB" k)"
+up A "$EA"
+expect "k back at A" "$(state_at "$EA" k)" paused
+expect "k back at its checkpoint" "$(iter_at "$EA" k)" "$ck"
+s=$(at "$EA" resume k) # re-formed; a crash saved no target: ready at the checkpoint
+expect "k re-formed after the crash" "$(json_str "$s" state)" ready
+at "$EA" train k --iters 5 --wait --no-progress >/dev/null
+expect "B's k after 5 more steps" "$(iter_at "$EB" k)" $((ck + 5))
+at "$EA" delete k >/dev/null
 build/dpmctl --token-file "$TOK" --endpoint "$EA" shutdown >/dev/null || die "shutdown A"
 wait "$PID_A" || die "dpmd A exited with $?: $(tail -5 "$T/A.log")"
 
@@ -297,4 +325,4 @@ build/dpmctl --token-file "$TOK" --endpoint "$EB" shutdown >/dev/null || die "sh
 wait "$PID_B" || die "dpmd B exited with $?: $(tail -5 "$T/B.log")"
 PIDS=""
 for d in A B C; do sanitizers_quiet "$T/$d.log"; done
-echo "fleet_faults: ok ($(($(ms) - t0)) ms; failure seen after kill -9 in $kill_ms ms, after SIGSTOP in $stop_ms ms, timeout $TIMEOUT_MS ms)"
+echo "fleet_faults: ok ($(($(ms) - t0)) ms; failure seen after kill -9 of shard 1 in $kill_ms ms, after SIGSTOP in $stop_ms ms, after kill -9 of the coordinator in $coord_ms ms; timeout $TIMEOUT_MS ms)"
