@@ -706,10 +706,22 @@ void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
     return dpmd_reply(m->d, to, &rs);
   }
   if (m->state != DPMD_PAUSED) return reply_state(m, to, "not paused");
-  /* the whole job goes on towards the same target */
+  /* the whole job goes on towards the same target; a shard that cannot
+   * (its daemon restarted and dropped it) makes the coordinator checkpoint
+   * where the job stopped and re-form it from there */
   if (coordinates(m) && m->target > m->iter &&
-      dpmd_fleet_train(m->d, m->fleet, m->spec, m->target - m->iter, m->iter, &err))
-    return reply_err(m, to, &err);
+      dpmd_fleet_train(m->d, m->fleet, m->spec, m->target - m->iter, m->iter, &err)) {
+    dpmd_warn("model %s: %s; re-forming the job", m->spec->name, err.msg);
+    char path[PATH_MAX];
+    dpm_err cerr = {0};
+    if (m->ckpt_iter != m->iter && checkpoint_default(m, path, sizeof path, &cerr))
+      dpmd_warn("model %s: re-forming from an older checkpoint", m->spec->name);
+    if (reform(m, NULL, &err)) {
+      fail(m, &err);
+      return reply_err(m, to, &err);
+    }
+    return dpmd_model_reply_info(m, to);
+  }
   rate_restart(m);
   set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
   dpmd_model_reply_info(m, to);

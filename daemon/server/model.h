@@ -39,8 +39,10 @@
  * the shard (process, job rank, endpoint). Only shard 0 checkpoints on its
  * own (periodically, at shutdown).
  *
- * Re-forming: resume at the coordinator of a failed job, or of one not
- * formed (restored), drops the old formation, deletes the job on its other
+ * Re-forming: resume at the coordinator of a failed job, of one not
+ * formed (restored), or of a paused one that a shard cannot go on with
+ * (its daemon restarted: the coordinator first checkpoints where the job
+ * stopped), drops the old formation, deletes the job on its other
  * shards, forms it anew (a fresh formation, the same shards), loads the
  * newest checkpoint that shard 0 accepts on every shard, and trains on
  * towards the target. Meanwhile (and after a failed re-forming) the model

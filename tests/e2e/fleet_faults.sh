@@ -30,7 +30,9 @@
 # kill -9 of A while a job trains fails B's model within the timeout + 1 s
 # naming shard 0 and A's endpoint, and A restarted brings the job back at
 # its checkpoint (ready there after resume: a crash saves no target), resume
-# re-forming it with B (whose failed shard goes), which then trains on.
+# re-forming it with B (whose failed shard goes), which then trains on; B
+# killed and restarted while a job is paused: resume at A checkpoints where
+# the job stopped and re-forms it from there.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -318,6 +320,20 @@ expect "k re-formed after the crash" "$(json_str "$s" state)" ready
 at "$EA" train k --iters 5 --wait --no-progress >/dev/null
 expect "B's k after 5 more steps" "$(iter_at "$EB" k)" $((ck + 5))
 at "$EA" delete k >/dev/null
+
+# ---- B restarted while the job is paused: resume re-forms it where it stopped ------------
+at "$EA" submit "$T/fleet.yaml" --name p --shards "$EA,$EB" >/dev/null
+at "$EA" train p --iters 1000000 >/dev/null
+poll 20 "p training on B" iter_over "$EB" p 5
+P=$(json_field "$(at "$EA" pause p)" iter)
+kill -9 "$PID_B"
+wait "$PID_B" 2>/dev/null || true
+up B "$EB"
+s=$(at "$EA" resume p)
+expect "p re-formed where it paused" "$(json_field "$s" iter)" "$P"
+expect "p training after the re-forming" "$(json_str "$s" state)" training
+poll 20 "p training on the restarted B" iter_over "$EB" p $((P + 3))
+at "$EA" delete p >/dev/null
 build/dpmctl --token-file "$TOK" --endpoint "$EA" shutdown >/dev/null || die "shutdown A"
 wait "$PID_A" || die "dpmd A exited with $?: $(tail -5 "$T/A.log")"
 
