@@ -583,8 +583,8 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (t->r[0].flag == 0) return DPM_OK;
   static const char *const what[] = {
       [AGREE_MODEL] = "spec hash %016llx, shard 0's %016llx",
-      [AGREE_PLAN] = "step collectives %016llx (net type, buckets, computed params), "
-                     "shard 0's %016llx",
+      [AGREE_PLAN] = ("step collectives %016llx (net type, buckets, computed params), "
+                      "shard 0's %016llx"),
       [AGREE_DEVICES] = "%llu devices, shard 0 %llu",
       [AGREE_SHARDS] = "%llu shards, shard 0 %llu",
       [AGREE_EXAMPLES] = "%llu examples, shard 0's data %llu"};
