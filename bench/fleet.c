@@ -20,6 +20,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,11 @@ typedef struct {
   int n;
 } config;
 
+/* The CPUs this process may use, as main found them: the parent's own
+ * trainers' crew runs pin the thread that forks the shards, and a shard
+ * must not inherit that one CPU (it would share it with the other shard). */
+static cpu_set_t all_cpus;
+
 static int start_shard(config *c, int k, const char *spec_path, const char *store,
                        const char *prefix) {
   int in[2], out[2];
@@ -118,6 +124,7 @@ static int start_shard(config *c, int k, const char *spec_path, const char *stor
     dup2(in[0], 0);
     dup2(out[1], 1);
     close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+    sched_setaffinity(0, sizeof all_cpus, &all_cpus);
     char *args[] = {"fleet", "--shard", id, (char *)spec_path, net, (char *)store,
                     (char *)prefix, NULL};
     execv("/proc/self/exe", args);
@@ -250,6 +257,10 @@ static int workload(const char *path, config *cs, int n_cfg, const char *store, 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--shard")) return argc == 7 ? shard_main(argv + 2) : 2;
   signal(SIGPIPE, SIG_IGN);
+  if (sched_getaffinity(0, sizeof all_cpus, &all_cpus)) {
+    fprintf(stderr, "fleet: sched_getaffinity: %s\n", strerror(errno));
+    return 1;
+  }
   int rounds = argc > 2 && !strcmp(argv[1], "--rounds") ? atoi(argv[2]) : 8;
   if (rounds < 1) rounds = 1;
   openblas_set_num_threads(1);
