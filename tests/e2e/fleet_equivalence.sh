@@ -9,40 +9,14 @@
 # same values (get-blob).
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
+. tests/fleet_lib.sh
 
-TOK=$T/token
-printf 'fleet-equivalence\n' >"$TOK"
-chmod 600 "$TOK"
 PA=$(free_port)
 PB=$(free_port)
 while [ "$PB" = "$PA" ]; do PB=$(free_port); done
 EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB
-PIDS=""
-cleanup() {
-  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
-
-# up NAME ENDPOINT: starts dpmd NAME (2 cpu devices, state $T/NAME, log
-# $T/NAME.log) and waits until it answers
-up() {
-  "$DPMD" --listen "$2" --state-dir "$T/$1" --devices 2 --token-file "$TOK" 2>>"$T/$1.log" &
-  PIDS="$PIDS $!"
-  _end=$(($(date +%s) + 20))
-  until build/dpmctl --endpoint "$2" --token-file "$TOK" --timeout 1000 ping >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$_end" ] || die "dpmd $1 did not start: $(cat "$T/$1.log")"
-    sleep 0.05
-  done
-}
 up A "$EA"
 up B "$EB"
-at() {
-  _ep=$1
-  shift
-  build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" || die "dpmctl at $_ep: $* exited $?"
-}
-
 # spec EXAMPLE NET BATCH OUT: the example with net_type NET and BATCH
 # examples per device (the input's batch_size, the first in the file)
 spec() {

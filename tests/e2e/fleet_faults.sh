@@ -35,53 +35,13 @@
 # the job stopped and re-forms it from there.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
+. tests/fleet_lib.sh
 
-TOK=$T/token
-printf 'fleet-secret\n' >"$TOK"
-chmod 600 "$TOK"
 PA=$(free_port)
 PB=$(free_port)
 while [ "$PB" = "$PA" ]; do PB=$(free_port); done
 EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB
 TIMEOUT_MS=2000
-PIDS=""
-cleanup() {
-  for p in $PIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-  [ -n "${KEEP:-}" ] || rm -rf "$T"
-}
-trap cleanup EXIT
-
-# up NAME ENDPOINT: starts dpmd NAME (2 cpu devices, state $T/NAME, log
-# $T/NAME.log) and waits until it answers
-up() {
-  "$DPMD" --listen "$2" --state-dir "$T/$1" --devices 2 --token-file "$TOK" \
-    2>>"$T/$1.log" &
-  PIDS="$PIDS $!"
-  eval "PID_$1=$!"
-  _end=$(($(date +%s) + 20))
-  until build/dpmctl --endpoint "$2" --token-file "$TOK" --timeout 1000 ping >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$_end" ] || die "dpmd $1 did not start: $(cat "$T/$1.log")"
-    sleep 0.05
-  done
-}
-# at ENDPOINT ARGS...: dpmctl --json with the token; must exit 0
-at() {
-  _ep=$1
-  shift
-  build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" || die "dpmctl at $_ep: $* exited $?"
-}
-# refused_at ENDPOINT STATUS ARGS...: must exit 1 with STATUS; prints the JSON
-refused_at() {
-  _ep=$1 _want=$2
-  shift 2
-  set +e
-  _out=$(build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" 2>/dev/null)
-  _rc=$?
-  set -e
-  [ "$_rc" -eq 1 ] || die "dpmctl at $_ep: $* exited $_rc, expected 1: $_out"
-  expect "dpmctl $* status" "$(json_str "$_out" status)" "$_want"
-  echo "$_out"
-}
 # own_status ENDPOINT NAME: status without its shards (the model's own error)
 own_status() { at "$1" status "$2" | sed 's/,"shards":.*/}/'; }
 state_at() { json_str "$(own_status "$1" "$2")" state; }

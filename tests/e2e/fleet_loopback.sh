@@ -17,11 +17,11 @@
 # naming shard 1.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
+. tests/fleet_lib.sh
 
-TOK=$T/token BAD=$T/bad-token
-printf 'fleet-secret\n' >"$TOK"
+BAD=$T/bad-token
 printf 'another-secret\n' >"$BAD"
-chmod 600 "$TOK" "$BAD"
+chmod 600 "$BAD"
 PA=$(free_port)
 PB=$(free_port)
 while [ "$PB" = "$PA" ]; do PB=$(free_port); done
@@ -30,50 +30,12 @@ while [ "$PC" = "$PA" ] || [ "$PC" = "$PB" ]; do PC=$(free_port); done
 PD=$(free_port)
 while [ "$PD" = "$PA" ] || [ "$PD" = "$PB" ] || [ "$PD" = "$PC" ]; do PD=$(free_port); done
 EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB EC=tcp://127.0.0.1:$PC ED=tcp://127.0.0.1:$PD
-PIDS=""
-cleanup() {
-  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$T"
-}
-trap cleanup EXIT
-
-# up NAME ENDPOINT TOKEN [FLAGS]: starts dpmd NAME (2 cpu devices, state
-# $T/NAME, log $T/NAME.log) and waits until it answers
-up() {
-  "$DPMD" --listen "$2" --state-dir "$T/$1" --devices 2 --token-file "$3" ${4:-} \
-    2>>"$T/$1.log" &
-  PIDS="$PIDS $!"
-  eval "PID_$1=$!"
-  _end=$(($(date +%s) + 20))
-  until build/dpmctl --endpoint "$2" --token-file "$3" --timeout 1000 ping >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$_end" ] || die "dpmd $1 did not start: $(cat "$T/$1.log")"
-    sleep 0.05
-  done
-}
 up A "$EA" "$TOK"
 up B "$EB" "$TOK"
 up C "$EC" "$BAD"
 echo "data_paths: [$T]" >"$T/d.yaml"
 up D "$ED" "$TOK" "--config $T/d.yaml"
 
-# at ENDPOINT ARGS...: dpmctl --json with the shared token; must exit 0
-at() {
-  _ep=$1
-  shift
-  build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" || die "dpmctl at $_ep: $* exited $?"
-}
-# refused_at ENDPOINT STATUS ARGS...: must exit 1 with STATUS; prints the JSON
-refused_at() {
-  _ep=$1 _want=$2
-  shift 2
-  set +e
-  _out=$(build/dpmctl --json --token-file "$TOK" --endpoint "$_ep" "$@" 2>/dev/null)
-  _rc=$?
-  set -e
-  [ "$_rc" -eq 1 ] || die "dpmctl at $_ep: $* exited $_rc, expected 1: $_out"
-  expect "dpmctl $* status" "$(json_str "$_out" status)" "$_want"
-  echo "$_out"
-}
 # no_model ENDPOINT NAME: NAME is neither listed nor in the state dir
 no_model() {
   case $(at "$1" list) in *"\"name\":\"$2\""*) die "$2 is listed at $1: $(at "$1" list)" ;; esac
