@@ -1,0 +1,894 @@
+/* The nccl communicator (comm/comm.h), inside the cuda plugin: the job's
+ * ranks are GPUs, `size` of them in this process (one thread per rank, each
+ * with its device's compute stream, cfg->streams), possibly in several
+ * processes; buffers are device memory. Contract, summation order and
+ * timeouts at cuda_nccl_create (below).
+ *
+ * One NCCL communicator per local rank, all nonblocking
+ * (config.blocking = 0): a call that would block returns ncclInProgress
+ * and is polled here (ncclCommGetAsyncError) against the group's timeout,
+ * so no thread is ever stuck inside NCCL. Every collective first meets the
+ * other local ranks on the host (a generation barrier under mu and cv,
+ * bounded by the timeout, as the local communicator's first round): the
+ * last rank in checks that all called the same collective with the same
+ * count, bytes and root, and a disagreement is DPM_INVALID on every local
+ * rank with nothing enqueued. Then each rank enqueues its NCCL call on its
+ * own stream and returns: the result is ordered before whatever the rank
+ * queues next (comm.h, "Completion"); an event recorded after it tells the
+ * watch whether the rank's last collective has finished. A host buffer
+ * (the trainer's agreement on its meta and flags) goes through a device
+ * bounce buffer of the rank's, and that call waits for its stream, since
+ * its caller reads the result in host memory as soon as it returns.
+ *
+ * Failure: each rank's device carries a watch (cuda_watch_add): whenever
+ * the device's worker waits for its stream, the watch checks the rank's
+ * communicator for an asynchronous NCCL error, and whether the wait has
+ * passed the timeout while the rank's last collective is still pending.
+ * Either breaks the group: every communicator is aborted (ncclCommAbort,
+ * which lets the streams drain), the message names the collective enqueued
+ * last ("allreduce of 1234 floats: nccl timed out after 5000 ms"), and
+ * every later call fails with DPM_STATE quoting it. A broken group is
+ * destroyed and replaced by the caller (dpm_comm_renew).
+ *
+ * Threads: rank r's calls come from one thread at a time; a rank's
+ * communicator is used under its rank's mutex (calls, polls, and the abort,
+ * which may come from another rank's watch), so an aborted communicator is
+ * never touched again. A rank's mutex and the group's mu are never held
+ * together. broken is set once, under mu. A rank's bounce buffer (host
+ * buffers, below) is its own thread's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/nccl.h"
+
+typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER } nccl_op;
+static const char *const op_names[] = {"allreduce", "broadcast", "barrier"};
+
+/* What one local rank called. */
+typedef struct {
+  nccl_op op;
+  size_t n;  /* floats (allreduce) or bytes (broadcast) */
+  int root;  /* broadcast: the job-wide root */
+  void *buf; /* the rank's buffer */
+} nccl_call;
+
+#define NCCL_MSG 384
+
+typedef struct nccl_group nccl_group;
+
+typedef struct {
+  nccl_group *g;       /* the group (the watch's way back) */
+  int device;          /* the CUDA device of the rank's stream */
+  cudaStream_t stream; /* the rank's device's compute stream */
+  cuda_dev *dev;       /* its state: watched */
+  int watched;         /* the watch is registered */
+  pthread_mutex_t mu;  /* guards comm (every NCCL call on it, its abort) and last */
+  ncclComm_t comm;     /* NULL once aborted or destroyed */
+  cudaEvent_t done;    /* recorded after the rank's last collective */
+  float *one;          /* barrier's float on the device */
+  void *bounce;        /* device copy of a host buffer (grow-only), bounce_cap bytes */
+  size_t bounce_cap;
+  int started;    /* started allreduces not yet waited for */
+  int here;       /* inside a meeting (under the group's mu) */
+  nccl_call call; /* what it called there */
+  char last[128]; /* the collective it enqueued last, for messages */
+} nccl_rank;
+
+struct nccl_group {
+  dpm_comm base;        /* first: handed out as dpm_comm */
+  int rank_base, world; /* the job-wide rank of local rank 0; ranks in the job */
+  int timeout_ms;
+  pthread_mutex_t mu; /* guards the meeting, the verdict and broken's message */
+  pthread_cond_t cv;  /* a meeting completed or the group broke */
+  unsigned long gen;  /* meetings completed */
+  int arrived;        /* ranks in the current meeting */
+  dpm_status verdict; /* of the meeting completed last */
+  char verdict_msg[NCCL_MSG];
+  atomic_int broken;      /* set once, under mu */
+  dpm_status broken_code; /* DPM_TIMEOUT or DPM_IO: what broke it */
+  char broken_msg[NCCL_MSG];
+  nccl_rank *ranks; /* [size] */
+};
+
+static nccl_group *group_of(dpm_comm *c) { return (nccl_group *)c; }
+
+static int64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void nap_us(long us) { nanosleep(&(struct timespec){0, us * 1000L}, NULL); }
+
+/* ---- breaking ------------------------------------------------------------- */
+
+/* Aborts every rank's communicator that is still there. */
+static void abort_all(nccl_group *g) {
+  for (int r = 0; r < g->base.size; r++) {
+    nccl_rank *rk = &g->ranks[r];
+    pthread_mutex_lock(&rk->mu);
+    if (rk->comm) ncclCommAbort(rk->comm);
+    rk->comm = NULL;
+    pthread_mutex_unlock(&rk->mu);
+  }
+}
+
+/* Under mu: marks the group broken with code and message (the first
+ * failure wins) and wakes the ranks in a meeting. */
+static void mark_broken(nccl_group *g, dpm_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void mark_broken(nccl_group *g, dpm_status code, const char *fmt, ...) {
+  if (atomic_load(&g->broken)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->broken_msg, sizeof g->broken_msg, fmt, ap);
+  va_end(ap);
+  g->broken_code = code;
+  atomic_store(&g->broken, 1);
+  pthread_cond_broadcast(&g->cv);
+}
+
+/* Breaks the group for a failure of a collective (`what`: "allreduce of 12
+ * floats") and aborts every communicator. No rank mutex may be held. */
+static void break_group(nccl_group *g, dpm_status code, const char *what,
+                        const char *why) {
+  pthread_mutex_lock(&g->mu);
+  mark_broken(g, code, "%s: %s", what, why);
+  pthread_mutex_unlock(&g->mu);
+  abort_all(g);
+}
+
+/* The error of a call on a broken group. */
+static dpm_status broken_state(nccl_group *g, const char *op, dpm_err *err) {
+  pthread_mutex_lock(&g->mu);
+  cuda_errf(err, DPM_STATE, "%s: communicator broken by an earlier failure (%s)", op,
+            g->broken_msg);
+  pthread_mutex_unlock(&g->mu);
+  return DPM_STATE;
+}
+
+/* The failure that broke the group, as the call that met it returns it. */
+static dpm_status broken_now(nccl_group *g, dpm_err *err) {
+  pthread_mutex_lock(&g->mu);
+  dpm_status s = cuda_errf(err, g->broken_code, "%s", g->broken_msg);
+  pthread_mutex_unlock(&g->mu);
+  return s;
+}
+
+/* ---- the local meeting ---------------------------------------------------- */
+
+static dpm_status refuse(nccl_group *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static dpm_status refuse(nccl_group *g, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->verdict_msg, sizeof g->verdict_msg, fmt, ap);
+  va_end(ap);
+  return DPM_INVALID;
+}
+
+/* Run under mu by the last rank in: whether the local ranks agree. */
+static dpm_status judge(nccl_group *g) {
+  const nccl_call *c0 = &g->ranks[0].call;
+  const char *op = op_names[c0->op], *unit = c0->op == OP_ALLREDUCE ? "count" : "bytes";
+  for (int r = 1; r < g->base.size; r++) {
+    const nccl_call *c = &g->ranks[r].call;
+    if (c->op != c0->op)
+      return refuse(g, "collective mismatch: rank 0 called %s, rank %d called %s", op, r,
+                    op_names[c->op]);
+    if (c->n != c0->n)
+      return refuse(g, "%s: ranks disagree on the %s: rank 0 has %zu, rank %d has %zu",
+                    op, unit, c0->n, r, c->n);
+    if (c->root != c0->root)
+      return refuse(g, "%s: ranks disagree on the root: rank 0 has %d, rank %d has %d",
+                    op, c0->root, r, c->root);
+  }
+  if (c0->op == OP_BARRIER) return DPM_OK;
+  for (int r = 0; r < g->base.size; r++)
+    if (c0->n && !g->ranks[r].call.buf)
+      return refuse(g, "%s: rank %d passed no buffer for %zu %s", op, r, c0->n, unit);
+  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / sizeof(float))
+    return refuse(g, "allreduce: count %zu is too large", c0->n);
+  if (c0->op == OP_BROADCAST && (c0->root < 0 || c0->root >= g->world))
+    return refuse(g, "broadcast: root %d outside the group of %d", c0->root, g->world);
+  return DPM_OK;
+}
+
+static struct timespec deadline_after(int ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  t.tv_sec += ms / 1000;
+  t.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (t.tv_nsec >= 1000000000L) {
+    t.tv_sec++;
+    t.tv_nsec -= 1000000000L;
+  }
+  return t;
+}
+
+/* Rank r arrives with `call` and returns once every local rank has, with
+ * the verdict; DPM_TIMEOUT when some did not within the timeout (the group
+ * then breaks), DPM_STATE on a broken group. */
+static dpm_status meet(nccl_group *g, int r, nccl_call call, dpm_err *err) {
+  const char *op = op_names[call.op];
+  nccl_rank *rk = &g->ranks[r];
+  int timed_out = 0;
+  pthread_mutex_lock(&g->mu);
+  if (atomic_load(&g->broken)) {
+    pthread_mutex_unlock(&g->mu);
+    return broken_state(g, op, err);
+  }
+  if (rk->here) {
+    pthread_mutex_unlock(&g->mu);
+    return cuda_errf(err, DPM_INVALID,
+                     "%s: rank %d is already inside a collective (one call per rank at a "
+                     "time)",
+                     op, r);
+  }
+  rk->call = call;
+  rk->here = 1;
+  unsigned long mine = g->gen;
+  if (++g->arrived == g->base.size) {
+    g->verdict = judge(g);
+    g->arrived = 0;
+    for (int k = 0; k < g->base.size; k++) g->ranks[k].here = 0;
+    g->gen++;
+    pthread_cond_broadcast(&g->cv);
+  } else {
+    struct timespec until = deadline_after(g->timeout_ms);
+    while (g->gen == mine && !atomic_load(&g->broken))
+      if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && g->gen == mine &&
+          !atomic_load(&g->broken)) {
+        char missing[160];
+        size_t len = 0;
+        missing[0] = 0;
+        for (int k = 0, n = 0; k < g->base.size && len + 16 < sizeof missing; k++)
+          if (!g->ranks[k].here)
+            len += (size_t)snprintf(missing + len, sizeof missing - len, "%s %d",
+                                    n++ ? "," : "", k);
+        mark_broken(g, DPM_TIMEOUT,
+                    "%s: timed out after %d ms; %d of %d local ranks arrived; missing "
+                    "rank(s)%s",
+                    op, g->timeout_ms, g->arrived, g->base.size, missing);
+        timed_out = 1;
+      }
+  }
+  dpm_status s;
+  if (g->gen == mine) { /* the group broke while this rank waited */
+    rk->here = 0;
+    s = cuda_errf(err, g->broken_code, "%s", g->broken_msg);
+  } else {
+    s = g->verdict ? cuda_errf(err, g->verdict, "%s", g->verdict_msg) : DPM_OK;
+  }
+  pthread_mutex_unlock(&g->mu);
+  if (timed_out) abort_all(g);
+  return s;
+}
+
+/* ---- enqueueing ----------------------------------------------------------- */
+
+/* What a call moves, for messages: "allreduce of 1234 floats". */
+static void describe(const nccl_call *c, char *out, size_t cap) {
+  if (c->op == OP_ALLREDUCE)
+    snprintf(out, cap, "allreduce of %zu floats", c->n);
+  else if (c->op == OP_BROADCAST)
+    snprintf(out, cap, "broadcast of %zu bytes from rank %d", c->n, c->root);
+  else
+    snprintf(out, cap, "barrier");
+}
+
+/* Under rk->mu: polls a nonblocking call that returned ncclInProgress until
+ * it is done, the timeout passes (*late), or the group is aborted
+ * (ncclInvalidUsage with rk->comm NULL). */
+static ncclResult_t settle(nccl_group *g, nccl_rank *rk, ncclResult_t res, int *late) {
+  int64_t start = now_ms();
+  *late = 0;
+  while (res == ncclInProgress) {
+    if (now_ms() - start > g->timeout_ms) {
+      *late = 1;
+      return res;
+    }
+    pthread_mutex_unlock(&rk->mu);
+    nap_us(50);
+    pthread_mutex_lock(&rk->mu);
+    if (!rk->comm) return ncclInvalidUsage;
+    ncclResult_t q = ncclCommGetAsyncError(rk->comm, &res);
+    if (q != ncclSuccess) res = q;
+  }
+  return res;
+}
+
+/* Whether buf is host memory (NCCL moves device memory only). */
+static int on_host(const void *buf) {
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, buf) != cudaSuccess) {
+    cudaGetLastError(); /* not a pointer CUDA knows: plain host memory */
+    return 1;
+  }
+  return a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged;
+}
+
+static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err);
+
+/* A collective over a host buffer (the trainer's agreement on its meta,
+ * flags): through the rank's bounce buffer on the device, waited for
+ * (bounded by the watch) before the result is copied back, since the
+ * caller reads host memory as soon as the call returns. */
+static dpm_status staged(nccl_group *g, int r, const nccl_call *c, dpm_err *err) {
+  nccl_rank *rk = &g->ranks[r];
+  size_t bytes = c->op == OP_ALLREDUCE ? c->n * sizeof(float) : c->n;
+  cuda_use(rk->dev);
+  cudaError_t e = cudaSuccess;
+  if (bytes > rk->bounce_cap) {
+    if (!cuda_wait(rk->dev) && !atomic_load(&g->broken))
+      return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)",
+                       op_names[c->op], rk->dev->index);
+    if (rk->bounce) cudaFree(rk->bounce);
+    rk->bounce = NULL;
+    rk->bounce_cap = 0;
+    if ((e = cudaMalloc(&rk->bounce, bytes)) != cudaSuccess)
+      return cuda_errf(err, DPM_NOMEM,
+                       "%s: no device memory for %zu bytes on cuda:%d: %s",
+                       op_names[c->op], bytes, rk->dev->index, cudaGetErrorString(e));
+    rk->bounce_cap = bytes;
+  }
+  if ((e = cudaMemcpyAsync(rk->bounce, c->buf, bytes, cudaMemcpyHostToDevice,
+                           rk->stream)))
+    return cuda_errf(err, DPM_IO, "%s: copy to cuda:%d: %s", op_names[c->op],
+                     rk->dev->index, cudaGetErrorString(e));
+  nccl_call d = *c;
+  d.buf = rk->bounce;
+  dpm_status s = enqueue(g, r, &d, err);
+  if (s) return s;
+  if (!cuda_wait(rk->dev) && !atomic_load(&g->broken))
+    return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)",
+                     op_names[c->op], rk->dev->index);
+  if (atomic_load(&g->broken)) return broken_now(g, err);
+  if ((e = cudaMemcpyAsync(c->buf, rk->bounce, bytes, cudaMemcpyDeviceToHost,
+                           rk->stream)) ||
+      (e = cudaStreamSynchronize(rk->stream)))
+    return cuda_errf(err, DPM_IO, "%s: copy from cuda:%d: %s", op_names[c->op],
+                     rk->dev->index, cudaGetErrorString(e));
+  return DPM_OK;
+}
+
+/* Queues rank r's part of `c` on its stream (c->n > 0 or a barrier). */
+static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err) {
+  nccl_rank *rk = &g->ranks[r];
+  char what[128], why[256];
+  describe(c, what, sizeof what);
+  pthread_mutex_lock(&rk->mu);
+  if (!rk->comm) {
+    pthread_mutex_unlock(&rk->mu);
+    return broken_state(g, op_names[c->op], err);
+  }
+  snprintf(rk->last, sizeof rk->last, "%s", what);
+  ncclResult_t res;
+  if (c->op == OP_ALLREDUCE)
+    res = ncclAllReduce(c->buf, c->buf, c->n, ncclFloat, ncclSum, rk->comm, rk->stream);
+  else if (c->op == OP_BROADCAST)
+    res = ncclBroadcast(c->buf, c->buf, c->n, ncclUint8, c->root, rk->comm, rk->stream);
+  else
+    res = ncclAllReduce(rk->one, rk->one, 1, ncclFloat, ncclSum, rk->comm, rk->stream);
+  int late = 0;
+  res = settle(g, rk, res, &late);
+  int aborted = !rk->comm;
+  if (res == ncclSuccess) {
+    /* External: recorded on every replay when the step is captured as a graph */
+    cudaError_t e =
+        cudaEventRecordWithFlags(rk->done, rk->stream, cudaEventRecordExternal);
+    if (e != cudaSuccess) {
+      CUDA_OK(rk->dev, e);
+      snprintf(why, sizeof why, "cudaEventRecordWithFlags after it failed: %s",
+               cudaGetErrorString(e));
+      res = ncclUnhandledCudaError;
+    }
+  } else if (!late && !aborted) {
+    const char *detail = ncclGetLastError(rk->comm);
+    snprintf(why, sizeof why, "nccl failed: %s%s%s", ncclGetErrorString(res),
+             detail && *detail ? ": " : "", detail ? detail : "");
+  }
+  pthread_mutex_unlock(&rk->mu);
+  if (res == ncclSuccess) return DPM_OK;
+  if (aborted) return broken_now(g, err);
+  if (late) {
+    snprintf(why, sizeof why, "nccl did not take the call within %d ms", g->timeout_ms);
+    break_group(g, DPM_TIMEOUT, what, why);
+  } else {
+    break_group(g, DPM_IO, what, why);
+  }
+  return broken_now(g, err);
+}
+
+/* ---- the collectives ------------------------------------------------------ */
+
+static dpm_status nccl_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
+                                 dpm_err *err) {
+  nccl_group *g = group_of(c);
+  nccl_call call = {.op = OP_ALLREDUCE, .n = count, .buf = buf};
+  dpm_status s = meet(g, rank, call, err);
+  if (s || count == 0) return s;
+  return on_host(buf) ? staged(g, rank, &call, err) : enqueue(g, rank, &call, err);
+}
+
+static dpm_status nccl_start(dpm_comm *c, int rank, float *buf, size_t count,
+                             dpm_err *err) {
+  nccl_group *g = group_of(c);
+  nccl_rank *rk = &g->ranks[rank];
+  if (atomic_load(&g->broken)) return broken_state(g, "allreduce start", err);
+  if (rk->started == DPM_COMM_MAX_STARTED)
+    return cuda_errf(
+        err, DPM_INVALID,
+        "allreduce start: rank %d already has %d started allreduces not waited "
+        "for",
+        rank, DPM_COMM_MAX_STARTED);
+  dpm_status s = nccl_allreduce(c, rank, buf, count, err);
+  rk->started += !s;
+  return s;
+}
+
+/* The sum is already ordered on the rank's stream: a wait only reports
+ * the group's failure, if any (an asynchronous NCCL error breaks it). */
+static dpm_status nccl_wait(dpm_comm *c, int rank, dpm_err *err) {
+  nccl_group *g = group_of(c);
+  nccl_rank *rk = &g->ranks[rank];
+  if (!rk->started)
+    return cuda_errf(err, DPM_INVALID, "allreduce wait: rank %d has no started allreduce",
+                     rank);
+  rk->started--;
+  ncclResult_t async = ncclSuccess;
+  char what[128], why[256];
+  pthread_mutex_lock(&rk->mu);
+  if (rk->comm && ncclCommGetAsyncError(rk->comm, &async) == ncclSuccess &&
+      async != ncclSuccess && async != ncclInProgress) {
+    const char *detail = ncclGetLastError(rk->comm);
+    snprintf(what, sizeof what, "%s", rk->last);
+    snprintf(why, sizeof why, "nccl failed: %s%s%s", ncclGetErrorString(async),
+             detail && *detail ? ": " : "", detail ? detail : "");
+  }
+  pthread_mutex_unlock(&rk->mu);
+  if (async != ncclSuccess && async != ncclInProgress) break_group(g, DPM_IO, what, why);
+  if (atomic_load(&g->broken)) return broken_state(g, "allreduce wait", err);
+  return DPM_OK;
+}
+
+static dpm_status nccl_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
+                                 dpm_err *err) {
+  nccl_group *g = group_of(c);
+  nccl_call call = {.op = OP_BROADCAST, .n = bytes, .root = root, .buf = buf};
+  dpm_status s = meet(g, rank, call, err);
+  if (s || bytes == 0) return s;
+  return on_host(buf) ? staged(g, rank, &call, err) : enqueue(g, rank, &call, err);
+}
+
+/* An allreduce of one float across the job, then a wait for the rank's
+ * stream (its watch bounds the wait by the timeout). */
+static dpm_status nccl_barrier(dpm_comm *c, int rank, dpm_err *err) {
+  nccl_group *g = group_of(c);
+  nccl_call call = {.op = OP_BARRIER};
+  dpm_status s = meet(g, rank, call, err);
+  if (!s) s = enqueue(g, rank, &call, err);
+  if (s) return s;
+  if (!cuda_wait(g->ranks[rank].dev) && !atomic_load(&g->broken))
+    return cuda_errf(err, DPM_IO, "barrier: cuda:%d failed (see the device's error)",
+                     g->ranks[rank].dev->index);
+  return atomic_load(&g->broken) ? broken_now(g, err) : DPM_OK;
+}
+
+static int nccl_broken(dpm_comm *c) { return atomic_load(&group_of(c)->broken); }
+
+/* ---- the watch ------------------------------------------------------------ */
+
+/* Called by the waits of rank's device with the milliseconds waited: breaks
+ * the group on an asynchronous NCCL error, or when the wait passed the
+ * timeout while the rank's last collective is still pending; nonzero once
+ * the group is broken (its communicators aborted). */
+static int nccl_watch(void *arg, int64_t waited_ms) {
+  nccl_rank *rk = arg;
+  nccl_group *g = rk->g;
+  if (atomic_load(&g->broken)) {
+    abort_all(g); /* a no-op once done */
+    return 1;
+  }
+  char what[128], why[256];
+  ncclResult_t async = ncclSuccess;
+  int late = 0;
+  pthread_mutex_lock(&rk->mu);
+  if (rk->comm) {
+    ncclResult_t q = ncclCommGetAsyncError(rk->comm, &async);
+    if (q != ncclSuccess) async = q;
+    late = waited_ms > g->timeout_ms && cudaEventQuery(rk->done) == cudaErrorNotReady;
+    snprintf(what, sizeof what, "%s", rk->last[0] ? rk->last : "collective");
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const char *detail = ncclGetLastError(rk->comm);
+      snprintf(why, sizeof why, "nccl failed: %s%s%s", ncclGetErrorString(async),
+               detail && *detail ? ": " : "", detail ? detail : "");
+    }
+  }
+  pthread_mutex_unlock(&rk->mu);
+  if (async != ncclSuccess && async != ncclInProgress) {
+    break_group(g, DPM_IO, what, why);
+    return 1;
+  }
+  if (late) {
+    snprintf(why, sizeof why, "nccl timed out after %d ms", g->timeout_ms);
+    break_group(g, DPM_TIMEOUT, what, why);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- create and destroy --------------------------------------------------- */
+
+/* Sets the calling thread's device; the thread's cached device (cuda_use)
+ * is forgotten, so the next cuda_use sets its own again. */
+static void use_device(int device) {
+  cudaSetDevice(device);
+  cuda_current = -1;
+}
+
+/* Waits until no communicator of g is in progress (init, finalize), up to
+ * the timeout: DPM_OK, DPM_TIMEOUT, or DPM_IO with the first error. */
+static dpm_status settle_all(nccl_group *g, const char *what, dpm_err *err) {
+  int64_t start = now_ms();
+  for (;;) {
+    int pending = 0;
+    for (int r = 0; r < g->base.size; r++) {
+      nccl_rank *rk = &g->ranks[r];
+      ncclResult_t st = ncclSuccess;
+      if (!rk->comm) continue;
+      ncclResult_t q = ncclCommGetAsyncError(rk->comm, &st);
+      if (q != ncclSuccess) st = q;
+      if (st == ncclInProgress) {
+        pending++;
+      } else if (st != ncclSuccess) {
+        const char *detail = ncclGetLastError(rk->comm);
+        return cuda_errf(err, DPM_IO, "%s: rank %d: %s%s%s", what, g->rank_base + r,
+                         ncclGetErrorString(st), detail && *detail ? ": " : "",
+                         detail ? detail : "");
+      }
+    }
+    if (!pending) return DPM_OK;
+    if (now_ms() - start > g->timeout_ms)
+      return cuda_errf(
+          err, DPM_TIMEOUT,
+          "%s: %d of %d local ranks not ready after %d ms (job ranks %d..%d of "
+          "%d)",
+          what, pending, g->base.size, g->timeout_ms, g->rank_base,
+          g->rank_base + g->base.size - 1, g->world);
+    nap_us(1000);
+  }
+}
+
+static void free_group(nccl_group *g, int abort_comms) {
+  int prev = -1;
+  cudaGetDevice(&prev);
+  for (int r = 0; g->ranks && r < g->base.size; r++) {
+    nccl_rank *rk = &g->ranks[r];
+    if (rk->watched) cuda_watch_remove(rk->dev, nccl_watch, rk);
+  }
+  int finalized = 0;
+  if (!abort_comms) { /* flush what was issued, then destroy */
+    dpm_err ignored;
+    for (int r = 0; r < g->base.size; r++)
+      if (g->ranks[r].comm) ncclCommFinalize(g->ranks[r].comm);
+    finalized = settle_all(g, "nccl finalize", &ignored) == DPM_OK;
+  }
+  for (int r = 0; g->ranks && r < g->base.size; r++) {
+    nccl_rank *rk = &g->ranks[r];
+    if (rk->comm) finalized ? ncclCommDestroy(rk->comm) : ncclCommAbort(rk->comm);
+    rk->comm = NULL;
+    if (rk->done || rk->one || rk->bounce) use_device(rk->device);
+    if (rk->done) cudaEventDestroy(rk->done);
+    if (rk->one) cudaFree(rk->one);
+    if (rk->bounce) cudaFree(rk->bounce);
+    pthread_mutex_destroy(&rk->mu);
+  }
+  if (prev >= 0) use_device(prev);
+  pthread_cond_destroy(&g->cv);
+  pthread_mutex_destroy(&g->mu);
+  free(g->ranks);
+  free(g);
+}
+
+static void nccl_destroy(dpm_comm *c) {
+  nccl_group *g = group_of(c);
+  free_group(g, atomic_load(&g->broken));
+}
+
+static const dpm_comm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .barrier = nccl_barrier,
+    .allreduce_start = nccl_start,
+    .allreduce_wait = nccl_wait,
+    .broken = nccl_broken,
+    .destroy = nccl_destroy,
+};
+
+/* ---- the rendezvous of the unique id ------------------------------------- */
+
+static dpm_status new_id(ncclUniqueId *id, dpm_err *err) {
+  ncclResult_t res = ncclGetUniqueId(id);
+  if (res != ncclSuccess)
+    return cuda_errf(err, DPM_IO, "nccl init: ncclGetUniqueId failed: %s",
+                     ncclGetErrorString(res));
+  return DPM_OK;
+}
+
+/* mkdir -p path. */
+static dpm_status make_dir(const char *path, dpm_err *err) {
+  char p[4096];
+  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+    return cuda_errf(err, DPM_INVALID, "nccl rendezvous: store path too long");
+  for (char *s = p + 1;; s++) {
+    if (*s != '/' && *s) continue;
+    char keep = *s;
+    *s = 0;
+    if (mkdir(p, 0777) != 0 && errno != EEXIST)
+      return cuda_errf(err, DPM_IO,
+                       "nccl rendezvous: cannot create the store directory "
+                       "%s: %s",
+                       p, strerror(errno));
+    *s = keep;
+    if (!keep) break;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+    return cuda_errf(err, DPM_IO,
+                     "nccl rendezvous: store directory %s is not a directory", path);
+  return DPM_OK;
+}
+
+/* The file store: the job's rank 0 writes the id to a temporary file and
+ * links it to DIR/<prefix, '/' -> '_'>.nccl-id (atomic, and refused if the
+ * name exists: a used prefix); the other processes poll for that file. */
+static dpm_status file_id(const char *dir, const char *prefix, int leader, int timeout_ms,
+                          ncclUniqueId *id, dpm_err *err) {
+  dpm_status s = make_dir(dir, err);
+  if (s) return s;
+  char path[4096], tmp[4200];
+  int n = snprintf(path, sizeof path, "%s/", dir);
+  for (const char *c = prefix; *c && n + 2 < (int)sizeof path; c++)
+    path[n++] = *c == '/' ? '_' : *c;
+  path[n] = 0;
+  if (n + 10 >= (int)sizeof path)
+    return cuda_errf(err, DPM_INVALID, "nccl rendezvous: prefix too long");
+  strcat(path, ".nccl-id");
+  if (leader) {
+    if ((s = new_id(id, err))) return s;
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+      return cuda_errf(err, DPM_IO, "nccl rendezvous: cannot create %s: %s", tmp,
+                       strerror(errno));
+    ssize_t w = write(fd, id, sizeof *id);
+    int ok = w == (ssize_t)sizeof *id && fsync(fd) == 0;
+    int saved = errno;
+    close(fd);
+    if (!ok) {
+      unlink(tmp);
+      return cuda_errf(err, DPM_IO, "nccl rendezvous: cannot write %s: %s", tmp,
+                       w < 0 || saved ? strerror(saved) : "short write");
+    }
+    int linked = link(tmp, path) == 0;
+    saved = errno;
+    unlink(tmp);
+    if (!linked)
+      return cuda_errf(err, saved == EEXIST ? DPM_EXISTS : DPM_IO,
+                       "nccl rendezvous: cannot publish %s: %s%s", path, strerror(saved),
+                       saved == EEXIST ? " (a prefix used before)" : "");
+    return DPM_OK;
+  }
+  int64_t start = now_ms();
+  for (;;) {
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+      ssize_t got = read(fd, id, sizeof *id);
+      close(fd);
+      if (got == (ssize_t)sizeof *id) return DPM_OK;
+      return cuda_errf(err, DPM_IO, "nccl rendezvous: %s holds %zd bytes, not %zu", path,
+                       got, sizeof *id);
+    }
+    if (errno != ENOENT)
+      return cuda_errf(err, DPM_IO, "nccl rendezvous: cannot read %s: %s", path,
+                       strerror(errno));
+    if (now_ms() - start > timeout_ms)
+      return cuda_errf(err, DPM_TIMEOUT,
+                       "nccl rendezvous: timed out after %d ms waiting for %s (the job's "
+                       "rank 0)",
+                       timeout_ms, path);
+    nap_us(10000);
+  }
+}
+
+/* The job's unique id: made by the process of job rank 0, passed through
+ * cfg's rendezvous to the others. */
+static dpm_status share_id(const dpm_comm_config *cfg, ncclUniqueId *id, dpm_err *err) {
+  const dpm_comm_rendezvous *rv = &cfg->rendezvous;
+  int leader = cfg->rank_base == 0;
+  if (!rv->prefix || !*rv->prefix)
+    return cuda_errf(err, DPM_INVALID, "nccl rendezvous: no prefix for the formation");
+  if (rv->store && *rv->store) {
+    if (!strncmp(rv->store, "file://", 7))
+      return file_id(rv->store + 7, rv->prefix, leader, cfg->timeout_ms, id, err);
+    return cuda_errf(err, DPM_UNSUPPORTED,
+                     "nccl rendezvous: store '%s' is not supported (file:///DIR, or the "
+                     "daemon's store)",
+                     rv->store);
+  }
+  if (!rv->kv) return cuda_errf(err, DPM_INVALID, "nccl rendezvous: no store");
+  char key[1024];
+  if (snprintf(key, sizeof key, "%s/nccl-id", rv->prefix) >= (int)sizeof key)
+    return cuda_errf(err, DPM_INVALID, "nccl rendezvous: prefix too long");
+  dpm_status s;
+  if (leader) {
+    if ((s = new_id(id, err))) return s;
+    return rv->kv->set(rv->kv->ctx, key, id, sizeof *id, err);
+  }
+  void *v = NULL;
+  size_t len = 0;
+  if ((s = rv->kv->get(rv->kv->ctx, key, cfg->timeout_ms, &v, &len, err))) return s;
+  if (len != sizeof *id) {
+    free(v);
+    return cuda_errf(err, DPM_IO, "nccl rendezvous: key '%s' holds %zu bytes, not %zu",
+                     key, len, sizeof *id);
+  }
+  memcpy(id, v, sizeof *id);
+  free(v);
+  return DPM_OK;
+}
+
+/* ---- create --------------------------------------------------------------- */
+
+/* Creates the local ranks' communicators in one group call, nonblocking,
+ * and waits for them up to the timeout. */
+static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, dpm_err *err) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t first = ncclSuccess;
+  int failed_rank = -1;
+  ncclGroupStart();
+  for (int r = 0; r < g->base.size; r++) {
+    use_device(g->ranks[r].device);
+    ncclResult_t res = ncclCommInitRankConfig(&g->ranks[r].comm, g->world, *id,
+                                              g->rank_base + r, &config);
+    if (res != ncclSuccess && res != ncclInProgress && first == ncclSuccess) {
+      first = res;
+      failed_rank = g->rank_base + r;
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (first == ncclSuccess && end != ncclSuccess && end != ncclInProgress) first = end;
+  if (first != ncclSuccess)
+    return cuda_errf(err, DPM_IO,
+                     "nccl init: ncclCommInitRankConfig (rank %d of %d) failed: "
+                     "%s",
+                     failed_rank, g->world, ncclGetErrorString(first));
+  return settle_all(g, "nccl init", err);
+}
+
+/* Summation order (comm.h asks a backend that cannot keep the rank order
+ * to document its own): NCCL's allreduce sums along the ring or tree that
+ * it builds from the topology (the GPUs and their links, the network, the
+ * ranks), chunk by chunk, so the order is not ((b0 + b1) + b2) + ...; every
+ * rank receives the same reduced chunks, so results are bitwise identical
+ * on every rank, and reproducible from run to run for the same topology,
+ * rank placement, count, NCCL version and NCCL_ALGO / NCCL_PROTO (nothing
+ * here sets anything that makes NCCL's reductions nondeterministic: no
+ * CollNet/SHARP or NVLS in-switch reduction is asked for, and the group
+ * uses its defaults). They may differ in the last bits from the CPU's
+ * rank-order sum.
+ *
+ * The group: cfg->size local ranks, each with its device's compute stream
+ * (cfg->streams[r]; its device from cudaStreamGetDevice, its device state
+ * from cuda_dev_of_stream); job ranks rank_base .. rank_base + size - 1 of
+ * world (0: size). A call's rank is the local one; broadcast's root is a
+ * job-wide rank. Within one process (world == size) the unique id is made
+ * here; across processes the job's rank 0's process makes it and publishes
+ * it through cfg->rendezvous: the caller's store (key "<prefix>/nccl-id")
+ * or a file:///DIR store; other stores are DPM_UNSUPPORTED. Communicators
+ * are created nonblocking in one group call and waited for up to
+ * timeout_ms (DPM_TIMEOUT "nccl init: ..." after that, every communicator
+ * aborted).
+ *
+ * Errors: DPM_INVALID (numbers, streams, rendezvous), DPM_UNSUPPORTED (a
+ * store kind), DPM_EXISTS (a used prefix, file store), DPM_TIMEOUT, DPM_IO
+ * (NCCL or CUDA failures), DPM_NOMEM; *out is NULL on failure. */
+dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err) {
+  if (!out) return cuda_errf(err, DPM_INVALID, "nccl comm: no output pointer");
+  *out = NULL;
+  int size = cfg->size, world = cfg->world ? cfg->world : cfg->size;
+  if (size < 1 || size > DPM_COMM_MAX_RANKS)
+    return cuda_errf(err, DPM_INVALID, "nccl comm: size %d outside 1..%d", size,
+                     DPM_COMM_MAX_RANKS);
+  if (cfg->timeout_ms <= 0)
+    return cuda_errf(err, DPM_INVALID, "nccl comm: timeout %d ms must be positive",
+                     cfg->timeout_ms);
+  if (world < size || cfg->rank_base < 0 || cfg->rank_base % size ||
+      cfg->rank_base > world - size)
+    return cuda_errf(
+        err, DPM_INVALID,
+        "nccl comm: ranks %d..%d do not fit a job of %d ranks in processes of %d",
+        cfg->rank_base, cfg->rank_base + size - 1, world, size);
+  if (!cfg->streams) return cuda_errf(err, DPM_INVALID, "nccl comm: no streams");
+  nccl_group *g = calloc(1, sizeof *g);
+  if (!g) return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory");
+  g->ranks = calloc((size_t)size, sizeof *g->ranks);
+  pthread_condattr_t ca;
+  int cv_ok = 0;
+  if (!pthread_condattr_init(&ca)) {
+    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
+            !pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  if (!g->ranks || !cv_ok || pthread_mutex_init(&g->mu, NULL)) {
+    if (cv_ok) pthread_cond_destroy(&g->cv);
+    free(g->ranks);
+    free(g);
+    return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory for %d ranks", size);
+  }
+  g->base = (dpm_comm){.ops = &nccl_ops, .size = size};
+  g->rank_base = cfg->rank_base;
+  g->world = world;
+  g->timeout_ms = cfg->timeout_ms;
+  for (int r = 0; r < size; r++) {
+    g->ranks[r].g = g;
+    pthread_mutex_init(&g->ranks[r].mu, NULL);
+  }
+  int prev = -1;
+  cudaGetDevice(&prev);
+  dpm_status s = DPM_OK;
+  for (int r = 0; r < size && !s; r++) {
+    nccl_rank *rk = &g->ranks[r];
+    rk->stream = (cudaStream_t)cfg->streams[r];
+    rk->dev = rk->stream ? cuda_dev_of_stream(cfg->streams[r]) : NULL;
+    cudaError_t e = rk->stream ? cudaStreamGetDevice(rk->stream, &rk->device)
+                               : cudaErrorInvalidResourceHandle;
+    if (!rk->dev || e != cudaSuccess) {
+      s = cuda_errf(
+          err, DPM_INVALID,
+          "nccl comm: rank %d's stream is not the compute stream of an open cuda "
+          "device",
+          r);
+      break;
+    }
+    for (int k = 0; k < r; k++)
+      if (g->ranks[k].device == rk->device)
+        s = cuda_errf(err, DPM_INVALID, "nccl comm: ranks %d and %d are both on cuda:%d",
+                      k, r, rk->device);
+    use_device(rk->device);
+    if (!s && ((e = cudaEventCreateWithFlags(&rk->done, cudaEventDisableTiming)) ||
+               (e = cudaMalloc((void **)&rk->one, sizeof(float))) ||
+               (e = cudaMemset(rk->one, 0, sizeof(float)))))
+      s = cuda_errf(err, DPM_IO, "nccl comm: cuda:%d: %s", rk->device,
+                    cudaGetErrorString(e));
+  }
+  ncclUniqueId id;
+  if (!s) s = world == size ? new_id(&id, err) : share_id(cfg, &id, err);
+  if (!s) s = init_comms(g, &id, err);
+  if (prev >= 0) use_device(prev);
+  if (s) {
+    free_group(g, 1);
+    return s;
+  }
+  for (int r = 0; r < size; r++) {
+    cuda_watch_add(g->ranks[r].dev, nccl_watch, &g->ranks[r]);
+    g->ranks[r].watched = 1;
+  }
+  *out = &g->base;
+  return DPM_OK;
+}
