@@ -145,7 +145,8 @@ static void give_back(dpm_pool *p) {
 void dpm_pool_fini(dpm_pool *p) {
   pthread_mutex_lock(&p->mu);
   reap(p, REAP_WAIT);
-  for (dpm_pool_block *b; (b = p->pending);) { /* not done, or no fences: back regardless */
+  /* not done, or no fences to wait with: back regardless */
+  for (dpm_pool_block *b; (b = p->pending);) {
     p->pending = b->next;
     p->stats.pending -= b->size;
     if (p->fences.release) p->fences.release(p->fences.arg, b->fence);
@@ -167,22 +168,26 @@ void dpm_pool_fini(dpm_pool *p) {
   pthread_mutex_destroy(&p->mu);
 }
 
-/* Under mu: a miss of class c (its size `size`): a block of the class
- * freed behind a fence that completed out of order, or a node holding a new
- * block from the raw allocator, asked again when it fails after the cache
- * was given back, and with `wait`, after every pending block was waited for
- * (one of class c is served at once). NULL: none of that worked. */
+/* Under mu: a miss of class c (its size `size`): a node holding a new block
+ * from the raw allocator; when that fails, a block of the class freed
+ * behind a fence that completed out of order, or the raw allocator again
+ * after the cache was given back, and with `wait`, after every pending
+ * block was waited for (one of class c is served at once). NULL: none of
+ * that worked. */
 static dpm_pool_block *miss(dpm_pool *p, int c, size_t size) {
   dpm_pool_block *hit;
-  if (p->pending) {
-    reap(p, REAP_ALL);
-    if ((hit = take(p, c))) return hit;
-  }
   dpm_pool_block *b = node_new(p);
   if (!b) return NULL;
   b->size = size;
   b->fence = NULL;
   b->p = p->raw.alloc(p->raw.arg, size);
+  if (!b->p && p->pending) {
+    reap(p, REAP_ALL);
+    if ((hit = take(p, c))) {
+      node_spare(p, b);
+      return hit;
+    }
+  }
   if (!b->p && p->stats.cached) { /* the cache holds memory of other classes */
     give_back(p);
     b->p = p->raw.alloc(p->raw.arg, size);

@@ -19,12 +19,13 @@
  * until it is done. Polling happens at each dpm_pool_alloc while blocks
  * are pending, from the oldest, up to the first fence not done (fences are
  * expected to complete in the order of their frees: events recorded on one
- * stream); on a miss, before the raw allocator is asked, every pending
- * block is polled (fences that completed out of order). When the raw
- * allocator fails, the pool gives back its cache and asks again, and with
- * `wait`, waits for the pending blocks, serves one of the class or gives
- * them back and asks again; without `wait` it fails as it would without
- * pending blocks.
+ * stream), so that a step costs a poll or two however many blocks are
+ * pending. When the raw allocator fails, every pending block is polled
+ * (fences that completed out of order: one of the class is served), the
+ * cache is given back and the raw allocator asked again, and with `wait`,
+ * the pending blocks are waited for, one of the class served or all given
+ * back and the raw allocator asked again; without `wait` the pool fails as
+ * it would without pending blocks.
  *
  * Stats: bytes in use (handed out, by class size), peak in use, bytes
  * cached (free, kept), bytes pending (freed behind a fence not yet seen
@@ -59,7 +60,7 @@ typedef struct dpm_pool_raw {
 typedef struct dpm_pool_fences {
   int (*done)(void *arg, void *fence);     /* nonzero: the fenced work completed */
   void (*release)(void *arg, void *fence); /* optional: the pool is done with fence */
-  int (*wait)(void *arg, void *fence);     /* optional: blocks; nonzero when it completed */
+  int (*wait)(void *arg, void *fence); /* optional: blocks; nonzero when it completed */
   void *arg;
 } dpm_pool_fences;
 
@@ -72,7 +73,7 @@ typedef struct dpm_pool_stats {
   uint64_t raw_allocs;       /* of them, served by the raw allocator (a miss) */
 } dpm_pool_stats;
 
-#define DPM_POOL_CLASSES 192 /* 64 B .. 2^52 B */
+#define DPM_POOL_CLASSES 192  /* 64 B .. 2^52 B */
 #define DPM_POOL_BUCKETS 2048 /* of the in-use table */
 
 typedef struct dpm_pool_block {
@@ -87,8 +88,8 @@ typedef struct dpm_pool {
   dpm_pool_raw raw;
   dpm_pool_fences fences;
   pthread_mutex_t mu;
-  dpm_pool_block *free[DPM_POOL_CLASSES];   /* cached blocks by class */
-  dpm_pool_block *used[DPM_POOL_BUCKETS];   /* blocks in use, by address */
+  dpm_pool_block *free[DPM_POOL_CLASSES];  /* cached blocks by class */
+  dpm_pool_block *used[DPM_POOL_BUCKETS];  /* blocks in use, by address */
   dpm_pool_block *pending, **pending_tail; /* oldest first */
   dpm_pool_block *spare;                   /* list nodes to reuse */
   dpm_pool_stats stats;
