@@ -29,6 +29,25 @@ ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
 # The race tests (tests/race) run under ThreadSanitizer.
 TSAN     := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 
+# The CUDA backend: a plugin (build/libdpm_cuda.so) that the programs
+# dlopen (daemon/backend/cuda_load.h), built whenever nvcc is found; CUDA=0
+# skips it. Its C files (daemon/backend/cuda/*.c, and the caching
+# allocator's pool.c, its own copy) compile with gcc, its kernels (*.cu)
+# with nvcc for sm_80 and sm_90 plus PTX; it links CUDA's libraries and
+# nothing of the engine (-Wl,--no-undefined holds it to that).
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
+CUDA      ?= $(if $(NVCC),1,0)
+CUDA_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+CUDA_SRC  := $(wildcard daemon/backend/cuda/*.c) daemon/backend/pool.c
+CUDA_CU   := $(wildcard daemon/backend/cuda/*.cu)
+CUDA_OBJ  := $(patsubst %.c,$(BUILD)/cuda/%.o,$(CUDA_SRC)) \
+             $(patsubst %.cu,$(BUILD)/cuda/%.cu.o,$(CUDA_CU))
+CUDA_PLUGIN := $(if $(filter 1,$(CUDA)),$(BUILD)/libdpm_cuda.so)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas \
+             -lnccl -lcudart -lstdc++ -lpthread -lm
+
 PROTO_C  := $(BUILD)/proto/dpm.pb-c.c
 PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
 ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/comm/*.c \
@@ -54,7 +73,7 @@ TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
 .PHONY: all deps test bench demo clean format install
 PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train
-all: $(PROGS) $(BUILD)/tests/unit $(BENCHES)
+all: $(PROGS) $(BUILD)/tests/unit $(BENCHES) $(CUDA_PLUGIN)
 
 deps:
 	@./scripts/deps.sh
@@ -90,6 +109,17 @@ $(BUILD)/asan/%.o: %.cc | $(PROTO_H)
 $(BUILD)/tsan/%.o: %.cc | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CXX) $(ALL_CXXFLAGS) $(TSAN) -c $< -o $@
+
+$(BUILD)/cuda/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -fPIC -fvisibility=hidden \
+	  -Iinclude -Idaemon -I. -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
+$(BUILD)/cuda/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror \
+	  -Idaemon -I. -MMD -MP -c $< -o $@
+$(BUILD)/libdpm_cuda.so: $(CUDA_OBJ)
+	$(CC) -shared -Wl,--no-undefined -o $@ $^ $(CUDA_LIBS)
 
 $(BUILD)/libdpm.a: $(LIB_OBJ)
 	ar rcs $@ $^
@@ -218,7 +248,7 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # generated code once (its rule makes two files), then runs this make again
 # with -j and TEST_RUN=no, which builds the target's prerequisites and runs
 # no test.
-TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(BUILD)/asan-bin/dpmd \
+TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
               $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
               $(DPM_LIBS)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
@@ -296,3 +326,6 @@ clean:
 # Fuzzing (libFuzzer, clang): `make fuzz FUZZ_SECONDS=N`; the regression and
 # seed inputs are replayed by `make test`.
 include tests/fuzz/fuzz.mk
+
+# The GPU checks (tests/gpu/run.sh): build/tests/gpu_test.
+include tests/gpu/gpu.mk

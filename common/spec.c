@@ -725,6 +725,9 @@ static const spec_field parallel_fields[] = {
     F_BOOL(Dpm__ParallelSpec, broadcast_computed_params),
     F_BOOL(Dpm__ParallelSpec, optimize_gradient_memory),
     F_U64(Dpm__ParallelSpec, bucket_bytes, 0),
+    F_BOOL(Dpm__ParallelSpec, allow_tf32),
+    F_BOOL(Dpm__ParallelSpec, deterministic),
+    F_BOOL(Dpm__ParallelSpec, cuda_graphs),
     F_STRS(Dpm__ParallelSpec, shards),
     F_SUB(Dpm__ParallelSpec, rendezvous, rendezvous_section),
 };

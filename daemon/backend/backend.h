@@ -2,7 +2,7 @@
  *
  * One const table per device kind (common/device.h): cpu, fenced (test
  * builds: the CPU kernels over memory host code cannot touch), cuda (a
- * shared object loaded at start, later). Everything the engine does with a
+ * shared object loaded at start: backend/cuda_load.h). Everything the engine does with a
  * device goes through its table: raw memory (under the caching allocator,
  * backend/pool.h), copies between host and device and within a device, a
  * memset, an ordering handle with synchronise (a CUDA stream; nothing on
@@ -56,6 +56,11 @@ typedef struct dpm_kernel_def {
    * each backend sizes it: dpm_net_scratch (engine/exec.h) asks the
    * backend of the device a net will run on. */
   size_t (*scratch)(const dpm_node *n, const dpm_shape *in);
+  /* Optional: runs ops[0..n), consecutive ops of one net that all have
+   * this kernel, in one go, as run would one after the other (a fused
+   * multi-tensor update: one launch for every parameter). The executor
+   * hands every such run of ops to it (engine/exec.c). */
+  void (*run_many)(const dpm_op *ops, int n);
 } dpm_kernel_def;
 
 typedef struct dpm_backend {
@@ -77,6 +82,10 @@ typedef struct dpm_backend {
   void (*memset)(void *state, void *dst, int value, size_t bytes);
   /* Waits for everything queued on the device's ordering handle. */
   void (*synchronize)(void *state);
+  /* The device's first failure since it opened (a fault in a kernel or a
+   * library: such failures are sticky), with its reason in err; DPM_OK
+   * when none. NULL: the device cannot fail (cpu). */
+  dpm_status (*failure)(void *state, dpm_err *err);
   /* The kernel of op `id` (< DPM_OP_COUNT) on this backend, static; NULL:
    * the op is not supported here (a net using it is refused when it is
    * bound, naming op and device: dpm_exec_kernel, engine/exec.h). A

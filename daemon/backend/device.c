@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "backend/cuda_load.h"
+
 #define MAX_OPEN 256 /* devices one process opens */
 
 struct dpm_dev {
@@ -20,6 +22,10 @@ static int n_opened;
 const dpm_backend *dpm_backend_of(dpm_device_kind kind) {
   switch (kind) {
   case DPM_DEVICE_CPU: return &dpm_backend_cpu;
+  case DPM_DEVICE_CUDA: {
+    const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
+    return p ? p->backend : NULL;
+  }
 #ifdef DPM_TEST_BUILD
   case DPM_DEVICE_FENCED: return &dpm_backend_fenced;
 #endif
@@ -106,6 +112,12 @@ void dpm_dev_memset(dpm_dev *dev, void *dst, int value, size_t bytes) {
 }
 
 void dpm_dev_synchronize(dpm_dev *dev) { dev->be->synchronize(dev->state); }
+
+dpm_status dpm_dev_failure(dpm_dev *dev, dpm_err *err) {
+  return dev->be->failure ? dev->be->failure(dev->state, err) : DPM_OK;
+}
+
+void *dpm_dev_state(dpm_dev *dev) { return dev->state; }
 
 void dpm_dev_enter(dpm_dev *dev) { dev->be->enter(dev->state); }
 void dpm_dev_leave(dpm_dev *dev) { dev->be->leave(dev->state); }

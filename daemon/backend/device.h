@@ -32,17 +32,24 @@ void *dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got);
 void dpm_dev_free(dpm_dev *dev, void *p, size_t got);
 
 /* Copies (bytes may be 0): host -> device, device -> host, device ->
- * device, and a memset of device memory. Complete when they return. */
+ * device, and a memset of device memory. When they return, host memory is
+ * done with (src of an upload may be reused, dst of a download is filled);
+ * on the device they are ordered before whatever is queued on it next. */
 void dpm_dev_to_device(dpm_dev *dev, void *dst, const void *src, size_t bytes);
 void dpm_dev_to_host(dpm_dev *dev, void *dst, const void *src, size_t bytes);
 void dpm_dev_copy(dpm_dev *dev, void *dst, const void *src, size_t bytes);
 void dpm_dev_memset(dpm_dev *dev, void *dst, int value, size_t bytes);
 void dpm_dev_synchronize(dpm_dev *dev);
+/* The device's first failure (backend.h: failure), DPM_OK when none. */
+dpm_status dpm_dev_failure(dpm_dev *dev, dpm_err *err);
 
 /* Host code acting as the device runs between these (backend.h). The
  * device's kernels are its backend's (dpm_dev_backend(dev)->kernel). */
 void dpm_dev_enter(dpm_dev *dev);
 void dpm_dev_leave(dpm_dev *dev);
+
+/* The backend's own state of the device (what its open made). */
+void *dpm_dev_state(dpm_dev *dev);
 
 dpm_pool_stats dpm_dev_stats(dpm_dev *dev);
 /* The devices opened so far (at most max), for metrics. */

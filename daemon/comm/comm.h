@@ -8,7 +8,8 @@
  *   gloo   host buffers; the ranks are threads of several processes (hosts),
  *          which meet through Gloo over TCP; gloo.c, on Gloo through
  *          gloo_shim.cc
- *   nccl   GPU buffers, CUDA streams (later)
+ *   nccl   GPU buffers, CUDA streams; in the cuda plugin
+ *          (daemon/backend/cuda/nccl.c, backend/cuda_load.h)
  * The interface assumes nothing about where buffers live or whether ranks
  * share an address space: a buffer is whatever the backend's devices address
  * (host memory for local and gloo, device memory for nccl), and each rank
@@ -126,7 +127,7 @@ typedef enum {
   DPM_COMM_LOCAL, /* the ranks are threads of this process, host buffers */
   DPM_COMM_GLOO,  /* host buffers; this process's ranks reduce locally, then Gloo
                      across the job's processes (hosts) over TCP */
-  DPM_COMM_NCCL,  /* device buffers and streams (not in this build) */
+  DPM_COMM_NCCL,  /* device buffers and streams: the cuda plugin's (cuda/nccl.c) */
 } dpm_comm_kind;
 
 /* A key-value store served by the caller, for a rendezvous whose store is

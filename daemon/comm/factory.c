@@ -1,7 +1,10 @@
-/* The communicator factory (comm.h): picks the backend for a config. Its
+/* The communicator factory (comm.h): picks the backend for a config
+ * (nccl is the cuda plugin's: backend/cuda_load.h). Its
  * own file so that what only dispatches (comm.c, as in the predictor
  * library) links no backend it does not use. Stateless. */
 #include "comm/comm.h"
+
+#include "backend/cuda_load.h"
 
 dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err) {
   *out = NULL;
@@ -17,8 +20,11 @@ dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *
     return dpm_comm_local_create(cfg->size, cfg->timeout_ms, out, err);
   case DPM_COMM_GLOO:
     return dpm_comm_gloo_create(cfg, out, err);
-  case DPM_COMM_NCCL:
-    return dpm_errf(err, DPM_UNSUPPORTED, "the nccl communicator is not in this build");
+  case DPM_COMM_NCCL: {
+    const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
+    if (!p) return dpm_errf(err, DPM_UNSUPPORTED, "the nccl communicator needs the cuda plugin");
+    return p->comm_create(cfg, out, err);
+  }
   }
   return dpm_errf(err, DPM_INVALID, "communicator kind %d", (int)cfg->kind);
 }

@@ -97,8 +97,20 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
   return DPM_OK;
 }
 
+/* A kernel with run_many (a fused multi-tensor update) gets the whole run
+ * of consecutive ops that share it, within [from, to), in one call. */
 void dpm_exec_run_range(const dpm_exec *x, int from, int to) {
-  for (int i = from; i < to; i++) x->ops[i].kernel->run(&x->ops[i]);
+  for (int i = from; i < to;) {
+    const dpm_kernel_def *k = x->ops[i].kernel;
+    if (!k->run_many) {
+      k->run(&x->ops[i++]);
+      continue;
+    }
+    int j = i + 1;
+    while (j < to && x->ops[j].kernel == k) j++;
+    k->run_many(&x->ops[i], j - i);
+    i = j;
+  }
 }
 
 void dpm_exec_fini(dpm_exec *x) {

@@ -139,10 +139,18 @@ typedef struct dpm_ctx {
   struct dpm_dev *dev;   /* the device the ops run on (backend/device.h); NULL: host */
   struct dpm_comm *comm; /* the replicas' group; NULL on one device */
   int started;           /* allreduces started on comm and not yet waited for */
+  unsigned math;         /* DPM_MATH_*: choices of kernels that have them (cuda) */
   uint64_t comm_ns;      /* time spent in collective ops, accumulated */
   dpm_status status;     /* first failure of a kernel that can fail (collectives); */
   dpm_err err;           /* the runner checks and clears it after each net run */
 } dpm_ctx;
+
+/* dpm_ctx.math: how kernels that can trade exactness for speed may do so.
+ * 0 (the default): full float32 products, any algorithm. */
+enum {
+  DPM_MATH_TF32 = 1u << 0,          /* matrix products may use TF32 (allow_tf32) */
+  DPM_MATH_DETERMINISTIC = 1u << 1, /* only algorithms whose results repeat bitwise */
+};
 
 typedef struct dpm_op {
   const dpm_node *node;          /* args: node->arg[k] */

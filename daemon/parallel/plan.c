@@ -123,11 +123,16 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   if (!s) s = synced_blobs(p, m, err);
   const dpm_node *lr = &m->update.nodes[0], *iter = &m->update.nodes[m->update.n - 1];
   int dag = devices > 1 && type == DPM_NET_DAG, b = 0, last_train = -1;
+  /* One device updates each param as soon as its gradient is final, unless
+   * the backend fuses the updates into one launch (run_many): then they
+   * run together after backward. */
+  const dpm_kernel_def *opt = n_opt && be ? be->kernel(u[0].node->def->id) : NULL;
+  int early = devices == 1 && !(opt && opt->run_many);
   for (int j = 0; j < m->train.n && !s; j++) {
     s = add(p, &m->train.nodes[j], err);
     last_train = p->step.n - 1;
     if (!s && j == m->n_forward - 1) s = add(p, lr, err);
-    for (int i = 0; devices == 1 && i < n_opt && !s; i++) /* one device: update early */
+    for (int i = 0; early && i < n_opt && !s; i++)
       if (u[i].param_free == j) s = add(p, u[i].node, err);
     for (; dag && b < p->n_buckets - 1 && !s && u[p->bucket_end[b] - 1].grad_ready == j;
          b++)
@@ -141,7 +146,7 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
     s = collective(p,
                    dag && b < p->n_buckets - 1 ? DPM_OP_ALLREDUCE_WAIT : DPM_OP_ALLREDUCE,
                    p->grads, b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
-  for (int i = 0; devices > 1 && i < n_opt && !s; i++) s = add(p, u[i].node, err);
+  for (int i = 0; !early && i < n_opt && !s; i++) s = add(p, u[i].node, err);
   if (!s && devices > 1 && broadcast_computed) s = computed_broadcast(p, m, err);
   if (!s) s = add(p, iter, err);
   p->n_forward = m->n_forward;

@@ -6,7 +6,9 @@
  * Parallelize_*):
  *
  *   one device   each optimizer op runs as soon as its gradient is final
- *                and nothing later reads its parameter (gradient in cache)
+ *                and nothing later reads its parameter (gradient in cache);
+ *                where the backend fuses updates (dpm_kernel_def.run_many:
+ *                one launch for every parameter), all after backward
  *   simple       backward, then Allreduce of the gradient buckets, then
  *                the optimizer ops
  *   dag          AllreduceStart of a bucket as soon as its last gradient is

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cuda_load.h"
 #include "common/device.h"
 #include "common/escape.h"
 #include "parallel/crew.h"
@@ -23,7 +24,8 @@ typedef struct crew_entry { /* one device group's crew */
 struct dpmd_devices {
   int count[DPM_DEVICE_KIND_COUNT]; /* devices served, by kind */
   int n;                            /* all of them */
-  char (*names)[16];                /* [n] "cpu:0" ... "fenced:1" */
+  char (*names)[16];                /* [n] "cpu:0" ... "cuda:0" ... "fenced:1" */
+  char cuda[640];                   /* what loading the cuda plugin found */
   pthread_mutex_t mu;
   crew_entry *crews;
 };
@@ -38,7 +40,8 @@ static const char *served(const dpmd_devices *dv, dpm_device_kind k, char *buf, 
   return buf;
 }
 
-dpm_status dpmd_devices_create(int cpu, int fenced, dpmd_devices **out, dpm_err *err) {
+dpm_status dpmd_devices_create(int cpu, int cuda, int fenced, dpmd_devices **out,
+                               dpm_err *err) {
   *out = NULL;
   if (cpu < 1 || cpu > MAX_CPU)
     return dpm_errf(err, DPM_INVALID, "cpu devices: %d (1..%d)", cpu, MAX_CPU);
@@ -46,11 +49,18 @@ dpm_status dpmd_devices_create(int cpu, int fenced, dpmd_devices **out, dpm_err 
     return dpm_errf(err, DPM_INVALID, "devices.fenced: fenced devices exist in test builds "
                                       "only");
   dpmd_devices *dv = calloc(1, sizeof *dv);
-  if (!dv || !(dv->names = calloc((size_t)(cpu + fenced), sizeof *dv->names))) {
+  if (!dv) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  int gpus = 0;
+  if (cuda)
+    gpus = dpm_cuda_load(dv->cuda, sizeof dv->cuda);
+  else
+    snprintf(dv->cuda, sizeof dv->cuda, "cuda: off (devices.cuda in the config)");
+  if (!(dv->names = calloc((size_t)(cpu + gpus + fenced), sizeof *dv->names))) {
     free(dv);
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   }
   dv->count[DPM_DEVICE_CPU] = cpu;
+  dv->count[DPM_DEVICE_CUDA] = gpus;
   dv->count[DPM_DEVICE_FENCED] = fenced;
   for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++)
     for (int i = 0; i < dv->count[k]; i++)
@@ -62,6 +72,7 @@ dpm_status dpmd_devices_create(int cpu, int fenced, dpmd_devices **out, dpm_err 
 }
 
 int dpmd_devices_count(const dpmd_devices *dv) { return dv->n; }
+const char *dpmd_devices_cuda(const dpmd_devices *dv) { return dv->cuda; }
 const char *dpmd_devices_name(const dpmd_devices *dv, int i) { return dv->names[i]; }
 
 dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t n,
@@ -74,10 +85,9 @@ dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t
     if (dpm_device_parse(names[i], &d))
       return dpm_errf(err, DPM_INVALID, "device '%s': expected cpu:N",
                       dpm_escape(names[i], b, sizeof b));
-    if (d.kind == DPM_DEVICE_CUDA)
-      return dpm_errf(err, DPM_UNSUPPORTED,
-                      "device %s: this dpmd has no CUDA backend; it serves cpu:0..cpu:%d",
-                      names[i], dv->count[DPM_DEVICE_CPU] - 1);
+    if (d.kind == DPM_DEVICE_CUDA && !dv->count[d.kind])
+      return dpm_errf(err, DPM_UNSUPPORTED, "device %s: this dpmd has no CUDA device (%s); it "
+                      "serves cpu:0..cpu:%d", names[i], dv->cuda, dv->count[DPM_DEVICE_CPU] - 1);
     if (d.index >= dv->count[d.kind])
       return dpm_errf(err, DPM_NOT_FOUND, "device %s: this dpmd serves %s", names[i],
                       served(dv, d.kind, b, sizeof b));

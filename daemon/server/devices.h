@@ -7,9 +7,11 @@
  *
  * CPU devices are "cpu:0" .. "cpu:N-1" (N from the config), and in test
  * builds fenced devices "fenced:0" .. (backend/fenced: memory host code
- * cannot touch). CUDA devices would be "cuda:K"; this build has no CUDA
- * backend, so a model asking for one is refused with DPM_UNSUPPORTED and a
- * message saying so.
+ * cannot touch). CUDA devices are "cuda:0" .. every GPU the cuda plugin
+ * finds at start (backend/cuda_load.h); without the plugin, a driver or a
+ * GPU, a model asking for one is refused with DPM_UNSUPPORTED and the
+ * reason the plugin gave. Each device's state (streams, handles, memory,
+ * algorithm cache) opens on first use and stays warm for later models.
  *
  * Threads: dpmd_devices_check and dpmd_devices_crew may be called from any
  * thread (a mutex guards the crew table); crews live until destroy. */
@@ -23,9 +25,14 @@
 struct dpm_crew;
 typedef struct dpmd_devices dpmd_devices;
 
-/* cpu:0..cpu-1 and, in test builds, fenced:0..fenced-1 (else fenced must
+/* cpu:0..cpu-1, the GPUs the cuda plugin finds when cuda is 1 (it loads
+ * the plugin), and, in test builds, fenced:0..fenced-1 (else fenced must
  * be 0: DPM_INVALID). */
-dpm_status dpmd_devices_create(int cpu, int fenced, dpmd_devices **out, dpm_err *err);
+dpm_status dpmd_devices_create(int cpu, int cuda, int fenced, dpmd_devices **out,
+                               dpm_err *err);
+/* The one line loading the cuda plugin gave ("cuda: 8 devices (...)",
+ * "cuda: no usable CUDA driver or device: ..."), for the log. */
+const char *dpmd_devices_cuda(const dpmd_devices *dv);
 /* The device names, for version/ping ("cpu:0", ...). */
 int dpmd_devices_count(const dpmd_devices *dv);
 const char *dpmd_devices_name(const dpmd_devices *dv, int i);

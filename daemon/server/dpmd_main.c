@@ -66,11 +66,12 @@ int main(int argc, char **argv) {
   int rc = 1, lock = -1, shutdown_failed = 0;
   if (dpmd_store_init(cfg.state_dir, &err) || dpmd_store_lock(cfg.state_dir, &lock, &err) ||
       dpmd_paths_create(&cfg, &paths, &err) ||
-      dpmd_devices_create(cfg.cpu_devices, cfg.fenced_devices, &devices, &err)) {
+      dpmd_devices_create(cfg.cpu_devices, cfg.cuda, cfg.fenced_devices, &devices, &err)) {
     dpmd_error("%s", err.msg);
   } else {
-    dpmd_info("dpmd %s: %d cpu device(s), state in %s%s", DPMD_VERSION, cfg.cpu_devices,
-              cfg.state_dir, cfg.cuda ? "; no CUDA backend in this build" : "");
+    dpmd_info("dpmd %s: %d cpu device(s), state in %s", DPMD_VERSION, cfg.cpu_devices,
+              cfg.state_dir);
+    dpmd_info("%s", dpmd_devices_cuda(devices));
     if (dpmd_serve(&cfg, devices, paths, &shutdown_failed, &err))
       dpmd_error("%s", err.msg);
     else if (shutdown_failed)

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "backend/cuda_load.h"
 #include "common/device.h"
 #include "common/spec.h"
 #include "common/validate.h"
@@ -198,9 +199,9 @@ static const char *fleet_options(const options *o, const Dpm__ModelSpec *spec,
   return NULL;
 }
 
-/* "cpu:0,cpu:1" -> 2: canonical CPU devices (common/device.h), each once,
- * together 0..n-1. */
-static int parse_devices(const char *list, int *n) {
+/* "cpu:0,cpu:1" -> 2: canonical devices of one kind (common/device.h), each
+ * once, together 0..n-1; the kind into *kind. */
+static int parse_devices(const char *list, int *n, dpm_device_kind *kind) {
   char seen[DPM_MAX_DEVICE_INDEX + 1] = {0}, item[32];
   *n = 0;
   for (const char *p = list;; p++) {
@@ -209,8 +210,10 @@ static int parse_devices(const char *list, int *n) {
     if (len >= sizeof item) return -1;
     memcpy(item, p, len);
     item[len] = 0;
-    if (dpm_device_parse(item, &d) || d.kind != DPM_DEVICE_CPU || seen[d.index]++)
+    if (dpm_device_parse(item, &d) || d.kind == DPM_DEVICE_FENCED ||
+        (*n && d.kind != *kind) || seen[d.index]++)
       return -1;
+    *kind = d.kind;
     (*n)++;
     p += len;
     if (!*p) break;
@@ -308,8 +311,12 @@ int main(int argc, char **argv) {
      (EPIPE), not a reason to die without a word */
   signal(SIGPIPE, SIG_IGN);
   dpm_trainer_options topt = {.net_type = -1};
-  if (o.devices && parse_devices(o.devices, &topt.devices))
-    return usage("--devices takes cpu:0,cpu:1,... (each once, from 0)");
+  if (o.devices && parse_devices(o.devices, &topt.devices, &topt.kind))
+    return usage("--devices takes cpu:0,cpu:1,... or cuda:0,cuda:1,... (one kind, each "
+                 "once, from 0)");
+  char cuda[640];
+  dpm_cuda_load(cuda, sizeof cuda);
+  fprintf(stderr, "dpm-train: %s\n", cuda);
   for (int k = 0; o.net_type && k < 2; k++)
     if (!strcmp(o.net_type, net_types[k])) topt.net_type = k;
   if (o.net_type && topt.net_type < 0) return usage("--net-type is simple or dag");

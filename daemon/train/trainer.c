@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/cuda_load.h"
 #include "backend/device.h"
 #include "comm/comm.h"
 #include "common/device.h"
@@ -24,6 +25,7 @@
 #include "io/reader.h"
 #include "parallel/crew.h"
 #include "parallel/share.h"
+#include "train/graph.h"
 #include "common/spec.h"
 
 typedef enum { JOB_STEP, JOB_SYNC, JOB_META, JOB_GO } job_kind;
@@ -57,6 +59,7 @@ typedef struct replica {
   dpm_workspace ws;
   dpm_ctx ctx;
   dpm_exec step;
+  dpm_step_graph graph; /* the step as a CUDA graph, where it can be one */
   void *arena; /* the gradients, back to back in plan order, on dev */
   size_t arena_bytes;
   dpm_blob *data, *label, *lr, *accuracy, **losses;
@@ -86,6 +89,9 @@ struct dpm_trainer {
   int n;            /* replicas (of this shard) */
   int shard, shards; /* this process's shard of the job, and the job's shards (1: alone) */
   dpm_device *dev;  /* [n] their devices, parsed once */
+  unsigned math;    /* dpm_ctx.math of every replica (parallel.allow_tf32, deterministic) */
+  int graphs;       /* parallel.cuda_graphs */
+  void **streams;   /* [n] the replicas' CUDA streams, for a nccl group; else NULL */
   dpm_share *share; /* replicas take parts of each other's last backward op */
   replica *r;
   job_kind job;                  /* of the crew run in flight */
@@ -179,6 +185,16 @@ static void run_step(dpm_trainer *t, replica *r) {
   dpm_exec_run_range(&r->step, p->help_at, r->step.n);
 }
 
+typedef struct step_arg {
+  dpm_trainer *t;
+  replica *r;
+} step_arg;
+
+static void step_run(void *arg) {
+  step_arg *a = arg;
+  run_step(a->t, a->r);
+}
+
 /* JOB_META: the job's rank 0's meta into every replica's (each its own
  * copy: ranks' buffers do not overlap); with agreement, then the count of
  * replicas whose own meta differs, summed over the job. Host memory only. */
@@ -220,13 +236,16 @@ static void run_job(void *arg, int rank) {
     return;
   }
   load_input(t, r);
-  run_step(t, r);
+  step_arg a = {t, r};
+  r->status = dpm_step_graph_run(&r->graph, r->dev, step_run, &a, &r->err);
   if (r->ctx.status) {
     r->status = r->ctx.status;
     r->err = r->ctx.err;
     r->ctx.status = DPM_OK;
+    dpm_step_graph_fini(&r->graph); /* captured around a failed collective */
     drain(r);
   }
+  if (!r->status) r->status = dpm_dev_failure(r->dev, &r->err);
 }
 
 /* "shard 1 of 2: " in front of err's message, in a job of several shards. */
@@ -371,11 +390,13 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   if (s) return s;
   r->ws.dev = r->ctx.dev = r->dev;
   r->ctx.device = r->rank; /* comm: set per crew run */
+  r->ctx.math = t->math;
   dpm_exec init = {0};
   s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
   if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
   dpm_exec_fini(&init);
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
+  if (!s) dpm_step_graph_init(&r->graph, r->dev, &t->plan.step, t->graphs);
   if (!s && ranks(t) > 1) s = grad_arena(r, &t->plan, err);
   if (s) return s;
   r->data = dpm_ws_find(&r->ws, m->data);
@@ -525,8 +546,9 @@ static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_er
  * being ranks shard*n .. shard*n+n-1 of n*shards (formed at the fleet's
  * rendezvous: this waits for every shard, up to comm_timeout_ms). */
 static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
+  int cuda = t->dev[0].kind == DPM_DEVICE_CUDA;
   t->comm_cfg = (dpm_comm_config){
-      .kind = t->shards > 1 ? DPM_COMM_GLOO : DPM_COMM_LOCAL,
+      .kind = cuda ? DPM_COMM_NCCL : t->shards > 1 ? DPM_COMM_GLOO : DPM_COMM_LOCAL,
       .size = t->n,
       .rank_base = t->shard * t->n,
       .world = ranks(t),
@@ -534,6 +556,12 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
   };
   if (t->shards > 1) t->comm_cfg.rendezvous = t->opt.fleet.rendezvous;
   if (ranks(t) == 1) return DPM_OK;
+  if (cuda) { /* NCCL queues each rank's collectives on its device's stream */
+    const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
+    if (!(t->streams = calloc((size_t)t->n, sizeof *t->streams))) return nomem(err);
+    for (int d = 0; d < t->n; d++) t->streams[d] = p->stream_of(dpm_dev_state(t->r[d].dev));
+    t->comm_cfg.streams = t->streams;
+  }
   if (dpm_comm_create(&t->comm_cfg, &t->comm, err)) {
     dpm_err_prefix(err, "%s: ", spec->source);
     return shard_prefix(t, err);
@@ -612,6 +640,9 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *par = spec->parallel;
   if (parse_devices(t, spec, err)) return err->code;
+  t->math = (par && par->allow_tf32 ? DPM_MATH_TF32 : 0) |
+            (par && par->deterministic ? DPM_MATH_DETERMINISTIC : 0);
+  t->graphs = par ? par->cuda_graphs : 1;
   int devices = t->n;
   if (t->opt.crew && dpm_crew_size(t->opt.crew) != devices)
     return dpm_errf(err, DPM_INVALID, "%s: %d devices, but the crew has %d ranks",
@@ -1127,6 +1158,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   dpm_share_destroy(t->share);
   for (int d = 0; t->r && d < t->n; d++) {
     replica *r = &t->r[d];
+    dpm_step_graph_fini(&r->graph);
     dpm_exec_fini(&r->step);
     dpm_ws_fini(&r->ws);
     if (r->arena) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
@@ -1142,6 +1174,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   free(t->eval_images);
   free(t->eval_labels);
   free(t->dev);
+  free(t->streams);
   free(t);
 }
 

@@ -86,7 +86,7 @@ row "dpm-train MLP 1 epoch on cuda:0" $r \
 echo "== dpmd on cuda:0"
 t0=$(date +%s)
 export DPM_ENDPOINT="ipc://$T/dpmd.sock"
-echo "devices: {cuda: 1}" >"$T/dpmd.yaml"
+echo "devices: {cpu: 1, cuda: auto}" >"$T/dpmd.yaml"
 ctl() { build/dpmctl --json "$@"; }
 json_str() { echo "$1" | sed -n "s/.*\"$2\":\"\([^\"]*\)\".*/\1/p"; }
 dpmd_ok() {

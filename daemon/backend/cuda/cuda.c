@@ -1,0 +1,388 @@
+/* The cuda backend's table and the plugin's entry point (plugin.h): device
+ * probe, per-device state (cuda.h) opened once and kept warm, raw memory,
+ * copies, waits, and the failures of a device.
+ *
+ * Memory: raw blocks come from cudaMallocAsync on the compute stream
+ * (stream-ordered: a block freed by cudaFreeAsync is reused only after the
+ * work queued before the free), or cudaMalloc where the device has no
+ * memory pools; the host's caching allocator (backend/pool.h) sits above,
+ * so a steady-state step asks for none. The device's memory pool keeps
+ * what is freed (release threshold: all), so a second model on the device
+ * reuses it without a new cudaMalloc either.
+ *
+ * Copies: host to device through pinned staging on the copy stream
+ * (staging.c), ordered before what the compute stream runs next, without a
+ * host wait; device to host waits for the compute stream (cuda_wait);
+ * device to device and memset are queued on the compute stream.
+ *
+ * Waits poll the compute stream and call the device's watches (the NCCL
+ * groups' timeouts) between polls.
+ *
+ * Failures: a failed CUDA, cuBLAS, cuDNN or NCCL call is recorded as the
+ * device's first failure (sticky: a faulted CUDA context does not recover
+ * in this process), logged once, and reported by check, which the trainer
+ * calls after each step: the model fails naming the call, and the daemon
+ * keeps serving its other models. */
+#include "backend/cuda/cuda.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cuda/nccl.h"
+
+const dpm_cuda_host *cuda_host;
+__thread int cuda_current = -1;
+
+/* The open devices, for cuda_dev_of_stream (at most one state per index). */
+#define MAX_DEVICES 256
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static cuda_dev *open_devs[MAX_DEVICES];
+
+cuda_dev *cuda_dev_of_stream(void *stream) {
+  cuda_dev *found = NULL;
+  pthread_mutex_lock(&open_mu);
+  for (int i = 0; i < MAX_DEVICES && !found; i++)
+    if (open_devs[i] && (void *)open_devs[i]->compute == stream) found = open_devs[i];
+  pthread_mutex_unlock(&open_mu);
+  return found;
+}
+
+dpm_status cuda_errf(dpm_err *err, dpm_status code, const char *fmt, ...) {
+  if (!err) return code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+  va_end(ap);
+  err->code = code;
+  return code;
+}
+
+int cuda_check(cuda_dev *dev, int ok, int code, const char *what) {
+  if (ok) return 1;
+  pthread_mutex_lock(&dev->err_mu);
+  int first = !dev->sticky;
+  if (first) {
+    dev->sticky = code ? code : -1;
+    dev->sticky_at = what;
+  }
+  pthread_mutex_unlock(&dev->err_mu);
+  if (first) fprintf(stderr, "dpm: cuda:%d: %s failed (code %d)\n", dev->index, what, code);
+  return 0;
+}
+
+/* ---- probe ---------------------------------------------------------------- */
+
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static int probe_count;
+static char probe_why[256];
+
+static void probe_now(void) {
+  int n = 0; /* cudaGetDeviceCount leaves it untouched on failure (DEPS.md) */
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    snprintf(probe_why, sizeof probe_why, "no usable CUDA driver or device: %s (%s)",
+             cudaGetErrorString(e), cudaGetErrorName(e));
+    n = 0;
+  } else if (n == 0) {
+    snprintf(probe_why, sizeof probe_why, "the CUDA driver reports no device");
+  }
+  probe_count = n;
+}
+
+static int cuda_probe(dpm_err *err) {
+  pthread_once(&probe_once, probe_now);
+  if (!probe_count) cuda_errf(err, DPM_UNSUPPORTED, "%s", probe_why);
+  return probe_count;
+}
+
+/* ---- open and close ------------------------------------------------------- */
+
+static void cuda_close(void *state) {
+  cuda_dev *dev = state;
+  if (!dev) return;
+  pthread_mutex_lock(&open_mu);
+  if (dev->index < MAX_DEVICES && open_devs[dev->index] == dev) open_devs[dev->index] = NULL;
+  pthread_mutex_unlock(&open_mu);
+  cuda_use(dev);
+  if (dev->compute) cudaStreamSynchronize(dev->compute);
+  if (dev->copy) cudaStreamSynchronize(dev->copy);
+  cuda_staging_free(dev->staging);
+  cuda_algo_cache_free(dev->algos);
+  if (dev->lt_ws) cudaFree(dev->lt_ws);
+  if (dev->dnn) cudnnDestroy(dev->dnn);
+  if (dev->lt) cublasLtDestroy(dev->lt);
+  if (dev->blas) cublasDestroy(dev->blas);
+  if (dev->copy) cudaStreamDestroy(dev->copy);
+  if (dev->compute) cudaStreamDestroy(dev->compute);
+  pthread_mutex_destroy(&dev->watch_mu);
+  pthread_mutex_destroy(&dev->err_mu);
+  free(dev);
+}
+
+/* A failed step of open: the reason in err, naming the call. */
+static dpm_status open_failed(cuda_dev *dev, dpm_err *err) {
+  dpm_status s = cuda_errf(err, DPM_UNSUPPORTED, "cannot open: %s failed (code %d)",
+                           dev->sticky_at, dev->sticky);
+  cuda_close(dev);
+  return s;
+}
+
+static dpm_status cuda_open(int index, void **state, dpm_err *err) {
+  *state = NULL;
+  if (index >= MAX_DEVICES)
+    return cuda_errf(err, DPM_UNSUPPORTED, "more than %d cuda devices", MAX_DEVICES);
+  cuda_dev *dev = calloc(1, sizeof *dev);
+  if (!dev) return cuda_errf(err, DPM_NOMEM, "out of memory");
+  dev->index = index;
+  pthread_mutex_init(&dev->err_mu, NULL);
+  pthread_mutex_init(&dev->watch_mu, NULL);
+  if (!CUDA_OK(dev, cudaSetDevice(index))) return open_failed(dev, err);
+  cuda_current = index;
+  int pools = 0;
+  cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, index);
+  dev->async_alloc = pools;
+  if (pools) { /* keep freed memory in the pool for the next model */
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    if (CUDA_OK(dev, cudaDeviceGetDefaultMemPool(&pool, index)))
+      CUDA_OK(dev, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
+  if (!CUDA_OK(dev, cudaStreamCreateWithFlags(&dev->compute, cudaStreamNonBlocking)) ||
+      !CUDA_OK(dev, cudaStreamCreateWithFlags(&dev->copy, cudaStreamNonBlocking)) ||
+      !CUBLAS_OK(dev, cublasCreate(&dev->blas)) ||
+      !CUBLAS_OK(dev, cublasSetStream(dev->blas, dev->compute)) ||
+      /* full float32 products unless a kernel asks for TF32 (ctx->math) */
+      !CUBLAS_OK(dev, cublasSetMathMode(dev->blas, CUBLAS_PEDANTIC_MATH)) ||
+      !CUBLAS_OK(dev, cublasLtCreate(&dev->lt)) || !CUDNN_OK(dev, cudnnCreate(&dev->dnn)) ||
+      !CUDNN_OK(dev, cudnnSetStream(dev->dnn, dev->compute)) ||
+      !CUDA_OK(dev, cudaMalloc(&dev->lt_ws, CUDA_LT_WORKSPACE)))
+    return open_failed(dev, err);
+  if (!(dev->algos = cuda_algo_cache_new()) || !(dev->staging = cuda_staging_new(dev))) {
+    cuda_close(dev);
+    return cuda_errf(err, DPM_NOMEM, "out of memory");
+  }
+  if (dev->sticky) return open_failed(dev, err);
+  pthread_mutex_lock(&open_mu);
+  open_devs[index] = dev;
+  pthread_mutex_unlock(&open_mu);
+  *state = dev;
+  return DPM_OK;
+}
+
+/* ---- memory and copies ---------------------------------------------------- */
+
+static void *cuda_alloc(void *state, size_t bytes) {
+  cuda_dev *dev = state;
+  cuda_use(dev);
+  void *p = NULL;
+  cudaError_t e = dev->async_alloc ? cudaMallocAsync(&p, bytes, dev->compute)
+                                   : cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* out of memory is not sticky: the pool may trim and retry */
+    return NULL;
+  }
+  return p;
+}
+
+static void cuda_free(void *state, void *p, size_t bytes) {
+  (void)bytes;
+  cuda_dev *dev = state;
+  cuda_use(dev);
+  if (dev->async_alloc)
+    CUDA_OK(dev, cudaFreeAsync(p, dev->compute));
+  else
+    CUDA_OK(dev, cudaFree(p));
+}
+
+static void cuda_copy(void *state, void *dst, const void *src, size_t bytes,
+                      dpm_copy_kind kind) {
+  cuda_dev *dev = state;
+  cuda_use(dev);
+  switch (kind) {
+  case DPM_COPY_H2D: cuda_upload(dev, dst, src, bytes); break;
+  case DPM_COPY_D2H: cuda_download(dev, dst, src, bytes); break;
+  case DPM_COPY_D2D:
+    CUDA_OK(dev, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->compute));
+    break;
+  }
+}
+
+static void cuda_memset(void *state, void *dst, int value, size_t bytes) {
+  cuda_dev *dev = state;
+  cuda_use(dev);
+  CUDA_OK(dev, cudaMemsetAsync(dst, value, bytes, dev->compute));
+}
+
+/* ---- waits and watches ---------------------------------------------------- */
+
+void cuda_watch_add(cuda_dev *dev, cuda_watch_fn fn, void *arg) {
+  pthread_mutex_lock(&dev->watch_mu);
+  if (dev->n_watch < CUDA_MAX_WATCHES) {
+    dev->watch[dev->n_watch].fn = fn;
+    dev->watch[dev->n_watch].arg = arg;
+    dev->n_watch++;
+  }
+  pthread_mutex_unlock(&dev->watch_mu);
+}
+
+void cuda_watch_remove(cuda_dev *dev, cuda_watch_fn fn, void *arg) {
+  pthread_mutex_lock(&dev->watch_mu);
+  for (int i = 0; i < dev->n_watch; i++)
+    if (dev->watch[i].fn == fn && dev->watch[i].arg == arg) {
+      dev->watch[i] = dev->watch[--dev->n_watch];
+      break;
+    }
+  pthread_mutex_unlock(&dev->watch_mu);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Calls every watch of dev, under watch_mu: once cuda_watch_remove
+ * returned, the removed watch is not running and will not run again. */
+static void run_watches(cuda_dev *dev, int64_t waited) {
+  pthread_mutex_lock(&dev->watch_mu);
+  for (int i = 0; i < dev->n_watch; i++) dev->watch[i].fn(dev->watch[i].arg, waited);
+  pthread_mutex_unlock(&dev->watch_mu);
+}
+
+int cuda_wait(cuda_dev *dev) {
+  cuda_use(dev);
+  int64_t start = now_ms();
+  for (unsigned spins = 0;; spins++) {
+    cudaError_t e = cudaStreamQuery(dev->compute);
+    if (e == cudaSuccess) break;
+    if (e != cudaErrorNotReady) {
+      CUDA_OK(dev, e);
+      break;
+    }
+    run_watches(dev, now_ms() - start);
+    if (spins > 64) nanosleep(&(struct timespec){0, 20000}, NULL); /* 20 us */
+  }
+  return !dev->sticky;
+}
+
+static void cuda_synchronize(void *state) { cuda_wait(state); }
+
+static dpm_status cuda_failure(void *state, dpm_err *err) {
+  cuda_dev *dev = state;
+  pthread_mutex_lock(&dev->err_mu);
+  int code = dev->sticky;
+  const char *at = dev->sticky_at;
+  pthread_mutex_unlock(&dev->err_mu);
+  if (!code) return DPM_OK;
+  return cuda_errf(err, DPM_IO, "cuda:%d: %s failed (code %d); the device is unusable in this "
+                   "process until it restarts", dev->index, at, code);
+}
+
+/* Host code never acts as a cuda device (its collectives are NCCL's); the
+ * calls only make the device current. */
+static void cuda_enter(void *state) { cuda_use(state); }
+static void cuda_leave(void *state) { (void)state; }
+
+/* ---- graphs --------------------------------------------------------------- */
+
+static void cuda_capture_begin(void *state) {
+  cuda_dev *dev = state;
+  cuda_use(dev);
+  if (CUDA_OK(dev, cudaStreamBeginCapture(dev->compute, cudaStreamCaptureModeThreadLocal)))
+    dev->capturing = 1;
+}
+
+static void *cuda_capture_end(void *state, dpm_err *err) {
+  cuda_dev *dev = state;
+  cuda_use(dev);
+  if (!dev->capturing) {
+    cuda_errf(err, DPM_STATE, "cuda:%d: no capture open", dev->index);
+    return NULL;
+  }
+  dev->capturing = 0;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t x = NULL;
+  cudaError_t e = cudaStreamEndCapture(dev->compute, &g);
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, 0);
+  if (g) cudaGraphDestroy(g);
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* a capture that failed leaves the stream usable */
+    cuda_errf(err, DPM_UNSUPPORTED, "cuda:%d: step not captured as a graph: %s",
+              dev->index, cudaGetErrorString(e));
+    return NULL;
+  }
+  return x;
+}
+
+static dpm_status cuda_replay(void *state, void *graph, dpm_err *err) {
+  cuda_dev *dev = state;
+  cuda_use(dev);
+  if (!CUDA_OK(dev, cudaGraphLaunch((cudaGraphExec_t)graph, dev->compute)))
+    return cuda_failure(dev, err);
+  return DPM_OK;
+}
+
+static void cuda_graph_free(void *graph) {
+  if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
+static void *cuda_stream_of(void *state) { return ((cuda_dev *)state)->compute; }
+
+static const char *cuda_describe(void) {
+  static char text[96];
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  snprintf(text, sizeof text, "CUDA runtime %d.%d, driver %s", rt / 1000, rt % 1000 / 10,
+           drv ? "" : "none");
+  if (drv)
+    snprintf(text + strlen(text), sizeof text - strlen(text), "%d.%d", drv / 1000,
+             drv % 1000 / 10);
+  return text;
+}
+
+/* ---- the tables ----------------------------------------------------------- */
+
+static const dpm_backend cuda_backend = {
+    .name = "cuda",
+    .kind = DPM_DEVICE_CUDA,
+    .host_visible = 0,
+    .probe = cuda_probe,
+    .open = cuda_open,
+    .close = cuda_close,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .memset = cuda_memset,
+    .synchronize = cuda_synchronize,
+    .failure = cuda_failure,
+    .kernel = cuda_kernel,
+    .enter = cuda_enter,
+    .leave = cuda_leave,
+};
+
+static const dpm_cuda_plugin plugin = {
+    .abi = DPM_CUDA_ABI,
+    .backend = &cuda_backend,
+    .comm_create = cuda_nccl_create,
+    .stream_of = cuda_stream_of,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .replay = cuda_replay,
+    .graph_free = cuda_graph_free,
+    .describe = cuda_describe,
+};
+
+__attribute__((visibility("default"))) const dpm_cuda_plugin *
+dpm_cuda_plugin_init(const dpm_cuda_host *host, dpm_err *err) {
+  if (!host || host->abi != DPM_CUDA_ABI) {
+    cuda_errf(err, DPM_UNSUPPORTED, "the cuda plugin's ABI is %d, the program's %d",
+              DPM_CUDA_ABI, host ? host->abi : 0);
+    return NULL;
+  }
+  cuda_host = host;
+  return &plugin;
+}

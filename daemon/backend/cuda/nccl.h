@@ -1,0 +1,12 @@
+/* The nccl communicator (comm/comm.h), inside the cuda plugin: see nccl.c
+ * for its semantics, summation order and timeouts. */
+#ifndef DPM_BACKEND_CUDA_NCCL_H
+#define DPM_BACKEND_CUDA_NCCL_H
+
+#include "comm/comm.h"
+
+/* A DPM_COMM_NCCL group for cfg (cfg->streams: one cudaStream_t per local
+ * rank). */
+dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
+
+#endif

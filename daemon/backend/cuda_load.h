@@ -1,0 +1,31 @@
+/* Loading the CUDA plugin (build/libdpm_cuda.so, backend/cuda/plugin.h).
+ *
+ * dpm_cuda_load dlopens the plugin once per process: from $DPM_CUDA_LIB
+ * when set, else next to the running program (build/), one folder up
+ * (build/asan-bin/ and the like), or in ../lib/dpm/ (make install). It
+ * then probes the devices. A process calls it at start (dpmd, dpm-train,
+ * the tests) and logs its one line; after it, dpm_backend_of(DPM_DEVICE_CUDA)
+ * is the plugin's backend whenever the plugin loaded, even with no GPU, so
+ * that cuda:N is refused with the driver's reason, and NULL otherwise
+ * (refused as "no cuda backend in this build").
+ *
+ * Threads: any; the first call loads, under a lock; later calls return
+ * what the first found. Errors: none fatal: the text in *line says what
+ * was loaded and what the driver said. */
+#ifndef DPM_BACKEND_CUDA_LOAD_H
+#define DPM_BACKEND_CUDA_LOAD_H
+
+#include <stddef.h>
+
+#include "backend/cuda/plugin.h"
+
+/* Loads and probes; returns the number of cuda devices usable (0 when the
+ * plugin is missing, or there is no driver or GPU). line (n bytes) gets
+ * one line for the log: "cuda: 8 devices (CUDA 13.0 runtime, driver 13.0)",
+ * "cuda: no device: ... (cudaErrorInsufficientDriver)", "cuda: no plugin
+ * (make CUDA=0 or libdpm_cuda.so not found)". */
+int dpm_cuda_load(char *line, size_t n);
+/* The loaded plugin, or NULL. */
+const dpm_cuda_plugin *dpm_cuda_plugin_get(void);
+
+#endif

@@ -1,0 +1,68 @@
+/* The CUDA plugin as this host can check it without a GPU: it loads
+ * (build/libdpm_cuda.so, built whenever nvcc is found), refuses a plugin
+ * of another ABI, has a kernel for every op, and on a host without a
+ * driver or GPU refuses cuda:0 with the driver's reason. Skipped, saying
+ * so, where the plugin was not built (make CUDA=0). */
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include "backend/cuda_load.h"
+#include "backend/device.h"
+#include "test.h"
+
+#define PLUGIN_PATH "build/libdpm_cuda.so"
+
+static int plugin_built(void) {
+  if (!access(PLUGIN_PATH, R_OK)) return 1;
+  printf("  (skipped: %s not built)\n", PLUGIN_PATH);
+  return 0;
+}
+
+TEST(cuda_plugin_loads_and_refuses_cuda_devices_without_a_driver) {
+  if (!plugin_built()) return;
+  char line[640];
+  int n = dpm_cuda_load(line, sizeof line);
+  CHECK(dpm_cuda_plugin_get() != NULL);
+  CHECK(dpm_backend_of(DPM_DEVICE_CUDA) == dpm_cuda_plugin_get()->backend);
+  if (n > 0) {
+    printf("  (%s: this host has a GPU; tests/gpu/run.sh checks it)\n", line);
+    return;
+  }
+  CHECK_HAS(line, "cuda: no usable CUDA driver or device");
+  dpm_dev *dev;
+  dpm_err err = {0};
+  CHECK_INT(dpm_dev_get((dpm_device){DPM_DEVICE_CUDA, 0}, &dev, &err), DPM_NOT_FOUND);
+  CHECK_HAS(err.msg, "device cuda:0: no usable CUDA driver or device");
+  CHECK(dev == NULL);
+}
+
+TEST(cuda_plugin_has_a_kernel_for_every_op) {
+  if (!plugin_built()) return;
+  dpm_cuda_load(NULL, 0);
+  const dpm_backend *be = dpm_backend_of(DPM_DEVICE_CUDA);
+  CHECK(be != NULL);
+  int count;
+  const dpm_op_def *const *all = dpm_op_all(&count);
+  CHECK_INT(count, DPM_OP_COUNT);
+  for (int id = 0; id < count; id++) {
+    const dpm_kernel_def *k = be->kernel((dpm_op_id)id);
+    if (!k || !k->run) dpm_test_fail(__FILE__, __LINE__, "op %s has no cuda kernel",
+                                     all[id]->name);
+  }
+  /* the optimizers update every parameter in one launch */
+  CHECK(be->kernel(DPM_OP_SGD)->run_many && be->kernel(DPM_OP_MOMENTUM_SGD)->run_many &&
+        be->kernel(DPM_OP_ADAM)->run_many);
+}
+
+TEST(cuda_plugin_of_another_abi_is_refused) {
+  if (!plugin_built()) return;
+  void *h = dlopen(PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  CHECK(h != NULL);
+  dpm_cuda_plugin_init_fn init = (dpm_cuda_plugin_init_fn)dlsym(h, DPM_CUDA_PLUGIN_INIT);
+  CHECK(init != NULL);
+  dpm_cuda_host old = {.abi = DPM_CUDA_ABI + 1};
+  dpm_err err = {0};
+  CHECK(init(&old, &err) == NULL);
+  CHECK_HAS(err.msg, "ABI");
+  dlclose(h);
+}
