@@ -18,11 +18,15 @@
  * stride, pad, the math flags, the workspace limit). The first choice
  * times the candidates with cudnnFind*AlgorithmEx on the op's own tensors
  * (outputs are overwritten, then computed again) when no graph capture is
- * open on the stream, else (or when Find fails) takes cuDNN's heuristics
- * (Get*_v7); a later slice of a sliced filter gradient never runs Find,
- * which would overwrite what dW has accumulated. A candidate must have
- * succeeded, fit the workspace limit, min(CUDA_CONV_WORKSPACE_LIMIT,
- * op->ctx->scratch_bytes), and have the math type asked for; under
+ * open on the stream and DPM_MATH_DETERMINISTIC is not asked for, else (or
+ * when Find fails) takes cuDNN's heuristics (Get*_v7): a choice by timing
+ * may differ from run to run, and with it the bits of the results, so a
+ * deterministic run takes the heuristics' choice, which depends on the
+ * problem and the device only. A later slice of a sliced filter gradient
+ * never runs Find, which would overwrite what dW has accumulated. A
+ * candidate must have succeeded, fit the workspace limit,
+ * min(CUDA_CONV_WORKSPACE_LIMIT, op->ctx->scratch_bytes), and have the
+ * math type asked for; under
  * DPM_MATH_DETERMINISTIC it must report CUDNN_DETERMINISTIC (which rules
  * out the atomics of backward-filter algorithms 0 and 3 and backward-data
  * algorithm 0). The fastest such candidate wins; when none qualifies, the
@@ -264,7 +268,9 @@ static int choose(conv_call *c, int dir, int find, const void *x, const void *w,
   if (!cuda_algo_get(dev->algos, &key, ch, sizeof *ch)) {
     conv_perf p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT + CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT +
                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int n = candidates(c, dir, find && !dev->capturing, x, w, y, p), got = 0;
+    /* no timing under determinism: the choice itself must repeat (above) */
+    int n = candidates(c, dir, find && !dev->capturing && !want_det(c), x, w, y, p),
+        got = 0;
     for (int i = 0; i < n && !got; i++)
       if (acceptable(c, &p[i])) {
         *ch = (conv_choice){p[i].algo, p[i].math, p[i].memory};

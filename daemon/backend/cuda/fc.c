@@ -19,10 +19,14 @@
  * CUBLAS_COMPUTE_32F_FAST_TF32 when op->ctx->math has DPM_MATH_TF32.
  * Under DPM_MATH_DETERMINISTIC the heuristic may only return algorithms
  * without a split-K reduction (reduction scheme mask NONE), so each
- * output element is one block's sum in a fixed order. The heuristic's
- * choice is cached in the device's cache (algo.h) under the problem's
- * shape, transposes, epilogue, compute type, determinism and the
- * alignments of its pointers: only a model's first step queries it.
+ * output element is one block's sum in a fixed order; should it offer none
+ * for a problem, it is asked again without the mask: a split-K algorithm's
+ * reduction (in place under counters, or a separate reduction kernel) also
+ * adds in a fixed order for a fixed algorithm, and the cached choice stays
+ * fixed for the device. The heuristic's choice is cached in the device's
+ * cache (algo.h) under the problem's shape, transposes, epilogue, compute
+ * type, determinism and the alignments of its pointers: only a model's
+ * first step queries it.
  * Descriptors are created and destroyed per call (host only, no device
  * memory). A product with an empty inner dimension (K or N = 0) is a
  * memset (+ bias), which cuBLASLt does not take.
@@ -129,8 +133,20 @@ static void lt_run(const dpm_op *op, cuda_dev *dev, const lt_mm *p) {
                                    pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                    &no_split, sizeof no_split)))
       goto done;
-    if (!CUBLAS_OK(dev, cublasLtMatmulAlgoGetHeuristic(dev->lt, desc, la, lb, ld, ld,
-                                                       pref, 1, &res, &found)))
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(dev->lt, desc, la, lb, ld, ld,
+                                                       pref, 1, &res, &found);
+    if (det && (st != CUBLAS_STATUS_SUCCESS || found < 1)) { /* none without split-K */
+      const uint32_t any = CUBLASLT_REDUCTION_SCHEME_MASK;
+      if (!CUBLAS_OK(dev, cublasLtMatmulPreferenceSetAttribute(
+                              pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any,
+                              sizeof any)))
+        goto done;
+      found = 0;
+      st = cublasLtMatmulAlgoGetHeuristic(dev->lt, desc, la, lb, ld, ld, pref, 1, &res,
+                                          &found);
+    }
+    if (!cuda_check(dev, st == CUBLAS_STATUS_SUCCESS, (int)st,
+                    "cublasLtMatmulAlgoGetHeuristic"))
       goto done;
     if (found < 1) {
       cuda_check(dev, 0, CUBLAS_STATUS_NOT_SUPPORTED,
