@@ -60,8 +60,25 @@ dpm_status cuda_errf(dpm_err *err, dpm_status code, const char *fmt, ...) {
   return code;
 }
 
+/* The device whose compute stream the calling thread is capturing (NULL:
+ * none), and the first call that failed during that capture. */
+static __thread cuda_dev *capture_dev;
+static __thread const char *capture_fail_at;
+static __thread int capture_fail_code;
+
 int cuda_check(cuda_dev *dev, int ok, int code, const char *what) {
   if (ok) return 1;
+  if (dev == capture_dev) {
+    /* Inside a capture (cudaStreamCaptureModeThreadLocal, this thread): a call
+     * illegal there, or one that met the capture it invalidated, fails the
+     * capture, not the device; capture_end then returns no graph and the
+     * step runs eagerly, where a real failure is sticky as below. */
+    if (!capture_fail_at) {
+      capture_fail_at = what;
+      capture_fail_code = code;
+    }
+    return 0;
+  }
   pthread_mutex_lock(&dev->err_mu);
   int first = !dev->sticky;
   if (first) {
@@ -291,8 +308,11 @@ static void cuda_leave(void *state) { (void)state; }
 static void cuda_capture_begin(void *state) {
   cuda_dev *dev = state;
   cuda_use(dev);
-  if (CUDA_OK(dev, cudaStreamBeginCapture(dev->compute, cudaStreamCaptureModeThreadLocal)))
+  if (CUDA_OK(dev, cudaStreamBeginCapture(dev->compute, cudaStreamCaptureModeThreadLocal))) {
     dev->capturing = 1;
+    capture_dev = dev;
+    capture_fail_at = NULL;
+  }
 }
 
 static void *cuda_capture_end(void *state, dpm_err *err) {
@@ -303,11 +323,21 @@ static void *cuda_capture_end(void *state, dpm_err *err) {
     return NULL;
   }
   dev->capturing = 0;
+  capture_dev = NULL;
   cudaGraph_t g = NULL;
   cudaGraphExec_t x = NULL;
   cudaError_t e = cudaStreamEndCapture(dev->compute, &g);
-  if (e == cudaSuccess) e = cudaGraphInstantiate(&x, g, 0);
+  if (e == cudaSuccess && !capture_fail_at) e = cudaGraphInstantiate(&x, g, 0);
   if (g) cudaGraphDestroy(g);
+  if (capture_fail_at) { /* a call failed while capturing: the graph lacks it */
+    if (x) cudaGraphExecDestroy(x);
+    cudaGetLastError();
+    cuda_errf(err, DPM_UNSUPPORTED,
+              "cuda:%d: step not captured as a graph: %s failed while capturing (code %d)",
+              dev->index, capture_fail_at, capture_fail_code);
+    capture_fail_at = NULL;
+    return NULL;
+  }
   if (e != cudaSuccess) {
     cudaGetLastError(); /* a capture that failed leaves the stream usable */
     cuda_errf(err, DPM_UNSUPPORTED, "cuda:%d: step not captured as a graph: %s",

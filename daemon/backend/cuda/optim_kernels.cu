@@ -195,6 +195,14 @@ __global__ void lr_kernel(const int64_t *iter, float *lr, optim_lr_args a) {
 
 __global__ void iter_kernel(const int64_t *in, int64_t *out) { *out = *in + 1; }
 
+// ---- ConstantFill --------------------------------------------------------------
+
+template <typename T> __global__ void const_kernel(T *y, T v, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = v;
+}
+
 } // namespace
 
 extern "C" cudaError_t optim_sgd_launch(const optim_sgd_t *t, int n,
@@ -221,5 +229,17 @@ extern "C" cudaError_t optim_lr_launch(const int64_t *iter, float *lr,
 extern "C" cudaError_t optim_iter_launch(const int64_t *in, int64_t *out,
                                          cudaStream_t stream) {
   iter_kernel<<<1, 1, 0, stream>>>(in, out);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t optim_const_launch(void *y, uint64_t bits, int size, int64_t n,
+                                          cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const int64_t want = (n + THREADS - 1) / THREADS;
+  const int blocks = (int)(want < 65535 ? want : 65535); // grid-stride beyond
+  if (size == 8)
+    const_kernel<uint64_t><<<blocks, THREADS, 0, stream>>>((uint64_t *)y, bits, n);
+  else
+    const_kernel<uint32_t><<<blocks, THREADS, 0, stream>>>((uint32_t *)y, (uint32_t)bits, n);
   return cudaGetLastError();
 }

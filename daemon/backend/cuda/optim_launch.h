@@ -82,6 +82,12 @@ cudaError_t optim_lr_launch(const int64_t *iter, float *lr, const optim_lr_args 
 /* *out = *in + 1 (in and out may be one). */
 cudaError_t optim_iter_launch(const int64_t *in, int64_t *out, cudaStream_t stream);
 
+/* y[0..n) = bits, elements of `size` bytes (4 or 8): ConstantFill on the
+ * device (fill.c), where the step's loss-gradient seed is made, so that a
+ * captured step holds a kernel rather than a host copy. */
+cudaError_t optim_const_launch(void *y, uint64_t bits, int size, int64_t n,
+                               cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -222,7 +222,12 @@ static void upload_chunk(cuda_staging *s, char *dst, const char *src, size_t n) 
     dpm_pool_free(&s->device, db, dg);
     return;
   }
-  if (hb) dpm_pool_free_after(&s->host, hb, hg, e1);
+  /* e1 fences the pinned block; without one (src sent from pageable memory)
+   * it goes back to the list at once: the wait above took its state */
+  if (hb)
+    dpm_pool_free_after(&s->host, hb, hg, e1);
+  else
+    event_put(s, e1);
   CUDA_OK(dev, cudaMemcpyAsync(dst, db, n, cudaMemcpyDeviceToDevice, dev->compute));
   free_behind(s, &s->device, db, dg);
 }
