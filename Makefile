@@ -250,6 +250,7 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # no test.
 TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
               $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
+              $(BUILD)/tests/gpu_test \
               $(DPM_LIBS)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
                                 $(wildcard tests/fuzz/fuzz_*.c))
@@ -282,7 +283,9 @@ demo-fleet: deps $(PROGS)
 # make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
 # and client headers, the libraries and their pkg-config files (in
 # LIBDIR=PREFIX/lib), the systemd unit and the default config (never
-# overwriting an existing /etc/dpmd/dpmd.yaml). Without DESTDIR, as root,
+# overwriting an existing /etc/dpmd/dpmd.yaml) and, when built, the CUDA
+# plugin in PREFIX/lib/dpm/ (where the programs look for it: ../lib/dpm/
+# from their folder). Without DESTDIR, as root,
 # ldconfig then updates the loader's cache.
 PREFIX  ?= /usr/local
 SYSCONF ?= /etc
@@ -292,7 +295,7 @@ INCDIR  ?= $(PREFIX)/include
 # The .pc files name LIBDIR and INCDIR from ${prefix} when they are under it,
 # so that pkg-config --define-variable=prefix=... relocates them.
 pc_dir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
-install: $(PROGS) $(DPM_LIBS)
+install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(INCDIR)/dpm \
 	  $(DESTDIR)$(INCDIR)/dpm/proto $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONF)/dpmd
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
@@ -313,6 +316,8 @@ install: $(PROGS) $(DPM_LIBS)
 	    pkgconfig/$$l.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc && \
 	  chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc || exit 1; \
 	done
+	[ ! -f $(BUILD)/libdpm_cuda.so ] || \
+	  install -D -m 755 $(BUILD)/libdpm_cuda.so $(DESTDIR)$(PREFIX)/lib/dpm/libdpm_cuda.so
 	[ -n "$(DESTDIR)" ] || [ "$$(id -u)" -ne 0 ] || ldconfig
 
 format:

@@ -5,7 +5,8 @@
 #   tests/run.sh [--quick] [-j N] [NAME...]
 #
 # Every check (make test): the unit tests (ASan+UBSan build, one line per
-# test), the race tests (TSan), the source checks (layers, device-bytes),
+# test), the race tests (TSan), the GPU checks (gpu-harness: their logic on
+# cpu devices; gpu-run: tests/gpu/run.sh), the source checks (layers, device-bytes),
 # every end-to-end script tests/e2e/*.sh, the fuzz replays and, with clang's
 # libFuzzer or in CI, the fuzz smokes.
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
@@ -180,6 +181,11 @@ for t in tests/e2e/*.sh; do
   t=$(basename "$t" .sh)
   in_list "$t" "$SLOW" || queue "$t" sh "tests/e2e/$t.sh"
 done
+# The GPU checks' harness, every check with cpu devices in place of cuda
+# ones; then tests/gpu/run.sh itself, which on a host without a GPU checks
+# that the plugin loads and refuses cuda:0, and on one runs everything.
+queue gpu-harness build/tests/gpu_test --kind cpu --quick
+queue gpu-run sh tests/gpu/run.sh
 queue layers sh scripts/check_layers.sh
 queue device-bytes sh scripts/check_device_bytes.sh
 # Fuzz targets (tests/fuzz): every seed and regression input replayed under

@@ -133,6 +133,8 @@ int dpm_dev_opened(dpm_dev **out, int max) {
 }
 
 void dpm_dev_shutdown(void) {
+  const dpm_cuda_plugin *cuda = dpm_cuda_plugin_get();
+  if (cuda) cuda->release(); /* warm NCCL groups, before their devices close */
   pthread_mutex_lock(&registry_mu);
   for (int i = 0; i < n_opened; i++) {
     dpm_pool_fini(&opened[i]->pool);

@@ -44,6 +44,13 @@ int dpm_comm_size(const dpm_comm *c) { return c ? c->size : 0; }
 
 int dpm_comm_broken(dpm_comm *c) { return c ? c->ops->broken(c) : 0; }
 
+dpm_status dpm_comm_failure(dpm_comm *c, dpm_err *err) {
+  if (!dpm_comm_broken(c)) return DPM_OK;
+  if (c->ops->failure) return c->ops->failure(c, err);
+  return dpm_errf(err, DPM_STATE, "the %s communicator failed in an earlier collective",
+                  c->ops->name);
+}
+
 const char *dpm_comm_backend(const dpm_comm *c) { return c ? c->ops->name : "none"; }
 
 void dpm_comm_destroy(dpm_comm *c) {

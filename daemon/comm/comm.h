@@ -109,6 +109,10 @@ int dpm_comm_size(const dpm_comm *c);
  * and create a new one once every rank has left it. Safe from any thread;
  * 0 for NULL. */
 int dpm_comm_broken(dpm_comm *c);
+/* The failure that broke the group, with its message (DPM_OK when it is
+ * not broken): for callers that learn of a failure between calls (a
+ * stream-ordered group broken while its work ran). */
+dpm_status dpm_comm_failure(dpm_comm *c, dpm_err *err);
 /* Backend name: "local", "gloo", "nccl". */
 const char *dpm_comm_backend(const dpm_comm *c);
 
@@ -257,6 +261,8 @@ typedef struct dpm_comm_ops {
                                 dpm_err *err);
   dpm_status (*allreduce_wait)(dpm_comm *c, int rank, dpm_err *err);
   int (*broken)(dpm_comm *c);   /* dpm_comm_broken */
+  /* dpm_comm_failure of a broken group; NULL: a generic message. */
+  dpm_status (*failure)(dpm_comm *c, dpm_err *err);
   void (*destroy)(dpm_comm *c); /* frees the whole backend struct */
 } dpm_comm_ops;
 

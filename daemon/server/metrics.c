@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/cuda_load.h"
 #include "backend/device.h"
 #include "server/devices.h"
 #include "server/kv.h"
@@ -68,6 +69,16 @@ static const family families[] = {
 };
 #undef F
 
+/* The cuda plugin's NCCL groups: a model on GPUs a previous one used takes
+ * that one's group, warm, and creates none. */
+static void nccl_groups(text *t) {
+  const dpm_cuda_plugin *cuda = dpm_cuda_plugin_get();
+  if (!cuda) return;
+  head(t, "dpmd_nccl_inits_total", "counter",
+       "NCCL groups created (a warm group taken again by a later model is not counted).");
+  put(t, "dpmd_nccl_inits_total %lu\n", cuda->nccl_inits());
+}
+
 /* Each open device's caching allocator (backend/pool.h). */
 static void device_memory(text *t) {
   dpm_dev *devs[64];
@@ -116,6 +127,7 @@ char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
   head(&t, "dpmd_device_crews", "gauge", "Warm device groups (worker threads).");
   put(&t, "dpmd_device_crews %d\n", dpmd_devices_crews(d->devices));
   device_memory(&t);
+  nccl_groups(&t);
   head(&t, "dpmd_requests_total", "counter", "Requests answered, by command and status.");
   for (int c = 0; c < DPMD_MAX_COMMAND; c++)
     for (int s = 0; s < DPM_STATUS_COUNT; s++) {

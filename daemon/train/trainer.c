@@ -245,7 +245,12 @@ static void run_job(void *arg, int rank) {
     dpm_step_graph_fini(&r->graph); /* captured around a failed collective */
     drain(r);
   }
-  if (!r->status) r->status = dpm_dev_failure(r->dev, &r->err);
+  if (r->status || dpm_dev_host_visible(r->dev)) return;
+  /* A device queues the step: wait for it (a stalled collective times out
+   * here), then take its failure, or the group's if one broke meanwhile. */
+  dpm_dev_synchronize(r->dev);
+  r->status = dpm_dev_failure(r->dev, &r->err);
+  if (!r->status) r->status = dpm_comm_failure(r->ctx.comm, &r->err);
 }
 
 /* "shard 1 of 2: " in front of err's message, in a job of several shards. */
@@ -269,8 +274,11 @@ static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
              "rendezvous prefix) and resumed from a checkpoint");
     return shard_prefix(t, err);
   }
+  dpm_comm *before = t->comm;
   dpm_status s = dpm_comm_renew(&t->comm, &t->comm_cfg, err);
   if (s) return s;
+  for (int d = 0; t->comm != before && d < t->n; d++)
+    dpm_step_graph_fini(&t->r[d].graph); /* captured with the old group's collectives */
   t->job = job;
   dpm_crew_run(t->crew, run_job, t);
   for (int d = 0; d < t->n; d++)

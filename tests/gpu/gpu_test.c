@@ -991,9 +991,10 @@ static void check_deterministic(int devices) {
   dpm_spec_free(spec);
 }
 
-/* A second model on warm GPUs allocates nothing new from the driver: the
- * device pools' raw allocations after the first model was freed do not
- * grow while the second one is built and steps. */
+/* A second model on warm GPUs allocates nothing new from the driver and
+ * makes no new NCCL group: the device pools' raw allocations after the
+ * first model was freed do not grow while the second one is built and
+ * steps, nor does the plugin's count of NCCL inits (on cuda). */
 static void check_warm(int devices) {
   char label[64];
   snprintf(label, sizeof label, "warm second model, %d device(s)", devices);
@@ -1009,6 +1010,8 @@ static void check_warm(int devices) {
     ok = !dpm_dev_get((dpm_device){kind, d}, &dev[d], &err);
     if (ok) before[d] = dpm_dev_stats(dev[d]);
   }
+  const dpm_cuda_plugin *cuda = kind == DPM_DEVICE_CUDA ? dpm_cuda_plugin_get() : NULL;
+  unsigned long inits = cuda ? cuda->nccl_inits() : 0;
   t0 = now_s();
   dpm_trainer *b = ok ? trainer(spec, kind, devices) : NULL;
   ok = b && steps(b, 1);
@@ -1022,10 +1025,12 @@ static void check_warm(int devices) {
       note("%s:%d: %llu raw allocations for the second model", kind_name, d,
            (unsigned long long)(after[d].raw_allocs - before[d].raw_allocs));
   }
+  unsigned long new_inits = cuda ? cuda->nccl_inits() - inits : 0;
   dpm_trainer_destroy(b);
   dpm_spec_free(spec);
-  row(label, ok && grew == 0, "%llu new raw allocations; build + first step %.1f ms",
-      (unsigned long long)grew, warm_ms);
+  row(label, ok && grew == 0 && new_inits == 0,
+      "%llu new raw allocations, %lu new NCCL inits; build + first step %.1f ms",
+      (unsigned long long)grew, new_inits, warm_ms);
 }
 
 /* 1 device at 64 per step against n at 64/n: 20 steps, the same

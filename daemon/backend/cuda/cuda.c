@@ -175,7 +175,10 @@ static dpm_status cuda_open(int index, void **state, dpm_err *err) {
       !CUBLAS_OK(dev, cublasSetMathMode(dev->blas, CUBLAS_PEDANTIC_MATH)) ||
       !CUBLAS_OK(dev, cublasLtCreate(&dev->lt)) || !CUDNN_OK(dev, cudnnCreate(&dev->dnn)) ||
       !CUDNN_OK(dev, cudnnSetStream(dev->dnn, dev->compute)) ||
-      !CUDA_OK(dev, cudaMalloc(&dev->lt_ws, CUDA_LT_WORKSPACE)))
+      !CUDA_OK(dev, cudaMalloc(&dev->lt_ws, CUDA_LT_WORKSPACE)) ||
+      /* cuBLAS gets the same workspace (one stream orders their uses), so it
+         allocates none of its own while a step is captured as a graph */
+      !CUBLAS_OK(dev, cublasSetWorkspace(dev->blas, dev->lt_ws, CUDA_LT_WORKSPACE)))
     return open_failed(dev, err);
   if (!(dev->algos = cuda_algo_cache_new()) || !(dev->staging = cuda_staging_new(dev))) {
     cuda_close(dev);
@@ -404,6 +407,8 @@ static const dpm_cuda_plugin plugin = {
     .replay = cuda_replay,
     .graph_free = cuda_graph_free,
     .describe = cuda_describe,
+    .nccl_inits = cuda_nccl_inits,
+    .release = cuda_nccl_release,
 };
 
 __attribute__((visibility("default"))) const dpm_cuda_plugin *

@@ -30,6 +30,14 @@
  * every later call fails with DPM_STATE quoting it. A broken group is
  * destroyed and replaced by the caller (dpm_comm_renew).
  *
+ * Warm groups: a group of one process (world == size) that its user
+ * destroys unbroken is kept, idle, for the next group over the same
+ * streams (the same GPUs in the same order), up to NCCL_IDLE_MAX of them;
+ * the next model on those GPUs then starts without an NCCL init
+ * (cuda_nccl_inits counts the inits). An idle group has no watches.
+ * cuda_nccl_release frees the idle ones (at the end of the process, before
+ * the devices close).
+ *
  * Threads: rank r's calls come from one thread at a time; a rank's
  * communicator is used under its rank's mutex (calls, polls, and the abort,
  * which may come from another rank's watch), so an aborted communicator is
@@ -603,9 +611,76 @@ static void free_group(nccl_group *g, int abort_comms) {
   free(g);
 }
 
+/* ---- warm groups ------------------------------------------------------------ */
+
+#define NCCL_IDLE_MAX 8
+
+static pthread_mutex_t idle_mu = PTHREAD_MUTEX_INITIALIZER;
+static nccl_group *idle[NCCL_IDLE_MAX];
+static atomic_ulong inits; /* groups whose communicators were created */
+
+unsigned long cuda_nccl_inits(void) { return atomic_load(&inits); }
+
+static void watch_all(nccl_group *g, int on) {
+  for (int r = 0; r < g->base.size; r++) {
+    nccl_rank *rk = &g->ranks[r];
+    if (on && !rk->watched) cuda_watch_add(rk->dev, nccl_watch, rk);
+    if (!on && rk->watched) cuda_watch_remove(rk->dev, nccl_watch, rk);
+    rk->watched = on;
+  }
+}
+
+/* An idle group over exactly cfg's streams, taken out of the cache; NULL:
+ * none. */
+static nccl_group *take_idle(const dpm_comm_config *cfg, int world) {
+  if (world != cfg->size) return NULL;
+  nccl_group *found = NULL;
+  pthread_mutex_lock(&idle_mu);
+  for (int i = 0; i < NCCL_IDLE_MAX && !found; i++) {
+    nccl_group *g = idle[i];
+    int same = g && g->base.size == cfg->size;
+    for (int r = 0; same && r < cfg->size; r++)
+      same = (void *)g->ranks[r].stream == cfg->streams[r];
+    if (same) {
+      found = g;
+      idle[i] = NULL;
+    }
+  }
+  pthread_mutex_unlock(&idle_mu);
+  if (found) {
+    found->timeout_ms = cfg->timeout_ms;
+    watch_all(found, 1);
+  }
+  return found;
+}
+
+/* Keeps an unbroken group of one process idle; 0 when it is not kept. */
+static int keep_idle(nccl_group *g) {
+  if (atomic_load(&g->broken) || g->world != g->base.size) return 0;
+  watch_all(g, 0);
+  int kept = 0;
+  pthread_mutex_lock(&idle_mu);
+  for (int i = 0; i < NCCL_IDLE_MAX && !kept; i++)
+    if (!idle[i]) idle[i] = g, kept = 1;
+  pthread_mutex_unlock(&idle_mu);
+  return kept;
+}
+
+void cuda_nccl_release(void) {
+  pthread_mutex_lock(&idle_mu);
+  for (int i = 0; i < NCCL_IDLE_MAX; i++)
+    if (idle[i]) free_group(idle[i], 0);
+  memset(idle, 0, sizeof idle);
+  pthread_mutex_unlock(&idle_mu);
+}
+
+static dpm_status nccl_failure(dpm_comm *c, dpm_err *err) {
+  return broken_now(group_of(c), err);
+}
+
 static void nccl_destroy(dpm_comm *c) {
   nccl_group *g = group_of(c);
-  free_group(g, atomic_load(&g->broken));
+  if (!keep_idle(g)) free_group(g, atomic_load(&g->broken));
 }
 
 static const dpm_comm_ops nccl_ops = {
@@ -616,6 +691,7 @@ static const dpm_comm_ops nccl_ops = {
     .allreduce_start = nccl_start,
     .allreduce_wait = nccl_wait,
     .broken = nccl_broken,
+    .failure = nccl_failure,
     .destroy = nccl_destroy,
 };
 
@@ -825,7 +901,12 @@ dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err 
         "nccl comm: ranks %d..%d do not fit a job of %d ranks in processes of %d",
         cfg->rank_base, cfg->rank_base + size - 1, world, size);
   if (!cfg->streams) return cuda_errf(err, DPM_INVALID, "nccl comm: no streams");
-  nccl_group *g = calloc(1, sizeof *g);
+  nccl_group *g = take_idle(cfg, world);
+  if (g) {
+    *out = &g->base;
+    return DPM_OK;
+  }
+  g = calloc(1, sizeof *g);
   if (!g) return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory");
   g->ranks = calloc((size_t)size, sizeof *g->ranks);
   pthread_condattr_t ca;
@@ -885,10 +966,8 @@ dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err 
     free_group(g, 1);
     return s;
   }
-  for (int r = 0; r < size; r++) {
-    cuda_watch_add(g->ranks[r].dev, nccl_watch, &g->ranks[r]);
-    g->ranks[r].watched = 1;
-  }
+  atomic_fetch_add(&inits, 1);
+  watch_all(g, 1);
   *out = &g->base;
   return DPM_OK;
 }

@@ -8,5 +8,10 @@
 /* A DPM_COMM_NCCL group for cfg (cfg->streams: one cudaStream_t per local
  * rank). */
 dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
+/* Groups whose NCCL communicators were created so far (a warm group taken
+ * again is not counted). */
+unsigned long cuda_nccl_inits(void);
+/* Frees the idle warm groups (before the devices close). */
+void cuda_nccl_release(void);
 
 #endif

@@ -61,6 +61,10 @@ typedef struct dpm_cuda_plugin {
   void (*graph_free)(void *graph);
   /* "CUDA 13.0 runtime, driver: none" and the like, for logs and status. */
   const char *(*describe)(void);
+  /* NCCL groups created so far (warm ones taken again do not count), and
+   * the release of the idle warm groups before the devices close. */
+  unsigned long (*nccl_inits)(void);
+  void (*release)(void);
 } dpm_cuda_plugin;
 
 typedef const dpm_cuda_plugin *(*dpm_cuda_plugin_init_fn)(const dpm_cuda_host *host,
