@@ -1,9 +1,10 @@
-/* dpmctl predict DIR --input FILE [--labels FILE] [--count N]: runs the
- * predictor in DIR (include/dpm/predictor.h) on the first N images of an
- * IDX image file (default 10, 0 = all) in batches of up to 256, raw pixels
- * times the predictor's input scale, and prints each image's top-1 class
- * and its probability (output 0's largest value); with --labels, the
- * accuracy. No daemon involved. */
+/* dpmctl predict DIR --input FILE [--labels FILE] [--count N] [--device D]:
+ * runs the predictor in DIR (include/dpm/predictor.h) on the first N images
+ * of an IDX image file (default 10, 0 = all) in batches of up to 256, raw
+ * pixels times the predictor's input scale, on device D (default cpu: the
+ * host; cuda:N a GPU, refused with the driver's reason when it cannot be
+ * used), and prints each image's top-1 class and its probability (output
+ * 0's largest value); with --labels, the accuracy. No daemon involved. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,10 @@ int ctl_cmd_predict(ctl_ctx *ctx) {
   int rc = CTL_FAILED;
 
   if (dpm_predictor_load(dir, &p, &err)) {
+    rc = fail(ctx, &err);
+    goto out;
+  }
+  if (ctx->a->opt[O_DEVICE] && dpm_predictor_set_device(p, ctx->a->opt[O_DEVICE], &err)) {
     rc = fail(ctx, &err);
     goto out;
   }

@@ -3,7 +3,10 @@
  * workspace; shapes are inferred and the net bound again only when the batch
  * size changes. Loading checks the whole file first: every op, argument,
  * name and parameter, and shape inference at batch 1. The net runs on the
- * host, through the cpu backend's kernels (a context without a device). */
+ * host, through the cpu backend's kernels (a context without a device), or
+ * after dpm_predictor_set_device on a device: workspace and context on it,
+ * parameters copied there once, inputs uploaded and outputs downloaded into
+ * host buffers by the backend's copies (only backends touch device bytes). */
 #include "dpm/predictor.h"
 
 #include <errno.h>
@@ -16,6 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/cuda_load.h"
+#include "backend/device.h"
+#include "common/device.h"
 #include "engine/dtype_wire.h"
 #include "engine/exec.h"
 #include "engine/fuse.h"
@@ -30,6 +36,20 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 #define MAX_EXAMPLE (1ll << 31)    /* floats in one example of an input */
 #define MAX_FILE ((1ll << 31) - 1) /* protobuf's limit */
 
+/* Where the net runs: its blobs, binding and context on one device (or the
+ * host). dpm_predictor_set_device builds a new one beside the current one
+ * and swaps them only when everything is in place. */
+typedef struct placed {
+  struct dpm_dev *dev; /* NULL: the host */
+  dpm_workspace ws;    /* parameters, inputs and every activation, on dev */
+  dpm_shapes shapes;   /* at `batch` */
+  dpm_exec exec;       /* the net bound to ws at `batch` */
+  dpm_ctx ctx;         /* dev; the kernels' scratch */
+  int batch;           /* batch size bound; 0: none */
+  dpm_tensor **in_t;   /* input blobs at `batch` */
+  dpm_tensor **out_t;  /* output blobs */
+} placed;
+
 struct dpm_predictor {
   char *source; /* the file, for messages */
   char *name;   /* the model's name; "" if the file has none */
@@ -37,16 +57,12 @@ struct dpm_predictor {
   char **in_name, **out_name;
   dpm_shape *in_shape; /* one example of each input, as [1, ...] */
   dpm_net net;         /* the ops, test mode, fused */
-  int n_param;         /* ws.blobs[0, n_param) are the parameters */
-  dpm_workspace ws;    /* parameters, inputs and every activation */
-  dpm_shapes shapes;   /* at `batch` */
-  dpm_exec exec;       /* the net bound to ws at `batch` */
-  dpm_ctx ctx;         /* no device (host); the kernels' scratch */
-  int batch;           /* batch size bound; 0: none */
+  int n_param;         /* at->ws.blobs[0, n_param) are the parameters */
+  placed *at;          /* where the net runs (ops point at its ctx: never moved) */
   double input_scale;  /* raw pixel -> input value */
   int ran;             /* the last run succeeded: outputs are valid */
-  dpm_tensor **in_t;   /* input blobs at `batch` */
-  dpm_tensor **out_t;  /* output blobs */
+  float **out_host;    /* on a device: the outputs of the last run, downloaded */
+  size_t *out_cap;     /* bytes allocated at out_host[i] */
 };
 
 /* err <- code, "SOURCE: message". */
@@ -114,7 +130,7 @@ static dpm_status load_params(dpm_predictor *p, const Dpm__PredictorDef *d,
                   dpm_shape_str(&s, b, sizeof b), bytes);
     }
     dpm_blob *blob;
-    if (dpm_ws_ensure(&p->ws, name, DPM_BLOB_PARAM, &s, &blob) ||
+    if (dpm_ws_ensure(&p->at->ws, name, DPM_BLOB_PARAM, &s, &blob) ||
         dpm_strmap_put(params, name, (int)i))
       return nomem(err);
     if (bytes) memcpy(blob->t.data, t->data.data, bytes);
@@ -256,7 +272,8 @@ static dpm_status load_op(dpm_predictor *p, int j, const Dpm__Operator *o,
 static dpm_status infer(dpm_predictor *p, int batch, dpm_shapes *t,
                         const dpm_strmap *params, char *read, dpm_err *err) {
   for (int i = 0; i < p->n_param; i++)
-    if (dpm_shapes_set(t, p->ws.blobs[i]->name, &p->ws.blobs[i]->t.shape, DPM_BLOB_PARAM))
+    if (dpm_shapes_set(t, p->at->ws.blobs[i]->name, &p->at->ws.blobs[i]->t.shape,
+                       DPM_BLOB_PARAM))
       return nomem(err);
   for (int i = 0; i < p->n_in; i++) {
     dpm_shape s = p->in_shape[i];
@@ -346,6 +363,34 @@ static dpm_status check(dpm_predictor *p, const Dpm__PredictorDef *d,
   return s;
 }
 
+/* A new placement on dev (NULL: the host) with nothing bound yet, into *out.
+ * The parameters are loaded into the host's (load_params) or copied into a
+ * device's by set_device. It is on the heap: the bound ops point at its
+ * context. */
+static dpm_status placed_new(const dpm_predictor *p, struct dpm_dev *dev, placed **out,
+                             dpm_err *err) {
+  placed *a = *out = calloc(1, sizeof *a);
+  if (!a) return nomem(err);
+  a->dev = a->ws.dev = a->ctx.dev = dev;
+  a->ctx.rng[0] = 0x9e3779b97f4a7c15ull; /* Dropout does not draw in test mode */
+  a->ctx.rng[1] = 1;
+  if (!(a->in_t = calloc((size_t)p->n_in + 1, sizeof *a->in_t)) ||
+      !(a->out_t = calloc((size_t)p->n_out + 1, sizeof *a->out_t)))
+    return nomem(err);
+  return DPM_OK;
+}
+
+static void placed_free(placed *a) {
+  if (!a) return;
+  dpm_exec_fini(&a->exec);
+  dpm_ctx_fini(&a->ctx);
+  dpm_shapes_fini(&a->shapes);
+  dpm_ws_fini(&a->ws);
+  free(a->in_t);
+  free(a->out_t);
+  free(a);
+}
+
 static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *err) {
   if (d->version != DPM_PREDICTOR_VERSION)
     return fail(p, err, DPM_UNSUPPORTED,
@@ -366,6 +411,7 @@ static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *e
                 d->n_input_shape);
   p->n_in = (int)d->n_input;
   p->n_out = (int)d->n_output;
+  if (placed_new(p, NULL, &p->at, err)) return err->code;
   if (!(p->name = strdup(d->name ? d->name : ""))) return nomem(err);
   dpm_strmap params = {0};
   dpm_status s = load_params(p, d, &params, err);
@@ -376,13 +422,11 @@ static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *e
   if (!s) s = check(p, d, &params, err);
   dpm_strmap_fini(&params);
   if (s) return s;
-  if (!(p->in_t = calloc((size_t)p->n_in, sizeof *p->in_t)) ||
-      !(p->out_t = calloc((size_t)p->n_out, sizeof *p->out_t)))
+  if (!(p->out_host = calloc((size_t)p->n_out, sizeof *p->out_host)) ||
+      !(p->out_cap = calloc((size_t)p->n_out, sizeof *p->out_cap)))
     return nomem(err);
   int n = p->net.n;
   dpm_net_fuse(&p->net, &n);
-  p->ctx.rng[0] = 0x9e3779b97f4a7c15ull; /* Dropout does not draw in test mode */
-  p->ctx.rng[1] = 1;
   return DPM_OK;
 }
 
@@ -467,26 +511,53 @@ dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err
 
 /* ---- running ------------------------------------------------------------ */
 
-/* Infer shapes for `batch` and bind the net and the input/output blobs. */
-static dpm_status bind(dpm_predictor *p, int batch, dpm_err *err) {
-  p->batch = 0;
-  dpm_shapes_fini(&p->shapes);
-  if (infer(p, batch, &p->shapes, NULL, NULL, err)) return err->code;
-  if (dpm_exec_bind(&p->exec, &p->net, &p->shapes, &p->ws, &p->ctx, err))
+/* Infer shapes for `batch` and bind the net and the input/output blobs of
+ * placement a. */
+static dpm_status bind(dpm_predictor *p, placed *a, int batch, dpm_err *err) {
+  a->batch = 0;
+  dpm_shapes_fini(&a->shapes);
+  if (infer(p, batch, &a->shapes, NULL, NULL, err)) return err->code;
+  if (dpm_exec_bind(&a->exec, &p->net, &a->shapes, &a->ws, &a->ctx, err))
     return err->code;
   for (int i = 0; i < p->n_in; i++) {
     dpm_blob *b;
     dpm_shape s = p->in_shape[i];
     s.d[0] = batch; /* infer() kept it: an op writing an input must keep its shape */
-    if (dpm_ws_ensure(&p->ws, p->in_name[i], DPM_BLOB_DATA, &s, &b)) return nomem(err);
-    p->in_t[i] = &b->t;
+    if (dpm_ws_ensure(&a->ws, p->in_name[i], DPM_BLOB_DATA, &s, &b)) return nomem(err);
+    a->in_t[i] = &b->t;
   }
   for (int i = 0; i < p->n_out; i++) {
-    dpm_blob *b = dpm_ws_find(&p->ws, p->out_name[i]);
+    dpm_blob *b = dpm_ws_find(&a->ws, p->out_name[i]);
     if (!b) return fail(p, err, DPM_INTERNAL, "output '%s' has no blob", p->out_name[i]);
-    p->out_t[i] = &b->t;
+    a->out_t[i] = &b->t;
   }
-  p->batch = batch;
+  a->batch = batch;
+  return DPM_OK;
+}
+
+/* The device's first failure (sticky: a fault in a kernel, a copy or a
+ * library), named in err; DPM_OK on the host. */
+static dpm_status device_failure(const dpm_predictor *p, struct dpm_dev *dev,
+                                 dpm_err *err) {
+  dpm_err e = {0};
+  if (!dev || !dpm_dev_failure(dev, &e)) return DPM_OK;
+  char name[24];
+  dpm_device_format(dpm_dev_id(dev), name, sizeof name);
+  return fail(p, err, e.code, "device %s: %s", name, e.msg);
+}
+
+/* On a device: output i of the run into its host buffer. */
+static dpm_status download(dpm_predictor *p, int i, dpm_err *err) {
+  const dpm_tensor *t = p->at->out_t[i];
+  size_t bytes = dpm_shape_bytes(&t->shape);
+  if (bytes > p->out_cap[i] || !p->out_host[i]) {
+    size_t cap = bytes > DPM_ALIGN ? bytes : DPM_ALIGN;
+    float *buf = realloc(p->out_host[i], cap);
+    if (!buf) return nomem(err);
+    p->out_host[i] = buf;
+    p->out_cap[i] = cap;
+  }
+  dpm_tensor_read(t, p->out_host[i], bytes);
   return DPM_OK;
 }
 
@@ -500,10 +571,16 @@ dpm_status dpm_predictor_run(dpm_predictor *p, const float *const *inputs, int b
   for (int i = 0; i < p->n_in; i++)
     if (!inputs[i]) return fail(p, err, DPM_INVALID, "input '%s' is NULL", p->in_name[i]);
   p->ran = 0;
-  if (batch != p->batch && bind(p, batch, err)) return err->code;
-  for (int i = 0; i < p->n_in; i++)
-    memcpy(p->in_t[i]->data, inputs[i], dpm_shape_bytes(&p->in_t[i]->shape));
-  dpm_exec_run(&p->exec);
+  placed *a = p->at;
+  if (batch != a->batch && bind(p, a, batch, err)) return err->code;
+  for (int i = 0; i < p->n_in; i++) /* a copy onto the device, or a memcpy on the host */
+    dpm_tensor_write(a->in_t[i], inputs[i], dpm_shape_bytes(&a->in_t[i]->shape));
+  dpm_exec_run(&a->exec);
+  if (a->dev) {
+    for (int i = 0; i < p->n_out; i++)
+      if (download(p, i, err)) return err->code;
+    if (device_failure(p, a->dev, err)) return err->code;
+  }
   p->ran = 1;
   return DPM_OK;
 }
@@ -512,10 +589,85 @@ const float *dpm_predictor_output(const dpm_predictor *p, int i, int64_t dims[4]
                                   int *ndim) {
   if (ndim) *ndim = 0;
   if (!p || !p->ran || i < 0 || i >= p->n_out) return NULL;
-  const dpm_shape *s = &p->out_t[i]->shape;
+  const dpm_shape *s = &p->at->out_t[i]->shape;
   if (ndim) *ndim = s->ndim;
   if (dims) memcpy(dims, s->d, (size_t)s->ndim * sizeof *dims);
-  return dpm_f32(p->out_t[i]);
+  return p->at->dev ? p->out_host[i] : dpm_f32(p->at->out_t[i]);
+}
+
+/* ---- devices ------------------------------------------------------------ */
+
+/* The device named by `device` into *dev (NULL: the host). */
+static dpm_status open_device(const dpm_predictor *p, const char *device,
+                              struct dpm_dev **dev, dpm_err *err) {
+  *dev = NULL;
+  dpm_device d;
+  if (!device || !strcmp(device, "cpu")) return DPM_OK;
+  if (dpm_device_parse(device, &d))
+    return fail(p, err, DPM_INVALID, "'%s' is not a device (cpu or cuda:N)", device);
+  if (d.kind == DPM_DEVICE_CPU) return DPM_OK; /* cpu:N is the host too */
+  char line[640] = "";
+  if (d.kind == DPM_DEVICE_CUDA) dpm_cuda_load(line, sizeof line); /* loads once */
+  dpm_err e = {0};
+  if (!dpm_dev_get(d, dev, &e)) return DPM_OK;
+  if (d.kind == DPM_DEVICE_CUDA && !dpm_cuda_plugin_get()) /* say why there is none */
+    return fail(p, err, e.code, "%s (%s)", e.msg, line);
+  return fail(p, err, e.code, "%s", e.msg);
+}
+
+/* The parameters of the current placement copied into b's workspace, in
+ * the same order (ws.blobs[0, n_param)), through host memory. */
+static dpm_status copy_params(dpm_predictor *p, placed *b, dpm_err *err) {
+  size_t most = 0;
+  for (int i = 0; i < p->n_param; i++) {
+    size_t bytes = dpm_shape_bytes(&p->at->ws.blobs[i]->t.shape);
+    most = bytes > most ? bytes : most;
+  }
+  /* from a device: through host memory */
+  void *bounce = p->at->dev && most ? malloc(most) : NULL;
+  if (p->at->dev && most && !bounce) return nomem(err);
+  dpm_status s = DPM_OK;
+  for (int i = 0; i < p->n_param && !s; i++) {
+    const dpm_blob *from = p->at->ws.blobs[i];
+    size_t bytes = dpm_shape_bytes(&from->t.shape);
+    dpm_blob *to;
+    if (dpm_ws_ensure(&b->ws, from->name, DPM_BLOB_PARAM, &from->t.shape, &to)) {
+      s = fail(p, err, DPM_NOMEM, "out of memory for parameter '%s'", from->name);
+      break;
+    }
+    const void *src = from->t.data; /* pointer only: read here only on the host */
+    if (p->at->dev) {
+      dpm_tensor_read(&from->t, bounce, bytes);
+      src = bounce;
+    }
+    dpm_tensor_write(&to->t, src, bytes);
+  }
+  free(bounce);
+  return s;
+}
+
+dpm_status dpm_predictor_set_device(dpm_predictor *p, const char *device, dpm_err *err) {
+  dpm_err local = {0};
+  if (!err) err = &local;
+  if (!p) return dpm_errf(err, DPM_INVALID, "no predictor");
+  struct dpm_dev *dev;
+  if (open_device(p, device, &dev, err)) return err->code;
+  if (dev == p->at->dev) return DPM_OK;
+  placed *b;
+  dpm_status s = placed_new(p, dev, &b, err);
+  if (!s) s = copy_params(p, b, err);
+  /* Bound now, so that an op the device has no kernel for, or a lack of its
+   * memory, is this call's failure rather than the next run's. */
+  if (!s) s = bind(p, b, p->at->batch ? p->at->batch : 1, err);
+  if (!s) s = device_failure(p, dev, err);
+  if (s) {
+    placed_free(b);
+    return s;
+  }
+  placed_free(p->at);
+  p->at = b;
+  p->ran = 0;
+  return DPM_OK;
 }
 
 /* ---- description -------------------------------------------------------- */
@@ -549,18 +701,16 @@ int64_t dpm_predictor_input_size(const dpm_predictor *p, int i) {
 
 void dpm_predictor_free(dpm_predictor *p) {
   if (!p) return;
-  dpm_exec_fini(&p->exec);
-  dpm_ctx_fini(&p->ctx);
-  dpm_shapes_fini(&p->shapes);
-  dpm_ws_fini(&p->ws);
+  placed_free(p->at);
+  for (int i = 0; p->out_host && i < p->n_out; i++) free(p->out_host[i]);
+  free(p->out_host);
+  free(p->out_cap);
   dpm_net_fini(&p->net);
   for (int i = 0; p->in_name && i < p->n_in; i++) free(p->in_name[i]);
   for (int i = 0; p->out_name && i < p->n_out; i++) free(p->out_name[i]);
   free(p->in_name);
   free(p->out_name);
   free(p->in_shape);
-  free(p->in_t);
-  free(p->out_t);
   free(p->name);
   free(p->source);
   free(p);

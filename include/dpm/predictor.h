@@ -27,20 +27,30 @@
  *                    data size that does not match its dims and dtype
  *   DPM_UNSUPPORTED  a newer file version, an op this runtime does not know,
  *                    an output that is not float32
- *   DPM_INVALID      bad arguments to a call (NULL input, batch < 1)
+ *   DPM_INVALID      bad arguments to a call (NULL input, batch < 1, a name
+ *                    that is not a device)
  *   DPM_SHAPE        the ops cannot run this batch size
  *   DPM_NOMEM        out of memory
+ *   DPM_NOT_FOUND,   dpm_predictor_set_device: the device cannot be used (no
+ *   DPM_UNSUPPORTED  such device, no driver, no backend for it in this
+ *                    library, an op it has no kernel for), with the reason
+ * A predictor on a device also fails a run with the device's own error when
+ * the device faulted (such faults are sticky: later runs fail too).
  *
  * Ownership: dpm_predictor_load gives the caller a predictor that it frees
  * with dpm_predictor_free; nothing else is allocated for the caller. Strings
  * and output pointers returned by accessors belong to the predictor.
  *
- * Threads: a predictor is not thread-safe. Use one predictor per thread (they
- * share nothing: load the same directory once per thread), or serialise the
- * calls on one predictor with a lock of your own. The accessors that only
- * read the file's description (names, shapes) may run concurrently with each
- * other but not with dpm_predictor_run. The kernels call BLAS: set
- * OPENBLAS_NUM_THREADS to choose how many threads one run uses. */
+ * Threads: a predictor is not thread-safe. Use one predictor per thread (on
+ * the host they share nothing: load the same directory once per thread), or
+ * serialise the calls on one predictor with a lock of your own. The
+ * accessors that only read the file's description (names, shapes) may run
+ * concurrently with each other but not with dpm_predictor_run. Predictors on
+ * the same GPU share its streams and library handles: run them from one
+ * thread, or serialise them; predictors on different GPUs, or one on a GPU
+ * and others on the host, may run on different threads. The host kernels
+ * call BLAS: set OPENBLAS_NUM_THREADS to choose how many threads one run
+ * uses. */
 #ifndef DPM_PREDICTOR_H
 #define DPM_PREDICTOR_H
 
@@ -77,6 +87,23 @@ dpm_status dpm_predictor_load_buffer(const void *data, size_t len, const char *s
  * needed). On failure the outputs are undefined until the next good run. */
 dpm_status dpm_predictor_run(dpm_predictor *p, const float *const *inputs, int batch,
                              dpm_err *err);
+
+/* Where the predictor runs from now on: "cpu" or NULL, the host (where a
+ * loaded predictor starts; "cpu:N" is the host too); "cuda:N", GPU N (the
+ * first use loads the CUDA plugin, libdpm_cuda.so, as dpmd does: from
+ * $DPM_CUDA_LIB, else next to the running program, one folder up, or in
+ * ../lib/dpm/ from it); "fenced:N" in dpm's test builds only (a test device
+ * whose memory host code cannot touch). On success the parameters have been
+ * copied to the device (the host's copy is freed), and each later run
+ * copies the inputs to it, runs there (float32 products, no TF32) and copies
+ * the outputs back into host memory that dpm_predictor_output returns as
+ * before; the last run's outputs are gone until the next run. Opened devices
+ * stay open for the life of the process; predictors on one device share it.
+ * On failure err names the device and why ("device cuda:0: no usable CUDA
+ * driver or device: ..."), and the predictor is as it was: it still runs
+ * where it ran, with its outputs. Moving back to "cpu" copies the
+ * parameters back. */
+dpm_status dpm_predictor_set_device(dpm_predictor *p, const char *device, dpm_err *err);
 
 /* Output i of the last good run: its data (row-major float32) and, when
  * dims/ndim are non-NULL, its shape (dims[0] is the batch for outputs that

@@ -1,12 +1,15 @@
 /* Predictor extraction and runtime: a predictor reproduces the model's test
  * net on the same batch (test-mode SpatialBN and Dropout included), holds
  * only the forward ops its outputs need, refuses outputs it cannot compute,
- * and the runtime refuses bad files with clear errors and no crash. */
+ * and the runtime refuses bad files with clear errors and no crash. On a
+ * device (fenced:N here) it gives the host's bits; cuda:0 without a driver
+ * and bad device names are refused, leaving it usable. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "dpm/predictor.h"
+#include "backend/cuda_load.h"
 #include "engine/exec.h"
 #include "engine/model.h"
 #include "engine/predictor_extract.h"
@@ -866,5 +869,134 @@ TEST(predictor_survives_mutated_files) {
   printf("    %d mutated files: %d refused, %d loaded and ran\n", tries, tries - loaded,
          loaded);
   free(good);
+  teardown(&f);
+}
+
+/* ---- devices ------------------------------------------------------------ */
+
+/* Output 0 of p after a run on x (b examples) into y (at most n floats);
+ * its element count, or -1 (a test failure). */
+static int64_t run_output(dpm_predictor *p, const float *x, int b, float *y, int64_t n) {
+  dpm_err err = {0};
+  if (dpm_predictor_run(p, &x, b, &err)) {
+    dpm_test_fail(__FILE__, __LINE__, "run: %s", err.msg);
+    return -1;
+  }
+  int64_t dims[4], numel = 1;
+  int ndim;
+  const float *o = dpm_predictor_output(p, 0, dims, &ndim);
+  for (int d = 0; d < ndim; d++) numel *= dims[d];
+  if (!o || ndim < 1 || dims[0] != b || numel > n) {
+    dpm_test_fail(__FILE__, __LINE__, "output 0 is missing or too large");
+    return -1;
+  }
+  memcpy(y, o, (size_t)numel * sizeof *y); /* host memory: a fenced pointer would fault */
+  return numel;
+}
+
+/* Host and device predictors of one file agree bit for bit on the same
+ * batches (the fenced device runs the CPU kernels on its own memory). */
+static void same_bits(dpm_predictor *host, dpm_predictor *dev, const char *what) {
+  static const int batches[] = {3, 3, 5, 1};
+  float x[5 * EX], want[5 * 8], got[5 * 8];
+  for (size_t i = 0; i < sizeof batches / sizeof *batches; i++) {
+    int b = batches[i];
+    example(x, b, 7 * (int)i + 2);
+    int64_t n = run_output(host, x, b, want, 5 * 8);
+    if (n < 0 || run_output(dev, x, b, got, 5 * 8) != n) return;
+    if (memcmp(want, got, (size_t)n * sizeof *got))
+      dpm_test_fail(__FILE__, __LINE__, "%s, batch %d (run %zu): outputs differ", what, b,
+                    i + 1);
+  }
+}
+
+TEST(predictor_on_a_fenced_device_matches_the_host_bitwise) {
+  const char *const models[] = {MLP, BN};
+  for (int m = 0; m < 2; m++) {
+    fixture f;
+    if (setup(&f, models[m], 2)) return;
+    dpm_err err = {0};
+    dpm_predictor *host = NULL, *dev = NULL;
+    if (export(&f, PROB, 1, &err) || dpm_predictor_load(f.dir, &host, &err) ||
+        dpm_predictor_load(f.dir, &dev, &err)) {
+      dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    } else {
+      float x[BATCH * EX], y[BATCH * 8];
+      example(x, BATCH, 1);
+      CHECK(run_output(dev, x, BATCH, y, BATCH * 8) > 0); /* ran on the host first */
+      CHECK_INT(dpm_predictor_set_device(dev, "fenced:0", &err), DPM_OK);
+      CHECK(dpm_predictor_output(dev, 0, NULL, NULL) == NULL); /* gone until a run */
+      CHECK_INT(dpm_predictor_set_device(dev, "fenced:0", &err), DPM_OK); /* no change */
+      same_bits(host, dev, m ? "BN on fenced:0" : "MLP on fenced:0");
+      /* to another device, and back to the host: the parameters follow */
+      CHECK_INT(dpm_predictor_set_device(dev, "fenced:1", &err), DPM_OK);
+      same_bits(host, dev, "on fenced:1");
+      CHECK_INT(dpm_predictor_set_device(dev, "cpu", &err), DPM_OK);
+      same_bits(host, dev, "back on the host");
+    }
+    dpm_predictor_free(dev); /* frees device memory: the devices stay open */
+    dpm_predictor_free(host);
+    teardown(&f);
+  }
+}
+
+TEST(predictor_refuses_cuda_without_a_driver_and_keeps_running) {
+  if (access("build/libdpm_cuda.so", R_OK)) {
+    printf("  (skipped: build/libdpm_cuda.so not built)\n");
+    return;
+  }
+  char line[640];
+  if (dpm_cuda_load(line, sizeof line) > 0) {
+    printf("  (skipped: %s: this host has a GPU)\n", line);
+    return;
+  }
+  fixture f;
+  if (setup(&f, MLP, 1)) return;
+  dpm_err err = {0};
+  dpm_predictor *p = NULL;
+  if (export(&f, PROB, 1, &err) || dpm_predictor_load(f.dir, &p, &err)) {
+    dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+  } else {
+    float x[BATCH * EX], before[BATCH * 4], after[BATCH * 4];
+    example(x, BATCH, 3);
+    int64_t n = run_output(p, x, BATCH, before, BATCH * 4);
+    CHECK_INT(dpm_predictor_set_device(p, "cuda:0", &err), DPM_NOT_FOUND);
+    CHECK_HAS(err.msg, "device cuda:0: no usable CUDA driver or device");
+    printf("    %s\n", err.msg);
+    /* as it was: the last run's outputs are still there, and it runs */
+    const float *o = dpm_predictor_output(p, 0, NULL, NULL);
+    CHECK(o && n > 0 && !memcmp(o, before, (size_t)n * sizeof *o));
+    CHECK(run_output(p, x, BATCH, after, BATCH * 4) == n);
+    CHECK(!memcmp(before, after, (size_t)n * sizeof *after));
+  }
+  dpm_predictor_free(p);
+  teardown(&f);
+}
+
+TEST(predictor_refuses_bad_device_names) {
+  fixture f;
+  if (setup(&f, MLP, 1)) return;
+  dpm_err err = {0};
+  dpm_predictor *p = NULL;
+  if (export(&f, PROB, 1, &err) || dpm_predictor_load(f.dir, &p, &err)) {
+    dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+  } else {
+    static const char *const bad[] = {"", "gpu", "cuda", "cuda:", "cuda:01", "cuda:-1",
+                                      "CPU", "cpu:0 ", "tpu:0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      err = (dpm_err){0};
+      if (dpm_predictor_set_device(p, bad[i], &err) != DPM_INVALID)
+        dpm_test_fail(__FILE__, __LINE__, "'%s': %s, want INVALID", bad[i],
+                      dpm_status_name(err.code));
+    }
+    CHECK_HAS(err.msg, "'tpu:0' is not a device");
+    CHECK_INT(dpm_predictor_set_device(NULL, "cpu", &err), DPM_INVALID);
+    CHECK_INT(dpm_predictor_set_device(p, NULL, &err), DPM_OK); /* the host */
+    CHECK_INT(dpm_predictor_set_device(p, "cpu:3", &err), DPM_OK);
+    float x[BATCH * EX], y[BATCH * 4];
+    example(x, BATCH, 4);
+    CHECK(run_output(p, x, BATCH, y, BATCH * 4) > 0);
+  }
+  dpm_predictor_free(p);
   teardown(&f);
 }
