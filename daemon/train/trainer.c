@@ -719,8 +719,10 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   for (int d = 0; d < devices; d++) {
     t->r[d].rank = d;
     char name[32];
-    if (replica_init(t, &t->r[d], err))
-      return dpm_err_prefix(err, "%s: ", dpm_device_format(t->dev[d], name, sizeof name));
+    if (replica_init(t, &t->r[d], err)) /* the device's own errors name it already */
+      return strncmp(err->msg, "device ", 7)
+                 ? dpm_err_prefix(err, "%s: ", dpm_device_format(t->dev[d], name, sizeof name))
+                 : err->code;
   }
   /* Everything of this process is in place: only now meet the other shards
    * (a shard that failed above never keeps them waiting past the timeout
