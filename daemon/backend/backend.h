@@ -95,6 +95,11 @@ typedef struct dpm_backend {
    * on buffers of this device) runs between enter and leave. */
   void (*enter)(void *state);
   void (*leave)(void *state);
+  /* Whether p points into this device's memory (a communicator over host
+   * copies passes host buffers through as they are: comm/staged.c). NULL:
+   * never, for host-visible backends, whose memory is the host's. Any
+   * thread; reads no device bytes. */
+  int (*owns)(void *state, const void *p);
 } dpm_backend;
 
 extern const dpm_backend dpm_backend_cpu;

@@ -87,6 +87,10 @@ const dpm_backend *dpm_dev_backend(const dpm_dev *dev) { return dev->be; }
 dpm_device dpm_dev_id(const dpm_dev *dev) { return dev->id; }
 int dpm_dev_host_visible(const dpm_dev *dev) { return dev->be->host_visible; }
 
+int dpm_dev_owns(dpm_dev *dev, const void *p) {
+  return p && dev->be->owns ? dev->be->owns(dev->state, p) : 0;
+}
+
 void *dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got) {
   void *p = dpm_pool_alloc(&dev->pool, bytes, got);
   if (p) dev->be->memset(dev->state, p, 0, *got);

@@ -25,6 +25,9 @@ dpm_status dpm_dev_get(dpm_device d, dpm_dev **out, dpm_err *err);
 const dpm_backend *dpm_dev_backend(const dpm_dev *dev);
 dpm_device dpm_dev_id(const dpm_dev *dev);
 int dpm_dev_host_visible(const dpm_dev *dev);
+/* Whether p points into dev's memory (backend.h: owns); 0 for a
+ * host-visible device, whose memory is the host's. */
+int dpm_dev_owns(dpm_dev *dev, const void *p);
 
 /* Zeroed device memory of at least `bytes` bytes from the device's pool;
  * *got is what dpm_dev_free needs back. NULL when out of memory. */

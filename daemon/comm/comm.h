@@ -10,6 +10,8 @@
  *          gloo_shim.cc
  *   nccl   GPU buffers, CUDA streams; in the cuda plugin
  *          (daemon/backend/cuda/nccl.c, backend/cuda_load.h)
+ *   staged device buffers on host copies: a gloo group run on copies of
+ *          each rank's device buffer; staged.c
  * The interface assumes nothing about where buffers live or whether ranks
  * share an address space: a buffer is whatever the backend's devices address
  * (host memory for local and gloo, device memory for nccl), and each rank
@@ -113,7 +115,7 @@ int dpm_comm_broken(dpm_comm *c);
  * not broken): for callers that learn of a failure between calls (a
  * stream-ordered group broken while its work ran). */
 dpm_status dpm_comm_failure(dpm_comm *c, dpm_err *err);
-/* Backend name: "local", "gloo", "nccl". */
+/* Backend name: "local", "gloo", "nccl", "staged". */
 const char *dpm_comm_backend(const dpm_comm *c);
 
 /* Free the group. No rank may be inside a call, nor call again: join the
@@ -243,6 +245,37 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * communicator (see the top of this file); create blocks until every
  * process has arrived. */
 dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
+
+/* Staged backend: collectives over device buffers that host code cannot
+ * touch (cuda, fenced), run by `inner` (a gloo group over host memory, of
+ * any size) on host copies, as Caffe2 ran Gloo for GPUs without GPUDirect.
+ * The group has inner's size and ranks; rank r's buffers live on devs[r]
+ * (backend/device.h; devs holds inner's size of open devices), and
+ * rank_base is inner's (the job-wide rank of local rank 0; broadcast's root
+ * is job-wide, as inner's). Each collective copies the rank's device
+ * buffer into a host buffer of the rank's own (dpm_dev_to_host: it waits
+ * for the work queued on the device), runs inner's collective on that
+ * copy, and copies the result back (dpm_dev_to_device: ordered before the
+ * device's next work); broadcast copies out on the root only and back on
+ * the others. A started allreduce copies out and starts inner's on the
+ * copy; its wait completes inner's oldest and copies that one back (a FIFO
+ * of up to DPM_COMM_MAX_STARTED per rank, each with its own copy). A buffer
+ * that does not point into the rank's device memory (dpm_dev_owns: host
+ * memory such as a caller's flags, or NULL) goes to inner as it is. Host
+ * copies only grow: after the first step of a model nothing is allocated.
+ * Summation order, completion and errors are inner's (with its messages);
+ * a rank that cannot allocate its copy passes inner no buffer (every rank
+ * then fails alike) and gets DPM_NOMEM naming the collective. Nothing is
+ * copied back after a failure. barrier, broken, failure and destroy are
+ * inner's. A staged group cannot be captured in a CUDA graph (its copies
+ * wait on the host mid-step).
+ *
+ * Takes ownership of inner, also on failure (then it is destroyed):
+ * DPM_INVALID for no inner or a missing device, DPM_NOMEM; *out is NULL on
+ * failure. Threads: as any communicator (see the top of this file). */
+struct dpm_dev;
+dpm_status dpm_comm_staged_create(dpm_comm *inner, struct dpm_dev *const *devs, int rank_base,
+                                  dpm_comm **out, dpm_err *err);
 
 /* ---- Backend interface (for the files implementing a backend) ----------
  *

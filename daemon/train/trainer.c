@@ -86,6 +86,8 @@ struct dpm_trainer {
   dpm_crew *own_crew;
   dpm_comm *comm;       /* the replicas' group, every shard's (NULL: one replica alone) */
   dpm_comm_config comm_cfg; /* how it was made: a broken local one is made anew */
+  int staged;       /* the group is comm_cfg's wrapped in a staged one (comm.h): gloo
+                       on host copies of the replicas' device buffers */
   int n;            /* replicas (of this shard) */
   int shard, shards; /* this process's shard of the job, and the job's shards (1: alone) */
   dpm_device *dev;  /* [n] their devices, parsed once */
@@ -259,6 +261,33 @@ static dpm_status shard_prefix(const dpm_trainer *t, dpm_err *err) {
   return err ? err->code : DPM_INTERNAL;
 }
 
+/* A new group for the replicas from t->comm_cfg: as it says, or, for a
+ * staged group, wrapped around the replicas' devices. */
+static dpm_status new_comm(dpm_trainer *t, dpm_comm **out, dpm_err *err) {
+  if (!t->staged) return dpm_comm_create(&t->comm_cfg, out, err);
+  *out = NULL;
+  dpm_dev **devs = malloc((size_t)t->n * sizeof *devs);
+  if (!devs) return nomem(err);
+  for (int d = 0; d < t->n; d++) devs[d] = t->r[d].dev;
+  dpm_comm *inner;
+  dpm_status s = dpm_comm_create(&t->comm_cfg, &inner, err);
+  if (!s) s = dpm_comm_staged_create(inner, devs, t->comm_cfg.rank_base, out, err);
+  free(devs);
+  return s;
+}
+
+/* dpm_comm_renew for the trainer's group, made the way new_comm makes it. */
+static dpm_status renew_comm(dpm_trainer *t, dpm_err *err) {
+  if (!t->staged) return dpm_comm_renew(&t->comm, &t->comm_cfg, err);
+  if (!t->comm || !dpm_comm_broken(t->comm)) return DPM_OK;
+  dpm_comm *fresh;
+  dpm_status s = new_comm(t, &fresh, err);
+  if (s) return s;
+  dpm_comm_destroy(t->comm);
+  t->comm = fresh;
+  return DPM_OK;
+}
+
 /* Run a job on every replica (the master on this thread, the others on the
  * crew's workers), one crew run; the first replica's failure is the
  * result. */
@@ -275,7 +304,7 @@ static dpm_status dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
     return shard_prefix(t, err);
   }
   dpm_comm *before = t->comm;
-  dpm_status s = dpm_comm_renew(&t->comm, &t->comm_cfg, err);
+  dpm_status s = renew_comm(t, err);
   if (s) return s;
   for (int d = 0; t->comm != before && d < t->n; d++)
     dpm_step_graph_fini(&t->r[d].graph); /* captured with the old group's collectives */
@@ -549,14 +578,39 @@ static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_er
   return DPM_OK;
 }
 
+/* Whether NCCL can form the job's group of cuda replicas: in one process,
+ * or across processes whose rendezvous store NCCL's bootstrap can use (a
+ * file:// store, or the caller's key-value store). */
+static int nccl_reaches(const dpm_trainer *t) {
+  const dpm_comm_rendezvous *rv = &t->opt.fleet.rendezvous;
+  if (t->shards <= 1) return 1;
+  if (rv->store && *rv->store) return !strncmp(rv->store, "file://", strlen("file://"));
+  return rv->kv != NULL;
+}
+
+/* Whether the replicas' group is staged (comm.h: gloo on host copies of
+ * their device buffers): a job of several shards on devices whose memory
+ * host code cannot touch, unless they are cuda GPUs NCCL can join across
+ * the job. Known from the device kinds, before any device opens. */
+static int staged_group(const dpm_trainer *t) {
+  if (t->shards <= 1) return 0;
+  if (t->dev[0].kind == DPM_DEVICE_CUDA && nccl_reaches(t)) return 0;
+  for (int d = 0; d < t->n; d++)
+    if (!dpm_backend_of(t->dev[d].kind)->host_visible) return 1;
+  return 0;
+}
+
 /* The replicas' group: local threads for a process alone (none for one
  * replica), else gloo across the job's processes, this shard's replicas
  * being ranks shard*n .. shard*n+n-1 of n*shards (formed at the fleet's
- * rendezvous: this waits for every shard, up to comm_timeout_ms). */
+ * rendezvous: this waits for every shard, up to comm_timeout_ms). Cuda
+ * replicas use NCCL where it reaches every process of the job; gloo over
+ * devices host code cannot touch runs on host copies (t->staged, set at
+ * setup). */
 static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
-  int cuda = t->dev[0].kind == DPM_DEVICE_CUDA;
+  int nccl = t->dev[0].kind == DPM_DEVICE_CUDA && !t->staged;
   t->comm_cfg = (dpm_comm_config){
-      .kind = cuda ? DPM_COMM_NCCL : t->shards > 1 ? DPM_COMM_GLOO : DPM_COMM_LOCAL,
+      .kind = nccl ? DPM_COMM_NCCL : t->shards > 1 ? DPM_COMM_GLOO : DPM_COMM_LOCAL,
       .size = t->n,
       .rank_base = t->shard * t->n,
       .world = ranks(t),
@@ -564,13 +618,13 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
   };
   if (t->shards > 1) t->comm_cfg.rendezvous = t->opt.fleet.rendezvous;
   if (ranks(t) == 1) return DPM_OK;
-  if (cuda) { /* NCCL queues each rank's collectives on its device's stream */
+  if (nccl) { /* NCCL queues each rank's collectives on its device's stream */
     const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
     if (!(t->streams = calloc((size_t)t->n, sizeof *t->streams))) return nomem(err);
     for (int d = 0; d < t->n; d++) t->streams[d] = p->stream_of(dpm_dev_state(t->r[d].dev));
     t->comm_cfg.streams = t->streams;
   }
-  if (dpm_comm_create(&t->comm_cfg, &t->comm, err)) {
+  if (new_comm(t, &t->comm, err)) {
     dpm_err_prefix(err, "%s: ", spec->source);
     return shard_prefix(t, err);
   }
@@ -656,6 +710,8 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     return dpm_errf(err, DPM_INVALID, "%s: %d devices, but the crew has %d ranks",
                     spec->source, devices, dpm_crew_size(t->opt.crew));
   if (fleet_check(t, spec, err)) return err->code;
+  /* a staged group copies to the host mid-step: no step is captured as a graph */
+  if ((t->staged = staged_group(t))) t->graphs = 0;
   int type = t->opt.net_type >= 0                                ? t->opt.net_type
              : par && par->net_type == DPM__NET_TYPE__NET_SIMPLE ? DPM_NET_SIMPLE
                                                                  : DPM_NET_DAG;
@@ -1151,6 +1207,7 @@ dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_ten
 }
 
 int dpm_trainer_devices(const dpm_trainer *t) { return t->n; }
+const char *dpm_trainer_comm_backend(const dpm_trainer *t) { return dpm_comm_backend(t->comm); }
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t) { return &t->memory; }
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
   return dpm_reader_size(t->reader) / ((int64_t)t->model.batch * t->n * t->shards);

@@ -121,7 +121,9 @@ typedef struct dpm_trainer_options {
    * whatever the spec's rendezvous says. Above 1, the replicas reduce
    * locally, then across the shards
    * through the gloo communicator (comm/comm.h) formed at rendezvous (store
-   * or kv, and prefix, both required; comm_timeout_ms bounds every wait);
+   * or kv, and prefix, both required; comm_timeout_ms bounds every wait),
+   * on host copies of the buffers of devices whose memory is not the
+   * host's (cuda GPUs use NCCL instead where the store is file:// or kv);
    * the reader takes the shard's slice of each global batch; the spec's
    * input.shard_id/num_shards must be absent (1) or this shard's. The
    * rendezvous strings are read during create only. */
@@ -223,6 +225,10 @@ dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_ten
 /* Replica d's device. */
 const dpm_device *dpm_trainer_device(const dpm_trainer *t, int d);
 int dpm_trainer_devices(const dpm_trainer *t);
+/* The replicas' group's backend (comm.h: "local", "gloo", "nccl", or
+ * "staged": gloo on host copies, for a job of several shards on devices
+ * whose memory host code cannot touch); "none" for one replica alone. */
+const char *dpm_trainer_comm_backend(const dpm_trainer *t);
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t);
 /* Steps in one epoch of the training data; examples per device per step. */
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t);

@@ -7,7 +7,8 @@
  * every shard holds the same state; shard 0 alone reads a checkpoint; the
  * shards refuse to train a model they do not agree on; a shard that stops
  * fails its peers' step within the timeout, and the job then refuses to go
- * on. */
+ * on. Shards on fenced devices (memory host code cannot touch) run gloo on
+ * host copies (comm/staged.c) and train as one process of cpu replicas. */
 #include <ftw.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -66,6 +67,7 @@ typedef enum {
 typedef struct {
   const Dpm__ModelSpec *spec;
   int shard, shards, devices, net_type, timeout_ms;
+  dpm_device_kind kind; /* of the replicas (cpu by default) */
   char prefix[64];
   phase what;
   int steps;        /* STEP, STEP_STOP */
@@ -91,6 +93,7 @@ static void *run_phase(void *arg) {
   memset(&r->err, 0, sizeof r->err);
   if (r->what == CREATE) {
     dpm_trainer_options opt = {.devices = r->devices,
+                               .kind = r->kind,
                                .net_type = r->net_type,
                                .comm_timeout_ms = r->timeout_ms ? r->timeout_ms : 20000};
     opt.fleet.shard_id = r->shard;
@@ -127,15 +130,16 @@ static int run_all(shard_run *runs, int n, phase what) {
   return 1;
 }
 
-/* The runs of a job of `shards` shards of `devices` replicas each, under a
- * prefix of their own; 1 when every shard was created. */
-static int make_job(shard_run *runs, const Dpm__ModelSpec *spec, int shards, int devices,
-                    const char *name) {
+/* The runs of a job of `shards` shards of `devices` replicas each on
+ * devices of `kind`, under a prefix of their own; 1 when every shard was
+ * created. */
+static int make_job_on(dpm_device_kind kind, shard_run *runs, const Dpm__ModelSpec *spec,
+                       int shards, int devices, const char *name) {
   static int formation;
   formation++;
   for (int i = 0; i < shards; i++) {
     runs[i] = (shard_run){.spec = spec, .shard = i, .shards = shards, .devices = devices,
-                          .net_type = -1};
+                          .net_type = -1, .kind = kind};
     snprintf(runs[i].prefix, sizeof runs[i].prefix, "unit-%d/%s/%d", (int)getpid(), name,
              formation);
   }
@@ -147,6 +151,12 @@ static int make_job(shard_run *runs, const Dpm__ModelSpec *spec, int shards, int
       ok = 0;
     }
   return ok;
+}
+
+/* make_job_on cpu replicas. */
+static int make_job(shard_run *runs, const Dpm__ModelSpec *spec, int shards, int devices,
+                    const char *name) {
+  return make_job_on(DPM_DEVICE_CPU, runs, spec, shards, devices, name);
 }
 
 static int all_ok(const shard_run *runs, int n) {
@@ -216,28 +226,38 @@ static int job_identical(shard_run *runs, int shards) {
   return 1;
 }
 
-/* k shards of n replicas against one process of k*n, at the same global
- * batch, `steps` steps: every replica starts and stays identical, and the
- * parameters are the one process's within tol (0: bitwise). */
-static void like_one_process(const char *forward, const char *net_type, int shards,
-                             int devices, int steps, double tol) {
+/* k shards of n replicas on devices of `kind` against one process of k*n
+ * cpu replicas, at the same global batch, `steps` steps: every replica
+ * starts and stays identical, and the parameters are the one process's
+ * within tol (0: bitwise). */
+static void like_one_process_on(dpm_device_kind kind, const char *forward,
+                                const char *net_type, int shards, int devices, int steps,
+                                double tol) {
   Dpm__ModelSpec *spec = tf_spec(forward, 8, 7, 0.01, net_type, 65536);
   shard_run runs[4];
   dpm_trainer *one = tf_trainer(spec, shards * devices, NULL);
   CHECK(spec && one && tf_steps(one, steps));
-  CHECK(make_job(runs, spec, shards, devices, net_type));
+  CHECK(make_job_on(kind, runs, spec, shards, devices, net_type));
+  for (int i = 0; i < shards; i++) /* host copies where host code cannot touch the device */
+    CHECK(!strcmp(dpm_trainer_comm_backend(runs[i].t),
+                  kind == DPM_DEVICE_CPU ? "gloo" : "staged"));
   CHECK(job_identical(runs, shards)); /* the initial broadcast */
   for (int i = 0; i < shards; i++) runs[i].steps = steps;
   CHECK(run_all(runs, shards, STEP) && all_ok(runs, shards));
   CHECK(job_identical(runs, shards));
   double rel = state_diff(one, runs[0].t, 0, tol == 0);
-  printf("    %d shards x %d replicas vs 1 x %d (%s): max |a-b| / max |a| = %.2g\n", shards,
-         devices, shards * devices, net_type, rel);
+  printf("    %d shards x %d %s replicas vs 1 x %d (%s): max |a-b| / max |a| = %.2g\n",
+         shards, devices, dpm_device_kind_name(kind), shards * devices, net_type, rel);
   CHECK(rel <= tol);
   CHECK_INT(dpm_trainer_iter(runs[1].t), steps);
   destroy_job(runs, shards);
   dpm_trainer_destroy(one);
   dpm_spec_free(spec);
+}
+
+static void like_one_process(const char *forward, const char *net_type, int shards,
+                             int devices, int steps, double tol) {
+  like_one_process_on(DPM_DEVICE_CPU, forward, net_type, shards, devices, steps, tol);
 }
 
 TEST(fleet_two_shards_train_like_two_replicas_simple) {
@@ -252,6 +272,22 @@ TEST(fleet_cnn_two_shards_train_like_two_replicas) {
 /* local sums, then across the shards: another order than one process's */
 TEST(fleet_two_shards_of_two_train_like_four_replicas) {
   like_one_process(MLP_FORWARD, "dag", 2, 2, 4, 1e-5);
+}
+
+/* Fenced devices: gloo on host copies of their buffers (comm/staged.c).
+ * The copies back are what makes the replicas one model: skipped, the
+ * replicas would keep their own gradients and differ. */
+TEST(fleet_fenced_two_shards_train_like_two_cpu_replicas_simple) {
+  like_one_process_on(DPM_DEVICE_FENCED, MLP_FORWARD, "simple", 2, 1, 6, 0);
+}
+TEST(fleet_fenced_two_shards_train_like_two_cpu_replicas_dag) {
+  like_one_process_on(DPM_DEVICE_FENCED, MLP_FORWARD, "dag", 2, 1, 6, 0);
+}
+TEST(fleet_fenced_two_shards_of_two_train_like_four_cpu_replicas_simple) {
+  like_one_process_on(DPM_DEVICE_FENCED, MLP_FORWARD, "simple", 2, 2, 4, 1e-5);
+}
+TEST(fleet_fenced_two_shards_of_two_train_like_four_cpu_replicas_dag) {
+  like_one_process_on(DPM_DEVICE_FENCED, MLP_FORWARD, "dag", 2, 2, 4, 1e-5);
 }
 
 /* Shard 0 alone reads a checkpoint (the others pass no file); the job then

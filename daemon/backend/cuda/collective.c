@@ -1,11 +1,13 @@
 /* The cuda kernels of the collective ops (ops/collective.c), as the CPU's
  * (backend/cpu/collective.c): each runs a collective of the replicas'
- * group (ctx->comm, the nccl communicator, nccl.c) over its blobs, in
- * place, as rank ctx->device. Blobs laid out back to back (the plan's
- * gradient arena) go in one call, others one call each. The communicator
- * queues the work on the device's compute stream and returns (comm.h,
- * "Completion"), so these kernels do not wait either; ctx->comm_ns
- * accumulates the host time spent in them.
+ * group (ctx->comm: the nccl communicator, nccl.c, or a staged one, gloo
+ * on host copies, comm/staged.c) over its blobs, in place, as rank
+ * ctx->device. Blobs laid out back to back (the plan's gradient arena) go
+ * in one call, others one call each. The nccl communicator queues the work
+ * on the device's compute stream and returns (comm.h, "Completion"), so
+ * these kernels do not wait either (a staged one waits for the stream to
+ * copy out: such steps are never captured); ctx->comm_ns accumulates the
+ * host time spent in them.
  *
  * The plugin links nothing of the engine, so the communicator's ops table
  * is called directly, after the rank check dpm_comm_* would make. A

@@ -306,6 +306,20 @@ static dpm_status cuda_failure(void *state, dpm_err *err) {
 static void cuda_enter(void *state) { cuda_use(state); }
 static void cuda_leave(void *state) { (void)state; }
 
+/* Whether p is device memory (cudaMalloc, cudaMallocAsync): a host buffer,
+ * pageable or pinned, is not. A pointer the runtime does not know fails
+ * the query on older runtimes: its error is cleared (not the device's
+ * failure) and the answer is no. */
+static int cuda_owns(void *state, const void *p) {
+  cuda_use(state);
+  struct cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
 /* ---- graphs --------------------------------------------------------------- */
 
 static void cuda_capture_begin(void *state) {
@@ -395,6 +409,7 @@ static const dpm_backend cuda_backend = {
     .kernel = cuda_kernel,
     .enter = cuda_enter,
     .leave = cuda_leave,
+    .owns = cuda_owns,
 };
 
 static const dpm_cuda_plugin plugin = {

@@ -28,7 +28,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 
-#define DPM_CUDA_ABI 1
+#define DPM_CUDA_ABI 2
 #define DPM_CUDA_PLUGIN_INIT "dpm_cuda_plugin_init"
 
 struct dpm_dev;

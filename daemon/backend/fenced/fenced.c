@@ -200,6 +200,16 @@ static void fenced_leave(void *state) {
   leave();
 }
 
+/* Inside the arena: every fenced device's memory (they share it). The
+ * arena's address is read under mu, never its bytes. */
+static int fenced_owns(void *state, const void *p) {
+  (void)state;
+  pthread_mutex_lock(&mu);
+  int in = arena && (const uint8_t *)p >= arena && (const uint8_t *)p < arena + ARENA_BYTES;
+  pthread_mutex_unlock(&mu);
+  return in;
+}
+
 const dpm_backend dpm_backend_fenced = {
     .name = "fenced",
     .kind = DPM_DEVICE_FENCED,
@@ -215,4 +225,5 @@ const dpm_backend dpm_backend_fenced = {
     .kernel = fenced_kernel,
     .enter = fenced_enter,
     .leave = fenced_leave,
+    .owns = fenced_owns,
 };
