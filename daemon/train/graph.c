@@ -16,14 +16,14 @@ void dpm_step_graph_init(dpm_step_graph *g, dpm_dev *dev, const dpm_net *net, in
 
 dpm_status dpm_step_graph_run(dpm_step_graph *g, dpm_dev *dev, void (*run)(void *arg),
                               void *arg, dpm_err *err) {
-  const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
-  void *state = dpm_dev_state(dev);
   g->steps++;
-  if (g->graph) return p->replay(state, g->graph, err);
-  if (!g->enabled || g->steps < 2) { /* the first step warms up, eagerly */
+  if (!g->graph && (!g->enabled || g->steps < 2)) { /* the first step warms up, eagerly */
     run(arg);
     return DPM_OK;
   }
+  const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
+  void *state = dpm_dev_state(dev);
+  if (g->graph) return p->replay(state, g->graph, err);
   p->capture_begin(state);
   run(arg); /* queues the step into the capture; nothing runs yet */
   dpm_err why = {0};
