@@ -116,7 +116,8 @@ $(BUILD)/cuda/%.o: %.c | $(PROTO_H)
 	  -Iinclude -Idaemon -I. -I$(CUDA_HOME)/include -MMD -MP -c $< -o $@
 $(BUILD)/cuda/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror \
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Werror all-warnings \
+	  -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Werror \
 	  -Idaemon -I. -MMD -MP -c $< -o $@
 $(BUILD)/libdpm_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,--no-undefined -o $@ $^ $(CUDA_LIBS)
