@@ -391,6 +391,18 @@ dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err) {
   return DPM_OK;
 }
 
+dpm_status dpm_reader_peek(dpm_reader *r, const dpm_batch **out, dpm_err *err) {
+  if (!r || !out) return dpm_errf(err, DPM_INVALID, "reader: no reader");
+  pthread_mutex_lock(&r->mu);
+  /* the slot after the held one; the producer fills it (a ring holding only
+     the consumer's batch is at or below `low`, so the producer is awake) */
+  while (r->count <= r->holding) pthread_cond_wait(&r->not_empty, &r->mu);
+  reader_slot *s = &r->slots[(r->head + r->holding) % r->nslots];
+  *out = s->end ? NULL : &s->batch;
+  pthread_mutex_unlock(&r->mu);
+  return DPM_OK;
+}
+
 dpm_reader_pos dpm_reader_position(const dpm_reader *r) {
   return r ? r->next_pos : (dpm_reader_pos){0, 0};
 }

@@ -115,6 +115,11 @@ dpm_status dpm_reader_bytes(const dpm_reader_config *cfg, uint64_t *bytes, dpm_e
 /* Block for the next batch. *out is valid until the next call of next,
  * seek, rewind or destroy; *out is NULL at the end of a one-pass reader. */
 dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err);
+/* The batch the next call of next will return, without taking it; blocks
+ * until it is read. *out (NULL at the end of a one-pass reader) stays valid
+ * until next has returned it and is called again, or a seek, rewind or
+ * destroy. The position next will return it at is dpm_reader_position. */
+dpm_status dpm_reader_peek(dpm_reader *r, const dpm_batch **out, dpm_err *err);
 /* dst[i] = (float)src[i] * (float)scale for n pixels (what a non-raw reader
  * stores in data, and what the predictor runtime's users compute). Reads
  * only the reader's constants: safe from any thread. */

@@ -70,6 +70,13 @@ typedef struct replica {
   float *input;
   const uint8_t *const *rows;
   const int32_t *labels;
+  /* On a device (not host memory): the next step's rows and labels, which
+   * this step uploads once its own work is queued, so that their gather
+   * and copy overlap the step on the device (NULL: none); and whether this
+   * step's were uploaded so by the last one. */
+  const uint8_t *const *ahead_rows;
+  const int32_t *ahead_labels;
+  int preloaded;
   meta meta;  /* JOB_META: the job's rank 0's, once the run is over */
   float flag; /* JOB_META with agreement: replicas that disagree, summed */
   uint64_t go[GO_WORDS]; /* JOB_GO: the job's rank 0's decision, once the run is over */
@@ -93,6 +100,8 @@ struct dpm_trainer {
   dpm_device *dev;  /* [n] their devices, parsed once */
   unsigned math;    /* dpm_ctx.math of every replica (parallel.allow_tf32, deterministic) */
   int graphs;       /* parallel.cuda_graphs */
+  int pipeline;     /* the replicas' memory is not the host's: a step uploads the next
+                       one's input while it runs (dpm_trainer_step) */
   void **streams;   /* [n] the replicas' CUDA streams, for a nccl group; else NULL */
   dpm_share *share; /* replicas take parts of each other's last backward op */
   replica *r;
@@ -153,15 +162,17 @@ static void drain(replica *r) {
   dpm_dev_leave(r->dev);
 }
 
-/* This replica's part of the global batch: rows gathered and converted on
- * its worker, labels; onto the device through a copy unless its memory is
- * the host's. */
-static void load_input(dpm_trainer *t, replica *r) {
+/* This replica's part of a global batch (rows, labels): rows gathered and
+ * converted on its worker; onto the device through a copy unless its
+ * memory is the host's. A device orders the copy after the work queued
+ * before it. */
+static void load_input(dpm_trainer *t, replica *r, const uint8_t *const *rows,
+                       const int32_t *labels) {
   int per = t->model.batch;
-  dpm_reader_gather(t->reader, r->rows, per, r->input);
+  dpm_reader_gather(t->reader, rows, per, r->input);
   if (dpm_dev_host_visible(r->dev)) return;
   dpm_tensor_write(&r->data->t, r->input, dpm_shape_bytes(&r->data->t.shape));
-  dpm_tensor_write(&r->label->t, r->labels, (size_t)per * sizeof(int32_t));
+  dpm_tensor_write(&r->label->t, labels, (size_t)per * sizeof(int32_t));
 }
 
 /* How long a replica done with its own last backward op spins for a peer
@@ -237,7 +248,7 @@ static void run_job(void *arg, int rank) {
     go_job(t, r);
     return;
   }
-  load_input(t, r);
+  if (!r->preloaded) load_input(t, r, r->rows, r->labels);
   step_arg a = {t, r};
   r->status = dpm_step_graph_run(&r->graph, r->dev, step_run, &a, &r->err);
   if (r->ctx.status) {
@@ -248,8 +259,10 @@ static void run_job(void *arg, int rank) {
     drain(r);
   }
   if (r->status || dpm_dev_host_visible(r->dev)) return;
-  /* A device queues the step: wait for it (a stalled collective times out
-   * here), then take its failure, or the group's if one broke meanwhile. */
+  /* A device queues the step: the next step's input goes up behind it
+   * while it runs; then wait for it (a stalled collective times out here),
+   * and take its failure, or the group's if one broke meanwhile. */
+  if (r->ahead_rows) load_input(t, r, r->ahead_rows, r->ahead_labels);
   dpm_dev_synchronize(r->dev);
   r->status = dpm_dev_failure(r->dev, &r->err);
   if (!r->status) r->status = dpm_comm_failure(r->ctx.comm, &r->err);
@@ -710,6 +723,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     return dpm_errf(err, DPM_INVALID, "%s: %d devices, but the crew has %d ranks",
                     spec->source, devices, dpm_crew_size(t->opt.crew));
   if (fleet_check(t, spec, err)) return err->code;
+  t->pipeline = !dpm_backend_of(t->dev[0].kind)->host_visible;
   /* a staged group copies to the host mid-step: no step is captured as a graph */
   if ((t->staged = staged_group(t))) t->graphs = 0;
   int type = t->opt.net_type >= 0                                ? t->opt.net_type
@@ -829,12 +843,15 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
  * resumed run draws what an uninterrupted one would, and the rank that
  * reads given rows draws alike whether the job has one shard of 2n
  * replicas or two of n. */
-static void feed(dpm_trainer *t, const dpm_batch *b) {
+static void feed(dpm_trainer *t, const dpm_batch *b, const dpm_batch *ahead, int preloaded) {
   int per = t->model.batch;
   for (int d = 0; d < t->n; d++) {
     replica *r = &t->r[d];
     r->rows = b->rows + (size_t)d * per;
     r->labels = b->label + (size_t)d * per;
+    r->preloaded = preloaded;
+    r->ahead_rows = ahead ? ahead->rows + (size_t)d * per : NULL;
+    r->ahead_labels = ahead ? ahead->label + (size_t)d * per : NULL;
     if (dpm_dev_host_visible(r->dev)) { /* views: no copy (eval may re-point them) */
       dpm_tensor_view(&r->data->t, &r->data->t.shape, r->input);
       dpm_tensor_view(&r->label->t, &r->label->t.shape, (int32_t *)r->labels);
@@ -913,6 +930,7 @@ dpm_status dpm_trainer_stop(dpm_trainer *t, int why, dpm_err *err) {
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err) {
   dpm_step_stats st = {0};
   atomic_store(&t->interrupted, 0);
+  int preloaded = 0; /* the last step uploaded this one's input (run_job) */
   for (int i = 0; i < n; i++) {
     /* shard 0 finishes the job's grant first (the others are running it) */
     if (atomic_load(&t->interrupted) && (t->shard != 0 || !t->granted)) break;
@@ -930,9 +948,13 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     double t0 = now_ms();
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;
-    feed(t, b);
+    const dpm_batch *ahead = NULL; /* on devices: the next step's, uploaded by this one */
+    if (t->pipeline && i + 1 < n && dpm_reader_peek(t->reader, &ahead, err))
+      return err->code;
+    feed(t, b, ahead, preloaded);
     uint64_t comm0 = t->r[0].ctx.comm_ns;
     if (dispatch(t, JOB_STEP, err)) return err->code;
+    preloaded = ahead != NULL;
     t->iter++;
     stats(t, &st);
     st.steps_done = i + 1;

@@ -118,6 +118,28 @@ static void mlp_equivalent(void) {
 }
 static void cnn_equivalent(void) { equivalence(CNN_FORWARD, "dag"); }
 TEST(fenced_parallel_mlp_equivalent) { on_fenced(mlp_equivalent); }
+
+/* A device replica trains as the CPU does, bit for bit: the same kernels,
+ * with each step's input uploaded by the step before it while it runs
+ * (dpm_trainer_step's pipeline, on devices whose memory is not the
+ * host's). Steps in one call and in several, 1 and 2 replicas. */
+TEST(fenced_training_matches_cpu_bitwise) {
+  for (int devices = 1; devices <= 2; devices++) {
+    Dpm__ModelSpec *spec = spec_of(CNN_FORWARD, 16, "dag");
+    dpm_trainer *cpu = tf_trainer(spec, devices, NULL);
+    tf_device_kind = DPM_DEVICE_FENCED;
+    dpm_trainer *dev = tf_trainer(spec, devices, NULL);
+    tf_device_kind = DPM_DEVICE_CPU;
+    int ok = cpu && dev && tf_steps(cpu, 9) && tf_steps(dev, 6);
+    for (int i = 0; ok && i < 3; i++) ok = tf_steps(dev, 1);
+    double rel = ok ? param_rel_diff(cpu, dev) : INFINITY;
+    printf("    %d replica(s), 9 steps: max |cpu - fenced| / max |cpu| = %g\n", devices, rel);
+    dpm_trainer_destroy(cpu);
+    dpm_trainer_destroy(dev);
+    dpm_spec_free(spec);
+    CHECK(ok && rel == 0);
+  }
+}
 TEST(fenced_parallel_cnn_equivalent) { on_fenced(cnn_equivalent); }
 
 static void replicas_identical_after_init_and_steps(void) {
