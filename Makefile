@@ -34,7 +34,10 @@ TSAN     := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 # skips it. Its C files (daemon/backend/cuda/*.c, and the caching
 # allocator's pool.c, its own copy) compile with gcc, its kernels (*.cu)
 # with nvcc for sm_80 and sm_90 plus PTX; it links CUDA's libraries and
-# nothing of the engine (-Wl,--no-undefined holds it to that).
+# nothing of the engine (-Wl,--no-undefined holds it to that). Beside it,
+# build/libdpm_cuda_probe.so: the driver probe alone (cudart only), which
+# the programs ask first, so that a host without a GPU never maps cuBLASLt.
+
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/dev/null)
 CUDA      ?= $(if $(NVCC),1,0)
@@ -44,7 +47,7 @@ CUDA_SRC  := $(wildcard daemon/backend/cuda/*.c) daemon/backend/pool.c
 CUDA_CU   := $(wildcard daemon/backend/cuda/*.cu)
 CUDA_OBJ  := $(patsubst %.c,$(BUILD)/cuda/%.o,$(CUDA_SRC)) \
              $(patsubst %.cu,$(BUILD)/cuda/%.cu.o,$(CUDA_CU))
-CUDA_PLUGIN := $(if $(filter 1,$(CUDA)),$(BUILD)/libdpm_cuda.so)
+CUDA_PLUGIN := $(if $(filter 1,$(CUDA)),$(BUILD)/libdpm_cuda.so $(BUILD)/libdpm_cuda_probe.so)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas \
              -lnccl -lcudart -lstdc++ -lpthread -lm
 
@@ -121,6 +124,9 @@ $(BUILD)/cuda/%.cu.o: %.cu
 	  -Idaemon -I. -MMD -MP -c $< -o $@
 $(BUILD)/libdpm_cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,--no-undefined -o $@ $^ $(CUDA_LIBS)
+$(BUILD)/libdpm_cuda_probe.so: $(BUILD)/cuda/daemon/backend/cuda/probe.o
+	$(CC) -shared -Wl,--no-undefined -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	  -lcudart
 
 $(BUILD)/libdpm.a: $(LIB_OBJ)
 	ar rcs $@ $^
@@ -317,8 +323,9 @@ install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN)
 	    pkgconfig/$$l.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc && \
 	  chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/$$l.pc || exit 1; \
 	done
-	[ ! -f $(BUILD)/libdpm_cuda.so ] || \
-	  install -D -m 755 $(BUILD)/libdpm_cuda.so $(DESTDIR)$(PREFIX)/lib/dpm/libdpm_cuda.so
+	for p in libdpm_cuda.so libdpm_cuda_probe.so; do \
+	  [ ! -f $(BUILD)/$$p ] || install -D -m 755 $(BUILD)/$$p $(DESTDIR)$(PREFIX)/lib/dpm/$$p || exit 1; \
+	done
 	[ -n "$(DESTDIR)" ] || [ "$$(id -u)" -ne 0 ] || ldconfig
 
 format:

@@ -22,10 +22,7 @@ static int n_opened;
 const dpm_backend *dpm_backend_of(dpm_device_kind kind) {
   switch (kind) {
   case DPM_DEVICE_CPU: return &dpm_backend_cpu;
-  case DPM_DEVICE_CUDA: {
-    const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
-    return p ? p->backend : NULL;
-  }
+  case DPM_DEVICE_CUDA: return dpm_cuda_backend();
 #ifdef DPM_TEST_BUILD
   case DPM_DEVICE_FENCED: return &dpm_backend_fenced;
 #endif

@@ -96,18 +96,9 @@ static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
 static int probe_count;
 static char probe_why[256];
 
-static void probe_now(void) {
-  int n = 0; /* cudaGetDeviceCount leaves it untouched on failure (DEPS.md) */
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    snprintf(probe_why, sizeof probe_why, "no usable CUDA driver or device: %s (%s)",
-             cudaGetErrorString(e), cudaGetErrorName(e));
-    n = 0;
-  } else if (n == 0) {
-    snprintf(probe_why, sizeof probe_why, "the CUDA driver reports no device");
-  }
-  probe_count = n;
-}
+int dpm_cuda_probe(char *why, size_t n); /* probe.c */
+
+static void probe_now(void) { probe_count = dpm_cuda_probe(probe_why, sizeof probe_why); }
 
 static int cuda_probe(dpm_err *err) {
   pthread_once(&probe_once, probe_now);

@@ -30,6 +30,12 @@
 
 #define DPM_CUDA_ABI 2
 #define DPM_CUDA_PLUGIN_INIT "dpm_cuda_plugin_init"
+#define DPM_CUDA_PROBE "dpm_cuda_probe"
+
+/* The driver probe (probe.c), exported by the plugin and by
+ * build/libdpm_cuda_probe.so: the number of CUDA devices, or 0 with the
+ * CUDA error in why (n bytes). */
+typedef int (*dpm_cuda_probe_fn)(char *why, size_t n);
 
 struct dpm_dev;
 
