@@ -53,6 +53,9 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas
 
 PROTO_C  := $(BUILD)/proto/dpm.pb-c.c
 PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
+# ONNX's message subset (proto/onnx.proto), for the predictor's ONNX export.
+ONNX_C   := $(BUILD)/proto/onnx.pb-c.c
+ONNX_H   := $(BUILD)/proto/onnx.pb-c.h
 ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/comm/*.c \
                           daemon/parallel/*.c daemon/backend/*.c daemon/backend/cpu/*.c \
                           daemon/backend/fenced/*.c \
@@ -60,7 +63,7 @@ ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/c
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC)) \
               $(wildcard daemon/*/*.cc daemon/*/*/*.cc)
 SPEC_SRC := $(wildcard common/*.c client/lib/*.c)
-LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C)
+LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C) $(ONNX_C)
 CTL_SRC  := $(wildcard client/dpmctl/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
@@ -84,6 +87,12 @@ deps:
 $(PROTO_C) $(PROTO_H): proto/dpm.proto | deps
 	@mkdir -p $(BUILD)
 	protoc-c --c_out=$(BUILD) $<
+$(ONNX_C) $(ONNX_H): proto/onnx.proto | deps
+	@mkdir -p $(BUILD)
+	protoc-c --c_out=$(BUILD) $<
+# The exporter includes the generated header (the other objects' order-only
+# prerequisite is dpm.pb-c.h).
+$(foreach v,obj asan tsan fuzz/obj,$(BUILD)/$(v)/daemon/engine/onnx_export.o): $(ONNX_H)
 
 $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
@@ -199,7 +208,7 @@ $(BUILD)/bench/gloo: $(BUILD)/obj/bench/gloo_bare.o
 DPM_VERSION := $(shell sed -n 's/^.define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/client.h)
 DPM_SOMAJOR := $(firstword $(subst ., ,$(DPM_VERSION)))
 CLIENT_LIB_SRC  := $(wildcard client/lib/*.c common/*.c) $(PROTO_C)
-PREDICT_LIB_SRC := $(filter-out daemon/engine/predictor_extract.c, \
+PREDICT_LIB_SRC := $(filter-out daemon/engine/predictor_extract.c daemon/engine/onnx_export.c, \
                      $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/backend/*.c \
                                 daemon/backend/cpu/*.c)) \
                    daemon/comm/comm.c daemon/comm/local.c common/status.c common/file.c \

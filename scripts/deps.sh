@@ -4,13 +4,48 @@
 set -e
 PKGS="gcc g++ make pkg-config libprotobuf-c-dev protobuf-c-compiler libyaml-dev
 libopenblas-dev zlib1g-dev libuv1-dev libnanomsg-dev dataset-fashion-mnist systemd
-clang libclang-rt-14-dev libgloo-dev libhiredis-dev redis-server"
+clang libclang-rt-14-dev libgloo-dev libhiredis-dev redis-server python3-venv"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
     missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+
+# build/onnx-venv: a virtualenv with onnx, onnxruntime and numpy from PyPI,
+# for the ONNX export's test (tests/e2e/onnx_export.sh), made once (the
+# stamp .complete marks a finished install). Where PyPI cannot be reached
+# the build goes on: build/onnx-venv.failed keeps pip's reason, the test
+# prints it and fails, and deps tries again once that file is removed.
+onnx_venv() {
+  v=build/onnx-venv
+  [ -f "$v/.complete" ] || [ -f "$v.failed" ] || ! [ -x /usr/bin/python3 ] && return 0
+  mkdir -p build
+  exec 9>"$v.lock" # builds run deps side by side: one of them creates it
+  flock 9
+  if [ -f "$v/.complete" ] || [ -f "$v.failed" ]; then
+    exec 9>&-
+    return 0
+  fi
+  echo "deps: creating $v (onnx, onnxruntime, numpy from PyPI)"
+  rm -rf "$v"
+  if /usr/bin/python3 -m venv "$v" >"$v.log" 2>&1 &&
+    "$v/bin/pip" install -q --timeout 20 --retries 2 onnx onnxruntime numpy >>"$v.log" 2>&1
+  then
+    touch "$v/.complete"
+    rm -f "$v.log"
+  else
+    rm -rf "$v"
+    mv "$v.log" "$v.failed"
+    echo "deps: could not create $v (tests/e2e/onnx_export.sh will fail); see $v.failed," \
+      "remove it to try again" >&2
+  fi
+  exec 9>&-
+}
+
+if [ -z "$missing" ]; then
+  onnx_venv
+  exit 0
+fi
 # Another apt (unattended upgrades on a fresh machine) may hold the dpkg
 # lock: wait for it, up to 10 minutes, instead of failing at once.
 wait_lock="-o DPkg::Lock::Timeout=600"
@@ -20,6 +55,7 @@ if [ "$(id -u)" -eq 0 ]; then
   (apt-get $wait_lock update -qq &&
     DEBIAN_FRONTEND=noninteractive apt-get $wait_lock install -y --no-install-recommends \
       $missing) >&2
+  onnx_venv
 else
   echo "deps: missing packages; run:  sudo apt-get update && sudo $cmd" >&2
   exit 1

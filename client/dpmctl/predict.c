@@ -1,16 +1,21 @@
-/* dpmctl predict DIR --input FILE [--labels FILE] [--count N] [--device D]:
+/* dpmctl predict DIR --input FILE [--labels FILE] [--count N] [--device D]
+ *                [--out FILE]:
  * runs the predictor in DIR (include/dpm/predictor.h) on the first N images
  * of an IDX image file (default 10, 0 = all) in batches of up to 256, raw
  * pixels times the predictor's input scale, on device D (default cpu: the
  * host; cuda:N a GPU, refused with the driver's reason when it cannot be
  * used), and prints each image's top-1 class and its probability (output
- * 0's largest value); with --labels, the accuracy. No daemon involved. */
+ * 0's largest value); with --labels, the accuracy. With --out, output 0 of
+ * every image is also written to FILE (replaced atomically, common/file.h):
+ * raw little-endian float32, N rows of the output's per-image size, in
+ * image order, for comparison with other runtimes. No daemon involved. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dpm/predictor.h"
 #include "dpmctl/dpmctl.h"
+#include "common/file.h"
 #include "common/idx.h"
 
 #define PREDICT_BATCH 256
@@ -33,7 +38,8 @@ int ctl_cmd_predict(ctl_ctx *ctx) {
   dpm_err err = {0};
   dpm_predictor *p = NULL;
   dpm_idx img = {0}, lab = {0};
-  float *buf = NULL;
+  float *buf = NULL, *all = NULL; /* all: --out's rows */
+  int64_t all_classes = 0;
   dpm_json j;
   dpm_json_init(&j);
   int rc = CTL_FAILED;
@@ -117,6 +123,16 @@ int ctl_cmd_predict(ctl_ctx *ctx) {
                 dpm_predictor_output_name(p, 0), b);
       goto out;
     }
+    if (ctx->a->opt[O_OUT]) {
+      if (!all) {
+        all_classes = classes;
+        if (!(all = malloc((size_t)n * (size_t)classes * sizeof *all))) {
+          ctl_error(ctx, "NOMEM", "out of memory");
+          goto out;
+        }
+      }
+      memcpy(all + (size_t)i0 * (size_t)classes, o, (size_t)b * (size_t)classes * sizeof *o);
+    }
     for (int k = 0; k < b; k++) {
       const float *row = o + (size_t)k * (size_t)classes;
       int64_t best = 0;
@@ -139,6 +155,11 @@ int ctl_cmd_predict(ctl_ctx *ctx) {
       }
     }
   }
+  if (all && dpm_file_write_buffer(NULL, ctx->a->opt[O_OUT], 0, all,
+                                   (size_t)n * (size_t)all_classes * sizeof *all, &err)) {
+    rc = fail(ctx, &err);
+    goto out;
+  }
   double accuracy = n ? (double)correct / (double)n : 0;
   if (ctx->json) {
     dpm_json_end(&j);
@@ -152,6 +173,7 @@ int ctl_cmd_predict(ctl_ctx *ctx) {
 out:
   dpm_json_fini(&j);
   free(buf);
+  free(all);
   dpm_idx_fini(&img);
   dpm_idx_fini(&lab);
   dpm_predictor_free(p);

@@ -139,9 +139,9 @@ static dpm_status check_load(const dpmd_paths *paths, Dpm__Request *rq, dpm_err 
 static dpm_status check_extract(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
   const Dpm__ExtractRequest *r = rq->extract_predictor;
   char b[80];
-  if (strcmp(r->format, "dpm") != 0)
+  if (strcmp(r->format, "dpm") != 0 && strcmp(r->format, "onnx") != 0)
     return dpm_errf(err, DPM_UNSUPPORTED,
-                    "predictor format '%s': this dpmd writes 'dpm' only",
+                    "predictor format '%s': this dpmd writes 'dpm' or 'onnx'",
                     dpm_escape(r->format, b, sizeof b));
   if (!r->n_inputs || !r->n_outputs)
     return dpm_errf(err, DPM_INVALID, "extract-predictor needs inputs and outputs");

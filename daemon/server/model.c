@@ -878,9 +878,10 @@ void dpmd_job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
 void dpmd_job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__ExtractRequest *r = rq->extract_predictor;
   dpm_err err = {0};
-  if (dpm_trainer_export_predictor(m->t, (const char *const *)r->inputs, (int)r->n_inputs,
-                                   (const char *const *)r->outputs, (int)r->n_outputs,
-                                   dpmd_paths_files(m->d->paths), r->out, &err))
+  if (dpm_trainer_export_format(m->t, r->format, (const char *const *)r->inputs,
+                                (int)r->n_inputs, (const char *const *)r->outputs,
+                                (int)r->n_outputs, dpmd_paths_files(m->d->paths), r->out,
+                                &err))
     return reply_err(m, to, &err);
   reply_path(m, to, r->out, m->iter);
 }

@@ -3,7 +3,7 @@
  *   dpm-train SPEC.yaml [--devices cpu:0,cpu:1] [--net-type simple|dag]
  *             [--epochs N | --iters N] [--json] [--resume FILE]
  *             [--checkpoint FILE] [--extract-predictor DIR --inputs A[,B]
- *             --outputs X[,Y]]
+ *             --outputs X[,Y] [--format dpm|onnx]]
  *             [--shard I/N (--job NAME | --prefix P) [--store URL]
  *              [--interface IF]]
  *
@@ -44,7 +44,7 @@
 
 typedef struct {
   const char *spec, *devices, *net_type, *resume, *checkpoint, *predictor, *inputs,
-      *outputs, *shard, *store, *prefix, *job, *iface;
+      *outputs, *format, *shard, *store, *prefix, *job, *iface;
   long epochs, iters;
   int json;
 } options;
@@ -69,6 +69,8 @@ static const struct {
      "write a predictor to DIR"},
     {"--inputs", offsetof(options, inputs), 's', "predictor inputs, A[,B]"},
     {"--outputs", offsetof(options, outputs), 's', "predictor outputs, X[,Y]"},
+    {"--format", offsetof(options, format), 's',
+     "predictor format: dpm (DIR/predictor.pb, default) | onnx (DIR/model.onnx)"},
     {"--shard", offsetof(options, shard), 's',
      "I/N: this process is shard I of a job of N processes"},
     {"--job", offsetof(options, job), 's',
@@ -127,6 +129,7 @@ static int parse(int argc, char **argv, options *o) {
   if (!o->spec) return usage("no spec given");
   if (!o->predictor != !o->inputs || !o->predictor != !o->outputs)
     return usage("--extract-predictor needs --inputs and --outputs");
+  if (o->format && !o->predictor) return usage("--format goes with --extract-predictor");
   if (!o->shard && (o->job || o->prefix || o->store || o->iface))
     return usage("--job, --prefix, --store and --interface go with --shard I/N");
   if (o->job && o->prefix) return usage("give --job NAME or --prefix P, not both");
@@ -347,8 +350,8 @@ int main(int argc, char **argv) {
     snprintf(out_list, sizeof out_list, "%s", o.outputs);
     int n_in = split(in_list, in, DPM_OP_MAX_IO),
         n_out = split(out_list, out, DPM_OP_MAX_IO);
-    s = dpm_trainer_export_predictor(t, (const char *const *)in, n_in,
-                                     (const char *const *)out, n_out, NULL, o.predictor, &err);
+    s = dpm_trainer_export_format(t, o.format, (const char *const *)in, n_in,
+                                  (const char *const *)out, n_out, NULL, o.predictor, &err);
   }
   if (s) fprintf(stderr, "dpm-train: %s\n", err.msg);
   dpm_trainer_destroy(t);

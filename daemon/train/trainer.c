@@ -16,8 +16,10 @@
 #include "backend/device.h"
 #include "comm/comm.h"
 #include "common/device.h"
+#include "common/escape.h"
 #include "common/validate.h"
 #include "engine/exec.h"
+#include "engine/onnx_export.h"
 #include "engine/predictor_extract.h"
 #include "engine/rng.h"
 #include "io/checkpoint.h"
@@ -1272,4 +1274,29 @@ dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *input
                                         const dpm_fs *fs, const char *dir, dpm_err *err) {
   return dpm_predictor_export(&t->model, &t->r[0].ws, inputs, n_in, outputs, n_out, fs,
                               dir, err);
+}
+
+/* Predictor formats and their writers. */
+static const struct {
+  const char *name;
+  dpm_status (*write)(const dpm_model *m, const dpm_workspace *ws,
+                      const char *const *inputs, int n_in, const char *const *outputs,
+                      int n_out, const dpm_fs *fs, const char *dir, dpm_err *err);
+} predictor_formats[] = {
+    {"dpm", dpm_predictor_export},
+    {"onnx", dpm_onnx_export},
+};
+
+dpm_status dpm_trainer_export_format(dpm_trainer *t, const char *format,
+                                     const char *const *inputs, int n_in,
+                                     const char *const *outputs, int n_out,
+                                     const dpm_fs *fs, const char *dir, dpm_err *err) {
+  if (!format) format = "dpm";
+  for (size_t f = 0; f < sizeof predictor_formats / sizeof *predictor_formats; f++)
+    if (!strcmp(format, predictor_formats[f].name))
+      return predictor_formats[f].write(&t->model, &t->r[0].ws, inputs, n_in, outputs,
+                                        n_out, fs, dir, err);
+  char b[80];
+  return dpm_errf(err, DPM_UNSUPPORTED, "predictor format '%s': dpm writes 'dpm' or 'onnx'",
+                  dpm_escape(format, b, sizeof b));
 }

@@ -213,6 +213,13 @@ dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *input
                                         int n_in, const char *const *outputs, int n_out,
                                         const struct dpm_fs *fs, const char *dir,
                                         dpm_err *err);
+/* The same in `format`: "dpm" (or NULL) writes dir/predictor.pb as above,
+ * "onnx" dir/model.onnx only (engine/onnx_export.h); any other format is
+ * DPM_UNSUPPORTED, naming it. */
+dpm_status dpm_trainer_export_format(dpm_trainer *t, const char *format,
+                                     const char *const *inputs, int n_in,
+                                     const char *const *outputs, int n_out,
+                                     const struct dpm_fs *fs, const char *dir, dpm_err *err);
 
 /* A replica's blob by scoped ("cpu_1/fc1_w": the scope of its device,
  * common/device.h) or stripped (master) name: its shape and device; its

@@ -126,7 +126,7 @@ refused 2 USAGE status bg --bogus-flag >/dev/null
 refused 1 INVALID train bg --iters 99999999999999 >/dev/null # over 2^40
 refused 1 STATE train bg --iters 10 >/dev/null              # already training
 refused 1 UNSUPPORTED extract-predictor bg --inputs data --outputs softmax \
-  --out "$T/allowed/p" --format onnx >/dev/null
+  --out "$T/allowed/p" --format tflite >/dev/null
 out=$(refused 1 INVALID extract-predictor bg --inputs no_such --outputs softmax \
   --out "$T/allowed/p")
 mentions "no_such" "$out"

@@ -77,7 +77,11 @@ p=$(ctl predict "$STATE/pred" --input $DATA/t10k-images-idx3-ubyte.gz \
   --labels $DATA/t10k-labels-idx1-ubyte.gz --count 200)
 at_least "$(json_field "$p" accuracy)" 0.4 || die "predict: $p"
 ctl_fails 1 extract-predictor m1 --inputs data --outputs softmax --out "$STATE/p2" \
-  --format onnx | grep -q UNSUPPORTED || die "onnx not refused"
+  --format tflite | grep -q UNSUPPORTED || die "format tflite not refused"
+# --format onnx writes model.onnx only (tests/e2e/onnx_export.sh checks it)
+p=$(ctl extract-predictor m1 --inputs data --outputs softmax --out "$STATE/p3" --format onnx)
+expect "onnx export path" "$(json_str "$p" path)" "$STATE/p3"
+expect "onnx export files" "$(ls "$STATE/p3")" model.onnx
 
 # watch: progress events and the end of the run (watch --until-done on a
 # model that is not training returns at once)

@@ -140,6 +140,8 @@ TEST(commands_check_arguments) {
   ex.command_case = DPM__REQUEST__COMMAND_EXTRACT_PREDICTOR;
   ex.extract_predictor = &er;
   dpm_status onnx = check(&s, &ex, &err, NULL);
+  er.format = "tflite";
+  dpm_status tflite = check(&s, &ex, &err, NULL);
   er.format = "dpm";
   dpm_status good = check(&s, &ex, &err, NULL);
   er.n_outputs = 0;
@@ -167,7 +169,8 @@ TEST(commands_check_arguments) {
   CHECK_HAS(zero_msg, "iters must be 1..2^40");
   CHECK_INT(most, DPM_OK);
   CHECK_INT(over, DPM_INVALID);
-  CHECK_INT(onnx, DPM_UNSUPPORTED);
+  CHECK_INT(onnx, DPM_OK);
+  CHECK_INT(tflite, DPM_UNSUPPORTED);
   CHECK_INT(good, DPM_OK);
   CHECK_INT(no_outputs, DPM_INVALID);
   CHECK(relative != DPM_OK);
