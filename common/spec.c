@@ -728,6 +728,7 @@ static const spec_field parallel_fields[] = {
     F_BOOL(Dpm__ParallelSpec, allow_tf32),
     F_BOOL(Dpm__ParallelSpec, deterministic),
     F_BOOL(Dpm__ParallelSpec, cuda_graphs),
+    F_BOOL(Dpm__ParallelSpec, combine_spatial_bn),
     F_STRS(Dpm__ParallelSpec, shards),
     F_SUB(Dpm__ParallelSpec, rendezvous, rendezvous_section),
 };

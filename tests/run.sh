@@ -34,11 +34,12 @@ export MAKEFLAGS
 
 # End-to-end scripts that take minutes (they train to an accuracy): make
 # test only.
-SLOW="cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088 dp_cnn_trains"
+SLOW="cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088 dp_cnn_trains
+  cnn_bn_reaches_0925"
 # The checks that take longest start first, in this order (the rest in
 # the order queued below), so that the short ones fill the other slot.
-FIRST="cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088 dp_cnn_trains
-  dpmd_verbs_fenced dpmd_restore_race unit install"
+FIRST="cnn_bn_reaches_0925 cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088
+  dp_cnn_trains dpmd_verbs_fenced dpmd_restore_race unit install"
 # Checks that run while nothing else runs. None: the accuracy thresholds do
 # not depend on the load (a 2-replica run under load gives the same losses
 # and accuracies to the last digit, only slower), and no script measures

@@ -49,6 +49,8 @@
   /* norm.c */                                                                           \
   XX(SPATIAL_BN, "SpatialBN")                                                            \
   XX(SPATIAL_BN_GRADIENT, "SpatialBNGradient")                                           \
+  XX(SPATIAL_BN_STATS, "SpatialBNStats")                                                 \
+  XX(SPATIAL_BN_GRADIENT_STATS, "SpatialBNGradientStats")                                \
   /* dropout.c */                                                                        \
   XX(DROPOUT, "Dropout")                                                                 \
   XX(DROPOUT_GRADIENT, "DropoutGradient")                                                \

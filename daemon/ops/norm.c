@@ -11,6 +11,19 @@
  * Caffe and PyTorch); despite its Caffe2 name, riv holds a variance, not an
  * inverse. Test mode normalizes with rm and riv and leaves them alone.
  *
+ * Combined statistics (parallel.combine_spatial_bn, parallel/sync_bn.c):
+ * the hidden SpatialBNStats(X, rm) -> S writes one replica's per-channel
+ * sums shifted by the running mean, S = [sum(x - rm) (C), sum((x - rm)^2)
+ * (C), count (1)], which an Allreduce sums over the replicas; SpatialBN
+ * then takes S as a sixth input and, in train mode, uses the global
+ * mean = rm + S1/count and var = S2/count - (S1/count)^2 (count the
+ * global one) in place of its batch's. Likewise SpatialBNGradientStats(X,
+ * Y_sm, dY) -> G = [sum(dy) (C), sum(dy * (x - mean)) (C), count (1)],
+ * summed by an Allreduce and taken by SpatialBNGradient as a sixth input:
+ * dX uses the global sums, while ds and db stay this replica's (the
+ * gradient all-reduce sums them as any parameter's). The running mean is
+ * the same on every replica, so the shift is common to all of them.
+ *
  * Here: arguments, parameters, shape inference and the gradient maker; the
  * kernels are each backend's (CPU: backend/cpu/norm.c). */
 #include "ops/norm.h"
@@ -70,21 +83,39 @@ static dpm_status expect_channels(const dpm_shape *in, int from, int to, dpm_err
   return DPM_OK;
 }
 
-/* SpatialBN(X, s, b, rm, riv) -> Y, Y_sm, Y_siv */
+/* [2C+1]: the per-channel sums of SpatialBNStats and SpatialBNGradientStats. */
+static dpm_shape sums(const dpm_shape *x) {
+  int64_t n = 2 * x->d[1] + 1;
+  return dpm_shape_make(DPM_F32, 1, &n);
+}
+
+/* The combined sums of input k, when the node has one. */
+static dpm_status expect_sums(const dpm_node *nd, const dpm_shape *in, int k,
+                              dpm_err *err) {
+  dpm_shape want = sums(&in[0]);
+  if (nd->n_in <= k || dpm_shape_equal(&in[k], &want)) return DPM_OK;
+  char a[64], b[64];
+  return dpm_errf(err, DPM_SHAPE, "input %d (combined sums) must be %s, got %s", k,
+                  dpm_shape_str(&want, a, sizeof a), dpm_shape_str(&in[k], b, sizeof b));
+}
+
+/* SpatialBN(X, s, b, rm, riv[, S]) -> Y, Y_sm, Y_siv */
 static dpm_status bn_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                            dpm_err *err) {
-  (void)nd;
-  if (check_x(&in[0], err) || expect_channels(in, 1, 5, err)) return err->code;
+  if (check_x(&in[0], err) || expect_channels(in, 1, 5, err) ||
+      expect_sums(nd, in, 5, err))
+    return err->code;
   out[0] = in[0];
   out[1] = out[2] = channels(&in[0]);
   return DPM_OK;
 }
 
-/* SpatialBNGradient(X, s, Y_sm, Y_siv, dY) -> dX, ds, db */
+/* SpatialBNGradient(X, s, Y_sm, Y_siv, dY[, G]) -> dX, ds, db */
 static dpm_status bn_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                                 dpm_err *err) {
-  (void)nd;
-  if (check_x(&in[0], err) || expect_channels(in, 1, 4, err)) return err->code;
+  if (check_x(&in[0], err) || expect_channels(in, 1, 4, err) ||
+      expect_sums(nd, in, 5, err))
+    return err->code;
   if (!dpm_shape_equal(&in[4], &in[0]))
     return dpm_errf(err, DPM_SHAPE, "output gradient must have the input's shape");
   out[0] = in[0];
@@ -124,5 +155,48 @@ const dpm_op_def DPM_OP_DEF(SPATIAL_BN_GRADIENT) = {
     .max_out = 3,
     .args = bn_args,
     .infer = bn_grad_infer,
+    .flags = DPM_OP_HIDDEN,
+};
+
+/* SpatialBNStats(X, rm) -> S */
+static dpm_status bn_stats_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
+                                 dpm_err *err) {
+  (void)nd;
+  if (check_x(&in[0], err) || expect_channels(in, 1, 2, err)) return err->code;
+  out[0] = sums(&in[0]);
+  return DPM_OK;
+}
+
+/* SpatialBNGradientStats(X, Y_sm, dY) -> G */
+static dpm_status bn_grad_stats_infer(const dpm_node *nd, const dpm_shape *in,
+                                      dpm_shape *out, dpm_err *err) {
+  (void)nd;
+  if (check_x(&in[0], err) || expect_channels(in, 1, 2, err)) return err->code;
+  if (!dpm_shape_equal(&in[2], &in[0]))
+    return dpm_errf(err, DPM_SHAPE, "output gradient must have the input's shape");
+  out[0] = sums(&in[0]);
+  return DPM_OK;
+}
+
+const dpm_op_def DPM_OP_DEF(SPATIAL_BN_STATS) = {
+    .id = DPM_OP_SPATIAL_BN_STATS,
+    .name = "SpatialBNStats",
+    .min_in = 2,
+    .max_in = 2,
+    .min_out = 1,
+    .max_out = 1,
+    .args = bn_args,
+    .infer = bn_stats_infer,
+    .flags = DPM_OP_HIDDEN,
+};
+const dpm_op_def DPM_OP_DEF(SPATIAL_BN_GRADIENT_STATS) = {
+    .id = DPM_OP_SPATIAL_BN_GRADIENT_STATS,
+    .name = "SpatialBNGradientStats",
+    .min_in = 3,
+    .max_in = 3,
+    .min_out = 1,
+    .max_out = 1,
+    .args = bn_args,
+    .infer = bn_grad_stats_infer,
     .flags = DPM_OP_HIDDEN,
 };

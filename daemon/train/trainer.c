@@ -27,6 +27,7 @@
 #include "io/reader.h"
 #include "parallel/crew.h"
 #include "parallel/share.h"
+#include "parallel/sync_bn.h"
 #include "train/graph.h"
 #include "common/spec.h"
 
@@ -740,6 +741,8 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   dpm_status s = input_shape(t->opt.fs, spec->input, chw, err);
   if (!s)
     s = dpm_model_build(spec, chw, batch, loss_scale(devices, t->shards), &t->model, err);
+  /* SpatialBN's statistics over every replica of the job (parallel/sync_bn.h) */
+  if (!s && par && par->combine_spatial_bn && ranks(t) > 1) s = dpm_sync_bn(&t->model, err);
   /* the plan is the job's: its collectives span every shard's replicas */
   if (!s)
     s = dpm_plan_build(&t->model, ranks(t), type, par ? par->bucket_bytes : 4 << 20,

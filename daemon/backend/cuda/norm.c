@@ -1,4 +1,6 @@
-/* The CUDA kernels of SpatialBN and SpatialBNGradient (ops/norm.c): X is
+/* The CUDA kernels of SpatialBN and SpatialBNGradient, and of the
+ * combined statistics' SpatialBNStats and SpatialBNGradientStats
+ * (ops/norm.c): X is
  * unpacked as [N, C, HW] and the plugin's own kernels (norm_kernels.cu) run on the
  * device's compute stream, with their partial sums and coefficients in
  * the op's scratch (cuda_bn_scratch bytes, from the shapes).
@@ -50,7 +52,8 @@ static void bn_run(const dpm_op *op) {
   cuda_bn_forward(f32(op->in[0]), f32(op->in[1]), f32(op->in[2]), f32(op->in[3]),
                   f32(op->in[4]), f32(op->out[0]), f32(op->out[1]), f32(op->out[2]), n, c,
                   hw, op->node->arg[BN_ARG_EPSILON].f, op->node->arg[BN_ARG_MOMENTUM].f,
-                  op->node->is_test, op->ctx->scratch, dev->compute);
+                  op->node->is_test, op->n_in > 5 ? f32(op->in[5]) : NULL,
+                  op->ctx->scratch, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 
@@ -60,10 +63,26 @@ static void bn_grad_run(const dpm_op *op) {
   geom(&op->in[0]->shape, &n, &c, &hw);
   cuda_bn_backward(f32(op->in[0]), f32(op->in[1]), f32(op->in[2]), f32(op->in[3]),
                    f32(op->in[4]), f32(op->out[0]), f32(op->out[1]), f32(op->out[2]), n,
-                   c, hw, op->node->is_test, op->ctx->scratch, dev->compute);
+                   c, hw, op->node->is_test, op->n_in > 5 ? f32(op->in[5]) : NULL,
+                   op->ctx->scratch, dev->compute);
+  CUDA_OK(dev, cudaGetLastError());
+}
+
+/* SpatialBNStats(X, rm) and SpatialBNGradientStats(X, Y_sm, dY). */
+static void bn_sums_run(const dpm_op *op) {
+  cuda_dev *dev = cuda_dev_of(op);
+  int64_t n, c, hw;
+  geom(&op->in[0]->shape, &n, &c, &hw);
+  const int grad = op->n_in == 3;
+  cuda_bn_sums(f32(op->in[0]), grad ? f32(op->in[2]) : NULL, f32(op->in[1]), n, c, hw,
+               f32(op->out[0]), op->ctx->scratch, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 
 const dpm_kernel_def DPM_CUDA_KERNEL(SPATIAL_BN) = {.run = bn_run, .scratch = bn_scratch};
 const dpm_kernel_def DPM_CUDA_KERNEL(SPATIAL_BN_GRADIENT) = {.run = bn_grad_run,
                                                              .scratch = bn_scratch};
+const dpm_kernel_def DPM_CUDA_KERNEL(SPATIAL_BN_STATS) = {.run = bn_sums_run,
+                                                          .scratch = bn_scratch};
+const dpm_kernel_def DPM_CUDA_KERNEL(SPATIAL_BN_GRADIENT_STATS) = {.run = bn_sums_run,
+                                                                   .scratch = bn_scratch};

@@ -16,6 +16,13 @@
  * Test mode skips pass 1 of the forward (the running statistics are the
  * statistics).
  *
+ * Combined statistics (ops/norm.c): cuda_bn_sums runs pass 1 alone and
+ * packs each channel's sums as floats [s1 (c), s2 (c), count] (forward
+ * shifted by the running mean); the forward and backward given such
+ * all-reduced sums (gsum) skip their own pass 1 (forward) or use them for
+ * dx's coefficients in place of the batch's (backward: ds and db stay the
+ * batch's).
+ *
  * The CPU gathers each row's sums in float and the rows in double; here
  * every sum is in double, so results agree to float rounding, not bits.
  *
@@ -29,8 +36,8 @@
 
 /* Block (ch, p) = ch * parts + p (grid-stride over blocks), partial sums
  * of channel ch's part p: over rows of hw values, c * hw
- * apart. fwd: (x - k, (x - k)^2) with k = x[ch * hw]; else (dy, dy * (x -
- * mean[ch])). */
+ * apart. fwd (dy NULL): (x - k, (x - k)^2) with k = mean[ch], or x[ch * hw]
+ * when mean is NULL; else (dy, dy * (x - mean[ch])). */
 __global__ void bn_sums(const float *__restrict__ x, const float *__restrict__ dy,
                         const float *__restrict__ mean, int64_t n, int64_t c, int64_t hw,
                         int64_t parts, double *__restrict__ part) {
@@ -40,7 +47,7 @@ __global__ void bn_sums(const float *__restrict__ x, const float *__restrict__ d
     const int64_t e = n * hw, lo = e * p / parts, hi = e * (p + 1) / parts;
     double a = 0, b = 0;
     if (lo < hi) {
-      const float k = dy ? mean[ch] : x[ch * hw];
+      const float k = mean ? mean[ch] : x[ch * hw];
       for (int64_t r = lo / hw; r <= (hi - 1) / hw; r++) {
         const int64_t i0 = r * hw > lo ? r * hw : lo;
         const int64_t i1 = (r + 1) * hw < hi ? (r + 1) * hw : hi;
@@ -88,23 +95,40 @@ __device__ void add_parts(const double *part, int64_t ch, int64_t parts, double 
   *s2 = b;
 }
 
-/* Per channel: statistics, running statistics, saved outputs, and coef
- * [2c] = (a, d) of y = x * a + d. */
+/* Per channel: channel ch's parts packed as floats into out [2c + 1]. */
+__global__ void bn_pack(int64_t n, int64_t c, int64_t hw, int64_t parts,
+                        const double *__restrict__ part, float *__restrict__ out) {
+  for (int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; ch < c;
+       ch += (int64_t)gridDim.x * blockDim.x) {
+    double s1, s2;
+    add_parts(part, ch, parts, &s1, &s2);
+    out[ch] = (float)s1;
+    out[c + ch] = (float)s2;
+    if (ch == 0) out[2 * c] = (float)(n * hw);
+  }
+}
+
+/* Per channel: statistics (the batch's, or from the combined sums gsum
+ * shifted by rm), running statistics, saved outputs, and coef [2c] = (a, d)
+ * of y = x * a + d. */
 __global__ void bn_stats(const float *__restrict__ x, const float *__restrict__ s,
                          const float *__restrict__ b, float *rm, float *rv,
                          float *__restrict__ sm, float *__restrict__ siv, int64_t n,
                          int64_t c, int64_t hw, double eps, double mom, int is_test,
                          int64_t parts, const double *__restrict__ part,
-                         float *__restrict__ coef) {
+                         const float *__restrict__ gsum, float *__restrict__ coef) {
   for (int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; ch < c;
        ch += (int64_t)gridDim.x * blockDim.x) {
     double mean = rm[ch], var = rv[ch];
     if (!is_test) {
-      const int64_t cnt = n * hw;
-      const float k = cnt > 0 ? x[ch * hw] : 0.f;
+      const double cnt = gsum ? (double)gsum[2 * c] : (double)(n * hw);
+      const float k = gsum ? rm[ch] : cnt > 0 ? x[ch * hw] : 0.f;
       double s1, s2;
-      add_parts(part, ch, parts, &s1, &s2);
-      const double dc = (double)cnt, m = s1 / dc;
+      if (gsum)
+        s1 = gsum[ch], s2 = gsum[c + ch];
+      else
+        add_parts(part, ch, parts, &s1, &s2);
+      const double dc = cnt, m = s1 / dc;
       mean = k + m;
       var = fmax(s2 / dc - m * m, 0.0);
       rm[ch] = (float)(mom * rm[ch] + (1 - mom) * mean);
@@ -120,21 +144,24 @@ __global__ void bn_stats(const float *__restrict__ x, const float *__restrict__ 
   }
 }
 
-/* Per channel: ds, db and coef [3c] = (a, e, f) of dx = dy * a + x * e + f. */
+/* Per channel: ds, db and coef [3c] = (a, e, f) of dx = dy * a + x * e + f
+ * (with the combined sums gsum, when given, in the coefficients). */
 __global__ void bn_grad_stats(const float *__restrict__ s, const float *__restrict__ sm,
                               const float *__restrict__ siv, float *__restrict__ ds,
                               float *__restrict__ db, int64_t n, int64_t c, int64_t hw,
                               int is_test, int64_t parts, const double *__restrict__ part,
-                              float *__restrict__ coef) {
+                              const float *__restrict__ gsum, float *__restrict__ coef) {
   for (int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; ch < c;
        ch += (int64_t)gridDim.x * blockDim.x) {
     double sdy, sdyx;
     add_parts(part, ch, parts, &sdy, &sdyx);
-    const double cnt = (double)(n * hw), dsc = sdyx * siv[ch];
+    const double dsc = sdyx * siv[ch];
     if (ds) ds[ch] = (float)dsc;
     if (db) db[ch] = (float)sdy;
+    const double cnt = gsum ? (double)gsum[2 * c] : (double)(n * hw);
+    if (gsum) sdy = gsum[ch], sdyx = gsum[c + ch];
     const double k = (double)s[ch] * siv[ch];
-    const double e = is_test ? 0 : -k * siv[ch] * dsc / cnt;
+    const double e = is_test ? 0 : -k * siv[ch] * (sdyx * siv[ch]) / cnt;
     coef[3 * ch] = (float)k;
     coef[3 * ch + 1] = (float)e;
     coef[3 * ch + 2] = (float)(is_test ? 0 : -k * sdy / cnt - e * sm[ch]);
@@ -175,16 +202,18 @@ static unsigned blocks_for(int64_t n) {
 extern "C" void cuda_bn_forward(const float *x, const float *s, const float *b, float *rm,
                                 float *rv, float *y, float *sm, float *siv, int64_t n,
                                 int64_t c, int64_t hw, double eps, double momentum,
-                                int is_test, void *scratch, cudaStream_t st) {
+                                int is_test, const float *gsum, void *scratch,
+                                cudaStream_t st) {
   if (c <= 0) return;
   const int64_t parts = cuda_bn_parts(n, hw);
   double *part = (double *)scratch;
   float *coef = (float *)(part + 2 * c * parts);
-  if (!is_test)
+  if (!is_test && !gsum)
     bn_sums<<<grid_of(c * parts), BN_THREADS, 0, st>>>(x, NULL, NULL, n, c, hw, parts,
                                                        part);
   bn_stats<<<blocks_for(c), EW_THREADS, 0, st>>>(x, s, b, rm, rv, sm, siv, n, c, hw, eps,
-                                                 momentum, is_test, parts, part, coef);
+                                                 momentum, is_test, parts, part, gsum,
+                                                 coef);
   const int64_t total = n * c * hw;
   if (total > 0)
     bn_apply<<<blocks_for(total), EW_THREADS, 0, st>>>(x, coef, y, total, c, hw);
@@ -193,16 +222,26 @@ extern "C" void cuda_bn_forward(const float *x, const float *s, const float *b, 
 extern "C" void cuda_bn_backward(const float *x, const float *s, const float *sm,
                                  const float *siv, const float *dy, float *dx, float *ds,
                                  float *db, int64_t n, int64_t c, int64_t hw, int is_test,
-                                 void *scratch, cudaStream_t st) {
+                                 const float *gsum, void *scratch, cudaStream_t st) {
   if (c <= 0) return;
   const int64_t parts = cuda_bn_parts(n, hw);
   double *part = (double *)scratch;
   float *coef = (float *)(part + 2 * c * parts);
   bn_sums<<<grid_of(c * parts), BN_THREADS, 0, st>>>(x, dy, sm, n, c, hw, parts, part);
   bn_grad_stats<<<blocks_for(c), EW_THREADS, 0, st>>>(s, sm, siv, ds, db, n, c, hw,
-                                                      is_test, parts, part, coef);
+                                                      is_test, parts, part, gsum, coef);
   const int64_t total = n * c * hw;
   if (dx && total > 0)
     bn_grad_apply<<<blocks_for(total), EW_THREADS, 0, st>>>(x, dy, coef, dx, total, c,
                                                             hw);
+}
+
+extern "C" void cuda_bn_sums(const float *x, const float *dy, const float *shift, int64_t n,
+                             int64_t c, int64_t hw, float *out, void *scratch,
+                             cudaStream_t st) {
+  if (c <= 0) return;
+  const int64_t parts = cuda_bn_parts(n, hw);
+  double *part = (double *)scratch;
+  bn_sums<<<grid_of(c * parts), BN_THREADS, 0, st>>>(x, dy, shift, n, c, hw, parts, part);
+  bn_pack<<<blocks_for(c), EW_THREADS, 0, st>>>(n, c, hw, parts, part, out);
 }
