@@ -570,6 +570,10 @@ static dpm_status spec_check_lr(spec_ctx *c, const dpm_ynode *map, void *msg) {
     const dpm_ynode *mi = dpm_ymap_get(map, "max_iter");
     return spec_fail(c, mi ? mi : map, "lr policy poly needs 'max_iter' >= 1");
   }
+  const dpm_ynode *alias = dpm_ymap_get(map, "warmup_start");
+  if (alias && dpm_ymap_get(map, "start_multiplier"))
+    return spec_fail(c, alias,
+                     "'warmup_start' is another name for 'start_multiplier': give one");
   return DPM_OK;
 }
 
@@ -582,7 +586,8 @@ static const spec_field lr_fields[] = {
     F_UINTS(Dpm__LrSpec, stepvalues, SF_U64S, 1),
     F_U64(Dpm__LrSpec, max_iter, 0),
     F_U64(Dpm__LrSpec, warmup_iters, 0),
-    F_NUM(Dpm__LrSpec, warmup_start, {0, 1, 0, 0}),
+    F_NUM(Dpm__LrSpec, start_multiplier, {0, 1, 0, 0}),
+    F_NUM_AS(Dpm__LrSpec, "warmup_start", start_multiplier, {0, 1, 0, 0}), /* alias */
 };
 static const spec_section lr_section =
     SECTION("update.lr", dpm__lr_spec, lr_fields, spec_check_lr);
@@ -592,6 +597,7 @@ static const spec_field update_fields[] = {
     F_NUM(Dpm__UpdateSpec, momentum, {0, 1, 0, 1}),
     F_BOOL(Dpm__UpdateSpec, nesterov),
     F_NUM(Dpm__UpdateSpec, weight_decay, {0, INFINITY, 0, 0}),
+    F_BOOL(Dpm__UpdateSpec, weight_decay_bias),
     F_NUM(Dpm__UpdateSpec, beta1, {0, 1, 0, 1}),
     F_NUM(Dpm__UpdateSpec, beta2, {0, 1, 0, 1}),
     F_NUM(Dpm__UpdateSpec, epsilon, {0, INFINITY, 1, 0}),

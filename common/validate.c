@@ -180,8 +180,8 @@ static dpm_status lr(vctx *c, const Dpm__LrSpec *l) {
     return fail(c, "update.lr: policy multistep needs stepvalues");
   if (l->policy == DPM__LR_POLICY__LR_POLY && l->max_iter < 1)
     return fail(c, "update.lr: policy poly needs max_iter >= 1");
-  if (!in_range(l->warmup_start, 0, 1, 0))
-    return fail(c, "update.lr.warmup_start must be in [0, 1]");
+  if (!in_range(l->start_multiplier, 0, 1, 0))
+    return fail(c, "update.lr.start_multiplier must be in [0, 1]");
   return DPM_OK;
 }
 

@@ -26,24 +26,28 @@ static const struct {
     {"constant", DPM_OP_CONSTANT_FILL, NULL, "value"},
 };
 
-/* A spec field an op argument is set from: a double, or a flag (an int
- * argument, 0 or 1), `field` bytes into its message. Lists end with {NULL}. */
+/* A spec field an op argument is set from, `field` bytes into its message:
+ * a double; a flag (an int argument, 0 or 1); or the weight decay, a double
+ * that a parameter which is not decayed (param_decays) gets as 0. Lists end
+ * with {NULL}. */
+typedef enum { ARG_F64, ARG_FLAG, ARG_DECAY } spec_arg_kind;
 typedef struct {
   const char *arg;
   size_t field;
-  int is_flag;
+  spec_arg_kind kind;
 } spec_arg;
 #define UPDATE_F64(name)                                                                 \
-  { #name, offsetof(Dpm__UpdateSpec, name), 0 }
+  { #name, offsetof(Dpm__UpdateSpec, name), ARG_F64 }
 #define UPDATE_FLAG(name)                                                                \
-  { #name, offsetof(Dpm__UpdateSpec, name), 1 }
+  { #name, offsetof(Dpm__UpdateSpec, name), ARG_FLAG }
+#define UPDATE_DECAY                                                                     \
+  { "weight_decay", offsetof(Dpm__UpdateSpec, weight_decay), ARG_DECAY }
 /* clang-format off */
-static const spec_arg sgd_args[] = {UPDATE_F64(weight_decay), {NULL}};
+static const spec_arg sgd_args[] = {UPDATE_DECAY, {NULL}};
 static const spec_arg momentum_args[] = {
-    UPDATE_F64(weight_decay), UPDATE_F64(momentum), UPDATE_FLAG(nesterov), {NULL}};
+    UPDATE_DECAY, UPDATE_F64(momentum), UPDATE_FLAG(nesterov), {NULL}};
 static const spec_arg adam_args[] = {
-    UPDATE_F64(weight_decay), UPDATE_F64(beta1), UPDATE_F64(beta2), UPDATE_F64(epsilon),
-    {NULL}};
+    UPDATE_DECAY, UPDATE_F64(beta1), UPDATE_F64(beta2), UPDATE_F64(epsilon), {NULL}};
 
 /* Optimizers: op, per-parameter state suffixes, whether it reads `iter`, and
  * its arguments from the update section, in order. */
@@ -74,7 +78,7 @@ static const struct {
     {"power", offsetof(Dpm__LrSpec, power), 0},
     {"max_iter", offsetof(Dpm__LrSpec, max_iter), 1},
     {"warmup_iters", offsetof(Dpm__LrSpec, warmup_iters), 1},
-    {"warmup_start", offsetof(Dpm__LrSpec, warmup_start), 0},
+    {"start_multiplier", offsetof(Dpm__LrSpec, start_multiplier), 0},
 };
 
 static const char *const lr_policies[] = {
@@ -93,6 +97,9 @@ typedef struct {
   dpm_model *m;
   const Dpm__ModelSpec *spec;
   dpm_err *err;
+  unsigned char *weight; /* [n_weight], indexed like m->shapes.v: 1 for a param
+                            whose def is a weight (dpm_param_def.is_weight) */
+  int n_weight;
 } builder;
 
 static dpm_status nomem(dpm_err *err) {
@@ -155,6 +162,20 @@ static dpm_status fill(builder *b, const char *blob, const dpm_shape *s, const c
   return DPM_OK;
 }
 
+/* Record that param `name` (declared) is a weight. */
+static dpm_status mark_weight(builder *b, const char *name) {
+  int i = (int)(dpm_shapes_get(&b->m->shapes, name) - b->m->shapes.v);
+  if (i >= b->n_weight) {
+    unsigned char *w = realloc(b->weight, (size_t)i + 1);
+    if (!w) return DPM_NOMEM;
+    memset(w + b->n_weight, 0, (size_t)(i + 1 - b->n_weight));
+    b->weight = w;
+    b->n_weight = i + 1;
+  }
+  b->weight[i] = 1;
+  return DPM_OK;
+}
+
 /* Declare the params of spec op node n (its data inputs already inferred). */
 static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
   const dpm_op_def *def = n->def;
@@ -173,6 +194,7 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
       return dpm_errf(b->err, DPM_SPEC,
                       "parameter '%s' already exists; name the output differently", name);
     if (dpm_shapes_set(&b->m->shapes, name, &ps[p], pd->kind)) return nomem(b->err);
+    if (pd->is_weight && mark_weight(b, name)) return nomem(b->err);
     const char *init = pd->init;
     double value = pd->value;
     int ia = pd->init_arg ? dpm_op_arg_index(def, pd->init_arg) : -1;
@@ -303,15 +325,25 @@ static dpm_status learning_rate(const Dpm__LrSpec *lr, dpm_node *n, dpm_err *err
   return lr->n_stepvalues ? set_stepvalues(n, lr, err) : DPM_OK;
 }
 
-/* Optimizer o's arguments from the spec's update section. */
-static dpm_status optimizer_args(size_t o, const Dpm__UpdateSpec *u, dpm_node *n,
-                                 dpm_err *err) {
+/* Whether the update's weight decay applies to param i: to weights always,
+ * to the other params (biases, SpatialBN's scale and shift) only with
+ * weight_decay_bias. */
+static int param_decays(const builder *b, const Dpm__UpdateSpec *u, int i) {
+  return u->weight_decay_bias || (i < b->n_weight && b->weight[i]);
+}
+
+/* Optimizer o's arguments from the spec's update section, for a param that
+ * is decayed or not. */
+static dpm_status optimizer_args(size_t o, const Dpm__UpdateSpec *u, int decays,
+                                 dpm_node *n, dpm_err *err) {
   for (const spec_arg *a = optimizers[o].args; a->arg; a++) {
     const char *field = (const char *)u + a->field;
     dpm_status s =
-        a->is_flag
+        a->kind == ARG_FLAG
             ? dpm_node_set_int(n, a->arg, *(const protobuf_c_boolean *)field != 0, err)
-            : dpm_node_set_float(n, a->arg, *(const double *)field, err);
+            : dpm_node_set_float(
+                  n, a->arg,
+                  a->kind == ARG_DECAY && !decays ? 0.0 : *(const double *)field, err);
     if (s) return s;
   }
   return DPM_OK;
@@ -354,7 +386,7 @@ static dpm_status update_net(builder *b) {
     in[n_in++] = LR;
     if (optimizers[o].reads_iter) in[n_in++] = ITER;
     n = add(b, &m->update, optimizers[o].op, n_in, in, 1 + optimizers[o].n_state, out);
-    if (!n || optimizer_args(o, u, n, b->err)) goto fail;
+    if (!n || optimizer_args(o, u, param_decays(b, u, i), n, b->err)) goto fail;
   }
   if (!add(b, &m->update, DPM_OP_ITER, 1, iter, 1, iter)) goto fail;
   return dpm_net_infer(&m->update, &m->shapes, DPM_BLOB_OPTIM, m->source, b->err);
@@ -416,6 +448,7 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
     int n = m->test.n;
     dpm_net_fuse(&m->test, &n);
   }
+  free(b.weight);
   if (s) dpm_model_fini(m);
   return s;
 }

@@ -3,7 +3,10 @@
  *   init   fills every parameter (seeded), optimizer state and counters
  *   train  the forward ops in training mode (the first n_forward nodes),
  *          then the gradient ops; fused (engine/fuse.h)
- *   update LearningRate, one optimizer op per parameter (model order), Iter
+ *   update LearningRate, one optimizer op per parameter (model order), Iter;
+ *          an op's weight_decay is the spec's for a weight (its op's
+ *          dpm_param_def.is_weight) and 0 for the other params, unless
+ *          update.weight_decay_bias
  *   test   the forward ops in test mode (SpatialBN on running statistics,
  *          Dropout off), shaped per eval batch by dpm_model_test_shapes
  *

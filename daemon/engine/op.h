@@ -97,6 +97,9 @@ typedef struct dpm_param_def {
   const char *init_arg;  /* string argument overriding init ("weight_init"), or NULL */
   double value;          /* constant value, gaussian std, or uniform half-range */
   const char *value_arg; /* float argument overriding value ("weight_std"), or NULL */
+  int is_weight;         /* 1: a weight (FC's, Conv's _w), which the update's
+                            weight_decay applies to; 0: a bias or a norm's
+                            scale/shift, decayed only with weight_decay_bias */
 } dpm_param_def;
 
 /* ---- nodes -------------------------------------------------------------- */

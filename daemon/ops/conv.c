@@ -27,8 +27,8 @@ static const dpm_arg_def conv_args[] = {
 };
 
 static const dpm_param_def conv_params[] = {
-    {"_w", DPM_BLOB_PARAM, "xavier", "weight_init", 0.01, "weight_std"},
-    {"_b", DPM_BLOB_PARAM, "constant", "bias_init", 0, "bias_value"},
+    {"_w", DPM_BLOB_PARAM, "xavier", "weight_init", 0.01, "weight_std", .is_weight = 1},
+    {"_b", DPM_BLOB_PARAM, "constant", "bias_init", 0, "bias_value", .is_weight = 0},
     {NULL},
 };
 

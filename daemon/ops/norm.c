@@ -37,12 +37,14 @@ static const dpm_arg_def bn_args[] = {
     {NULL},
 };
 
-/* Inputs after X, in this order: scale, bias, running mean, running var. */
+/* Inputs after X, in this order: scale, bias, running mean, running var.
+ * Scale and shift are not weights: weight_decay leaves them alone unless
+ * weight_decay_bias (the usual practice for normalisation parameters). */
 static const dpm_param_def bn_params[] = {
-    {"_s", DPM_BLOB_PARAM, "constant", NULL, 1, NULL},
-    {"_b", DPM_BLOB_PARAM, "constant", NULL, 0, NULL},
-    {"_rm", DPM_BLOB_COMPUTED, "constant", NULL, 0, NULL},
-    {"_riv", DPM_BLOB_COMPUTED, "constant", NULL, 1, NULL},
+    {"_s", DPM_BLOB_PARAM, "constant", NULL, 1, NULL, .is_weight = 0},
+    {"_b", DPM_BLOB_PARAM, "constant", NULL, 0, NULL, .is_weight = 0},
+    {"_rm", DPM_BLOB_COMPUTED, "constant", NULL, 0, NULL, .is_weight = 0},
+    {"_riv", DPM_BLOB_COMPUTED, "constant", NULL, 1, NULL, .is_weight = 0},
     {NULL},
 };
 

@@ -129,7 +129,7 @@ static const dpm_arg_def lr_args[] = {
     [LR_STEPVALUES] = {"stepvalues", DPM_ARG_INTS, "", NULL, NONNEG},
     [LR_MAX_ITER] = {"max_iter", DPM_ARG_INT, "0", NULL, NONNEG},
     [LR_WARMUP_ITERS] = {"warmup_iters", DPM_ARG_INT, "0", NULL, NONNEG},
-    [LR_WARMUP_START] = {"warmup_start", DPM_ARG_FLOAT, "0", NULL, 0, 1},
+    [LR_START_MULTIPLIER] = {"start_multiplier", DPM_ARG_FLOAT, "0", NULL, 0, 1},
     {NULL},
 };
 

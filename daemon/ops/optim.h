@@ -20,7 +20,10 @@ enum { ADAM_B1, ADAM_B2, ADAM_EPS, ADAM_WD };
 /* LearningRate: iter -> lr. Caffe's policies, as a factor of base_lr at
  * iteration `it` (completed steps), then a linear warm-up (Goyal et al.):
  * for it < warmup_iters the rate is further scaled by
- * warmup_start + (1 - warmup_start) * it / warmup_iters. */
+ * start_multiplier + (1 - start_multiplier) * it / warmup_iters (Caffe2's
+ * linearWarmup). Step 1 runs at it = 0, so at base_lr * start_multiplier:
+ * the op's default is Caffe2's, 0; the engine passes the spec's (0.1 unless
+ * given, proto/dpm.proto). */
 enum {
   LR_BASE,
   LR_POLICY,
@@ -30,7 +33,7 @@ enum {
   LR_STEPVALUES,
   LR_MAX_ITER,
   LR_WARMUP_ITERS,
-  LR_WARMUP_START,
+  LR_START_MULTIPLIER,
 };
 /* The `policy` choices, in the order of POL_* (the choice index). */
 #define LR_POLICIES "fixed|step|multistep|exp|inv|poly"

@@ -271,11 +271,17 @@ static const struct {
     {"base_lr=0.1 policy=poly max_iter=10 power=2", 10, 0.0},
     {"base_lr=0.1 policy=poly max_iter=10 power=2", 12, 0.0},
     /* warm-up from 0.25 of the rate over 4 iterations */
-    {"base_lr=0.1 warmup_iters=4 warmup_start=0.25", 0, 0.025},
-    {"base_lr=0.1 warmup_iters=4 warmup_start=0.25", 2, 0.0625},
-    {"base_lr=0.1 warmup_iters=4 warmup_start=0.25", 3, 0.08125},
-    {"base_lr=0.1 warmup_iters=4 warmup_start=0.25", 4, 0.1},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 0, 0.025},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 1, 0.04375},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 2, 0.0625},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 3, 0.08125},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 4, 0.1},
+    /* the op's default start_multiplier is Caffe2's, 0 (the spec's is 0.1) */
+    {"base_lr=0.1 warmup_iters=4", 0, 0.0},
     {"base_lr=0.1 warmup_iters=4", 1, 0.025},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.1", 0, 0.01},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.1", 1, 0.0325},
+    {"base_lr=0.1 warmup_iters=4 start_multiplier=0.1", 4, 0.1},
     /* warm-up multiplies the policy's rate */
     {"base_lr=0.4 policy=step stepsize=2 gamma=0.5 warmup_iters=5", 3, 0.4 * 0.5 * 0.6},
     {"base_lr=0.4 policy=step stepsize=2 gamma=0.5 warmup_iters=5", 5, 0.4 * 0.25},
@@ -300,7 +306,7 @@ TEST(optim_lr_rejects_inconsistent_args) {
       {"base_lr=0.1 policy=multistep", "multistep needs stepvalues"},
       {"base_lr=0.1 policy=multistep stepvalues=5,2", "stepvalues must increase"},
       {"base_lr=0.1 policy=cosine", "policy"},
-      {"base_lr=0.1 warmup_start=2", "warmup_start"},
+      {"base_lr=0.1 start_multiplier=2", "start_multiplier"},
       {"base_lr=-1", "base_lr"},
   };
   for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {

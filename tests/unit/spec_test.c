@@ -154,7 +154,7 @@ TEST(spec_full_example) {
   CHECK_NEAR(u->lr->base_lr, 0.05, 0);
   CHECK(u->lr->n_stepvalues == 2 && u->lr->stepvalues[1] == 200);
   CHECK_INT(u->lr->warmup_iters, 10);
-  CHECK_NEAR(u->lr->warmup_start, 0.1, 0);
+  CHECK_NEAR(u->lr->start_multiplier, 0.1, 0); /* by its alias */
   CHECK_NEAR(u->lr->gamma, 0.1, 0);
 
   CHECK(s->eval && strcmp(s->eval->images, "a.idx") == 0);

@@ -113,7 +113,7 @@ static void lr_run(const dpm_op *op) {
   double it = (double)dpm_i64(op->in[0])[0];
   double rate = a[LR_BASE].f * lr_policies[a[LR_POLICY].i](a, it);
   if (it < (double)a[LR_WARMUP_ITERS].i) {
-    double ws = a[LR_WARMUP_START].f;
+    double ws = a[LR_START_MULTIPLIER].f;
     rate *= ws + (1.0 - ws) * it / (double)a[LR_WARMUP_ITERS].i;
   }
   dpm_f32(op->out[0])[0] = (float)rate;

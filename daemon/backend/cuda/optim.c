@@ -107,7 +107,7 @@ static void lr_run(const dpm_op *op) {
       .max_iter = a[LR_MAX_ITER].f,
       .n_steps = a[LR_STEPVALUES].n,
       .warmup_iters = a[LR_WARMUP_ITERS].i,
-      .warmup_start = a[LR_WARMUP_START].f,
+      .start_multiplier = a[LR_START_MULTIPLIER].f,
   };
   _Static_assert(sizeof la.steps / sizeof *la.steps == DPM_ARG_MAX_LIST, "stepvalues");
   for (int k = 0; k < la.n_steps; k++) la.steps[k] = a[LR_STEPVALUES].fv[k];

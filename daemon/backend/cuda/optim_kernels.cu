@@ -186,8 +186,9 @@ __global__ void lr_kernel(const int64_t *iter, float *lr, optim_lr_args a) {
   double rate = __dmul_rn(a.base, f);
   if (it < (double)a.warmup_iters) {
     double w = (double)a.warmup_iters;
-    double scale = __dadd_rn(a.warmup_start,
-                             __ddiv_rn(__dmul_rn(__dsub_rn(1.0, a.warmup_start), it), w));
+    double scale =
+        __dadd_rn(a.start_multiplier,
+                  __ddiv_rn(__dmul_rn(__dsub_rn(1.0, a.start_multiplier), it), w));
     rate = __dmul_rn(rate, scale);
   }
   *lr = (float)rate;

@@ -74,7 +74,7 @@ typedef struct {
   int n_steps;     /* multistep: stepvalues[0..n_steps) */
   double steps[8]; /* DPM_ARG_MAX_LIST */
   int64_t warmup_iters;
-  double warmup_start;
+  double start_multiplier;
 } optim_lr_args;
 
 cudaError_t optim_lr_launch(const int64_t *iter, float *lr, const optim_lr_args *a,
