@@ -725,6 +725,21 @@ out:
   return st;
 }
 
+static const spec_choice mode_choices[] = {
+    {"sync", DPM__PARALLEL_MODE__PARALLEL_SYNC},
+    {"bmuf", DPM__PARALLEL_MODE__PARALLEL_BMUF},
+    {NULL, 0}};
+
+/* parallel.bmuf (Caffe2's Parallelize_BMUF arguments, dpm.proto BmufSpec). */
+static const spec_field bmuf_fields[] = {
+    F_NUM(Dpm__BmufSpec, block_momentum, {0, 1, 0, 1}),
+    F_NUM(Dpm__BmufSpec, block_learning_rate, {0, INFINITY, 1, 0}),
+    F_BOOL(Dpm__BmufSpec, nesterov),
+    F_U32(Dpm__BmufSpec, local_steps, 1),
+};
+static const spec_section bmuf_section =
+    SECTION("parallel.bmuf", dpm__bmuf_spec, bmuf_fields, NULL);
+
 static const spec_field parallel_fields[] = {
     F_FN(Dpm__ParallelSpec, devices, spec_read_devices),
     F_ENUM(Dpm__ParallelSpec, net_type, net_type_choices),
@@ -735,6 +750,8 @@ static const spec_field parallel_fields[] = {
     F_BOOL(Dpm__ParallelSpec, deterministic),
     F_BOOL(Dpm__ParallelSpec, cuda_graphs),
     F_BOOL(Dpm__ParallelSpec, combine_spatial_bn),
+    F_ENUM(Dpm__ParallelSpec, mode, mode_choices),
+    F_SUB(Dpm__ParallelSpec, bmuf, bmuf_section),
     F_STRS(Dpm__ParallelSpec, shards),
     F_SUB(Dpm__ParallelSpec, rendezvous, rendezvous_section),
 };

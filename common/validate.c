@@ -227,6 +227,22 @@ static dpm_status parallel(vctx *c, const Dpm__ParallelSpec *p) {
   }
   if (!enum_ok(&dpm__net_type__descriptor, p->net_type))
     return fail(c, "parallel.net_type: unknown net type %d (dag, simple)", (int)p->net_type);
+  if (!enum_ok(&dpm__parallel_mode__descriptor, p->mode))
+    return fail(c, "parallel.mode: unknown mode %d (sync, bmuf)", (int)p->mode);
+  const Dpm__BmufSpec *bm = p->bmuf;
+  if (p->mode == DPM__PARALLEL_MODE__PARALLEL_BMUF && p->combine_spatial_bn)
+    return fail(c, "parallel.combine_spatial_bn all-reduces every step, parallel.mode bmuf "
+                   "once per block: choose one");
+  if (bm && p->mode != DPM__PARALLEL_MODE__PARALLEL_BMUF)
+    return fail(c, "parallel.bmuf is given but parallel.mode is not bmuf");
+  if (bm && bm->has_block_momentum && !(bm->block_momentum >= 0 && bm->block_momentum < 1))
+    return fail(c, "parallel.bmuf.block_momentum must be in [0, 1), got %g",
+                bm->block_momentum);
+  if (bm && !(isfinite(bm->block_learning_rate) && bm->block_learning_rate > 0))
+    return fail(c, "parallel.bmuf.block_learning_rate must be a finite number > 0, got %g",
+                bm->block_learning_rate);
+  if (bm && bm->local_steps < 1)
+    return fail(c, "parallel.bmuf.local_steps must be >= 1, got %u", bm->local_steps);
   if (p->n_shards > DPM_SPEC_MAX_SHARDS)
     return fail(c, "parallel.shards: %zu daemons, at most %u", p->n_shards,
                 DPM_SPEC_MAX_SHARDS);

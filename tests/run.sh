@@ -34,7 +34,7 @@ export MAKEFLAGS
 
 # End-to-end scripts that take minutes (they train to an accuracy): make
 # test only.
-SLOW="cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088 dp_cnn_trains
+SLOW="cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088 dp_cnn_trains bmuf_mlp
   cnn_bn_reaches_0925"
 # The checks that take longest start first, in this order (the rest in
 # the order queued below), so that the short ones fill the other slot.

@@ -25,13 +25,14 @@
 #include "io/checkpoint.h"
 #include "common/idx.h"
 #include "io/reader.h"
+#include "parallel/bmuf.h"
 #include "parallel/crew.h"
 #include "parallel/share.h"
 #include "parallel/sync_bn.h"
 #include "train/graph.h"
 #include "common/spec.h"
 
-typedef enum { JOB_STEP, JOB_SYNC, JOB_META, JOB_GO } job_kind;
+typedef enum { JOB_STEP, JOB_SYNC, JOB_META, JOB_GO, JOB_BMUF } job_kind;
 
 /* What a JOB_META run broadcasts from the job's rank 0 (shard 0's master)
  * to every replica of every shard: at create, what the shards must agree
@@ -83,6 +84,7 @@ typedef struct replica {
   meta meta;  /* JOB_META: the job's rank 0's, once the run is over */
   float flag; /* JOB_META with agreement: replicas that disagree, summed */
   uint64_t go[GO_WORDS]; /* JOB_GO: the job's rank 0's decision, once the run is over */
+  float *bmuf_host; /* parallel.mode bmuf: host copies for the block update */
   dpm_status status; /* of the last job */
   dpm_err err;
 } replica;
@@ -123,6 +125,7 @@ struct dpm_trainer {
   int eval_batch;
   char *eval_images, *eval_labels;
   double scale;
+  dpm_bmuf bm;            /* parallel.mode bmuf (parallel/bmuf.h) */
 };
 
 static double now_ms(void) {
@@ -249,6 +252,16 @@ static void run_job(void *arg, int rank) {
   }
   if (t->job == JOB_GO) {
     go_job(t, r);
+    return;
+  }
+  if (t->job == JOB_BMUF) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    r->status = dpm_bmuf_block(&t->bm, &r->ws, r->dev, r->ctx.comm, r->rank, r->bmuf_host,
+                               &r->err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r->ctx.comm_ns +=
+        (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
     return;
   }
   if (!r->preloaded) load_input(t, r, r->rows, r->labels);
@@ -451,6 +464,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
   if (!s) dpm_step_graph_init(&r->graph, r->dev, &t->plan.step, t->graphs);
   if (!s && ranks(t) > 1) s = grad_arena(r, &t->plan, err);
+  if (!s) s = dpm_bmuf_replica(&t->bm, &r->ws, r->rank == 0, &r->bmuf_host, err);
   if (s) return s;
   r->data = dpm_ws_find(&r->ws, m->data);
   if (!(r->input = dpm_alloc(dpm_shape_bytes(&r->data->t.shape)))) return nomem(err);
@@ -516,6 +530,7 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
   for (int i = 0; ranks(t) > 1 && i < t->plan.n_grads; i++)
     add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
   add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
+  add_bytes(&per, t->bm.state_bytes); /* parallel.mode bmuf: the block state */
   mem->tensors = __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
   mem->scratch = 0; /* each replica's kernels, as its device's backend sizes them */
   for (int d = 0; d < devices; d++)
@@ -665,6 +680,11 @@ static uint64_t plan_digest(const dpm_trainer *t) {
     for (int k = 0; k < nd->n_in; k++)
       fnv(&h, dpm_shape_bytes(&dpm_shapes_get(&t->model.shapes, nd->in[k])->shape));
   }
+  if (t->bm.on) { /* bmuf: the block's all-reduce and when it runs */
+    fnv(&h, (uint64_t)t->bm.local_steps);
+    fnv(&h, t->bm.arena_span);
+    fnv(&h, (uint64_t)t->bm.n_computed);
+  }
   return h;
 }
 
@@ -744,10 +764,16 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   /* SpatialBN's statistics over every replica of the job (parallel/sync_bn.h) */
   if (!s && par && par->combine_spatial_bn && ranks(t) > 1) s = dpm_sync_bn(&t->model, err);
   /* the plan is the job's: its collectives span every shard's replicas */
+  /* bmuf: each replica runs the one-device plan; the block update averages */
+  int bmuf = par && par->mode == DPM__PARALLEL_MODE__PARALLEL_BMUF;
   if (!s)
-    s = dpm_plan_build(&t->model, ranks(t), type, par ? par->bucket_bytes : 4 << 20,
+    s = dpm_plan_build(&t->model, bmuf ? 1 : ranks(t), type,
+                       par ? par->bucket_bytes : 4 << 20,
                        par ? par->broadcast_computed_params : 1, replicas_backend(t),
                        &t->plan, err);
+  if (!s)
+    s = dpm_bmuf_init(&t->bm, par, &t->model, ranks(t),
+                      par ? par->broadcast_computed_params : 1, &t->plan, err);
   if (s) return s;
   dpm_reader_config rc = reader_config(t->opt.fs, spec->input, batch * devices);
   rc.shard_id = t->shard; /* this shard's slice of each global batch */
@@ -840,6 +866,14 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
 }
 
 /* ---- training ------------------------------------------------------------ */
+
+/* parallel.mode bmuf: the block update on every replica (one replica
+ * alone: on this thread, with no collective). */
+static dpm_status bmuf_block(dpm_trainer *t, dpm_err *err) {
+  if (t->comm) return dispatch(t, JOB_BMUF, err);
+  replica *r = &t->r[0];
+  return dpm_bmuf_block(&t->bm, &r->ws, r->dev, NULL, 0, r->bmuf_host, err);
+}
 
 /* Replica d's rows of the global batch become its data (gathered and
  * converted by its worker, load_input) and its labels: views of the batch
@@ -961,6 +995,9 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     if (dispatch(t, JOB_STEP, err)) return err->code;
     preloaded = ahead != NULL;
     t->iter++;
+    /* bmuf: the block update follows a block's last step, in the same call */
+    if (t->bm.on && t->iter % (uint64_t)t->bm.local_steps == 0 && bmuf_block(t, err))
+      return err->code;
     stats(t, &st);
     st.steps_done = i + 1;
     st.step_ms = now_ms() - t0;
@@ -1006,17 +1043,36 @@ static const dpm_tensor *on_host(const dpm_blob *b, dpm_tensor *tmp, dpm_err *er
   return tmp;
 }
 
+/* parallel.mode bmuf: a checkpoint also holds, for replicas 1.. of this
+ * shard, what each keeps its own of inside a block (params, computed params,
+ * optimizer state), as "replica_D/NAME": resume mid-block is exact. */
+static int replica_entries(const dpm_trainer *t) {
+  return t->bm.on ? (t->n - 1) * t->bm.n_local : 0;
+}
+
+static char *replica_name(int d, const char *name) {
+  size_t len = strlen(name) + 32;
+  char *s = malloc(len);
+  if (s) snprintf(s, len, "replica_%d/%s", d, name);
+  return s;
+}
+
 dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *path,
                                   dpm_err *err) {
   const dpm_plan *p = &t->plan;
-  dpm_ckpt_entry *e = calloc((size_t)p->n_synced + 1, sizeof *e);
-  dpm_tensor *staged = calloc((size_t)p->n_synced + 1, sizeof *staged);
-  dpm_status s = e && staged ? DPM_OK : nomem(err);
-  for (int i = 0; !s && i < p->n_synced; i++) {
-    dpm_blob *b = dpm_ws_find(&t->r[0].ws, p->synced[i]);
+  int n = p->n_synced + replica_entries(t);
+  dpm_ckpt_entry *e = calloc((size_t)n + 1, sizeof *e);
+  dpm_tensor *staged = calloc((size_t)n + 1, sizeof *staged);
+  char **names = calloc((size_t)n + 1, sizeof *names); /* replica_D/NAME, owned */
+  dpm_status s = e && staged && names ? DPM_OK : nomem(err);
+  for (int i = 0; !s && i < n; i++) {
+    int d = i < p->n_synced ? 0 : 1 + (i - p->n_synced) / t->bm.n_local;
+    const char *name = d ? t->bm.local[(i - p->n_synced) % t->bm.n_local] : p->synced[i];
+    dpm_blob *b = dpm_ws_find(&t->r[d].ws, name);
     const dpm_tensor *h = on_host(b, &staged[i], err);
     if (!h) s = err->code;
-    e[i] = (dpm_ckpt_entry){.name = b->name, .kind = b->kind, .t = h};
+    if (d && !s && !(names[i] = replica_name(d, name))) s = nomem(err);
+    e[i] = (dpm_ckpt_entry){.name = d ? names[i] : b->name, .kind = b->kind, .t = h};
   }
   if (s) goto out;
   dpm_reader_pos pos = dpm_reader_position(t->reader);
@@ -1027,9 +1083,11 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
                         .devices = (uint32_t)t->n,
                         .shards = (uint32_t)t->shards,
                         .created_unix = (int64_t)time(NULL)};
-  s = dpm_ckpt_write(fs, path, &meta, e, p->n_synced, err);
+  s = dpm_ckpt_write(fs, path, &meta, e, n, err);
 out:
-  for (int i = 0; staged && i < p->n_synced; i++) dpm_tensor_fini(&staged[i]);
+  for (int i = 0; staged && i < n; i++) dpm_tensor_fini(&staged[i]);
+  for (int i = 0; names && i < n; i++) free(names[i]);
+  free(names);
   free(staged);
   free(e);
   return s;
@@ -1044,9 +1102,36 @@ static dpm_status fits(const dpm_trainer *t, const dpm_ckpt *c, const char *path
                     "model's is %016llx)",
                     path, (unsigned long long)c->meta.spec_hash,
                     (unsigned long long)t->spec_hash);
-  if (c->n != t->plan.n_synced)
+  /* parallel.mode is outside the spec hash, but the blobs differ */
+  int bmuf_file = 0;
+  for (int i = 0; i < c->n && !bmuf_file; i++) bmuf_file = dpm_bmuf_is_state(c->names[i]);
+  if (bmuf_file != t->bm.on)
+    return dpm_errf(err, DPM_SPEC,
+                    "%s: written by a model in parallel.mode %s (%s block state), this "
+                    "model is in parallel.mode %s: load it into a model of that mode",
+                    path, bmuf_file ? "bmuf" : "sync", bmuf_file ? "with" : "without",
+                    t->bm.on ? "bmuf" : "sync");
+  if (t->bm.on && c->meta.devices != (uint32_t)t->n)
+    return dpm_errf(err, DPM_SHAPE,
+                    "%s: a parallel.mode bmuf checkpoint holds every replica's own "
+                    "parameters and optimizer state; it was written on %u devices, this "
+                    "model has %d",
+                    path, c->meta.devices, t->n);
+  if (c->n != t->plan.n_synced + replica_entries(t))
     return dpm_errf(err, DPM_SHAPE, "%s: holds %d blobs, the model has %d", path, c->n,
-                    t->plan.n_synced);
+                    t->plan.n_synced + replica_entries(t));
+  for (int i = 0; i < replica_entries(t); i++) {
+    int d = 1 + i / t->bm.n_local;
+    const dpm_blob *b = dpm_ws_find(&t->r[d].ws, t->bm.local[i % t->bm.n_local]);
+    char *name = replica_name(d, b->name);
+    dpm_blob_kind kind;
+    const dpm_tensor *x = name ? dpm_ckpt_find(c, name, &kind) : NULL;
+    int ok = x && kind == b->kind && dpm_shape_equal(&x->shape, &b->t.shape);
+    free(name);
+    if (!ok)
+      return dpm_errf(err, DPM_SHAPE, "%s: no blob 'replica_%d/%s' of the model's shape",
+                      path, d, b->name);
+  }
   for (int i = 0; i < t->plan.n_synced; i++) {
     const dpm_blob *b = dpm_ws_find(&t->r[0].ws, t->plan.synced[i]);
     dpm_blob_kind kind;
@@ -1075,12 +1160,29 @@ static dpm_status read_fitting(dpm_trainer *t, const dpm_fs *fs, const char *pat
   return s;
 }
 
-/* c's tensors into the master. */
+/* c's tensors into the master (entries "replica_D/NAME" are replica d's:
+ * write_replicas). */
 static void write_master(dpm_trainer *t, const dpm_ckpt *c) {
   for (int i = 0; i < c->n; i++) {
     dpm_blob *b = dpm_ws_find(&t->r[0].ws, c->names[i]);
-    dpm_tensor_write(&b->t, c->tensors[i].data, dpm_shape_bytes(&b->t.shape));
+    if (b) dpm_tensor_write(&b->t, c->tensors[i].data, dpm_shape_bytes(&b->t.shape));
   }
+}
+
+/* parallel.mode bmuf, after the sync: replicas 1.. take their own state
+ * from c (fits checked that it is there). */
+static dpm_status write_replicas(dpm_trainer *t, const dpm_ckpt *c, dpm_err *err) {
+  for (int i = 0; i < replica_entries(t); i++) {
+    int d = 1 + i / t->bm.n_local;
+    dpm_blob *b = dpm_ws_find(&t->r[d].ws, t->bm.local[i % t->bm.n_local]);
+    char *name = replica_name(d, b->name);
+    dpm_blob_kind kind;
+    const dpm_tensor *x = name ? dpm_ckpt_find(c, name, &kind) : NULL;
+    free(name);
+    if (!x) return nomem(err);
+    dpm_tensor_write(&b->t, x->data, dpm_shape_bytes(&b->t.shape)); /* host: pointer only */
+  }
+  return DPM_OK;
 }
 
 /* A job of several shards: shard 0 reads and checks the file and moves its
@@ -1130,6 +1232,9 @@ static dpm_status fleet_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
       t->iter = got->word[LOAD_ITER];
       s = dpm_trainer_sync(t, err);
     }
+    /* bmuf: shard 0's replicas take their own state; the other shards' the
+       master's (the file holds shard 0's replicas only) */
+    if (!s && t->shard == 0) s = write_replicas(t, &c, err);
   }
   if (have) dpm_ckpt_fini(&c);
   return s;
@@ -1144,6 +1249,7 @@ dpm_status dpm_trainer_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
   write_master(t, &c);
   t->iter = c.meta.iter;
   s = dpm_trainer_sync(t, err);
+  if (!s) s = write_replicas(t, &c, err);
   dpm_ckpt_fini(&c);
   return s;
 }
@@ -1257,12 +1363,14 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     dpm_ws_fini(&r->ws);
     if (r->arena) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
     dpm_free(r->input);
+    dpm_free(r->bmuf_host);
     dpm_ctx_fini(&r->ctx);
     free(r->losses);
   }
   free(t->r);
   dpm_reader_destroy(t->reader);
   dpm_reader_destroy(t->eval_reader);
+  dpm_bmuf_fini(&t->bm);
   dpm_plan_fini(&t->plan);
   dpm_model_fini(&t->model);
   free(t->eval_images);
