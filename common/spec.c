@@ -753,6 +753,7 @@ static const spec_field parallel_fields[] = {
     F_ENUM(Dpm__ParallelSpec, mode, mode_choices),
     F_SUB(Dpm__ParallelSpec, bmuf, bmuf_section),
     F_STRS(Dpm__ParallelSpec, shards),
+    F_STRS(Dpm__ParallelSpec, keep_blobs),
     F_SUB(Dpm__ParallelSpec, rendezvous, rendezvous_section),
 };
 static const spec_section parallel_section =

@@ -64,6 +64,9 @@ static const family families[] = {
     F("dpm_model_step_seconds", "Wall time of the last step.", step_ms, 0, 1e-3),
     F("dpm_model_tensor_bytes", "Bytes of tensors over all replicas.", tensor_bytes, 1,
       1),
+    F("dpm_model_tensor_bytes_unshared",
+      "Bytes of tensors over all replicas without parallel.optimize_gradient_memory.",
+      tensor_bytes_unshared, 1, 1),
     F("dpm_model_memory_bytes", "Bytes counted against max_model_bytes.", memory_bytes, 1,
       1),
 };

@@ -81,6 +81,7 @@ struct dpmd_model {
   int ending;
   dpmd_state state;
   uint64_t iter, target, ckpt_iter, tensor_bytes, memory_bytes;
+  uint64_t tensor_bytes_unshared; /* tensor_bytes without memory sharing */
   dpm_step_stats last;
   int has_last;
   double images_per_s;
@@ -149,6 +150,8 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
   info->tensor_bytes = m->tensor_bytes;
   info->has_memory_bytes = m->memory_bytes > 0;
   info->memory_bytes = m->memory_bytes;
+  info->has_tensor_bytes_unshared = m->tensor_bytes_unshared > 0;
+  info->tensor_bytes_unshared = m->tensor_bytes_unshared;
   if (m->every_iters || m->every_s) {
     Dpm__CheckpointPolicy *p = &buf->every;
     dpm__checkpoint_policy__init(p);
@@ -263,10 +266,14 @@ static void restore_checkpoint(dpmd_model *m) {
 
 /* The model's trainer becomes t (built, formed). */
 static void take_trainer(dpmd_model *m, dpm_trainer *t) {
+  /* the workspaces own every tensor but memory sharing's arenas; without
+     sharing, its blobs would take their own (aligned) bytes instead */
+  const dpm_trainer_memory *mem = dpm_trainer_memory_of(t);
   uint64_t bytes = trainer_bytes(t);
   pthread_mutex_lock(&m->mu);
   m->t = t;
-  m->tensor_bytes = bytes;
+  m->tensor_bytes = bytes + mem->shared_arena;
+  m->tensor_bytes_unshared = bytes + mem->shared_apart;
   m->memory_bytes = dpm_trainer_memory_of(t)->total;
   pthread_mutex_unlock(&m->mu);
   m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
@@ -908,9 +915,8 @@ void dpmd_job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to)
              r->blob);
   dpm_tensor host = {0}; /* the bytes cross from the device through the backend */
   dpm_err err = {0};
-  if (dpm_trainer_read_blob(m->t, name, &host, &err))
-    return dpmd_reply_error(m->d, to, DPM_NOT_FOUND, "%s: no blob '%s'", m->spec->name,
-                            name);
+  if (dpm_trainer_read_blob(m->t, name, &host, &err)) /* "no blob 'x'", or shared */
+    return dpmd_reply_error(m->d, to, err.code, "%s: %s", m->spec->name, err.msg);
   Dpm__TensorProto tp = DPM__TENSOR_PROTO__INIT;
   tp.name = name;
   tp.dtype = dpm_dtype_to_wire(host.shape.dtype);

@@ -27,6 +27,7 @@
 #include "io/reader.h"
 #include "parallel/bmuf.h"
 #include "parallel/crew.h"
+#include "parallel/memshare.h"
 #include "parallel/share.h"
 #include "parallel/sync_bn.h"
 #include "train/graph.h"
@@ -66,6 +67,8 @@ typedef struct replica {
   dpm_step_graph graph; /* the step as a CUDA graph, where it can be one */
   void *arena; /* the gradients, back to back in plan order, on dev */
   size_t arena_bytes;
+  void *shared; /* memory sharing's arena (parallel/memshare.h), on dev; NULL: none */
+  size_t shared_got;
   dpm_blob *data, *label, *lr, *accuracy, **losses;
   /* This replica's rows as floats: gathered at the step's start from the
    * examples at `rows`, in place into the data blob's memory when the device
@@ -92,6 +95,8 @@ typedef struct replica {
 struct dpm_trainer {
   dpm_model model;
   dpm_plan plan;
+  dpm_memshare memshare; /* parallel.optimize_gradient_memory: which blobs share one
+                            arena, where (n 0: none) */
   dpm_trainer_options opt;
   dpm_reader *reader, *eval_reader;
   dpm_crew *crew; /* the replicas' workers: opt.crew or own_crew */
@@ -450,6 +455,51 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
 /* Ranks in the job's group: every shard's replicas. */
 static int ranks(const dpm_trainer *t) { return t->n * t->shards; }
 
+/* parallel.optimize_gradient_memory: which blobs of the step share one arena
+ * (parallel/memshare.h). Never shared: the data and label, the losses and
+ * accuracy the trainer reads, parallel.keep_blobs, and with several ranks
+ * the gradients, which the arena lays out back to back for the reduction. */
+static dpm_status plan_sharing(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
+  const dpm_model *m = &t->model;
+  const Dpm__ParallelSpec *par = spec->parallel;
+  int most = 3 + m->n_losses + (int)par->n_keep_blobs + t->plan.n_grads, n = 0;
+  const char **keep = calloc((size_t)most, sizeof *keep);
+  if (!keep) return nomem(err);
+  keep[n++] = m->data;
+  keep[n++] = m->label;
+  if (m->accuracy) keep[n++] = m->accuracy;
+  for (int i = 0; i < m->n_losses; i++) keep[n++] = m->losses[i];
+  for (size_t i = 0; i < par->n_keep_blobs; i++) {
+    if (!dpm_shapes_get(&m->shapes, par->keep_blobs[i])) {
+      free(keep);
+      return dpm_errf(err, DPM_SPEC, "%s: parallel.keep_blobs: the model has no blob '%s'",
+                      spec->source, par->keep_blobs[i]);
+    }
+    keep[n++] = par->keep_blobs[i];
+  }
+  for (int i = 0; ranks(t) > 1 && i < t->plan.n_grads; i++) keep[n++] = t->plan.grads[i];
+  dpm_status s = dpm_memshare_plan(&t->plan.step, &m->shapes, keep, n, &t->memshare, err);
+  free(keep);
+  return s;
+}
+
+/* Memory sharing's arena on the replica's device, and each shared blob a
+ * view at its offset, before the step is bound (binding keeps a view of
+ * the bound shape). */
+static dpm_status share_arena(dpm_trainer *t, replica *r, dpm_err *err) {
+  const dpm_memshare *ms = &t->memshare;
+  if (!ms->n) return DPM_OK;
+  if (!(r->shared = dpm_dev_alloc(r->dev, ms->after, &r->shared_got))) return nomem(err);
+  for (int i = 0; i < ms->n; i++) {
+    const dpm_blobinfo *info = dpm_shapes_get(&t->model.shapes, ms->names[i]);
+    dpm_blob *b;
+    if (dpm_ws_view_shared(&r->ws, ms->names[i], info->kind, &info->shape,
+                           (char *)r->shared + ms->offset[i], &b))
+      return nomem(err);
+  }
+  return DPM_OK;
+}
+
 static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_model *m = &t->model;
   dpm_status s = dpm_dev_get(t->dev[r->rank], &r->dev, err);
@@ -461,6 +511,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
   if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
   dpm_exec_fini(&init);
+  if (!s) s = share_arena(t, r, err);
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
   if (!s) dpm_step_graph_init(&r->graph, r->dev, &t->plan.step, t->graphs);
   if (!s && ranks(t) > 1) s = grad_arena(r, &t->plan, err);
@@ -531,7 +582,12 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
     add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
   add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
   add_bytes(&per, t->bm.state_bytes); /* parallel.mode bmuf: the block state */
+  mem->tensors_unshared = __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
+  /* shared blobs (all counted above) take their arena instead */
+  if (per != UINT64_MAX) per = per - t->memshare.before + t->memshare.after;
   mem->tensors = __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
+  mem->shared_apart = t->memshare.before * (uint64_t)devices; /* far below 2^64 */
+  mem->shared_arena = t->memshare.after * (uint64_t)devices;
   mem->scratch = 0; /* each replica's kernels, as its device's backend sizes them */
   for (int d = 0; d < devices; d++)
     add_bytes(&mem->scratch,
@@ -774,6 +830,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (!s)
     s = dpm_bmuf_init(&t->bm, par, &t->model, ranks(t),
                       par ? par->broadcast_computed_params : 1, &t->plan, err);
+  if (!s && par && par->optimize_gradient_memory) s = plan_sharing(t, spec, err);
   if (s) return s;
   dpm_reader_config rc = reader_config(t->opt.fs, spec->input, batch * devices);
   rc.shard_id = t->shard; /* this shard's slice of each global batch */
@@ -1334,6 +1391,13 @@ dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_ten
   const dpm_tensor *x = dpm_trainer_blob(t, name);
   if (!x || !x->data) /* pointer only */
     return dpm_errf(err, DPM_NOT_FOUND, "no blob '%s'", name);
+  const char *slash = strrchr(name, '/');
+  if (dpm_memshare_find(&t->memshare, slash ? slash + 1 : name) >= 0)
+    return dpm_errf(err, DPM_NOT_FOUND,
+                    "blob '%s' shares its memory with other blobs during a step "
+                    "(parallel.optimize_gradient_memory): name it in parallel.keep_blobs "
+                    "to read it",
+                    name);
   if (dpm_tensor_resize(out, &x->shape)) return nomem(err);
   dpm_tensor_read(x, out->data, dpm_shape_bytes(&x->shape));
   return DPM_OK;
@@ -1362,6 +1426,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     dpm_exec_fini(&r->step);
     dpm_ws_fini(&r->ws);
     if (r->arena) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
+    if (r->shared) dpm_dev_free(r->dev, r->shared, r->shared_got);
     dpm_free(r->input);
     dpm_free(r->bmuf_host);
     dpm_ctx_fini(&r->ctx);
@@ -1372,6 +1437,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   dpm_reader_destroy(t->eval_reader);
   dpm_bmuf_fini(&t->bm);
   dpm_plan_fini(&t->plan);
+  dpm_memshare_fini(&t->memshare);
   dpm_model_fini(&t->model);
   free(t->eval_images);
   free(t->eval_labels);

@@ -144,7 +144,12 @@ void dpm_device_cores(const dpm_device *devs, int n, int *cores);
 
 /* What a trainer allocates, counted at create before anything is. */
 typedef struct dpm_trainer_memory {
-  uint64_t tensors; /* every blob of every replica, dag's gradient arena, input staging */
+  uint64_t tensors; /* every blob of every replica, dag's gradient arena, input staging;
+                       with parallel.optimize_gradient_memory, shared blobs as their
+                       arena (parallel/memshare.h) */
+  uint64_t tensors_unshared; /* the same without memory sharing (= tensors when off) */
+  uint64_t shared_apart; /* every replica's shared blobs, as they would take apart */
+  uint64_t shared_arena; /* ... and as their arenas take (both 0 when off) */
   uint64_t scratch; /* kernels' scratch, every replica */
   uint64_t reader;  /* training data, shuffle order, batch ring */
   uint64_t eval;    /* eval data, its ring and test-mode activations */
