@@ -541,6 +541,11 @@ static const g_case *op_cases(int *n) {
   cases[i - 1].is_test = 1;
   CASE("SpatialBN train [N,C]", "SpatialBN", NULL, 5, 1, IN(MAT(16, 3)), IN(VEC(3)),
        IN(VEC(3)), NOGRAD(VEC(3), V_RAND), NOGRAD(VEC(3), V_POS));
+  /* combine_spatial_bn's per-channel sums (parallel/sync_bn.c) */
+  CASE("SpatialBNStats", "SpatialBNStats", NULL, 2, 1, IN(T4(2, 4, 1, 7)),
+       NOGRAD(VEC(4), V_RAND));
+  CASE("SpatialBNGradientStats", "SpatialBNGradientStats", NULL, 3, 1, IN(T4(2, 3, 2, 3)),
+       NOGRAD(VEC(3), V_RAND), IN(T4(2, 3, 2, 3)));
   CASE("Softmax", "Softmax", NULL, 1, 1, IN(MAT(6, 10)));
   CASE("Softmax 4-D", "Softmax", NULL, 1, 1, IN(T4(2, 3, 2, 2)));
   CASE("SoftmaxWithLoss", "SoftmaxWithLoss", NULL, 2, 2, IN(MAT(8, 10)), LABELS(8, 10));
