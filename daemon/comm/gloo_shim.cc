@@ -338,6 +338,11 @@ dpm_status caught(dpm_gloo *g, const char *what, dpm_err *err,
     }
   }
   if (who.empty()) who = waiting;
+  if (who.empty() && g && g->size == 2) { // one peer: the one any wait was for
+    char d[160];
+    dpm_gloo_describe(g, 1 - g->rank, d, sizeof d);
+    who = d;
+  }
   std::string msg;
   if (code == DPM_TIMEOUT)
     msg = std::string(what) + ": timed out after " + std::to_string(g->timeout_ms) +
