@@ -40,6 +40,14 @@ typedef struct reader_slot {
   dpm_reader_pos next; /* position of the batch after this one */
 } reader_slot;
 
+/* An epoch's order, drawn as far as it has been read (perm_extend). */
+typedef struct reader_perm {
+  uint32_t *order; /* [n]: positions [0, done) final, the rest not yet drawn */
+  int64_t n, done;
+  uint64_t epoch;
+  uint64_t st[2]; /* the draw's random stream, at step `done` */
+} reader_perm;
+
 struct dpm_reader {
   dpm_reader_config cfg; /* copy; images/labels cleared after loading */
   int64_t n;             /* examples in the data set */
@@ -51,8 +59,7 @@ struct dpm_reader {
 
   /* Producer-private. */
   uint32_t *order;      /* the current epoch's order (shuffle only) */
-  uint64_t order_epoch; /* epoch `order` holds */
-  int order_valid;      /* order holds order_epoch */
+  reader_perm perm;     /* how far `order` is drawn; perm.order NULL: not yet */
   uint8_t *scratch;     /* synthetic: one example's pixels */
 
   /* Shared, under mu. */
@@ -74,19 +81,40 @@ struct dpm_reader {
   dpm_reader_pos next_pos; /* position of the batch next() returns */
 };
 
+/* The order of one epoch, drawn lazily: a forward Fisher-Yates shuffle in
+ * which step i fixes position i (swapping it with a uniform pick from
+ * [i, n)), so the first positions are final after as many steps, not after
+ * the whole epoch's n. */
+static void perm_start(reader_perm *p, uint64_t seed, uint64_t epoch, int64_t n,
+                       uint32_t *order) {
+  for (int64_t i = 0; i < n; i++) order[i] = (uint32_t)i;
+  uint64_t k = seed;
+  uint64_t base = dpm_splitmix64(&k);
+  dpm_rng_seed(p->st, base ^ (epoch * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
+  p->order = order;
+  p->n = n;
+  p->done = 0;
+  p->epoch = epoch;
+}
+
+/* Makes positions [0, upto) of the order final. */
+static void perm_extend(reader_perm *p, int64_t upto) {
+  if (upto > p->n) upto = p->n;
+  uint32_t *o = p->order;
+  for (int64_t i = p->done; i < upto; i++) {
+    int64_t j = i + (int64_t)dpm_rng_below(p->st, (uint64_t)(p->n - i));
+    uint32_t t = o[i];
+    o[i] = o[j];
+    o[j] = t;
+  }
+  if (upto > p->done) p->done = upto;
+}
+
 void dpm_reader_order(uint64_t seed, uint64_t epoch, int shuffle, int64_t n,
                       uint32_t *order) {
-  for (int64_t i = 0; i < n; i++) order[i] = (uint32_t)i;
-  if (!shuffle) return;
-  uint64_t k = seed, st[2];
-  uint64_t base = dpm_splitmix64(&k);
-  dpm_rng_seed(st, base ^ (epoch * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull));
-  for (int64_t i = n - 1; i > 0; i--) {
-    int64_t j = (int64_t)dpm_rng_below(st, (uint64_t)i + 1);
-    uint32_t t = order[i];
-    order[i] = order[j];
-    order[j] = t;
-  }
+  reader_perm p;
+  perm_start(&p, seed, epoch, n, order);
+  if (shuffle) perm_extend(&p, n);
 }
 
 /* Position of the global batch after the one at pos. */
@@ -119,10 +147,10 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
     return;
   }
   if (cnt > (uint64_t)r->n - lo) cnt = (uint64_t)r->n - lo;
-  if (cfg->shuffle && (!r->order_valid || r->order_epoch != pos.epoch)) {
-    dpm_reader_order(cfg->seed, pos.epoch, 1, r->n, r->order);
-    r->order_epoch = pos.epoch;
-    r->order_valid = 1;
+  if (cfg->shuffle) { /* this epoch's order, drawn as far as this batch */
+    if (!r->perm.order || r->perm.epoch != pos.epoch)
+      perm_start(&r->perm, cfg->seed, pos.epoch, r->n, r->order);
+    perm_extend(&r->perm, (int64_t)(lo + cnt));
   }
   for (uint64_t k = 0; k < cnt; k++) {
     uint64_t ex = cfg->shuffle ? r->order[lo + k] : lo + k;

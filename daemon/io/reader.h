@@ -9,8 +9,9 @@
  * for raw readers, in each consumer, which gathers its rows itself.
  *
  * Order: epoch e visits the examples in a permutation that depends only on
- * (seed, e) when shuffle is on (Fisher-Yates; dpm_reader_order), else in file
- * order. Each global batch of all shards is batch x num_shards consecutive
+ * (seed, e) when shuffle is on (dpm_reader_order), else in file order. The
+ * producer draws it lazily, only as far as the batches it has read, so the
+ * first batch of an epoch does not wait for the whole epoch's shuffle. Each global batch of all shards is batch x num_shards consecutive
  * entries of that order, starting at pos.index; shard s takes its contiguous
  * part [s*batch, (s+1)*batch), so shards see disjoint examples and together
  * cover the global batch. Positions are the same on every shard.
@@ -150,8 +151,9 @@ int64_t dpm_reader_size(const dpm_reader *r);
 void dpm_reader_destroy(dpm_reader *r);
 
 /* The order of epoch `epoch`: fills order[0..n) with a permutation of
- * 0..n-1 seeded from (seed, epoch) if shuffle, else the identity. Pure; the
- * reader uses exactly this. */
+ * 0..n-1 seeded from (seed, epoch) if shuffle (a forward Fisher-Yates
+ * shuffle: step i swaps position i with a uniform pick from [i, n)), else
+ * the identity. Pure; the reader draws exactly this, step by step. */
 void dpm_reader_order(uint64_t seed, uint64_t epoch, int shuffle, int64_t n,
                       uint32_t *order);
 
