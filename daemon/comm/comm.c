@@ -15,7 +15,13 @@ static dpm_status check_rank(const dpm_comm *c, int rank, const char *op, dpm_er
 dpm_status dpm_comm_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
                               dpm_err *err) {
   dpm_status s = check_rank(c, rank, "allreduce", err);
-  return s ? s : c->ops->allreduce(c, rank, buf, count, err);
+  return s ? s : c->ops->allreduce(c, rank, DPM_COMM_F32, buf, count, err);
+}
+
+dpm_status dpm_comm_allreduce_f64(dpm_comm *c, int rank, double *buf, size_t count,
+                                  dpm_err *err) {
+  dpm_status s = check_rank(c, rank, "allreduce", err);
+  return s ? s : c->ops->allreduce(c, rank, DPM_COMM_F64, buf, count, err);
 }
 
 dpm_status dpm_comm_allreduce_start(dpm_comm *c, int rank, float *buf, size_t count,

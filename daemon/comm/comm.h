@@ -76,6 +76,31 @@ typedef struct dpm_comm dpm_comm;
 dpm_status dpm_comm_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
                               dpm_err *err);
 
+/* dpm_comm_allreduce over `count` doubles, with the same contract: the same
+ * count on every rank, the same fixed summation order (or the backend's
+ * documented one, in double), bitwise identical results on every rank, the
+ * same errors. Every rank of the collective passes doubles: a rank that
+ * calls the float allreduce where its peers call this one is refused like
+ * a count that differs (DPM_INVALID on every rank). For small sums that
+ * must survive the reduction unrounded (parallel/sync_bn.h: a float sum of
+ * the replicas' statistics rounds, and a hi/lo pair of floats does not
+ * survive a float sum). Blocking only: there is no started double
+ * allreduce. */
+dpm_status dpm_comm_allreduce_f64(dpm_comm *c, int rank, double *buf, size_t count,
+                                  dpm_err *err);
+
+/* Element types of an allreduce, for backends (dpm_comm_ops.allreduce). */
+typedef enum { DPM_COMM_F32, DPM_COMM_F64, DPM_COMM_DTYPE_COUNT } dpm_comm_dtype;
+
+/* Bytes of one element of t. */
+static inline size_t dpm_comm_dtype_size(dpm_comm_dtype t) {
+  return t == DPM_COMM_F64 ? sizeof(double) : sizeof(float);
+}
+/* "float", "double": for messages. */
+static inline const char *dpm_comm_dtype_name(dpm_comm_dtype t) {
+  return t == DPM_COMM_F64 ? "double" : "float";
+}
+
 /* Started allreduces, for reductions that overlap computation (dag plans):
  * dpm_comm_allreduce_start begins the sum of `count` floats at buf, with
  * dpm_comm_allreduce's arguments and result, and returns at once;
@@ -189,11 +214,11 @@ dpm_status dpm_comm_renew(dpm_comm **c, const dpm_comm_config *cfg, dpm_err *err
  * process passing host memory. Ranks wait for each other at most timeout_ms
  * (> 0) milliseconds per collective; once every rank has arrived, the data
  * movement runs to completion. Allreduce slices the vector into `size`
- * slices of whole 64-byte lines (16 floats): rank r sums slice r of every
- * rank's buffer in rank order and writes the sum into slice r of every
- * rank's buffer, so each rank reads and writes 1/size of the traffic,
- * nothing is allocated per call, and there are no copies besides the
- * result itself. Broadcast: every non-root copies from the root's buffer.
+ * slices of whole 64-byte lines (16 floats or 8 doubles): rank r sums
+ * slice r of every rank's buffer in rank order and writes the sum into
+ * slice r of every rank's buffer, so each rank reads and writes 1/size of
+ * the traffic, nothing is allocated per call, and there are no copies
+ * besides the result itself. Broadcast: every non-root copies from the root's buffer.
  * Started allreduces are summed in the waits, 32 KiB chunks at a time, by
  * every rank that waits for them, in the same rank order (so the result is
  * the blocking call's): a rank that waits while its peers still compute
@@ -286,7 +311,10 @@ dpm_status dpm_comm_staged_create(dpm_comm *inner, struct dpm_dev *const *devs, 
  * backend's to check, so that every rank of a collective fails alike. */
 typedef struct dpm_comm_ops {
   const char *name; /* "local" */
-  dpm_status (*allreduce)(dpm_comm *c, int rank, float *buf, size_t count, dpm_err *err);
+  /* dpm_comm_allreduce (DPM_COMM_F32, buf holds floats) and
+   * dpm_comm_allreduce_f64 (DPM_COMM_F64, doubles): count elements of t. */
+  dpm_status (*allreduce)(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
+                          size_t count, dpm_err *err);
   dpm_status (*broadcast)(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
                           dpm_err *err);
   dpm_status (*barrier)(dpm_comm *c, int rank, dpm_err *err);

@@ -69,8 +69,9 @@ _Static_assert(sizeof op_names / sizeof *op_names == OP_COUNT, "gloo op names");
 typedef struct {
   gloo_op op;
   int root;  /* broadcast: the job-wide root rank */
-  size_t n;  /* floats (allreduce) or bytes (broadcast) */
+  size_t n;  /* elements (allreduce) or bytes (broadcast) */
   void *buf; /* the rank's buffer */
+  dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
 } gloo_call;
 
 /* Slots of jobs: a rank may be DPM_COMM_MAX_STARTED started allreduces and
@@ -78,7 +79,7 @@ typedef struct {
 #define GLOO_JOBS (2 * DPM_COMM_MAX_STARTED)
 /* Bytes of a job's message: a dpm_err's. */
 #define GLOO_MSG sizeof(((dpm_err *)0)->msg)
-/* Floats summed per pass of the local reduction (a chunk of each buffer
+/* Elements summed per pass of the local reduction (a chunk of each buffer
  * stays in L1 between its reading and its writing). */
 #define SUM_CHUNK 1024
 
@@ -102,10 +103,12 @@ typedef struct {
 /* What each process tells the others about a job before it runs. Hosts of
  * one byte order (the fields are sent as they lie in memory). */
 typedef struct {
-  uint32_t op;  /* gloo_op + 1; 0: this process's ranks disagreed */
-  int32_t root; /* broadcast: the job-wide root; else -1 */
-  uint64_t n;   /* count or bytes */
-  uint64_t job; /* the job's number */
+  uint32_t op;    /* gloo_op + 1; 0: this process's ranks disagreed */
+  int32_t root;   /* broadcast: the job-wide root; else -1 */
+  uint64_t n;     /* count or bytes */
+  uint64_t job;   /* the job's number */
+  uint32_t dtype; /* allreduce: dpm_comm_dtype; else 0 */
+  uint32_t zero;  /* 0 (padding, sent as such) */
 } gloo_header;
 
 typedef struct {
@@ -230,6 +233,13 @@ static dpm_status judge(gloo_comm *g, gloo_job *j) {
            base + r, op_names[c->op]);
       return DPM_INVALID;
     }
+    if (c0->op == OP_ALLREDUCE && c->t != c0->t) {
+      msgf(j->msg,
+           "allreduce: ranks disagree on the element type: rank %d passes %ss, rank %d "
+           "%ss",
+           base, dpm_comm_dtype_name(c0->t), base + r, dpm_comm_dtype_name(c->t));
+      return DPM_INVALID;
+    }
     if (c0->op != OP_BARRIER && c->n != c0->n) {
       msgf(j->msg, "%s: ranks disagree on the %s: rank %d has %zu, rank %d has %zu", op,
            what, base, c0->n, base + r, c->n);
@@ -249,7 +259,7 @@ static dpm_status judge(gloo_comm *g, gloo_job *j) {
            what);
       return DPM_INVALID;
     }
-  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / sizeof(float)) {
+  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / dpm_comm_dtype_size(c0->t)) {
     msgf(j->msg, "allreduce: count %zu is too large", c0->n);
     return DPM_INVALID;
   }
@@ -391,11 +401,11 @@ static dpm_status blocking(gloo_comm *g, int rank, gloo_call call, dpm_err *err)
   return s;
 }
 
-static dpm_status gloo_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
-                                 dpm_err *err) {
-  return blocking(gloo_of(c), rank,
-                  (gloo_call){.op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf},
-                  err);
+static dpm_status gloo_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
+                                 size_t count, dpm_err *err) {
+  return blocking(
+      gloo_of(c), rank,
+      (gloo_call){.op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = t}, err);
 }
 
 static dpm_status gloo_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
@@ -421,7 +431,8 @@ static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
   if (!enter(g, rank, op, err)) return DPM_INVALID;
   struct timespec until = deadline_after(g->timeout_ms);
   unsigned long k;
-  gloo_call call = {.op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf};
+  gloo_call call = {
+      .op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
   int run; /* never: started jobs are the thread's */
   dpm_status s = arrive(g, rank, call, op, &until, 0, &run, &k, err);
   if (!s) {
@@ -506,31 +517,51 @@ static dpm_status agree(gloo_comm *g, gloo_job *j) {
            (int)h[p].root);
       return DPM_INVALID;
     }
+    if (h[p].dtype != h0->dtype || h[p].dtype >= DPM_COMM_DTYPE_COUNT) {
+      msgf(j->msg, "%s: processes disagree on the element type: %s passes %ss, %s %s",
+           op, describe(g, 0, a, sizeof a), dpm_comm_dtype_name(h0->dtype),
+           describe(g, p, b, sizeof b),
+           h[p].dtype < DPM_COMM_DTYPE_COUNT ? dpm_comm_dtype_name(h[p].dtype)
+                                              : "an unknown type");
+      return DPM_INVALID;
+    }
   }
   return DPM_OK;
 }
 
-static void add_into(float *restrict t, const float *restrict a, size_t m) {
+static void add_into_float(void *restrict vt, const void *restrict va, size_t m) {
+  float *restrict t = vt;
+  const float *restrict a = va;
+  for (size_t i = 0; i < m; i++) t[i] += a[i];
+}
+
+static void add_into_double(void *restrict vt, const void *restrict va, size_t m) {
+  double *restrict t = vt;
+  const double *restrict a = va;
   for (size_t i = 0; i < m; i++) t[i] += a[i];
 }
 
 /* Local sum in rank order into rank 0's buffer, Gloo across processes, the
- * result into the other local buffers. */
+ * result into the other local buffers; elements of the job's type. */
 static dpm_status run_allreduce(gloo_comm *g, gloo_job *j, dpm_err *err) {
   size_t n = j->calls[0].n;
+  dpm_comm_dtype t = j->calls[0].t;
+  size_t es = dpm_comm_dtype_size(t);
+  void (*add_into)(void *restrict, const void *restrict, size_t) =
+      t == DPM_COMM_F64 ? add_into_double : add_into_float;
   int size = g->base.size;
-  float *b0 = j->calls[0].buf;
+  char *b0 = j->calls[0].buf;
   if (!n) return DPM_OK;
   for (size_t a = 0; a < n && size > 1; a += SUM_CHUNK) {
     size_t m = n - a < SUM_CHUNK ? n - a : SUM_CHUNK;
     for (int r = 1; r < size; r++)
-      add_into(b0 + a, (const float *)j->calls[r].buf + a, m);
+      add_into(b0 + a * es, (const char *)j->calls[r].buf + a * es, m);
   }
   if (g->net) {
-    dpm_status s = dpm_gloo_allreduce(g->net, "allreduce", b0, n, err);
+    dpm_status s = dpm_gloo_allreduce(g->net, "allreduce", t, b0, n, err);
     if (s) return s;
   }
-  for (int r = 1; r < size; r++) memcpy(j->calls[r].buf, b0, n * sizeof(float));
+  for (int r = 1; r < size; r++) memcpy(j->calls[r].buf, b0, n * es);
   return DPM_OK;
 }
 
@@ -567,6 +598,7 @@ static void run_job(gloo_comm *g, gloo_job *j, unsigned long k) {
         .root = c0->op == OP_BROADCAST ? c0->root : -1,
         .n = c0->op == OP_BARRIER ? 0 : c0->n,
         .job = k,
+        .dtype = c0->op == OP_ALLREDUCE ? (uint32_t)c0->t : 0,
     };
     s = dpm_gloo_exchange(g->net, op, &mine, sizeof mine, g->headers, &e);
     if (s) goto failed;

@@ -195,9 +195,10 @@ struct Addr {
   char show[64];
 };
 
-void sum_floats(void *c, const void *a, const void *b, size_t n) {
-  float *__restrict t = static_cast<float *>(c);
-  const float *x = static_cast<const float *>(a), *y = static_cast<const float *>(b);
+// Gloo's reduce function for T: c = a + b elementwise (c may be a).
+template <class T> void sum_of(void *c, const void *a, const void *b, size_t n) {
+  T *__restrict t = static_cast<T *>(c);
+  const T *x = static_cast<const T *>(a), *y = static_cast<const T *>(b);
   if (t == x) {
     for (size_t i = 0; i < n; i++) t[i] += y[i];
   } else {
@@ -519,6 +520,16 @@ void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
 
 } // namespace
 
+// Gloo's ring allreduce of count T at buf, in place (throws as Gloo does).
+template <class T> static void ring_sum(dpm_gloo *g, T *buf, size_t count) {
+  gloo::AllreduceOptions o(g->ctx);
+  o.setOutput(buf, count);
+  o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+  o.setReduceFunction(sum_of<T>);
+  o.setTimeout(Ms(g->timeout_ms));
+  gloo::allreduce(o);
+}
+
 extern "C" {
 
 void dpm_gloo_describe(const dpm_gloo *g, int q, char *buf, size_t cap) {
@@ -706,21 +717,21 @@ dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size
   return DPM_OK;
 }
 
-dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, float *buf, size_t count,
-                              dpm_err *err) {
+dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, dpm_comm_dtype t, void *buf,
+                              size_t count, dpm_err *err) {
   if (g->spent) return spent(g, op, err);
-  if (count > SIZE_MAX / sizeof(float))
+  if ((unsigned)t >= DPM_COMM_DTYPE_COUNT)
+    return dpm_errf(err, DPM_INVALID, "%s: element type %d", op, (int)t);
+  if (count > SIZE_MAX / dpm_comm_dtype_size(t))
     return dpm_errf(err, DPM_INVALID, "%s: count %zu is too large", op, count);
   if (count && !buf) return dpm_errf(err, DPM_INVALID, "%s: no buffer", op);
   if (g->size == 1 || count == 0) return DPM_OK;
   NoSigpipe no_sigpipe;
   try {
-    gloo::AllreduceOptions o(g->ctx);
-    o.setOutput(buf, count);
-    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    o.setReduceFunction(sum_floats);
-    o.setTimeout(Ms(g->timeout_ms));
-    gloo::allreduce(o);
+    if (t == DPM_COMM_F64)
+      ring_sum(g, static_cast<double *>(buf), count);
+    else
+      ring_sum(g, static_cast<float *>(buf), count);
   } catch (...) {
     // The ring receives from the next process and sends to the previous.
     char a[160], b[160];

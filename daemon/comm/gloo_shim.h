@@ -68,12 +68,13 @@ dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *
 dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size_t bytes,
                              void *all, dpm_err *err);
 
-/* Sum count floats across the processes, in place (Gloo's ring algorithm:
- * each segment is summed around the ring, then passed on whole, so every
- * process ends with the same bits). count and the order of calls must be
- * the same on every process (the caller checks; Gloo cannot). */
-dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, float *buf, size_t count,
-                              dpm_err *err);
+/* Sum count elements of type t (floats or doubles) across the processes,
+ * in place (Gloo's ring algorithm: each segment is summed around the ring,
+ * then passed on whole, so every process ends with the same bits). t,
+ * count and the order of calls must be the same on every process (the
+ * caller checks; Gloo cannot). */
+dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, dpm_comm_dtype t, void *buf,
+                              size_t count, dpm_err *err);
 
 /* Copy bytes from process root's buf into every other process's buf. */
 dpm_status dpm_gloo_broadcast(dpm_gloo *g, const char *op, int root, void *buf,

@@ -48,8 +48,9 @@ typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER, OP_COUNT } local_op;
 typedef struct {
   local_op op;
   int phase; /* 0: first round of the call; 1: second round */
-  size_t n;  /* floats (allreduce) or bytes (broadcast) */
+  size_t n;  /* elements (allreduce) or bytes (broadcast) */
   int root;  /* broadcast only */
+  dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
 } local_call;
 
 /* Started allreduces in flight per group: job k lives in slot k % LOCAL_JOBS. */
@@ -129,11 +130,20 @@ static dpm_status refuse(char *msg, const char *fmt, ...) {
   return DPM_INVALID;
 }
 
-/* The checks shared by allreduce and broadcast: the same n on every rank,
- * a buffer wherever n > 0; a refusal's message goes to msg. */
+/* The checks shared by allreduce and broadcast: the same n (and, for an
+ * allreduce, element type) on every rank, a buffer wherever n > 0; a
+ * refusal's message goes to msg. */
 static dpm_status check_sized(const local_call *calls, void *const *bufs, int size,
                               const char *what, char *msg) {
   const char *op = local_ops[calls[0].op].name;
+  int reduce = calls[0].op == OP_ALLREDUCE;
+  for (int r = 1; r < size; r++)
+    if (reduce && calls[r].t != calls[0].t)
+      return refuse(msg,
+                    "%s: ranks disagree on the element type: rank 0 passes %ss, rank %d "
+                    "%ss",
+                    op, dpm_comm_dtype_name(calls[0].t), r,
+                    dpm_comm_dtype_name(calls[r].t));
   for (int r = 1; r < size; r++)
     if (calls[r].n != calls[0].n)
       return refuse(msg, "%s: ranks disagree on the %s: rank 0 has %zu, rank %d has %zu",
@@ -142,7 +152,7 @@ static dpm_status check_sized(const local_call *calls, void *const *bufs, int si
     if (calls[r].n && !bufs[r])
       return refuse(msg, "%s: rank %d passed no buffer for %zu %s", op, r, calls[r].n,
                     what);
-  if (calls[0].op == OP_ALLREDUCE && calls[0].n > SIZE_MAX / sizeof(float))
+  if (reduce && calls[0].n > SIZE_MAX / dpm_comm_dtype_size(calls[0].t))
     return refuse(msg, "allreduce: count %zu is too large", calls[0].n);
   return DPM_OK;
 }
@@ -330,52 +340,65 @@ static void slice_of(size_t n, int size, int r, size_t align, size_t *lo, size_t
   *hi = n - *lo > per ? *lo + per : n;
 }
 
-/* Floats summed per pass: a chunk of every buffer stays in L1 between the
+/* Elements summed per pass: a chunk of every buffer stays in L1 between the
  * reading and the writing of it. */
 #define SUM_CHUNK 1024
 
-static void sum2(float *restrict t, const float *restrict a, const float *restrict b,
-                 size_t m) {
-  for (size_t i = 0; i < m; i++) t[i] = a[i] + b[i];
-}
-
-static void add_into(float *restrict t, const float *restrict a, size_t m) {
-  for (size_t i = 0; i < m; i++) t[i] += a[i];
-}
-
-/* Two ranks: sum and store in one pass. */
-static void sum2_store(float *restrict a, float *restrict b, size_t m) {
-  for (size_t i = 0; i < m; i++) {
-    float s = a[i] + b[i];
-    a[i] = s;
-    b[i] = s;
+/* The sums of one element type T: sum2_T, add_into_T, sum2_store_T and
+ * reduce_slice_T (sum [lo, hi) of the n buffers in rank order into every
+ * buffer), alike for float and double. */
+#define LOCAL_SUMS(T)                                                                    \
+  static void sum2_##T(T *restrict t, const T *restrict a, const T *restrict b,         \
+                       size_t m) {                                                       \
+    for (size_t i = 0; i < m; i++) t[i] = a[i] + b[i];                                   \
+  }                                                                                      \
+  static void add_into_##T(T *restrict t, const T *restrict a, size_t m) {               \
+    for (size_t i = 0; i < m; i++) t[i] += a[i];                                         \
+  }                                                                                      \
+  /* Two ranks: sum and store in one pass. */                                            \
+  static void sum2_store_##T(T *restrict a, T *restrict b, size_t m) {                   \
+    for (size_t i = 0; i < m; i++) {                                                     \
+      T s = a[i] + b[i];                                                                 \
+      a[i] = s;                                                                          \
+      b[i] = s;                                                                          \
+    }                                                                                    \
+  }                                                                                      \
+  static void reduce_slice_##T(void *const *vbufs, int n, size_t lo, size_t hi) {        \
+    T *const *bufs = (T *const *)vbufs;                                                  \
+    if (n == 2) {                                                                        \
+      sum2_store_##T(bufs[0] + lo, bufs[1] + lo, hi - lo);                               \
+      return;                                                                            \
+    }                                                                                    \
+    T tmp[SUM_CHUNK] __attribute__((aligned(64)));                                       \
+    for (size_t a = lo; a < hi; a += SUM_CHUNK) {                                        \
+      size_t m = hi - a < SUM_CHUNK ? hi - a : SUM_CHUNK;                                \
+      sum2_##T(tmp, bufs[0] + a, bufs[1] + a, m);                                        \
+      for (int k = 2; k < n; k++) add_into_##T(tmp, bufs[k] + a, m);                     \
+      for (int k = 0; k < n; k++) memcpy(bufs[k] + a, tmp, m * sizeof(T));               \
+    }                                                                                    \
   }
+LOCAL_SUMS(float)
+LOCAL_SUMS(double)
+
+/* Sum [lo, hi) (elements of t) of the n buffers in rank order into every
+ * buffer. */
+static void reduce_slice(dpm_comm_dtype t, void *const *bufs, int n, size_t lo,
+                         size_t hi) {
+  if (t == DPM_COMM_F64)
+    reduce_slice_double(bufs, n, lo, hi);
+  else
+    reduce_slice_float(bufs, n, lo, hi);
 }
 
-/* Sum [lo, hi) of the n buffers in rank order into every buffer. */
-static void reduce_slice(float *const *bufs, int n, size_t lo, size_t hi) {
-  if (n == 2) {
-    sum2_store(bufs[0] + lo, bufs[1] + lo, hi - lo);
-    return;
-  }
-  float tmp[SUM_CHUNK] __attribute__((aligned(64)));
-  for (size_t a = lo; a < hi; a += SUM_CHUNK) {
-    size_t m = hi - a < SUM_CHUNK ? hi - a : SUM_CHUNK;
-    sum2(tmp, bufs[0] + a, bufs[1] + a, m);
-    for (int k = 2; k < n; k++) add_into(tmp, bufs[k] + a, m);
-    for (int k = 0; k < n; k++) memcpy(bufs[k] + a, tmp, m * sizeof(float));
-  }
-}
-
-static dpm_status local_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
-                                  dpm_err *err) {
+static dpm_status local_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
+                                  size_t count, dpm_err *err) {
   local_comm *g = local_of(c);
-  local_call call = {.op = OP_ALLREDUCE, .n = count};
+  local_call call = {.op = OP_ALLREDUCE, .n = count, .t = t};
   dpm_status s = meet(g, rank, call, buf, 1, err);
   if (s || c->size == 1 || count == 0) return s;
   size_t lo, hi;
-  slice_of(count, c->size, rank, 64 / sizeof(float), &lo, &hi);
-  if (lo < hi) reduce_slice((float *const *)g->bufs, c->size, lo, hi);
+  slice_of(count, c->size, rank, 64 / dpm_comm_dtype_size(t), &lo, &hi);
+  if (lo < hi) reduce_slice(t, g->bufs, c->size, lo, hi);
   call.phase = 1;
   return meet(g, rank, call, NULL, 0, err);
 }
@@ -452,7 +475,7 @@ static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
   if (!await(g, &j->uses, k / LOCAL_JOBS, &until))
     return give_up(g, "allreduce start (an earlier allreduce not yet waited for)",
                    absent_from_waits, k - LOCAL_JOBS, err);
-  j->calls[rank] = (local_call){.op = OP_ALLREDUCE, .n = count};
+  j->calls[rank] = (local_call){.op = OP_ALLREDUCE, .n = count, .t = DPM_COMM_F32};
   j->bufs[rank] = buf;
   atomic_store(&g->started[rank], k + 1);
   if (atomic_fetch_add(&j->arrived, 1) + 1 == c->size) publish(g, j, k);
@@ -464,7 +487,7 @@ static void sum_chunks(local_comm *g, local_job *j) {
   size_t n = j->calls[0].n;
   for (unsigned long ch; (ch = atomic_fetch_add(&j->next, 1)) < j->chunks;) {
     size_t lo = ch * LOCAL_CHUNK, hi = n - lo > LOCAL_CHUNK ? lo + LOCAL_CHUNK : n;
-    reduce_slice((float *const *)j->bufs, g->base.size, lo, hi);
+    reduce_slice(DPM_COMM_F32, j->bufs, g->base.size, lo, hi);
     atomic_fetch_add(&j->done, 1);
   }
   dpm_spin_until(&j->done, j->chunks); /* the peers' claimed chunks */

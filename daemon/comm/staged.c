@@ -90,21 +90,22 @@ static dpm_status nomem(const char *op, int jrank, size_t bytes, dpm_err *err) {
                   bytes);
 }
 
-static dpm_status staged_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
-                                   dpm_err *err) {
+static dpm_status staged_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
+                                   size_t count, dpm_err *err) {
   staged_comm *g = staged_of(c);
   dpm_dev *dev = g->devs[rank];
-  if (!staged_buf(g, rank, buf, sizeof(float), count))
-    return dpm_comm_allreduce(g->inner, rank, buf, count, err);
-  size_t bytes = count * sizeof(float);
-  float *host = room(&g->ranks[rank].now, bytes);
+  size_t es = dpm_comm_dtype_size(t);
+  if (!staged_buf(g, rank, buf, es, count))
+    return g->inner->ops->allreduce(g->inner, rank, t, buf, count, err);
+  size_t bytes = count * es;
+  void *host = room(&g->ranks[rank].now, bytes);
   if (!host) {
     dpm_err ignored;
-    dpm_comm_allreduce(g->inner, rank, NULL, count, &ignored);
+    g->inner->ops->allreduce(g->inner, rank, t, NULL, count, &ignored);
     return nomem("allreduce", g->rank_base + rank, bytes, err);
   }
   dpm_dev_to_host(dev, host, buf, bytes);
-  dpm_status s = dpm_comm_allreduce(g->inner, rank, host, count, err);
+  dpm_status s = g->inner->ops->allreduce(g->inner, rank, t, host, count, err);
   if (!s) dpm_dev_to_device(dev, buf, host, bytes);
   return s;
 }

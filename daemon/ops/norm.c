@@ -14,15 +14,19 @@
  * Combined statistics (parallel.combine_spatial_bn, parallel/sync_bn.c):
  * the hidden SpatialBNStats(X, rm) -> S writes one replica's per-channel
  * sums shifted by the running mean, S = [sum(x - rm) (C), sum((x - rm)^2)
- * (C), count (1)], which an Allreduce sums over the replicas; SpatialBN
- * then takes S as a sixth input and, in train mode, uses the global
+ * (C), count (1)], which an Allreduce (dtype f64) sums over the replicas;
+ * SpatialBN then takes S as a sixth input and, in train mode, uses the global
  * mean = rm + S1/count and var = S2/count - (S1/count)^2 (count the
  * global one) in place of its batch's. Likewise SpatialBNGradientStats(X,
  * Y_sm, dY) -> G = [sum(dy) (C), sum(dy * (x - mean)) (C), count (1)],
- * summed by an Allreduce and taken by SpatialBNGradient as a sixth input:
- * dX uses the global sums, while ds and db stay this replica's (the
- * gradient all-reduce sums them as any parameter's). The running mean is
- * the same on every replica, so the shift is common to all of them.
+ * summed by an Allreduce (dtype f64) and taken by SpatialBNGradient as a
+ * sixth input: dX uses the global sums, while ds and db stay this
+ * replica's (the gradient all-reduce sums them as any parameter's). The
+ * running mean is the same on every replica, so the shift is common to all
+ * of them. S and G are 2C+1 doubles each, computed, summed and read in
+ * double: the engine has no f64 tensors, so their blobs are f32[2(2C+1)]
+ * whose bytes hold the doubles (a float sum of the replicas' statistics
+ * rounds, which behind MaxPool can flip a near tie of the max).
  *
  * Here: arguments, parameters, shape inference and the gradient maker; the
  * kernels are each backend's (CPU: backend/cpu/norm.c). */
@@ -85,9 +89,10 @@ static dpm_status expect_channels(const dpm_shape *in, int from, int to, dpm_err
   return DPM_OK;
 }
 
-/* [2C+1]: the per-channel sums of SpatialBNStats and SpatialBNGradientStats. */
+/* The per-channel sums of SpatialBNStats and SpatialBNGradientStats: 2C+1
+ * doubles, held as f32[2(2C+1)] (the engine has no f64 tensors). */
 static dpm_shape sums(const dpm_shape *x) {
-  int64_t n = 2 * x->d[1] + 1;
+  int64_t n = 2 * (2 * x->d[1] + 1);
   return dpm_shape_make(DPM_F32, 1, &n);
 }
 

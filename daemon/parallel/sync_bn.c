@@ -9,9 +9,9 @@ static dpm_status nomem(dpm_err *err) {
   return dpm_errf(err, DPM_NOMEM, "out of memory");
 }
 
-/* Appends stats_op(in) -> sums and Allreduce(sums) before the node `of`
- * derives from, infers them, and returns `of`'s copy with sums as its sixth
- * input. */
+/* Appends stats_op(in) -> sums and Allreduce(sums) (dtype f64: the sums
+ * are doubles) before the node `of` derives from, infers them, and returns
+ * `of`'s copy with sums as its sixth input. */
 static dpm_status add_combined(dpm_net *net, dpm_shapes *shapes, const char *source,
                                const dpm_node *of, dpm_op_id stats_op, int n_in,
                                const char *const *in, const char *sums, dpm_err *err) {
@@ -27,7 +27,8 @@ static dpm_status add_combined(dpm_net *net, dpm_shapes *shapes, const char *sou
   n->line = of->line;
   memcpy(n->arg, of->arg, sizeof n->arg);
   if (dpm_node_infer(n, shapes, DPM_BLOB_ACT, source, err)) return err->code;
-  if (!(n = dpm_net_add(net, dpm_op_get(DPM_OP_ALLREDUCE), 1, io, 1, io, err)))
+  if (!(n = dpm_net_add(net, dpm_op_get(DPM_OP_ALLREDUCE), 1, io, 1, io, err)) ||
+      dpm_node_set_string(n, "dtype", "f64", err))
     return err->code;
   n->index = of->index;
   n->line = of->line;

@@ -11,10 +11,13 @@
  * SpatialBNGradient that computes dX, backward gets, right before it,
  *   SpatialBNGradientStats(X, Y_sm, dY) -> Y_sm_gsums;  Allreduce(Y_sm_gsums)
  * and the gradient takes Y_sm_gsums as a sixth input (ops/norm.c gives the
- * semantics). The collectives are blocking Allreduces of 2C+1 floats, in
- * net order, so every replica of the job runs them alike (and the plan's
- * digest covers them); they may run while the dag plan's started gradient
- * buckets are pending (comm/comm.h). The test net is left alone.
+ * semantics). The collectives are blocking Allreduces of 2C+1 doubles
+ * (argument dtype f64: dpm_comm_allreduce_f64 over the sums' blob, an
+ * f32[2(2C+1)] whose bytes are the doubles), so the replicas' statistics
+ * are summed without a float rounding; in net order, so every replica of
+ * the job runs them alike (and the plan's digest covers them: their bytes
+ * are twice a float sum's); they may run while the dag plan's started
+ * gradient buckets are pending (comm/comm.h). The test net is left alone.
  *
  * Call it after dpm_model_build and before dpm_plan_build, only when the
  * job has more than one replica: with one, the model is left as built.

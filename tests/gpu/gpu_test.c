@@ -109,6 +109,18 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
   return d == 0 ? 0 : d / fmax(m, 1e-30);
 }
 
+/* rel_diff of n doubles. */
+static double rel_diff_f64(const double *a, const double *b, int64_t n) {
+  double d = 0, m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(a[i]) != isnan(b[i])) return INFINITY;
+    if (isnan(a[i])) continue;
+    d = fmax(d, fabs(a[i] - b[i]));
+    m = fmax(m, fabs(b[i]));
+  }
+  return d == 0 ? 0 : d / fmax(m, 1e-30);
+}
+
 /* ---- one op on one device ------------------------------------------------- */
 
 /* How an input's values are made (host side, the same for both devices). */
@@ -139,6 +151,7 @@ typedef struct g_case {
   unsigned fuse;  /* DPM_FUSE_* on the forward node */
   unsigned gfuse; /* DPM_FUSE_* on the gradient nodes whose def takes them */
   int alias[4];   /* alias[k] > 0: output k is input alias[k]-1 (in place) */
+  int f64_out;    /* the outputs' bytes are doubles (combined BN sums, ops/norm.c) */
   unsigned seed;
 } g_case;
 
@@ -386,10 +399,11 @@ static dpm_status run_case(const g_case *c, dpm_dev *dev, result *r, harness *ke
   return s;
 }
 
-/* Compares the device's result with the CPU's: shapes equal, floats within
- * OP_TOL relative, integers exactly. Returns the worst relative difference
- * (INFINITY on a mismatch of shape or integers). */
-static double compare(const result *gpu, const result *cpu) {
+/* Compares the device's result with the CPU's: shapes equal, floats (or,
+ * with f64, the f32 blobs' bytes as doubles) within OP_TOL relative,
+ * integers exactly. Returns the worst relative difference (INFINITY on a
+ * mismatch of shape or integers). */
+static double compare(const result *gpu, const result *cpu, int f64) {
   if (gpu->n != cpu->n) {
     note("%d results on the GPU, %d on the CPU", gpu->n, cpu->n);
     return INFINITY;
@@ -404,7 +418,9 @@ static double compare(const result *gpu, const result *cpu) {
       return INFINITY;
     }
     double d;
-    if (cpu->shape[i].dtype == DPM_F32)
+    if (cpu->shape[i].dtype == DPM_F32 && f64)
+      d = rel_diff_f64(gpu->data[i], cpu->data[i], dpm_shape_numel(&cpu->shape[i]) / 2);
+    else if (cpu->shape[i].dtype == DPM_F32)
       d = rel_diff(gpu->data[i], cpu->data[i], dpm_shape_numel(&cpu->shape[i]));
     else
       d = memcmp(gpu->data[i], cpu->data[i], dpm_shape_bytes(&cpu->shape[i])) ? INFINITY
@@ -544,8 +560,10 @@ static const g_case *op_cases(int *n) {
   /* combine_spatial_bn's per-channel sums (parallel/sync_bn.c) */
   CASE("SpatialBNStats", "SpatialBNStats", NULL, 2, 1, IN(T4(2, 4, 1, 7)),
        NOGRAD(VEC(4), V_RAND));
+  cases[i - 1].f64_out = 1;
   CASE("SpatialBNGradientStats", "SpatialBNGradientStats", NULL, 3, 1, IN(T4(2, 3, 2, 3)),
        NOGRAD(VEC(3), V_RAND), IN(T4(2, 3, 2, 3)));
+  cases[i - 1].f64_out = 1;
   CASE("Softmax", "Softmax", NULL, 1, 1, IN(MAT(6, 10)));
   CASE("Softmax 4-D", "Softmax", NULL, 1, 1, IN(T4(2, 3, 2, 2)));
   CASE("SoftmaxWithLoss", "SoftmaxWithLoss", NULL, 2, 2, IN(MAT(8, 10)), LABELS(8, 10));
@@ -632,7 +650,7 @@ static void check_ops(dpm_dev *gpu) {
       result_fini(&rg);
       continue;
     }
-    double d = compare(&rg, &rc);
+    double d = compare(&rg, &rc, c->f64_out);
     int grads = 0;
     for (int k = 0; k < c->n_in; k++) grads += h.gin[k] != NULL;
     row(name, d <= OP_TOL, "max rel diff %.2g (%d outputs, %d grads)", d, c->n_out,

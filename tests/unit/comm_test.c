@@ -138,6 +138,93 @@ TEST(comm_allreduce_exact_rank_order) {
   }
 }
 
+/* ---- double allreduce ------------------------------------------------ */
+
+typedef struct {
+  double *buf[MAX_RANKS];
+  size_t count;
+} ar64_state;
+
+static void ar64_rank(rank_ctx *c) {
+  ar64_state *st = c->shared;
+  c->s = dpm_comm_allreduce_f64(c->comm, c->rank, st->buf[c->rank], st->count, &c->err);
+}
+
+/* Doubles of wildly different magnitudes and signs (beyond float's range
+ * and precision), so that any other summation order, or a trip through
+ * floats, shows in the low bits. */
+static double messy64(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  double m = (double)(*x % 2000000003) / 1000000003.0 - 1.0;
+  int e = (int)(*x >> 40) % 160 - 80;
+  return ldexp(m, e);
+}
+
+/* dpm_comm_allreduce_f64: every rank gets the rank-ordered double sum, bit
+ * for bit, on 1 to 4 ranks, and a group runs float and double allreduces
+ * in turn. */
+TEST(comm_allreduce_f64_exact_rank_order) {
+  static const size_t counts[] = {0, 1, 9, 17, 500003};
+  for (int n = 1; n <= MAX_RANKS; n++) {
+    dpm_comm *comm;
+    dpm_err err;
+    CHECK_INT(dpm_comm_local_create(n, 5000, &comm, &err), DPM_OK);
+    for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+      size_t count = counts[ci];
+      ar64_state st = {.count = count};
+      double *ref = malloc((count ? count : 1) * sizeof *ref);
+      uint64_t x = 0x9e3779b97f4a7c15ull + count * 31 + (uint64_t)n;
+      for (int r = 0; r < n; r++) {
+        st.buf[r] = count ? malloc(count * sizeof(double)) : NULL;
+        for (size_t i = 0; i < count; i++) st.buf[r][i] = messy64(&x);
+      }
+      for (size_t i = 0; i < count; i++) {
+        double s = st.buf[0][i];
+        for (int r = 1; r < n; r++) s += st.buf[r][i];
+        ref[i] = s;
+      }
+      rank_ctx ctx[MAX_RANKS];
+      int ok = run_ranks(comm, n, ar64_rank, &st, ctx, -1);
+      int same = 1;
+      for (int r = 0; r < n; r++)
+        if (count && memcmp(st.buf[r], ref, count * sizeof *ref)) same = 0;
+      for (int r = 0; r < n; r++) free(st.buf[r]);
+      free(ref);
+      /* a float allreduce on the same group after it */
+      float fb[MAX_RANKS][3];
+      ar_state fst = {.count = 3};
+      for (int r = 0; r < n; r++) {
+        fst.buf[r] = fb[r];
+        for (int i = 0; i < 3; i++) fb[r][i] = (float)(r + i);
+      }
+      rank_ctx fctx[MAX_RANKS];
+      ok &= run_ranks(comm, n, ar_rank, &fst, fctx, -1);
+      for (int r = 0; r < n; r++)
+        ok &= fctx[r].s == DPM_OK && fb[r][2] == (float)(n * (n - 1) / 2 + 2 * n);
+      if (!ok || !same) dpm_comm_destroy(comm);
+      CHECK(ok);
+      for (int r = 0; r < n; r++) CHECK_INT(ctx[r].s, DPM_OK);
+      if (!same) printf("    n=%d count=%zu\n", n, count);
+      CHECK(same);
+    }
+    dpm_comm_destroy(comm);
+  }
+}
+
+/* The doubles above lose bits through floats: the test would see a
+ * backend that summed them as floats. */
+TEST(comm_allreduce_f64_data_needs_doubles) {
+  uint64_t x = 99;
+  int lossy = 0;
+  for (int i = 0; i < 100 && !lossy; i++) {
+    double a = messy64(&x);
+    lossy = (double)(float)a != a;
+  }
+  CHECK(lossy);
+}
+
 /* The same vector summed in another order differs: the test above would see
  * a backend that did not keep rank order. */
 TEST(comm_allreduce_order_matters_for_the_data) {
@@ -475,7 +562,7 @@ TEST(comm_timeout_in_allreduce_names_the_ranks) {
 typedef struct {
   float buf[MAX_RANKS][40];
   size_t count[MAX_RANKS];
-  int kind[MAX_RANKS]; /* 0 allreduce, 1 barrier, 2 broadcast */
+  int kind[MAX_RANKS]; /* 0 allreduce, 1 barrier, 2 broadcast, 3 allreduce_f64 */
   int root[MAX_RANKS];
   int null_buf[MAX_RANKS];
 } mix_state;
@@ -487,6 +574,10 @@ static void mix_rank(rank_ctx *c) {
   switch (st->kind[r]) {
   case 0:
     c->s = dpm_comm_allreduce(c->comm, r, buf, st->count[r], &c->err);
+    break;
+  case 3: /* doubles: refused in these tests before any is touched */
+    c->s =
+        dpm_comm_allreduce_f64(c->comm, r, (double *)(void *)buf, st->count[r], &c->err);
     break;
   case 1:
     c->s = dpm_comm_barrier(c->comm, r, &c->err);
@@ -539,6 +630,10 @@ TEST(comm_mismatched_collectives_refused) {
   CHECK(mix_expect(&roots, DPM_INVALID, "ranks disagree on the root"));
   mix_state bad_root = {.count = {40, 40, 40}, .kind = {2, 2, 2}, .root = {3, 3, 3}};
   CHECK(mix_expect(&bad_root, DPM_INVALID, "root 3 outside the group of 3"));
+  mix_state types = {.count = {20, 20, 20}, .kind = {0, 3, 0}};
+  CHECK(mix_expect(&types, DPM_INVALID,
+                   "allreduce: ranks disagree on the element type: rank 0 passes floats, "
+                   "rank 1 doubles"));
   mix_state null_buf = {.count = {40, 40, 40}, .null_buf = {0, 1, 0}};
   CHECK(mix_expect(&null_buf, DPM_INVALID, "rank 1 passed no buffer for 40"));
   mix_state ok = {.count = {40, 40, 40}};

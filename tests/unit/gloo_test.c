@@ -373,6 +373,110 @@ TEST(gloo_allreduce_exact_and_identical_2x1_3x1_2x2) {
   CHECK(ok);
 }
 
+/* ---- double sums ---------------------------------------------------------- */
+
+#define F64_N 100003
+
+/* Integer-valued doubles above float's precision (2^40 + ...): their sum
+ * over any number of ranks is exact in double, in any order, and wrong
+ * after any trip through floats. */
+static void big_values(double *b, size_t n, int jrank, int it) {
+  for (size_t i = 0; i < n; i++)
+    b[i] = ldexp(1, 40) + (double)((jrank + 1) * (int)(i % 7 + 1)) + it;
+}
+static int big_bad(const double *b, size_t n, int world, int it) {
+  int bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += b[i] != world * (ldexp(1, 40) + it) +
+                       (double)(world * (world + 1) / 2 * (int)(i % 7 + 1));
+  return bad;
+}
+
+/* dpm_comm_allreduce_f64: exact sums of doubles that floats cannot hold
+ * (1, 17 and F64_N of them), messy doubles hashed to compare every rank's
+ * bits, with float allreduces in between on the same group. */
+static void f64_rank(gt_rank *r) {
+  dpm_err e = {0};
+  r->out->s = DPM_OK;
+  static const size_t ns[] = {1, 17, F64_N};
+  for (size_t c = 0; c < 3; c++) {
+    double *b = malloc(ns[c] * sizeof *b);
+    big_values(b, ns[c], r->jrank, (int)c);
+    dpm_status s = dpm_comm_allreduce_f64(r->comm, r->rank, b, ns[c], &e);
+    if (s)
+      fail_with(r, s, &e);
+    else
+      r->out->bad += big_bad(b, ns[c], r->world, (int)c);
+    free(b);
+    float f[10];
+    int_values(f, 10, r->jrank, (int)c);
+    if ((s = dpm_comm_allreduce(r->comm, r->rank, f, 10, &e)))
+      fail_with(r, s, &e);
+    else
+      r->out->bad += int_bad(f, 10, r->world, (int)c);
+  }
+  double *m = malloc(F64_N * sizeof *m);
+  uint64_t x = (uint64_t)r->jrank * 0x9e3779b97f4a7c15ull + 7;
+  for (size_t i = 0; i < F64_N; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    double mant = (double)(x % 2000000003) / 1000000003.0 - 1.0;
+    m[i] = ldexp(mant, (int)(x >> 40) % 160 - 80);
+  }
+  dpm_status s = dpm_comm_allreduce_f64(r->comm, r->rank, m, F64_N, &e);
+  if (s) fail_with(r, s, &e);
+  r->out->hash[0] = fnv(m, F64_N * sizeof *m);
+  free(m);
+}
+
+/* Ranks that pass floats where the others pass doubles (process 1's, or
+ * with one process its rank 1): refused on every rank of the job, and the
+ * group still works. */
+static void f64_mismatch_rank(gt_rank *r) {
+  dpm_err e = {0};
+  double d[8] = {0};
+  float f[8] = {0};
+  int floats = r->nproc > 1 ? r->proc == 1 : r->rank == 1;
+  dpm_status s = floats ? dpm_comm_allreduce(r->comm, r->rank, f, 8, &e)
+                              : dpm_comm_allreduce_f64(r->comm, r->rank, d, 8, &e);
+  r->out->s = s;
+  snprintf(r->out->msg, sizeof r->out->msg, "%s", e.msg);
+  for (int i = 0; i < 8; i++) d[i] = r->jrank + 1;
+  r->out->s2 = dpm_comm_allreduce_f64(r->comm, r->rank, d, 8, &e);
+  if (!r->out->s2) r->out->bad += d[7] != r->world * (r->world + 1) / 2;
+}
+
+TEST(gloo_allreduce_f64_exact_and_identical_1x2_2x1_3x1_2x2) {
+  static const int topo[][2] = {{1, 2}, {2, 1}, {3, 1}, {2, 2}};
+  char dir[64];
+  CHECK(gt_dir(dir, sizeof dir));
+  gt_shared *sh = gt_map();
+  CHECK(sh);
+  int ok = 1;
+  for (int t = 0; t < 4 && ok; t++) {
+    memset(sh, 0, sizeof *sh);
+    gt_spec sp = gt_file_spec(dir, topo[t][0], topo[t][1], 5000, f64_rank);
+    ok = gt_run(&sp, sh) && gt_created(&sp, sh) && gt_all_same(&sp, sh, 1);
+  }
+  for (int t = 0; t < 2 && ok; t++) { /* across processes, then within one */
+    memset(sh, 0, sizeof *sh);
+    gt_spec sp = gt_file_spec(dir, 2, 2, 5000, f64_mismatch_rank);
+    if (t) sp.nproc = 1;
+    ok = gt_run(&sp, sh) && gt_created(&sp, sh);
+    for (int r = 0; r < sp.nproc * sp.size && ok; r++) {
+      gt_slot *o = &sh->rank[r];
+      ok = o->s == DPM_INVALID && strstr(o->msg, "element type") && !o->s2 && !o->bad;
+      if (!ok)
+        printf("    rank %d: %s (%s); then %s, %d wrong\n", r, dpm_status_name(o->s),
+               o->msg, dpm_status_name(o->s2), o->bad);
+    }
+  }
+  munmap(sh, sizeof *sh);
+  gt_clean(dir);
+  CHECK(ok);
+}
+
 /* ---- broadcast and barrier ------------------------------------------------ */
 
 #define BC_BYTES 300001

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "comm/comm.h"
+#include "ops/collective.h"
 
 static size_t padded(const dpm_tensor *t) {
   return (dpm_shape_bytes(&t->shape) + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
@@ -51,6 +52,11 @@ static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
   return dpm_comm_allreduce(ctx->comm, ctx->device, buf, bytes / sizeof(float),
                             &ctx->err);
 }
+/* Allreduce with dtype f64: the blobs' bytes are doubles. */
+static dpm_status reduce_now_f64(dpm_ctx *ctx, void *buf, size_t bytes) {
+  return dpm_comm_allreduce_f64(ctx->comm, ctx->device, buf, bytes / sizeof(double),
+                                &ctx->err);
+}
 static dpm_status reduce_later(dpm_ctx *ctx, void *buf, size_t bytes) {
   dpm_status s = dpm_comm_allreduce_start(ctx->comm, ctx->device, buf,
                                           bytes / sizeof(float), &ctx->err);
@@ -66,7 +72,10 @@ static dpm_status from_master(dpm_ctx *ctx, void *buf, size_t bytes) {
   return dpm_comm_broadcast(ctx->comm, ctx->device, 0, buf, bytes, &ctx->err);
 }
 
-static void allreduce_run(const dpm_op *op) { over_blobs(op, reduce_now); }
+static void allreduce_run(const dpm_op *op) {
+  int f64 = op->node->arg[ALLREDUCE_ARG_DTYPE].i == ALLREDUCE_F64;
+  over_blobs(op, f64 ? reduce_now_f64 : reduce_now);
+}
 static void start_run(const dpm_op *op) { over_blobs(op, reduce_later); }
 static void wait_run(const dpm_op *op) { over_blobs(op, wait_one); }
 static void broadcast_run(const dpm_op *op) { over_blobs(op, from_master); }

@@ -3,8 +3,8 @@
  * normalization per channel, the running statistics, the hidden outputs
  * and the combined sums are described there). Each channel's sums run in
  * float along a row of H*W values, which vectorises, and are gathered in
- * double across rows; the combined sums leave as float (the comm sums
- * floats). */
+ * double across rows; the combined sums stay double, in their blob's
+ * bytes (ops/norm.c), through the Allreduce that sums them as doubles. */
 #include <math.h>
 
 #include "backend/cpu/kernels.h"
@@ -63,19 +63,19 @@ static void shifted_sums(const bn_geom *g, const float *x, int64_t c, float k, d
 static void bn_stats_run(const dpm_op *op) {
   bn_geom g = geom_of(&op->in[0]->shape);
   const float *x = dpm_f32(op->in[0]), *rm = dpm_f32(op->in[1]);
-  float *out = dpm_f32(op->out[0]);
+  double *out = op->out[0]->data; /* 2C+1 doubles (ops/norm.c) */
   for (int64_t c = 0; c < g.c; c++) {
     double s1, s2;
     shifted_sums(&g, x, c, rm[c], &s1, &s2);
-    out[c] = (float)s1;
-    out[g.c + c] = (float)s2;
+    out[c] = s1;
+    out[g.c + c] = s2;
   }
-  out[2 * g.c] = (float)(g.n * g.hw);
+  out[2 * g.c] = (double)(g.n * g.hw);
 }
 
 /* Mean and biased variance of channel c from the combined sums S (shifted
  * by rm[c]); *cnt is the global count. */
-static void combined_moments(const float *sums, int64_t nc, int64_t c, float rm,
+static void combined_moments(const double *sums, int64_t nc, int64_t c, float rm,
                              double *mean, double *var, double *cnt) {
   *cnt = sums[2 * nc];
   double m = sums[c] / *cnt;
@@ -90,7 +90,7 @@ static void bn_run(const dpm_op *op) {
   float *y = dpm_f32(op->out[0]), *sm = dpm_f32(op->out[1]), *siv = dpm_f32(op->out[2]);
   const double eps = op->node->arg[BN_ARG_EPSILON].f,
                mom = op->node->arg[BN_ARG_MOMENTUM].f;
-  const float *sums = op->n_in > 5 ? dpm_f32(op->in[5]) : NULL;
+  const double *sums = op->n_in > 5 ? op->in[5]->data : NULL;
   for (int64_t c = 0; c < g.c; c++) {
     double mean = rm[c], var = rv[c], cnt = (double)(g.n * g.hw);
     if (!op->node->is_test) {
@@ -119,7 +119,7 @@ static void bn_run(const dpm_op *op) {
 static void bn_grad_stats_run(const dpm_op *op) {
   bn_geom g = geom_of(&op->in[0]->shape);
   const float *x = dpm_f32(op->in[0]), *sm = dpm_f32(op->in[1]), *dy = dpm_f32(op->in[2]);
-  float *out = dpm_f32(op->out[0]);
+  double *out = op->out[0]->data; /* 2C+1 doubles (ops/norm.c) */
   for (int64_t c = 0; c < g.c; c++) {
     double sdy = 0, sdyx = 0;
     for (int64_t n = 0; n < g.n; n++) {
@@ -132,10 +132,10 @@ static void bn_grad_stats_run(const dpm_op *op) {
       sdy += a;
       sdyx += b;
     }
-    out[c] = (float)sdy;
-    out[g.c + c] = (float)sdyx;
+    out[c] = sdy;
+    out[g.c + c] = sdyx;
   }
-  out[2 * g.c] = (float)(g.n * g.hw);
+  out[2 * g.c] = (double)(g.n * g.hw);
 }
 
 /* With xh = (x - mean) * siv, db = sum(dy) and ds = sum(dy * xh):
@@ -152,7 +152,7 @@ static void bn_grad_run(const dpm_op *op) {
   float *dx = op->out[0] ? dpm_f32(op->out[0]) : NULL;
   float *ds = op->out[1] ? dpm_f32(op->out[1]) : NULL;
   float *db = op->out[2] ? dpm_f32(op->out[2]) : NULL;
-  const float *gsum = op->n_in > 5 ? dpm_f32(op->in[5]) : NULL;
+  const double *gsum = op->n_in > 5 ? op->in[5]->data : NULL;
   const double cnt = gsum ? gsum[2 * g.c] : (double)(g.n * g.hw);
   for (int64_t c = 0; c < g.c; c++) {
     const float mu = sm[c];

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "comm/comm.h"
+#include "ops/collective.h"
 
 static size_t padded(const dpm_tensor *t) {
   return (cuda_bytes(t) + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
@@ -67,8 +68,13 @@ static void over_blobs(const dpm_op *op, const char *what, span_fn fn) {
 }
 
 static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
-  return ctx->comm->ops->allreduce(ctx->comm, ctx->device, buf, bytes / sizeof(float),
-                                   &ctx->err);
+  return ctx->comm->ops->allreduce(ctx->comm, ctx->device, DPM_COMM_F32, buf,
+                                   bytes / sizeof(float), &ctx->err);
+}
+/* Allreduce with dtype f64: the blobs' bytes are doubles (ncclDouble). */
+static dpm_status reduce_now_f64(dpm_ctx *ctx, void *buf, size_t bytes) {
+  return ctx->comm->ops->allreduce(ctx->comm, ctx->device, DPM_COMM_F64, buf,
+                                   bytes / sizeof(double), &ctx->err);
 }
 static dpm_status reduce_later(dpm_ctx *ctx, void *buf, size_t bytes) {
   dpm_status s = ctx->comm->ops->allreduce_start(ctx->comm, ctx->device, buf,
@@ -85,7 +91,10 @@ static dpm_status from_master(dpm_ctx *ctx, void *buf, size_t bytes) {
   return ctx->comm->ops->broadcast(ctx->comm, ctx->device, 0, buf, bytes, &ctx->err);
 }
 
-static void allreduce_run(const dpm_op *op) { over_blobs(op, "allreduce", reduce_now); }
+static void allreduce_run(const dpm_op *op) {
+  int f64 = op->node->arg[ALLREDUCE_ARG_DTYPE].i == ALLREDUCE_F64;
+  over_blobs(op, "allreduce", f64 ? reduce_now_f64 : reduce_now);
+}
 static void start_run(const dpm_op *op) {
   over_blobs(op, "allreduce start", reduce_later);
 }

@@ -67,9 +67,10 @@ static const char *const op_names[] = {"allreduce", "broadcast", "barrier"};
 /* What one local rank called. */
 typedef struct {
   nccl_op op;
-  size_t n;  /* floats (allreduce) or bytes (broadcast) */
+  size_t n;  /* elements (allreduce) or bytes (broadcast) */
   int root;  /* broadcast: the job-wide root */
   void *buf; /* the rank's buffer */
+  dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
 } nccl_call;
 
 #define NCCL_MSG 384
@@ -196,6 +197,11 @@ static dpm_status judge(nccl_group *g) {
     if (c->op != c0->op)
       return refuse(g, "collective mismatch: rank 0 called %s, rank %d called %s", op, r,
                     op_names[c->op]);
+    if (c0->op == OP_ALLREDUCE && c->t != c0->t)
+      return refuse(g,
+                    "allreduce: ranks disagree on the element type: rank 0 passes %ss, "
+                    "rank %d %ss",
+                    dpm_comm_dtype_name(c0->t), r, dpm_comm_dtype_name(c->t));
     if (c->n != c0->n)
       return refuse(g, "%s: ranks disagree on the %s: rank 0 has %zu, rank %d has %zu",
                     op, unit, c0->n, r, c->n);
@@ -207,7 +213,7 @@ static dpm_status judge(nccl_group *g) {
   for (int r = 0; r < g->base.size; r++)
     if (c0->n && !g->ranks[r].call.buf)
       return refuse(g, "%s: rank %d passed no buffer for %zu %s", op, r, c0->n, unit);
-  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / sizeof(float))
+  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / dpm_comm_dtype_size(c0->t))
     return refuse(g, "allreduce: count %zu is too large", c0->n);
   if (c0->op == OP_BROADCAST && (c0->root < 0 || c0->root >= g->world))
     return refuse(g, "broadcast: root %d outside the group of %d", c0->root, g->world);
@@ -290,7 +296,7 @@ static dpm_status meet(nccl_group *g, int r, nccl_call call, dpm_err *err) {
 /* What a call moves, for messages: "allreduce of 1234 floats". */
 static void describe(const nccl_call *c, char *out, size_t cap) {
   if (c->op == OP_ALLREDUCE)
-    snprintf(out, cap, "allreduce of %zu floats", c->n);
+    snprintf(out, cap, "allreduce of %zu %ss", c->n, dpm_comm_dtype_name(c->t));
   else if (c->op == OP_BROADCAST)
     snprintf(out, cap, "broadcast of %zu bytes from rank %d", c->n, c->root);
   else
@@ -336,7 +342,7 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
  * caller reads host memory as soon as the call returns. */
 static dpm_status staged(nccl_group *g, int r, const nccl_call *c, dpm_err *err) {
   nccl_rank *rk = &g->ranks[r];
-  size_t bytes = c->op == OP_ALLREDUCE ? c->n * sizeof(float) : c->n;
+  size_t bytes = c->op == OP_ALLREDUCE ? c->n * dpm_comm_dtype_size(c->t) : c->n;
   cuda_use(rk->dev);
   cudaError_t e = cudaSuccess;
   if (bytes > rk->bounce_cap) {
@@ -385,7 +391,9 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
   snprintf(rk->last, sizeof rk->last, "%s", what);
   ncclResult_t res;
   if (c->op == OP_ALLREDUCE)
-    res = ncclAllReduce(c->buf, c->buf, c->n, ncclFloat, ncclSum, rk->comm, rk->stream);
+    res = ncclAllReduce(c->buf, c->buf, c->n,
+                        c->t == DPM_COMM_F64 ? ncclDouble : ncclFloat, ncclSum, rk->comm,
+                        rk->stream);
   else if (c->op == OP_BROADCAST)
     res = ncclBroadcast(c->buf, c->buf, c->n, ncclUint8, c->root, rk->comm, rk->stream);
   else
@@ -422,10 +430,10 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
 
 /* ---- the collectives ------------------------------------------------------ */
 
-static dpm_status nccl_allreduce(dpm_comm *c, int rank, float *buf, size_t count,
-                                 dpm_err *err) {
+static dpm_status nccl_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
+                                 size_t count, dpm_err *err) {
   nccl_group *g = group_of(c);
-  nccl_call call = {.op = OP_ALLREDUCE, .n = count, .buf = buf};
+  nccl_call call = {.op = OP_ALLREDUCE, .n = count, .buf = buf, .t = t};
   dpm_status s = meet(g, rank, call, err);
   if (s || count == 0) return s;
   return on_host(buf) ? staged(g, rank, &call, err) : enqueue(g, rank, &call, err);
@@ -442,7 +450,7 @@ static dpm_status nccl_start(dpm_comm *c, int rank, float *buf, size_t count,
         "allreduce start: rank %d already has %d started allreduces not waited "
         "for",
         rank, DPM_COMM_MAX_STARTED);
-  dpm_status s = nccl_allreduce(c, rank, buf, count, err);
+  dpm_status s = nccl_allreduce(c, rank, DPM_COMM_F32, buf, count, err);
   rk->started += !s;
   return s;
 }

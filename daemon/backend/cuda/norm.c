@@ -44,6 +44,8 @@ static size_t bn_scratch(const dpm_node *nd, const dpm_shape *in) {
 }
 
 static float *f32(const dpm_tensor *t) { return t ? (float *)t->data : NULL; }
+/* The combined sums' blob: 2C+1 doubles in an f32 shape (ops/norm.c). */
+static double *f64(const dpm_tensor *t) { return t ? (double *)t->data : NULL; }
 
 static void bn_run(const dpm_op *op) {
   cuda_dev *dev = cuda_dev_of(op);
@@ -52,7 +54,7 @@ static void bn_run(const dpm_op *op) {
   cuda_bn_forward(f32(op->in[0]), f32(op->in[1]), f32(op->in[2]), f32(op->in[3]),
                   f32(op->in[4]), f32(op->out[0]), f32(op->out[1]), f32(op->out[2]), n, c,
                   hw, op->node->arg[BN_ARG_EPSILON].f, op->node->arg[BN_ARG_MOMENTUM].f,
-                  op->node->is_test, op->n_in > 5 ? f32(op->in[5]) : NULL,
+                  op->node->is_test, op->n_in > 5 ? f64(op->in[5]) : NULL,
                   op->ctx->scratch, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
@@ -63,7 +65,7 @@ static void bn_grad_run(const dpm_op *op) {
   geom(&op->in[0]->shape, &n, &c, &hw);
   cuda_bn_backward(f32(op->in[0]), f32(op->in[1]), f32(op->in[2]), f32(op->in[3]),
                    f32(op->in[4]), f32(op->out[0]), f32(op->out[1]), f32(op->out[2]), n,
-                   c, hw, op->node->is_test, op->n_in > 5 ? f32(op->in[5]) : NULL,
+                   c, hw, op->node->is_test, op->n_in > 5 ? f64(op->in[5]) : NULL,
                    op->ctx->scratch, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
@@ -75,7 +77,7 @@ static void bn_sums_run(const dpm_op *op) {
   geom(&op->in[0]->shape, &n, &c, &hw);
   const int grad = op->n_in == 3;
   cuda_bn_sums(f32(op->in[0]), grad ? f32(op->in[2]) : NULL, f32(op->in[1]), n, c, hw,
-               f32(op->out[0]), op->ctx->scratch, dev->compute);
+               f64(op->out[0]), op->ctx->scratch, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 

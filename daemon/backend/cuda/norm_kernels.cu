@@ -17,7 +17,7 @@
  * statistics).
  *
  * Combined statistics (ops/norm.c): cuda_bn_sums runs pass 1 alone and
- * packs each channel's sums as floats [s1 (c), s2 (c), count] (forward
+ * packs each channel's sums as doubles [s1 (c), s2 (c), count] (forward
  * shifted by the running mean); the forward and backward given such
  * all-reduced sums (gsum) skip their own pass 1 (forward) or use them for
  * dx's coefficients in place of the batch's (backward: ds and db stay the
@@ -95,16 +95,16 @@ __device__ void add_parts(const double *part, int64_t ch, int64_t parts, double 
   *s2 = b;
 }
 
-/* Per channel: channel ch's parts packed as floats into out [2c + 1]. */
+/* Per channel: channel ch's parts packed as doubles into out [2c + 1]. */
 __global__ void bn_pack(int64_t n, int64_t c, int64_t hw, int64_t parts,
-                        const double *__restrict__ part, float *__restrict__ out) {
+                        const double *__restrict__ part, double *__restrict__ out) {
   for (int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; ch < c;
        ch += (int64_t)gridDim.x * blockDim.x) {
     double s1, s2;
     add_parts(part, ch, parts, &s1, &s2);
-    out[ch] = (float)s1;
-    out[c + ch] = (float)s2;
-    if (ch == 0) out[2 * c] = (float)(n * hw);
+    out[ch] = s1;
+    out[c + ch] = s2;
+    if (ch == 0) out[2 * c] = (double)(n * hw);
   }
 }
 
@@ -116,12 +116,12 @@ __global__ void bn_stats(const float *__restrict__ x, const float *__restrict__ 
                          float *__restrict__ sm, float *__restrict__ siv, int64_t n,
                          int64_t c, int64_t hw, double eps, double mom, int is_test,
                          int64_t parts, const double *__restrict__ part,
-                         const float *__restrict__ gsum, float *__restrict__ coef) {
+                         const double *__restrict__ gsum, float *__restrict__ coef) {
   for (int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; ch < c;
        ch += (int64_t)gridDim.x * blockDim.x) {
     double mean = rm[ch], var = rv[ch];
     if (!is_test) {
-      const double cnt = gsum ? (double)gsum[2 * c] : (double)(n * hw);
+      const double cnt = gsum ? gsum[2 * c] : (double)(n * hw);
       const float k = gsum ? rm[ch] : cnt > 0 ? x[ch * hw] : 0.f;
       double s1, s2;
       if (gsum)
@@ -150,7 +150,7 @@ __global__ void bn_grad_stats(const float *__restrict__ s, const float *__restri
                               const float *__restrict__ siv, float *__restrict__ ds,
                               float *__restrict__ db, int64_t n, int64_t c, int64_t hw,
                               int is_test, int64_t parts, const double *__restrict__ part,
-                              const float *__restrict__ gsum, float *__restrict__ coef) {
+                              const double *__restrict__ gsum, float *__restrict__ coef) {
   for (int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; ch < c;
        ch += (int64_t)gridDim.x * blockDim.x) {
     double sdy, sdyx;
@@ -158,7 +158,7 @@ __global__ void bn_grad_stats(const float *__restrict__ s, const float *__restri
     const double dsc = sdyx * siv[ch];
     if (ds) ds[ch] = (float)dsc;
     if (db) db[ch] = (float)sdy;
-    const double cnt = gsum ? (double)gsum[2 * c] : (double)(n * hw);
+    const double cnt = gsum ? gsum[2 * c] : (double)(n * hw);
     if (gsum) sdy = gsum[ch], sdyx = gsum[c + ch];
     const double k = (double)s[ch] * siv[ch];
     const double e = is_test ? 0 : -k * siv[ch] * (sdyx * siv[ch]) / cnt;
@@ -202,7 +202,7 @@ static unsigned blocks_for(int64_t n) {
 extern "C" void cuda_bn_forward(const float *x, const float *s, const float *b, float *rm,
                                 float *rv, float *y, float *sm, float *siv, int64_t n,
                                 int64_t c, int64_t hw, double eps, double momentum,
-                                int is_test, const float *gsum, void *scratch,
+                                int is_test, const double *gsum, void *scratch,
                                 cudaStream_t st) {
   if (c <= 0) return;
   const int64_t parts = cuda_bn_parts(n, hw);
@@ -222,7 +222,7 @@ extern "C" void cuda_bn_forward(const float *x, const float *s, const float *b, 
 extern "C" void cuda_bn_backward(const float *x, const float *s, const float *sm,
                                  const float *siv, const float *dy, float *dx, float *ds,
                                  float *db, int64_t n, int64_t c, int64_t hw, int is_test,
-                                 const float *gsum, void *scratch, cudaStream_t st) {
+                                 const double *gsum, void *scratch, cudaStream_t st) {
   if (c <= 0) return;
   const int64_t parts = cuda_bn_parts(n, hw);
   double *part = (double *)scratch;
@@ -237,7 +237,7 @@ extern "C" void cuda_bn_backward(const float *x, const float *s, const float *sm
 }
 
 extern "C" void cuda_bn_sums(const float *x, const float *dy, const float *shift, int64_t n,
-                             int64_t c, int64_t hw, float *out, void *scratch,
+                             int64_t c, int64_t hw, double *out, void *scratch,
                              cudaStream_t st) {
   if (c <= 0) return;
   const int64_t parts = cuda_bn_parts(n, hw);

@@ -35,27 +35,27 @@ static inline size_t cuda_bn_scratch(int64_t n, int64_t c, int64_t hw) {
 }
 
 /* SpatialBN: y from x, scale s and bias b; train (is_test 0): batch
- * statistics (or, with gsum, those of the combined sums [2c + 1] shifted by
- * rm), rm and rv updated in place with momentum; test: rm and rv used as
+ * statistics (or, with gsum, those of the combined sums, 2c + 1 doubles,
+ * shifted by rm), rm and rv updated in place with momentum; test: rm and rv used as
  * they are. sm and siv get the mean and 1/sqrt(var + eps) used. */
 void cuda_bn_forward(const float *x, const float *s, const float *b, float *rm, float *rv,
                      float *y, float *sm, float *siv, int64_t n, int64_t c, int64_t hw,
-                     double eps, double momentum, int is_test, const float *gsum,
+                     double eps, double momentum, int is_test, const double *gsum,
                      void *scratch, cudaStream_t st);
 
 /* SpatialBNGradient: dx, ds, db (each may be NULL) from x, s, the saved
  * mean sm and inverse std siv, and dy; with gsum, dx from the combined sums
- * [2c + 1] (ds and db stay the batch's). */
+ * (2c + 1 doubles; ds and db stay the batch's). */
 void cuda_bn_backward(const float *x, const float *s, const float *sm, const float *siv,
                       const float *dy, float *dx, float *ds, float *db, int64_t n,
-                      int64_t c, int64_t hw, int is_test, const float *gsum, void *scratch,
-                      cudaStream_t st);
+                      int64_t c, int64_t hw, int is_test, const double *gsum,
+                      void *scratch, cudaStream_t st);
 
 /* SpatialBNStats (dy NULL: sum(x - shift), sum((x - shift)^2)) and
- * SpatialBNGradientStats (sum(dy), sum(dy * (x - shift))): out [2c + 1]
- * gets the per-channel sums as floats, then the count n * hw. */
+ * SpatialBNGradientStats (sum(dy), sum(dy * (x - shift))): out, 2c + 1
+ * doubles, gets the per-channel sums, then the count n * hw. */
 void cuda_bn_sums(const float *x, const float *dy, const float *shift, int64_t n,
-                  int64_t c, int64_t hw, float *out, void *scratch, cudaStream_t st);
+                  int64_t c, int64_t hw, double *out, void *scratch, cudaStream_t st);
 
 #ifdef __cplusplus
 }
