@@ -31,6 +31,9 @@ static int64_t idx_read(gzFile f, const char *path, void *buf, size_t n, dpm_err
   return (int64_t)done;
 }
 
+#define IDX_LOAD_BUFFER (1u << 17) /* zlib's buffers when reading the data */
+#define IDX_PEEK_BUFFER 1024u      /* ... when reading the header alone */
+
 static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
          (uint32_t)p[3];
@@ -84,24 +87,18 @@ static dpm_status idx_header(gzFile f, const char *path, int want_ndim, dpm_idx 
   return DPM_OK;
 }
 
-/* Open path through fs and read its header into *x (shared by load and
- * peek). */
-static dpm_status idx_open(const dpm_fs *fs, const char *path, int ndim, dpm_idx *x,
-                           gzFile *f, dpm_err *err) {
-  if (!x) return dpm_errf(err, DPM_INVALID, "idx: no output");
-  memset(x, 0, sizeof *x);
-  if (!path || !*path) return dpm_errf(err, DPM_INVALID, "idx: no file name");
-  if (ndim != 0 && ndim != 1 && ndim != 3)
-    return dpm_errf(err, DPM_INVALID, "%s: IDX rank %d requested (0, 1, 3)", path, ndim);
-  int fd;
-  dpm_status st = dpm_file_open_read(fs, path, &fd, err);
-  if (st != DPM_OK) return st;
+/* Read the header of the file open at fd (gzip or raw; fd is taken: gzclose
+ * closes it) into *x. zlib fills its whole output buffer (twice `buffer`)
+ * at the first read, so a peek, which reads only the header, takes a small
+ * one. */
+static dpm_status idx_start(int fd, const char *path, int ndim, size_t buffer, dpm_idx *x,
+                            gzFile *f, dpm_err *err) {
   if (!(*f = gzdopen(fd, "rb"))) {
     close(fd);
     return dpm_errf(err, DPM_NOMEM, "%s: out of memory", path);
   }
-  gzbuffer(*f, 1u << 17);
-  st = idx_header(*f, path, ndim, x, err);
+  gzbuffer(*f, (unsigned)buffer);
+  dpm_status st = idx_header(*f, path, ndim, x, err);
   if (st != DPM_OK) {
     gzclose(*f);
     memset(x, 0, sizeof *x);
@@ -109,39 +106,56 @@ static dpm_status idx_open(const dpm_fs *fs, const char *path, int ndim, dpm_idx
   return st;
 }
 
+static dpm_status idx_args(const char *path, int ndim, dpm_idx *x, dpm_err *err) {
+  if (!x) return dpm_errf(err, DPM_INVALID, "idx: no output");
+  memset(x, 0, sizeof *x);
+  if (!path || !*path) return dpm_errf(err, DPM_INVALID, "idx: no file name");
+  if (ndim != 0 && ndim != 1 && ndim != 3)
+    return dpm_errf(err, DPM_INVALID, "%s: IDX rank %d requested (0, 1, 3)", path, ndim);
+  return DPM_OK;
+}
+
+/* Open path through fs and read its header into *x (shared by load and
+ * peek). */
+static dpm_status idx_open(const dpm_fs *fs, const char *path, int ndim, size_t buffer,
+                           dpm_idx *x, gzFile *f, dpm_err *err) {
+  if (idx_args(path, ndim, x, err)) return err->code;
+  int fd;
+  dpm_status st = dpm_file_open_read(fs, path, &fd, err);
+  if (st != DPM_OK) return st;
+  return idx_start(fd, path, ndim, buffer, x, f, err);
+}
+
 dpm_status dpm_idx_peek(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
                         dpm_err *err) {
   gzFile f;
-  dpm_status st = idx_open(fs, path, ndim, out, &f, err);
+  dpm_status st = idx_open(fs, path, ndim, IDX_PEEK_BUFFER, out, &f, err);
   if (st == DPM_OK) gzclose(f);
   return st;
 }
 
-dpm_status dpm_idx_load(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
-                        dpm_err *err) {
-  if (!out) return dpm_errf(err, DPM_INVALID, "idx: no output");
-  memset(out, 0, sizeof *out);
-  gzFile f;
-  dpm_idx x;
-  dpm_status st = idx_open(fs, path, ndim, &x, &f, err);
-  if (st != DPM_OK) return st;
+/* The data after a header read into *x (f is closed): exactly x->size
+ * bytes, nothing after them. */
+static dpm_status idx_body(gzFile f, const char *path, dpm_idx *x, dpm_idx *out,
+                           dpm_err *err) {
+  dpm_status st;
   /* malloc, not calloc: pages are touched only as the data arrives, so a
    * header that lies about a huge size costs nothing before the check. */
-  x.data = malloc(x.size);
-  if (!x.data) {
-    st = dpm_errf(err, DPM_NOMEM, "%s: cannot allocate %zu bytes", path, x.size);
+  x->data = malloc(x->size);
+  if (!x->data) {
+    st = dpm_errf(err, DPM_NOMEM, "%s: cannot allocate %zu bytes", path, x->size);
     goto fail;
   }
-  int64_t got = idx_read(f, path, x.data, x.size, err);
+  int64_t got = idx_read(f, path, x->data, x->size, err);
   if (got < 0) {
     st = err ? err->code : DPM_IO;
     goto fail;
   }
-  if ((size_t)got < x.size) {
+  if ((size_t)got < x->size) {
     st = dpm_errf(err, DPM_CORRUPT,
                   "%s: truncated IDX data: %lld of %zu bytes the dimensions "
                   "promise",
-                  path, (long long)got, x.size);
+                  path, (long long)got, x->size);
     goto fail;
   }
   uint8_t extra[256];
@@ -152,16 +166,39 @@ dpm_status dpm_idx_load(const dpm_fs *fs, const char *path, int ndim, dpm_idx *o
   }
   if (got > 0) {
     st = dpm_errf(err, DPM_CORRUPT, "%s: trailing bytes after the %zu bytes of IDX data",
-                  path, x.size);
+                  path, x->size);
     goto fail;
   }
   gzclose(f);
-  *out = x;
+  *out = *x;
   return DPM_OK;
 fail:
   gzclose(f);
-  free(x.data);
+  free(x->data);
   return st;
+}
+
+dpm_status dpm_idx_load(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
+                        dpm_err *err) {
+  if (!out) return dpm_errf(err, DPM_INVALID, "idx: no output");
+  memset(out, 0, sizeof *out);
+  gzFile f;
+  dpm_idx x;
+  dpm_status st = idx_open(fs, path, ndim, IDX_LOAD_BUFFER, &x, &f, err);
+  if (st != DPM_OK) return st;
+  return idx_body(f, path, &x, out, err);
+}
+
+dpm_status dpm_idx_load_fd(int fd, const char *path, int ndim, dpm_idx *out,
+                           dpm_err *err) {
+  dpm_idx x;
+  if (idx_args(path, ndim, out, err)) return err->code;
+  int own = dup(fd);
+  if (own < 0) return dpm_errf(err, DPM_IO, "%s: dup: %s", path, strerror(errno));
+  gzFile f;
+  dpm_status st = idx_start(own, path, ndim, IDX_LOAD_BUFFER, &x, &f, err);
+  if (st != DPM_OK) return st;
+  return idx_body(f, path, &x, out, err);
 }
 
 void dpm_idx_fini(dpm_idx *x) {

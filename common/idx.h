@@ -46,6 +46,10 @@ typedef struct dpm_idx {
  * file, 3 only an image file, 0 either. On success *out owns the data. */
 dpm_status dpm_idx_load(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
                         dpm_err *err);
+/* dpm_idx_load of the file open for reading at fd, from its current offset
+ * (fd stays the caller's, open; path only names it in messages). */
+dpm_status dpm_idx_load_fd(int fd, const char *path, int ndim, dpm_idx *out,
+                           dpm_err *err);
 /* Read only the header of path: fills ndim, dim and size, leaves data NULL
  * (nothing to free). Checks the magic and dimensions, not the data length. */
 dpm_status dpm_idx_peek(const dpm_fs *fs, const char *path, int ndim, dpm_idx *out,
