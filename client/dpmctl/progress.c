@@ -18,9 +18,11 @@
  * The train call waits without a timeout, but not on a dead daemon: the
  * library pings while it waits and fails the call (exit 3) when dpmd stops
  * answering or restarted (include/dpm/client.h, Liveness). */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,7 +36,7 @@ enum { SHOW_NONE, SHOW_BAR, SHOW_LINES };
 
 typedef struct progress {
   dpm_events *events;
-  atomic_int stop;
+  int wake[2]; /* a pipe: the main thread writes one byte when the answer came */
   int mode;
   uint64_t iters; /* steps of this train */
   size_t drawn;   /* length of the bar line on screen; 0: none */
@@ -112,27 +114,34 @@ static void show(progress *p, const Dpm__ModelInfo *m) {
   p->drawn = n > 0 ? n : 1;
 }
 
+/* Shows events as they come, until the main thread writes to wake (at
+ * once: the answer does not wait for a poll's timeout). */
 static void *run(void *arg) {
   progress *p = arg;
-  while (!atomic_load(&p->stop)) {
+  struct pollfd fds[2] = {{.fd = p->wake[0], .events = POLLIN},
+                          {.fd = dpm_events_fd(p->events), .events = POLLIN}};
+  for (;;) {
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) return NULL;
+    if (fds[0].revents) return NULL;
+    if (!fds[1].revents) continue;
     Dpm__Event *e;
     dpm_err err;
-    dpm_status s = dpm_events_next(p->events, 200, &e, &err);
-    if (s == DPM_TIMEOUT) continue;
-    if (s) break; /* no more progress; the train answer still comes */
-    if (e->kind == DPM__EVENT_KIND__EVENT_PROGRESS ||
-        (e->kind == DPM__EVENT_KIND__EVENT_DONE && p->mode == SHOW_BAR)) /* a full bar */
-      show(p, e->model);
-    dpm_event_free(e);
+    dpm_status s;
+    while ((s = dpm_events_next(p->events, 0, &e, &err)) == DPM_OK) {
+      if (e->kind == DPM__EVENT_KIND__EVENT_PROGRESS ||
+          (e->kind == DPM__EVENT_KIND__EVENT_DONE && p->mode == SHOW_BAR)) /* a full bar */
+        show(p, e->model);
+      dpm_event_free(e);
+    }
+    if (s != DPM_TIMEOUT) return NULL; /* no more progress; the train answer still comes */
   }
-  return NULL;
 }
 
 int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
   *resp = NULL;
   progress p;
   memset(&p, 0, sizeof p);
-  atomic_init(&p.stop, 0);
+  p.wake[0] = p.wake[1] = -1;
   p.iters = req->train->iters;
   if (ctx->a->opt[O_NO_PROGRESS])
     p.mode = SHOW_NONE;
@@ -158,7 +167,8 @@ int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
   }
   free(ep);
   pthread_t thread;
-  int threaded = p.events && pthread_create(&thread, NULL, run, &p) == 0;
+  int threaded = p.events && dpm_events_fd(p.events) >= 0 && pipe2(p.wake, O_CLOEXEC) == 0 &&
+                 pthread_create(&thread, NULL, run, &p) == 0;
 
   dpm_client_set_timeout(ctx->client, -1);
   dpm_err err = {0};
@@ -166,9 +176,13 @@ int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
   dpm_client_set_timeout(ctx->client, ctx->timeout_ms);
 
   if (threaded) {
-    atomic_store(&p.stop, 1);
+    char one = 1;
+    while (write(p.wake[1], &one, 1) < 0 && errno == EINTR) {
+    }
     pthread_join(thread, NULL);
   }
+  for (int i = 0; i < 2; i++)
+    if (p.wake[i] >= 0) close(p.wake[i]);
   dpm_events_close(p.events);
   if (p.drawn) fputc('\n', stderr);
   return ctl_check(ctx, s, &err, resp); /* errors after the bar's line */

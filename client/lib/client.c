@@ -141,6 +141,13 @@ fail:
   return DPM_IO;
 }
 
+int dpm_events_fd(dpm_events *e) {
+  int fd = -1;
+  size_t len = sizeof fd;
+  if (!e || nn_getsockopt(e->sock, NN_SOL_SOCKET, NN_RCVFD, &fd, &len) < 0) return -1;
+  return fd;
+}
+
 dpm_status dpm_events_next(dpm_events *e, int timeout_ms, Dpm__Event **ev, dpm_err *err) {
   if (ev) *ev = NULL;
   if (!e || !ev) return dpm_errf(err, DPM_INVALID, "dpm_events_next: NULL argument");

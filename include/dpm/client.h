@@ -103,6 +103,11 @@ dpm_status dpm_events_open(const char *endpoint, const char *name, dpm_events **
  * none came, or when a signal interrupted the wait (the caller looks at its
  * own flags). Publications that are not "MODEL\n" + an Event are skipped. */
 dpm_status dpm_events_next(dpm_events *e, int timeout_ms, Dpm__Event **ev, dpm_err *err);
+/* A descriptor that polls readable (POLLIN) while an event may be waiting
+ * (nanomsg's NN_RCVFD), for a caller that waits on it together with its own
+ * descriptors, then takes the events with dpm_events_next(e, 0, ...); the
+ * caller only polls it. Owned by e; -1 when nanomsg has none. */
+int dpm_events_fd(dpm_events *e);
 void dpm_event_free(Dpm__Event *ev);
 void dpm_events_close(dpm_events *e);
 
