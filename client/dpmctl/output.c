@@ -85,6 +85,12 @@ void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
   if (m->has_tensor_bytes) dpm_json_uint(j, "tensor_bytes", m->tensor_bytes);
   if (m->has_tensor_bytes_unshared)
     dpm_json_uint(j, "tensor_bytes_unshared", m->tensor_bytes_unshared);
+  if (m->n_phases) { /* where submit -> first step went, in order (ms) */
+    dpm_json_object(j, "phases_ms");
+    for (size_t i = 0; i < m->n_phases; i++)
+      dpm_json_num(j, m->phases[i]->name, m->phases[i]->ms);
+    dpm_json_end(j);
+  }
   if (m->has_shard_id) dpm_json_uint(j, "shard_id", m->shard_id);
   if (m->has_num_shards) dpm_json_uint(j, "num_shards", m->num_shards);
   if (m->coordinator) dpm_json_str(j, "coordinator", m->coordinator);

@@ -28,6 +28,7 @@
 #include "engine/rng.h"
 #include "engine/tensor.h"
 #include "common/idx.h"
+#include "io/datacache.h"
 
 #define READER_MAX_SLOT_BYTES (1ll << 30) /* floats in one batch buffer */
 #define READER_MAX_SIDE 65536
@@ -54,7 +55,9 @@ struct dpm_reader {
   int c, h, w;           /* image shape */
   int64_t chw;           /* pixels per example */
   int64_t global;        /* batch x num_shards: one step of pos.index */
-  dpm_idx_dataset data;  /* idx: the loaded files */
+  dpm_data_cache *cache; /* idx: where the files' holds come from (NULL: private) */
+  dpm_data_entry *held[2]; /* idx: holds on the image and label files */
+  const uint8_t *images, *labels; /* idx: their data */
   float scale;           /* pixel -> (float)pixel * scale, as the predictor does */
 
   /* Producer-private. */
@@ -156,8 +159,8 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
     uint64_t ex = cfg->shuffle ? r->order[lo + k] : lo + k;
     const uint8_t *src;
     if (cfg->kind == DPM_READER_IDX) {
-      src = r->data.images.data + ex * (uint64_t)r->chw;
-      s->batch.label[k] = r->data.labels.data[ex];
+      src = r->images + ex * (uint64_t)r->chw;
+      s->batch.label[k] = r->labels[ex];
     } else {
       src = cfg->raw ? s->pixels + k * (uint64_t)r->chw : r->scratch;
       dpm_synthetic_example(cfg->seed, (int64_t)ex, r->c, r->h, r->w, cfg->num_classes,
@@ -306,14 +309,27 @@ static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
   if (reader_geometry(cfg, &r->n, &r->c, &r->h, &r->w, err)) return err->code;
   if (cfg->kind == DPM_READER_IDX) {
     if (cfg->num_classes <= 0) cfg->num_classes = 10;
-    dpm_status st = dpm_idx_dataset_load(cfg->fs, cfg->images, cfg->labels,
-                                         cfg->num_classes, &r->data, err);
-    if (st != DPM_OK) return st;
-    if (r->data.n != r->n || r->data.rows != r->h || r->data.cols != r->w)
+    r->cache = cfg->cache;
+    if (dpm_data_cache_get(r->cache, cfg->fs, cfg->images, 3, &r->held[0], err) ||
+        dpm_data_cache_get(r->cache, cfg->fs, cfg->labels, 1, &r->held[1], err))
+      return err->code;
+    const dpm_idx *img = dpm_data_entry_idx(r->held[0]), *lab = dpm_data_entry_idx(r->held[1]);
+    if (img->dim[0] != r->n || img->dim[1] != r->h || img->dim[2] != r->w)
       return dpm_errf(err, DPM_IO, "%s: changed while it was being read", cfg->images);
+    if (lab->dim[0] != r->n)
+      return dpm_errf(err, DPM_IO, "%s: changed while it was being read", cfg->labels);
+    if (dpm_data_entry_max(r->held[1]) >= cfg->num_classes) {
+      size_t i = 0;
+      while (lab->data[i] < cfg->num_classes) i++;
+      return dpm_errf(err, DPM_CORRUPT, "%s: the label at index %zu is out of range [0, %d)",
+                      cfg->labels, i, cfg->num_classes);
+    }
+    r->images = img->data;
+    r->labels = lab->data;
   }
   cfg->images = cfg->labels = NULL; /* not kept: the caller owns them */
   cfg->fs = NULL;
+  cfg->cache = NULL;
   r->chw = (int64_t)r->c * r->h * r->w;
   r->global = (int64_t)cfg->batch * cfg->num_shards;
   return DPM_OK;
@@ -331,7 +347,7 @@ static void reader_free(dpm_reader *r) {
   free(r->slots);
   free(r->order);
   free(r->scratch);
-  dpm_idx_dataset_fini(&r->data);
+  for (int i = 0; i < 2; i++) dpm_data_cache_release(r->cache, r->held[i]);
   pthread_cond_destroy(&r->not_empty);
   pthread_cond_destroy(&r->not_full);
   pthread_mutex_destroy(&r->mu);

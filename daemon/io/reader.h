@@ -63,6 +63,9 @@ typedef struct dpm_reader_config {
   const char *images; /* idx: image file (gzip or raw) */
   const char *labels; /* idx: label file */
   const struct dpm_fs *fs; /* how they are opened (common/file.h); NULL: plain paths */
+  /* idx: the files' contents are held from this cache (io/datacache.h) for
+   * the reader's life; NULL: the reader reads a private copy */
+  struct dpm_data_cache *cache;
   double scale;       /* float value = pixel (0..255) * scale; finite */
   int shuffle;        /* 1: a seeded permutation per epoch; 0: file order */
   uint64_t seed;      /* shuffle order and synthetic data */

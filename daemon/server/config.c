@@ -84,6 +84,7 @@ static const cfg_key top_keys[] = {
     /* nanomsg's NN_RCVMAXSIZE is an int */
     {.key = "max_message_bytes", .kind = CK_INT, .off = OFF(max_message_bytes), .lo = 1024, .hi = INT_MAX},
     {.key = "max_model_bytes", .kind = CK_INT, .off = OFF(max_model_bytes), .lo = 1u << 20, .hi = 1ull << 50},
+    {.key = "data_cache_bytes", .kind = CK_INT, .off = OFF(data_cache_bytes), .lo = 0, .hi = 1ull << 50},
     {.key = "progress_every", .kind = CK_INT, .off = OFF(progress_every), .lo = 1, .hi = 1000000},
     {.key = NULL},
 };
@@ -279,6 +280,7 @@ static dpm_status cfg_defaults(dpmd_config *cfg, dpm_err *err) {
   cfg->log_level = DPMD_LOG_INFO;
   cfg->max_message_bytes = (size_t)64 << 20;
   cfg->max_model_bytes = (uint64_t)8 << 30;
+  cfg->data_cache_bytes = (uint64_t)1 << 30;
   cfg->progress_every = 10;
   if (!push_str(&cfg->listen, &cfg->n_listen, "ipc:///run/dpmd/dpmd.sock") ||
       !push_str(&cfg->data_paths, &cfg->n_data_paths, "/usr/share/datasets") ||

@@ -53,6 +53,8 @@ typedef struct dpmd_config {
   dpmd_log_level log_level; /* default info */
   size_t max_message_bytes; /* largest request accepted; default 64 MiB */
   uint64_t max_model_bytes; /* bytes of tensors per model (all replicas); default 8 GiB */
+  uint64_t data_cache_bytes; /* data sets kept decoded for every model (io/datacache.h);
+                                default 1 GiB */
   int progress_every;       /* steps between progress events; default 10 */
   int foreground;           /* --foreground (informational: dpmd never forks) */
 } dpmd_config;

@@ -36,6 +36,7 @@ struct dpmd_devices;
 struct dpmd_paths;
 struct dpmd_kv;
 struct dpmd_gather;
+struct dpm_data_cache;
 struct uv_loop_s;
 typedef struct dpmd_core dpmd_core;
 
@@ -45,6 +46,7 @@ typedef struct dpmd {
   const struct dpmd_paths *paths; /* where clients' paths may lead (paths.h) */
   struct dpmd_kv *kv;             /* the rendezvous store it serves; any thread (kv.h) */
   struct dpmd_gather *gather;     /* asks fleet jobs' shards for status (gather.h) */
+  struct dpm_data_cache *data;    /* every model's data sets (io/datacache.h); any thread */
   uint64_t instance;              /* random per start: clients notice a restart */
   double started;                 /* CLOCK_REALTIME seconds */
   dpmd_core *core;                /* dpmd.c's: through the functions below only */
@@ -56,6 +58,7 @@ typedef struct dpmd_reply_to {
   void *header;
   uint64_t id;
   int command; /* the request's command (its oneof case: metrics); 0 if unknown */
+  double arrived; /* dpmd_mono_ms when the loop read it (a model's phases) */
 } dpmd_reply_to;
 
 /* ---- answers and events: any thread --------------------------------------- */
@@ -71,7 +74,8 @@ void dpmd_reply_error(dpmd *d, dpmd_reply_to *to, dpm_status code, const char *f
 void dpmd_publish(dpmd *d, const char *name, Dpm__Event *ev);
 /* A model could not checkpoint at shutdown: dpmd will exit non-zero. */
 void dpmd_shutdown_failed(dpmd *d);
-double dpmd_now(void); /* CLOCK_REALTIME seconds */
+double dpmd_now(void);     /* CLOCK_REALTIME seconds */
+double dpmd_mono_ms(void); /* CLOCK_MONOTONIC milliseconds */
 
 /* A model thread has ended (deleted, failed to build, shut down): on the
  * loop thread, the loop's exit hook (dpmd_core_start) joins and frees it,

@@ -9,6 +9,7 @@
 
 #include "backend/cuda_load.h"
 #include "backend/device.h"
+#include "io/datacache.h"
 #include "server/devices.h"
 #include "server/kv.h"
 #include "server/model.h"
@@ -114,6 +115,35 @@ static void device_memory(text *t) {
         (unsigned long long)st[i].raw_allocs);
 }
 
+/* The data cache (io/datacache.h): what it keeps, held by models or idle. */
+static void data_cache(text *t, const dpmd *d) {
+  dpm_data_cache_stats st;
+  dpm_data_cache_stats_of(d->data, &st);
+  head(t, "dpmd_data_cache_bytes", "gauge",
+       "Decoded data sets kept for every model: held by a model, or idle.");
+  put(t,
+      "dpmd_data_cache_bytes{state=\"held\"} %llu\n"
+      "dpmd_data_cache_bytes{state=\"idle\"} %llu\n",
+      (unsigned long long)st.held_bytes, (unsigned long long)(st.bytes - st.held_bytes));
+  head(t, "dpmd_data_cache_files", "gauge", "Data files in the cache: held, or idle.");
+  put(t,
+      "dpmd_data_cache_files{state=\"held\"} %llu\n"
+      "dpmd_data_cache_files{state=\"idle\"} %llu\n",
+      (unsigned long long)st.held_entries,
+      (unsigned long long)(st.entries - st.held_entries));
+  head(t, "dpmd_data_cache_limit_bytes", "gauge", "The data cache's bound (data_cache_bytes).");
+  put(t, "dpmd_data_cache_limit_bytes %llu\n", (unsigned long long)st.max_bytes);
+  head(t, "dpmd_data_cache_lookups_total", "counter",
+       "Data files asked of the cache: found (hit), or read from disk (miss).");
+  put(t,
+      "dpmd_data_cache_lookups_total{result=\"hit\"} %llu\n"
+      "dpmd_data_cache_lookups_total{result=\"miss\"} %llu\n",
+      (unsigned long long)st.hits, (unsigned long long)st.misses);
+  head(t, "dpmd_data_cache_evictions_total", "counter",
+       "Data files dropped: idle over the bound, or changed on disk.");
+  put(t, "dpmd_data_cache_evictions_total %llu\n", (unsigned long long)st.evictions);
+}
+
 char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
                         const char *(*command_name)(int command)) {
   int n_models = dpmd_registry_count(models);
@@ -131,6 +161,7 @@ char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
   put(&t, "dpmd_device_crews %d\n", dpmd_devices_crews(d->devices));
   device_memory(&t);
   nccl_groups(&t);
+  data_cache(&t, d);
   head(&t, "dpmd_requests_total", "counter", "Requests answered, by command and status.");
   for (int c = 0; c < DPMD_MAX_COMMAND; c++)
     for (int s = 0; s < DPM_STATUS_COUNT; s++) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -87,8 +88,14 @@ struct dpmd_model {
   double images_per_s;
   char error[512], ckpt[PATH_MAX], ckpt_error[512];
   dpm_trainer *t; /* set and cleared under mu (interrupt reads it) */
+  /* phases (ModelInfo.phases): submit -> built, and the first step; the
+     trainer's copied in when they change */
+  double admit_ms, save_ms, train_wait_ms;
+  double trainer_ms[DPM_TRAINER_PHASES];
+  int has_phases, has_first;
   /* model thread only */
   waiter *waiters;
+  double first_train; /* dpmd_mono_ms the train that runs the first step arrived; 0: none */
   int global_batch;
   double trained_s;       /* training time since the last checkpoint */
   double rate_t[RATE_SAMPLES];
@@ -150,6 +157,40 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
   info->tensor_bytes = m->tensor_bytes;
   info->has_memory_bytes = m->memory_bytes > 0;
   info->memory_bytes = m->memory_bytes;
+  info->n_phases = 0;
+  info->phases = buf->phase_ptr;
+  if (m->has_phases) { /* in order: submit to built, then the first step's */
+    static const struct {
+      int trainer; /* index into trainer_ms, or -1: the model's own */
+      const char *name;
+      size_t off;
+      int first; /* of the first step */
+    } order[] = {
+        {-1, "admit", offsetof(dpmd_model, admit_ms), 0},
+        {DPM_PHASE_VALIDATE, NULL, 0, 0},
+        {DPM_PHASE_GRAPH, NULL, 0, 0},
+        {DPM_PHASE_DATA, NULL, 0, 0},
+        {DPM_PHASE_ALLOC, NULL, 0, 0},
+        {DPM_PHASE_INIT, NULL, 0, 0},
+        {DPM_PHASE_COMM, NULL, 0, 0},
+        {DPM_PHASE_BROADCAST, NULL, 0, 0},
+        {-1, "save", offsetof(dpmd_model, save_ms), 0},
+        {-1, "train_wait", offsetof(dpmd_model, train_wait_ms), 1},
+        {DPM_PHASE_FIRST_BATCH, NULL, 0, 1},
+        {DPM_PHASE_FIRST_STEP, NULL, 0, 1},
+    };
+    _Static_assert(sizeof order / sizeof *order == DPMD_PHASES, "phases");
+    for (size_t i = 0; i < DPMD_PHASES; i++) {
+      if (order[i].first && !m->has_first) continue;
+      Dpm__Phase *p = &buf->phase[info->n_phases];
+      dpm__phase__init(p);
+      p->name = (char *)(order[i].trainer >= 0 ? dpm_trainer_phase_names[order[i].trainer]
+                                               : order[i].name);
+      p->ms = order[i].trainer >= 0 ? m->trainer_ms[order[i].trainer]
+                                    : *(const double *)((const char *)m + order[i].off);
+      buf->phase_ptr[info->n_phases++] = p;
+    }
+  }
   info->has_tensor_bytes_unshared = m->tensor_bytes_unshared > 0;
   info->tensor_bytes_unshared = m->tensor_bytes_unshared;
   if (m->every_iters || m->every_s) {
@@ -275,6 +316,7 @@ static void take_trainer(dpmd_model *m, dpm_trainer *t) {
   m->tensor_bytes = bytes + mem->shared_arena;
   m->tensor_bytes_unshared = bytes + mem->shared_apart;
   m->memory_bytes = dpm_trainer_memory_of(t)->total;
+  memcpy(m->trainer_ms, dpm_trainer_phases(t), sizeof m->trainer_ms);
   pthread_mutex_unlock(&m->mu);
   m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
 }
@@ -319,6 +361,48 @@ static dpm_status restore_fleet(dpmd_model *m, dpm_err *err) {
   return DPM_OK;
 }
 
+/* A new model's files (spec.pb, and a fleet shard's DIR/shard), written and
+ * synced on a thread of their own while the trainer builds. */
+typedef struct saver {
+  dpmd_model *m;
+  int shard;   /* a fleet job's shard id; -1: none */
+  int fresh;   /* the model's directory did not exist before */
+  pthread_t thread;
+  int started; /* the thread runs (else run() ran here) */
+  double ms;
+  dpm_status s;
+  dpm_err err;
+} saver;
+
+static void *save_files(void *arg) {
+  saver *v = arg;
+  double t0 = dpmd_mono_ms();
+  v->s = dpmd_store_save_spec(v->m->dir, v->m->spec, &v->err);
+  if (!v->s && v->shard >= 0) v->s = dpmd_store_save_shard(v->m->dir, v->shard, &v->err);
+  v->ms = dpmd_mono_ms() - t0;
+  return NULL;
+}
+
+static void save_start(saver *v) {
+  struct stat st;
+  v->fresh = stat(v->m->dir, &st) != 0;
+  v->started = pthread_create(&v->thread, NULL, save_files, v) == 0;
+  if (!v->started) save_files(v);
+}
+
+/* Waits for the files; the build failed (`keep` 0): removes a directory
+ * that the save created. */
+static dpm_status save_finish(saver *v, int keep, dpm_err *err) {
+  if (v->started) pthread_join(v->thread, NULL);
+  if (!keep || v->s) {
+    dpm_err rerr = {0};
+    if (v->fresh && dpmd_store_remove(v->m->dir, &rerr))
+      dpmd_warn("model %s: %s", v->m->spec->name, rerr.msg);
+  }
+  if (v->s && keep) *err = v->err;
+  return keep ? v->s : DPM_OK;
+}
+
 static dpm_status build(dpmd_model *m, dpm_err *err) {
   const Dpm__ParallelSpec *par = m->spec->parallel; /* submit always sets devices */
   if (!par || !par->n_devices)
@@ -328,27 +412,35 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   dpm_trainer_options opt = {.net_type = -1,
                              .max_bytes = m->d->cfg->max_model_bytes,
                              .max_bytes_name = "max_model_bytes",
-                             .fs = dpmd_paths_data(m->d->paths)};
+                             .fs = dpmd_paths_data(m->d->paths),
+                             .data_cache = m->d->data};
   if (dpmd_fleet_shards(m->spec) && m->restore) return restore_fleet(m, err);
+  double start = dpmd_mono_ms();
   dpmd_fleet_link *l = m->fleet;
   int coordinator = l && dpmd_fleet_shard_id(l) == 0;
   dpm_status s = DPM_OK;
+  saver v = {.m = m, .shard = l ? dpmd_fleet_shard_id(l) : -1};
+  if (!m->restore) save_start(&v);
   if (coordinator) s = dpmd_fleet_form(m->d, l, m->spec, err);
   if (!s && l) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
   if (!s)
     s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
-  if (s && coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
-  if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
-  if (s) return s;
-  if (!m->restore && (dpmd_store_save_spec(m->dir, m->spec, err) ||
-                      (l && dpmd_store_save_shard(m->dir, dpmd_fleet_shard_id(l), err)))) {
+  if (!s && !m->restore) s = save_finish(&v, 1, err);
+  else if (!m->restore) save_finish(&v, 0, err);
+  if (s) {
     dpm_trainer_destroy(t);
-    if (coordinator) dpmd_fleet_abort(m->d, l, m->spec);
-    return err->code;
+    if (coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
+    if (l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
+    return s;
   }
   take_trainer(m, t);
+  pthread_mutex_lock(&m->mu);
+  m->admit_ms = m->submit_to.arrived > 0 ? start - m->submit_to.arrived : 0;
+  m->save_ms = v.ms;
+  m->has_phases = 1;
+  pthread_mutex_unlock(&m->mu);
   if (m->restore)
     restore_checkpoint(m);
   else
@@ -418,6 +510,11 @@ static void train_chunk(dpmd_model *m) {
   double t1 = mono_s();
   m->trained_s += t1 - t0;
   pthread_mutex_lock(&m->mu);
+  if (!m->has_first && !s && st.steps_done > 0) { /* the first step's phases */
+    m->train_wait_ms = m->first_train > 0 ? t0 * 1e3 - m->first_train : 0;
+    memcpy(m->trainer_ms, dpm_trainer_phases(m->t), sizeof m->trainer_ms);
+    m->has_first = 1;
+  }
   m->iter = dpm_trainer_iter(m->t);
   if (!s && st.steps_done > 0) {
     m->last = st;
@@ -469,6 +566,7 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   pthread_mutex_lock(&m->mu);
   m->target = m->iter + r->iters;
   pthread_mutex_unlock(&m->mu);
+  if (!m->has_first) m->first_train = to->arrived;
   rate_restart(m);
   set_state(m, DPMD_TRAINING);
   if (!r->wait) return dpmd_model_reply_info(m, to);

@@ -105,12 +105,21 @@ void dpmd_model_post(dpmd_model *m, dpmd_job_fn fn, const char *what, Dpm__Reque
 /* Ask the model thread to end: delete (remove its files; answers `to`) or
  * shut down (checkpoint if training and configured; to may be NULL). */
 void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to);
-/* Copies of a model's mutable strings for a snapshot. */
+/* Phases a model shows (ModelInfo.phases): admit (the submit's arrival to
+ * its build's start: decode, checks, thread start), the trainer's of create
+ * (train/trainer.h), save (spec.pb written and synced, on a thread of its
+ * own while the trainer builds: it overlaps them); after the first
+ * step, train_wait (that train's arrival to its first step) and the
+ * trainer's first_batch and first_step. */
+#define DPMD_PHASES 12
+/* Copies of a model's mutable strings and phases for a snapshot. */
 typedef struct dpmd_info_buf {
   char error[512];
   char checkpoint[4096];
   char ckpt_error[512];
   Dpm__CheckpointPolicy every;
+  Dpm__Phase phase[DPMD_PHASES];
+  Dpm__Phase *phase_ptr[DPMD_PHASES];
 } dpmd_info_buf;
 /* Snapshot of the model into info (strings point into buf or into the
  * model's immutable spec; a fleet job's shard_id, num_shards and

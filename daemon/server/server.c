@@ -28,6 +28,7 @@
 #include "server/dpmd.h"
 #include "server/gather.h"
 #include "server/kv.h"
+#include "io/datacache.h"
 #include "server/log.h"
 #include "server/model.h"
 #include "server/notify.h"
@@ -94,7 +95,7 @@ static int token_ok(const char *want, const char *got) {
 
 static void on_request(server *s, const uint8_t *body, size_t len, void *header) {
   dpmd *d = &s->d;
-  dpmd_reply_to to = {.header = header};
+  dpmd_reply_to to = {.header = header, .arrived = dpmd_mono_ms()};
   Dpm__Request *rq;
   dpm_err err = {0};
   if (dpmd_request_decode(body, len, d->cfg->max_message_bytes, &rq, &err)) {
@@ -235,6 +236,7 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
     s.d.instance = (uint64_t)getpid() << 32 ^ (uint64_t)(s.d.started * 1e6);
   dpm_status st = dpmd_registry_create(&s.models, err);
   if (!st) st = dpmd_kv_create(&s.d.kv, err);
+  if (!st) st = dpm_data_cache_create(cfg->data_cache_bytes, &s.d.data, err);
   if (!st) st = bind_all(&s, err);
   if (!st) st = dpmd_core_start(&s.d, s.loop, s.rep, s.pub, on_model_exited, &s, err);
   if (!st) st = dpmd_gather_start(&s.d, &s.d.gather, err);
@@ -255,5 +257,6 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   dpmd_core_free(&s.d);
   dpmd_registry_destroy(s.models);
   dpmd_kv_destroy(s.d.kv);
+  dpm_data_cache_destroy(s.d.data); /* every model, and so every hold, is gone */
   return st;
 }

@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "common/idx.h"
 #include "io/reader.h"
+#include "ops/collective.h"
 #include "parallel/bmuf.h"
 #include "parallel/crew.h"
 #include "parallel/memshare.h"
@@ -93,6 +94,8 @@ typedef struct replica {
 } replica;
 
 struct dpm_trainer {
+  double phase_ms[DPM_TRAINER_PHASES]; /* dpm_trainer_phases */
+  int stepped;                         /* a step has run (first_* are set) */
   dpm_model model;
   dpm_plan plan;
   dpm_memshare memshare; /* parallel.optimize_gradient_memory: which blobs share one
@@ -137,6 +140,19 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES] = {
+    "validate", "graph", "data", "alloc", "init", "comm", "broadcast", "first_batch",
+    "first_step"};
+
+const double *dpm_trainer_phases(const dpm_trainer *t) { return t->phase_ms; }
+
+/* Adds the time since *t0 to phase p and restarts *t0. */
+static void lap(dpm_trainer *t, int p, double *t0) {
+  double now = now_ms();
+  t->phase_ms[p] += now - *t0;
+  *t0 = now;
 }
 
 static dpm_status nomem(dpm_err *err) {
@@ -381,14 +397,15 @@ static dpm_status input_shape(const dpm_fs *fs, const Dpm__InputSpec *in, int64_
   return DPM_OK;
 }
 
-static dpm_reader_config reader_config(const dpm_fs *fs, const Dpm__InputSpec *in,
+static dpm_reader_config reader_config(const dpm_trainer *t, const Dpm__InputSpec *in,
                                        int batch) {
   return (dpm_reader_config){
       .kind = in->reader == DPM__READER_KIND__READER_IDX ? DPM_READER_IDX
                                                          : DPM_READER_SYNTHETIC,
       .images = in->images,
       .labels = in->labels,
-      .fs = fs,
+      .fs = t->opt.fs,
+      .cache = t->opt.data_cache,
       .scale = in->scale,
       .shuffle = in->shuffle,
       .seed = in->seed,
@@ -509,7 +526,11 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   r->ctx.math = t->math;
   dpm_exec init = {0};
   s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
-  if (!s && r->rank == 0) dpm_exec_run(&init); /* the others get the broadcast */
+  if (!s && r->rank == 0) { /* the others get the broadcast */
+    double t0 = now_ms();
+    dpm_exec_run(&init);
+    lap(t, DPM_PHASE_INIT, &t0);
+  }
   dpm_exec_fini(&init);
   if (!s) s = share_arena(t, r, err);
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
@@ -563,6 +584,7 @@ static dpm_reader_config eval_config(const dpm_trainer *t) {
                              .images = t->eval_images,
                              .labels = t->eval_labels,
                              .fs = t->opt.fs,
+                             .cache = t->opt.data_cache,
                              .scale = t->scale,
                              .batch = t->eval_batch,
                              .num_shards = 1,
@@ -733,6 +755,8 @@ static uint64_t plan_digest(const dpm_trainer *t) {
         id != DPM_OP_ALLREDUCE_WAIT && id != DPM_OP_BROADCAST)
       continue;
     fnv(&h, (uint64_t)id);
+    if (id == DPM_OP_ALLREDUCE && nd->def->args) /* f32 or f64 sums */
+      fnv(&h, (uint64_t)nd->arg[ALLREDUCE_ARG_DTYPE].i);
     for (int k = 0; k < nd->n_in; k++)
       fnv(&h, dpm_shape_bytes(&dpm_shapes_get(&t->model.shapes, nd->in[k])->shape));
   }
@@ -793,6 +817,7 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
 
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *par = spec->parallel;
+  double t0 = now_ms();
   if (parse_devices(t, spec, err)) return err->code;
   t->math = (par && par->allow_tf32 ? DPM_MATH_TF32 : 0) |
             (par && par->deterministic ? DPM_MATH_DETERMINISTIC : 0);
@@ -832,11 +857,12 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
                       par ? par->broadcast_computed_params : 1, &t->plan, err);
   if (!s && par && par->optimize_gradient_memory) s = plan_sharing(t, spec, err);
   if (s) return s;
-  dpm_reader_config rc = reader_config(t->opt.fs, spec->input, batch * devices);
+  dpm_reader_config rc = reader_config(t, spec->input, batch * devices);
   rc.shard_id = t->shard; /* this shard's slice of each global batch */
   rc.num_shards = t->shards;
   rc.raw = 1; /* each replica gathers and converts its rows on its own worker */
   if (count_bytes(t, devices, &rc, &t->memory, err)) return err->code;
+  lap(t, DPM_PHASE_GRAPH, &t0);
   const dpm_trainer_memory *mb = &t->memory;
   if (t->opt.max_bytes && mb->total > t->opt.max_bytes)
     return dpm_errf(err, DPM_DENIED,
@@ -850,6 +876,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
                     t->opt.max_bytes_name ? ")" : "");
   /* the spec is valid and fits: now allocate */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
+  lap(t, DPM_PHASE_DATA, &t0);
   if (!(t->crew = t->opt.crew)) {
     /* the job's rank of each replica picks its core, so that shards of one
        job sharing a host spread over its cores (ranks(t) <= DPM_COMM_MAX_RANKS) */
@@ -889,17 +916,24 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
    * construction); the job's rank 0's are then broadcast to every replica
    * of every shard, so all start bitwise identical whatever each host's
    * math library computed. */
+  lap(t, DPM_PHASE_ALLOC, &t0); /* less the init, which replica_init timed */
+  t->phase_ms[DPM_PHASE_ALLOC] -= t->phase_ms[DPM_PHASE_INIT];
   if (make_comm(t, spec, err)) return err->code;
   if (t->shards > 1 && agree(t, spec, err)) return err->code;
-  return dpm_trainer_sync(t, err);
+  lap(t, DPM_PHASE_COMM, &t0);
+  s = dpm_trainer_sync(t, err);
+  lap(t, DPM_PHASE_BROADCAST, &t0);
+  return s;
 }
 
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err) {
   *out = NULL;
+  double t0 = now_ms();
   if (dpm_spec_validate(spec, err)) return err->code;
   dpm_trainer *t = calloc(1, sizeof *t);
   if (!t) return nomem(err);
+  lap(t, DPM_PHASE_VALIDATE, &t0);
   t->opt = opt ? *opt : (dpm_trainer_options){.net_type = -1};
   if (!t->opt.comm_timeout_ms) t->opt.comm_timeout_ms = 60000;
   t->seed = spec->input->seed;
@@ -1044,6 +1078,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     double t0 = now_ms();
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;
+    if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = now_ms() - t0;
     const dpm_batch *ahead = NULL; /* on devices: the next step's, uploaded by this one */
     if (t->pipeline && i + 1 < n && dpm_reader_peek(t->reader, &ahead, err))
       return err->code;
@@ -1058,6 +1093,10 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     stats(t, &st);
     st.steps_done = i + 1;
     st.step_ms = now_ms() - t0;
+    if (!t->stepped) {
+      t->phase_ms[DPM_PHASE_FIRST_STEP] = st.step_ms - t->phase_ms[DPM_PHASE_FIRST_BATCH];
+      t->stepped = 1;
+    }
     t->last_step_ms = st.step_ms;
     if (t->granted) t->granted--;
     st.comm_ms = (double)(t->r[0].ctx.comm_ns - comm0) / 1e6;

@@ -108,6 +108,10 @@ typedef struct dpm_trainer_options {
   const char *max_bytes_name; /* what sets it, for the message ("max_model_bytes") */
   /* How data files (input and eval) are opened (common/file.h); NULL: plain. */
   const struct dpm_fs *fs;
+  /* Where the readers hold their idx files from (io/datacache.h), shared
+   * with whoever else uses it; it must outlive the trainer. NULL: each
+   * reader reads its own copy. */
+  struct dpm_data_cache *data_cache;
   /* 1: a replica that finishes backward early waits for the others at the
    * reduction instead of taking parts of their last backward op
    * (parallel/share.h); for comparisons. Results are the same either way. */
@@ -241,6 +245,29 @@ int dpm_trainer_devices(const dpm_trainer *t);
  * "staged": gloo on host copies, for a job of several shards on devices
  * whose memory host code cannot touch); "none" for one replica alone. */
 const char *dpm_trainer_comm_backend(const dpm_trainer *t);
+
+/* Where the time from create to the end of the first step went, in ms:
+ * create's spec validation, the graph (model, plan, memory count), the
+ * training set (reader: from the data cache or the file), the replicas'
+ * allocation (workspaces, bound steps, crew), the seeded parameter init,
+ * the communicator (and a fleet's agreement), the broadcast of the initial
+ * parameters; then the first step's wait for its batch and the step. The
+ * last two are 0 until the first step ran. Owned by the trainer; read it
+ * on the thread that drives it. */
+enum {
+  DPM_PHASE_VALIDATE,
+  DPM_PHASE_GRAPH,
+  DPM_PHASE_DATA,
+  DPM_PHASE_ALLOC,
+  DPM_PHASE_INIT,
+  DPM_PHASE_COMM,
+  DPM_PHASE_BROADCAST,
+  DPM_PHASE_FIRST_BATCH,
+  DPM_PHASE_FIRST_STEP,
+  DPM_TRAINER_PHASES
+};
+extern const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES];
+const double *dpm_trainer_phases(const dpm_trainer *t);
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t);
 /* Steps in one epoch of the training data; examples per device per step. */
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t);

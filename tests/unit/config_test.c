@@ -85,6 +85,7 @@ TEST(config_defaults) {
     CHECK_INT(cfg.log_level, DPMD_LOG_INFO);
     CHECK_INT(cfg.max_message_bytes, 64 << 20);
     CHECK(cfg.max_model_bytes == (uint64_t)8 << 30);
+    CHECK(cfg.data_cache_bytes == (uint64_t)1 << 30);
     CHECK_INT(cfg.progress_every, 10);
     CHECK_INT(cfg.foreground, 0);
     CHECK_INT(dpmd_config_finish(&cfg, &err), DPM_OK);
@@ -113,7 +114,8 @@ static const char FULL[] =
     "log_level: debug\n"                                              /* 15 */
     "max_message_bytes: 1048576\n"                                    /* 16 */
     "max_model_bytes: 17179869184\n"                                  /* 17 */
-    "progress_every: 1\n";                                            /* 18 */
+    "progress_every: 1\n"                                             /* 18 */
+    "data_cache_bytes: 0\n";                                          /* 19 */
 /* clang-format on */
 
 TEST(config_full_file) {
@@ -140,6 +142,7 @@ TEST(config_full_file) {
   CHECK_INT(cfg.log_level, DPMD_LOG_DEBUG);
   CHECK_INT(cfg.max_message_bytes, 1048576);
   CHECK(cfg.max_model_bytes == 17179869184ull);
+  CHECK(cfg.data_cache_bytes == 0);
   CHECK_INT(cfg.progress_every, 1);
   dpmd_config_fini(&cfg);
 
@@ -192,7 +195,7 @@ TEST(config_file_errors) {
        "t.yaml:2:1: unknown key 'listen_on' (expected one of: listen, events, state_dir, "
        "devices, max_models, checkpoint_retention, checkpoint_on_shutdown, "
        "allowed_paths, data_paths, checkpoint_every, "
-       "auth_token_file, log_level, max_message_bytes, max_model_bytes, progress_every)"},
+       "auth_token_file, log_level, max_message_bytes, max_model_bytes, data_cache_bytes, progress_every)"},
       {"devices:\n  cpu: 2\n  gpu: 1\n",
        "t.yaml:3:3: unknown key 'gpu' in devices (expected one of: cpu, cuda, fenced)"},
       {"max_models: 4\nstate_dir: /a\nmax_models: 5\n",
@@ -326,6 +329,7 @@ TEST(config_load_files) {
   CHECK_INT(shipped.log_level, def.log_level);
   CHECK_INT(shipped.max_message_bytes, def.max_message_bytes);
   CHECK(shipped.max_model_bytes == def.max_model_bytes);
+  CHECK(shipped.data_cache_bytes == def.data_cache_bytes);
   CHECK_INT(shipped.progress_every, def.progress_every);
   dpmd_config_fini(&def);
   dpmd_config_fini(&shipped);
