@@ -114,24 +114,34 @@ static void show(progress *p, const Dpm__ModelInfo *m) {
   p->drawn = n > 0 ? n : 1;
 }
 
-/* Shows events as they come, until the main thread writes to wake (at
- * once: the answer does not wait for a poll's timeout). */
+/* Shows events as they come until this train's done event, or, once the
+ * main thread has its answer and writes to wake, for at most LAST_EVENTS_S
+ * more: the last events travel on another socket than the answer and may
+ * arrive just after it. */
+#define LAST_EVENTS_S 0.2
 static void *run(void *arg) {
   progress *p = arg;
   struct pollfd fds[2] = {{.fd = p->wake[0], .events = POLLIN},
                           {.fd = dpm_events_fd(p->events), .events = POLLIN}};
+  double until = -1; /* woken: when to stop waiting for the last events */
   for (;;) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return NULL;
-    if (fds[0].revents) return NULL;
+    int wait_ms = until < 0 ? -1 : (int)((until - now_s()) * 1e3);
+    if (until >= 0 && wait_ms <= 0) return NULL;
+    if (poll(fds, 2, wait_ms) < 0 && errno != EINTR) return NULL;
+    if (fds[0].revents) {
+      until = now_s() + LAST_EVENTS_S;
+      fds[0].fd = -1; /* woken once */
+    }
     if (!fds[1].revents) continue;
     Dpm__Event *e;
     dpm_err err;
     dpm_status s;
     while ((s = dpm_events_next(p->events, 0, &e, &err)) == DPM_OK) {
-      if (e->kind == DPM__EVENT_KIND__EVENT_PROGRESS ||
-          (e->kind == DPM__EVENT_KIND__EVENT_DONE && p->mode == SHOW_BAR)) /* a full bar */
-        show(p, e->model);
+      int done = e->kind == DPM__EVENT_KIND__EVENT_DONE;
+      if (e->kind == DPM__EVENT_KIND__EVENT_PROGRESS || (done && p->mode == SHOW_BAR))
+        show(p, e->model); /* a done event fills the bar */
       dpm_event_free(e);
+      if (done) return NULL;
     }
     if (s != DPM_TIMEOUT) return NULL; /* no more progress; the train answer still comes */
   }
