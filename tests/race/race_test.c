@@ -4,9 +4,11 @@
  *    state dir, each on its own thread: spec text parsed, ops looked up by
  *    name (in this fresh process, these are the first lookups), gradients
  *    and plans built, a checkpoint loaded and synced to two replicas, steps;
- *  - several threads loading one predictor directory and running it.
+ * *  - several threads loading one predictor directory and running it;
+ *  - several threads getting and releasing files of one data cache.
  * Each thread's result must equal, bit for bit, the same work done alone. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 
 #include "common/spec.h"
 #include "dpm/predictor.h"
+#include "io/datacache.h"
 #include "test.h"
 #include "trainer_fixture.h"
 
@@ -170,5 +173,71 @@ TEST(predictors_loaded_at_once_equal_one_loaded_alone) {
       dpm_test_fail(__FILE__, __LINE__, "loader %d: %s", i,
                     l[i].ok ? "outputs differ from a lone load" : "failed");
   CHECK(ok);
+  remove_dir(dir);
+}
+
+/* ---- the data cache ------------------------------------------------------- */
+
+typedef struct {
+  dpm_data_cache *c;
+  const char *paths[3];
+  pthread_barrier_t *go;
+  int ok;
+} cache_user;
+
+/* Gets and releases the files many times over; each copy holds its file's
+ * bytes (file k: every byte k + 1). The bound fits one file, so reads,
+ * hits and evictions interleave across the threads. */
+static void *use_cache(void *arg) {
+  cache_user *u = arg;
+  pthread_barrier_wait(u->go);
+  u->ok = 1;
+  for (int i = 0; i < 200 && u->ok; i++) {
+    int k = (i * 7 + (int)(intptr_t)u) % 3;
+    dpm_data_entry *e;
+    dpm_err err = {0};
+    if (dpm_data_cache_get(u->c, NULL, u->paths[k], 1, &e, &err)) {
+      printf("    get %s: %s\n", u->paths[k], err.msg);
+      u->ok = 0;
+      break;
+    }
+    const dpm_idx *x = dpm_data_entry_idx(e);
+    for (size_t j = 0; j < x->size; j++) u->ok &= x->data[j] == k + 1;
+    dpm_data_cache_release(u->c, e);
+  }
+  return NULL;
+}
+
+TEST(data_cache_shared_by_threads) {
+  char *dir = temp_dir();
+  CHECK(dir);
+  char paths[3][256];
+  for (int k = 0; k < 3; k++) {
+    snprintf(paths[k], sizeof paths[k], "%s/labels%d", dir, k);
+    uint8_t buf[8 + 1000] = {0, 0, 8, 1, 0, 0, 1000 >> 8, 1000 & 255};
+    memset(buf + 8, k + 1, 1000);
+    FILE *f = fopen(paths[k], "wb");
+    CHECK(f && fwrite(buf, 1, sizeof buf, f) == sizeof buf && fclose(f) == 0);
+  }
+  dpm_data_cache *c;
+  dpm_err err = {0};
+  CHECK_INT(dpm_data_cache_create(1500, &c, &err), DPM_OK);
+  cache_user u[THREADS];
+  pthread_t th[THREADS];
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, THREADS);
+  for (int i = 0; i < THREADS; i++) {
+    u[i] = (cache_user){.c = c, .paths = {paths[0], paths[1], paths[2]}, .go = &go};
+    CHECK(!pthread_create(&th[i], NULL, use_cache, &u[i]));
+  }
+  for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&go);
+  dpm_data_cache_stats st;
+  dpm_data_cache_stats_of(c, &st);
+  dpm_data_cache_destroy(c);
+  for (int i = 0; i < THREADS; i++) CHECK(u[i].ok);
+  CHECK_INT(st.held_entries, 0);
+  CHECK(st.bytes <= 1500);
+  CHECK_INT(st.hits + st.misses, THREADS * 200);
   remove_dir(dir);
 }
