@@ -4,7 +4,7 @@
  *    state dir, each on its own thread: spec text parsed, ops looked up by
  *    name (in this fresh process, these are the first lookups), gradients
  *    and plans built, a checkpoint loaded and synced to two replicas, steps;
- * *  - several threads loading one predictor directory and running it;
+ *  - several threads loading one predictor directory and running it;
  *  - several threads getting and releasing files of one data cache.
  * Each thread's result must equal, bit for bit, the same work done alone. */
 #include <pthread.h>
