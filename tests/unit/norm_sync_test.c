@@ -5,7 +5,8 @@
  * are not broadcast (broadcast_computed_params off), so replicas agreeing
  * bitwise shows the combined sums are identical on every replica. On CPU
  * devices and on fenced ones, dag (started gradient buckets pending while
- * backward's sums are reduced) and simple plans. */
+ * backward's sums are reduced) and simple plans; the MaxPool net on CPU
+ * devices with dag (the kernels and plans are the AveragePool net's). */
 #include <math.h>
 
 #include "common/spec.h"
@@ -16,10 +17,10 @@
 
 /* The fixture's CNN with SpatialBN after each conv, before Relu, then
  * pooling (POOL: AveragePool or MaxPool). Behind MaxPool a rounding of the
- * combined statistics that turns a near tie of the max into a tie moves a
- * gradient to another pixel: with the sums reduced as floats, 4 replicas
- * drifted to 4.8e-4 after 20 steps (2e-7 after 5); reduced as doubles
- * they stay within float rounding of one device. */
+ * combined statistics that flips a near tie of the max moves a gradient
+ * to another pixel; the sums are reduced as doubles (Allreduce dtype f64),
+ * so the statistics of N replicas match one device's far below float
+ * rounding, and the MaxPool net stays within MAX_TOL of one device. */
 #define CNN_BN_FORWARD(POOL)                                                             \
   "  - {op: Conv, in: [data], out: conv1, dim_out: 8, kernel: 5, pad: 2}\n"              \
   "  - {op: SpatialBN, in: [conv1], out: bn1}\n"                                         \
@@ -183,16 +184,8 @@ TEST(sync_bn_replicas_equivalent_simple) {
 TEST(sync_bn_maxpool_replicas_equivalent_dag) {
   combined(cnn_max, "MaxPool", "dag", MAX_TOL);
 }
-TEST(sync_bn_maxpool_replicas_equivalent_simple) {
-  combined(cnn_max, "MaxPool", "simple", MAX_TOL);
-}
 TEST(fenced_sync_bn_replicas_equivalent) {
   tf_device_kind = DPM_DEVICE_FENCED;
   combined(cnn_avg, "AveragePool", "dag", AVG_TOL);
-  tf_device_kind = DPM_DEVICE_CPU;
-}
-TEST(fenced_sync_bn_maxpool_replicas_equivalent) {
-  tf_device_kind = DPM_DEVICE_FENCED;
-  combined(cnn_max, "MaxPool", "dag", MAX_TOL);
   tf_device_kind = DPM_DEVICE_CPU;
 }
