@@ -1,7 +1,9 @@
 /* Gradient memory sharing (parallel.optimize_gradient_memory, Caffe2's
  * memonger; parallel/memshare.h): parameters bitwise those without it
  * after 20 steps of the MLP, the CNN and the CNN with BN, on 1 and 2
- * replicas, on CPU (and the CNN on fenced devices); the CNN's tensor bytes at batch 256 at least 30% lower;
+ * replicas, on CPU (and the CNN on fenced devices), and of the example
+ * files' MLP and CNN on 2; the CNN's tensor bytes at batch 256 at least
+ * 30% lower;
  * shared blobs refuse get-blob unless kept; a test net in a child workspace
  * never takes a shared blob. */
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include "common/device.h"
 #include "common/spec.h"
 #include "engine/workspace.h"
+#include "io/datacache.h"
 #include "parallel/memshare.h"
 #include "test.h"
 #include "train/trainer.h"
@@ -105,6 +108,49 @@ TEST(memshare_params_bitwise_equal_after_20_steps) {
 /* fenced devices (memory host code cannot touch): the CNN, as the slowest */
 TEST(fenced_memshare_params_bitwise_equal_after_20_steps) {
   bitwise_with_and_without(DPM_DEVICE_FENCED, 1, 2);
+}
+
+/* The example files themselves (their nets, data and optimizer, at 16 per
+ * device so the sanitizers keep it short), on 2 replicas: bitwise equal
+ * after 20 steps with and without sharing. Both trainers of an example
+ * read Fashion-MNIST from one data cache. */
+TEST(memshare_example_files_bitwise_equal_after_20_steps) {
+  static const char *const paths[] = {"examples/fmnist_mlp.yaml", "examples/fmnist_cnn.yaml"};
+  dpm_data_cache *cache;
+  dpm_err err = {0};
+  CHECK_INT(dpm_data_cache_create(1ull << 30, &cache, &err), DPM_OK);
+  for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) {
+    Dpm__ModelSpec *spec[2] = {NULL, NULL};
+    dpm_trainer *t[2] = {NULL, NULL};
+    int ok = 1;
+    for (int share = 0; share < 2 && ok; share++) {
+      ok = !dpm_spec_load(paths[i], &spec[share], &err) && spec[share]->parallel;
+      if (ok) {
+        spec[share]->input->batch_size = 16;
+        spec[share]->parallel->optimize_gradient_memory = share;
+        dpm_trainer_options opt = {.devices = 2, .net_type = -1, .data_cache = cache};
+        ok = !dpm_trainer_create(spec[share], &opt, &t[share], &err) && tf_steps(t[share], 20);
+      }
+      if (!ok) printf("    %s: %s\n", paths[i], err.msg);
+    }
+    int same = ok && bitwise_equal(t[0], t[1]);
+    const dpm_trainer_memory *mb = t[1] ? dpm_trainer_memory_of(t[1]) : NULL;
+    if (mb)
+      printf("    %s, 2 replicas: shared blobs %llu -> %llu bytes, %s\n", paths[i],
+             (unsigned long long)mb->shared_apart, (unsigned long long)mb->shared_arena,
+             same ? "bitwise equal" : "DIFFERENT");
+    int shares = mb && mb->shared_arena < mb->shared_apart;
+    for (int k = 0; k < 2; k++) {
+      dpm_trainer_destroy(t[k]);
+      dpm_spec_free(spec[k]);
+    }
+    if (!(ok && same && shares)) dpm_data_cache_destroy(cache);
+    CHECK(ok && same && shares);
+  }
+  dpm_data_cache_stats st;
+  dpm_data_cache_stats_of(cache, &st);
+  dpm_data_cache_destroy(cache);
+  CHECK_INT(st.misses, 2); /* one read of the images and labels for all four trainers */
 }
 
 /* Peak tensor bytes (every blob of the replica as allocated at create) of
