@@ -4,7 +4,7 @@
 # budget; a file changed on disk is read again, and its old copy goes once
 # the models holding it are deleted; the cache stays within its bound once
 # nothing holds the entries over it; deleting every model that uses an
-# entry lets it be evicted.
+# entry lets it be evicted. Status shows each model's start phases.
 # Usage: sh tests/e2e/data_cache.sh (from the repo root; DPMD picks the
 # daemon binary, default build/asan-bin/dpmd).
 . tests/e2e_lib.sh
@@ -69,6 +69,10 @@ b2=$(json_field "$(ctl status m2)" memory_bytes)
   die "each model counts its data once: memory_bytes $b1 and $b2 (one copy $ONE)"
 ctl train m1 --iters 3 --wait >/dev/null
 ctl train m2 --iters 3 --wait >/dev/null
+# status shows where each start went, the first step's phases once it ran
+for p in admit validate graph data alloc init comm broadcast save train_wait first_batch first_step; do
+  json_field "$(ctl status m2)" "$p" | grep -q '^[0-9]' || die "no phase $p: $(ctl status m2)"
+done
 echo "  two models share one copy: $ONE bytes held, 2 misses, 2 hits"
 
 # the set is written anew on disk: read again; the old copy stays while held
