@@ -361,6 +361,16 @@ static dpm_status restore_fleet(dpmd_model *m, dpm_err *err) {
   return DPM_OK;
 }
 
+/* What every trainer of the model is built with (the crew and a fleet's
+ * part are added by the caller). */
+static dpm_trainer_options trainer_options(const dpmd_model *m) {
+  return (dpm_trainer_options){.net_type = -1,
+                               .max_bytes = m->d->cfg->max_model_bytes,
+                               .max_bytes_name = "max_model_bytes",
+                               .fs = dpmd_paths_data(m->d->paths),
+                               .data_cache = m->d->data};
+}
+
 /* A new model's files (spec.pb, and a fleet shard's DIR/shard), written and
  * synced on a thread of their own while the trainer builds. */
 typedef struct saver {
@@ -390,17 +400,16 @@ static void save_start(saver *v) {
   if (!v->started) save_files(v);
 }
 
-/* Waits for the files; the build failed (`keep` 0): removes a directory
- * that the save created. */
-static dpm_status save_finish(saver *v, int keep, dpm_err *err) {
+/* Waits for the files. When the build (`built` 0) or the save failed, a
+ * directory the save created is removed. The save's status, once built. */
+static dpm_status save_finish(saver *v, int built, dpm_err *err) {
   if (v->started) pthread_join(v->thread, NULL);
-  if (!keep || v->s) {
-    dpm_err rerr = {0};
-    if (v->fresh && dpmd_store_remove(v->m->dir, &rerr))
-      dpmd_warn("model %s: %s", v->m->spec->name, rerr.msg);
-  }
-  if (v->s && keep) *err = v->err;
-  return keep ? v->s : DPM_OK;
+  dpm_err rerr = {0};
+  if ((!built || v->s) && v->fresh && dpmd_store_remove(v->m->dir, &rerr))
+    dpmd_warn("model %s: %s", v->m->spec->name, rerr.msg);
+  if (!built || !v->s) return DPM_OK;
+  *err = v->err;
+  return v->s;
 }
 
 static dpm_status build(dpmd_model *m, dpm_err *err) {
@@ -409,11 +418,7 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
     return dpm_errf(err, DPM_SPEC, "%s: the spec names no devices", m->spec->name);
   /* .devices 0: the replicas are on the spec's devices, as named (kind and
    * index: fenced:0, cpu:1) */
-  dpm_trainer_options opt = {.net_type = -1,
-                             .max_bytes = m->d->cfg->max_model_bytes,
-                             .max_bytes_name = "max_model_bytes",
-                             .fs = dpmd_paths_data(m->d->paths),
-                             .data_cache = m->d->data};
+  dpm_trainer_options opt = trainer_options(m);
   if (dpmd_fleet_shards(m->spec) && m->restore) return restore_fleet(m, err);
   double start = dpmd_mono_ms();
   dpmd_fleet_link *l = m->fleet;
@@ -427,8 +432,10 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
     s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
-  if (!s && !m->restore) s = save_finish(&v, 1, err);
-  else if (!m->restore) save_finish(&v, 0, err);
+  if (!m->restore) {
+    dpm_status saved = save_finish(&v, !s, err);
+    if (!s) s = saved;
+  }
   if (s) {
     dpm_trainer_destroy(t);
     if (coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
@@ -682,10 +689,7 @@ static dpm_status reform(dpmd_model *m, Dpm__ModelSpec *elastic, dpm_err *err) {
   m->fleet = l;
   set_state(m, DPMD_BUILDING);
   const Dpm__ParallelSpec *par = m->spec->parallel;
-  dpm_trainer_options opt = {.net_type = -1,
-                             .max_bytes = m->d->cfg->max_model_bytes,
-                             .max_bytes_name = "max_model_bytes",
-                             .fs = dpmd_paths_data(m->d->paths)};
+  dpm_trainer_options opt = trainer_options(m);
   dpm_status s = dpmd_fleet_form(m->d, l, m->spec, err);
   if (!s) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
   if (!s)
