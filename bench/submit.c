@@ -12,38 +12,16 @@
  *
  *   build/bench/submit [SPEC] [WARM]   (default examples/fmnist_mlp.yaml, 10)
  * Run with OPENBLAS_NUM_THREADS=1 from the repository root. */
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "bench.h"
-#include "dpm/client.h"
 #include "common/spec.h"
-
-extern char **environ;
+#include "dpmd.h"
 
 #define MAX_RUNS 64
 #define MAX_PHASES 16
-
-static Dpm__Response *call(dpm_client *c, Dpm__Request *rq) {
-  Dpm__Response *rs = NULL;
-  dpm_err err = {0};
-  if (dpm_client_call(c, rq, &rs, &err)) {
-    fprintf(stderr, "bench: %s\n", err.msg);
-    exit(1);
-  }
-  if (rs->status) {
-    fprintf(stderr, "bench: %s: %s\n", dpm_status_name(dpm_status_from_wire(rs->status)),
-            rs->message);
-    exit(1);
-  }
-  return rs;
-}
 
 typedef struct run {
   double submit_ms, train_ms;
@@ -74,9 +52,9 @@ static void one(dpm_client *c, Dpm__ModelSpec *spec, int i, run *r) {
   train.train = &tr;
 
   double t0 = bench_now_ms();
-  dpm_client_free_response(call(c, &submit));
+  dpm_client_free_response(bench_call(c, &submit));
   double t1 = bench_now_ms();
-  dpm_client_free_response(call(c, &train));
+  dpm_client_free_response(bench_call(c, &train));
   double t2 = bench_now_ms();
   r->submit_ms = t1 - t0;
   r->train_ms = t2 - t1;
@@ -86,7 +64,7 @@ static void one(dpm_client *c, Dpm__ModelSpec *spec, int i, run *r) {
   Dpm__Request status = DPM__REQUEST__INIT;
   status.command_case = DPM__REQUEST__COMMAND_STATUS;
   status.status = &nr;
-  Dpm__Response *rs = call(c, &status);
+  Dpm__Response *rs = bench_call(c, &status);
   r->n_phases = 0;
   for (size_t k = 0; k < rs->model->n_phases && k < MAX_PHASES; k++, r->n_phases++) {
     snprintf(r->names[k], sizeof r->names[k], "%s", rs->model->phases[k]->name);
@@ -96,7 +74,7 @@ static void one(dpm_client *c, Dpm__ModelSpec *spec, int i, run *r) {
   Dpm__Request del = DPM__REQUEST__INIT;
   del.command_case = DPM__REQUEST__COMMAND_DELETE;
   del.delete_ = &nr;
-  dpm_client_free_response(call(c, &del));
+  dpm_client_free_response(bench_call(c, &del));
 }
 
 /* "cold   median   min   max" of the warm runs' values v(r). */
@@ -120,51 +98,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench: WARM must be 1..%d\n", MAX_RUNS - 1);
     return 2;
   }
-  char dir[] = "/tmp/dpm-bench.XXXXXX", ep[256], state[256];
-  if (!mkdtemp(dir)) return 1;
-  snprintf(ep, sizeof ep, "ipc://%s/d.sock", dir);
-  snprintf(state, sizeof state, "%s/state", dir);
-  char *args[] = {"build/dpmd", "--listen", ep, "--state-dir", state, "--devices", "2",
-                  "--log-level", "warning", NULL};
-  pid_t pid;
-  if (posix_spawn(&pid, args[0], NULL, NULL, args, environ)) {
-    perror("spawn build/dpmd");
-    return 1;
-  }
-  dpm_client *c;
   dpm_err err = {0};
   Dpm__ModelSpec *spec;
-  if (dpm_client_open(ep, 20000, &c, &err) || dpm_spec_load(path, &spec, &err)) {
+  if (dpm_spec_load(path, &spec, &err)) {
     fprintf(stderr, "bench: %s\n", err.msg);
     return 1;
   }
-  Dpm__Empty e = DPM__EMPTY__INIT;
-  Dpm__Request ping = DPM__REQUEST__INIT;
-  ping.command_case = DPM__REQUEST__COMMAND_PING;
-  ping.ping = &e;
-  for (int tries = 0;; tries++) { /* its ipc socket appears once it listens */
-    Dpm__Response *rs = NULL;
-    if (!dpm_client_call(c, &ping, &rs, &err)) {
-      dpm_client_free_response(rs);
-      break;
-    }
-    if (tries == 400) {
-      fprintf(stderr, "bench: dpmd does not answer: %s\n", err.msg);
-      return 1;
-    }
-    nanosleep(&(struct timespec){0, 50000000}, NULL);
-  }
-
+  bench_dpmd d;
+  bench_dpmd_start(&d);
   run runs[MAX_RUNS];
-  for (int i = 0; i <= warm; i++) one(c, spec, i, &runs[i]);
-
-  Dpm__Request shutdown = DPM__REQUEST__INIT;
-  shutdown.command_case = DPM__REQUEST__COMMAND_SHUTDOWN;
-  shutdown.shutdown = &e;
-  dpm_client_free_response(call(c, &shutdown));
-  int st;
-  waitpid(pid, &st, 0);
-  dpm_client_close(c);
+  for (int i = 0; i <= warm; i++) one(d.c, spec, i, &runs[i]);
+  int st = bench_dpmd_stop(&d);
   dpm_spec_free(spec);
 
   printf("submit -> first step done (%s, cpu:0,cpu:1; ms; warm: %d models)\n", path, warm);
@@ -174,8 +118,6 @@ int main(int argc, char **argv) {
   row("  train round trip", runs, warm + 1, train_rt, 0);
   printf("phases (dpmd, status --json phases_ms)\n");
   for (int k = 0; k < runs[0].n_phases; k++) row(runs[0].names[k], runs, warm + 1, phase, k);
-  printf("dpmd exit status %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd) ? 1 : 0;
+  printf("dpmd exit status %d\n", st);
+  return st != 0;
 }
