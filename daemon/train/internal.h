@@ -1,0 +1,146 @@
+/* What the trainer's files share (train/trainer.c: lock-step jobs,
+ * training, evaluation, accessors; train/setup.c: create; train/state.c:
+ * sync, checkpoints and loads): the trainer's and its replicas' state and
+ * the functions one file calls in another. Not an interface: only
+ * daemon/train/ includes it. Threads and ownership as train/trainer.h
+ * says; a replica's fields are its crew worker's during a run. */
+#ifndef DPM_TRAIN_INTERNAL_H
+#define DPM_TRAIN_INTERNAL_H
+
+#include <stdatomic.h>
+#include <time.h>
+
+#include "engine/exec.h"
+#include "io/reader.h"
+#include "parallel/bmuf.h"
+#include "parallel/crew.h"
+#include "parallel/memshare.h"
+#include "parallel/share.h"
+#include "train/graph.h"
+#include "train/trainer.h"
+
+typedef enum { JOB_STEP, JOB_SYNC, JOB_META, JOB_GO, JOB_BMUF } job_kind;
+
+/* What a JOB_META run broadcasts from the job's rank 0 (shard 0's master)
+ * to every replica of every shard: at create, what the shards must agree
+ * on (the AGREE_ words); at load, shard 0's verdict on the checkpoint (the
+ * LOAD_ words and msg). Host memory, one copy per replica. */
+typedef struct meta {
+  uint64_t word[6];
+  char msg[sizeof((dpm_err *)0)->msg]; /* load: shard 0's error message */
+} meta;
+enum { AGREE_MODEL, AGREE_PLAN, AGREE_DEVICES, AGREE_SHARDS, AGREE_EXAMPLES };
+enum { LOAD_STATUS, LOAD_ITER, LOAD_EPOCH, LOAD_INDEX, LOAD_NOTHING };
+/* What a JOB_GO run broadcasts from the job's rank 0 before each grant of
+ * steps of a job of several shards: its decision (0: step; else stop, with
+ * the reason rank 0's driver gave to dpm_trainer_stop), its iteration,
+ * which every shard must share, and how many steps the grant holds. 24
+ * bytes per grant. */
+enum { GO_STOP, GO_ITER, GO_STEPS, GO_WORDS };
+typedef struct replica {
+  int rank;
+  dpm_dev *dev; /* its device (backend/device.h) */
+  dpm_workspace ws;
+  dpm_ctx ctx;
+  dpm_exec step;
+  dpm_step_graph graph; /* the step as a CUDA graph, where it can be one */
+  void *arena;          /* the gradients, back to back in plan order, on dev */
+  size_t arena_bytes;
+  void *shared; /* memory sharing's arena (parallel/memshare.h), on dev; NULL: none */
+  size_t shared_got;
+  dpm_blob *data, *label, *lr, *accuracy, **losses;
+  /* This replica's rows as floats: gathered at the step's start from the
+   * examples at `rows`, in place into the data blob's memory when the device
+   * is host memory, else into this host staging and copied to the device;
+   * the labels likewise (a view of the batch's, or copied from `labels`). */
+  float *input;
+  const uint8_t *const *rows;
+  const int32_t *labels;
+  /* On a device (not host memory): the next step's rows and labels, which
+   * this step uploads once its own work is queued, so that their gather
+   * and copy overlap the step on the device (NULL: none); and whether this
+   * step's were uploaded so by the last one. */
+  const uint8_t *const *ahead_rows;
+  const int32_t *ahead_labels;
+  int preloaded;
+  meta meta;             /* JOB_META: the job's rank 0's, once the run is over */
+  float flag;            /* JOB_META with agreement: replicas that disagree, summed */
+  uint64_t go[GO_WORDS]; /* JOB_GO: the job's rank 0's decision, once the run is over */
+  float *bmuf_host;      /* parallel.mode bmuf: host copies for the block update */
+  dpm_status status;     /* of the last job */
+  dpm_err err;
+} replica;
+
+struct dpm_trainer {
+  double phase_ms[DPM_TRAINER_PHASES]; /* dpm_trainer_phases */
+  int stepped;                         /* a step has run (first_* are set) */
+  dpm_model model;
+  dpm_plan plan;
+  dpm_memshare memshare; /* parallel.optimize_gradient_memory: which blobs share one
+                            arena, where (n 0: none) */
+  dpm_trainer_options opt;
+  dpm_reader *reader, *eval_reader;
+  dpm_crew *crew; /* the replicas' workers: opt.crew or own_crew */
+  dpm_crew *own_crew;
+  dpm_comm *comm; /* the replicas' group, every shard's (NULL: one replica alone) */
+  dpm_comm_config comm_cfg; /* how it was made: a broken local one is made anew */
+  int staged; /* the group is comm_cfg's wrapped in a staged one (comm.h): gloo
+                 on host copies of the replicas' device buffers */
+  int n;      /* replicas (of this shard) */
+  int shard,
+      shards;      /* this process's shard of the job, and the job's shards (1: alone) */
+  dpm_device *dev; /* [n] their devices, parsed once */
+  unsigned math;  /* dpm_ctx.math of every replica (parallel.allow_tf32, deterministic) */
+  int graphs;     /* parallel.cuda_graphs */
+  int pipeline;   /* the replicas' memory is not the host's: a step uploads the next
+                     one's input while it runs (dpm_trainer_step) */
+  void **streams; /* [n] the replicas' CUDA streams, for a nccl group; else NULL */
+  dpm_share *share; /* replicas take parts of each other's last backward op */
+  replica *r;
+  job_kind job;                  /* of the crew run in flight */
+  const char *const *sync_names; /* JOB_SYNC: what to broadcast */
+  int sync_n;
+  meta meta;           /* JOB_META: this shard's own values (rank 0's are broadcast) */
+  int agree;           /* JOB_META: also sum the replicas that disagree with rank 0 */
+  int go_stop;         /* JOB_GO at shard 0: the decision to broadcast (0: step) */
+  int go_steps;        /* ... and the steps it grants */
+  int granted;         /* steps of the job's current grant this shard has yet to run */
+  double last_step_ms; /* the last step's wall time (shard 0 sizes grants by it) */
+  atomic_int interrupted;
+  uint64_t iter, seed, spec_hash;
+  dpm_trainer_memory memory; /* counted at create */
+  int eval_batch;
+  char *eval_images, *eval_labels;
+  double scale;
+  dpm_bmuf bm; /* parallel.mode bmuf (parallel/bmuf.h) */
+};
+
+static inline double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline dpm_status nomem(dpm_err *err) {
+  return dpm_errf(err, DPM_NOMEM, "out of memory");
+}
+
+/* trainer.c: runs `job` on every replica's worker; the first failure. */
+dpm_status trainer_dispatch(dpm_trainer *t, job_kind job, dpm_err *err);
+/* trainer.c: the master's `names` copied to every replica (one alone: none). */
+dpm_status trainer_broadcast(dpm_trainer *t, const char *const *names, int n,
+                             dpm_err *err);
+/* trainer.c: "shard 1 of 2: " in front of err's message, in a job of
+ * several shards; err's code. */
+dpm_status trainer_shard_prefix(const dpm_trainer *t, dpm_err *err);
+/* trainer.c: a new group for the replicas from t->comm_cfg (a staged one
+ * wrapped around the replicas' devices). */
+dpm_status trainer_new_comm(dpm_trainer *t, dpm_comm **out, dpm_err *err);
+/* trainer.c: a scalar (loss, accuracy, learning rate) read back from a device. */
+double trainer_scalar(const dpm_blob *b);
+/* setup.c: ranks in the job's group (every shard's replicas); the eval
+ * reader's config. */
+int trainer_ranks(const dpm_trainer *t);
+dpm_reader_config trainer_eval_config(const dpm_trainer *t);
+
+#endif
