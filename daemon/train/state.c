@@ -171,8 +171,8 @@ static dpm_status write_replicas(dpm_trainer *t, const dpm_ckpt *c, dpm_err *err
     const dpm_tensor *x = name ? dpm_ckpt_find(c, name, &kind) : NULL;
     free(name);
     if (!x) return nomem(err);
-    dpm_tensor_write(&b->t, x->data,
-                     dpm_shape_bytes(&b->t.shape)); /* host: pointer only */
+    const void *src = x->data; /* a host tensor: pointer only */
+    dpm_tensor_write(&b->t, src, dpm_shape_bytes(&b->t.shape));
   }
   return DPM_OK;
 }

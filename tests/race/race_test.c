@@ -8,7 +8,6 @@
  *  - several threads getting and releasing files of one data cache.
  * Each thread's result must equal, bit for bit, the same work done alone. */
 #include <pthread.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +179,7 @@ TEST(predictors_loaded_at_once_equal_one_loaded_alone) {
 
 typedef struct {
   dpm_data_cache *c;
+  int index; /* which file the thread starts with */
   const char *paths[3];
   pthread_barrier_t *go;
   int ok;
@@ -193,7 +193,7 @@ static void *use_cache(void *arg) {
   pthread_barrier_wait(u->go);
   u->ok = 1;
   for (int i = 0; i < 200 && u->ok; i++) {
-    int k = (i * 7 + (int)(intptr_t)u) % 3;
+    int k = (i * 7 + u->index) % 3;
     dpm_data_entry *e;
     dpm_err err = {0};
     if (dpm_data_cache_get(u->c, NULL, u->paths[k], 1, &e, &err)) {
@@ -227,7 +227,8 @@ TEST(data_cache_shared_by_threads) {
   pthread_barrier_t go;
   pthread_barrier_init(&go, NULL, THREADS);
   for (int i = 0; i < THREADS; i++) {
-    u[i] = (cache_user){.c = c, .paths = {paths[0], paths[1], paths[2]}, .go = &go};
+    u[i] = (cache_user){.c = c, .index = i, .paths = {paths[0], paths[1], paths[2]},
+                        .go = &go};
     CHECK(!pthread_create(&th[i], NULL, use_cache, &u[i]));
   }
   for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
