@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -371,47 +370,6 @@ static dpm_trainer_options trainer_options(const dpmd_model *m) {
                                .data_cache = m->d->data};
 }
 
-/* A new model's files (spec.pb, and a fleet shard's DIR/shard), written and
- * synced on a thread of their own while the trainer builds. */
-typedef struct saver {
-  dpmd_model *m;
-  int shard;   /* a fleet job's shard id; -1: none */
-  int fresh;   /* the model's directory did not exist before */
-  pthread_t thread;
-  int started; /* the thread runs (else run() ran here) */
-  double ms;
-  dpm_status s;
-  dpm_err err;
-} saver;
-
-static void *save_files(void *arg) {
-  saver *v = arg;
-  double t0 = dpmd_mono_ms();
-  v->s = dpmd_store_save_spec(v->m->dir, v->m->spec, &v->err);
-  if (!v->s && v->shard >= 0) v->s = dpmd_store_save_shard(v->m->dir, v->shard, &v->err);
-  v->ms = dpmd_mono_ms() - t0;
-  return NULL;
-}
-
-static void save_start(saver *v) {
-  struct stat st;
-  v->fresh = stat(v->m->dir, &st) != 0;
-  v->started = pthread_create(&v->thread, NULL, save_files, v) == 0;
-  if (!v->started) save_files(v);
-}
-
-/* Waits for the files. When the build (`built` 0) or the save failed, a
- * directory the save created is removed. The save's status, once built. */
-static dpm_status save_finish(saver *v, int built, dpm_err *err) {
-  if (v->started) pthread_join(v->thread, NULL);
-  dpm_err rerr = {0};
-  if ((!built || v->s) && v->fresh && dpmd_store_remove(v->m->dir, &rerr))
-    dpmd_warn("model %s: %s", v->m->spec->name, rerr.msg);
-  if (!built || !v->s) return DPM_OK;
-  *err = v->err;
-  return v->s;
-}
-
 static dpm_status build(dpmd_model *m, dpm_err *err) {
   const Dpm__ParallelSpec *par = m->spec->parallel; /* submit always sets devices */
   if (!par || !par->n_devices)
@@ -424,28 +382,26 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   dpmd_fleet_link *l = m->fleet;
   int coordinator = l && dpmd_fleet_shard_id(l) == 0;
   dpm_status s = DPM_OK;
-  saver v = {.m = m, .shard = l ? dpmd_fleet_shard_id(l) : -1};
-  if (!m->restore) save_start(&v);
   if (coordinator) s = dpmd_fleet_form(m->d, l, m->spec, err);
   if (!s && l) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
   if (!s)
     s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
   dpm_trainer *t = NULL;
   if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
-  if (!m->restore) {
-    dpm_status saved = save_finish(&v, !s, err);
-    if (!s) s = saved;
-  }
-  if (s) {
+  if (s && coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
+  if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
+  if (s) return s;
+  double saving = dpmd_mono_ms();
+  if (!m->restore && (dpmd_store_save_spec(m->dir, m->spec, err) ||
+                      (l && dpmd_store_save_shard(m->dir, dpmd_fleet_shard_id(l), err)))) {
     dpm_trainer_destroy(t);
-    if (coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
-    if (l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
-    return s;
+    if (coordinator) dpmd_fleet_abort(m->d, l, m->spec);
+    return err->code;
   }
   take_trainer(m, t);
   pthread_mutex_lock(&m->mu);
   m->admit_ms = m->submit_to.arrived > 0 ? start - m->submit_to.arrived : 0;
-  m->save_ms = v.ms;
+  m->save_ms = dpmd_mono_ms() - saving;
   m->has_phases = 1;
   pthread_mutex_unlock(&m->mu);
   if (m->restore)

@@ -107,8 +107,7 @@ void dpmd_model_post(dpmd_model *m, dpmd_job_fn fn, const char *what, Dpm__Reque
 void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to);
 /* Phases a model shows (ModelInfo.phases): admit (the submit's arrival to
  * its build's start: decode, checks, thread start), the trainer's of create
- * (train/trainer.h), save (spec.pb written and synced, on a thread of its
- * own while the trainer builds: it overlaps them); after the first
+ * (train/trainer.h), save (spec.pb written and synced); after the first
  * step, train_wait (that train's arrival to its first step) and the
  * trainer's first_batch and first_step. */
 #define DPMD_PHASES 12
