@@ -40,12 +40,8 @@ static uint64_t iter_of(dpm_client *c, Dpm__Request *status) {
 
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "examples/fmnist_mlp.yaml";
+  Dpm__ModelSpec *spec = bench_spec(path);
   dpm_err err = {0};
-  Dpm__ModelSpec *spec;
-  if (dpm_spec_load(path, &spec, &err)) {
-    fprintf(stderr, "bench: %s\n", err.msg);
-    return 1;
-  }
   bench_dpmd d;
   bench_dpmd_start(&d);
   dpm_client *c = d.c;

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "common/spec.h"
 #include "dpm/client.h"
 
 extern char **environ;
@@ -36,6 +37,17 @@ static inline Dpm__Response *bench_call(dpm_client *c, Dpm__Request *rq) {
     exit(1);
   }
   return rs;
+}
+
+/* The spec at path; prints why and exits 1 when it cannot be loaded. */
+static inline Dpm__ModelSpec *bench_spec(const char *path) {
+  Dpm__ModelSpec *spec;
+  dpm_err err = {0};
+  if (dpm_spec_load(path, &spec, &err)) {
+    fprintf(stderr, "bench: %s\n", err.msg);
+    exit(1);
+  }
+  return spec;
 }
 
 /* Starts the daemon and waits until it answers a ping; exits 1 on failure. */

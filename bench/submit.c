@@ -98,12 +98,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench: WARM must be 1..%d\n", MAX_RUNS - 1);
     return 2;
   }
-  dpm_err err = {0};
-  Dpm__ModelSpec *spec;
-  if (dpm_spec_load(path, &spec, &err)) {
-    fprintf(stderr, "bench: %s\n", err.msg);
-    return 1;
-  }
+  Dpm__ModelSpec *spec = bench_spec(path);
   bench_dpmd d;
   bench_dpmd_start(&d);
   run runs[MAX_RUNS];
