@@ -207,6 +207,15 @@ void dpm_idx_fini(dpm_idx *x) {
   memset(x, 0, sizeof *x);
 }
 
+dpm_status dpm_idx_check_labels(const dpm_idx *labels, int num_classes, const char *path,
+                                dpm_err *err) {
+  for (size_t i = 0; i < labels->size; i++)
+    if (labels->data[i] >= num_classes)
+      return dpm_errf(err, DPM_CORRUPT, "%s: the label at index %zu is out of range [0, %d)",
+                      path, i, num_classes);
+  return DPM_OK;
+}
+
 dpm_status dpm_idx_dataset_load(const dpm_fs *fs, const char *images, const char *labels,
                                 int num_classes, dpm_idx_dataset *out, dpm_err *err) {
   if (!out) return dpm_errf(err, DPM_INVALID, "idx: no output");
@@ -216,13 +225,10 @@ dpm_status dpm_idx_dataset_load(const dpm_fs *fs, const char *images, const char
   dpm_idx img = {0}, lab = {0};
   dpm_status st = dpm_idx_load(fs, labels, 1, &lab, err);
   if (st != DPM_OK) return st;
-  for (size_t i = 0; i < lab.size; i++)
-    if (lab.data[i] >= num_classes) {
-      st = dpm_errf(err, DPM_CORRUPT, "%s: the label at index %zu is out of range [0, %d)",
-                    labels, i, num_classes);
-      dpm_idx_fini(&lab);
-      return st;
-    }
+  if ((st = dpm_idx_check_labels(&lab, num_classes, labels, err))) {
+    dpm_idx_fini(&lab);
+    return st;
+  }
   st = dpm_idx_load(fs, images, 3, &img, err);
   if (st != DPM_OK) {
     dpm_idx_fini(&lab);

@@ -65,6 +65,10 @@ typedef struct dpm_idx_dataset {
   int rows, cols; /* image size */
 } dpm_idx_dataset;
 
+/* DPM_CORRUPT naming path and the first label at or above num_classes,
+ * if any; else DPM_OK. */
+dpm_status dpm_idx_check_labels(const dpm_idx *labels, int num_classes, const char *path,
+                                dpm_err *err);
 /* Load both files; the counts must match and every label must be below
  * num_classes (>= 1). */
 dpm_status dpm_idx_dataset_load(const dpm_fs *fs, const char *images, const char *labels,

@@ -28,7 +28,6 @@ struct dpm_data_entry {
   data_key key;
   char *path;   /* the name it was read by */
   dpm_idx idx;
-  uint8_t max;  /* largest byte of the data */
   int refs;     /* holds and waiters */
   int loading;  /* being read by the thread that missed */
   int linked;   /* in the list */
@@ -127,10 +126,6 @@ static dpm_status read_entry(int fd, const char *path, int ndim, const data_key 
   key_of(&st, &after);
   if (!same_key(k, &after))
     return dpm_errf(err, DPM_IO, "%s: changed while it was being read", path);
-  uint8_t max = 0;
-  for (size_t i = 0; i < e->idx.size; i++)
-    if (e->idx.data[i] > max) max = e->idx.data[i];
-  e->max = max;
   return DPM_OK;
 }
 
@@ -226,7 +221,6 @@ dpm_status dpm_data_cache_get(dpm_data_cache *c, const dpm_fs *fs, const char *p
 }
 
 const dpm_idx *dpm_data_entry_idx(const dpm_data_entry *e) { return &e->idx; }
-uint8_t dpm_data_entry_max(const dpm_data_entry *e) { return e->max; }
 
 void dpm_data_cache_release(dpm_data_cache *c, dpm_data_entry *e) {
   if (!e) return;

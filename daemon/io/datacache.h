@@ -64,8 +64,6 @@ dpm_status dpm_data_cache_get(dpm_data_cache *c, const dpm_fs *fs, const char *p
                               int ndim, dpm_data_entry **out, dpm_err *err);
 /* The file's contents; valid until the hold is released. */
 const dpm_idx *dpm_data_entry_idx(const dpm_data_entry *e);
-/* The largest byte of the data (a label file's largest label). */
-uint8_t dpm_data_entry_max(const dpm_data_entry *e);
 /* Releases one hold; NULL is a no-op. */
 void dpm_data_cache_release(dpm_data_cache *c, dpm_data_entry *e);
 

@@ -318,12 +318,7 @@ static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
       return dpm_errf(err, DPM_IO, "%s: changed while it was being read", cfg->images);
     if (lab->dim[0] != r->n)
       return dpm_errf(err, DPM_IO, "%s: changed while it was being read", cfg->labels);
-    if (dpm_data_entry_max(r->held[1]) >= cfg->num_classes) {
-      size_t i = 0;
-      while (lab->data[i] < cfg->num_classes) i++;
-      return dpm_errf(err, DPM_CORRUPT, "%s: the label at index %zu is out of range [0, %d)",
-                      cfg->labels, i, cfg->num_classes);
-    }
+    if (dpm_idx_check_labels(lab, cfg->num_classes, cfg->labels, err)) return err->code;
     r->images = img->data;
     r->labels = lab->data;
   }
