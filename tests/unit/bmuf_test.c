@@ -158,23 +158,8 @@ static void nesterov_matches(void) { matches_reference(1); }
 TEST(bmuf_three_blocks_match_reference) { plain_matches(); }
 TEST(bmuf_nesterov_three_blocks_match_reference) { nesterov_matches(); }
 
-static void on_fenced(void (*body)(void)) {
-  tf_device_kind = DPM_DEVICE_FENCED;
-  body();
-  tf_device_kind = DPM_DEVICE_CPU;
-}
-TEST(fenced_bmuf_three_blocks_match_reference) { on_fenced(plain_matches); }
+TEST(fenced_bmuf_three_blocks_match_reference) { tf_on_fenced(plain_matches); }
 
-static char *temp_path(const char *name) {
-  static char dir[64];
-  if (!dir[0]) {
-    snprintf(dir, sizeof dir, "/tmp/dpm-bmuf-XXXXXX");
-    if (!mkdtemp(dir)) return NULL;
-  }
-  char *p = malloc(128);
-  snprintf(p, 128, "%s/%s", dir, name);
-  return p;
-}
 
 /* Whether every param of every replica of a and b is bitwise equal. */
 static int same_params(dpm_trainer *x, dpm_trainer *y) {
@@ -199,7 +184,7 @@ static int same_params(dpm_trainer *x, dpm_trainer *y) {
 static void resume_mid_block(void) {
   const char *par = "mode: bmuf, bmuf: {local_steps: 3, nesterov: true}";
   Dpm__ModelSpec *spec = bmuf_spec(DROPOUT_FORWARD, 16, par);
-  char *path = temp_path("mid-block.ckpt");
+  char *path = tf_temp_path("mid-block.ckpt");
   dpm_err err = {0};
   dpm_trainer *straight = tf_trainer(spec, 2, NULL), *first = tf_trainer(spec, 2, NULL);
   CHECK(straight && first && tf_steps(straight, 12) && tf_steps(first, 7));
@@ -218,14 +203,14 @@ static void resume_mid_block(void) {
   free(path);
 }
 TEST(bmuf_resume_mid_block_is_exact) { resume_mid_block(); }
-TEST(fenced_bmuf_resume_mid_block_is_exact) { on_fenced(resume_mid_block); }
+TEST(fenced_bmuf_resume_mid_block_is_exact) { tf_on_fenced(resume_mid_block); }
 
 /* A bmuf checkpoint into a sync model and back: refused, naming the modes;
  * into a bmuf model on other devices: refused. */
 TEST(bmuf_checkpoint_refused_by_the_other_mode) {
   Dpm__ModelSpec *bs = bmuf_spec(MLP_FORWARD, 8, "mode: bmuf, bmuf: {local_steps: 2}"),
                  *ss = bmuf_spec(MLP_FORWARD, 8, "mode: sync");
-  char *bp = temp_path("bmuf.ckpt"), *sp = temp_path("sync.ckpt");
+  char *bp = tf_temp_path("bmuf.ckpt"), *sp = tf_temp_path("sync.ckpt");
   dpm_err err = {0};
   dpm_trainer *b = tf_trainer(bs, 2, NULL), *s = tf_trainer(ss, 2, NULL),
               *b4 = tf_trainer(bs, 4, NULL);

@@ -77,11 +77,6 @@ static int replicas_identical(dpm_trainer *t) {
 }
 
 /* Runs a test's body with the trainers on fenced devices. */
-static void on_fenced(void (*body)(void)) {
-  tf_device_kind = DPM_DEVICE_FENCED;
-  body();
-  tf_device_kind = DPM_DEVICE_CPU;
-}
 
 /* 1, 2 and 4 replicas at global batch 64: same parameters after 20 steps. */
 static void equivalence(const char *forward, const char *net_type) {
@@ -117,7 +112,7 @@ static void mlp_equivalent(void) {
   equivalence(MLP_FORWARD, "simple");
 }
 static void cnn_equivalent(void) { equivalence(CNN_FORWARD, "dag"); }
-TEST(fenced_parallel_mlp_equivalent) { on_fenced(mlp_equivalent); }
+TEST(fenced_parallel_mlp_equivalent) { tf_on_fenced(mlp_equivalent); }
 
 /* A device replica trains as the CPU does, bit for bit: the same kernels,
  * with each step's input uploaded by the step before it while it runs
@@ -140,7 +135,7 @@ TEST(fenced_training_matches_cpu_bitwise) {
     CHECK(ok && rel == 0);
   }
 }
-TEST(fenced_parallel_cnn_equivalent) { on_fenced(cnn_equivalent); }
+TEST(fenced_parallel_cnn_equivalent) { tf_on_fenced(cnn_equivalent); }
 
 static void replicas_identical_after_init_and_steps(void) {
   Dpm__ModelSpec *spec = spec_of(CNN_FORWARD, 8, "dag");
@@ -153,7 +148,7 @@ static void replicas_identical_after_init_and_steps(void) {
   dpm_spec_free(spec);
 }
 TEST(parallel_replicas_identical_after_init_and_steps) { replicas_identical_after_init_and_steps(); }
-TEST(fenced_parallel_replicas_identical_after_init_and_steps) { on_fenced(replicas_identical_after_init_and_steps); }
+TEST(fenced_parallel_replicas_identical_after_init_and_steps) { tf_on_fenced(replicas_identical_after_init_and_steps); }
 
 /* Two runs with the same seed and device count: bitwise equal. */
 static void runs_are_deterministic(void) {
@@ -166,24 +161,14 @@ static void runs_are_deterministic(void) {
   dpm_spec_free(spec);
 }
 TEST(parallel_runs_are_deterministic) { runs_are_deterministic(); }
-TEST(fenced_parallel_runs_are_deterministic) { on_fenced(runs_are_deterministic); }
+TEST(fenced_parallel_runs_are_deterministic) { tf_on_fenced(runs_are_deterministic); }
 
-static char *temp_path(const char *name) {
-  static char dir[64];
-  if (!dir[0]) {
-    snprintf(dir, sizeof dir, "/tmp/dpm-parallel-XXXXXX");
-    if (!mkdtemp(dir)) return NULL;
-  }
-  char *p = malloc(128);
-  snprintf(p, 128, "%s/%s", dir, name);
-  return p;
-}
 
 /* k steps, checkpoint, load into a fresh trainer, m more steps == k + m
  * steps without interruption, bitwise (Dropout included). */
 static void resume_is_exact(void) {
   Dpm__ModelSpec *spec = spec_of(DROPOUT_FORWARD, 16, "simple");
-  char *path = temp_path("resume.ckpt");
+  char *path = tf_temp_path("resume.ckpt");
   dpm_err err = {0};
   dpm_trainer *straight = tf_trainer(spec, 2, NULL), *first = tf_trainer(spec, 2, NULL);
   CHECK(straight && first && tf_steps(straight, 12) && tf_steps(first, 7));
@@ -202,7 +187,7 @@ static void resume_is_exact(void) {
   free(path);
 }
 TEST(parallel_resume_is_exact) { resume_is_exact(); }
-TEST(fenced_parallel_resume_is_exact) { on_fenced(resume_is_exact); }
+TEST(fenced_parallel_resume_is_exact) { tf_on_fenced(resume_is_exact); }
 
 /* Snapshot of every synced blob of every replica, to prove a refused load
  * changed nothing. */
@@ -238,8 +223,8 @@ static void flip_byte(const char *path, long at) {
 static void rejects_bad_checkpoints(void) {
   Dpm__ModelSpec *spec = spec_of(MLP_FORWARD, 8, "dag");
   Dpm__ModelSpec *other = spec_of(DROPOUT_FORWARD, 8, "dag");
-  char *good = temp_path("good.ckpt"), *bad = temp_path("bad.ckpt");
-  char *foreign = temp_path("foreign.ckpt"), *shaped = temp_path("shaped.ckpt");
+  char *good = tf_temp_path("good.ckpt"), *bad = tf_temp_path("bad.ckpt");
+  char *foreign = tf_temp_path("foreign.ckpt"), *shaped = tf_temp_path("shaped.ckpt");
   dpm_err err = {0};
   dpm_trainer *t = tf_trainer(spec, 2, NULL), *o = tf_trainer(other, 1, NULL);
   CHECK(t && o && tf_steps(t, 3) && tf_steps(o, 1));
@@ -299,7 +284,7 @@ static void rejects_bad_checkpoints(void) {
   }
 }
 TEST(parallel_rejects_bad_checkpoints) { rejects_bad_checkpoints(); }
-TEST(fenced_parallel_rejects_bad_checkpoints) { on_fenced(rejects_bad_checkpoints); }
+TEST(fenced_parallel_rejects_bad_checkpoints) { tf_on_fenced(rejects_bad_checkpoints); }
 
 /* Scoped names address replicas; a bad scope finds nothing. */
 TEST(parallel_scoped_blob_names) {
@@ -372,7 +357,7 @@ static void sync_blobs(void) {
   dpm_spec_free(spec);
 }
 TEST(parallel_sync_blobs) { sync_blobs(); }
-TEST(fenced_parallel_sync_blobs) { on_fenced(sync_blobs); }
+TEST(fenced_parallel_sync_blobs) { tf_on_fenced(sync_blobs); }
 
 /* create fails with `code` and a message holding `a` and `b`. */
 static int refused_with(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
@@ -493,7 +478,7 @@ static dpm_predictor *trained_predictor(dpm_device_kind kind, const char *dir) {
 }
 
 TEST(fenced_predictor_extraction_matches_cpu) {
-  char *da = temp_path("pred-cpu"), *db = temp_path("pred-fenced");
+  char *da = tf_temp_path("pred-cpu"), *db = tf_temp_path("pred-fenced");
   dpm_predictor *a = trained_predictor(DPM_DEVICE_CPU, da);
   dpm_predictor *b = trained_predictor(DPM_DEVICE_FENCED, db);
   CHECK(a && b);

@@ -2,6 +2,7 @@
 #include "trainer_fixture.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/spec.h"
@@ -40,6 +41,23 @@ dpm_trainer *tf_trainer(const Dpm__ModelSpec *spec, int devices, struct dpm_crew
   dpm_err err = {0};
   if (!spec || dpm_trainer_create(spec, &opt, &t, &err)) printf("    create: %s\n", err.msg);
   return t;
+}
+
+void tf_on_fenced(void (*body)(void)) {
+  tf_device_kind = DPM_DEVICE_FENCED;
+  body();
+  tf_device_kind = DPM_DEVICE_CPU;
+}
+
+char *tf_temp_path(const char *name) {
+  static char dir[64];
+  if (!dir[0]) {
+    snprintf(dir, sizeof dir, "/tmp/dpm-test-XXXXXX");
+    if (!mkdtemp(dir)) return NULL;
+  }
+  char *p = malloc(128);
+  if (p) snprintf(p, 128, "%s/%s", dir, name);
+  return p;
 }
 
 int tf_steps(dpm_trainer *t, int n) {

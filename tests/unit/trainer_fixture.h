@@ -37,6 +37,11 @@ Dpm__ModelSpec *tf_spec(const char *forward, int per_device, int seed, double lr
 extern dpm_device_kind tf_device_kind;
 /* A trainer on `devices` replicas, on a borrowed crew or (NULL) its own. */
 dpm_trainer *tf_trainer(const Dpm__ModelSpec *spec, int devices, struct dpm_crew *crew);
+/* body() with tf_trainer's replicas on fenced devices, then cpu again. */
+void tf_on_fenced(void (*body)(void));
+/* A malloc'd path NAME in a directory made once per process under /tmp
+ * (left for the system to clean); NULL when it cannot be made. */
+char *tf_temp_path(const char *name);
 /* Runs n steps; 1 when all n ran. */
 int tf_steps(dpm_trainer *t, int n);
 
