@@ -28,11 +28,11 @@ static void col_sums(const float *restrict dy, int n, int m, int lo, int hi,
 
 /* Without dX (the first layer: the last op of backward), FCGradient splits
  * into parts of FC_PART_ROWS output units (whole 6-row tiles of
- * dpm_gemm_outer): each part's rows of dW and db. Both dpm_gemm_outer's
- * tiles and sgemm sum the inner dimension of each output element in the
- * same order whatever rows are asked for, so the parts give run's result
- * bit for bit (tests/unit/share_test.c); run stays one product, which is
- * 2-3% faster for the MLP than 11 calls. */
+ * dpm_gemm_outer): each part's rows of dW and db. run computes the same
+ * parts in turn, so the parts give run's result bit for bit
+ * (tests/unit/share_test.c) whatever the product's kernel: an sgemm may
+ * sum a row block's inner dimension in another order than the whole
+ * product's (OpenBLAS's AVX2 kernels do). */
 #define FC_PART_ROWS 24
 
 static int fc_grad_parts(const dpm_op *op) {
@@ -59,7 +59,9 @@ static void fc_grad_part(const dpm_op *op, int part) {
 static void fc_grad_run(const dpm_op *op) {
   const dpm_tensor *x = op->in[0], *w = op->in[1];
   int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
-  fc_grad_units(op, 0, m);
+  int parts = fc_grad_parts(op);
+  for (int p = 0; p < parts; p++) fc_grad_part(op, p);
+  if (!parts) fc_grad_units(op, 0, m);
   if (op->out[2]) /* dX [N, K] = dY W */
     dpm_gemm_outer(n, k, m, dpm_f32(op->in[2]), m, 1, dpm_f32(w), k, 0,
                    dpm_f32(op->out[2]), k);
