@@ -64,7 +64,7 @@ typedef struct dpm_kernel_def {
 } dpm_kernel_def;
 
 typedef struct dpm_backend {
-  const char *name;     /* "cpu" */
+  const char *name; /* "cpu" */
   dpm_device_kind kind;
   /* Device memory is host memory that host code may read and write in
    * place (cpu): the engine then skips staging copies. */
@@ -100,6 +100,24 @@ typedef struct dpm_backend {
    * never, for host-visible backends, whose memory is the host's. Any
    * thread; reads no device bytes. */
   int (*owns)(void *state, const void *p);
+  /* Optional, all four or none (NULL: every step runs eagerly): step graphs
+   * (train/graph.h). capture_begin starts recording, as one replayable
+   * graph, the work the calling thread queues on the device; nothing of it
+   * runs meanwhile. DPM_OK, or why not in err (then nothing is recording).
+   * capture_end ends it: the graph, or NULL with the reason in err when the
+   * capture failed (what was queued has not run and never will: the caller
+   * runs it again eagerly). replay queues a graph's work as captured, with
+   * the buffers it named then; its failure is the device's. graph_free
+   * frees a graph no replay is queued for. */
+  dpm_status (*capture_begin)(void *state, dpm_err *err);
+  void *(*capture_end)(void *state, dpm_err *err);
+  dpm_status (*replay)(void *state, void *graph, dpm_err *err);
+  void (*graph_free)(void *state, void *graph);
+  /* One job at a time: the device orders all its work on one stream (a
+   * CUDA compute stream), so the work of two crews must not interleave on
+   * it (a capture would swallow the other's kernels). Whoever queues work
+   * on such a device holds its claim meanwhile (device.h: dpm_dev_claim). */
+  int exclusive;
 } dpm_backend;
 
 extern const dpm_backend dpm_backend_cpu;

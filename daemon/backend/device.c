@@ -13,7 +13,20 @@ struct dpm_dev {
   const dpm_backend *be;
   void *state; /* the backend's */
   dpm_pool pool;
+  /* The claim of an exclusive device (dpm_dev_claim), under claim_mu: who
+   * holds it (holders claims of owner `holder`) and who waits, in order. */
+  pthread_mutex_t claim_mu;
+  pthread_cond_t claim_cv;
+  uint64_t holder;
+  int holders;
+  struct claim_wait *first, *last;
 };
+
+/* A claim waiting for its device, on the waiter's stack. */
+typedef struct claim_wait {
+  uint64_t owner;
+  struct claim_wait *prev, *next;
+} claim_wait;
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static dpm_dev *opened[MAX_OPEN];
@@ -21,12 +34,16 @@ static int n_opened;
 
 const dpm_backend *dpm_backend_of(dpm_device_kind kind) {
   switch (kind) {
-  case DPM_DEVICE_CPU: return &dpm_backend_cpu;
-  case DPM_DEVICE_CUDA: return dpm_cuda_backend();
+  case DPM_DEVICE_CPU:
+    return &dpm_backend_cpu;
+  case DPM_DEVICE_CUDA:
+    return dpm_cuda_backend();
 #ifdef DPM_TEST_BUILD
-  case DPM_DEVICE_FENCED: return &dpm_backend_fenced;
+  case DPM_DEVICE_FENCED:
+    return &dpm_backend_fenced;
 #endif
-  default: return NULL;
+  default:
+    return NULL;
   }
 }
 
@@ -54,7 +71,8 @@ static dpm_status open_dev(dpm_device d, dpm_dev **out, dpm_err *err) {
     return dpm_errf(err, DPM_NOT_FOUND, "device %s: %s", name,
                     count ? "no such device here" : why.msg);
   if (n_opened == MAX_OPEN)
-    return dpm_errf(err, DPM_NOMEM, "device %s: more than %d devices open", name, MAX_OPEN);
+    return dpm_errf(err, DPM_NOMEM, "device %s: more than %d devices open", name,
+                    MAX_OPEN);
   dpm_dev *dev = calloc(1, sizeof *dev);
   if (!dev) return dpm_errf(err, DPM_NOMEM, "out of memory");
   dev->id = d;
@@ -64,6 +82,8 @@ static dpm_status open_dev(dpm_device d, dpm_dev **out, dpm_err *err) {
     return dpm_err_prefix(err, "device %s: ", name);
   }
   dpm_pool_init(&dev->pool, (dpm_pool_raw){raw_alloc, raw_free, dev});
+  pthread_mutex_init(&dev->claim_mu, NULL);
+  pthread_cond_init(&dev->claim_cv, NULL);
   opened[n_opened++] = dev;
   *out = dev;
   return DPM_OK;
@@ -94,7 +114,9 @@ void *dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got) {
   return p;
 }
 
-void dpm_dev_free(dpm_dev *dev, void *p, size_t got) { dpm_pool_free(&dev->pool, p, got); }
+void dpm_dev_free(dpm_dev *dev, void *p, size_t got) {
+  dpm_pool_free(&dev->pool, p, got);
+}
 
 void dpm_dev_to_device(dpm_dev *dev, void *dst, const void *src, size_t bytes) {
   if (bytes) dev->be->copy(dev->state, dst, src, bytes, DPM_COPY_H2D);
@@ -125,6 +147,60 @@ void dpm_dev_leave(dpm_dev *dev) { dev->be->leave(dev->state); }
 
 dpm_pool_stats dpm_dev_stats(dpm_dev *dev) { return dpm_pool_stats_of(&dev->pool); }
 
+static int by_id(const void *a, const void *b) {
+  dpm_device x = (*(dpm_dev *const *)a)->id, y = (*(dpm_dev *const *)b)->id;
+  if (x.kind != y.kind) return x.kind < y.kind ? -1 : 1;
+  return (x.index > y.index) - (x.index < y.index);
+}
+
+int dpm_dev_claim_set(dpm_dev **devs, int n) {
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < k && !seen; j++) seen = devs[j] == devs[i];
+    if (devs[i]->be->exclusive && !seen) devs[k++] = devs[i];
+  }
+  qsort(devs, (size_t)k, sizeof *devs, by_id);
+  return k;
+}
+
+/* Under claim_mu: whether owner may hold dev now: it holds it already, or
+ * nobody does and no claim of another owner waits before w (NULL: a claim
+ * that has not queued). */
+static int claim_free(const dpm_dev *dev, uint64_t owner, const claim_wait *w) {
+  if (dev->holders) return dev->holder == owner;
+  return !dev->first || dev->first == w;
+}
+
+static void claim_one(dpm_dev *dev, uint64_t owner) {
+  pthread_mutex_lock(&dev->claim_mu);
+  if (!claim_free(dev, owner, NULL)) {
+    claim_wait w = {owner, dev->last, NULL};
+    *(dev->last ? &dev->last->next : &dev->first) = &w;
+    dev->last = &w;
+    while (!claim_free(dev, owner, &w)) pthread_cond_wait(&dev->claim_cv, &dev->claim_mu);
+    *(w.prev ? &w.prev->next : &dev->first) = w.next;
+    *(w.next ? &w.next->prev : &dev->last) = w.prev;
+    pthread_cond_broadcast(&dev->claim_cv); /* a new first waiter, or joiners */
+  }
+  dev->holder = owner;
+  dev->holders++;
+  pthread_mutex_unlock(&dev->claim_mu);
+}
+
+void dpm_dev_claim(dpm_dev *const *set, int n, uint64_t owner) {
+  for (int i = 0; i < n; i++) claim_one(set[i], owner);
+}
+
+void dpm_dev_release(dpm_dev *const *set, int n) {
+  for (int i = n - 1; i >= 0; i--) {
+    dpm_dev *dev = set[i];
+    pthread_mutex_lock(&dev->claim_mu);
+    if (--dev->holders == 0) pthread_cond_broadcast(&dev->claim_cv);
+    pthread_mutex_unlock(&dev->claim_mu);
+  }
+}
+
 int dpm_dev_opened(dpm_dev **out, int max) {
   pthread_mutex_lock(&registry_mu);
   int n = n_opened < max ? n_opened : max;
@@ -140,6 +216,8 @@ void dpm_dev_shutdown(void) {
   for (int i = 0; i < n_opened; i++) {
     dpm_pool_fini(&opened[i]->pool);
     opened[i]->be->close(opened[i]->state);
+    pthread_mutex_destroy(&opened[i]->claim_mu);
+    pthread_cond_destroy(&opened[i]->claim_cv);
     free(opened[i]);
   }
   n_opened = 0;

@@ -14,6 +14,7 @@
 #define DPM_BACKEND_DEVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/backend.h"
 #include "backend/pool.h"
@@ -55,6 +56,25 @@ void dpm_dev_leave(dpm_dev *dev);
 void *dpm_dev_state(dpm_dev *dev);
 
 dpm_pool_stats dpm_dev_stats(dpm_dev *dev);
+/* Claims of exclusive devices (backend.h: exclusive): a job that queues
+ * work on such devices (a trainer's step, eval, sync, checkpoint, create
+ * and destroy) holds their claim meanwhile, so the work of two jobs never
+ * interleaves on one device's stream. An owner names the job: claims of one
+ * owner share a device (the shards of one fleet job in one process, which
+ * wait for each other inside their runs); others wait, first come, first
+ * served. dpm_dev_claim_set keeps, in place, the exclusive devices of
+ * devs[0..n) once each, sorted by kind and index, and returns how many;
+ * claiming such a set whole in that order, and releasing it whole before
+ * claiming again, cannot deadlock within the process. dpm_dev_claim waits
+ * for each device in turn; dpm_dev_release gives the set back. A claim is
+ * no lock of the caller's thread: any thread may release it. A job whose
+ * runs wait for other processes (a fleet shard) holds its devices while
+ * it waits: two such jobs whose shards claim one device in opposite
+ * orders on two hosts wait for each other until their collectives time
+ * out, as one stream per device makes them on a GPU anyway. */
+int dpm_dev_claim_set(dpm_dev **devs, int n);
+void dpm_dev_claim(dpm_dev *const *set, int n, uint64_t owner);
+void dpm_dev_release(dpm_dev *const *set, int n);
 /* The devices opened so far (at most max), for metrics. */
 int dpm_dev_opened(dpm_dev **out, int max);
 /* Closes every device (their pools give their memory back). For the end of

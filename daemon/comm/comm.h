@@ -196,6 +196,8 @@ typedef struct dpm_comm_config {
                      of the rendezvous */
   dpm_comm_rendezvous rendezvous; /* gloo: how the processes meet */
   void *const *streams;           /* nccl: one per local rank */
+  int deterministic; /* nccl: only reductions that repeat bitwise for the same
+                        topology (no in-switch NVLS or CollNet reduction) */
 } dpm_comm_config;
 
 /* A new communicator for cfg. DPM_UNSUPPORTED for a backend this build
@@ -299,8 +301,8 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_
  * DPM_INVALID for no inner or a missing device, DPM_NOMEM; *out is NULL on
  * failure. Threads: as any communicator (see the top of this file). */
 struct dpm_dev;
-dpm_status dpm_comm_staged_create(dpm_comm *inner, struct dpm_dev *const *devs, int rank_base,
-                                  dpm_comm **out, dpm_err *err);
+dpm_status dpm_comm_staged_create(dpm_comm *inner, struct dpm_dev *const *devs,
+                                  int rank_base, dpm_comm **out, dpm_err *err);
 
 /* ---- Backend interface (for the files implementing a backend) ----------
  *
@@ -321,7 +323,7 @@ typedef struct dpm_comm_ops {
   dpm_status (*allreduce_start)(dpm_comm *c, int rank, float *buf, size_t count,
                                 dpm_err *err);
   dpm_status (*allreduce_wait)(dpm_comm *c, int rank, dpm_err *err);
-  int (*broken)(dpm_comm *c);   /* dpm_comm_broken */
+  int (*broken)(dpm_comm *c); /* dpm_comm_broken */
   /* dpm_comm_failure of a broken group; NULL: a generic message. */
   dpm_status (*failure)(dpm_comm *c, dpm_err *err);
   void (*destroy)(dpm_comm *c); /* frees the whole backend struct */

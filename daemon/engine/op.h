@@ -144,6 +144,8 @@ typedef struct dpm_ctx {
   int started;           /* allreduces started on comm and not yet waited for */
   unsigned math;         /* DPM_MATH_*: choices of kernels that have them (cuda) */
   uint64_t comm_ns;      /* time spent in collective ops, accumulated */
+  uint64_t job;          /* whose work this is: the claim's owner (backend/device.h:
+                            dpm_dev_claim); 0: the context's own */
   dpm_status status;     /* first failure of a kernel that can fail (collectives); */
   dpm_err err;           /* the runner checks and clears it after each net run */
 } dpm_ctx;
@@ -153,6 +155,8 @@ typedef struct dpm_ctx {
 enum {
   DPM_MATH_TF32 = 1u << 0,          /* matrix products may use TF32 (allow_tf32) */
   DPM_MATH_DETERMINISTIC = 1u << 1, /* only algorithms whose results repeat bitwise */
+  DPM_MATH_DIRECT = 1u << 2,        /* convolutions as direct sums (GEMM forms), no FFT or
+                                       Winograd transforms: the GPU checks against the CPU */
 };
 
 typedef struct dpm_op {
@@ -238,9 +242,9 @@ const dpm_op_def *const *dpm_op_all(int *count);
 /* ---- arguments (engine/op.c) --------------------------------------------
  * Setters check the schema: errors are DPM_SPEC for an unknown name, a value
  * the argument's type cannot take, one out of bounds or not among the
- * choices (DPM_NOMEM if a list's text cannot be copied). A value is converted as its text would be parsed: an integer or a
- * one-element list for a float argument, 2.0 or [2] for an integer one, a
- * number for a string one (which then fails its choices); a subnormal
+ * choices (DPM_NOMEM if a list's text cannot be copied). A value is converted as its text
+ * would be parsed: an integer or a one-element list for a float argument, 2.0 or [2] for
+ * an integer one, a number for a string one (which then fails its choices); a subnormal
  * number is refused, like its text. Doubles are stored as given, never
  * printed and parsed. On failure the argument is left unset. */
 

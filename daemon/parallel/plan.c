@@ -105,7 +105,7 @@ static dpm_status computed_broadcast(dpm_plan *p, const dpm_model *m, dpm_err *e
   return !s && n ? collective(p, DPM_OP_BROADCAST, names, 0, n, err) : s;
 }
 
-dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
+dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_type type,
                           size_t bucket_bytes, int broadcast_computed,
                           const dpm_backend *be, dpm_plan *p, dpm_err *err) {
   memset(p, 0, sizeof *p);
@@ -118,16 +118,15 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   for (int i = 0; i < n_opt && !s; i++, p->n_grads++)
     if (!(p->grads[i] = strdup(u[i].node->in[1]))) s = nomem(err);
   if (!s)
-    s = buckets(p, m, devices > 1 && type == DPM_NET_DAG ? bucket_bytes : (size_t)-1,
-                err);
+    s = buckets(p, m, reduce && type == DPM_NET_DAG ? bucket_bytes : (size_t)-1, err);
   if (!s) s = synced_blobs(p, m, err);
   const dpm_node *lr = &m->update.nodes[0], *iter = &m->update.nodes[m->update.n - 1];
-  int dag = devices > 1 && type == DPM_NET_DAG, b = 0, last_train = -1;
+  int dag = reduce && type == DPM_NET_DAG, b = 0, last_train = -1;
   /* One device updates each param as soon as its gradient is final, unless
    * the backend fuses the updates into one launch (run_many): then they
    * run together after backward. */
   const dpm_kernel_def *opt = n_opt && be ? be->kernel(u[0].node->def->id) : NULL;
-  int early = devices == 1 && !(opt && opt->run_many);
+  int early = !reduce && !(opt && opt->run_many);
   for (int j = 0; j < m->train.n && !s; j++) {
     s = add(p, &m->train.nodes[j], err);
     last_train = p->step.n - 1;
@@ -142,12 +141,12 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
   /* The last bucket is ready only when backward ends: nothing is left to
    * overlap, so it is reduced in place, after the started ones. */
   int first_wait = p->step.n; /* the first collective that waits for the peers */
-  for (b = 0; devices > 1 && b < p->n_buckets && !s; b++)
+  for (b = 0; reduce && b < p->n_buckets && !s; b++)
     s = collective(p,
                    dag && b < p->n_buckets - 1 ? DPM_OP_ALLREDUCE_WAIT : DPM_OP_ALLREDUCE,
                    p->grads, b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
   for (int i = 0; !early && i < n_opt && !s; i++) s = add(p, u[i].node, err);
-  if (!s && devices > 1 && broadcast_computed) s = computed_broadcast(p, m, err);
+  if (!s && reduce && broadcast_computed) s = computed_broadcast(p, m, err);
   if (!s) s = add(p, iter, err);
   p->n_forward = m->n_forward;
   p->shared_op = p->help_at = -1;

@@ -55,9 +55,12 @@ typedef struct dpm_plan {
 
 /* Build the plan for `devices` replicas whose kernels are backend be's (it
  * decides whether backward's last op splits; NULL: the replicas do not
- * share one backend, and nothing is shared). bucket_bytes bounds a dag
- * bucket (a bucket holds at least one gradient and at most DPM_OP_MAX_IO). */
-dpm_status dpm_plan_build(const dpm_model *m, int devices, dpm_net_type type,
+ * share one backend, and nothing is shared). The step reduces gradients
+ * (and broadcasts computed params) when reduce is set; devices > 1 needs
+ * it, and one device may have it (a group of one: the checks of a
+ * multi-device path on one device). bucket_bytes bounds a dag bucket (a
+ * bucket holds at least one gradient and at most DPM_OP_MAX_IO). */
+dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_type type,
                           size_t bucket_bytes, int broadcast_computed,
                           const struct dpm_backend *be, dpm_plan *p, dpm_err *err);
 void dpm_plan_fini(dpm_plan *p);

@@ -95,7 +95,13 @@ struct dpm_trainer {
   int pipeline;   /* the replicas' memory is not the host's: a step uploads the next
                      one's input while it runs (dpm_trainer_step) */
   void **streams; /* [n] the replicas' CUDA streams, for a nccl group; else NULL */
-  dpm_share *share; /* replicas take parts of each other's last backward op */
+  /* The replicas' exclusive devices (backend/device.h: dpm_dev_claim_set),
+   * claimed while the trainer queues work on them; claimed counts nested
+   * claims (trainer_claim). */
+  struct dpm_dev **claim_set;
+  int claim_n, claimed;
+  uint64_t claim_owner; /* this trainer, or its fleet job (one per rendezvous prefix) */
+  dpm_share *share;     /* replicas take parts of each other's last backward op */
   replica *r;
   job_kind job;                  /* of the crew run in flight */
   const char *const *sync_names; /* JOB_SYNC: what to broadcast */
@@ -112,7 +118,9 @@ struct dpm_trainer {
   int eval_batch;
   char *eval_images, *eval_labels;
   double scale;
-  dpm_bmuf bm; /* parallel.mode bmuf (parallel/bmuf.h) */
+  dpm_bmuf bm;      /* parallel.mode bmuf (parallel/bmuf.h) */
+  dpm_ctx eval_ctx; /* the eval net's context on the master: its own scratch, so a
+                       step's graph never names a scratch an eval moved */
 };
 
 static inline double now_ms(void) {
@@ -125,6 +133,11 @@ static inline dpm_status nomem(dpm_err *err) {
   return dpm_errf(err, DPM_NOMEM, "out of memory");
 }
 
+/* trainer.c: claims the replicas' exclusive devices for the calls that
+ * queue work on them, nested (the outermost claims, its release releases).
+ * Driving thread only. */
+void trainer_claim(dpm_trainer *t);
+void trainer_release(dpm_trainer *t);
 /* trainer.c: runs `job` on every replica's worker; the first failure. */
 dpm_status trainer_dispatch(dpm_trainer *t, job_kind job, dpm_err *err);
 /* trainer.c: the master's `names` copied to every replica (one alone: none). */
@@ -141,6 +154,9 @@ double trainer_scalar(const dpm_blob *b);
 /* setup.c: ranks in the job's group (every shard's replicas); the eval
  * reader's config. */
 int trainer_ranks(const dpm_trainer *t);
+/* setup.c: whether the replicas have a group and the step its collectives
+ * (several ranks, or one forced to: dpm_trainer_options.force_comm). */
+int trainer_reduces(const dpm_trainer *t);
 dpm_reader_config trainer_eval_config(const dpm_trainer *t);
 
 #endif

@@ -119,6 +119,9 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
 
 /* Ranks in the job's group: every shard's replicas. */
 int trainer_ranks(const dpm_trainer *t) { return t->n * t->shards; }
+int trainer_reduces(const dpm_trainer *t) {
+  return trainer_ranks(t) > 1 || t->opt.force_comm;
+}
 
 /* parallel.optimize_gradient_memory: which blobs of the step share one arena
  * (parallel/memshare.h). Never shared: the data and label, the losses and
@@ -143,7 +146,7 @@ static dpm_status plan_sharing(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_e
     }
     keep[n++] = par->keep_blobs[i];
   }
-  for (int i = 0; trainer_ranks(t) > 1 && i < t->plan.n_grads; i++)
+  for (int i = 0; trainer_reduces(t) && i < t->plan.n_grads; i++)
     keep[n++] = t->plan.grads[i];
   dpm_status s = dpm_memshare_plan(&t->plan.step, &m->shapes, keep, n, &t->memshare, err);
   free(keep);
@@ -167,13 +170,40 @@ static dpm_status share_arena(dpm_trainer *t, replica *r, dpm_err *err) {
   return DPM_OK;
 }
 
+static void fnv(uint64_t *h, uint64_t v) {
+  for (int i = 0; i < 8; i++, v >>= 8) *h = (*h ^ (v & 0xff)) * 1099511628211ull;
+}
+
+/* Opens the replicas' devices (each replica's dev) and makes the set of
+ * those to claim while the trainer queues work on them. */
+static dpm_status claim_devices(dpm_trainer *t, dpm_err *err) {
+  if (!(t->claim_set = malloc((size_t)t->n * sizeof *t->claim_set))) return nomem(err);
+  for (int d = 0; d < t->n; d++) {
+    dpm_status s = dpm_dev_get(t->dev[d], &t->r[d].dev, err);
+    if (s) return s;
+    t->claim_set[d] = t->r[d].dev;
+  }
+  t->claim_n = dpm_dev_claim_set(t->claim_set, t->n);
+  /* the shards of one job in this process wait for each other inside their
+     runs: they claim as one owner, named by the job's rendezvous prefix */
+  t->claim_owner = (uint64_t)(uintptr_t)t;
+  const char *prefix = t->opt.fleet.rendezvous.prefix;
+  if (t->shards > 1 && prefix) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = prefix; *c; c++) fnv(&h, (uint8_t)*c);
+    t->claim_owner = h | 1; /* odd: never a trainer's address */
+  }
+  return DPM_OK;
+}
+
+/* Replica r on its device (opened by claim_devices). */
 static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_model *m = &t->model;
-  dpm_status s = dpm_dev_get(t->dev[r->rank], &r->dev, err);
-  if (s) return s;
+  dpm_status s;
   r->ws.dev = r->ctx.dev = r->dev;
   r->ctx.device = r->rank; /* comm: set per crew run */
   r->ctx.math = t->math;
+  r->ctx.job = t->claim_owner;
   dpm_exec init = {0};
   s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
   if (!s && r->rank == 0) { /* the others get the broadcast */
@@ -185,7 +215,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   if (!s) s = share_arena(t, r, err);
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
   if (!s) dpm_step_graph_init(&r->graph, r->dev, &t->plan.step, t->graphs);
-  if (!s && trainer_ranks(t) > 1) s = grad_arena(r, &t->plan, err);
+  if (!s && trainer_reduces(t)) s = grad_arena(r, &t->plan, err);
   if (!s) s = dpm_bmuf_replica(&t->bm, &r->ws, r->rank == 0, &r->bmuf_host, err);
   if (s) return s;
   r->data = dpm_ws_find(&r->ws, m->data);
@@ -248,14 +278,15 @@ dpm_reader_config trainer_eval_config(const dpm_trainer *t) {
 /* Every byte the model will allocate, known before it allocates any: the
  * tensors of every replica (with dag's gradient arena), each replica's
  * scratch and input staging, the reader (data, order, ring) and the eval
- * set with its test-mode activations. Checks the eval files too. */
+ * set with its test-mode activations and scratch. Checks the eval files
+ * too. */
 static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_config *rc,
                               dpm_trainer_memory *mem, dpm_err *err) {
   const dpm_model *m = &t->model;
   uint64_t per = 0, b;
   for (int i = 0; i < m->shapes.n; i++)
     add_bytes(&per, aligned(dpm_shape_bytes(&m->shapes.v[i].shape)));
-  for (int i = 0; trainer_ranks(t) > 1 && i < t->plan.n_grads; i++)
+  for (int i = 0; trainer_reduces(t) && i < t->plan.n_grads; i++)
     add_bytes(&per, aligned(dpm_shape_bytes(
                         &dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
   add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
@@ -280,6 +311,10 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
     if (!s) s = dpm_model_test_shapes(m, t->eval_batch, &test, err);
     for (int i = 0; !s && i < test.n; i++)
       add_bytes(&mem->eval, aligned(dpm_shape_bytes(&test.v[i].shape)));
+    /* the eval net's own scratch on the master (its context is not the step's) */
+    if (!s)
+      add_bytes(&mem->eval,
+                dpm_net_scratch(&m->test, &test, dpm_backend_of(t->dev[0].kind)));
     dpm_shapes_fini(&test);
     if (s) return dpm_err_prefix(err, "eval: ");
   }
@@ -386,9 +421,10 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
       .rank_base = t->shard * t->n,
       .world = trainer_ranks(t),
       .timeout_ms = t->opt.comm_timeout_ms,
+      .deterministic = (t->math & DPM_MATH_DETERMINISTIC) != 0,
   };
   if (t->shards > 1) t->comm_cfg.rendezvous = t->opt.fleet.rendezvous;
-  if (trainer_ranks(t) == 1) return DPM_OK;
+  if (!trainer_reduces(t)) return DPM_OK;
   if (nccl) { /* NCCL queues each rank's collectives on its device's stream */
     const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
     if (!(t->streams = calloc((size_t)t->n, sizeof *t->streams))) return nomem(err);
@@ -401,10 +437,6 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
     return trainer_shard_prefix(t, err);
   }
   return DPM_OK;
-}
-
-static void fnv(uint64_t *h, uint64_t v) {
-  for (int i = 0; i < 8; i++, v >>= 8) *h = (*h ^ (v & 0xff)) * 1099511628211ull;
 }
 
 /* The collectives of one step, in order, with their sizes: what every rank
@@ -514,8 +546,9 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   int bmuf = par && par->mode == DPM__PARALLEL_MODE__PARALLEL_BMUF;
   if (!s)
     s = dpm_plan_build(
-        &t->model, bmuf ? 1 : trainer_ranks(t), type, par ? par->bucket_bytes : 4 << 20,
-        par ? par->broadcast_computed_params : 1, replicas_backend(t), &t->plan, err);
+        &t->model, bmuf ? 1 : trainer_ranks(t), !bmuf && trainer_reduces(t), type,
+        par ? par->bucket_bytes : 4 << 20, par ? par->broadcast_computed_params : 1,
+        replicas_backend(t), &t->plan, err);
   if (!s)
     s = dpm_bmuf_init(&t->bm, par, &t->model, trainer_ranks(t),
                       par ? par->broadcast_computed_params : 1, &t->plan, err);
@@ -563,19 +596,22 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   }
   /* with more replicas than CPUs, one waiting to help would hold a CPU a peer needs */
   int cpus = process_cpus_known ? CPU_COUNT(&process_cpus) : 1;
-  if (!t->opt.no_share && t->plan.shared_op >= 0 && devices > 1 && devices <= cpus &&
-      dpm_share_create(devices, &t->share, err))
+  /* and none while a graph is captured: it records the replica's own work */
+  int graphs = t->graphs && dpm_backend_of(t->dev[0].kind)->capture_begin;
+  if (!t->opt.no_share && !graphs && t->plan.shared_op >= 0 && devices > 1 &&
+      devices <= cpus && dpm_share_create(devices, &t->share, err))
     return err->code;
   if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
-  for (int d = 0; d < devices; d++) {
+  if (claim_devices(t, err)) return err->code;
+  trainer_claim(t);
+  for (int d = 0; d < devices && !s; d++) {
     t->r[d].rank = d;
     char name[32];
-    if (replica_init(t, &t->r[d], err)) /* the device's own errors name it already */
-      return strncmp(err->msg, "device ", 7)
-                 ? dpm_err_prefix(err,
-                                  "%s: ", dpm_device_format(t->dev[d], name, sizeof name))
-                 : err->code;
-  }
+    if ((s = replica_init(t, &t->r[d], err)) && strncmp(err->msg, "device ", 7))
+      dpm_err_prefix(err, "%s: ", dpm_device_format(t->dev[d], name, sizeof name));
+  } /* the device's own errors name it already */
+  trainer_release(t);
+  if (s) return s;
   /* Everything of this process is in place: only now meet the other shards
    * (a shard that failed above never keeps them waiting past the timeout
    * of their rendezvous). Every shard's master ran the seeded init (fills

@@ -56,6 +56,7 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
   dpm_tensor *staged = calloc((size_t)n + 1, sizeof *staged);
   char **names = calloc((size_t)n + 1, sizeof *names); /* replica_D/NAME, owned */
   dpm_status s = e && staged && names ? DPM_OK : nomem(err);
+  trainer_claim(t);
   for (int i = 0; !s && i < n; i++) {
     int d = i < p->n_synced ? 0 : 1 + (i - p->n_synced) / t->bm.n_local;
     const char *name = d ? t->bm.local[(i - p->n_synced) % t->bm.n_local] : p->synced[i];
@@ -65,6 +66,7 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
     if (d && !s && !(names[i] = replica_name(d, name))) s = nomem(err);
     e[i] = (dpm_ckpt_entry){.name = d ? names[i] : b->name, .kind = b->kind, .t = h};
   }
+  trainer_release(t);
   if (s) goto out;
   dpm_reader_pos pos = dpm_reader_position(t->reader);
   dpm_ckpt_meta meta = {.spec_hash = t->spec_hash,
@@ -154,27 +156,35 @@ static dpm_status read_fitting(dpm_trainer *t, const dpm_fs *fs, const char *pat
 /* c's tensors into the master (entries "replica_D/NAME" are replica d's:
  * write_replicas). */
 static void write_master(dpm_trainer *t, const dpm_ckpt *c) {
+  trainer_claim(t);
   for (int i = 0; i < c->n; i++) {
     dpm_blob *b = dpm_ws_find(&t->r[0].ws, c->names[i]);
     if (b) dpm_tensor_write(&b->t, c->tensors[i].data, dpm_shape_bytes(&b->t.shape));
   }
+  trainer_release(t);
 }
 
 /* parallel.mode bmuf, after the sync: replicas 1.. take their own state
  * from c (fits checked that it is there). */
 static dpm_status write_replicas(dpm_trainer *t, const dpm_ckpt *c, dpm_err *err) {
-  for (int i = 0; i < replica_entries(t); i++) {
+  dpm_status s = DPM_OK;
+  trainer_claim(t);
+  for (int i = 0; i < replica_entries(t) && !s; i++) {
     int d = 1 + i / t->bm.n_local;
     dpm_blob *b = dpm_ws_find(&t->r[d].ws, t->bm.local[i % t->bm.n_local]);
     char *name = replica_name(d, b->name);
     dpm_blob_kind kind;
     const dpm_tensor *x = name ? dpm_ckpt_find(c, name, &kind) : NULL;
     free(name);
-    if (!x) return nomem(err);
+    if (!x) {
+      s = nomem(err);
+      break;
+    }
     const void *src = x->data; /* a host tensor: pointer only */
     dpm_tensor_write(&b->t, src, dpm_shape_bytes(&b->t.shape));
   }
-  return DPM_OK;
+  trainer_release(t);
+  return s;
 }
 
 /* A job of several shards: shard 0 reads and checks the file and moves its

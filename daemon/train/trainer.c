@@ -23,6 +23,14 @@
 
 /* ---- lock-step jobs ------------------------------------------------------ */
 
+void trainer_claim(dpm_trainer *t) {
+  if (t->claimed++ == 0) dpm_dev_claim(t->claim_set, t->claim_n, t->claim_owner);
+}
+
+void trainer_release(dpm_trainer *t) {
+  if (--t->claimed == 0) dpm_dev_release(t->claim_set, t->claim_n);
+}
+
 /* The communicator moves the bytes of device buffers: it acts as the
  * device (backend.h: enter/leave), as the collective kernels do. */
 static dpm_status sync_blobs(replica *r, const char *const *names, int n) {
@@ -149,12 +157,12 @@ static void run_job(void *arg, int rank) {
   }
   if (!r->preloaded) load_input(t, r, r->rows, r->labels);
   step_arg a = {t, r};
-  r->status = dpm_step_graph_run(&r->graph, r->dev, step_run, &a, &r->err);
+  r->status = dpm_step_graph_run(&r->graph, r->dev, &r->ctx, step_run, &a, &r->err);
   if (r->ctx.status) {
     r->status = r->ctx.status;
     r->err = r->ctx.err;
     r->ctx.status = DPM_OK;
-    dpm_step_graph_fini(&r->graph); /* captured around a failed collective */
+    dpm_step_graph_drop(&r->graph, r->dev); /* captured around a failed collective */
     drain(r);
   }
   if (r->status || dpm_dev_host_visible(r->dev)) return;
@@ -219,9 +227,11 @@ dpm_status trainer_dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
   dpm_status s = renew_comm(t, err);
   if (s) return s;
   for (int d = 0; t->comm != before && d < t->n; d++)
-    dpm_step_graph_fini(&t->r[d].graph); /* captured with the old group's collectives */
+    dpm_step_graph_drop(&t->r[d].graph, t->r[d].dev); /* names the old group */
   t->job = job;
+  trainer_claim(t);
   dpm_crew_run(t->crew, run_job, t);
+  trainer_release(t);
   for (int d = 0; d < t->n; d++)
     if (t->r[d].status) {
       if (err) {
@@ -419,13 +429,17 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
   int64_t seen = 0;
   int shaped = -1;
   dpm_status s = DPM_OK;
+  t->eval_ctx.dev = r->dev;
+  t->eval_ctx.math = t->math;
+  t->eval_ctx.job = t->claim_owner;
+  trainer_claim(t);
   for (;;) {
     const dpm_batch *b;
     if ((s = dpm_reader_next(t->eval_reader, &b, err)) || !b) break;
     if (b->n != shaped) {
       dpm_shapes shapes = {0};
       s = dpm_model_test_shapes(m, b->n, &shapes, err);
-      if (!s) s = dpm_exec_bind(&x, &m->test, &shapes, &ws, &r->ctx, err);
+      if (!s) s = dpm_exec_bind(&x, &m->test, &shapes, &ws, &t->eval_ctx, err);
       dpm_shapes_fini(&shapes);
       if (s) break;
       shaped = b->n;
@@ -446,6 +460,7 @@ dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
   }
   dpm_exec_fini(&x);
   dpm_ws_fini(&ws);
+  trainer_release(t);
   /* the master's data and label may now view the eval reader's buffers:
      the next step re-points them */
   if (s) return s;
@@ -488,7 +503,10 @@ dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_ten
                     "to read it",
                     name);
   if (dpm_tensor_resize(out, &x->shape)) return nomem(err);
+  dpm_trainer *claimer = (dpm_trainer *)t; /* the claim is bookkeeping, not state */
+  trainer_claim(claimer);
   dpm_tensor_read(x, out->data, dpm_shape_bytes(&x->shape));
+  trainer_release(claimer);
   return DPM_OK;
 }
 
@@ -506,6 +524,9 @@ int dpm_trainer_batch(const dpm_trainer *t) { return t->model.batch; }
 uint64_t dpm_trainer_iter(const dpm_trainer *t) { return t->iter; }
 const dpm_model *dpm_trainer_model(const dpm_trainer *t) { return &t->model; }
 const dpm_plan *dpm_trainer_plan(const dpm_trainer *t) { return &t->plan; }
+dpm_graph_stats dpm_trainer_graph_stats(const dpm_trainer *t, int d) {
+  return t->r[d].graph.stats;
+}
 dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d) { return &t->r[d].ws; }
 
 void dpm_trainer_destroy(dpm_trainer *t) {
@@ -513,9 +534,10 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   dpm_crew_destroy(t->own_crew); /* a borrowed crew stays */
   dpm_comm_destroy(t->comm);
   dpm_share_destroy(t->share);
+  trainer_claim(t); /* freeing device memory queues work on the devices */
   for (int d = 0; t->r && d < t->n; d++) {
     replica *r = &t->r[d];
-    dpm_step_graph_fini(&r->graph);
+    dpm_step_graph_fini(&r->graph, r->dev);
     dpm_exec_fini(&r->step);
     dpm_ws_fini(&r->ws);
     if (r->arena) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
@@ -525,6 +547,9 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     dpm_ctx_fini(&r->ctx);
     free(r->losses);
   }
+  dpm_ctx_fini(&t->eval_ctx);
+  trainer_release(t);
+  free(t->claim_set);
   free(t->r);
   dpm_reader_destroy(t->reader);
   dpm_reader_destroy(t->eval_reader);

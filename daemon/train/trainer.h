@@ -71,6 +71,7 @@
 #include "common/device.h"
 #include "engine/model.h"
 #include "parallel/plan.h"
+#include "train/graph.h"
 
 typedef struct dpm_trainer dpm_trainer;
 struct dpm_workspace;
@@ -94,10 +95,10 @@ typedef struct dpm_step_stats {
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {
-  int devices;          /* replicas on devices KIND:0..N-1; 0: the spec's parallel.devices */
+  int devices; /* replicas on devices KIND:0..N-1; 0: the spec's parallel.devices */
   dpm_device_kind kind; /* KIND (default cpu; fenced in test builds) */
-  int net_type;        /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
-  int comm_timeout_ms; /* collectives' timeout; 0: 60000 */
+  int net_type;         /* -1: the spec's; else DPM_NET_SIMPLE or DPM_NET_DAG */
+  int comm_timeout_ms;  /* collectives' timeout; 0: 60000 */
   /* Borrowed crew, its size the device count (else DPM_INVALID); it must
    * outlive the trainer. NULL: the trainer creates one of its own. */
   struct dpm_crew *crew;
@@ -135,6 +136,12 @@ typedef struct dpm_trainer_options {
     int shard_id, num_shards;
     dpm_comm_rendezvous rendezvous;
   } fleet;
+  /* For the checks (gpu_test, unit tests), not specs: a group and the
+   * step's collectives even for one replica alone (a group of one), so a
+   * one-device trainer runs the multi-device path: NCCL on one GPU, the
+   * local group on one cpu or fenced device. Results are those of one
+   * replica without it. */
+  int force_comm;
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;
@@ -152,11 +159,11 @@ typedef struct dpm_trainer_memory {
                        with parallel.optimize_gradient_memory, shared blobs as their
                        arena (parallel/memshare.h) */
   uint64_t tensors_unshared; /* the same without memory sharing (= tensors when off) */
-  uint64_t shared_apart; /* every replica's shared blobs, as they would take apart */
-  uint64_t shared_arena; /* ... and as their arenas take (both 0 when off) */
-  uint64_t scratch; /* kernels' scratch, every replica */
-  uint64_t reader;  /* training data, shuffle order, batch ring */
-  uint64_t eval;    /* eval data, its ring and test-mode activations */
+  uint64_t shared_apart;     /* every replica's shared blobs, as they would take apart */
+  uint64_t shared_arena;     /* ... and as their arenas take (both 0 when off) */
+  uint64_t scratch;          /* kernels' scratch, every replica */
+  uint64_t reader;           /* training data, shuffle order, batch ring */
+  uint64_t eval;             /* eval data, its ring and test-mode activations */
   uint64_t total;
 } dpm_trainer_memory;
 
@@ -185,9 +192,9 @@ void dpm_trainer_interrupt(dpm_trainer *t);
  * next decision: every other shard's dpm_trainer_step, waiting there,
  * returns DPM_OK with last->stopped = why and last->iter the job's
  * iteration, having taken no batch, so every shard stops after the same
- * iteration and none is left inside a collective. DPM_OK at once for a job of one process;
- * DPM_INVALID on shards but 0 or for why <= 0; a collective's error (the
- * shard that did not answer within the timeout, named) as a step's. */
+ * iteration and none is left inside a collective. DPM_OK at once for a job of one
+ * process; DPM_INVALID on shards but 0 or for why <= 0; a collective's error (the shard
+ * that did not answer within the timeout, named) as a step's. */
 dpm_status dpm_trainer_stop(dpm_trainer *t, int why, dpm_err *err);
 /* Loss and accuracy over the whole eval set, in test mode, on the master.
  * DPM_STATE when the spec has no eval section. */
@@ -228,7 +235,8 @@ dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *input
 dpm_status dpm_trainer_export_format(dpm_trainer *t, const char *format,
                                      const char *const *inputs, int n_in,
                                      const char *const *outputs, int n_out,
-                                     const struct dpm_fs *fs, const char *dir, dpm_err *err);
+                                     const struct dpm_fs *fs, const char *dir,
+                                     dpm_err *err);
 
 /* A replica's blob by scoped ("cpu_1/fc1_w": the scope of its device,
  * common/device.h) or stripped (master) name: its shape and device; its
@@ -275,6 +283,8 @@ int dpm_trainer_batch(const dpm_trainer *t);
 uint64_t dpm_trainer_iter(const dpm_trainer *t);
 const dpm_model *dpm_trainer_model(const dpm_trainer *t);
 const dpm_plan *dpm_trainer_plan(const dpm_trainer *t);
+/* How replica d's steps ran: eagerly, captured, replayed (train/graph.h). */
+dpm_graph_stats dpm_trainer_graph_stats(const dpm_trainer *t, int d);
 /* Replica d's workspace (0 = master), for tests and benchmarks. */
 struct dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d);
 void dpm_trainer_destroy(dpm_trainer *t);

@@ -10,10 +10,10 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
+#include "common/spec.h"
 #include "engine/model.h"
 #include "parallel/plan.h"
 #include "parallel/share.h"
-#include "common/spec.h"
 #include "test.h"
 #include "trainer_fixture.h"
 
@@ -222,8 +222,8 @@ static int plan_shares_on(const dpm_backend *be, const char *forward, int device
   dpm_err err = {0};
   int64_t chw[3] = {1, 28, 28};
   int ok = spec && !dpm_model_build(spec, chw, 8, 1.0f, &m, &err);
-  if (ok && !(ok = !dpm_plan_build(&m, devices, !strcmp(net_type, "dag"), 1 << 20, 1, be,
-                                   &p, &err)))
+  if (ok && !(ok = !dpm_plan_build(&m, devices, devices > 1, !strcmp(net_type, "dag"),
+                                   1 << 20, 1, be, &p, &err)))
     dpm_model_fini(&m);
   if (!ok) {
     printf("    %s\n", err.msg);
@@ -232,8 +232,8 @@ static int plan_shares_on(const dpm_backend *be, const char *forward, int device
   }
   *at = p.shared_op;
   *help = p.help_at;
-  int shared = p.shared_op >= 0 && !strcmp(p.step.nodes[p.shared_op].def->name,
-                                           "FCGradient") &&
+  int shared = p.shared_op >= 0 &&
+               !strcmp(p.step.nodes[p.shared_op].def->name, "FCGradient") &&
                !strcmp(p.step.nodes[p.help_at].def->name, "Allreduce");
   dpm_plan_fini(&p);
   dpm_model_fini(&m);

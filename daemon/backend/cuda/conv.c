@@ -29,7 +29,9 @@
  * math type asked for; under
  * DPM_MATH_DETERMINISTIC it must report CUDNN_DETERMINISTIC (which rules
  * out the atomics of backward-filter algorithms 0 and 3 and backward-data
- * algorithm 0). The fastest such candidate wins; when none qualifies, the
+ * algorithm 0); under DPM_MATH_DIRECT it must not transform the sums (no
+ * FFT or Winograd algorithm, whose rounding is furthest from a direct
+ * sum's). The fastest such candidate wins; when none qualifies, the
  * first of a fixed list (implicit GEMM; backward algorithm 1, then 0 when
  * nondeterminism is allowed) whose workspace fits. Math: without
  * DPM_MATH_TF32 the descriptor asks for CUDNN_FMA_MATH, the only type
@@ -160,11 +162,34 @@ static int want_det(const conv_call *c) {
   return (c->op->ctx->math & DPM_MATH_DETERMINISTIC) != 0;
 }
 
-/* Whether candidate p qualifies (see the head of the file). */
-static int acceptable(const conv_call *c, const conv_perf *p) {
+/* Whether algorithm algo of direction dir transforms the sums (FFT,
+ * Winograd): excluded under DPM_MATH_DIRECT. */
+static int transforms(int dir, int algo) {
+  switch (dir) {
+  case DIR_FWD:
+    return algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT ||
+           algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+           algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+  case DIR_BWD_DATA:
+    return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+           algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+  default:
+    return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+           algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+  }
+}
+
+/* Whether candidate p of direction dir qualifies (see the head of the
+ * file). */
+static int acceptable(const conv_call *c, int dir, const conv_perf *p) {
   return p->status == CUDNN_STATUS_SUCCESS && p->memory <= c->limit &&
          (!want_det(c) || p->det == CUDNN_DETERMINISTIC) &&
-         (want_tf32(c) || p->math == CUDNN_FMA_MATH);
+         (want_tf32(c) || p->math == CUDNN_FMA_MATH) &&
+         (!(c->op->ctx->math & DPM_MATH_DIRECT) || !transforms(dir, p->algo));
 }
 
 #define TAKE_PERFS(arr, n, out)                                                          \
@@ -272,7 +297,7 @@ static int choose(conv_call *c, int dir, int find, const void *x, const void *w,
     int n = candidates(c, dir, find && !dev->capturing && !want_det(c), x, w, y, p),
         got = 0;
     for (int i = 0; i < n && !got; i++)
-      if (acceptable(c, &p[i])) {
+      if (acceptable(c, dir, &p[i])) {
         *ch = (conv_choice){p[i].algo, p[i].math, p[i].memory};
         got = 1;
       }

@@ -86,7 +86,8 @@ int cuda_check(cuda_dev *dev, int ok, int code, const char *what) {
     dev->sticky_at = what;
   }
   pthread_mutex_unlock(&dev->err_mu);
-  if (first) fprintf(stderr, "dpm: cuda:%d: %s failed (code %d)\n", dev->index, what, code);
+  if (first)
+    fprintf(stderr, "dpm: cuda:%d: %s failed (code %d)\n", dev->index, what, code);
   return 0;
 }
 
@@ -112,7 +113,8 @@ static void cuda_close(void *state) {
   cuda_dev *dev = state;
   if (!dev) return;
   pthread_mutex_lock(&open_mu);
-  if (dev->index < MAX_DEVICES && open_devs[dev->index] == dev) open_devs[dev->index] = NULL;
+  if (dev->index < MAX_DEVICES && open_devs[dev->index] == dev)
+    open_devs[dev->index] = NULL;
   pthread_mutex_unlock(&open_mu);
   cuda_use(dev);
   if (dev->compute) cudaStreamSynchronize(dev->compute);
@@ -164,7 +166,8 @@ static dpm_status cuda_open(int index, void **state, dpm_err *err) {
       !CUBLAS_OK(dev, cublasSetStream(dev->blas, dev->compute)) ||
       /* full float32 products unless a kernel asks for TF32 (ctx->math) */
       !CUBLAS_OK(dev, cublasSetMathMode(dev->blas, CUBLAS_PEDANTIC_MATH)) ||
-      !CUBLAS_OK(dev, cublasLtCreate(&dev->lt)) || !CUDNN_OK(dev, cudnnCreate(&dev->dnn)) ||
+      !CUBLAS_OK(dev, cublasLtCreate(&dev->lt)) ||
+      !CUDNN_OK(dev, cudnnCreate(&dev->dnn)) ||
       !CUDNN_OK(dev, cudnnSetStream(dev->dnn, dev->compute)) ||
       !CUDA_OK(dev, cudaMalloc(&dev->lt_ws, CUDA_LT_WORKSPACE)) ||
       /* cuBLAS gets the same workspace (one stream orders their uses), so it
@@ -189,8 +192,8 @@ static void *cuda_alloc(void *state, size_t bytes) {
   cuda_dev *dev = state;
   cuda_use(dev);
   void *p = NULL;
-  cudaError_t e = dev->async_alloc ? cudaMallocAsync(&p, bytes, dev->compute)
-                                   : cudaMalloc(&p, bytes);
+  cudaError_t e =
+      dev->async_alloc ? cudaMallocAsync(&p, bytes, dev->compute) : cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError(); /* out of memory is not sticky: the pool may trim and retry */
     return NULL;
@@ -213,10 +216,15 @@ static void cuda_copy(void *state, void *dst, const void *src, size_t bytes,
   cuda_dev *dev = state;
   cuda_use(dev);
   switch (kind) {
-  case DPM_COPY_H2D: cuda_upload(dev, dst, src, bytes); break;
-  case DPM_COPY_D2H: cuda_download(dev, dst, src, bytes); break;
+  case DPM_COPY_H2D:
+    cuda_upload(dev, dst, src, bytes);
+    break;
+  case DPM_COPY_D2H:
+    cuda_download(dev, dst, src, bytes);
+    break;
   case DPM_COPY_D2D:
-    CUDA_OK(dev, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->compute));
+    CUDA_OK(dev,
+            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->compute));
     break;
   }
 }
@@ -288,8 +296,10 @@ static dpm_status cuda_failure(void *state, dpm_err *err) {
   const char *at = dev->sticky_at;
   pthread_mutex_unlock(&dev->err_mu);
   if (!code) return DPM_OK;
-  return cuda_errf(err, DPM_IO, "cuda:%d: %s failed (code %d); the device is unusable in this "
-                   "process until it restarts", dev->index, at, code);
+  return cuda_errf(err, DPM_IO,
+                   "cuda:%d: %s failed (code %d); the device is unusable in this "
+                   "process until it restarts",
+                   dev->index, at, code);
 }
 
 /* Host code never acts as a cuda device (its collectives are NCCL's); the
@@ -313,14 +323,21 @@ static int cuda_owns(void *state, const void *p) {
 
 /* ---- graphs --------------------------------------------------------------- */
 
-static void cuda_capture_begin(void *state) {
+/* A capture that cannot begin is no failure of the device: the step runs
+ * eagerly. */
+static dpm_status cuda_capture_begin(void *state, dpm_err *err) {
   cuda_dev *dev = state;
   cuda_use(dev);
-  if (CUDA_OK(dev, cudaStreamBeginCapture(dev->compute, cudaStreamCaptureModeThreadLocal))) {
-    dev->capturing = 1;
-    capture_dev = dev;
-    capture_fail_at = NULL;
+  cudaError_t e = cudaStreamBeginCapture(dev->compute, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_errf(err, DPM_UNSUPPORTED, "cuda:%d: cannot begin a capture: %s",
+                     dev->index, cudaGetErrorString(e));
   }
+  dev->capturing = 1;
+  capture_dev = dev;
+  capture_fail_at = NULL;
+  return DPM_OK;
 }
 
 static void *cuda_capture_end(void *state, dpm_err *err) {
@@ -340,9 +357,10 @@ static void *cuda_capture_end(void *state, dpm_err *err) {
   if (capture_fail_at) { /* a call failed while capturing: the graph lacks it */
     if (x) cudaGraphExecDestroy(x);
     cudaGetLastError();
-    cuda_errf(err, DPM_UNSUPPORTED,
-              "cuda:%d: step not captured as a graph: %s failed while capturing (code %d)",
-              dev->index, capture_fail_at, capture_fail_code);
+    cuda_errf(
+        err, DPM_UNSUPPORTED,
+        "cuda:%d: step not captured as a graph: %s failed while capturing (code %d)",
+        dev->index, capture_fail_at, capture_fail_code);
     capture_fail_at = NULL;
     return NULL;
   }
@@ -363,7 +381,8 @@ static dpm_status cuda_replay(void *state, void *graph, dpm_err *err) {
   return DPM_OK;
 }
 
-static void cuda_graph_free(void *graph) {
+static void cuda_graph_free(void *state, void *graph) {
+  cuda_use(state);
   if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
@@ -401,6 +420,11 @@ static const dpm_backend cuda_backend = {
     .enter = cuda_enter,
     .leave = cuda_leave,
     .owns = cuda_owns,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .replay = cuda_replay,
+    .graph_free = cuda_graph_free,
+    .exclusive = 1,
 };
 
 static const dpm_cuda_plugin plugin = {
@@ -408,10 +432,6 @@ static const dpm_cuda_plugin plugin = {
     .backend = &cuda_backend,
     .comm_create = cuda_nccl_create,
     .stream_of = cuda_stream_of,
-    .capture_begin = cuda_capture_begin,
-    .capture_end = cuda_capture_end,
-    .replay = cuda_replay,
-    .graph_free = cuda_graph_free,
     .describe = cuda_describe,
     .nccl_inits = cuda_nccl_inits,
     .release = cuda_nccl_release,
@@ -425,5 +445,6 @@ dpm_cuda_plugin_init(const dpm_cuda_host *host, dpm_err *err) {
     return NULL;
   }
   cuda_host = host;
+  cuda_nccl_env();
   return &plugin;
 }

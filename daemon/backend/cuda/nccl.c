@@ -67,9 +67,9 @@ static const char *const op_names[] = {"allreduce", "broadcast", "barrier"};
 /* What one local rank called. */
 typedef struct {
   nccl_op op;
-  size_t n;  /* elements (allreduce) or bytes (broadcast) */
-  int root;  /* broadcast: the job-wide root */
-  void *buf; /* the rank's buffer */
+  size_t n;         /* elements (allreduce) or bytes (broadcast) */
+  int root;         /* broadcast: the job-wide root */
+  void *buf;        /* the rank's buffer */
   dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
 } nccl_call;
 
@@ -378,6 +378,19 @@ static dpm_status staged(nccl_group *g, int r, const nccl_call *c, dpm_err *err)
   return DPM_OK;
 }
 
+/* Records rk's completion event after the collective just queued. Inside a
+ * capture the record must be an external one, so that every replay of the
+ * graph records it; outside a capture that flag is invalid (the driver
+ * fails the call), so a plain record. */
+static cudaError_t record_done(nccl_rank *rk) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(rk->stream, &st);
+  if (e != cudaSuccess) return e;
+  return st == cudaStreamCaptureStatusActive
+             ? cudaEventRecordWithFlags(rk->done, rk->stream, cudaEventRecordExternal)
+             : cudaEventRecord(rk->done, rk->stream);
+}
+
 /* Queues rank r's part of `c` on its stream (c->n > 0 or a barrier). */
 static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err) {
   nccl_rank *rk = &g->ranks[r];
@@ -391,9 +404,9 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
   snprintf(rk->last, sizeof rk->last, "%s", what);
   ncclResult_t res;
   if (c->op == OP_ALLREDUCE)
-    res = ncclAllReduce(c->buf, c->buf, c->n,
-                        c->t == DPM_COMM_F64 ? ncclDouble : ncclFloat, ncclSum, rk->comm,
-                        rk->stream);
+    res =
+        ncclAllReduce(c->buf, c->buf, c->n, c->t == DPM_COMM_F64 ? ncclDouble : ncclFloat,
+                      ncclSum, rk->comm, rk->stream);
   else if (c->op == OP_BROADCAST)
     res = ncclBroadcast(c->buf, c->buf, c->n, ncclUint8, c->root, rk->comm, rk->stream);
   else
@@ -402,12 +415,10 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
   res = settle(g, rk, res, &late);
   int aborted = !rk->comm;
   if (res == ncclSuccess) {
-    /* External: recorded on every replay when the step is captured as a graph */
-    cudaError_t e =
-        cudaEventRecordWithFlags(rk->done, rk->stream, cudaEventRecordExternal);
+    cudaError_t e = record_done(rk);
     if (e != cudaSuccess) {
       CUDA_OK(rk->dev, e);
-      snprintf(why, sizeof why, "cudaEventRecordWithFlags after it failed: %s",
+      snprintf(why, sizeof why, "recording its completion event failed: %s",
                cudaGetErrorString(e));
       res = ncclUnhandledCudaError;
     }
@@ -838,11 +849,15 @@ static dpm_status share_id(const dpm_comm_config *cfg, ncclUniqueId *id, dpm_err
 
 /* ---- create --------------------------------------------------------------- */
 
+void cuda_nccl_env(void) { setenv("NCCL_NVLS_ENABLE", "0", 0); }
+
 /* Creates the local ranks' communicators in one group call, nonblocking,
  * and waits for them up to the timeout. */
-static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, dpm_err *err) {
+static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, int deterministic,
+                             dpm_err *err) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
+  if (deterministic) config.collnetEnable = 0; /* NVLS: cuda_nccl_env */
   ncclResult_t first = ncclSuccess;
   int failed_rank = -1;
   ncclGroupStart();
@@ -872,10 +887,12 @@ static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, dpm_err *err
  * rank receives the same reduced chunks, so results are bitwise identical
  * on every rank, and reproducible from run to run for the same topology,
  * rank placement, count, NCCL version and NCCL_ALGO / NCCL_PROTO (nothing
- * here sets anything that makes NCCL's reductions nondeterministic: no
- * CollNet/SHARP or NVLS in-switch reduction is asked for, and the group
- * uses its defaults). They may differ in the last bits from the CPU's
- * rank-order sum.
+ * here sets anything that makes NCCL's reductions nondeterministic: a
+ * deterministic group turns CollNet/SHARP off in its config, and NVLS
+ * in-switch reduction, which NCCL enables by default on NVSwitch systems
+ * and only its environment turns off, is off in dpm's processes unless the
+ * user's environment says otherwise: cuda_nccl_env). They may differ in
+ * the last bits from the CPU's rank-order sum.
  *
  * The group: cfg->size local ranks, each with its device's compute stream
  * (cfg->streams[r]; its device from cudaStreamGetDevice, its device state
@@ -968,7 +985,7 @@ dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err 
   }
   ncclUniqueId id;
   if (!s) s = world == size ? new_id(&id, err) : share_id(cfg, &id, err);
-  if (!s) s = init_comms(g, &id, err);
+  if (!s) s = init_comms(g, &id, cfg->deterministic, err);
   if (prev >= 0) use_device(prev);
   if (s) {
     free_group(g, 1);

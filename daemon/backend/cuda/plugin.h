@@ -28,7 +28,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 
-#define DPM_CUDA_ABI 2
+#define DPM_CUDA_ABI 3
 #define DPM_CUDA_PLUGIN_INIT "dpm_cuda_plugin_init"
 #define DPM_CUDA_PROBE "dpm_cuda_probe"
 
@@ -57,14 +57,6 @@ typedef struct dpm_cuda_plugin {
   dpm_status (*comm_create)(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
   /* The compute stream (a cudaStream_t) of an open cuda device's state. */
   void *(*stream_of)(void *state);
-  /* CUDA graphs of a device's compute stream (graph.c): begin capturing
-   * what the calling thread queues on it, end into a replayable graph
-   * (NULL, reason in err, when the capture failed: run without one),
-   * replay, free. */
-  void (*capture_begin)(void *state);
-  void *(*capture_end)(void *state, dpm_err *err);
-  dpm_status (*replay)(void *state, void *graph, dpm_err *err);
-  void (*graph_free)(void *graph);
   /* "CUDA 13.0 runtime, driver: none" and the like, for logs and status. */
   const char *(*describe)(void);
   /* NCCL groups created so far (warm ones taken again do not count), and
