@@ -144,7 +144,7 @@ nvcc=$(command -v nvcc 2>/dev/null || true)
 for top in ${nvcc:+"$(dirname "$nvcc")/.."} ${CUDA_HOME:+"$CUDA_HOME"} ${CUDA_PATH:+"$CUDA_PATH"} \
   /usr/local/cuda /usr/local/cuda-* /opt/cuda; do
   for d in "$top/lib64" "$top/lib" "$top"/targets/*/lib; do
-    [ -d "$d" ] && has_so "$d" && add_dir "$(cd "$d" && pwd)"
+    [ -d "$d" ] && has_so "$d" && add_dir "$(cd "$d" && pwd -P)"
   done
 done
 # Python environments: the python3 on the PATH and those in the usual places
