@@ -257,12 +257,13 @@ row "dpm-train MLP 1 epoch on cuda:0" $r \
 
 t0=$(date +%s)
 export DPM_ENDPOINT="ipc://$W/dpmd.sock"
-echo "devices: {cpu: 1, cuda: auto}" >"$W/dpmd.yaml"
-ctl() { timeout 60 "$W/bin/dpmctl" --json "$@"; }
+printf 'devices: {cpu: 1, cuda: auto}\ndata_paths: [%s]\n' "$B/data" >"$W/dpmd.yaml"
+ctl() { timeout 60 "$W/bin/dpmctl" --json "$@" 2>>"$W/dpmd.log"; }
 DATA="$B/data/fashion-mnist"
 dpmd_ok() {
+  at=start
   "$W/bin/dpmd" --listen "$DPM_ENDPOINT" --state-dir "$W/state" --config "$W/dpmd.yaml" \
-    --foreground 2>>"$W/dpmd.log" &
+    2>>"$W/dpmd.log" &
   DPMD_PID=$!
   # the whole conversation under one limit: past it dpmd is killed
   (sleep $LIMIT_DPMD && kill -9 "$DPMD_PID") >/dev/null 2>&1 &
@@ -273,27 +274,35 @@ dpmd_ok() {
     [ "$(date +%s)" -lt "$end" ] || return 1
     sleep 0.05
   done
+  at=submit
   s=$(ctl submit "$W/examples/fmnist_mlp.yaml" --name g --devices cuda:0) || return 1
   [ "$(json_str "$s" state)" = ready ] || return 1
+  at=train
   s=$(ctl train g --iters 500 --wait) || return 1
   [ "$(json_field "$s" iter)" = 500 ] || return 1
+  at=eval
   e=$(ctl eval g) || return 1
   dpmd_acc=$(json_field "$e" accuracy)
   at_least "$dpmd_acc" 0.70 || return 1
+  at=checkpoint
   ctl checkpoint g --out "$W/state/g.ckpt" >/dev/null || return 1
   [ -s "$W/state/g.ckpt" ] || return 1
+  at=extract-predictor
   ctl extract-predictor g --inputs data --outputs softmax --out "$W/state/gpred" >/dev/null ||
     return 1
+  at=predict
   p=$(ctl predict "$W/state/gpred" --input "$DATA/t10k-images-idx3-ubyte.gz" \
     --labels "$DATA/t10k-labels-idx1-ubyte.gz" --count 1000) || return 1
   pred_acc=$(json_field "$p" accuracy)
   at_least "$pred_acc" 0.70 || return 1
+  at=shutdown
   ctl shutdown >/dev/null || return 1
   wait "$DPMD_PID" || return 1
-  DPMD_PID=""
+  DPMD_PID="" at=""
 }
 dpmd_acc="" pred_acc="" watchdog=""
 if dpmd_ok; then r=ok; else r=FAIL; fi
+at=${at:+"failed at $at, "}
 [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
 [ -n "$DPMD_PID" ] && kill -9 "$DPMD_PID" 2>/dev/null
 DPMD_PID=""
@@ -302,7 +311,7 @@ DPMD_PID=""
   cat "$W/dpmd.log" 2>/dev/null
 } >>"$LOG"
 row "dpmd: submit/train/eval/ckpt/predictor cuda:0" $r \
-  "eval ${dpmd_acc:-none}, predictor ${pred_acc:-none} (>= 0.70) after 500 steps, $(($(date +%s) - t0)) s"
+  "${at}eval ${dpmd_acc:-none}, predictor ${pred_acc:-none} (>= 0.70) after 500 steps, $(($(date +%s) - t0)) s"
 
 t0=$(date +%s)
 logged "bench/gpu" $LIMIT_BENCH "$W/bin/bench-gpu"
