@@ -9,6 +9,8 @@
 # and the bundle; no /usr/share/datasets, no library of ours, no build
 # tree, no network, no driver. It checks that:
 #   - the bundle reaches "no GPU" with the driver's reason and exits 0;
+#   - with --kind cpu its checks (step 6 of tests/gpu/entry.sh) pass on
+#     cpu devices: gpu_test --kind cpu, dpm-train and dpmd on cpu:0;
 #   - with --expect-gpu it exits 1, naming that reason;
 #   - a copy without one library, or with one data file missing or
 #     damaged, fails naming the file (MANIFEST); a copy whose MANIFEST also
@@ -141,6 +143,10 @@ t0=$(date +%s)
 run_expect "the bundle, no GPU" 0 "^no GPU: cuda: no usable CUDA driver or device: .*(cuda" "$BUNDLE"
 cat "$T/out"
 grep -q "^CUDA libraries found  *| ok " "$T/out" || die "CUDA libraries not found: $(cat "$T/out")"
+run_expect "the rows on cpu devices (--kind cpu)" 0 \
+  "^dpmd: submit/train/eval/ckpt/predictor cpu:0 *| ok " "$BUNDLE" --kind cpu
+grep -q "^dpm-train MLP 1 epoch on cpu:0 *| ok " "$T/out" && ! grep -q "| FAIL |" "$T/out" ||
+  die "--kind cpu: $(cat "$T/out")"
 run_expect "--expect-gpu" 1 "^FAIL (--expect-gpu): no GPU: cuda: no usable CUDA driver or device: " \
   "$BUNDLE" --expect-gpu
 
