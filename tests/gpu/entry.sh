@@ -119,6 +119,11 @@ command -v gzip >/dev/null || command -v python3 >/dev/null || for_tools="$for_t
 command -v sha256sum >/dev/null || command -v python3 >/dev/null ||
   for_tools="$for_tools sha256sum|python3"
 [ -z "$for_tools" ] || { row "base tools" FAIL "missing:$for_tools" && stop "FAIL: tools" 1; }
+: >"$W/empty"
+[ "$(sha256 "$W/empty" 2>&1)" = e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 ] || {
+  row "base tools" FAIL "sha256sum (or python3's hashlib) does not work: $(sha256 "$W/empty" 2>&1 | head -1)"
+  stop "FAIL: tools" 1
+}
 [ -f "$B/MANIFEST" ] || { row "bundle intact (MANIFEST)" FAIL "$B/MANIFEST is missing" && stop "FAIL: no MANIFEST" 1; }
 n=0
 while read -r sum size f; do
