@@ -10,7 +10,8 @@
 # tree, no network, no driver. It checks that:
 #   - the bundle reaches "no GPU" with the driver's reason and exits 0;
 #   - with --kind cpu its checks (step 6 of tests/gpu/entry.sh) pass on
-#     cpu devices: gpu_test --kind cpu, dpm-train and dpmd on cpu:0;
+#     cpu devices: gpu_test --kind cpu (run once, its rows in the closing
+#     table), dpm-train and dpmd on cpu:0;
 #   - with --expect-gpu it exits 1, naming that reason;
 #   - a copy without one library, or with one data file missing or
 #     damaged, fails naming the file (MANIFEST); a copy whose MANIFEST also
@@ -147,6 +148,10 @@ run_expect "the rows on cpu devices (--kind cpu)" 0 \
   "^dpmd: submit/train/eval/ckpt/predictor cpu:0 *| ok " "$BUNDLE" --kind cpu
 grep -q "^dpm-train MLP 1 epoch on cpu:0 *| ok " "$T/out" && ! grep -q "| FAIL |" "$T/out" ||
   die "--kind cpu: $(cat "$T/out")"
+# the suite ran once, and its rows are in the closing table
+row="^every op of the table covered *| ok "
+[ "$(grep -c "$row" "$T/out")" -eq 2 ] && sed -n '/^== run.sh: /,$p' "$T/out" | grep -q "$row" ||
+  die "--kind cpu: gpu_test's rows not once live and once in the table: $(cat "$T/out")"
 run_expect "--expect-gpu" 1 "^FAIL (--expect-gpu): no GPU: cuda: no usable CUDA driver or device: " \
   "$BUNDLE" --expect-gpu
 
