@@ -267,6 +267,8 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
               $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
               $(BUILD)/tests/gpu_test \
+              $(if $(CUDA_PLUGIN),$(BUILD)/gpu-bundle/MANIFEST \
+                $(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
               $(DPM_LIBS)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
                                 $(wildcard tests/fuzz/fuzz_*.c))

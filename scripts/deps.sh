@@ -4,7 +4,8 @@
 set -e
 PKGS="gcc g++ make pkg-config libprotobuf-c-dev protobuf-c-compiler libyaml-dev
 libopenblas-dev zlib1g-dev libuv1-dev libnanomsg-dev dataset-fashion-mnist systemd
-clang libclang-rt-14-dev libgloo-dev libhiredis-dev redis-server python3-venv"
+clang libclang-rt-14-dev libgloo-dev libhiredis-dev redis-server python3-venv
+bubblewrap"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -6,9 +6,10 @@
 #
 # Every check (make test): the unit tests (ASan+UBSan build, one line per
 # test), the race tests (TSan), the GPU checks (gpu-harness: their logic on
-# cpu devices; gpu-run: tests/gpu/run.sh), the source checks (layers, device-bytes),
-# every end-to-end script tests/e2e/*.sh, the fuzz replays and, with clang's
-# libFuzzer or in CI, the fuzz smokes.
+# cpu devices; gpu-run: tests/gpu/run.sh; gpu-rehearsal: the bundle in a
+# sandbox), the source checks (layers, device-bytes), every end-to-end
+# script tests/e2e/*.sh, the fuzz replays and, with clang's libFuzzer or in
+# CI, the fuzz smokes.
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
 # below: each trains a model to an accuracy, minutes) and the fuzz smokes;
 # about 2-3 minutes on 2 cores, for the edit loop.
@@ -189,10 +190,13 @@ for t in tests/e2e/*.sh; do
   in_list "$t" "$SLOW $BY_HAND" || queue "$t" sh "tests/e2e/$t.sh"
 done
 # The GPU checks' harness, every check with cpu devices in place of cuda
-# ones; then tests/gpu/run.sh itself, which on a host without a GPU checks
-# that the plugin loads and refuses cuda:0, and on one runs everything.
+# ones; then tests/gpu/run.sh itself (the bundle, build/gpu-bundle), which
+# on a host without a GPU checks that the bundle is intact and that its
+# programs and plugin load, and on one runs everything; then the bundle
+# rehearsed in a sandbox laid out as a bare CUDA host (tests/gpu/rehearsal.sh).
 queue gpu-harness build/tests/gpu_test --kind cpu --quick
 queue gpu-run sh tests/gpu/run.sh
+queue gpu-rehearsal sh tests/gpu/rehearsal.sh
 queue layers sh scripts/check_layers.sh
 queue device-bytes sh scripts/check_device_bytes.sh
 # Fuzz targets (tests/fuzz): every seed and regression input replayed under

@@ -6,16 +6,24 @@
  *
  * Prints one table row per check, "name | ok/FAIL | figure", with the
  * details of a failure on indented lines before its row; exits 1 when any
- * check failed. Without a usable GPU (dpm_cuda_load finds none, or no
- * plugin) it prints "no GPU: <the loader's line>" and exits 0; with
- * --need-plugin it then exits 1 unless the plugin itself loaded (the
- * no-GPU host's check that build/libdpm_cuda.so is there and loads).
+ * check failed. The loader's verdict comes first, one line: with a GPU
+ * its line; "no GPU: <the driver's reason>" (exit 0, nothing to check);
+ * "no plugin: <what was looked for, where>" (exit 0: a build without
+ * CUDA); "FAIL: <dlerror or the plugin's init error>" when the probe or
+ * plugin is there and does not load (exit 1, always). --expect-gpu makes
+ * "no GPU" and "no plugin" exit 1 too.
  *
- *   build/tests/gpu_test [--need-plugin] [--quick] [--kind cpu]
+ *   build/tests/gpu_test [--expect-gpu] [--probe] [--quick | --examples-only]
+ *                        [--examples DIR] [--kind cpu]
  *
- * --quick leaves out the two examples' full trainings. --kind cpu runs
- * every check with cpu:N in place of cuda:N (the op checks on cpu:1
- * against the host's kernels): the checks' own test, on any host.
+ * --probe prints the verdict and runs no check: exit 0 with a GPU, 1 when
+ * the plugin failed, 3 no GPU, 4 no plugin (with $DPM_CUDA_LIB naming the
+ * plugin, 3 says it loaded on a host without a GPU). --quick leaves out the
+ * two examples' full trainings, --examples-only runs only those;
+ * --examples DIR reads fmnist_mlp.yaml and fmnist_cnn.yaml (and so their
+ * data) from DIR, not examples/. --kind cpu runs every check with cpu:N in
+ * place of cuda:N (the op checks on cpu:1 against the host's kernels): the
+ * checks' own test, on any host.
  *
  * Ops run as one-node nets (inputs, outputs and gradients bound in a
  * workspace on the device, as the engine binds them), from the same host
@@ -25,6 +33,7 @@
  *
  * Single-threaded (the trainers run their own workers). Exits 2 on a
  * setup failure outside any check (out of memory). */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,7 +56,6 @@
 #define FD_TOL 5e-3   /* |analytic - numeric| / max(|a|, |n|, 1e-2) */
 #define FD_ELEMS 48   /* elements checked per input */
 #define STEP_TOL 1e-4 /* parameters after 20 steps, gpu against cpu */
-#define DATA "/usr/share/datasets/fashion-mnist"
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -1080,44 +1088,66 @@ static void check_equivalence(const char *what, const char *forward, int max_dev
   dpm_spec_free(s1);
 }
 
+/* The loader's verdict (dpm_cuda_load_state), printed: 0 with a GPU, else
+ * the exit status: 0 where there is nothing to check (no GPU, or a build
+ * without the plugin) unless --expect-gpu, 1 when the plugin is there and
+ * fails to load whatever else is asked. --probe answers 3 for no GPU and 4
+ * for no plugin, so that a script can tell the four apart. */
+static int loader_verdict(const char *line, int expect_gpu, int probe_only) {
+  switch (dpm_cuda_load_state()) {
+  case DPM_CUDA_READY:
+    printf("%s\n", line);
+    return 0;
+  case DPM_CUDA_NO_GPU:
+    printf("no GPU: %s%s\n", line, dpm_cuda_plugin_get() ? " (the plugin loaded)" : "");
+    return expect_gpu ? 1 : probe_only ? 3 : 0;
+  case DPM_CUDA_NO_PLUGIN:
+    printf("no plugin: %s\n", line);
+    return expect_gpu ? 1 : probe_only ? 4 : 0;
+  case DPM_CUDA_PLUGIN_FAILED:
+    printf("FAIL: %s\n", line);
+    return 1;
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
-  int need_plugin = 0, quick = 0;
+  int expect_gpu = 0, probe_only = 0, quick = 0, examples_only = 0;
+  const char *examples = "examples";
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--need-plugin")) {
-      need_plugin = 1;
+    if (!strcmp(argv[i], "--expect-gpu")) {
+      expect_gpu = 1;
+    } else if (!strcmp(argv[i], "--probe")) {
+      probe_only = 1;
     } else if (!strcmp(argv[i], "--quick")) {
       quick = 1;
+    } else if (!strcmp(argv[i], "--examples-only")) {
+      examples_only = 1;
+    } else if (!strcmp(argv[i], "--examples") && i + 1 < argc) {
+      examples = argv[++i];
     } else if (!strcmp(argv[i], "--kind") && i + 1 < argc &&
                !strcmp(argv[i + 1], "cpu")) {
       kind = DPM_DEVICE_CPU, kind_name = "cpu";
       i++;
     } else {
-      fprintf(stderr, "usage: gpu_test [--need-plugin] [--quick] [--kind cpu]\n");
+      fprintf(stderr,
+              "usage: gpu_test [--expect-gpu] [--probe] [--quick | --examples-only] "
+              "[--examples DIR] [--kind cpu]\n");
       return 2;
     }
   }
-  char line[512] = "";
+  char mlp[PATH_MAX], cnn[PATH_MAX];
+  if (snprintf(mlp, sizeof mlp, "%s/fmnist_mlp.yaml", examples) >= (int)sizeof mlp ||
+      snprintf(cnn, sizeof cnn, "%s/fmnist_cnn.yaml", examples) >= (int)sizeof cnn) {
+    fprintf(stderr, "gpu_test: --examples: path too long\n");
+    return 2;
+  }
+  char line[768] = "";
   int gpus = 2; /* --kind cpu: two cpu devices */
   if (kind == DPM_DEVICE_CUDA) {
     gpus = dpm_cuda_load(line, sizeof line);
-    if (gpus <= 0) {
-      printf("no GPU: %s\n", line);
-      if (!need_plugin) return 0;
-      /* the plugin loaded, and cuda:0 is refused with the driver's reason */
-      if (!dpm_cuda_plugin_get() || !dpm_backend_of(DPM_DEVICE_CUDA)) {
-        printf("the CUDA plugin did not load\n");
-        return 1;
-      }
-      dpm_dev *dev;
-      dpm_err err = {0};
-      if (!dpm_dev_get((dpm_device){DPM_DEVICE_CUDA, 0}, &dev, &err)) {
-        printf("cuda:0 opened, yet the loader found no GPU\n");
-        return 1;
-      }
-      printf("cuda:0 refused: %s\n", err.msg);
-      return 0;
-    }
-    printf("%s\n", line);
+    int rc = loader_verdict(line, expect_gpu, probe_only);
+    if (rc || gpus <= 0 || probe_only) return rc;
   }
   printf("%-44s | %-4s | %s\n", "check", "", "figure");
   dpm_dev *gpu;
@@ -1129,24 +1159,24 @@ int main(int argc, char **argv) {
     return 1;
   }
   double t0 = now_s();
-  check_ops(gpu);
-  check_fills(gpu);
-  check_dropout(gpu);
-  check_against_cpu("MLP: 20 steps on device 0 vs cpu:0", MLP_FORWARD);
-  check_against_cpu("CNN: 20 steps on device 0 vs cpu:0", CNN_FORWARD);
-  check_deterministic(1);
-  if (gpus > 1) check_deterministic(2);
-  check_warm(1);
-  if (gpus > 1) check_warm(2);
-  if (gpus > 1) {
-    check_equivalence("MLP", MLP_FORWARD, gpus);
-    check_equivalence("CNN", CNN_EQ_FORWARD, gpus);
+  if (!examples_only) {
+    check_ops(gpu);
+    check_fills(gpu);
+    check_dropout(gpu);
+    check_against_cpu("MLP: 20 steps on device 0 vs cpu:0", MLP_FORWARD);
+    check_against_cpu("CNN: 20 steps on device 0 vs cpu:0", CNN_FORWARD);
+    check_deterministic(1);
+    if (gpus > 1) check_deterministic(2);
+    check_warm(1);
+    if (gpus > 1) check_warm(2);
+    if (gpus > 1) {
+      check_equivalence("MLP", MLP_FORWARD, gpus);
+      check_equivalence("CNN", CNN_EQ_FORWARD, gpus);
+    }
   }
   if (!quick) {
-    check_example("examples/fmnist_mlp.yaml, 10 epochs", "examples/fmnist_mlp.yaml", 10,
-                  0, 0.88);
-    check_example("examples/fmnist_cnn.yaml, 5 epochs", "examples/fmnist_cnn.yaml", 5, 1,
-                  0.91);
+    check_example("examples/fmnist_mlp.yaml, 10 epochs", mlp, 10, 0, 0.88);
+    check_example("examples/fmnist_cnn.yaml, 5 epochs", cnn, 5, 1, 0.91);
   }
   printf("%d %s device(s); %s; %.1f s\n", gpus, kind_name,
          failed ? "FAILED" : "all passed", now_s() - t0);

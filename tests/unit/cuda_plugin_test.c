@@ -5,6 +5,8 @@
  * host of another ABI and has a kernel for every op. Skipped, saying so,
  * where the plugin was not built (make CUDA=0). */
 #include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "backend/cuda_load.h"
@@ -19,6 +21,18 @@ static int plugin_built(void) {
   return 0;
 }
 
+/* build/libdpm_cuda_probe.so is in this process's mappings. */
+static int probe_mapped(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  char l[1024];
+  int found = 0;
+  while (!found && fgets(l, sizeof l, f))
+    found = strstr(l, "/libdpm_cuda_probe.so") != NULL;
+  fclose(f);
+  return found;
+}
+
 TEST(cuda_plugin_loads_and_refuses_cuda_devices_without_a_driver) {
   if (!plugin_built()) return;
   char line[640];
@@ -29,7 +43,9 @@ TEST(cuda_plugin_loads_and_refuses_cuda_devices_without_a_driver) {
     return;
   }
   CHECK_HAS(line, "cuda: no usable CUDA driver or device");
+  CHECK_INT(dpm_cuda_load_state(), DPM_CUDA_NO_GPU);
   CHECK(dpm_cuda_plugin_get() == NULL); /* its cuBLASLt would cost ~150 MB resident */
+  CHECK(probe_mapped());                /* it initialised cudart: kept loaded */
   const dpm_backend *be = dpm_backend_of(DPM_DEVICE_CUDA);
   CHECK(be && be->kind == DPM_DEVICE_CUDA && !be->host_visible);
   dpm_dev *dev;
@@ -59,8 +75,8 @@ TEST(cuda_plugin_has_a_kernel_for_every_op) {
   CHECK_INT(count, DPM_OP_COUNT);
   for (int id = 0; id < count; id++) {
     const dpm_kernel_def *k = be->kernel((dpm_op_id)id);
-    if (!k || !k->run) dpm_test_fail(__FILE__, __LINE__, "op %s has no cuda kernel",
-                                     all[id]->name);
+    if (!k || !k->run)
+      dpm_test_fail(__FILE__, __LINE__, "op %s has no cuda kernel", all[id]->name);
   }
   /* the optimizers update every parameter in one launch */
   CHECK(be->kernel(DPM_OP_SGD)->run_many && be->kernel(DPM_OP_MOMENTUM_SGD)->run_many &&
