@@ -212,7 +212,7 @@ PREDICT_LIB_SRC := $(filter-out daemon/engine/predictor_extract.c daemon/engine/
                      $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/backend/*.c \
                                 daemon/backend/cpu/*.c)) \
                    daemon/comm/comm.c daemon/comm/local.c common/status.c common/file.c \
-                   common/escape.c common/device.c $(PROTO_C)
+                   common/escape.c common/device.c common/suggest.c $(PROTO_C)
 CLIENT_LIB_PKGS  := libprotobuf-c nanomsg yaml-0.1 zlib
 PREDICT_LIB_PKGS := libprotobuf-c openblas
 CLIENT_PIC  := $(call obj,pic,$(CLIENT_LIB_SRC))

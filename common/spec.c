@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "common/device.h"
+#include "common/suggest.h"
 #include "common/validate.h"
 #include "common/ytree.h"
 
@@ -448,17 +449,21 @@ static dpm_status spec_read_section(spec_ctx *c, const spec_section *s, const ch
     for (size_t j = 0; j < s->n_fields && !f; j++)
       if (dpm_ynode_is(k, s->fields[j].key)) f = &s->fields[j];
     if (!f) {
-      char list[300];
+      char list[300], hint[DPM_SUGGEST_MAX_LEN + 32];
       size_t o = 0;
       list[0] = '\0';
+      dpm_suggest sg;
+      dpm_suggest_init(&sg, k->kind == DPM_YNODE_SCALAR ? k->str : NULL);
       for (size_t j = 0; j < s->n_fields; j++) {
+        dpm_suggest_add(&sg, s->fields[j].key);
         int w =
             snprintf(list + o, sizeof list - o, "%s%s", j ? ", " : "", s->fields[j].key);
         if (w > 0 && (size_t)w < sizeof list - o) o += (size_t)w;
       }
-      return spec_fail(c, k, "unknown key %s %s%s (expected one of: %s)",
+      return spec_fail(c, k, "unknown key %s %s%s%s (expected one of: %s)",
                        dpm_ynode_describe(k, got, sizeof got),
-                       *s->path ? "in " : "at top level", s->path, list);
+                       *s->path ? "in " : "at top level", s->path,
+                       dpm_suggest_phrase(&sg, hint, sizeof hint), list);
     }
     dpm_status st = spec_read_field(c, f, dpm_ymap_value(map, i), msg);
     if (st != DPM_OK) return st;
@@ -687,8 +692,8 @@ static dpm_status spec_read_devices(spec_ctx *c, const spec_field *f, const dpm_
       goto out;
     }
     if (kind == DPM_DEVICE_KIND_COUNT) {
-      st = spec_fail(c, item, "unknown device kind in %s (choices: cpu, cuda, fenced)",
-                     spec_got(item, got, sizeof got));
+      st = spec_fail(c, item, "unknown device kind in %s (choices: cpu, cuda, fenced)%s",
+                     spec_got(item, got, sizeof got), dpm_device_hint(raw[i]));
       goto out;
     }
     if (b > DPM_MAX_DEVICE_INDEX || a > b) {
