@@ -79,7 +79,24 @@ TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
 .PHONY: all deps test bench demo clean format install
 PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train
-all: $(PROGS) $(BUILD)/tests/unit $(BENCHES) $(CUDA_PLUGIN)
+# The man pages and dpmctl's bash completion, which the programs write from
+# their own tables (dpmctl --man and --completion bash: its verb and option
+# tables; dpmd --man: the config's key table; dpm-train --man: its flags).
+DOCS := $(BUILD)/man/dpmctl.1 $(BUILD)/man/dpmd.8 $(BUILD)/man/dpm-train.1 \
+        $(BUILD)/completion/dpmctl
+all: $(PROGS) $(BUILD)/tests/unit $(BENCHES) $(CUDA_PLUGIN) $(DOCS)
+
+docs: $(DOCS)
+.PHONY: docs
+$(BUILD)/man/dpmctl.1: $(BUILD)/dpmctl
+$(BUILD)/man/dpmd.8: $(BUILD)/dpmd
+$(BUILD)/man/dpm-train.1: $(BUILD)/dpm-train
+$(BUILD)/man/%:
+	@mkdir -p $(dir $@)
+	$< --man >$@.tmp && mv $@.tmp $@
+$(BUILD)/completion/dpmctl: $(BUILD)/dpmctl
+	@mkdir -p $(dir $@)
+	$< --completion bash >$@.tmp && mv $@.tmp $@
 
 deps:
 	@./scripts/deps.sh
@@ -299,7 +316,8 @@ demo-fleet: deps $(PROGS)
 # make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
 # and client headers, the libraries and their pkg-config files (in
 # LIBDIR=PREFIX/lib), the systemd unit and the default config (never
-# overwriting an existing /etc/dpmd/dpmd.yaml) and, when built, the CUDA
+# overwriting an existing /etc/dpmd/dpmd.yaml), the man pages (MANDIR),
+# dpmctl's bash completion (BASHCOMPDIR) and, when built, the CUDA
 # plugin in PREFIX/lib/dpm/ (where the programs look for it: ../lib/dpm/
 # from their folder). Without DESTDIR, as root,
 # ldconfig then updates the loader's cache.
@@ -308,13 +326,19 @@ SYSCONF ?= /etc
 UNITDIR ?= /lib/systemd/system
 LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
+MANDIR  ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 # The .pc files name LIBDIR and INCDIR from ${prefix} when they are under it,
 # so that pkg-config --define-variable=prefix=... relocates them.
 pc_dir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
-install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN)
+install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN) $(DOCS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(INCDIR)/dpm \
 	  $(DESTDIR)$(INCDIR)/dpm/proto $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONF)/dpmd
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR)
+	install -m 644 $(BUILD)/man/dpmctl.1 $(BUILD)/man/dpm-train.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(BUILD)/man/dpmd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 644 $(BUILD)/completion/dpmctl $(DESTDIR)$(BASHCOMPDIR)/dpmctl
 	install -m 644 include/dpm/*.h $(DESTDIR)$(INCDIR)/dpm/
 	install -m 644 $(PROTO_H) $(DESTDIR)$(INCDIR)/dpm/proto/
 	sed 's|@BINDIR@|$(PREFIX)/bin|g' systemd/dpmd.service > $(DESTDIR)$(UNITDIR)/dpmd.service

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/suggest.h"
 #include "dpmctl/dpmctl.h"
 
 /* clang-format off */
@@ -70,7 +71,16 @@ static int take_option(int argc, char **argv, int *i, unsigned accepted, const c
                        ctl_args *a, char *msg, size_t cap) {
   const char *arg = argv[*i], *value;
   int o = find_option(arg, &value);
-  if (o < 0) return fail(msg, cap, "unknown option '%s'", arg);
+  if (o < 0) {
+    dpm_suggest sg;
+    char hint[DPM_SUGGEST_MAX_LEN + 32], word[DPM_SUGGEST_MAX_LEN + 1];
+    snprintf(word, sizeof word, "%.*s", (int)strcspn(arg, "="), arg);
+    dpm_suggest_init(&sg, word);
+    for (int k = 0; k < O_N_OPTIONS; k++)
+      if (accepted & OPT(k)) dpm_suggest_add(&sg, ctl_options[k].name);
+    return fail(msg, cap, "unknown option '%s'%s", arg,
+                dpm_suggest_phrase(&sg, hint, sizeof hint));
+  }
   if (!(accepted & OPT(o))) {
     if (verb) return fail(msg, cap, "%s does not take %s", verb, ctl_options[o].name);
     return fail(msg, cap, "%s comes after the command", ctl_options[o].name);
@@ -112,7 +122,14 @@ int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_arg
   const char *name = argv[i++];
   for (int v = 0; v < n_verbs; v++)
     if (!strcmp(verbs[v].name, name)) a->verb = &verbs[v];
-  if (!a->verb) return fail(msg, cap, "unknown command '%s'", name);
+  if (!a->verb) {
+    dpm_suggest sg;
+    char hint[DPM_SUGGEST_MAX_LEN + 32];
+    dpm_suggest_init(&sg, name);
+    for (int v = 0; v < n_verbs; v++) dpm_suggest_add(&sg, verbs[v].name);
+    return fail(msg, cap, "unknown command '%s'%s", name,
+                dpm_suggest_phrase(&sg, hint, sizeof hint));
+  }
   const ctl_verb *v = a->verb;
   int options_done = 0;
   for (; i < argc; i++) {

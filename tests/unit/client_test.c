@@ -209,6 +209,13 @@ TEST(ctl_parse_verb_table_rules) {
   CHECK_HAS(msg, "--iters comes after the command");
   CHECK_INT(parse(&a, msg, "ping", "--bogus", NULL), CTL_USAGE);
   CHECK_HAS(msg, "unknown option '--bogus'");
+  /* the nearest command or option that would do */
+  CHECK_INT(parse(&a, msg, "staus", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "unknown command 'staus'; did you mean 'status'?");
+  CHECK_INT(parse(&a, msg, "train", "m", "--iter=5", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "unknown option '--iter=5'; did you mean '--iters'?");
+  CHECK_INT(parse(&a, msg, "ping", "--iter=5", NULL), CTL_USAGE); /* not ping's */
+  CHECK(!strstr(msg, "did you mean"));
   /* help: with or without a command, missing arguments do not matter */
   CHECK_INT(parse(&a, msg, "--help", NULL), CTL_OK);
   CHECK(a.opt[O_HELP] && !a.verb);
