@@ -88,6 +88,11 @@ all: $(PROGS) $(BUILD)/tests/unit $(BENCHES) $(CUDA_PLUGIN) $(DOCS)
 
 docs: $(DOCS)
 .PHONY: docs
+# The spec reference: its tables come from the parser's key tables and the
+# op table (tests/tools/spec_doc.c); `make test` checks it is up to date
+# (tests/run.sh, spec-doc). Written in the tree, to be committed.
+docs/SPEC.md: docs/SPEC.md.in $(BUILD)/tests/spec_doc
+	$(BUILD)/tests/spec_doc $< >$@.tmp && mv $@.tmp $@
 $(BUILD)/man/dpmctl.1: $(BUILD)/dpmctl
 $(BUILD)/man/dpmd.8: $(BUILD)/dpmd
 $(BUILD)/man/dpm-train.1: $(BUILD)/dpm-train
@@ -283,7 +288,7 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # no test.
 TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
               $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
-              $(BUILD)/tests/gpu_test \
+              $(BUILD)/tests/gpu_test $(BUILD)/tests/spec_doc \
               $(DPM_LIBS)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
                                 $(wildcard tests/fuzz/fuzz_*.c))
