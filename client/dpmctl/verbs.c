@@ -424,15 +424,15 @@ const ctl_verb ctl_verbs[] = {
      "submit SPEC.yaml [--name N] [--devices cpu:0,cpu:1] [--checkpoint-every N|Ns] "
      "[--shards EP,EP...]",
      1, 1, OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY) | OPT(O_SHARDS), 0,
-     cmd_submit, 1, 1,
-     .summary = "build a model from a spec, one replica per device",
+     cmd_submit, 1, 1, .summary = "build a model from a spec, one replica per device",
      .text = "Reads the model spec SPEC.yaml here (every key is checked; errors name "
              "file:line:column; docs/SPEC.md lists the keys and ops), makes its data "
              "paths absolute and sends it. The daemon builds one replica per device, "
              "initialises the parameters once and broadcasts them; the model is then "
              "ready to train. With --shards the daemon given by --endpoint coordinates "
              "a job over all the daemons listed.",
-     .example = "dpmctl submit examples/fmnist_mlp.yaml --name mlp --devices cpu:0,cpu:1"},
+     .example =
+         "dpmctl submit examples/fmnist_mlp.yaml --name mlp --devices cpu:0,cpu:1"},
     {"train", "train NAME --iters N [--wait] [--no-progress]", 1, 1,
      OPT(O_ITERS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), OPT(O_ITERS), cmd_train, 1, 0,
      .summary = "run N more training steps",
@@ -510,11 +510,12 @@ const ctl_verb ctl_verbs[] = {
              "An ONNX export (DIR/model.onnx) is for onnxruntime.",
      .example = "dpmctl predict /var/lib/dpmd/export/mlp --count 10 --input "
                 "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz",
-     .opt_help = OPT_HELP(
-             [O_COUNT] = "how many images, from the first (default 10; 0: all)",
-             [O_DEVICE] = "cpu (default) or cuda:N",
-             [O_OUT] = "also write output 0 of every image to FILE: raw little-endian "
-                       "float32, one row per image")},
+     .opt_help =
+         OPT_HELP([O_COUNT] = "how many images, from the first (default 10; 0: all)",
+                  [O_DEVICE] = "cpu (default) or cuda:N",
+                  [O_OUT] =
+                      "also write output 0 of every image to FILE: raw little-endian "
+                      "float32, one row per image")},
     {"get-blob", "get-blob NAME BLOB [--device cpu:1] [--out FILE]", 2, 2,
      OPT(O_DEVICE) | OPT(O_OUT), 0, cmd_get_blob, 1, 1,
      .summary = "read a blob (parameter, activation) of a replica",
