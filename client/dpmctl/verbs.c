@@ -453,7 +453,7 @@ const ctl_verb ctl_verbs[] = {
     {"watch", "watch [NAME] [--count N] [--until-done]", 0, 1,
      OPT(O_COUNT) | OPT(O_UNTIL_DONE), 0, ctl_cmd_watch, 1, 0,
      .summary = "print a model's events as they come",
-     .text = "Subscribes to the daemon's events (progress, done, error, checkpoint) of "
+     .text = "Subscribes to the daemon's events (progress, state, done, error) of "
              "model NAME, or of every model, and prints one line per event (one JSON "
              "object with --json) until interrupted.",
      .example = "dpmctl watch mlp --until-done",
