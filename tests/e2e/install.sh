@@ -8,7 +8,10 @@
 # shared libraries and once with the static ones: the client's ping of a
 # missing ipc socket is DPM_IO, and the predictor's top-1 classes for 10
 # test images, from a predictor that the installed dpm-train extracted,
-# equal the installed `dpmctl predict`'s.
+# equal the installed `dpmctl predict`'s. The man pages (dpmctl.1, dpmd.8,
+# dpm-train.1) and dpmctl's bash completion are installed, groff's man
+# macros accept the pages with every warning on, and the completion
+# completes a command and an option's value in bash.
 . tests/e2e_lib.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
