@@ -79,7 +79,29 @@ TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
 .PHONY: all deps test bench demo clean format install
 PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train
-all: $(PROGS) $(BUILD)/tests/unit $(BENCHES) $(CUDA_PLUGIN)
+# The man pages and dpmctl's bash completion, which the programs write from
+# their own tables (dpmctl --man and --completion bash: its verb and option
+# tables; dpmd --man: the config's key table; dpm-train --man: its flags).
+DOCS := $(BUILD)/man/dpmctl.1 $(BUILD)/man/dpmd.8 $(BUILD)/man/dpm-train.1 \
+        $(BUILD)/completion/dpmctl
+all: $(PROGS) $(BUILD)/tests/unit $(BENCHES) $(CUDA_PLUGIN) $(DOCS)
+
+docs: $(DOCS)
+.PHONY: docs
+# The spec reference: its tables come from the parser's key tables and the
+# op table (tests/tools/spec_doc.c); `make test` checks it is up to date
+# (tests/run.sh, spec-doc). Written in the tree, to be committed.
+docs/SPEC.md: docs/SPEC.md.in $(BUILD)/tests/spec_doc
+	$(BUILD)/tests/spec_doc $< >$@.tmp && mv $@.tmp $@
+$(BUILD)/man/dpmctl.1: $(BUILD)/dpmctl
+$(BUILD)/man/dpmd.8: $(BUILD)/dpmd
+$(BUILD)/man/dpm-train.1: $(BUILD)/dpm-train
+$(BUILD)/man/%:
+	@mkdir -p $(dir $@)
+	$< --man >$@.tmp && mv $@.tmp $@
+$(BUILD)/completion/dpmctl: $(BUILD)/dpmctl
+	@mkdir -p $(dir $@)
+	$< --completion bash >$@.tmp && mv $@.tmp $@
 
 deps:
 	@./scripts/deps.sh
@@ -212,7 +234,7 @@ PREDICT_LIB_SRC := $(filter-out daemon/engine/predictor_extract.c daemon/engine/
                      $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/backend/*.c \
                                 daemon/backend/cpu/*.c)) \
                    daemon/comm/comm.c daemon/comm/local.c common/status.c common/file.c \
-                   common/escape.c common/device.c $(PROTO_C)
+                   common/escape.c common/device.c common/suggest.c $(PROTO_C)
 CLIENT_LIB_PKGS  := libprotobuf-c nanomsg yaml-0.1 zlib
 PREDICT_LIB_PKGS := libprotobuf-c openblas
 CLIENT_PIC  := $(call obj,pic,$(CLIENT_LIB_SRC))
@@ -266,7 +288,7 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # no test.
 TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
               $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
-              $(BUILD)/tests/gpu_test \
+              $(BUILD)/tests/gpu_test $(BUILD)/tests/spec_doc \
               $(if $(CUDA_PLUGIN),$(BUILD)/gpu-bundle/MANIFEST \
                 $(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
               $(DPM_LIBS)
@@ -301,7 +323,8 @@ demo-fleet: deps $(PROGS)
 # make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
 # and client headers, the libraries and their pkg-config files (in
 # LIBDIR=PREFIX/lib), the systemd unit and the default config (never
-# overwriting an existing /etc/dpmd/dpmd.yaml) and, when built, the CUDA
+# overwriting an existing /etc/dpmd/dpmd.yaml), the man pages (MANDIR),
+# dpmctl's bash completion (BASHCOMPDIR) and, when built, the CUDA
 # plugin in PREFIX/lib/dpm/ (where the programs look for it: ../lib/dpm/
 # from their folder). Without DESTDIR, as root,
 # ldconfig then updates the loader's cache.
@@ -310,13 +333,19 @@ SYSCONF ?= /etc
 UNITDIR ?= /lib/systemd/system
 LIBDIR  ?= $(PREFIX)/lib
 INCDIR  ?= $(PREFIX)/include
+MANDIR  ?= $(PREFIX)/share/man
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 # The .pc files name LIBDIR and INCDIR from ${prefix} when they are under it,
 # so that pkg-config --define-variable=prefix=... relocates them.
 pc_dir = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
-install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN)
+install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN) $(DOCS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(INCDIR)/dpm \
 	  $(DESTDIR)$(INCDIR)/dpm/proto $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONF)/dpmd
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR)
+	install -m 644 $(BUILD)/man/dpmctl.1 $(BUILD)/man/dpm-train.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(BUILD)/man/dpmd.8 $(DESTDIR)$(MANDIR)/man8/
+	install -m 644 $(BUILD)/completion/dpmctl $(DESTDIR)$(BASHCOMPDIR)/dpmctl
 	install -m 644 include/dpm/*.h $(DESTDIR)$(INCDIR)/dpm/
 	install -m 644 $(PROTO_H) $(DESTDIR)$(INCDIR)/dpm/proto/
 	sed 's|@BINDIR@|$(PREFIX)/bin|g' systemd/dpmd.service > $(DESTDIR)$(UNITDIR)/dpmd.service

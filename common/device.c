@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const kind_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "fenced"};
 static const char *const scope_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "gpu", "fenced"};
@@ -27,6 +28,18 @@ int dpm_device_parse(const char *s, dpm_device *out) {
     return 0;
   }
   return -1;
+}
+
+const char *dpm_device_hint(const char *s) {
+  if (!s) return "";
+  size_t n = strcspn(s, ":_");
+  if (n == 3 && !strncasecmp(s, "gpu", 3))
+    return "; GPUs are cuda:N (gpu is only the scope of blob names, gpu_0/fc1_w)";
+  for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++)
+    if (strlen(kind_names[k]) == n && !strncasecmp(s, kind_names[k], n))
+      return s[n] == '_' ? "; devices are written KIND:N (cpu:0, cuda:0)"
+                         : "; device kinds are lower case (cpu:N, cuda:N)";
+  return "";
 }
 
 char *dpm_device_format(dpm_device d, char *buf, size_t n) {

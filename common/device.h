@@ -30,6 +30,11 @@ typedef struct dpm_device {
 const char *dpm_device_kind_name(dpm_device_kind k);
 /* Parses a canonical name into *out. Returns 0, or -1 (out untouched). */
 int dpm_device_parse(const char *s, dpm_device *out);
+/* For a name that dpm_device_parse refused: a phrase to append to the
+ * error that says what was meant ("; GPUs are cuda:N (gpu is only the
+ * scope of blob names, gpu_0/fc1_w)"), or "" when there is nothing to add.
+ * Never quotes s. */
+const char *dpm_device_hint(const char *s);
 /* "KIND:N" into buf (at least 16 bytes); returns buf. */
 char *dpm_device_format(dpm_device d, char *buf, size_t n);
 /* The scope of the replica on d in blob names, as Caffe2 named them:

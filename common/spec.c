@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "common/device.h"
+#include "common/suggest.h"
 #include "common/validate.h"
 #include "common/ytree.h"
 
@@ -448,17 +449,21 @@ static dpm_status spec_read_section(spec_ctx *c, const spec_section *s, const ch
     for (size_t j = 0; j < s->n_fields && !f; j++)
       if (dpm_ynode_is(k, s->fields[j].key)) f = &s->fields[j];
     if (!f) {
-      char list[300];
+      char list[300], hint[DPM_SUGGEST_MAX_LEN + 32];
       size_t o = 0;
       list[0] = '\0';
+      dpm_suggest sg;
+      dpm_suggest_init(&sg, k->kind == DPM_YNODE_SCALAR ? k->str : NULL);
       for (size_t j = 0; j < s->n_fields; j++) {
+        dpm_suggest_add(&sg, s->fields[j].key);
         int w =
             snprintf(list + o, sizeof list - o, "%s%s", j ? ", " : "", s->fields[j].key);
         if (w > 0 && (size_t)w < sizeof list - o) o += (size_t)w;
       }
-      return spec_fail(c, k, "unknown key %s %s%s (expected one of: %s)",
+      return spec_fail(c, k, "unknown key %s %s%s%s (expected one of: %s)",
                        dpm_ynode_describe(k, got, sizeof got),
-                       *s->path ? "in " : "at top level", s->path, list);
+                       *s->path ? "in " : "at top level", s->path,
+                       dpm_suggest_phrase(&sg, hint, sizeof hint), list);
     }
     dpm_status st = spec_read_field(c, f, dpm_ymap_value(map, i), msg);
     if (st != DPM_OK) return st;
@@ -687,8 +692,8 @@ static dpm_status spec_read_devices(spec_ctx *c, const spec_field *f, const dpm_
       goto out;
     }
     if (kind == DPM_DEVICE_KIND_COUNT) {
-      st = spec_fail(c, item, "unknown device kind in %s (choices: cpu, cuda, fenced)",
-                     spec_got(item, got, sizeof got));
+      st = spec_fail(c, item, "unknown device kind in %s (choices: cpu, cuda, fenced)%s",
+                     spec_got(item, got, sizeof got), dpm_device_hint(raw[i]));
       goto out;
     }
     if (b > DPM_MAX_DEVICE_INDEX || a > b) {
@@ -971,6 +976,140 @@ static const spec_field model_fields[] = {
 };
 static const spec_section model_section =
     SECTION("", dpm__model_spec, model_fields, spec_check_model);
+
+/* ---- the schema, described (spec.h) ------------------------------------- */
+
+/* The protobuf field at offset off of message type d, or NULL. */
+static const ProtobufCFieldDescriptor *spec_pb_field(const ProtobufCMessageDescriptor *d,
+                                                     size_t off) {
+  for (unsigned i = 0; i < d->n_fields; i++)
+    if (d->fields[i].offset == off) return &d->fields[i];
+  return NULL;
+}
+
+static void spec_choice_list(const spec_choice *ch, char *buf, size_t cap) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (const spec_choice *p = ch; p->name; p++) {
+    int w = snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", p->name);
+    if (w > 0 && (size_t)w < cap - o) o += (size_t)w;
+  }
+}
+
+static void spec_range_text(const spec_range *r, char *buf, size_t cap) {
+  if (isinf(r->lo) && isinf(r->hi))
+    snprintf(buf, cap, "number");
+  else if (isinf(r->hi))
+    snprintf(buf, cap, "number %s %g", r->lo_open ? ">" : ">=", r->lo);
+  else if (isinf(r->lo))
+    snprintf(buf, cap, "number %s %g", r->hi_open ? "<" : "<=", r->hi);
+  else
+    snprintf(buf, cap, "number in %c%g, %g%c", r->lo_open ? '(' : '[', r->lo, r->hi,
+             r->hi_open ? ')' : ']');
+}
+
+#define SPEC_STR_(x) #x
+#define SPEC_STR(x) SPEC_STR_(x)
+
+/* What a key of kind SF_CUSTOM takes, by its reader. */
+static const char *spec_custom_type(const spec_field *f) {
+  if (f->fn == spec_read_name)
+    return "a model name: 1-" SPEC_STR(
+        DPM_SPEC_MAX_NAME) " characters of A-Z a-z 0-9 . _ -, "
+                           "not starting with '.'";
+  if (f->fn == spec_read_forward) return "a list of operators (see Operators)";
+  if (f->fn == spec_read_devices)
+    return "a list of devices (or one): cpu:N, cuda:N, or a range cuda:0-7; one kind, "
+           "each once";
+  if (f->fn == spec_read_checkpoint)
+    return "iterations (1000) or seconds (600s); 0 turns it off";
+  return "see the text";
+}
+
+static void spec_default(const spec_field *f, const ProtobufCFieldDescriptor *pf,
+                         char *buf, size_t cap) {
+  buf[0] = '\0';
+  if (!pf || !pf->default_value) return;
+  const void *d = pf->default_value;
+  switch (pf->type) {
+  case PROTOBUF_C_TYPE_UINT32:
+    snprintf(buf, cap, "%u", *(const uint32_t *)d);
+    break;
+  case PROTOBUF_C_TYPE_UINT64:
+    snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)d);
+    break;
+  case PROTOBUF_C_TYPE_DOUBLE:
+    snprintf(buf, cap, "%g", *(const double *)d);
+    break;
+  case PROTOBUF_C_TYPE_BOOL:
+    snprintf(buf, cap, "%s", *(const protobuf_c_boolean *)d ? "true" : "false");
+    break;
+  case PROTOBUF_C_TYPE_ENUM:
+    for (const spec_choice *p = f->choices; p && p->name; p++)
+      if (p->value == *(const int *)d) snprintf(buf, cap, "%s", p->name);
+    break;
+  case PROTOBUF_C_TYPE_STRING:
+    snprintf(buf, cap, "%s", (const char *)d); /* the characters themselves */
+    break;
+  default:
+    break;
+  }
+}
+
+static void spec_describe_section(const spec_section *s, dpm_spec_key_fn fn, void *ctx) {
+  const spec_section *subs[16];
+  size_t n_subs = 0;
+  for (size_t i = 0; i < s->n_fields; i++) {
+    const spec_field *f = &s->fields[i];
+    dpm_spec_key k = {.section = s->path, .key = f->key, .required = f->required};
+    for (size_t j = 0; j < i; j++)
+      if (s->fields[j].off == f->off) k.alias = s->fields[j].key;
+    switch (f->kind) {
+    case SF_STR:
+      snprintf(k.type, sizeof k.type, "a string");
+      break;
+    case SF_U32:
+    case SF_U64:
+      snprintf(k.type, sizeof k.type, "an integer >= %llu", (unsigned long long)f->ilo);
+      break;
+    case SF_NUM:
+      spec_range_text(&f->range, k.type, sizeof k.type);
+      break;
+    case SF_BOOL:
+      snprintf(k.type, sizeof k.type, "true or false");
+      break;
+    case SF_ENUM: {
+      char list[160];
+      spec_choice_list(f->choices, list, sizeof list);
+      snprintf(k.type, sizeof k.type, "one of: %s", list);
+      break;
+    }
+    case SF_STRS:
+      snprintf(k.type, sizeof k.type, "a list of strings (or one)");
+      break;
+    case SF_U32S:
+    case SF_U64S:
+      snprintf(k.type, sizeof k.type, "a list of integers >= %llu",
+               (unsigned long long)f->ilo);
+      break;
+    case SF_SUB:
+      snprintf(k.type, sizeof k.type, "a mapping (see %s)", f->sub->path);
+      if (n_subs < sizeof subs / sizeof *subs) subs[n_subs++] = f->sub;
+      break;
+    case SF_CUSTOM:
+      snprintf(k.type, sizeof k.type, "%s", spec_custom_type(f));
+      break;
+    }
+    if (f->kind != SF_SUB)
+      spec_default(f, spec_pb_field(s->desc, f->off), k.def, sizeof k.def);
+    fn(ctx, &k);
+  }
+  for (size_t i = 0; i < n_subs; i++) spec_describe_section(subs[i], fn, ctx);
+}
+
+void dpm_spec_describe(dpm_spec_key_fn fn, void *ctx) {
+  spec_describe_section(&model_section, fn, ctx);
+}
 
 dpm_status dpm_spec_parse(const char *text, size_t len, const char *source,
                           Dpm__ModelSpec **out, dpm_err *err) {

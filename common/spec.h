@@ -60,6 +60,23 @@ dpm_status dpm_spec_parse(const char *text, size_t len, const char *source,
  * the default allocator). NULL is fine. */
 void dpm_spec_free(Dpm__ModelSpec *spec);
 
+/* One key of the spec's schema, as the parser's tables give it, for the
+ * reference (docs/SPEC.md, written by tests/tools/spec_doc.c). */
+typedef struct dpm_spec_key {
+  const char *section; /* "" (top level), "input", "update.lr", ... */
+  const char *key;     /* as written in YAML */
+  char type[200];      /* what it takes: "integer >= 1", "number in [0, 1)",
+                          "one of: sgd, momentum_sgd, adam", "mapping (see update.lr)" */
+  char def[64];        /* its default (dpm.proto's), "" when it has none */
+  int required;        /* the spec must have it */
+  const char *alias;   /* another key for the same field ("start_multiplier"), or NULL */
+} dpm_spec_key;
+typedef void (*dpm_spec_key_fn)(void *ctx, const dpm_spec_key *k);
+/* Calls fn for every key of every section, sections in the order they
+ * nest (top level, then input, update, update.lr, ...), keys in table
+ * order. */
+void dpm_spec_describe(dpm_spec_key_fn fn, void *ctx);
+
 /* 64-bit FNV-1a over the protobuf encoding of the spec with its position
  * fields cleared: precisely, over the packed ModelSpec with `source`,
  * `name`, `parallel`, `checkpoint`, `forward`, `input.shard_id`,

@@ -214,8 +214,9 @@ static dpm_status parallel(vctx *c, const Dpm__ParallelSpec *p) {
   for (size_t i = 0; i < p->n_devices; i++) {
     dpm_device d, e;
     if (dpm_device_parse(p->devices[i], &d))
-      return fail(c, "parallel.devices: %s is not a device (cpu:N or cuda:N, N 0..%d)",
-                  show(p->devices[i], b, sizeof b), DPM_MAX_DEVICE_INDEX);
+      return fail(c, "parallel.devices: %s is not a device (cpu:N or cuda:N, N 0..%d)%s",
+                  show(p->devices[i], b, sizeof b), DPM_MAX_DEVICE_INDEX,
+                  dpm_device_hint(p->devices[i]));
     for (size_t j = 0; j < i; j++) {
       dpm_device_parse(p->devices[j], &e);
       if (e.kind != d.kind)

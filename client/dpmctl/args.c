@@ -8,33 +8,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/suggest.h"
 #include "dpmctl/dpmctl.h"
 
+/* clang-format off */
 const ctl_option ctl_options[O_N_OPTIONS] = {
-    [O_ENDPOINT] = {"--endpoint", 1},
-    [O_TIMEOUT] = {"--timeout", 1},
-    [O_JSON] = {"--json", 0},
-    [O_TOKEN_FILE] = {"--token-file", 1},
-    [O_VERSION] = {"--version", 0},
-    [O_HELP] = {"--help", 0},
-    [O_NAME] = {"--name", 1},
-    [O_DEVICES] = {"--devices", 1},
-    [O_ITERS] = {"--iters", 1},
-    [O_WAIT] = {"--wait", 0},
-    [O_NO_PROGRESS] = {"--no-progress", 0},
-    [O_OUT] = {"--out", 1},
-    [O_INPUTS] = {"--inputs", 1},
-    [O_OUTPUTS] = {"--outputs", 1},
-    [O_FORMAT] = {"--format", 1},
-    [O_DEVICE] = {"--device", 1},
-    [O_INPUT] = {"--input", 1},
-    [O_LABELS] = {"--labels", 1},
-    [O_COUNT] = {"--count", 1},
-    [O_UNTIL_DONE] = {"--until-done", 0},
-    [O_CHECKPOINT_EVERY] = {"--checkpoint-every", 1},
-    [O_SHARDS] = {"--shards", 1},
-    [O_ALLOW_BATCH_CHANGE] = {"--allow-batch-change", 0},
+    [O_ENDPOINT] = {"--endpoint", 1, "ADDR", "the daemon's address, ipc:///PATH or tcp://HOST:PORT (default: $DPM_ENDPOINT, else " DPM_DEFAULT_ENDPOINT ")"},
+    [O_TIMEOUT] = {"--timeout", 1, "MS", "how long to wait for an answer, in milliseconds (default 10000; -1 waits forever); the long commands wait at least 120000"},
+    [O_JSON] = {"--json", 0, NULL, "print one JSON object per command on stdout, errors too ({\"error\":..,\"status\":..}), for scripts"},
+    [O_TOKEN_FILE] = {"--token-file", 1, "FILE", "send the token in FILE with every request (default: $DPM_TOKEN_FILE)"},
+    [O_COMPLETION] = {"--completion", 1, "SHELL", "print the completion script for SHELL (bash) and exit"},
+    [O_MAN] = {"--man", 0, NULL, "print dpmctl's manual page (roff) and exit"},
+    [O_VERSION] = {"--version", 0, NULL, "print dpmctl's version and protocol and exit"},
+    [O_HELP] = {"--help", 0, NULL, "print the help of the command (or the list of commands) and exit"},
+    [O_NAME] = {"--name", 1, "N", "the model's name (default: the spec's name)"},
+    [O_DEVICES] = {"--devices", 1, "LIST", "the devices to train on, one replica each: cpu:0,cpu:1 or cuda:0,cuda:1 (default: the spec's parallel.devices, else every device of the daemon)"},
+    [O_ITERS] = {"--iters", 1, "N", "the number of steps to run from now"},
+    [O_WAIT] = {"--wait", 0, NULL, "answer when the steps are done, with a progress bar on a terminal (default: answer at once)"},
+    [O_NO_PROGRESS] = {"--no-progress", 0, NULL, "with --wait: no progress bar"},
+    [O_OUT] = {"--out", 1, "PATH", "where to write the result"},
+    [O_INPUTS] = {"--inputs", 1, "A[,B]", "the blobs the predictor is fed (data)"},
+    [O_OUTPUTS] = {"--outputs", 1, "X[,Y]", "the blobs the predictor answers (softmax)"},
+    [O_FORMAT] = {"--format", 1, "dpm|onnx", "dpm: DIR/predictor.pb, for dpmctl predict and libdpmpredict (default); onnx: DIR/model.onnx, for onnxruntime"},
+    [O_DEVICE] = {"--device", 1, "DEV", "the device to use"},
+    [O_INPUT] = {"--input", 1, "FILE", "an IDX image file (MNIST layout, .gz or raw)"},
+    [O_LABELS] = {"--labels", 1, "FILE", "an IDX label file: also print the accuracy"},
+    [O_COUNT] = {"--count", 1, "N", "how many to take"},
+    [O_UNTIL_DONE] = {"--until-done", 0, NULL, "stop at the end of the training run (a done or error event); at once when the model is not training"},
+    [O_CHECKPOINT_EVERY] = {"--checkpoint-every", 1, "N|Ns", "checkpoint every N iterations, or every N seconds (600s); 0 never (default: the spec's checkpoint_every, else the daemon's)"},
+    [O_SHARDS] = {"--shards", 1, "EP,EP...", "the daemons of a job over several hosts (tcp://HOST:PORT each), this one first"},
+    [O_ALLOW_BATCH_CHANGE] = {"--allow-batch-change", 0, NULL, "let an elastic resume change the global batch (fewer devices in all)"},
 };
+/* clang-format on */
 
 #define GLOBAL_OPTS ((1u << CTL_N_GLOBAL) - 1)
 
@@ -66,7 +71,16 @@ static int take_option(int argc, char **argv, int *i, unsigned accepted, const c
                        ctl_args *a, char *msg, size_t cap) {
   const char *arg = argv[*i], *value;
   int o = find_option(arg, &value);
-  if (o < 0) return fail(msg, cap, "unknown option '%s'", arg);
+  if (o < 0) {
+    dpm_suggest sg;
+    char hint[DPM_SUGGEST_MAX_LEN + 32], word[DPM_SUGGEST_MAX_LEN + 1];
+    snprintf(word, sizeof word, "%.*s", (int)strcspn(arg, "="), arg);
+    dpm_suggest_init(&sg, word);
+    for (int k = 0; k < O_N_OPTIONS; k++)
+      if (accepted & OPT(k)) dpm_suggest_add(&sg, ctl_options[k].name);
+    return fail(msg, cap, "unknown option '%s'%s", arg,
+                dpm_suggest_phrase(&sg, hint, sizeof hint));
+  }
   if (!(accepted & OPT(o))) {
     if (verb) return fail(msg, cap, "%s does not take %s", verb, ctl_options[o].name);
     return fail(msg, cap, "%s comes after the command", ctl_options[o].name);
@@ -101,13 +115,21 @@ int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_arg
     if (rc) return rc;
   }
   if (i >= argc) {
-    if (a->opt[O_HELP] || a->opt[O_VERSION]) return CTL_OK;
+    if (a->opt[O_HELP] || a->opt[O_VERSION] || a->opt[O_MAN] || a->opt[O_COMPLETION])
+      return CTL_OK;
     return fail(msg, cap, "no command given");
   }
   const char *name = argv[i++];
   for (int v = 0; v < n_verbs; v++)
     if (!strcmp(verbs[v].name, name)) a->verb = &verbs[v];
-  if (!a->verb) return fail(msg, cap, "unknown command '%s'", name);
+  if (!a->verb) {
+    dpm_suggest sg;
+    char hint[DPM_SUGGEST_MAX_LEN + 32];
+    dpm_suggest_init(&sg, name);
+    for (int v = 0; v < n_verbs; v++) dpm_suggest_add(&sg, verbs[v].name);
+    return fail(msg, cap, "unknown command '%s'%s", name,
+                dpm_suggest_phrase(&sg, hint, sizeof hint));
+  }
   const ctl_verb *v = a->verb;
   int options_done = 0;
   for (; i < argc; i++) {

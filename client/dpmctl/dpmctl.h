@@ -5,6 +5,7 @@
  *   args.c      the command-line parser over the verb table
  *   rate.c      the progress bar's ETA from the iterations seen (pure)
  *   verbs.c     the verb table and the request/response verbs
+ *   doc.c       help, the man page and the bash completion, from the tables
  *   call.c      the calls verbs make: a request and its checked answer, a
  *               ping first, long calls, the events endpoint
  *   output.c    JSON and human output of results, errors and usage lines
@@ -12,8 +13,8 @@
  *   watch.c     watch: events as lines
  *   predict.c   predict: runs an extracted predictor, no daemon
  *
- * Calls run down this list, never back up: main; verbs; progress, watch,
- * predict; call; output, args, rate.
+ * Calls run down this list, never back up: main; verbs; doc, progress,
+ * watch, predict; call; output, args, rate.
  *
  * Exit codes (ARCHITECTURE.md, "Command line contract"): 0 ok, 1 the daemon
  * refused or failed (or a local failure: bad spec, unwritable file), 2 usage,
@@ -40,6 +41,8 @@ typedef enum {
   O_TIMEOUT,
   O_JSON,
   O_TOKEN_FILE,
+  O_COMPLETION,
+  O_MAN,
   O_VERSION,
   O_HELP,
   O_NAME,
@@ -67,6 +70,8 @@ typedef enum {
 typedef struct ctl_option {
   const char *name; /* "--iters" */
   int has_value;    /* takes a value (--iters N); else a flag */
+  const char *arg;  /* the value's name in help ("N"); NULL for a flag */
+  const char *help; /* what it does, for help and the man page */
 } ctl_option;
 extern const ctl_option ctl_options[O_N_OPTIONS];
 
@@ -83,6 +88,12 @@ typedef struct ctl_verb {
   ctl_handler run;
   int needs_daemon;
   int long_running; /* the daemon answers when done: default timeout raised */
+  const char *summary; /* one line: `dpmctl help`, the man page */
+  const char *text;    /* what it does, in full: `dpmctl help VERB`, the man page */
+  const char *example; /* one or more command lines ("dpmctl ..."), '\n' between */
+  /* What an option means for this verb where it differs from the table's
+   * help (ctl_options[o].help), indexed by ctl_opt; NULL: none differ. */
+  const char *const *opt_help;
 } ctl_verb;
 extern const ctl_verb ctl_verbs[];
 extern const int ctl_n_verbs;
@@ -151,8 +162,18 @@ int ctl_long_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
 int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
                         char **endpoint);
 
-/* verbs.c: print the verb's usage (or all of them for NULL) to f. */
+/* doc.c. ctl_usage: the help of verb v (usage line, description, its
+ * options, the global options, an example), or for NULL the list of verbs
+ * with their summaries, to f. */
 void ctl_usage(FILE *f, const ctl_verb *v);
+/* dpmctl.1, the man page, in roff (common/manpage.h). */
+void ctl_print_man(FILE *f);
+/* The completion script for shell ("bash"): verbs, their options and,
+ * where an option takes one of a few words, those words. Returns 0, or -1
+ * for a shell it has none for. */
+int ctl_print_completion(FILE *f, const char *shell);
+/* The help of option o for verb v (v may be NULL: the table's). */
+const char *ctl_option_help(const ctl_verb *v, int o);
 
 /* output.c */
 #define CTL_GLOBAL_USAGE "[--endpoint ADDR] [--timeout MS] [--json] [--token-file FILE]"

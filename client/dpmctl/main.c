@@ -1,10 +1,12 @@
 /* dpmctl: the command-line client of dpmd.
  *
  *   dpmctl [--endpoint ADDR] [--timeout MS] [--json] [--token-file FILE] COMMAND ...
- *   dpmctl --version
+ *   dpmctl --version | --man | --completion bash
  *
- * `dpmctl help` (or --help) lists the commands (the table in verbs.c);
- * --version (anywhere) prints dpmctl's version and protocol and exits 0.
+ * `dpmctl help` (or --help) lists the commands (the table in verbs.c),
+ * `dpmctl help VERB` (or VERB --help) says all about one (doc.c);
+ * --version (anywhere) prints dpmctl's version and protocol and exits 0;
+ * --man prints the man page and --completion bash the bash completion.
  * Endpoint: --endpoint, else $DPM_ENDPOINT, else DPM_DEFAULT_ENDPOINT.
  * Timeout: --timeout MS (default 10000; -1 waits forever). Token: the
  * contents of --token-file or $DPM_TOKEN_FILE, trailing whitespace removed,
@@ -67,6 +69,15 @@ int main(int argc, char **argv) {
     ctl_usage(stdout, a.verb);
     return CTL_OK;
   }
+  if (a.opt[O_MAN]) {
+    ctl_print_man(stdout);
+    return CTL_OK;
+  }
+  if (a.opt[O_COMPLETION] && ctl_print_completion(stdout, a.opt[O_COMPLETION])) {
+    ctl_error(&ctx, "USAGE", "--completion takes bash");
+    return CTL_USAGE;
+  }
+  if (a.opt[O_COMPLETION]) return CTL_OK;
 
   ctx.timeout_ms = CTL_DEFAULT_TIMEOUT_MS;
   if (a.opt[O_TIMEOUT]) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/suggest.h"
 #include "engine/autodiff.h"
 #include "engine/fuse.h"
 #include "engine/rng.h"
@@ -206,12 +207,25 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
   return DPM_OK;
 }
 
+/* "; did you mean 'Relu'?" for an op type no spec may use, or "". */
+static const char *spec_op_hint(const char *type, char *buf, size_t cap) {
+  int n;
+  const dpm_op_def *const *all = dpm_op_all(&n);
+  dpm_suggest sg;
+  dpm_suggest_init(&sg, type);
+  for (int k = 0; k < n; k++)
+    if (!(all[k]->flags & DPM_OP_HIDDEN)) dpm_suggest_add(&sg, all[k]->name);
+  return dpm_suggest_phrase(&sg, buf, cap);
+}
+
 static dpm_status forward_op(builder *b, int i) {
   const Dpm__Operator *o = b->spec->forward[i];
   unsigned line = o->has_line ? o->line : 0;
   const dpm_op_def *def = dpm_op_find(o->type);
   if (!def || (def->flags & DPM_OP_HIDDEN)) {
-    dpm_errf(b->err, DPM_SPEC, "unknown op '%s'", o->type);
+    char hint[DPM_SUGGEST_MAX_LEN + 32];
+    dpm_errf(b->err, DPM_SPEC, "unknown op '%s'%s", o->type,
+             spec_op_hint(o->type, hint, sizeof hint));
     return op_fail(b, i, line, o->type);
   }
   int nin = (int)o->n_input, nout = (int)o->n_output;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/suggest.h"
+
 static const char *const blob_kind_names[] = {
     [DPM_BLOB_ACT] = "activation",  [DPM_BLOB_DATA] = "data",
     [DPM_BLOB_PARAM] = "param",     [DPM_BLOB_COMPUTED] = "computed",
@@ -283,8 +285,15 @@ static dpm_status set_arg(const dpm_arg_def *a, const value *v, dpm_arg *out,
 static dpm_status set_named(dpm_node *node, const char *name, const value *v,
                             dpm_err *err) {
   int k = dpm_op_arg_index(node->def, name);
-  if (k < 0)
-    return dpm_errf(err, DPM_SPEC, "unknown argument '%s' for %s", name, node->def->name);
+  if (k < 0) {
+    dpm_suggest sg;
+    char hint[DPM_SUGGEST_MAX_LEN + 32];
+    dpm_suggest_init(&sg, name);
+    for (int i = 0; node->def->args && node->def->args[i].name; i++)
+      dpm_suggest_add(&sg, node->def->args[i].name);
+    return dpm_errf(err, DPM_SPEC, "unknown argument '%s' for %s%s", name,
+                    node->def->name, dpm_suggest_phrase(&sg, hint, sizeof hint));
+  }
   return set_arg(&node->def->args[k], v, &node->arg[k], err);
 }
 

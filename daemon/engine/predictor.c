@@ -25,6 +25,7 @@
 #include "engine/dtype_wire.h"
 #include "engine/exec.h"
 #include "engine/fuse.h"
+#include "engine/onnx_export.h"
 #include "engine/predictor_extract.h"
 #include "common/file.h"
 
@@ -474,6 +475,17 @@ static dpm_status open_regular(const char *path, FILE **f, dpm_err *err) {
   return DPM_OK;
 }
 
+/* 1 if dir holds the file that an ONNX export writes (engine/onnx_export.h). */
+static int holds_onnx(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st;
+  int found =
+      !fstatat(fd, DPM_ONNX_FILE, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+  close(fd);
+  return found;
+}
+
 dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err) {
   dpm_err local = {0};
   if (!err) err = &local;
@@ -488,7 +500,13 @@ dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err
   FILE *f = NULL;
   struct stat st;
   s = open_regular(path, &f, err);
-  if (s) {
+  if (s == DPM_NOT_FOUND && holds_onnx(dir)) {
+    s = dpm_errf(err, DPM_NOT_FOUND,
+                 "%s holds an ONNX model (%s), not a dpm predictor (%s): dpm's "
+                 "predictor runtime (dpmctl predict) runs dpm predictors only; use "
+                 "onnxruntime for %s",
+                 dir, DPM_ONNX_FILE, DPM_PREDICTOR_FILE, DPM_ONNX_FILE);
+  } else if (s) {
     /* err is set */
   } else if (fstat(fileno(f), &st)) {
     s = dpm_errf(err, DPM_IO, "%s: %s", path, strerror(errno));
@@ -604,7 +622,8 @@ static dpm_status open_device(const dpm_predictor *p, const char *device,
   dpm_device d;
   if (!device || !strcmp(device, "cpu")) return DPM_OK;
   if (dpm_device_parse(device, &d))
-    return fail(p, err, DPM_INVALID, "'%s' is not a device (cpu or cuda:N)", device);
+    return fail(p, err, DPM_INVALID, "'%s' is not a device (cpu or cuda:N)%s", device,
+                dpm_device_hint(device));
   if (d.kind == DPM_DEVICE_CPU) return DPM_OK; /* cpu:N is the host too */
   char line[640] = "";
   if (d.kind == DPM_DEVICE_CUDA) dpm_cuda_load(line, sizeof line); /* loads once */

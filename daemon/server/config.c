@@ -51,6 +51,8 @@ typedef struct cfg_key {
   int auto_cores;             /* CK_INT: "auto" means the number of cores */
   const char *const *choices; /* CK_ENUM: NULL-terminated names */
   const struct cfg_key *sub;  /* CK_MAP: its keys, ended by a NULL key */
+  const char *arg;            /* the flag's value in help ("DIR"); NULL: none */
+  const char *help;           /* one line for --help and dpmd.8 */
 } cfg_key;
 
 #define OFF(f) offsetof(dpmd_config, f), sizeof(((dpmd_config *)0)->f)
@@ -62,33 +64,53 @@ static const char *const cuda_names[] = {"off", "auto", NULL}; /* index = cfg->c
 /* One row per key; systemd/dpmd.yaml documents each. */
 /* clang-format off */
 static const cfg_key device_keys[] = {
-    {.key = "cpu", .flag = "--devices", .kind = CK_INT, .off = OFF(cpu_devices), .lo = 1, .hi = CFG_MAX_CPU, .auto_cores = 1},
-    {.key = "cuda", .kind = CK_ENUM, .off = OFF(cuda), .choices = cuda_names},
-    {.key = "fenced", .kind = CK_INT, .off = OFF(fenced_devices), .lo = 0, .hi = 16},
+    {.key = "cpu", .flag = "--devices", .kind = CK_INT, .off = OFF(cpu_devices), .lo = 1, .hi = CFG_MAX_CPU, .auto_cores = 1, .arg = "N|auto", .help = "CPU replicas served, cpu:0..cpu:N-1: 1..1024, or auto (one per core this process may run on)"},
+    {.key = "cuda", .kind = CK_ENUM, .off = OFF(cuda), .choices = cuda_names, .help = "auto: load the CUDA plugin and serve every GPU as cuda:N; off: none"},
+    {.key = "fenced", .kind = CK_INT, .off = OFF(fenced_devices), .lo = 0, .hi = 16, .help = "fenced:N test devices, 0..16 (test builds only)"},
     {.key = NULL},
 };
 
 static const cfg_key top_keys[] = {
-    {.key = "listen", .flag = "--listen", .kind = CK_ENDPOINTS, .off = OFF(listen), .aux = AUX(n_listen)},
-    {.key = "events", .flag = "--events", .kind = CK_ENDPOINT, .off = OFF(events), .aux = AUX(events_set), .nullable = 1},
-    {.key = "state_dir", .flag = "--state-dir", .kind = CK_ABSPATH, .off = OFF(state_dir)},
-    {.key = "devices", .kind = CK_MAP, .sub = device_keys},
-    {.key = "max_models", .kind = CK_INT, .off = OFF(max_models), .lo = 1, .hi = 100000},
-    {.key = "checkpoint_retention", .kind = CK_INT, .off = OFF(checkpoint_retention), .lo = 0, .hi = 1000000},
-    {.key = "checkpoint_on_shutdown", .kind = CK_BOOL, .off = OFF(checkpoint_on_shutdown)},
-    {.key = "allowed_paths", .kind = CK_ABSPATHS, .off = OFF(allowed_paths), .aux = AUX(n_allowed_paths), .nullable = 1},
-    {.key = "data_paths", .kind = CK_ABSPATHS, .off = OFF(data_paths), .aux = AUX(n_data_paths), .nullable = 1},
-    {.key = "checkpoint_every", .kind = CK_EVERY, .off = OFF(checkpoint_every_iters), .aux = AUX(checkpoint_every_s)},
-    {.key = "auth_token_file", .flag = "--token-file", .kind = CK_PATH, .off = OFF(auth_token_file), .nullable = 1},
-    {.key = "log_level", .flag = "--log-level", .kind = CK_ENUM, .off = OFF(log_level), .choices = level_names},
+    {.key = "listen", .flag = "--listen", .kind = CK_ENDPOINTS, .off = OFF(listen), .aux = AUX(n_listen), .arg = "ADDR", .help = "an address to serve requests on, ipc://PATH or tcp://HOST:PORT (repeatable; a non-loopback tcp:// one needs auth_token_file)"},
+    {.key = "events", .flag = "--events", .kind = CK_ENDPOINT, .off = OFF(events), .aux = AUX(events_set), .nullable = 1, .arg = "ADDR|none", .help = "where progress events are published (default: events.sock beside the first ipc:// listen address); none: nowhere"},
+    {.key = "state_dir", .flag = "--state-dir", .kind = CK_ABSPATH, .off = OFF(state_dir), .arg = "DIR", .help = "the daemon's state: models, their specs and checkpoints (absolute; default /var/lib/dpmd)"},
+    {.key = "devices", .kind = CK_MAP, .sub = device_keys, .help = "devices served: cpu, cuda, fenced"},
+    {.key = "max_models", .kind = CK_INT, .off = OFF(max_models), .lo = 1, .hi = 100000, .help = "most models held at once (default 16)"},
+    {.key = "checkpoint_retention", .kind = CK_INT, .off = OFF(checkpoint_retention), .lo = 0, .hi = 1000000, .help = "checkpoints kept per model, oldest removed first; 0 keeps all (default 3)"},
+    {.key = "checkpoint_on_shutdown", .kind = CK_BOOL, .off = OFF(checkpoint_on_shutdown), .help = "checkpoint training models on SIGTERM before exiting (default true)"},
+    {.key = "allowed_paths", .kind = CK_ABSPATHS, .off = OFF(allowed_paths), .aux = AUX(n_allowed_paths), .nullable = 1, .help = "directories besides state_dir where clients may have checkpoints and predictors written or read"},
+    {.key = "data_paths", .kind = CK_ABSPATHS, .off = OFF(data_paths), .aux = AUX(n_data_paths), .nullable = 1, .help = "directories a spec's data files may be read from, besides state_dir and allowed_paths (default /usr/share/datasets)"},
+    {.key = "checkpoint_every", .kind = CK_EVERY, .off = OFF(checkpoint_every_iters), .aux = AUX(checkpoint_every_s), .help = "periodic checkpoints: every N iterations, or Ns seconds; 0 never (default 600s)"},
+    {.key = "auth_token_file", .flag = "--token-file", .kind = CK_PATH, .off = OFF(auth_token_file), .nullable = 1, .arg = "FILE", .help = "a file holding the token every request must carry; not readable by other users"},
+    {.key = "log_level", .flag = "--log-level", .kind = CK_ENUM, .off = OFF(log_level), .choices = level_names, .arg = "LEVEL", .help = "error, warning, info (default) or debug; logs go to stderr"},
     /* nanomsg's NN_RCVMAXSIZE is an int */
-    {.key = "max_message_bytes", .kind = CK_INT, .off = OFF(max_message_bytes), .lo = 1024, .hi = INT_MAX},
-    {.key = "max_model_bytes", .kind = CK_INT, .off = OFF(max_model_bytes), .lo = 1u << 20, .hi = 1ull << 50},
-    {.key = "data_cache_bytes", .kind = CK_INT, .off = OFF(data_cache_bytes), .lo = 0, .hi = 1ull << 50},
-    {.key = "progress_every", .kind = CK_INT, .off = OFF(progress_every), .lo = 1, .hi = 1000000},
+    {.key = "max_message_bytes", .kind = CK_INT, .off = OFF(max_message_bytes), .lo = 1024, .hi = INT_MAX, .help = "largest request accepted (default 64 MiB)"},
+    {.key = "max_model_bytes", .kind = CK_INT, .off = OFF(max_model_bytes), .lo = 1u << 20, .hi = 1ull << 50, .help = "bytes one model may make dpmd allocate, counted before anything is (default 8 GiB)"},
+    {.key = "data_cache_bytes", .kind = CK_INT, .off = OFF(data_cache_bytes), .lo = 0, .hi = 1ull << 50, .help = "bytes of decoded data sets kept for models to share (default 1 GiB)"},
+    {.key = "progress_every", .kind = CK_INT, .off = OFF(progress_every), .lo = 1, .hi = 1000000, .help = "training steps between progress events (default 10)"},
     {.key = NULL},
 };
 /* clang-format on */
+
+/* ---- documentation ----------------------------------------------------- */
+
+static void describe(const cfg_key *keys, const char *prefix, dpmd_config_doc_fn fn,
+                     void *ctx) {
+  for (const cfg_key *k = keys; k->key; k++) {
+    char name[64], sub[66];
+    snprintf(name, sizeof name, "%s%s", prefix, k->key);
+    if (k->sub) {
+      snprintf(sub, sizeof sub, "%s.", name);
+      describe(k->sub, sub, fn, ctx);
+      continue;
+    }
+    fn(ctx, name, k->flag, k->arg, k->kind == CK_ENDPOINTS, k->help);
+  }
+}
+
+void dpmd_config_describe(dpmd_config_doc_fn fn, void *ctx) {
+  describe(top_keys, "", fn, ctx);
+}
 
 /* ---- helpers ------------------------------------------------------------- */
 

@@ -75,6 +75,13 @@ dpm_status dpmd_config_parse(const char *text, size_t len, const char *source,
  * too. Anything else (unknown flags, stray arguments; --help is the
  * caller's) is DPM_INVALID naming it. On failure cfg stays valid (fini it). */
 dpm_status dpmd_config_flags(dpmd_config *cfg, int argc, char **argv, dpm_err *err);
+/* Every key of the config, in the table's order, for --help and the man
+ * page: fn(ctx, key ("devices.cpu"), flag ("--devices", or NULL), the
+ * flag's value name ("N|auto", or NULL), whether the flag may be repeated,
+ * one line of help). */
+typedef void (*dpmd_config_doc_fn)(void *ctx, const char *key, const char *flag,
+                                   const char *arg, int repeatable, const char *help);
+void dpmd_config_describe(dpmd_config_doc_fn fn, void *ctx);
 /* The value of --config in argv, or NULL. */
 const char *dpmd_config_flag_path(int argc, char **argv);
 /* Final checks and the token file: call after flags. Checks state_dir,

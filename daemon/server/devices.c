@@ -83,8 +83,8 @@ dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t
   for (size_t i = 0; i < n; i++) {
     dpm_device d;
     if (dpm_device_parse(names[i], &d))
-      return dpm_errf(err, DPM_INVALID, "device '%s': expected cpu:N",
-                      dpm_escape(names[i], b, sizeof b));
+      return dpm_errf(err, DPM_INVALID, "device '%s': expected cpu:N or cuda:N%s",
+                      dpm_escape(names[i], b, sizeof b), dpm_device_hint(names[i]));
     if (d.kind == DPM_DEVICE_CUDA && !dv->count[d.kind])
       return dpm_errf(err, DPM_UNSUPPORTED, "device %s: this dpmd has no CUDA device (%s); it "
                       "serves cpu:0..cpu:%d", names[i], dv->cuda, dv->count[DPM_DEVICE_CPU] - 1);

@@ -2,7 +2,9 @@
  *
  *   dpmd [--config FILE] [--listen ADDR]... [--state-dir DIR] [--foreground]
  *        [--events ADDR] [--devices N] [--log-level L] [--token-file FILE]
+ *   dpmd --help | --version | --man
  *
+ * --help and --man (server/help.h) are written from the config's key table.
  * Reads the config (server/config.h), discovers its devices, binds its
  * sockets, brings back the models in the state dir and serves until
  * SIGTERM, SIGINT or a shutdown request, after which it finishes the steps
@@ -27,22 +29,22 @@
 
 #include "server/devices.h"
 #include "server/dpmd.h"
+#include "server/help.h"
 #include "server/log.h"
 #include "server/notify.h"
 #include "server/paths.h"
 #include "server/server.h"
 #include "server/store.h"
 
-static const char usage[] =
-    "usage: dpmd [--config FILE] [--listen ADDR]... [--state-dir DIR] [--foreground]\n"
-    "            [--events ADDR] [--devices N] [--log-level error|warning|info|debug]\n"
-    "            [--token-file FILE]\n";
-
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN); /* first: every thread inherits it (see Signals) */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(usage, stdout);
+      dpmd_help(stdout);
+      return 0;
+    }
+    if (!strcmp(argv[i], "--man")) {
+      dpmd_man(stdout);
       return 0;
     }
     if (!strcmp(argv[i], "--version")) {
@@ -54,7 +56,8 @@ int main(int argc, char **argv) {
   dpm_err err = {0};
   if (dpmd_config_load(dpmd_config_flag_path(argc, argv), &cfg, &err) ||
       dpmd_config_flags(&cfg, argc - 1, argv + 1, &err) || dpmd_config_finish(&cfg, &err)) {
-    fprintf(stderr, "dpmd: %s\n%s", err.msg, err.code == DPM_IO ? "" : usage);
+    fprintf(stderr, "dpmd: %s\n", err.msg);
+    if (err.code != DPM_IO) dpmd_usage(stderr);
     dpmd_config_fini(&cfg);
     return err.code == DPM_IO ? 1 : 2;
   }

@@ -37,6 +37,7 @@
 
 #include "backend/cuda_load.h"
 #include "common/device.h"
+#include "common/manpage.h"
 #include "common/spec.h"
 #include "common/validate.h"
 #include "dpm/client.h" /* DPM_VERSION */
@@ -94,6 +95,36 @@ static int usage(const char *msg) {
   return msg ? 2 : 0;
 }
 
+/* dpm-train.1 in roff (common/manpage.h), its options from the table. */
+static int man(void) {
+  FILE *f = stdout;
+  dpm_man_begin(f, "dpm-train", "1", DPM_VERSION,
+                "train a dpm model spec without a daemon");
+  dpm_man_section(f, "SYNOPSIS");
+  dpm_man_text(f, "dpm-train SPEC.yaml [options]");
+  dpm_man_section(f, "DESCRIPTION");
+  dpm_man_para(f, "Trains the model spec SPEC.yaml in this process, one replica per "
+                  "device, and evaluates on the spec's eval data after each epoch. "
+                  "Several processes (hosts) train one model with --shard I/N, meeting "
+                  "at a rendezvous store. The spec's keys: docs/SPEC.md.");
+  dpm_man_section(f, "OPTIONS");
+  for (size_t i = 0; i < N_FLAGS; i++)
+    dpm_man_option(f, flags[i].flag, NULL, flags[i].help);
+  dpm_man_option(f, "--help", NULL, "print the options and exit");
+  dpm_man_option(f, "--version", NULL, "print the version and exit");
+  dpm_man_option(f, "--man", NULL, "print this manual page (roff) and exit");
+  dpm_man_section(f, "EXAMPLE");
+  dpm_man_example(f,
+                  "dpm-train examples/fmnist_mlp.yaml --devices cpu:0,cpu:1 --epochs 2 "
+                  "--json");
+  dpm_man_section(f, "EXIT STATUS");
+  dpm_man_para(f, "0 ok; 1 failed (the message names the spec file, line and op); 2 "
+                  "usage.");
+  dpm_man_section(f, "SEE ALSO");
+  dpm_man_para(f, "dpmd(8), dpmctl(1)");
+  return 0;
+}
+
 /* 0 to go on; else the exit code (usage printed, or --help, --version). */
 static int parse(int argc, char **argv, options *o) {
   for (int i = 1; i < argc; i++) {
@@ -102,6 +133,7 @@ static int parse(int argc, char **argv, options *o) {
       printf("dpm-train %s\n", DPM_VERSION);
       return -1;
     }
+    if (!strcmp(argv[i], "--man")) return man() - 1;
   }
   for (int i = 1; i < argc; i++) {
     size_t f = 0;

@@ -18,7 +18,8 @@
  * the op expects f32[6,20]"). Loading validates the whole file before
  * anything runs, so a predictor that loaded can only fail to run for a batch
  * size the operators cannot take (DPM_SHAPE) or for lack of memory:
- *   DPM_NOT_FOUND    no predictor.pb in the directory
+ *   DPM_NOT_FOUND    no predictor.pb in the directory (the message says so
+ *                    when the directory holds an ONNX export, model.onnx)
  *   DPM_IO           the file cannot be read
  *   DPM_CORRUPT      not a PredictorDef (garbage, truncated), or one that is
  *                    inconsistent: a training-only (gradient, optimizer) op,

@@ -8,7 +8,10 @@
 # shared libraries and once with the static ones: the client's ping of a
 # missing ipc socket is DPM_IO, and the predictor's top-1 classes for 10
 # test images, from a predictor that the installed dpm-train extracted,
-# equal the installed `dpmctl predict`'s.
+# equal the installed `dpmctl predict`'s. The man pages (dpmctl.1, dpmd.8,
+# dpm-train.1) and dpmctl's bash completion are installed, groff's man
+# macros accept the pages with every warning on, and the completion
+# completes a command and an option's value in bash.
 . tests/e2e_lib.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -32,6 +35,39 @@ mode() { stat -c %a "$1"; }
 [ "$(mode "$dir/usr/bin/dpmd")" = 755 ] || die "dpmd mode $(mode "$dir/usr/bin/dpmd")"
 [ "$(mode "$unit")" = 644 ] || die "unit mode $(mode "$unit")"
 [ "$(mode "$dir/etc/dpmd/dpmd.yaml")" = 644 ] || die "config mode"
+
+# The man pages and the bash completion, written by the programs from their
+# tables: installed, and accepted by groff's man macros with every warning
+# on (or, without groff, a structural check: .TH first, NAME and SYNOPSIS).
+for m in share/man/man1/dpmctl.1 share/man/man1/dpm-train.1 share/man/man8/dpmd.8; do
+  page=$dir/usr/$m
+  [ -f "$page" ] || die "missing usr/$m"
+  [ "$(mode "$page")" = 644 ] || die "usr/$m mode $(mode "$page")"
+  if command -v groff >/dev/null 2>&1; then
+    warn=$(groff -man -Tutf8 -ww -z "$page" 2>&1) || die "groff refuses usr/$m: $warn"
+    [ -z "$warn" ] || die "groff warns on usr/$m: $warn"
+    text=$(groff -man -Tutf8 "$page" 2>/dev/null | col -b 2>/dev/null || groff -man -Tascii "$page")
+    for s in NAME SYNOPSIS DESCRIPTION OPTIONS; do
+      case $m in *dpmctl.1) [ "$s" = OPTIONS ] && s="GLOBAL OPTIONS" ;; esac
+      echo "$text" | grep -q "^$s" || die "usr/$m has no $s section"
+    done
+  else
+    head -1 "$page" | grep -q '^\.TH ' || die "usr/$m does not start with .TH"
+    grep -q '^\.SH NAME' "$page" && grep -q '^\.SH SYNOPSIS' "$page" ||
+      die "usr/$m lacks NAME or SYNOPSIS"
+  fi
+done
+grep -q 'extract\\-predictor' "$dir/usr/share/man/man1/dpmctl.1" ||
+  die "dpmctl.1 does not document extract-predictor"
+comp=$dir/usr/share/bash-completion/completions/dpmctl
+[ -f "$comp" ] || die "missing usr/share/bash-completion/completions/dpmctl"
+if command -v bash >/dev/null 2>&1; then
+  # the completion of "dpmctl sub" and of "dpmctl extract-predictor m --format "
+  got=$(bash -c '. "$1"; COMP_WORDS=(dpmctl sub); COMP_CWORD=1; _dpmctl
+    echo "${COMPREPLY[*]}"; COMP_WORDS=(dpmctl extract-predictor m --format ""); COMP_CWORD=4
+    _dpmctl; echo "${COMPREPLY[*]}"' sh "$comp") || die "the completion fails in bash: $got"
+  expect "bash completion" "$(echo "$got" | tr '\n' '/')" "submit/dpm onnx/"
+fi
 
 # A second install keeps the administrator's config.
 echo "max_models: 1" > "$dir/etc/dpmd/dpmd.yaml"

@@ -153,11 +153,11 @@ static int dummy(struct ctl_ctx *ctx) {
 }
 
 static const ctl_verb VERBS[] = {
-    {"ping", "ping", 0, 0, 0, 0, dummy, 1, 0},
-    {"status", "status [NAME]", 0, 1, 0, 0, dummy, 1, 0},
+    {"ping", "ping", 0, 0, 0, 0, dummy, 1, 0, .summary = ""},
+    {"status", "status [NAME]", 0, 1, 0, 0, dummy, 1, 0, .summary = ""},
     {"train", "train NAME --iters N [--wait]", 1, 1, OPT(O_ITERS) | OPT(O_WAIT),
-     OPT(O_ITERS), dummy, 1, 0},
-    {"load", "load NAME FILE", 2, 2, 0, 0, dummy, 1, 1},
+     OPT(O_ITERS), dummy, 1, 0, .summary = ""},
+    {"load", "load NAME FILE", 2, 2, 0, 0, dummy, 1, 1, .summary = ""},
 };
 #define NV ((int)(sizeof VERBS / sizeof *VERBS))
 
@@ -209,6 +209,13 @@ TEST(ctl_parse_verb_table_rules) {
   CHECK_HAS(msg, "--iters comes after the command");
   CHECK_INT(parse(&a, msg, "ping", "--bogus", NULL), CTL_USAGE);
   CHECK_HAS(msg, "unknown option '--bogus'");
+  /* the nearest command or option that would do */
+  CHECK_INT(parse(&a, msg, "staus", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "unknown command 'staus'; did you mean 'status'?");
+  CHECK_INT(parse(&a, msg, "train", "m", "--iter=5", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "unknown option '--iter=5'; did you mean '--iters'?");
+  CHECK_INT(parse(&a, msg, "ping", "--iter=5", NULL), CTL_USAGE); /* not ping's */
+  CHECK(!strstr(msg, "did you mean"));
   /* help: with or without a command, missing arguments do not matter */
   CHECK_INT(parse(&a, msg, "--help", NULL), CTL_OK);
   CHECK(a.opt[O_HELP] && !a.verb);

@@ -269,7 +269,8 @@ TEST(spec_error_duplicate_key) {
 
 TEST(spec_error_unknown_key) {
   EXPECT(MINI "input:\n  images: i\n  labels: l\n  batchsize: 3\n", "t.yaml:8:3: ",
-         "unknown key 'batchsize' in input (expected one of: reader, images");
+         "unknown key 'batchsize' in input; did you mean 'batch_size'? (expected one of: "
+         "reader, images");
   EXPECT(MINI "optimiser: sgd\n", "t.yaml:5:1: ", "unknown key 'optimiser' at top level");
   EXPECT(MINI "update: {lr: {bse: 1}}\n",
          "t.yaml:5:15: ", "unknown key 'bse' in update.lr");
