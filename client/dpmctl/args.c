@@ -34,6 +34,7 @@ const ctl_option ctl_options[O_N_OPTIONS] = {
     [O_CHECKPOINT_EVERY] = {"--checkpoint-every", 1},
     [O_SHARDS] = {"--shards", 1},
     [O_ALLOW_BATCH_CHANGE] = {"--allow-batch-change", 0},
+    [O_EPOCHS] = {"--epochs", 1},
 };
 
 #define GLOBAL_OPTS ((1u << CTL_N_GLOBAL) - 1)

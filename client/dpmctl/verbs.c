@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpmctl/dpmctl.h"
 #include "common/spec.h"
+#include "dpmctl/dpmctl.h"
 
 /* ---- helpers ---- */
 
@@ -193,13 +193,23 @@ static int cmd_submit(ctl_ctx *ctx) {
   return rc;
 }
 
+/* --iters N, or --epochs N (the daemon turns them into steps). */
 static int cmd_train(ctl_ctx *ctx) {
-  uint64_t iters;
-  if (ctl_parse_u64(ctx->a->opt[O_ITERS], UINT64_MAX, &iters) || iters == 0)
-    return usage_error(ctx, "--iters takes a positive whole number");
+  const char *it = ctx->a->opt[O_ITERS], *ep = ctx->a->opt[O_EPOCHS];
+  if (!it == !ep)
+    return usage_error(ctx, "train takes --iters N or --epochs N (one of them)");
+  uint64_t n;
+  if (ctl_parse_u64(it ? it : ep, UINT64_MAX, &n) || n == 0)
+    return usage_error(ctx, it ? "--iters takes a positive whole number"
+                               : "--epochs takes a positive whole number");
   Dpm__TrainRequest tr = DPM__TRAIN_REQUEST__INIT;
   tr.name = (char *)pos(ctx, 0);
-  tr.iters = iters;
+  if (it) {
+    tr.iters = n;
+  } else {
+    tr.has_epochs = 1;
+    tr.epochs = n;
+  }
   Dpm__Request req = DPM__REQUEST__INIT;
   req.command_case = DPM__REQUEST__COMMAND_TRAIN;
   req.train = &tr;
@@ -414,8 +424,8 @@ const ctl_verb ctl_verbs[] = {
      "[--shards EP,EP...]",
      1, 1, OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY) | OPT(O_SHARDS), 0,
      cmd_submit, 1, 1},
-    {"train", "train NAME --iters N [--wait] [--no-progress]", 1, 1,
-     OPT(O_ITERS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), OPT(O_ITERS), cmd_train, 1, 0},
+    {"train", "train NAME --iters N|--epochs N [--wait] [--no-progress]", 1, 1,
+     OPT(O_ITERS) | OPT(O_EPOCHS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), 0, cmd_train, 1, 0},
     {"status", "status [NAME]", 0, 1, 0, 0, cmd_status, 1, 0},
     {"list", "list", 0, 0, 0, 0, cmd_list, 1, 0},
     {"watch", "watch [NAME] [--count N] [--until-done]", 0, 1,
@@ -433,8 +443,7 @@ const ctl_verb ctl_verbs[] = {
     {"predict",
      "predict DIR --input FILE [--labels FILE] [--count N] [--device D] [--out FILE]", 1,
      1, OPT(O_INPUT) | OPT(O_LABELS) | OPT(O_COUNT) | OPT(O_DEVICE) | OPT(O_OUT),
-     OPT(O_INPUT),
-     ctl_cmd_predict, 0, 0},
+     OPT(O_INPUT), ctl_cmd_predict, 0, 0},
     {"get-blob", "get-blob NAME BLOB [--device cpu:1] [--out FILE]", 2, 2,
      OPT(O_DEVICE) | OPT(O_OUT), 0, cmd_get_blob, 1, 1},
     {"pause", "pause NAME", 1, 1, 0, 0, cmd_pause, 1, 0},

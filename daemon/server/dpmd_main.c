@@ -2,6 +2,7 @@
  *
  *   dpmd [--config FILE] [--listen ADDR]... [--state-dir DIR] [--foreground]
  *        [--events ADDR] [--devices N] [--log-level L] [--token-file FILE]
+ *        [--allow-path DIR]...
  *
  * Reads the config (server/config.h), discovers its devices, binds its
  * sockets, brings back the models in the state dir and serves until
@@ -36,7 +37,7 @@
 static const char usage[] =
     "usage: dpmd [--config FILE] [--listen ADDR]... [--state-dir DIR] [--foreground]\n"
     "            [--events ADDR] [--devices N] [--log-level error|warning|info|debug]\n"
-    "            [--token-file FILE]\n";
+    "            [--token-file FILE] [--allow-path DIR]...\n";
 
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN); /* first: every thread inherits it (see Signals) */
