@@ -6,8 +6,8 @@
 #
 # Every check (make test): the unit tests (ASan+UBSan build, one line per
 # test), the race tests (TSan), the GPU checks (gpu-harness: their logic on
-# cpu devices; gpu-run: tests/gpu/run.sh), the source checks (layers, device-bytes),
-# every end-to-end script tests/e2e/*.sh, the fuzz replays and, with clang's
+# cpu devices; gpu-run: tests/gpu/run.sh), the source checks (layers,
+# device-bytes, citations), every end-to-end script tests/e2e/*.sh, the fuzz replays and, with clang's
 # libFuzzer or in CI, the fuzz smokes.
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
 # below: each trains a model to an accuracy, minutes) and the fuzz smokes;
@@ -195,6 +195,7 @@ queue gpu-harness build/tests/gpu_test --kind cpu --quick
 queue gpu-run sh tests/gpu/run.sh
 queue layers sh scripts/check_layers.sh
 queue device-bytes sh scripts/check_device_bytes.sh
+queue citations sh scripts/check_citations.sh
 # Fuzz targets (tests/fuzz): every seed and regression input replayed under
 # ASan+UBSan; with clang's libFuzzer at hand, or in CI, each target also
 # fuzzes for FUZZ_SMOKE_SECONDS (10; at most 30 in CI) in make test.

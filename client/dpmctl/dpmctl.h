@@ -15,7 +15,7 @@
  * Calls run down this list, never back up: main; verbs; progress, watch,
  * predict; call; output, args, rate.
  *
- * Exit codes (ARCHITECTURE.md, "Command line contract"): 0 ok, 1 the daemon
+ * Exit codes (README.md, "dpmd and dpmctl"): 0 ok, 1 the daemon
  * refused or failed (or a local failure: bad spec, unwritable file), 2 usage,
  * 3 could not reach the daemon. */
 #ifndef DPMCTL_H

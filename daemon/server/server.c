@@ -6,7 +6,8 @@
  * is kept and a long command's answer can go out later, out of order, while
  * other requests are answered at once. nanomsg's NN_RCVFD is a
  * level-triggered eventfd watched for readability only; every receive is
- * NN_DONTWAIT and EAGAIN ends a drain (DEPS.md). Answers leave through
+ * NN_DONTWAIT and EAGAIN ends a drain (it stays readable while messages
+ * wait, so a drain cut short is picked up on the next turn). Answers leave through
  * dpmd.c, which owns the queue from model threads. */
 #include "server/server.h"
 
