@@ -377,6 +377,8 @@ static void run_watch(const call *c) {
 }
 
 static void run_events(const call *c) {
+  if (!c->d->stream) /* a dpmd without its loop's handles (tests) */
+    return dpmd_reply_error(c->d, c->to, DPM_UNSUPPORTED, "no events stream");
   dpmd_stream_request(c->d->stream, c->rq->events, c->to);
 }
 

@@ -270,6 +270,14 @@ TEST(commands_dispatch_refuses_in_order) {
     eval.eval = &one;
     got[9] = handle(&d, r, &eval, DPM_NOT_FOUND);
     got[10] = dpmd_requests(&d, DPM__REQUEST__COMMAND_SUBMIT, DPM_INVALID);
+    Dpm__EventsRequest er = DPM__EVENTS_REQUEST__INIT;
+    er.name = "m";
+    Dpm__Request events = DPM__REQUEST__INIT;
+    events.command_case = DPM__REQUEST__COMMAND_EVENTS;
+    events.events = &er;
+    got[11] = handle(&d, r, &events, DPM_NOT_FOUND);
+    er.name = NULL;
+    got[12] = handle(&d, r, &events, DPM_UNSUPPORTED);
     dpmd_core_close(&d);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
@@ -290,4 +298,6 @@ TEST(commands_dispatch_refuses_in_order) {
   CHECK_INT(got[8], 2);  /* status still answers */
   CHECK_INT(got[9], 1);  /* eval is not mutating: its model is looked for */
   CHECK_INT(got[10], 1); /* the stopped submit was not checked */
+  CHECK_INT(got[11], 1); /* events of a model that is not there */
+  CHECK_INT(got[12], 1); /* events without a stream (no loop handles here) */
 }
