@@ -467,6 +467,23 @@ TEST(config_nonloopback_tcp_needs_token) {
   dpmd_config_fini(&cfg);
 }
 
+/* --allow-path adds to the file's allowed_paths (repeatable), checked as
+ * the file's entries are. */
+TEST(config_allow_path_flag) {
+  dpmd_config cfg;
+  dpm_err err = {0};
+  CHECK_INT(parse("allowed_paths: [/a]\n", &cfg, &err), DPM_OK);
+  char *av[] = {"--allow-path", "/b", "--allow-path=/c"};
+  CHECK_INT(dpmd_config_flags(&cfg, 3, av, &err), DPM_OK);
+  CHECK_INT(cfg.n_allowed_paths, 3);
+  CHECK(STREQ(cfg.allowed_paths[0], "/a") && STREQ(cfg.allowed_paths[1], "/b") &&
+        STREQ(cfg.allowed_paths[2], "/c"));
+  char *bad[] = {"--allow-path", "rel/dir"};
+  CHECK_INT(dpmd_config_flags(&cfg, 2, bad, &err), DPM_INVALID);
+  CHECK_MSG(err, "--allow-path must be an absolute path, got 'rel/dir'");
+  dpmd_config_fini(&cfg);
+}
+
 TEST(config_token_file) {
   char dir[256], path[400], text[600];
   CHECK(tmp_dir(dir, sizeof dir));
