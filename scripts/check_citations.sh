@@ -1,5 +1,5 @@
 #!/bin/sh
-# Every document a tracked file cites by name (NAME.md, in a comment or a
+# Every document a tracked file cites by name (a *.md file, in a comment or a
 # message) is in the repository: beside the citing file, or by its path
 # from the root. Prints each citation of a missing one; exits 1 if any.
 cd "$(dirname "$0")/.." || exit 2
