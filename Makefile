@@ -17,7 +17,7 @@ INC      = -Iinclude -Idaemon -Iclient -I.
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(PKG_CFLAGS) \
              -MMD -MP
 # C++ (the Gloo shim, daemon/**/*.cc): C++17, the same warnings and folders.
-# Gloo has no pkg-config file (DEPS.md); its redis_store.h includes <hiredis.h>.
+# Debian's libgloo-dev ships no pkg-config file; its redis_store.h includes <hiredis.h>.
 GLOO_CFLAGS := -I/usr/include/hiredis
 GLOO_LIBS   := -lgloo -lhiredis -lstdc++
 ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(GLOO_CFLAGS) -MMD -MP
@@ -105,6 +105,12 @@ $(BUILD)/completion/dpmctl: $(BUILD)/dpmctl
 
 deps:
 	@./scripts/deps.sh
+
+# The ONNX export's test (tests/e2e/onnx_export.sh) needs onnx, onnxruntime
+# and numpy: a virtualenv in build/onnx-venv, made by the test targets only.
+onnx-venv: deps
+	@./scripts/deps.sh --onnx-venv
+.PHONY: onnx-venv
 
 $(PROTO_C) $(PROTO_H): proto/dpm.proto | deps
 	@mkdir -p $(BUILD)
@@ -279,7 +285,8 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # make test: every test (tests/run.sh: unit tests, every end-to-end script,
 # source checks, fuzz replays and smokes); make check: the quick tier for the
 # edit loop (tests/run.sh --quick: no slow end-to-end script, no fuzz smoke).
-# Unit tests run under ASan+UBSan; OpenBLAS single-threaded (DEPS.md); the
+# Unit tests run under ASan+UBSan; OpenBLAS single-threaded (each device
+# worker calls BLAS on its own, as dpmd does: openblas_set_num_threads(1)); the
 # checks run two at a time (TEST_JOBS=N for more or fewer).
 # Both first build what they need with TEST_JOBS jobs (default: the CPUs),
 # unless make itself was given -j: test-build has protoc-c write the
@@ -300,10 +307,10 @@ test-build: deps
 	$(if $(TEST_RUN)$(findstring -j,$(MAKEFLAGS)),@:,$(MAKE) $(PROTO_H) && \
 	  $(MAKE) -j$(or $(TEST_JOBS),$(TEST_CPUS)) TEST_RUN=no $(filter test check,$(MAKECMDGOALS)))
 
-test: deps test-build $(TEST_NEEDS)
+test: deps onnx-venv test-build $(TEST_NEEDS)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh)
 
-check: deps test-build $(TEST_NEEDS) $(TEST_FUZZ_REPLAY)
+check: deps onnx-venv test-build $(TEST_NEEDS) $(TEST_FUZZ_REPLAY)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh --quick)
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train
@@ -311,12 +318,12 @@ bench: deps $(BENCHES) $(BUILD)/dpm-train
 
 # A real dpmd trains the MLP on two CPU replicas for one epoch, evaluates,
 # checkpoints, extracts a predictor and runs it (scripts/demo.sh).
-demo: deps $(PROGS)
+demo: deps $(PROGS) $(CUDA_PLUGIN)
 	./scripts/demo.sh
 
 # Two dpmd on 127.0.0.1 train the MLP as one job of 2 shards x 1 device for an
 # epoch, then status of both, a checkpoint, a predictor (scripts/demo_fleet.sh).
-demo-fleet: deps $(PROGS)
+demo-fleet: deps $(PROGS) $(CUDA_PLUGIN)
 	./scripts/demo_fleet.sh
 .PHONY: demo-fleet
 
@@ -348,7 +355,7 @@ install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN) $(DOCS)
 	install -m 644 $(BUILD)/completion/dpmctl $(DESTDIR)$(BASHCOMPDIR)/dpmctl
 	install -m 644 include/dpm/*.h $(DESTDIR)$(INCDIR)/dpm/
 	install -m 644 $(PROTO_H) $(DESTDIR)$(INCDIR)/dpm/proto/
-	sed 's|@BINDIR@|$(PREFIX)/bin|g' systemd/dpmd.service > $(DESTDIR)$(UNITDIR)/dpmd.service
+	$(MAKE) -s unit UNIT_BINDIR=$(PREFIX)/bin UNIT_OUT=$(DESTDIR)$(UNITDIR)/dpmd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/dpmd.service
 	[ -e $(DESTDIR)$(SYSCONF)/dpmd/dpmd.yaml ] || \
 	  install -m 644 systemd/dpmd.yaml $(DESTDIR)$(SYSCONF)/dpmd/dpmd.yaml
@@ -367,6 +374,17 @@ install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN) $(DOCS)
 	  [ ! -f $(BUILD)/$$p ] || install -D -m 755 $(BUILD)/$$p $(DESTDIR)$(PREFIX)/lib/dpm/$$p || exit 1; \
 	done
 	[ -n "$(DESTDIR)" ] || [ "$$(id -u)" -ne 0 ] || ldconfig
+
+# make unit [UNIT_BINDIR=DIR] [UNIT_OUT=FILE]: the systemd unit from its
+# template (systemd/dpmd.service.in), ExecStart in UNIT_BINDIR (default
+# PREFIX/bin), into UNIT_OUT (default build/dpmd.service): what `make
+# install` installs, and what `systemd-analyze verify` checks.
+UNIT_BINDIR ?= $(PREFIX)/bin
+UNIT_OUT    ?= $(BUILD)/dpmd.service
+.PHONY: unit
+unit:
+	@mkdir -p $(dir $(UNIT_OUT))
+	sed 's|@BINDIR@|$(UNIT_BINDIR)|g' systemd/dpmd.service.in > $(UNIT_OUT)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -157,6 +157,8 @@ void dpm_rpc_set_timeout(dpm_rpc *c, int timeout_ms) {
 
 const char *dpm_rpc_endpoint(const dpm_rpc *c) { return c ? c->endpoint : NULL; }
 
+const char *dpm_rpc_token(const dpm_rpc *c) { return c ? c->token : NULL; }
+
 uint64_t dpm_rpc_instance(const dpm_rpc *c) { return c ? c->instance : 0; }
 
 static dpm_status timed_out(const dpm_rpc *c, dpm_err *err) {

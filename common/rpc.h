@@ -48,6 +48,8 @@ dpm_status dpm_rpc_set_max_reply(dpm_rpc *r, size_t bytes, dpm_err *err);
 dpm_status dpm_rpc_set_token(dpm_rpc *r, const char *token, dpm_err *err);
 void dpm_rpc_set_timeout(dpm_rpc *r, int timeout_ms);
 const char *dpm_rpc_endpoint(const dpm_rpc *r);
+/* The token set with dpm_rpc_set_token (owned by r), or NULL. */
+const char *dpm_rpc_token(const dpm_rpc *r);
 /* Sends req and waits for its Response (see above). */
 dpm_status dpm_rpc_call(dpm_rpc *r, Dpm__Request *req, Dpm__Response **resp,
                         dpm_err *err);

@@ -1,4 +1,4 @@
-/* The model spec front end: a YAML spec file (ARCHITECTURE.md, "Model spec")
+/* The model spec front end: a YAML spec file (README.md, "Model spec")
  * -> the protobuf Dpm__ModelSpec that dpmctl submits and the engine builds.
  *
  * What the parser checks: YAML syntax; the set of keys in every section

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs the Debian packages dpm builds, tests and demos with, when missing.
 # As root it runs apt-get; otherwise it prints the exact command and fails.
+#   scripts/deps.sh               the packages (make deps, and before any build)
+#   scripts/deps.sh --onnx-venv   build/onnx-venv only (make test, make check)
 set -e
 PKGS="gcc g++ make pkg-config libprotobuf-c-dev protobuf-c-compiler libyaml-dev
 libopenblas-dev zlib1g-dev libuv1-dev libnanomsg-dev dataset-fashion-mnist systemd
@@ -12,8 +14,9 @@ for p in $PKGS; do
     missing="$missing $p"
 done
 
-# build/onnx-venv: a virtualenv with onnx, onnxruntime and numpy from PyPI,
-# for the ONNX export's test (tests/e2e/onnx_export.sh), made once (the
+# build/onnx-venv: a virtualenv with onnx, onnxruntime and numpy from PyPI
+# (about 210 MB), for the ONNX export's test (tests/e2e/onnx_export.sh)
+# alone, so only the test targets make it; made once (the
 # stamp .complete marks a finished install). Where PyPI cannot be reached
 # the build goes on: build/onnx-venv.failed keeps pip's reason, the test
 # prints it and fails, and deps tries again once that file is removed.
@@ -43,10 +46,11 @@ onnx_venv() {
   exec 9>&-
 }
 
-if [ -z "$missing" ]; then
+if [ "${1:-}" = --onnx-venv ]; then
   onnx_venv
   exit 0
 fi
+[ -z "$missing" ] && exit 0
 # Another apt (unattended upgrades on a fresh machine) may hold the dpkg
 # lock: wait for it, up to 10 minutes, instead of failing at once.
 wait_lock="-o DPkg::Lock::Timeout=600"
@@ -56,7 +60,6 @@ if [ "$(id -u)" -eq 0 ]; then
   (apt-get $wait_lock update -qq &&
     DEBIAN_FRONTEND=noninteractive apt-get $wait_lock install -y --no-install-recommends \
       $missing) >&2
-  onnx_venv
 else
   echo "deps: missing packages; run:  sudo apt-get update && sudo $cmd" >&2
   exit 1

@@ -7,9 +7,9 @@
 # Every check (make test): the unit tests (ASan+UBSan build, one line per
 # test), the race tests (TSan), the GPU checks (gpu-harness: their logic on
 # cpu devices; gpu-run: tests/gpu/run.sh; gpu-rehearsal: the bundle in a
-# sandbox), the source checks (layers, device-bytes, spec-doc: docs/SPEC.md
-# up to date), every end-to-end script tests/e2e/*.sh, the fuzz replays
-# and, with clang's libFuzzer or in CI, the fuzz smokes.
+# sandbox), the source checks (layers, device-bytes, citations, spec-doc:
+# docs/SPEC.md up to date), every end-to-end script tests/e2e/*.sh, the
+# fuzz replays and, with clang's libFuzzer or in CI, the fuzz smokes.
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
 # below: each trains a model to an accuracy, minutes) and the fuzz smokes;
 # about 2-3 minutes on 2 cores, for the edit loop.
@@ -200,6 +200,7 @@ queue gpu-rehearsal sh tests/gpu/rehearsal.sh
 queue layers sh scripts/check_layers.sh
 queue spec-doc sh scripts/check_spec_doc.sh
 queue device-bytes sh scripts/check_device_bytes.sh
+queue citations sh scripts/check_citations.sh
 # Fuzz targets (tests/fuzz): every seed and regression input replayed under
 # ASan+UBSan; with clang's libFuzzer at hand, or in CI, each target also
 # fuzzes for FUZZ_SMOKE_SECONDS (10; at most 30 in CI) in make test.

@@ -38,6 +38,7 @@ const ctl_option ctl_options[O_N_OPTIONS] = {
     [O_CHECKPOINT_EVERY] = {"--checkpoint-every", 1, "N|Ns", "checkpoint every N iterations, or every N seconds (600s); 0 never (default: the spec's checkpoint_every, else the daemon's)"},
     [O_SHARDS] = {"--shards", 1, "EP,EP...", "the daemons of a job over several hosts (tcp://HOST:PORT each), this one first"},
     [O_ALLOW_BATCH_CHANGE] = {"--allow-batch-change", 0, NULL, "let an elastic resume change the global batch (fewer devices in all)"},
+    [O_EPOCHS] = {"--epochs", 1, "N", "the number of epochs to run from now (steps per epoch: the data set over the global batch of every replica and shard)"},
 };
 /* clang-format on */
 

@@ -93,26 +93,39 @@ static char *connectable(const char *events, const char *control) {
   return strdup(events);
 }
 
-int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
-                        char **endpoint) {
-  *endpoint = NULL;
+int ctl_events_open(ctl_ctx *ctx, const char *name, int quiet, dpm_events **events) {
+  *events = NULL;
   Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
   nr.name = (char *)name;
   Dpm__Request req = DPM__REQUEST__INIT;
   req.command_case = DPM__REQUEST__COMMAND_WATCH;
   req.watch = &nr;
   Dpm__Response *r;
-  int rc = quiet_refusal ? ctl_send(ctx, &req, &r) : ctl_call(ctx, &req, &r);
+  int rc = quiet ? ctl_send(ctx, &req, &r) : ctl_call(ctx, &req, &r);
   if (rc) return rc;
-  const char *ev =
-      !r->status && r->result_case == DPM__RESPONSE__RESULT_WATCH && r->watch->events
-          ? r->watch->events
-          : "";
-  *endpoint = connectable(ev, ctx->endpoint);
+  int known = !r->status && r->result_case == DPM__RESPONSE__RESULT_WATCH;
+  const char *ev = known && r->watch->events ? r->watch->events : "";
+  int stream = known && r->watch->stream;
+  char *ep = connectable(ev, ctx->endpoint);
   dpm_client_free_response(r);
-  if (!*endpoint) {
+  if (!ep) {
     ctl_error(ctx, "NOMEM", "out of memory");
     return CTL_FAILED;
   }
-  return CTL_OK;
+  dpm_err err = {0};
+  dpm_status s = DPM_OK;
+  if (*ep)
+    s = dpm_events_open(ep, name, events, &err);
+  else if (stream)
+    s = dpm_events_open_stream(ctx->client, name, events, &err);
+  else if (!quiet)
+    s = dpm_errf(&err, DPM_UNSUPPORTED, "dpmd at %s publishes no events", ctx->endpoint);
+  free(ep);
+  if (!s) return CTL_OK;
+  if (quiet) {
+    fprintf(stderr, "dpmctl: warning: no progress: %s\n", err.msg);
+    return CTL_OK;
+  }
+  ctl_error(ctx, dpm_status_name(s), "%s", err.msg);
+  return ctl_transport_exit(s);
 }

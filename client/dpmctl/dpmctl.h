@@ -16,7 +16,7 @@
  * Calls run down this list, never back up: main; verbs; doc, progress,
  * watch, predict; call; output, args, rate.
  *
- * Exit codes (ARCHITECTURE.md, "Command line contract"): 0 ok, 1 the daemon
+ * Exit codes (README.md, "dpmd and dpmctl"): 0 ok, 1 the daemon
  * refused or failed (or a local failure: bad spec, unwritable file), 2 usage,
  * 3 could not reach the daemon. */
 #ifndef DPMCTL_H
@@ -62,6 +62,7 @@ typedef enum {
   O_CHECKPOINT_EVERY,
   O_SHARDS,
   O_ALLOW_BATCH_CHANGE,
+  O_EPOCHS,
   O_N_OPTIONS
 } ctl_opt;
 #define CTL_N_GLOBAL (O_HELP + 1)
@@ -155,12 +156,14 @@ int ctl_ping_first(ctl_ctx *ctx);
 /* For the long verbs: a ping within the normal timeout, then req with
  * max(timeout, CTL_LONG_TIMEOUT_MS). Returns like ctl_call. */
 int ctl_long_call(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp);
-/* The daemon's events endpoint (a watch request for name, which may be
- * NULL). Returns CTL_OK with *endpoint a new string ("" when the daemon
- * publishes none, or refused and quiet_refusal is set), or an exit code
- * after printing the error. */
-int ctl_events_endpoint(ctl_ctx *ctx, const char *name, int quiet_refusal,
-                        char **endpoint);
+/* Subscribes to the daemon's events for name (NULL: every model): a watch
+ * request says where they are; its events socket when it has one, else
+ * the stream through the request socket (dpm_events_open_stream). Returns
+ * CTL_OK with *events open, or an exit code after printing the error;
+ * quiet (train --wait's progress): a daemon that has no events for it, or
+ * refuses, is CTL_OK with *events NULL (a warning on stderr when opening
+ * failed). */
+int ctl_events_open(ctl_ctx *ctx, const char *name, int quiet, dpm_events **events);
 
 /* doc.c. ctl_usage: the help of verb v (usage line, description, its
  * options, the global options, an example), or for NULL the list of verbs

@@ -145,6 +145,62 @@ void ctl_model_line(FILE *f, const Dpm__ModelInfo *m) {
   fputc('\n', f);
 }
 
+/* list: a table under a header line, columns as wide as their widest
+ * cell; "-" where the daemon said nothing; NOTE: a fleet job's shards and
+ * the error of a failed model.
+ *   NAME  STATE  ITER     LOSS    ACC    IMG/S  NOTE
+ *   mlp   ready  468/468  0.4557  0.828  9747   */
+enum { COL_NAME, COL_STATE, COL_ITER, COL_LOSS, COL_ACC, COL_IPS, COL_NOTE, N_COLS };
+static const char *const col_names[N_COLS] = {"NAME", "STATE", "ITER", "LOSS",
+                                              "ACC",  "IMG/S", "NOTE"};
+
+static void model_cells(const Dpm__ModelInfo *m, char cells[N_COLS][256]) {
+  snprintf(cells[COL_NAME], 256, "%s", m->name ? m->name : "?");
+  snprintf(cells[COL_STATE], 256, "%s", m->state ? m->state : "?");
+  if (!m->has_iter)
+    snprintf(cells[COL_ITER], 256, "-");
+  else if (m->has_target_iter)
+    snprintf(cells[COL_ITER], 256, "%" PRIu64 "/%" PRIu64, m->iter, m->target_iter);
+  else
+    snprintf(cells[COL_ITER], 256, "%" PRIu64, m->iter);
+  snprintf(cells[COL_LOSS], 256, m->has_loss ? "%.4f" : "-", m->loss);
+  snprintf(cells[COL_ACC], 256, m->has_accuracy ? "%.3f" : "-", m->accuracy);
+  snprintf(cells[COL_IPS], 256, m->has_images_per_s ? "%.0f" : "-", m->images_per_s);
+  char note[256] = "";
+  FILE *f = fmemopen(note, sizeof note - 1, "w");
+  if (f) {
+    shards_brief(f, m);
+    if (m->error && *m->error) fprintf(f, "  error: %s", m->error);
+    fclose(f);
+  }
+  const char *n = note;
+  while (*n == ' ') n++;
+  snprintf(cells[COL_NOTE], 256, "%s", n);
+}
+
+static void list_table(FILE *f, Dpm__ModelInfo **models, size_t n) {
+  int width[N_COLS];
+  char cells[N_COLS][256];
+  for (int c = 0; c < N_COLS; c++) width[c] = (int)strlen(col_names[c]);
+  for (size_t i = 0; i < n; i++) {
+    model_cells(models[i], cells);
+    for (int c = 0; c < N_COLS; c++)
+      if ((int)strlen(cells[c]) > width[c]) width[c] = (int)strlen(cells[c]);
+  }
+  for (size_t i = 0; i <= n; i++) {
+    char line[N_COLS * 258];
+    size_t len = 0;
+    if (i) model_cells(models[i - 1], cells);
+    for (int c = 0; c < N_COLS; c++) {
+      int k = snprintf(line + len, sizeof line - len, "%-*s  ", width[c],
+                       i ? cells[c] : col_names[c]);
+      if (k > 0) len += (size_t)k < sizeof line - len ? (size_t)k : sizeof line - len - 1;
+    }
+    while (len && line[len - 1] == ' ') len--; /* no trailing blanks */
+    fprintf(f, "%.*s\n", (int)len, line);
+  }
+}
+
 static void join(FILE *f, char **v, size_t n) {
   for (size_t i = 0; i < n; i++) fprintf(f, "%s%s", i ? "," : "", v[i]);
 }
@@ -284,8 +340,8 @@ int ctl_print_response(const ctl_ctx *ctx, const Dpm__Response *r, const char *o
       dpm_json_end(&j);
     } else {
       if (!r->models->n_model) fputs("no models\n", f);
-      for (size_t i = 0; i < r->models->n_model; i++)
-        ctl_model_line(f, r->models->model[i]);
+      else
+        list_table(f, r->models->model, r->models->n_model);
     }
     break;
   case DPM__RESPONSE__RESULT_EVAL:

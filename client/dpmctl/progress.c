@@ -8,9 +8,10 @@
  *   - --no-progress, or --json without a terminal: nothing.
  * A ping and a watch request come first, within --timeout: the ping shows
  * that the daemon is there and teaches the client its instance (so that a
- * restart is noticed during the wait), the watch names the events endpoint.
- * A daemon that publishes no events (or refuses watch) just gets no
- * progress. The first events after subscribing may be missed (nanomsg
+ * restart is noticed during the wait), the watch says where the events
+ * are: its events socket, else the stream through the request socket
+ * (ctl_events_open), which every dpmd serves. A daemon that refuses both
+ * just gets no progress. The first events after subscribing may be missed (nanomsg
  * connects in the background); progress events keep coming, so the bar
  * catches up. The ETA is the time left at the wall-clock rate of the
  * iterations seen (rate.c), not the daemon's step time.
@@ -38,7 +39,8 @@ typedef struct progress {
   dpm_events *events;
   int wake[2]; /* a pipe: the main thread writes one byte when the answer came */
   int mode;
-  uint64_t iters; /* steps of this train */
+  uint64_t iters; /* steps of this train; 0 until known (--epochs) */
+  uint64_t start; /* with --epochs: the model's iteration before the train */
   size_t drawn;   /* length of the bar line on screen; 0: none */
   ctl_rate rate;  /* for the ETA */
 } progress;
@@ -95,6 +97,8 @@ static double eta(progress *p, const Dpm__ModelInfo *m) {
 }
 
 static void show(progress *p, const Dpm__ModelInfo *m) {
+  if (!p->iters && m->has_target_iter && m->target_iter > p->start)
+    p->iters = m->target_iter - p->start; /* --epochs: the daemon chose the steps */
   if (p->mode == SHOW_LINES) {
     printf("iter %llu", (unsigned long long)m->iter);
     if (m->has_target_iter) printf("/%llu", (unsigned long long)m->target_iter);
@@ -119,31 +123,39 @@ static void show(progress *p, const Dpm__ModelInfo *m) {
  * more: the last events travel on another socket than the answer and may
  * arrive just after it. */
 #define LAST_EVENTS_S 0.2
+/* A stream (no descriptor to poll) waits in dpm_events_next this long at a
+ * time, then looks at the wake pipe. */
+#define STREAM_WAIT_MS 100
 static void *run(void *arg) {
   progress *p = arg;
+  int fd = dpm_events_fd(p->events);
   struct pollfd fds[2] = {{.fd = p->wake[0], .events = POLLIN},
-                          {.fd = dpm_events_fd(p->events), .events = POLLIN}};
+                          {.fd = fd, .events = POLLIN}};
   double until = -1; /* woken: when to stop waiting for the last events */
   for (;;) {
     int wait_ms = until < 0 ? -1 : (int)((until - now_s()) * 1e3);
     if (until >= 0 && wait_ms <= 0) return NULL;
-    if (poll(fds, 2, wait_ms) < 0 && errno != EINTR) return NULL;
+    if (poll(fds, fd < 0 ? 1 : 2, fd < 0 ? 0 : wait_ms) < 0 && errno != EINTR)
+      return NULL;
     if (fds[0].revents) {
       until = now_s() + LAST_EVENTS_S;
       fds[0].fd = -1; /* woken once */
     }
-    if (!fds[1].revents) continue;
+    if (fd >= 0 && !fds[1].revents) continue;
     Dpm__Event *e;
     dpm_err err;
     dpm_status s;
-    while ((s = dpm_events_next(p->events, 0, &e, &err)) == DPM_OK) {
+    int first = fd < 0 ? STREAM_WAIT_MS : 0;
+    while ((s = dpm_events_next(p->events, first, &e, &err)) == DPM_OK) {
+      first = 0;
       int done = e->kind == DPM__EVENT_KIND__EVENT_DONE;
       if (e->kind == DPM__EVENT_KIND__EVENT_PROGRESS || (done && p->mode == SHOW_BAR))
         show(p, e->model); /* a done event fills the bar */
       dpm_event_free(e);
       if (done) return NULL;
     }
-    if (s != DPM_TIMEOUT) return NULL; /* no more progress; the train answer still comes */
+    if (s != DPM_TIMEOUT)
+      return NULL; /* no more progress; the train answer still comes */
   }
 }
 
@@ -165,19 +177,22 @@ int ctl_train_wait(ctl_ctx *ctx, Dpm__Request *req, Dpm__Response **resp) {
   /* the daemon is there (and which instance), and where its events are */
   int rc = ctl_ping_first(ctx);
   if (rc) return rc;
-  char *ep = NULL;
-  rc = ctl_events_endpoint(ctx, req->train->name, 1, &ep);
-  if (rc) return rc;
-  if (p.mode != SHOW_NONE && *ep) {
-    dpm_err oerr = {0};
-    if (dpm_events_open(ep, req->train->name, &p.events, &oerr)) {
-      fprintf(stderr, "dpmctl: warning: no progress: %s\n", oerr.msg);
-      p.events = NULL;
-    }
+  if (!p.iters && p.mode == SHOW_BAR) { /* --epochs: the bar starts where the model is */
+    Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
+    nr.name = req->train->name;
+    Dpm__Request st = DPM__REQUEST__INIT;
+    st.command_case = DPM__REQUEST__COMMAND_STATUS;
+    st.status = &nr;
+    Dpm__Response *r;
+    if ((rc = ctl_send(ctx, &st, &r))) return rc;
+    if (!r->status && r->result_case == DPM__RESPONSE__RESULT_MODEL && r->model->has_iter)
+      p.start = r->model->iter;
+    dpm_client_free_response(r);
   }
-  free(ep);
+  if (p.mode != SHOW_NONE && (rc = ctl_events_open(ctx, req->train->name, 1, &p.events)))
+    return rc;
   pthread_t thread;
-  int threaded = p.events && dpm_events_fd(p.events) >= 0 && pipe2(p.wake, O_CLOEXEC) == 0 &&
+  int threaded = p.events && pipe2(p.wake, O_CLOEXEC) == 0 &&
                  pthread_create(&thread, NULL, run, &p) == 0;
 
   dpm_client_set_timeout(ctx->client, -1);

@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpmctl/dpmctl.h"
 #include "common/spec.h"
+#include "dpmctl/dpmctl.h"
 
 /* ---- helpers ---- */
 
@@ -193,13 +193,23 @@ static int cmd_submit(ctl_ctx *ctx) {
   return rc;
 }
 
+/* --iters N, or --epochs N (the daemon turns them into steps). */
 static int cmd_train(ctl_ctx *ctx) {
-  uint64_t iters;
-  if (ctl_parse_u64(ctx->a->opt[O_ITERS], UINT64_MAX, &iters) || iters == 0)
-    return usage_error(ctx, "--iters takes a positive whole number");
+  const char *it = ctx->a->opt[O_ITERS], *ep = ctx->a->opt[O_EPOCHS];
+  if (!it == !ep)
+    return usage_error(ctx, "train takes --iters N or --epochs N (one of them)");
+  uint64_t n;
+  if (ctl_parse_u64(it ? it : ep, UINT64_MAX, &n) || n == 0)
+    return usage_error(ctx, it ? "--iters takes a positive whole number"
+                               : "--epochs takes a positive whole number");
   Dpm__TrainRequest tr = DPM__TRAIN_REQUEST__INIT;
   tr.name = (char *)pos(ctx, 0);
-  tr.iters = iters;
+  if (it) {
+    tr.iters = n;
+  } else {
+    tr.has_epochs = 1;
+    tr.epochs = n;
+  }
   Dpm__Request req = DPM__REQUEST__INIT;
   req.command_case = DPM__REQUEST__COMMAND_TRAIN;
   req.train = &tr;
@@ -433,10 +443,11 @@ const ctl_verb ctl_verbs[] = {
              "a job over all the daemons listed.",
      .example =
          "dpmctl submit examples/fmnist_mlp.yaml --name mlp --devices cpu:0,cpu:1"},
-    {"train", "train NAME --iters N [--wait] [--no-progress]", 1, 1,
-     OPT(O_ITERS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), OPT(O_ITERS), cmd_train, 1, 0,
-     .summary = "run N more training steps",
-     .text = "Starts N steps of model NAME from its current iteration. Without --wait "
+    {"train", "train NAME --iters N|--epochs N [--wait] [--no-progress]", 1, 1,
+     OPT(O_ITERS) | OPT(O_EPOCHS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), 0, cmd_train, 1, 0,
+     .summary = "run N more training steps (or epochs)",
+     .text = "Starts N steps (--iters) or N epochs (--epochs: N times the model's steps "
+             "per epoch) of model NAME from its current iteration. Without --wait "
              "it answers at once and the model trains in the background (see status, "
              "watch); with --wait it answers when the steps are done.",
      .example = "dpmctl train mlp --iters 4680 --wait"},

@@ -1,8 +1,14 @@
 /* dpmctl watch [NAME] [--count N] [--until-done]: subscribes to the daemon's
- * events (the endpoint its watch command names) and prints each as a line,
- * a JSON object per line with --json, until SIGINT or SIGTERM (exit 0),
- * --count events, or with --until-done a DONE or ERROR event. (The events
- * endpoint comes from a watch request: ctl_events_endpoint, call.c.)
+ * events (ctl_events_open, call.c: its events socket, else the stream
+ * through the request socket) and prints each as a line, a JSON object per
+ * line with --json, until SIGINT or SIGTERM (exit 0), --count events, or
+ * with --until-done a DONE or ERROR event.
+ *
+ * Without --until-done, watch first prints the current state of the model
+ * (of every model without NAME) as state events, so that an idle model
+ * shows something. With --timeout MS given, watch ends once MS pass
+ * without an event: exit 0, or with --until-done 1 (TIMEOUT: the end it
+ * waits for did not come).
  *
  * --until-done on a model that is not training (ready, paused, failed: it
  * already finished, or never started) has nothing to wait for: after
@@ -54,7 +60,9 @@ static int ends_watch(int kind) {
 /* --until-done: whether there is nothing (left) to wait for. Asks for the
  * status of name (every model for NULL); when no model is training, first
  * prints the events still arriving (a DONE ends the watch as usual), else
- * the status, and sets *done. Returns an exit code. */
+ * the status, and sets *done. Returns an exit code. With events NULL
+ * (watch's start, without --until-done): prints the status of each model
+ * and sets nothing. */
 static int check_done(ctl_ctx *ctx, const char *name, dpm_events *events, int *done) {
   *done = 0;
   Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
@@ -82,7 +90,9 @@ static int check_done(ctl_ctx *ctx, const char *name, dpm_events *events, int *d
   }
   int busy = 0;
   for (size_t i = 0; i < n; i++) busy |= running(models[i]);
-  if (!busy) {
+  if (!events) {
+    for (size_t i = 0; i < n; i++) print_state(ctx, models[i]);
+  } else if (!busy) {
     *done = 1;
     for (int64_t end = mono_ms() + DRAIN_MS;;) {
       Dpm__Event *e;
@@ -121,22 +131,10 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
   const char *name = ctx->a->npos ? ctx->a->pos[0] : NULL;
   int rc = ctl_ping_first(ctx); /* the daemon is there; its instance */
   if (rc) return rc;
-  char *ep;
-  rc = ctl_events_endpoint(ctx, name, 0, &ep);
-  if (rc) return rc;
-  if (!*ep) {
-    ctl_error(ctx, "UNSUPPORTED", "dpmd at %s publishes no events", ctx->endpoint);
-    free(ep);
-    return CTL_FAILED;
-  }
   dpm_events *events;
   dpm_err err = {0};
-  if (dpm_events_open(ep, name, &events, &err)) {
-    ctl_error(ctx, dpm_status_name(err.code), "%s", err.msg);
-    free(ep);
-    return ctl_transport_exit(err.code);
-  }
-  free(ep);
+  rc = ctl_events_open(ctx, name, 0, &events);
+  if (rc) return rc;
 
   struct sigaction sa, old_int, old_term;
   memset(&sa, 0, sizeof sa);
@@ -147,9 +145,18 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
 
   uint64_t seen = 0;
   int done = 0;
-  if (until_done) rc = check_done(ctx, name, events, &done);
+  rc = check_done(ctx, name, until_done ? events : NULL, &done);
   int64_t next_check = mono_ms() + CHECK_EVERY_MS;
+  int idle_ms = ctx->timeout_given ? ctx->timeout_ms : -1; /* --timeout: idle bound */
+  int64_t last = mono_ms();
   while (!stop && !rc && !done) {
+    if (idle_ms >= 0 && mono_ms() - last >= idle_ms) {
+      if (until_done) {
+        ctl_error(ctx, "TIMEOUT", "no event within %d ms", idle_ms);
+        rc = CTL_FAILED;
+      }
+      break;
+    }
     if (mono_ms() >= next_check) {
       dpm_status s = dpm_client_ping(ctx->client, NULL, &err);
       if (s) {
@@ -169,6 +176,7 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
       break;
     }
     ctl_print_event(ctx, e);
+    last = mono_ms();
     int kind = e->kind;
     dpm_event_free(e);
     if (count && ++seen >= count) break;

@@ -7,7 +7,10 @@
  * Events: a SUB socket; each message is "MODEL\n" + a packed Event; a
  * message without the '\n' or whose Event does not unpack is skipped
  * (dpm_events_next keeps waiting): a subscriber should not die of one bad
- * publication. */
+ * publication. Or a stream: events requests on an RPC handle of its own,
+ * each waiting at most STREAM_WAIT_MS at the daemon, the batch answered
+ * handed out one event at a time (an event that does not unpack is
+ * skipped likewise). */
 #include "dpm/client.h"
 
 #include <errno.h>
@@ -24,9 +27,17 @@ struct dpm_client {
   dpm_rpc *rpc;
 };
 
+#define STREAM_WAIT_MS 5000 /* one events request's wait at the daemon */
+
 struct dpm_events {
-  int sock;
+  int sock; /* SUB; -1 for a stream */
   char *endpoint;
+  /* a stream */
+  dpm_rpc *rpc;
+  char *name;           /* NULL: every model */
+  uint64_t after;       /* the last event number seen */
+  Dpm__Response *batch; /* the last answer, handed out from its event[next] */
+  size_t next;
 };
 
 static int64_t now_ms(void) {
@@ -141,16 +152,94 @@ fail:
   return DPM_IO;
 }
 
+/* One events request: after e->after (has_after: else where the stream
+ * stands), waiting at most wait_ms; the answer into e->batch. */
+static dpm_status stream_ask(dpm_events *e, int has_after, int wait_ms, dpm_err *err) {
+  Dpm__EventsRequest er = DPM__EVENTS_REQUEST__INIT;
+  er.name = e->name;
+  er.has_after = has_after;
+  er.after = e->after;
+  er.has_wait_ms = 1;
+  er.wait_ms = (uint32_t)wait_ms;
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_EVENTS;
+  req.events = &er;
+  dpm__response__free_unpacked(e->batch, NULL);
+  e->batch = NULL;
+  dpm_rpc_set_timeout(e->rpc, wait_ms + DPM_LIVENESS_MS);
+  Dpm__Response *r;
+  dpm_status s = dpm_rpc_call(e->rpc, &req, &r, err);
+  if (s) return s;
+  if (r->status) {
+    s = dpm_status_from_wire(r->status);
+    dpm_errf(err, s, "%s", r->message && *r->message ? r->message : dpm_strerror(s));
+  } else if (r->result_case != DPM__RESPONSE__RESULT_EVENTS) {
+    s = dpm_errf(err, DPM_CORRUPT, "%s answered events without events", e->endpoint);
+  }
+  if (s) {
+    dpm__response__free_unpacked(r, NULL);
+    return s;
+  }
+  e->after = r->events->next;
+  e->batch = r;
+  e->next = 0;
+  return DPM_OK;
+}
+
+dpm_status dpm_events_open_stream(const dpm_client *c, const char *name, dpm_events **out,
+                                  dpm_err *err) {
+  if (!out || !c)
+    return dpm_errf(err, DPM_INVALID, "dpm_events_open_stream: NULL argument");
+  *out = NULL;
+  dpm_events *e = calloc(1, sizeof *e);
+  if (e) e->sock = -1;
+  if (!e || !(e->endpoint = strdup(dpm_rpc_endpoint(c->rpc))) ||
+      (name && !(e->name = strdup(name)))) {
+    dpm_events_close(e);
+    return dpm_errf(err, DPM_NOMEM, "out of memory");
+  }
+  dpm_status s = dpm_rpc_open(e->endpoint, DPM_LIVENESS_MS, &e->rpc, err);
+  if (!s) s = dpm_rpc_set_token(e->rpc, dpm_rpc_token(c->rpc), err);
+  if (!s) s = stream_ask(e, 0, 0, err);
+  if (s) {
+    dpm_events_close(e);
+    return s;
+  }
+  *out = e;
+  return DPM_OK;
+}
+
+static dpm_status stream_next(dpm_events *e, int timeout_ms, Dpm__Event **ev,
+                              dpm_err *err) {
+  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  for (;;) {
+    const Dpm__EventBatch *b = e->batch ? e->batch->events : NULL;
+    while (b && e->next < b->n_event) {
+      const ProtobufCBinaryData *x = &b->event[e->next++];
+      if ((*ev = dpm__event__unpack(NULL, x->len, x->data))) return DPM_OK;
+    }
+    int left = remaining(deadline);
+    if (deadline >= 0 && left == 0 && e->batch)
+      return dpm_errf(err, DPM_TIMEOUT, "no event from %s within %d ms", e->endpoint,
+                      timeout_ms);
+    dpm_status s =
+        stream_ask(e, 1, left < 0 || left > STREAM_WAIT_MS ? STREAM_WAIT_MS : left, err);
+    if (s) return s;
+  }
+}
+
 int dpm_events_fd(dpm_events *e) {
   int fd = -1;
   size_t len = sizeof fd;
-  if (!e || nn_getsockopt(e->sock, NN_SOL_SOCKET, NN_RCVFD, &fd, &len) < 0) return -1;
+  if (!e || e->sock < 0 || nn_getsockopt(e->sock, NN_SOL_SOCKET, NN_RCVFD, &fd, &len) < 0)
+    return -1;
   return fd;
 }
 
 dpm_status dpm_events_next(dpm_events *e, int timeout_ms, Dpm__Event **ev, dpm_err *err) {
   if (ev) *ev = NULL;
   if (!e || !ev) return dpm_errf(err, DPM_INVALID, "dpm_events_next: NULL argument");
+  if (e->rpc) return stream_next(e, timeout_ms, ev, err);
   int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
   for (;;) {
     int left = remaining(deadline);
@@ -189,7 +278,10 @@ void dpm_event_free(Dpm__Event *ev) {
 
 void dpm_events_close(dpm_events *e) {
   if (!e) return;
-  nn_close(e->sock);
+  if (e->sock >= 0) nn_close(e->sock);
+  dpm_rpc_close(e->rpc);
+  dpm__response__free_unpacked(e->batch, NULL);
+  free(e->name);
   free(e->endpoint);
   free(e);
 }

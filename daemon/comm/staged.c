@@ -18,7 +18,7 @@
  *
  * Only dpm_dev_* copies touch a device's bytes; the host copies are the
  * device's bytes too, read and written here only by those copies and by
- * inner (STYLE.md, backend.h).
+ * inner (backend.h).
  *
  * Ownership: the group owns inner and its buffers; devs are the caller's
  * open devices (the registry keeps them open). Threads: a rank's state

@@ -19,6 +19,7 @@
 #include "server/metrics.h"
 #include "server/model.h"
 #include "server/paths.h"
+#include "server/stream.h"
 
 enum {
   NEEDS_MODEL = 1, /* must name a registered model (any model named must be) */
@@ -116,9 +117,15 @@ static dpm_status check_join(const dpmd_paths *paths, Dpm__Request *rq, dpm_err 
   return dpmd_fleet_check_join(j, err);
 }
 
+/* iters, or epochs (which the model's thread turns into iters). */
 static dpm_status check_train(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
   (void)paths;
-  if (rq->train->iters == 0 || rq->train->iters > DPMD_MAX_ITERS)
+  const Dpm__TrainRequest *r = rq->train;
+  if (r->has_epochs && r->iters)
+    return dpm_errf(err, DPM_INVALID, "train takes iters or epochs, not both");
+  if (r->has_epochs && (r->epochs == 0 || r->epochs > DPMD_MAX_ITERS))
+    return dpm_errf(err, DPM_INVALID, "epochs must be 1..2^40");
+  if (!r->has_epochs && (r->iters == 0 || r->iters > DPMD_MAX_ITERS))
     return dpm_errf(err, DPM_INVALID, "iters must be 1..2^40");
   return DPM_OK;
 }
@@ -165,6 +172,7 @@ MODEL_NAME(get_blob)
 MODEL_NAME(pause)
 MODEL_NAME(resume)
 MODEL_NAME(delete_)
+MODEL_NAME(events)
 #undef MODEL_NAME
 
 /* ---- loop handlers ------------------------------------------------------------ */
@@ -355,17 +363,23 @@ static void run_status(const call *c) {
 
 static void run_list(const call *c) { reply_models(c); }
 
+/* Where the events are: the events socket, if any ("" else), and always the
+ * stream through the request socket. */
 static void run_watch(const call *c) {
   const dpmd_config *cfg = c->d->cfg;
-  if (!cfg->events)
-    return dpmd_reply_error(c->d, c->to, DPM_UNSUPPORTED,
-                            "this dpmd publishes no events (set events in its config)");
   Dpm__WatchInfo w = DPM__WATCH_INFO__INIT;
-  w.events = cfg->events;
+  w.events = cfg->events ? cfg->events : "";
+  w.has_stream = w.stream = 1;
   Dpm__Response rs = DPM__RESPONSE__INIT;
   rs.result_case = DPM__RESPONSE__RESULT_WATCH;
   rs.watch = &w;
   dpmd_reply(c->d, c->to, &rs);
+}
+
+static void run_events(const call *c) {
+  if (!c->d->stream) /* a dpmd without its loop's handles (tests) */
+    return dpmd_reply_error(c->d, c->to, DPM_UNSUPPORTED, "no events stream");
+  dpmd_stream_request(c->d->stream, c->rq->events, c->to);
 }
 
 static void run_delete(const call *c) {
@@ -467,6 +481,7 @@ static const command commands[] = {
     LOOP(KV_SET, "kv-set", 0, NULL, NULL, run_kv_set),
     LOOP(KV_GET, "kv-get", 0, NULL, NULL, run_kv_get),
     LOOP(KV_FAIL, "kv-fail", 0, NULL, NULL, run_kv_fail),
+    LOOP(EVENTS, "events", 0, NULL, name_events, run_events),
 };
 #undef LOOP
 #undef JOB

@@ -28,7 +28,8 @@
 #include "server/dpmd.h"
 #include "server/registry.h"
 
-#define DPMD_MAX_ITERS (1ull << 40) /* train --iters */
+#define DPMD_MAX_ITERS                                                                   \
+  (1ull << 40) /* train --iters, and --epochs once turned into steps */
 
 /* Dispatches one decoded request; takes ownership of rq and answers `to`
  * exactly once (now, or later from the model's thread). */

@@ -72,13 +72,13 @@ static const cfg_key device_keys[] = {
 
 static const cfg_key top_keys[] = {
     {.key = "listen", .flag = "--listen", .kind = CK_ENDPOINTS, .off = OFF(listen), .aux = AUX(n_listen), .arg = "ADDR", .help = "an address to serve requests on, ipc://PATH or tcp://HOST:PORT (repeatable; a non-loopback tcp:// one needs auth_token_file)"},
-    {.key = "events", .flag = "--events", .kind = CK_ENDPOINT, .off = OFF(events), .aux = AUX(events_set), .nullable = 1, .arg = "ADDR|none", .help = "where progress events are published (default: events.sock beside the first ipc:// listen address); none: nowhere"},
+    {.key = "events", .flag = "--events", .kind = CK_ENDPOINT, .off = OFF(events), .aux = AUX(events_set), .nullable = 1, .arg = "ADDR|none", .help = "where progress events are published besides the request socket's stream (default: NAME.events.sock beside the first ipc:// listen address NAME.sock); none: nowhere"},
     {.key = "state_dir", .flag = "--state-dir", .kind = CK_ABSPATH, .off = OFF(state_dir), .arg = "DIR", .help = "the daemon's state: models, their specs and checkpoints (absolute; default /var/lib/dpmd)"},
     {.key = "devices", .kind = CK_MAP, .sub = device_keys, .help = "devices served: cpu, cuda, fenced"},
     {.key = "max_models", .kind = CK_INT, .off = OFF(max_models), .lo = 1, .hi = 100000, .help = "most models held at once (default 16)"},
     {.key = "checkpoint_retention", .kind = CK_INT, .off = OFF(checkpoint_retention), .lo = 0, .hi = 1000000, .help = "checkpoints kept per model, oldest removed first; 0 keeps all (default 3)"},
     {.key = "checkpoint_on_shutdown", .kind = CK_BOOL, .off = OFF(checkpoint_on_shutdown), .help = "checkpoint training models on SIGTERM before exiting (default true)"},
-    {.key = "allowed_paths", .kind = CK_ABSPATHS, .off = OFF(allowed_paths), .aux = AUX(n_allowed_paths), .nullable = 1, .help = "directories besides state_dir where clients may have checkpoints and predictors written or read"},
+    {.key = "allowed_paths", .flag = "--allow-path", .kind = CK_ABSPATHS, .off = OFF(allowed_paths), .aux = AUX(n_allowed_paths), .nullable = 1, .arg = "DIR", .help = "directories besides state_dir where clients may have checkpoints and predictors written or read (--allow-path: one more, repeatable)"},
     {.key = "data_paths", .kind = CK_ABSPATHS, .off = OFF(data_paths), .aux = AUX(n_data_paths), .nullable = 1, .help = "directories a spec's data files may be read from, besides state_dir and allowed_paths (default /usr/share/datasets)"},
     {.key = "checkpoint_every", .kind = CK_EVERY, .off = OFF(checkpoint_every_iters), .aux = AUX(checkpoint_every_s), .help = "periodic checkpoints: every N iterations, or Ns seconds; 0 never (default 600s)"},
     {.key = "auth_token_file", .flag = "--token-file", .kind = CK_PATH, .off = OFF(auth_token_file), .nullable = 1, .arg = "FILE", .help = "a file holding the token every request must carry; not readable by other users"},
@@ -251,7 +251,8 @@ static const char *cfg_set(dpmd_config *cfg, const cfg_key *k, const char *s, in
   case CK_EVERY: {
     size_t n = strspn(s, "0123456789");
     int secs = n && s[n] == 's' && !s[n + 1];
-    if (!n || n > 9 || (s[n] && !secs)) return "must be iterations (1000) or seconds (600s)";
+    if (!n || n > 9 || (s[n] && !secs))
+      return "must be iterations (1000) or seconds (600s)";
     uint64_t v = strtoull(s, NULL, 10);
     *FIELD(cfg, k->off, uint64_t) = secs ? 0 : v;
     *FIELD(cfg, k->aux, uint64_t) = secs ? v : 0;
@@ -276,15 +277,21 @@ static void cfg_clear(dpmd_config *cfg, const cfg_key *k) {
   if (k->kind == CK_ENDPOINT && k->aux) *FIELD(cfg, k->aux, int) = 1;
 }
 
-/* events "beside" the first ipc listen address, unless given explicitly. */
+/* events named after the first ipc listen address, unless given
+ * explicitly: ipc:///run/dpmd/dpmd.sock -> ipc:///run/dpmd/dpmd.events.sock
+ * (a trailing ".sock" replaced), so that daemons whose sockets share a
+ * folder have events sockets of their own. None when the name would be too
+ * long for a socket path (the stream through the request socket remains). */
 static int cfg_derive_events(dpmd_config *cfg) {
   if (cfg->events_set) return 1;
   free(cfg->events);
   cfg->events = NULL;
   if (cfg->n_listen < 1 || strncmp(cfg->listen[0], "ipc://", 6) != 0) return 1;
-  const char *slash = strrchr(cfg->listen[0], '/');
-  int dir = (int)(slash - cfg->listen[0]) + 1; /* "ipc:///run/dpmd/" or "ipc://" */
-  if (asprintf(&cfg->events, "%.*sevents.sock", dir, cfg->listen[0]) < 0) {
+  const char *l = cfg->listen[0];
+  size_t n = strlen(l);
+  if (n > 5 + 6 && !strcmp(l + n - 5, ".sock")) n -= 5;
+  if (n - 6 + strlen(".events.sock") > CFG_IPC_PATH_MAX) return 1;
+  if (asprintf(&cfg->events, "%.*s.events.sock", (int)n, l) < 0) {
     cfg->events = NULL;
     return 0;
   }
@@ -531,8 +538,10 @@ dpm_status dpmd_config_flags(dpmd_config *cfg, int argc, char **argv, dpm_err *e
       cfg_clear(cfg, k);
       bad = NULL;
     } else {
-      bad =
-          cfg_set(cfg, k, v, k->kind == CK_ENDPOINTS && listen_replaced, buf, sizeof buf);
+      /* --listen replaces the file's list, then appends; --allow-path
+         widens the file's allowed_paths */
+      int append = k->kind == CK_ENDPOINTS ? listen_replaced : k->kind == CK_ABSPATHS;
+      bad = cfg_set(cfg, k, v, append, buf, sizeof buf);
     }
     if (bad) return dpm_errf(err, DPM_INVALID, "%s %s, got '%.200s'", k->flag, bad, v);
     if (k->kind == CK_ENDPOINTS) listen_replaced = 1;
@@ -630,10 +639,11 @@ dpm_status dpmd_config_finish(dpmd_config *cfg, dpm_err *err) {
     if (cfg->events && strcmp(cfg->events, l) == 0)
       return dpm_errf(err, DPM_INVALID, "events %s is also a listen address", l);
     if (strncmp(l, "tcp://", 6) == 0 && strstr(l, "localhost"))
-      return dpm_errf(err, DPM_INVALID,
-                      "listen %s: dpmd binds addresses or interface names, not host names "
-                      "(use 127.0.0.1, [::1] or lo)",
-                      l);
+      return dpm_errf(
+          err, DPM_INVALID,
+          "listen %s: dpmd binds addresses or interface names, not host names "
+          "(use 127.0.0.1, [::1] or lo)",
+          l);
     if (strncmp(l, "tcp://", 6) == 0 && !cfg->auth_token_file && !tcp_is_loopback(l))
       return dpm_errf(err, DPM_INVALID, "listen %s is not loopback: set auth_token_file",
                       l);

@@ -28,7 +28,7 @@ typedef enum { DPMD_LOG_ERROR, DPMD_LOG_WARNING, DPMD_LOG_INFO, DPMD_LOG_DEBUG }
 typedef struct dpmd_config {
   char **listen;            /* RPC endpoints; default ipc:///run/dpmd/dpmd.sock */
   int n_listen;
-  char *events;             /* PUB endpoint; default: "events.sock" beside the
+  char *events;             /* PUB endpoint; default: NAME.events.sock beside the
                                first ipc listen address, else none (NULL) */
   int events_set;           /* events given by the file or --events (null or
                                "none": no events socket); else derived */

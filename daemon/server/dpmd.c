@@ -15,6 +15,7 @@
 #include "common/escape.h"
 #include "server/log.h"
 #include "server/notify.h"
+#include "server/stream.h"
 
 typedef enum { OUT_REPLY, OUT_EVENT, OUT_EXITED } out_kind;
 
@@ -31,6 +32,7 @@ typedef struct outmsg {
 } outmsg;
 
 struct dpmd_core {
+  dpmd *d; /* its owner */
   pthread_t loop_thread;
   int rep, pub;        /* nanomsg: raw REP (every listen address), PUB or -1 */
   uv_async_t wake;     /* model threads -> loop */
@@ -123,6 +125,7 @@ static void deliver(dpmd_core *c, outmsg *o) {
   case OUT_EVENT:
     if (c->pub >= 0 && nn_send(c->pub, o->body, o->len, NN_DONTWAIT) < 0)
       dpmd_debug("event dropped: %s", nn_strerror(nn_errno()));
+    if (c->d->stream) dpmd_stream_add(c->d->stream, o->body, o->len);
     break;
   case OUT_EXITED:
     c->hook(c->hook_arg, o->model);
@@ -221,7 +224,6 @@ void dpmd_model_exited(dpmd *d, struct dpmd_model *m, dpmd_reply_to *to,
 }
 
 void dpmd_publish(dpmd *d, const char *name, Dpm__Event *ev) {
-  if (d->core->pub < 0) return;
   size_t n = strlen(name), len = dpm__event__get_packed_size(ev);
   outmsg *o = calloc(1, sizeof *o);
   if (!o || !(o->body = malloc(n + 1 + len))) {
@@ -242,6 +244,7 @@ dpm_status dpmd_core_start(dpmd *d, uv_loop_t *loop, int rep, int pub,
                            dpmd_exit_hook hook, void *hook_arg, dpm_err *err) {
   dpmd_core *c = calloc(1, sizeof *c);
   if (!c) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  c->d = d;
   c->loop_thread = pthread_self();
   c->rep = rep;
   c->pub = pub;

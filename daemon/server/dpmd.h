@@ -46,6 +46,7 @@ typedef struct dpmd {
   const struct dpmd_paths *paths; /* where clients' paths may lead (paths.h) */
   struct dpmd_kv *kv;             /* the rendezvous store it serves; any thread (kv.h) */
   struct dpmd_gather *gather;     /* asks fleet jobs' shards for status (gather.h) */
+  struct dpmd_stream *stream;     /* events through the request socket (stream.h); loop */
   struct dpm_data_cache *data;    /* every model's data sets (io/datacache.h); any thread */
   uint64_t instance;              /* random per start: clients notice a restart */
   double started;                 /* CLOCK_REALTIME seconds */
@@ -69,8 +70,8 @@ void dpmd_reply(dpmd *d, dpmd_reply_to *to, Dpm__Response *resp);
 /* Answer with an error status and message. */
 void dpmd_reply_error(dpmd *d, dpmd_reply_to *to, dpm_status code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Publish ev for model `name` ("NAME\n" + Event); dropped without an
- * events socket. */
+/* Publish ev for model `name` ("NAME\n" + Event): on the events socket
+ * when there is one, and on the events stream (stream.h). */
 void dpmd_publish(dpmd *d, const char *name, Dpm__Event *ev);
 /* A model could not checkpoint at shutdown: dpmd will exit non-zero. */
 void dpmd_shutdown_failed(dpmd *d);
@@ -96,7 +97,7 @@ void dpmd_notify_serving(dpmd *d, int n_models);
 /* Requests counted by command (the oneof case; 0 = not decodable) and
  * status, as their answers leave; and those refused undecoded (garbage,
  * over the size limit: nanomsg drops far larger ones unseen). */
-#define DPMD_MAX_COMMAND 32
+#define DPMD_MAX_COMMAND 48
 uint64_t dpmd_requests(const dpmd *d, int command, dpm_status s);
 uint64_t dpmd_dropped(const dpmd *d);
 void dpmd_count_dropped(dpmd *d);

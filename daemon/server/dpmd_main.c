@@ -2,6 +2,7 @@
  *
  *   dpmd [--config FILE] [--listen ADDR]... [--state-dir DIR] [--foreground]
  *        [--events ADDR] [--devices N] [--log-level L] [--token-file FILE]
+ *        [--allow-path DIR]...
  *   dpmd --help | --version | --man
  *
  * --help and --man (server/help.h) are written from the config's key table.

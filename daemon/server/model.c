@@ -17,6 +17,7 @@
 
 #include "engine/dtype_wire.h"
 #include "engine/workspace.h"
+#include "server/commands.h" /* DPMD_MAX_ITERS */
 #include "server/devices.h"
 #include "server/fleet.h"
 #include "common/escape.h"
@@ -516,6 +517,20 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   if (m->state == DPMD_FAILED)
     return reply_state(m, to, "load a checkpoint to recover");
   if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it or wait");
+  uint64_t iters = r->iters;
+  if (r->has_epochs) { /* the reader's steps per epoch, over every replica and shard */
+    int64_t per = m->t ? dpm_trainer_steps_per_epoch(m->t) : 0;
+    if (!m->t) return reply_state(m, to, "resume re-forms it first");
+    if (per < 1)
+      return dpmd_reply_error(m->d, to, DPM_INVALID,
+                              "%s: an epoch of its training data is less than one step",
+                              m->spec->name);
+    if (r->epochs > DPMD_MAX_ITERS / (uint64_t)per)
+      return dpmd_reply_error(
+          m->d, to, DPM_INVALID, "%s: %llu epochs of %lld steps are more than 2^40 steps",
+          m->spec->name, (unsigned long long)r->epochs, (long long)per);
+    iters = r->epochs * (uint64_t)per;
+  }
   if (r->has_from_iter && r->from_iter != m->iter)
     return dpmd_reply_error(
         m->d, to, DPM_STATE,
@@ -523,11 +538,11 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
         (unsigned long long)m->iter, (unsigned long long)r->from_iter);
   if (m->fleet && dpmd_fleet_shard_id(m->fleet) == 0) { /* the whole job trains */
     dpm_err err = {0};
-    if (dpmd_fleet_train(m->d, m->fleet, m->spec, r->iters, m->iter, &err))
+    if (dpmd_fleet_train(m->d, m->fleet, m->spec, iters, m->iter, &err))
       return reply_err(m, to, &err);
   }
   pthread_mutex_lock(&m->mu);
-  m->target = m->iter + r->iters;
+  m->target = m->iter + iters;
   pthread_mutex_unlock(&m->mu);
   if (!m->has_first) m->first_train = to->arrived;
   rate_restart(m);

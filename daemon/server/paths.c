@@ -207,11 +207,14 @@ dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *
   for (int i = 0; i < cfg->n_allowed_paths; i++)
     p->data_roots[r++] = p->file_roots[w++] = cfg->allowed_paths[i];
   for (int i = 0; i < cfg->n_data_paths; i++) p->data_roots[r++] = cfg->data_paths[i];
-  p->data_set = (root_set){p->data_roots, r,
-                        "the state dir, an allowed path or a data path (allowed_paths, "
-                        "data_paths in the config)"};
-  p->file_set = (root_set){p->file_roots, w,
-                         "the state dir or an allowed path (allowed_paths in the config)"};
+  p->data_set =
+      (root_set){p->data_roots, r,
+                 "the state dir, an allowed path or a data path (allowed_paths, "
+                 "data_paths in the config, or dpmd --allow-path DIR)"};
+  p->file_set =
+      (root_set){p->file_roots, w,
+                 "the state dir or an allowed path (allowed_paths in the config, "
+                 "or dpmd --allow-path DIR)"};
   char models[PATH_MAX];
   snprintf(models, sizeof models, "%s/models", cfg->state_dir);
   if (stat(cfg->state_dir, &p->state) || stat(models, &p->models)) {

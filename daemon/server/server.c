@@ -6,7 +6,8 @@
  * is kept and a long command's answer can go out later, out of order, while
  * other requests are answered at once. nanomsg's NN_RCVFD is a
  * level-triggered eventfd watched for readability only; every receive is
- * NN_DONTWAIT and EAGAIN ends a drain (DEPS.md). Answers leave through
+ * NN_DONTWAIT and EAGAIN ends a drain (it stays readable while messages
+ * wait, so a drain cut short is picked up on the next turn). Answers leave through
  * dpmd.c, which owns the queue from model threads. */
 #include "server/server.h"
 
@@ -24,17 +25,18 @@
 #include <uv.h>
 
 #include "common/spec.h"
+#include "io/datacache.h"
 #include "server/commands.h"
 #include "server/dpmd.h"
 #include "server/gather.h"
 #include "server/kv.h"
-#include "io/datacache.h"
 #include "server/log.h"
 #include "server/model.h"
 #include "server/notify.h"
 #include "server/registry.h"
 #include "server/request.h"
 #include "server/store.h"
+#include "server/stream.h"
 
 typedef struct server {
   dpmd d;                /* what handlers and model threads see */
@@ -53,6 +55,7 @@ static void close_all(uv_timer_t *t) {
   server *s = t->data;
   dpmd_gather_stop(s->d.gather); /* its answers leave before the core stops */
   s->d.gather = NULL;
+  dpmd_stream_stop(s->d.stream); /* its answers too */
   uv_close((uv_handle_t *)&s->rep_poll, NULL);
   for (int i = 0; i < 2; i++) uv_close((uv_handle_t *)&s->sig[i], NULL);
   uv_close((uv_handle_t *)&s->stop_timer, NULL);
@@ -185,7 +188,8 @@ static dpm_status bind_all(server *s, dpm_err *err) {
   for (int i = 0; i < cfg->n_listen; i++) {
     const char *a = cfg->listen[i];
     if (nn_bind(s->rep, a) < 0)
-      return dpm_errf(err, DPM_IO, "listen %s: %s", a, nn_strerror(nn_errno()));
+      return dpm_errf(err, DPM_IO, "listen %s: %s%s", a, nn_strerror(nn_errno()),
+                      nn_errno() == EADDRINUSE ? " (another dpmd listens there?)" : "");
     if (strncmp(a, "ipc://", 6) == 0) chmod(a + 6, 0660);
     dpmd_info("listening on %s", a);
   }
@@ -193,7 +197,12 @@ static dpm_status bind_all(server *s, dpm_err *err) {
   if ((s->pub = nn_socket(AF_SP, NN_PUB)) >= 0)
     nn_setsockopt(s->pub, NN_SOL_SOCKET, NN_IPV4ONLY, &v4only, sizeof v4only);
   if (s->pub < 0 || nn_bind(s->pub, cfg->events) < 0)
-    return dpm_errf(err, DPM_IO, "events %s: %s", cfg->events, nn_strerror(nn_errno()));
+    return dpm_errf(err, DPM_IO, "events %s: %s%s", cfg->events, nn_strerror(nn_errno()),
+                    nn_errno() == EADDRINUSE
+                        ? " (another dpmd publishes there: give this one --events "
+                          "ADDR of its own, or --events none; its clients then get "
+                          "events through the request socket)"
+                        : "");
   if (strncmp(cfg->events, "ipc://", 6) == 0) chmod(cfg->events + 6, 0660);
   dpmd_info("events on %s", cfg->events);
   return DPM_OK;
@@ -240,6 +249,7 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   if (!st) st = bind_all(&s, err);
   if (!st) st = dpmd_core_start(&s.d, s.loop, s.rep, s.pub, on_model_exited, &s, err);
   if (!st) st = dpmd_gather_start(&s.d, &s.d.gather, err);
+  if (!st) st = dpmd_stream_create(&s.d, s.loop, &s.d.stream, err);
   if (!st) st = start_handles(&s, err);
   if (!st) {
     restore_models(&s);
@@ -255,6 +265,7 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   if (s.rep >= 0) nn_close(s.rep);
   if (s.pub >= 0) nn_close(s.pub);
   dpmd_core_free(&s.d);
+  dpmd_stream_free(s.d.stream);
   dpmd_registry_destroy(s.models);
   dpmd_kv_destroy(s.d.kv);
   dpm_data_cache_destroy(s.d.data); /* every model, and so every hold, is gone */

@@ -1,16 +1,23 @@
 /* dpm-train: train a spec in process, without a daemon.
  *
  *   dpm-train SPEC.yaml [--devices cpu:0,cpu:1] [--net-type simple|dag]
- *             [--epochs N | --iters N] [--json] [--resume FILE]
+ *             [--epochs N | --iters N] [--json] [--verbose] [--resume FILE]
  *             [--checkpoint FILE] [--extract-predictor DIR --inputs A[,B]
  *             --outputs X[,Y] [--format dpm|onnx]]
  *             [--shard I/N (--job NAME | --prefix P) [--store URL]
  *              [--interface IF]]
  *
  * Evaluates on the spec's eval data after each epoch. With --json it prints
- * one JSON object per line: per epoch {"epoch","loss","test_accuracy",
- * "images_per_s"}, last a summary {"images_per_s","step_ms_median",
- * "test_accuracy","peak_rss_mb"}. --help and --version print on stdout.
+ * one JSON object per line: per epoch {"epoch","steps","loss",
+ * "test_accuracy","images_per_s"}, last a summary {"images_per_s",
+ * "step_ms_median","test_accuracy","peak_rss_mb"}. An epoch cut short by
+ * --iters says so: "epoch 1 (10 of 468 steps)", and "steps" in JSON.
+ * During an epoch, progress goes to stderr: a line redrawn on a terminal,
+ * else a line every PROGRESS_EVERY_S seconds. --help and --version print
+ * on stdout. Options take "--opt value" or "--opt=value"; --epochs and
+ * --iters exclude each other (default: 1 epoch). The CUDA plugin's line
+ * (what loaded, what the driver said) goes to stderr when the devices are
+ * cuda:N, or with --verbose.
  *
  * One job over several processes: run one dpm-train per shard, each with
  * the same spec and flags but for --shard I/N. They meet at the store
@@ -28,12 +35,15 @@
  * Exit codes: 0 ok, 1 failed, 2 usage. */
 #include <cblas.h>
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/cuda_load.h"
 #include "common/device.h"
@@ -47,7 +57,7 @@ typedef struct {
   const char *spec, *devices, *net_type, *resume, *checkpoint, *predictor, *inputs,
       *outputs, *format, *shard, *store, *prefix, *job, *iface;
   long epochs, iters;
-  int json;
+  int json, verbose;
 } options;
 
 /* Command-line options: one table, parsed in one loop. */
@@ -62,8 +72,10 @@ static const struct {
     {"--net-type", offsetof(options, net_type), 's',
      "simple | dag (default: the spec's)"},
     {"--epochs", offsetof(options, epochs), 'l', "epochs to train (default 1)"},
-    {"--iters", offsetof(options, iters), 'l', "steps to train instead of epochs"},
+    {"--iters", offsetof(options, iters), 'l',
+     "steps to train instead of epochs (not with --epochs)"},
     {"--json", offsetof(options, json), 'b', "one JSON object per line"},
+    {"--verbose", offsetof(options, verbose), 'b', "also the CUDA plugin's line"},
     {"--resume", offsetof(options, resume), 's', "load this checkpoint first"},
     {"--checkpoint", offsetof(options, checkpoint), 's', "write a checkpoint at the end"},
     {"--extract-predictor", offsetof(options, predictor), 's',
@@ -135,30 +147,51 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (!strcmp(argv[i], "--man")) return man() - 1;
   }
+  char msg[256];
   for (int i = 1; i < argc; i++) {
-    size_t f = 0;
-    while (f < N_FLAGS && strcmp(argv[i], flags[f].flag)) f++;
+    const char *a = argv[i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
+    size_t n = eq ? (size_t)(eq - a) : strlen(a), f = 0;
+    while (f < N_FLAGS && (strlen(flags[f].flag) != n || strncmp(a, flags[f].flag, n)))
+      f++;
     if (f == N_FLAGS) {
-      if (argv[i][0] == '-' || o->spec) return usage("unexpected argument");
-      o->spec = argv[i];
+      if (a[0] == '-' || o->spec) {
+        snprintf(msg, sizeof msg, "unexpected argument '%.200s'", a);
+        return usage(msg);
+      }
+      o->spec = a;
       continue;
     }
     char *field = (char *)o + flags[f].offset;
     if (flags[f].type == 'b') {
+      if (eq) {
+        snprintf(msg, sizeof msg, "%s takes no value", flags[f].flag);
+        return usage(msg);
+      }
       *(int *)field = 1;
       continue;
     }
-    if (++i == argc) return usage("option needs a value");
+    const char *v = eq ? eq + 1 : ++i < argc ? argv[i] : NULL;
+    if (!v) {
+      snprintf(msg, sizeof msg, "%s needs a value", flags[f].flag);
+      return usage(msg);
+    }
     if (flags[f].type == 's') {
-      *(const char **)field = argv[i];
+      *(const char **)field = v;
     } else {
       char *end;
-      long v = strtol(argv[i], &end, 10);
-      if (*end || v < 1) return usage("expected a positive integer");
-      *(long *)field = v;
+      errno = 0;
+      long x = strtol(v, &end, 10);
+      if (v[0] < '0' || v[0] > '9' || *end || errno || x < 1) {
+        snprintf(msg, sizeof msg, "%s takes a positive whole number, got '%.100s'",
+                 flags[f].flag, v);
+        return usage(msg);
+      }
+      *(long *)field = x;
     }
   }
   if (!o->spec) return usage("no spec given");
+  if (o->epochs && o->iters) return usage("give --epochs N or --iters N, not both");
+  if (!o->iters && !o->epochs) o->epochs = 1;
   if (!o->predictor != !o->inputs || !o->predictor != !o->outputs)
     return usage("--extract-predictor needs --inputs and --outputs");
   if (o->format && !o->predictor) return usage("--format goes with --extract-predictor");
@@ -286,11 +319,56 @@ static const char *num(char *buf, size_t n, double v, int prec, int json) {
   return buf;
 }
 
+/* Whether the run asks for cuda devices: --devices, else the spec's. */
+static int wants_cuda(const options *o, const dpm_trainer_options *topt,
+                      const Dpm__ModelSpec *spec) {
+  if (o->devices) return topt->kind == DPM_DEVICE_CUDA;
+  const Dpm__ParallelSpec *p = spec->parallel;
+  for (size_t i = 0; p && i < p->n_devices; i++)
+    if (!strncmp(p->devices[i], "cuda", 4)) return 1;
+  return 0;
+}
+
 static const char *const net_types[] = {
     [DPM_NET_SIMPLE] = "simple", [DPM_NET_DAG] = "dag"};
 
+/* Progress within an epoch, on stderr: on a terminal one line redrawn at
+ * most every REDRAW_S, else a line every PROGRESS_EVERY_S. */
+#define REDRAW_S 0.2
+#define PROGRESS_EVERY_S 10.0
+typedef struct {
+  int tty;
+  double next; /* when to show again (monotonic seconds) */
+  int drawn;   /* a redrawn line is on the terminal */
+} progress;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void progress_show(progress *p, int64_t epoch, int64_t step, int64_t steps,
+                          double loss) {
+  double now = now_s();
+  if (now < p->next) return;
+  p->next = now + (p->tty ? REDRAW_S : PROGRESS_EVERY_S);
+  fprintf(stderr, "%sepoch %lld  step %lld/%lld  loss %.4f%s", p->tty ? "\r" : "",
+          (long long)epoch, (long long)step, (long long)steps, loss, p->tty ? "" : "\n");
+  fflush(stderr);
+  p->drawn = p->tty;
+}
+
+/* Wipes a redrawn line before the epoch's own line. */
+static void progress_end(progress *p) {
+  if (p->drawn) fputs("\r\033[K", stderr);
+  p->drawn = 0;
+  p->next = now_s() + (p->tty ? REDRAW_S : PROGRESS_EVERY_S);
+}
+
 /* Trains o->epochs epochs (or o->iters steps), printing per epoch unless
- * quiet (a shard other than 0); images are the job's, all shards'. */
+ * quiet (a shard other than 0); images are the job's, all shards'. An
+ * epoch that --iters cuts short is labelled with its steps. */
 static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
                         dpm_err *err) {
   int64_t per_epoch = dpm_trainer_steps_per_epoch(t);
@@ -300,6 +378,8 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   double *ms = malloc((size_t)(total ? total : 1) * sizeof *ms), acc = NAN, train_ms = 0;
   int64_t done = 0;
   dpm_status s = ms ? DPM_OK : dpm_errf(err, DPM_NOMEM, "out of memory");
+  progress pr = {.tty = isatty(STDERR_FILENO)};
+  pr.next = now_s() + (pr.tty ? REDRAW_S : PROGRESS_EVERY_S);
   for (int64_t e = 0; e < epochs && !s; e++) {
     int64_t steps = total - done < per_epoch ? total - done : per_epoch;
     double loss_sum = 0, epoch_ms = 0, eval_loss;
@@ -309,17 +389,27 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
       ms[done] = st.step_ms;
       epoch_ms += st.step_ms;
       loss_sum += st.loss;
+      if (!quiet) progress_show(&pr, e + 1, i + 1, steps, loss_sum / (double)(i + 1));
     }
+    if (!quiet) progress_end(&pr);
     if (s || ((s = dpm_trainer_eval(t, &eval_loss, &acc, err)) && s != DPM_STATE)) break;
     s = DPM_OK;
     train_ms += epoch_ms;
     double ips = steps * images / (epoch_ms / 1e3);
-    char a[32], l[32];
+    char a[32], l[32], part[64] = "";
     if (quiet) continue;
-    printf(o->json ? "{\"epoch\":%lld,\"loss\":%s,\"test_accuracy\":%s,\"images_per_s\":%.0f}\n"
-                   : "epoch %lld  loss %s  test accuracy %s  %.0f images/s\n",
-           (long long)e + 1, num(l, sizeof l, loss_sum / steps, 6, o->json),
-           num(a, sizeof a, acc, 4, o->json), ips);
+    if (steps < per_epoch)
+      snprintf(part, sizeof part, " (%lld of %lld steps)", (long long)steps,
+               (long long)per_epoch);
+    if (o->json)
+      printf("{\"epoch\":%lld,\"steps\":%lld,\"loss\":%s,\"test_accuracy\":%s,"
+             "\"images_per_s\":%.0f}\n",
+             (long long)e + 1, (long long)steps, num(l, sizeof l, loss_sum / steps, 6, 1),
+             num(a, sizeof a, acc, 4, 1), ips);
+    else
+      printf("epoch %lld%s  loss %s  test accuracy %s  %.0f images/s\n", (long long)e + 1,
+             part, num(l, sizeof l, loss_sum / steps, 6, 0), num(a, sizeof a, acc, 4, 0),
+             ips);
     fflush(stdout);
   }
   if (!s && !quiet) {
@@ -338,7 +428,7 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
 }
 
 int main(int argc, char **argv) {
-  options o = {.epochs = 1};
+  options o = {0};
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? 0 : rc;
   openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
@@ -350,8 +440,7 @@ int main(int argc, char **argv) {
     return usage("--devices takes cpu:0,cpu:1,... or cuda:0,cuda:1,... (one kind, each "
                  "once, from 0)");
   char cuda[640];
-  dpm_cuda_load(cuda, sizeof cuda);
-  fprintf(stderr, "dpm-train: %s\n", cuda);
+  dpm_cuda_load(cuda, sizeof cuda); /* its line: once the devices are known */
   for (int k = 0; o.net_type && k < 2; k++)
     if (!strcmp(o.net_type, net_types[k])) topt.net_type = k;
   if (o.net_type && topt.net_type < 0) return usage("--net-type is simple or dag");
@@ -367,6 +456,8 @@ int main(int argc, char **argv) {
       return usage(bad);
     }
   }
+  if (o.verbose || (!s && wants_cuda(&o, &topt, spec)))
+    fprintf(stderr, "dpm-train: %s\n", cuda);
   int shards = topt.fleet.num_shards > 1 ? topt.fleet.num_shards : 1;
   int lead = topt.fleet.shard_id == 0; /* shard 0 reads, writes and prints */
   if (!s) s = dpm_trainer_create(spec, &topt, &t, &err);

@@ -99,6 +99,17 @@ void dpm_client_close(dpm_client *c);
  * WatchInfo), for one model (name) or every model (NULL). */
 dpm_status dpm_events_open(const char *endpoint, const char *name, dpm_events **out,
                            dpm_err *err);
+/* The events of the daemon c talks to, through its request socket (the
+ * events command; WatchInfo.stream says the daemon serves it): the same
+ * transport and token as c's calls, so it works on every daemon, a tcp://
+ * one without an events socket included. It opens a connection of its own
+ * (c stays free for calls from another thread), asks where the stream
+ * stands (within DPM_LIVENESS_MS) and delivers the events after that, for
+ * one model (name) or every model (NULL). dpm_events_fd is -1 for it:
+ * dpm_events_next waits by asking the daemon (a long poll). Errors: those
+ * of a call; a refusal (bad token, no such model) with its status. */
+dpm_status dpm_events_open_stream(const dpm_client *c, const char *name, dpm_events **out,
+                                  dpm_err *err);
 /* Waits up to timeout_ms (< 0: forever) for the next event: DPM_TIMEOUT when
  * none came, or when a signal interrupted the wait (the caller looks at its
  * own flags). Publications that are not "MODEL\n" + an Event are skipped. */
@@ -106,7 +117,8 @@ dpm_status dpm_events_next(dpm_events *e, int timeout_ms, Dpm__Event **ev, dpm_e
 /* A descriptor that polls readable (POLLIN) while an event may be waiting
  * (nanomsg's NN_RCVFD), for a caller that waits on it together with its own
  * descriptors, then takes the events with dpm_events_next(e, 0, ...); the
- * caller only polls it. Owned by e; -1 when nanomsg has none. */
+ * caller only polls it. Owned by e; -1 when nanomsg has none, and for a
+ * stream (dpm_events_open_stream). */
 int dpm_events_fd(dpm_events *e);
 void dpm_event_free(Dpm__Event *ev);
 void dpm_events_close(dpm_events *e);

@@ -1,5 +1,6 @@
 # dpmd and dpm-train load the CUDA plugin at start; on a host without a
-# driver or GPU (this one, CI) each logs one line with the CUDA error, CPU
+# driver or GPU (this one, CI) each logs one line with the CUDA error (dpm-train
+# when asked for cuda devices, or with --verbose), CPU
 # devices work as before and cuda:0 is refused with that reason. With the
 # plugin missing (DPM_CUDA_LIB pointing nowhere) cuda:0 is refused as "no
 # plugin", and a CPU model still trains.
@@ -22,9 +23,12 @@ set -e
 [ "$rc" -eq 1 ] || die "dpm-train on cuda:0: exit $rc, want 1: $err"
 [ "$(echo "$err" | grep -c '^dpm-train: cuda: ')" -eq 1 ] || die "dpm-train's cuda line: $err"
 echo "$err" | grep -q "cuda:0.*$why" || die "dpm-train's refusal does not give the reason: $err"
-# ... and on cpu:0 it trains, with the same one line
+# ... and on cpu:0 it trains, the cuda line only with --verbose
 err=$(build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters 2 2>&1 >/dev/null) ||
   die "dpm-train on cpu:0 failed: $err"
+echo "$err" | grep -q "cuda" && die "a cuda line on cpu:0 without --verbose: $err"
+err=$(build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters 2 --verbose 2>&1 \
+  >/dev/null) || die "dpm-train on cpu:0 failed: $err"
 echo "$err" | grep -q "^dpm-train: cuda: .*$why" || die "dpm-train's cuda line: $err"
 # dpmd: the reason in its log, cuda:0 refused with it, cpu devices serve
 start_dpmd
@@ -38,7 +42,7 @@ expect "iter of the cpu model" "$(iter_of c)" 3
 stop_dpmd
 # without the plugin: "no plugin", and the cpu still trains
 err=$(DPM_CUDA_LIB=/nonexistent/libdpm_cuda.so build/dpm-train examples/fmnist_mlp.yaml \
-  --devices cpu:0 --iters 1 2>&1 >/dev/null) || die "dpm-train without the plugin: $err"
+  --devices cpu:0 --iters 1 --verbose 2>&1 >/dev/null) || die "dpm-train without the plugin: $err"
 echo "$err" | grep -q "^dpm-train: cuda: no plugin (DPM_CUDA_LIB=/nonexistent" ||
   die "missing plugin line: $err"
 exit 0

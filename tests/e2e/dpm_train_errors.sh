@@ -1,4 +1,7 @@
-# dpm-train: usage errors exit 2, a bad spec exits 1 naming file:line and op.
+# dpm-train: usage errors exit 2 naming what is wrong, a bad spec exits 1
+# naming file:line and op; --opt=value works; an epoch cut short by --iters
+# says so; progress during an epoch on a terminal; the CUDA plugin's line
+# only for cuda devices or --verbose.
 . tests/e2e_lib.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -23,4 +26,29 @@ YAML
 out=$(build/dpm-train "$dir/noeval.yaml" --iters 10 --json) || die "no-eval spec failed"
 echo "$out" | tail -1 | grep -q '"test_accuracy":null' || die "no-eval summary: $out"
 echo "$out" | grep -q nan && die "nan in JSON: $out"
+# usage errors name the argument; --epochs with --iters is refused
+msg=$(build/dpm-train examples/fmnist_mlp.yaml --iters 1 --bogus 2>&1); rc=$?
+[ $rc -eq 2 ] || die "unknown option: want exit 2, got $rc"
+echo "$msg" | grep -q "unexpected argument '--bogus'" || die "unknown option: $msg"
+msg=$(build/dpm-train examples/fmnist_mlp.yaml --iters 1 extra.yaml 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$msg" | grep -q "unexpected argument 'extra.yaml'" || die "second spec: $msg"
+msg=$(build/dpm-train examples/fmnist_mlp.yaml --iters 5 --epochs 1 2>&1); rc=$?
+[ $rc -eq 2 ] || die "--iters with --epochs: want exit 2, got $rc: $msg"
+echo "$msg" | grep -q "give --epochs N or --iters N, not both" || die "--iters with --epochs: $msg"
+msg=$(build/dpm-train examples/fmnist_mlp.yaml --iters=-3 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$msg" | grep -q -- "--iters takes a positive whole number, got '-3'" ||
+  die "--iters=-3: $msg"
+# --iters=N; 3 steps are not "epoch 1"; no cuda line on cpu devices
+out=$(build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters=3 2>"$dir/err") ||
+  die "--iters=3 failed: $(cat "$dir/err")"
+echo "$out" | grep -q "^epoch 1 (3 of 937 steps)  loss" || die "partial epoch: $out"
+grep -q "cuda" "$dir/err" && die "a cuda line on a cpu run: $(cat "$dir/err")"
+build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters 1 --verbose 2>&1 >/dev/null |
+  grep -q "^dpm-train: cuda: " || die "no cuda line with --verbose"
+out=$(build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters 3 --json)
+echo "$out" | head -1 | grep -q '^{"epoch":1,"steps":3,' || die "JSON partial epoch: $out"
+# progress within the epoch on a terminal (script gives it one)
+script -qec "build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters 400" \
+  /dev/null >"$dir/tty" 2>&1 || die "dpm-train on a terminal: $(cat "$dir/tty")"
+grep -aq "epoch 1  step [0-9]*/400  loss" "$dir/tty" || die "no progress: $(cat -v "$dir/tty")"
 exit 0

@@ -24,6 +24,12 @@ echo "$s" | grep -q "\"devices\":\[\"$K:0\",\"$K:1\"\]" || die "submit: $s"
 s=$(ctl train m1 --iters 30 --wait)
 expect "iter after train --wait" "$(json_field "$s" iter)" 30
 expect "state after train --wait" "$(json_str "$s" state)" ready
+# list: a header line over aligned columns (--json is unchanged)
+l=$(build/dpmctl list)
+echo "$l" | head -1 | grep -q "^NAME  *STATE  *ITER  *LOSS  *ACC  *IMG/S  *NOTE$" ||
+  die "list header: $l"
+echo "$l" | sed -n 2p | grep -q "^m1  *ready  *30/30  *[0-9.]*  *[0-9.]*  *[0-9]*$" ||
+  die "list row: $l"
 
 # training threads (the model's, its crew worker and reader) yield to the
 # loop thread, which keeps its priority

@@ -102,7 +102,7 @@ expect "shard 1 endpoint" "$(json_str "$(shard_of "$s" 1)" endpoint)" "$EB"
 expect "B's own iter" "$(json_field "$(at "$EB" status m)" iter)" 20
 l=$(at "$EA" list)
 [ -n "$(shard_of "$l" 1)" ] || die "list shows no shards: $l"
-build/dpmctl --token-file "$TOK" --endpoint "$EA" list | grep -q "^m  ready  iter 20/20 .* shards 2$" ||
+build/dpmctl --token-file "$TOK" --endpoint "$EA" list | grep -q "^m  *ready  *20/20  .*  shards 2$" ||
   die "human list: $(build/dpmctl --token-file "$TOK" --endpoint "$EA" list)"
 
 # ---- the same spec on 1 shard x 2 devices -----------------------------------------------

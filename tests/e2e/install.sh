@@ -27,7 +27,7 @@ done
 [ -f "$dir/usr/include/dpm/proto/dpm.pb-c.h" ] || die "missing usr/include/dpm/proto/dpm.pb-c.h"
 unit=$dir/lib/systemd/system/dpmd.service
 [ -f "$unit" ] || die "missing lib/systemd/system/dpmd.service"
-grep -qx 'ExecStart=/usr/bin/dpmd --config /etc/dpmd/dpmd.yaml --foreground' "$unit" ||
+grep -qx 'ExecStart=/usr/bin/dpmd --config /etc/dpmd/dpmd.yaml' "$unit" ||
   die "ExecStart: $(grep ExecStart "$unit")"
 grep -q '@BINDIR@' "$unit" && die "@BINDIR@ left in the installed unit"
 cmp -s systemd/dpmd.yaml "$dir/etc/dpmd/dpmd.yaml" || die "etc/dpmd/dpmd.yaml differs"
@@ -114,6 +114,22 @@ flags="$(pc --cflags --libs dpmclient) $(pc --static --cflags --libs dpmpredict)
 case " $flags " in *" -I$dir/usr/include "*) ;; *) die "no -I$dir/usr/include: $flags" ;; esac
 case " $flags " in *" -L$lib "*) ;; *) die "no -L$lib: $flags" ;; esac
 case $flags in *"$(pwd)"*) die "the flags point into the source tree: $flags" ;; esac
+
+# --static lists what the archives need; -lNAME alone links the shared
+# library even so (the README says to write -l:libNAME.a, as build does)
+case " $(pc --static --libs dpmpredict) " in
+*" -lopenblas "*" -lm "*) ;;
+*) die "pkg-config --static --libs dpmpredict: $(pc --static --libs dpmpredict)" ;;
+esac
+grep -q "pkg-config --static --libs dpmpredict | sed 's/-ldpmpredict/-l:libdpmpredict.a/'" \
+  README.md || die "the README does not give the static link line build uses"
+(
+  cd "$dir" && printf '#include <dpm/predictor.h>\nint main(void) { return dpm_strerror(DPM_OK) == 0; }\n' >s.c &&
+    # shellcheck disable=SC2046
+    ${CC:-cc} -o s s.c $(pc --cflags dpmpredict) $(pc --static --libs dpmpredict)
+) >/dev/null 2>&1 || die "linking with pkg-config --static --libs dpmpredict failed"
+readelf -d "$dir/s" | grep -q "libdpmpredict.so" ||
+  die "-ldpmpredict with --static linked the archive: the README's -l: advice is stale"
 
 src=$(pwd)/tests/install
 mkdir "$dir/b"

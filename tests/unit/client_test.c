@@ -975,3 +975,98 @@ TEST(client_events_filter_and_skip_garbage) {
   CHECK_INT(st, DPM_OK);
   CHECK(good);
 }
+
+/* A scripted dpmd for the events stream: where the stream stands (5), then
+ * a batch with a garbage entry and mlp's event (next 7), then empty
+ * batches (a long poll that timed out); pings answered. */
+typedef struct {
+  int sock;
+  atomic_int stop;
+  int asks;          /* events requests */
+  int first_after;   /* the first had no `after` */
+  uint64_t after[2]; /* the second's and third's */
+  int named;         /* each named mlp */
+} stream_script;
+
+static void *serve_stream(void *arg) {
+  stream_script *sc = arg;
+  while (!atomic_load(&sc->stop)) {
+    raw_req r;
+    if (raw_recv(sc->sock, 50, &r)) continue;
+    if (r.rq->command_case == DPM__REQUEST__COMMAND_PING) {
+      raw_reply_ping(sc->sock, &r, r.rq->id, 0);
+    } else if (r.rq->command_case == DPM__REQUEST__COMMAND_EVENTS) {
+      const Dpm__EventsRequest *er = r.rq->events;
+      int k = sc->asks++;
+      if (k == 0) sc->first_after = er->has_after;
+      if (k == 1 || k == 2) sc->after[k - 1] = er->after;
+      sc->named += er->name && !strcmp(er->name, "mlp");
+      Dpm__ModelInfo m = DPM__MODEL_INFO__INIT;
+      m.name = "mlp";
+      m.state = "training";
+      m.has_iter = 1;
+      m.iter = 7;
+      Dpm__Event e = DPM__EVENT__INIT;
+      e.kind = DPM__EVENT_KIND__EVENT_PROGRESS;
+      e.model = &m;
+      uint8_t packed[128], garbage[3] = {0xff, 0xff, 0xff};
+      ProtobufCBinaryData ev[2] = {{sizeof garbage, garbage},
+                                   {dpm__event__pack(&e, packed), packed}};
+      Dpm__EventBatch b = DPM__EVENT_BATCH__INIT;
+      b.next = k == 0 ? 5 : 7;
+      if (k == 1) {
+        b.n_event = 2;
+        b.event = ev;
+      }
+      Dpm__Response resp = DPM__RESPONSE__INIT;
+      resp.has_id = 1;
+      resp.id = r.rq->id;
+      resp.result_case = DPM__RESPONSE__RESULT_EVENTS;
+      resp.events = &b;
+      raw_reply(sc->sock, &r, &resp);
+    }
+    dpm__request__free_unpacked(r.rq, NULL);
+  }
+  return NULL;
+}
+
+/* dpm_events_open_stream: events through the request socket (a daemon
+ * without an events socket), from where the stream stood at opening, an
+ * entry that does not unpack skipped, the next request after the last
+ * number seen, and no event within the timeout is DPM_TIMEOUT. */
+TEST(client_events_stream) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://dpm-stream-%d", (int)getpid());
+  stream_script sc = {.sock = raw_server(ep)};
+  CHECK(sc.sock >= 0);
+  pthread_t th;
+  CHECK_INT(pthread_create(&th, NULL, serve_stream, &sc), 0);
+  dpm_client *c = NULL;
+  dpm_events *ev = NULL;
+  dpm_err err = {0};
+  Dpm__Event *e = NULL;
+  dpm_status open = dpm_client_open(ep, 5000, &c, &err), got = DPM_INTERNAL, idle = 0;
+  if (!open) open = dpm_events_open_stream(c, "mlp", &ev, &err);
+  int fd = ev ? dpm_events_fd(ev) : 0;
+  if (!open) got = dpm_events_next(ev, 2000, &e, &err);
+  int good = got == DPM_OK && e && !strcmp(e->model->name, "mlp") && e->model->iter == 7;
+  dpm_event_free(e);
+  e = NULL;
+  if (!open) idle = dpm_events_next(ev, 100, &e, &err);
+  dpm_events_close(ev);
+  dpm_client_close(c);
+  atomic_store(&sc.stop, 1);
+  pthread_join(th, NULL);
+  nn_close(sc.sock);
+  CHECK_INT(open, DPM_OK);
+  CHECK_INT(fd, -1);
+  CHECK_INT(got, DPM_OK);
+  CHECK(good);
+  CHECK_INT(idle, DPM_TIMEOUT);
+  CHECK(e == NULL);
+  CHECK(sc.asks >= 3);
+  CHECK_INT(sc.first_after, 0);
+  CHECK_INT((int)sc.after[0], 5);
+  CHECK_INT((int)sc.after[1], 7);
+  CHECK_INT(sc.named, sc.asks);
+}

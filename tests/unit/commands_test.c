@@ -29,7 +29,7 @@ TEST(commands_every_request_has_a_row) {
         ok = 0;
   }
   CHECK(ok);
-  CHECK_INT(commands, 22);
+  CHECK_INT(commands, 23);
   CHECK(!strcmp(dpmd_command_name(0), "unknown"));
   CHECK(!strcmp(dpmd_command_name(DPM__REQUEST__COMMAND_GET_BLOB), "get-blob"));
   CHECK(!strcmp(dpmd_command_name(DPM__REQUEST__COMMAND_VERSION_INFO), "version"));
@@ -253,7 +253,7 @@ TEST(commands_dispatch_refuses_in_order) {
     Dpm__Request watch = DPM__REQUEST__INIT;
     watch.command_case = DPM__REQUEST__COMMAND_WATCH;
     watch.watch = &all;
-    got[4] = handle(&d, r, &watch, DPM_UNSUPPORTED);
+    got[4] = handle(&d, r, &watch, DPM_OK);
     Dpm__SubmitRequest sr;
     Dpm__ModelSpec spec = spec_named(".hidden");
     Dpm__Request sub = submit(&sr, &spec, NULL, NULL, 0);
@@ -270,6 +270,14 @@ TEST(commands_dispatch_refuses_in_order) {
     eval.eval = &one;
     got[9] = handle(&d, r, &eval, DPM_NOT_FOUND);
     got[10] = dpmd_requests(&d, DPM__REQUEST__COMMAND_SUBMIT, DPM_INVALID);
+    Dpm__EventsRequest er = DPM__EVENTS_REQUEST__INIT;
+    er.name = "m";
+    Dpm__Request events = DPM__REQUEST__INIT;
+    events.command_case = DPM__REQUEST__COMMAND_EVENTS;
+    events.events = &er;
+    got[11] = handle(&d, r, &events, DPM_NOT_FOUND);
+    er.name = NULL;
+    got[12] = handle(&d, r, &events, DPM_UNSUPPORTED);
     dpmd_core_close(&d);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
@@ -283,11 +291,13 @@ TEST(commands_dispatch_refuses_in_order) {
   CHECK_INT(got[1], 1);  /* train: no model, before its iters */
   CHECK_INT(got[2], 1);  /* status of every model: an empty list */
   CHECK_INT(got[3], 1);  /* status of a model that is not there */
-  CHECK_INT(got[4], 1);  /* watch: no events socket */
+  CHECK_INT(got[4], 1);  /* watch: no events socket, the stream still */
   CHECK_INT(got[5], 1);  /* submit: the name's check */
   CHECK_INT(got[6], 1);  /* submit while stopping */
   CHECK_INT(got[7], 1);  /* train while stopping, before its model */
   CHECK_INT(got[8], 2);  /* status still answers */
   CHECK_INT(got[9], 1);  /* eval is not mutating: its model is looked for */
   CHECK_INT(got[10], 1); /* the stopped submit was not checked */
+  CHECK_INT(got[11], 1); /* events of a model that is not there */
+  CHECK_INT(got[12], 1); /* events without a stream (no loop handles here) */
 }

@@ -69,7 +69,7 @@ TEST(config_defaults) {
     CHECK_INT(parse(blank[i], &cfg, &err), DPM_OK);
     CHECK_INT(cfg.n_listen, 1);
     CHECK(STREQ(cfg.listen[0], "ipc:///run/dpmd/dpmd.sock"));
-    CHECK(STREQ(cfg.events, "ipc:///run/dpmd/events.sock"));
+    CHECK(STREQ(cfg.events, "ipc:///run/dpmd/dpmd.events.sock"));
     CHECK_INT(cfg.events_set, 0);
     CHECK(STREQ(cfg.state_dir, "/var/lib/dpmd"));
     CHECK(cfg.cpu_devices >= 1 && cfg.cpu_devices <= 1024); /* the cores we may use */
@@ -175,12 +175,12 @@ TEST(config_full_file) {
   dpmd_config_fini(&cfg);
   CHECK_INT(parse("listen: [ipc:///x/y/a.sock]\ndevices: {cpu: auto}\n", &cfg, &err),
             DPM_OK);
-  CHECK(STREQ(cfg.events, "ipc:///x/y/events.sock"));
+  CHECK(STREQ(cfg.events, "ipc:///x/y/a.events.sock"));
   CHECK_INT(cfg.cuda, 1);
   CHECK(cfg.cpu_devices >= 1);
   dpmd_config_fini(&cfg);
   CHECK_INT(parse("listen: [ipc://rel.sock]\n", &cfg, &err), DPM_OK);
-  CHECK(STREQ(cfg.events, "ipc://events.sock"));
+  CHECK(STREQ(cfg.events, "ipc://rel.events.sock"));
   dpmd_config_fini(&cfg);
   CHECK_INT(parse("listen: tcp://localhost:7000\n", &cfg, &err), DPM_OK);
   CHECK(cfg.events == NULL); /* no ipc:// listen address: no events by default */
@@ -361,7 +361,7 @@ TEST(config_flags_override) {
   CHECK_INT(cfg.n_listen, 2); /* the file's list replaced, then appended to */
   CHECK(STREQ(cfg.listen[0], "ipc:///run/b/y.sock"));
   CHECK(STREQ(cfg.listen[1], "tcp://[::1]:9"));
-  CHECK(STREQ(cfg.events, "ipc:///run/b/events.sock")); /* follows the new listen */
+  CHECK(STREQ(cfg.events, "ipc:///run/b/y.events.sock")); /* follows the new listen */
   CHECK(STREQ(cfg.state_dir, "/var/s"));
   CHECK_INT(cfg.cpu_devices, 5);
   CHECK_INT(cfg.log_level, DPMD_LOG_DEBUG);
@@ -453,9 +453,34 @@ TEST(config_nonloopback_tcp_needs_token) {
   CHECK_INT(dpmd_config_finish(&cfg, &err), DPM_INVALID);
   CHECK_MSG(err, "listen tcp://0.0.0.0:7000 is not loopback: set auth_token_file");
   dpmd_config_fini(&cfg);
-  CHECK_INT(parse("listen: ipc:///r/events.sock\n", &cfg, &err), DPM_OK);
+  CHECK_INT(parse("listen: [ipc:///r/a.sock, ipc:///r/a.events.sock]\n", &cfg, &err),
+            DPM_OK);
   CHECK_INT(dpmd_config_finish(&cfg, &err), DPM_INVALID);
-  CHECK_MSG(err, "events ipc:///r/events.sock is also a listen address");
+  CHECK_MSG(err, "events ipc:///r/a.events.sock is also a listen address");
+  dpmd_config_fini(&cfg);
+  /* two daemons in one folder: events sockets of their own */
+  CHECK_INT(parse("listen: ipc:///r/one.sock\n", &cfg, &err), DPM_OK);
+  CHECK(STREQ(cfg.events, "ipc:///r/one.events.sock"));
+  dpmd_config_fini(&cfg);
+  CHECK_INT(parse("listen: ipc:///r/two\n", &cfg, &err), DPM_OK);
+  CHECK(STREQ(cfg.events, "ipc:///r/two.events.sock"));
+  dpmd_config_fini(&cfg);
+}
+
+/* --allow-path adds to the file's allowed_paths (repeatable), checked as
+ * the file's entries are. */
+TEST(config_allow_path_flag) {
+  dpmd_config cfg;
+  dpm_err err = {0};
+  CHECK_INT(parse("allowed_paths: [/a]\n", &cfg, &err), DPM_OK);
+  char *av[] = {"--allow-path", "/b", "--allow-path=/c"};
+  CHECK_INT(dpmd_config_flags(&cfg, 3, av, &err), DPM_OK);
+  CHECK_INT(cfg.n_allowed_paths, 3);
+  CHECK(STREQ(cfg.allowed_paths[0], "/a") && STREQ(cfg.allowed_paths[1], "/b") &&
+        STREQ(cfg.allowed_paths[2], "/c"));
+  char *bad[] = {"--allow-path", "rel/dir"};
+  CHECK_INT(dpmd_config_flags(&cfg, 2, bad, &err), DPM_INVALID);
+  CHECK_MSG(err, "--allow-path must be an absolute path, got 'rel/dir'");
   dpmd_config_fini(&cfg);
 }
 

@@ -11,7 +11,7 @@
 #include "backend/cuda/plugin.h"
 
 __attribute__((visibility("default"))) int dpm_cuda_probe(char *why, size_t n) {
-  int count = 0; /* cudaGetDeviceCount leaves it untouched on failure (DEPS.md) */
+  int count = 0; /* cudaGetDeviceCount leaves it untouched on failure */
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     snprintf(why, n, "no usable CUDA driver or device: %s (%s)", cudaGetErrorString(e),

@@ -1,6 +1,6 @@
 /* The fenced backend (test builds, devices fenced:N): the CPU kernels over
  * device memory that host code cannot touch, so a CPU-only assumption fails
- * a test on the CPU, long before a GPU sees it (STYLE.md: KASAN for the
+ * a test on the CPU, long before a GPU sees it (like KASAN, for the
  * rule that only backends and kernels touch device bytes).
  *
  * The kernels are the cpu backend's, looked up by op id and each wrapped
