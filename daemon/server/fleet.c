@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/escape.h"
 #include "common/validate.h"
@@ -15,6 +14,7 @@
 #include "server/kvpeer.h"
 #include "server/log.h"
 #include "server/peer.h"
+#include "server/secret.h"
 
 #define DEFAULT_TIMEOUT_MS 60000 /* a Rendezvous message's default timeout_ms */
 
@@ -22,6 +22,9 @@ struct dpmd_fleet_link {
   int shard_id, num_shards;           /* fixed once made */
   char formation[DPMD_FORMATION_MAX]; /* fixed once made */
   char *coordinator;                  /* shard 0's endpoint; fixed once made */
+  /* the job's secret (drawn by the coordinator, handed over in the join);
+     fixed once made, never shown */
+  uint8_t secret[DPMD_JOB_SECRET_BYTES];
   /* model thread only */
   int formation_open;  /* coordinator: the formation is open in the daemon's store */
   int joined;          /* coordinator: shards 1 .. joined accepted their join */
@@ -75,10 +78,13 @@ dpm_status dpmd_fleet_coordinate(Dpm__ModelSpec *spec, dpmd_fleet_link **out,
     dpm__rendezvous__init(p->rendezvous);
   }
   uint64_t r;
-  if (getrandom(&r, sizeof r, 0) != sizeof r)
-    return dpm_errf(err, DPM_IO, "no randomness for the formation's name");
+  if (dpmd_secret_draw(&r, sizeof r, "the formation's name", err)) return err->code;
   dpmd_fleet_link *l = new_link(0, (int)p->n_shards, p->shards[0]);
   if (!l) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (dpmd_secret_draw(l->secret, sizeof l->secret, "the job's secret", err)) {
+    dpmd_fleet_link_free(l);
+    return err->code;
+  }
   /* the name is 1..64 bytes (checked before): it fits */
   snprintf(l->formation, sizeof l->formation, "%s/%016" PRIx64, spec->name, r);
   *out = l;
@@ -102,6 +108,9 @@ dpm_status dpmd_fleet_check_join(const Dpm__JoinRequest *j, dpm_err *err) {
   if (f == 0 || f >= DPMD_FORMATION_MAX)
     return dpm_errf(err, DPM_INVALID, "join: a formation is named by 1 to %d bytes",
                     DPMD_FORMATION_MAX - 1);
+  if (!j->has_job_secret || j->job_secret.len != DPMD_JOB_SECRET_BYTES)
+    return dpm_errf(err, DPM_INVALID, "join: the job's secret must be %d bytes",
+                    DPMD_JOB_SECRET_BYTES);
   return DPM_OK;
 }
 
@@ -110,11 +119,13 @@ dpm_status dpmd_fleet_join(const Dpm__JoinRequest *j, dpmd_fleet_link **out,
   *out = new_link((int)j->shard_id, (int)j->num_shards, j->coordinator);
   if (!*out) return dpm_errf(err, DPM_NOMEM, "out of memory");
   memcpy((*out)->formation, j->formation, strlen(j->formation) + 1); /* checked */
+  memcpy((*out)->secret, j->job_secret.data, sizeof(*out)->secret);  /* checked */
   return DPM_OK;
 }
 
 void dpmd_fleet_link_free(dpmd_fleet_link *l) {
   if (!l) return;
+  explicit_bzero(l->secret, sizeof l->secret);
   dpmd_kvpeer_close(l->remote);
   free(l->coordinator);
   free(l);
@@ -125,6 +136,20 @@ int dpmd_fleet_num_shards(const dpmd_fleet_link *l) { return l->num_shards; }
 const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l) { return l->coordinator; }
 const char *dpmd_fleet_formation(const dpmd_fleet_link *l) { return l->formation; }
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l) { return l->shard_id == 0; }
+
+int dpmd_fleet_from_coordinator(const dpmd_fleet_link *l, const Dpm__Request *rq) {
+  if (!rq->forwarded || !rq->has_job_secret) return 0;
+  return dpmd_secret_equal(l->secret, sizeof l->secret, rq->job_secret.data,
+                           rq->job_secret.len);
+}
+
+/* rq, sent by the coordinator to another shard, carries the job's secret
+ * (points into l: l must outlive the call). */
+static void sign(const dpmd_fleet_link *l, Dpm__Request *rq) {
+  rq->has_job_secret = 1;
+  rq->job_secret.data = (uint8_t *)l->secret;
+  rq->job_secret.len = sizeof l->secret;
+}
 
 void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *msg,
                             char *out, size_t cap) {
@@ -151,9 +176,9 @@ void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *ms
              spec->parallel->shards[1 - self]);
 }
 
-dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards, int new_shards,
-                                    int allow, uint32_t *device_batch, int *changed,
-                                    dpm_err *err) {
+dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards,
+                                    int new_shards, int allow, uint32_t *device_batch,
+                                    int *changed, dpm_err *err) {
   if (batch < 1 || devices < 1 || shards < 1 || new_shards < 1)
     return dpm_errf(err, DPM_INVALID, "elastic batch: nothing to divide");
   uint64_t global = (uint64_t)batch * (uint64_t)devices * (uint64_t)shards;
@@ -211,6 +236,9 @@ static dpm_status join_shard(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *
   j.num_shards = (uint32_t)l->num_shards;
   j.formation = l->formation;
   j.coordinator = l->coordinator;
+  j.has_job_secret = 1;
+  j.job_secret.data = l->secret;
+  j.job_secret.len = sizeof l->secret;
   Dpm__Request rq = DPM__REQUEST__INIT;
   rq.command_case = DPM__REQUEST__COMMAND_JOIN;
   rq.join = &j;
@@ -328,6 +356,7 @@ dpm_status dpmd_fleet_train(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelS
     Dpm__Request rq = DPM__REQUEST__INIT;
     rq.command_case = DPM__REQUEST__COMMAND_TRAIN;
     rq.train = &tr;
+    sign(l, &rq);
     Dpm__Response *r;
     if (dpmd_peer_call_once(d, spec->parallel->shards[i], &rq, DPMD_PEER_TIMEOUT_MS, &r,
                             err)) {
@@ -397,8 +426,12 @@ dpm_status dpmd_fleet_forward_begin(dpmd *d, const dpmd_fleet_link *l,
   }
   for (int i = 0; i < n; i++) {
     fleet_call *c = &fc->calls[i];
-    *c = (fleet_call){.d = d, .endpoint = spec->parallel->shards[i + 1], .rq = *rq,
-                      .ms = timeout_of(spec) + DPMD_PEER_TIMEOUT_MS, .shard = i + 1};
+    *c = (fleet_call){.d = d,
+                      .endpoint = spec->parallel->shards[i + 1],
+                      .rq = *rq,
+                      .ms = timeout_of(spec) + DPMD_PEER_TIMEOUT_MS,
+                      .shard = i + 1};
+    sign(l, &c->rq);
     c->started = !pthread_create(&c->thread, NULL, call_main, c);
     if (!c->started) c->status = dpm_errf(&c->err, DPM_NOMEM, "cannot start a thread");
     fc->n = i + 1;

@@ -31,6 +31,19 @@
  * when the coordinator takes the submit), so no key of an earlier
  * formation of the job is ever read by a later one.
  *
+ * The job's secret: with each formation's name the coordinator draws
+ * DPMD_JOB_SECRET_BYTES random bytes (getrandom) and hands them to every
+ * shard in its join. The commands it forwards to a shard (train, load,
+ * sync) carry them, and a shard accepts the commands only its coordinator
+ * may send (commands.c, FROM_COORDINATOR) only with them
+ * (dpmd_fleet_from_coordinator, a constant-time comparison): `forwarded`
+ * alone is a flag any client with the token can set. The secret lives in
+ * the links only: no reply, log line, event or file shows it (spec.pb
+ * holds the spec, not the join). A restart needs none kept: a restarted
+ * shard drops its part of the job, and a restarted coordinator re-forms it
+ * under a new link, deleting the old shards (delete is not a
+ * coordinator-only command) and joining them again with a new secret.
+ *
  * The whole job: train at the coordinator is forwarded to every other
  * shard (dpmd_fleet_train: each must stand at the coordinator's iteration),
  * delete at the coordinator deletes every shard and drops the formation
@@ -92,6 +105,10 @@ const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l); /* shard 0's endpo
 const char *dpmd_fleet_formation(const dpmd_fleet_link *l);
 /* Whether this shard writes periodic and shutdown checkpoints (shard 0). */
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l);
+#define DPMD_JOB_SECRET_BYTES 32
+/* Whether rq came from the job's coordinator: forwarded, with the job's
+ * secret (compared in constant time). */
+int dpmd_fleet_from_coordinator(const dpmd_fleet_link *l, const Dpm__Request *rq);
 
 /* Any thread. msg (a collective's error on shard self: its processes are
  * the job's shards, "process K" is shard K) into out (cap bytes,
@@ -111,9 +128,9 @@ void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *ms
  * resume --allow-batch-change), the per-device batch stays (*device_batch
  * = batch) and the global batch becomes batch x devices x new_shards
  * (*changed 1); without, DPM_INVALID saying both. Pure. */
-dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards, int new_shards,
-                                    int allow, uint32_t *device_batch, int *changed,
-                                    dpm_err *err);
+dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards,
+                                    int new_shards, int allow, uint32_t *device_batch,
+                                    int *changed, dpm_err *err);
 
 /* Model thread, coordinator: forms the job (see Forming). On failure
  * nothing of the formation is left (no formation, no joined shard). */

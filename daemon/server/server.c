@@ -34,6 +34,7 @@
 #include "server/notify.h"
 #include "server/registry.h"
 #include "server/request.h"
+#include "server/secret.h"
 #include "server/store.h"
 
 typedef struct server {
@@ -88,11 +89,7 @@ static void on_signal(uv_signal_t *sig, int signum) {
 /* ---- receiving ------------------------------------------------------------- */
 
 static int token_ok(const char *want, const char *got) {
-  size_t n = strlen(want), m = got ? strlen(got) : 0;
-  unsigned char diff = (unsigned char)(n != m);
-  for (size_t i = 0; i < n; i++) /* constant time in the token's length */
-    diff |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
-  return diff == 0;
+  return dpmd_secret_equal(want, strlen(want), got, got ? strlen(got) : 0);
 }
 
 static void on_request(server *s, const uint8_t *body, size_t len, void *header) {
