@@ -229,7 +229,8 @@ static const char *cfg_set(dpmd_config *cfg, const cfg_key *k, const char *s, in
   case CK_EVERY: {
     size_t n = strspn(s, "0123456789");
     int secs = n && s[n] == 's' && !s[n + 1];
-    if (!n || n > 9 || (s[n] && !secs)) return "must be iterations (1000) or seconds (600s)";
+    if (!n || n > 9 || (s[n] && !secs))
+      return "must be iterations (1000) or seconds (600s)";
     uint64_t v = strtoull(s, NULL, 10);
     *FIELD(cfg, k->off, uint64_t) = secs ? 0 : v;
     *FIELD(cfg, k->aux, uint64_t) = secs ? v : 0;
@@ -521,23 +522,38 @@ dpm_status dpmd_config_flags(dpmd_config *cfg, int argc, char **argv, dpm_err *e
 
 /* ---- final checks and the token -------------------------------------------- */
 
-/* True for tcp://HOST:PORT whose HOST is a loopback address or name. */
-static int tcp_is_loopback(const char *ep) {
+/* The address a tcp://HOST:PORT listen address binds, when nanomsg can
+ * bind it: HOST is an IPv4 address, an IPv6 one in brackets, or "*" (every
+ * interface). nanomsg (1.1) resolves neither host names nor interface
+ * names when it binds ("No such device"), so those are refused up front.
+ * Returns 4 or 6 with the address in *a4 or *a6, '*' for "*", 0 otherwise. */
+static int tcp_bind_host(const char *ep, struct in_addr *a4, struct in6_addr *a6) {
   const char *h = ep + 6, *end = strrchr(h, ':');
   if (!end) return 0;
-  const char *semi = memchr(h, ';', (size_t)(end - h));
-  if (semi) h = semi + 1; /* nanomsg's "tcp://IFACE;HOST:PORT": the host */
   size_t n = (size_t)(end - h);
-  if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
-  char host[256];
+  int v6 = n >= 2 && h[0] == '[' && h[n - 1] == ']';
+  if (v6) h++, n -= 2;
+  char host[64];
   if (n == 0 || n >= sizeof host) return 0;
   memcpy(host, h, n);
   host[n] = '\0';
-  if (strcmp(host, "lo") == 0) return 1;
+  if (!v6 && strcmp(host, "*") == 0) return '*';
+  if (!v6 && inet_pton(AF_INET, host, a4) == 1) return 4;
+  return v6 && inet_pton(AF_INET6, host, a6) == 1 ? 6 : 0;
+}
+
+/* True for a bindable tcp://HOST:PORT whose HOST is a loopback address. */
+static int tcp_is_loopback(const char *ep) {
   struct in_addr a4;
   struct in6_addr a6;
-  if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+  switch (tcp_bind_host(ep, &a4, &a6)) {
+  case 4:
+    return (ntohl(a4.s_addr) >> 24) == 127;
+  case 6:
+    return IN6_IS_ADDR_LOOPBACK(&a6);
+  default:
+    return 0;
+  }
 }
 
 static dpm_status cfg_read_token(dpmd_config *cfg, dpm_err *err) {
@@ -607,10 +623,12 @@ dpm_status dpmd_config_finish(dpmd_config *cfg, dpm_err *err) {
     const char *l = cfg->listen[i];
     if (cfg->events && strcmp(cfg->events, l) == 0)
       return dpm_errf(err, DPM_INVALID, "events %s is also a listen address", l);
-    if (strncmp(l, "tcp://", 6) == 0 && strstr(l, "localhost"))
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strncmp(l, "tcp://", 6) == 0 && !tcp_bind_host(l, &a4, &a6))
       return dpm_errf(err, DPM_INVALID,
-                      "listen %s: dpmd binds addresses or interface names, not host names "
-                      "(use 127.0.0.1, [::1] or lo)",
+                      "listen %s: dpmd binds IP addresses, not host names or interface "
+                      "names (use 127.0.0.1, [::1], 0.0.0.0 or *)",
                       l);
     if (strncmp(l, "tcp://", 6) == 0 && !cfg->auth_token_file && !tcp_is_loopback(l))
       return dpm_errf(err, DPM_INVALID, "listen %s is not loopback: set auth_token_file",
