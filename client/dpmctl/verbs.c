@@ -563,9 +563,11 @@ const ctl_verb ctl_verbs[] = {
              "images/s, step time and memory, in Prometheus' text format.",
      .example = "dpmctl metrics"},
     {"shutdown", "shutdown", 0, 0, 0, 0, cmd_shutdown, 1, 1,
-     .summary = "stop the daemon (checkpointing training models)",
-     .text = "Asks the daemon to finish the steps in flight, checkpoint its models and "
-             "exit, as SIGTERM does.",
+     .summary = "stop the daemon (checkpointing models with progress)",
+     .text = "Asks the daemon to finish the steps in flight, checkpoint every model "
+             "with progress since its last checkpoint (training, ready or paused) and "
+             "exit, as SIGTERM does; it exits non-zero naming a model it could not "
+             "save.",
      .example = "dpmctl shutdown"},
     {"help", "help [COMMAND]", 0, 1, 0, 0, cmd_help, 0, 0,
      .summary = "the commands, or one command in full",

@@ -26,8 +26,9 @@ enum {
   ON_MODEL = 2,    /* runs on the model's thread (a job) */
   MUTATING = 4,    /* refused once the daemon is stopping */
   /* On a model that is one shard of a job over several daemons (fleet.h): */
-  FROM_COORDINATOR = 8, /* refused at shards but 0 unless shard 0 sent it (forwarded):
-                           the coordinator acts on the whole job */
+  FROM_COORDINATOR = 8, /* refused at shards but 0 unless shard 0 sent it (forwarded
+                           with the job's secret, fleet.h): the coordinator acts on
+                           the whole job */
 };
 
 /* What a loop handler works with. */
@@ -511,11 +512,16 @@ static dpm_status fleet_check(const command *c, const Dpm__Request *rq, dpmd_mod
   const dpmd_fleet_link *l = m ? dpmd_model_fleet(m) : NULL;
   if (!l || dpmd_fleet_num_shards(l) < 2) return DPM_OK;
   int id = dpmd_fleet_shard_id(l), n = dpmd_fleet_num_shards(l);
-  if ((c->flags & FROM_COORDINATOR) && id != 0 && !rq->forwarded)
-    return dpm_errf(err, DPM_STATE,
-                    "%s is shard %d of %d of a job coordinated by %s: send %s there",
+  if (!(c->flags & FROM_COORDINATOR) || id == 0 || dpmd_fleet_from_coordinator(l, rq))
+    return DPM_OK;
+  if (rq->forwarded) /* not by its coordinator: a client set the flag */
+    return dpm_errf(err, DPM_DENIED,
+                    "%s is shard %d of %d of a job coordinated by %s: a forwarded %s "
+                    "without the job's secret is refused",
                     dpmd_model_name(m), id, n, dpmd_fleet_coordinator(l), c->name);
-  return DPM_OK;
+  return dpm_errf(err, DPM_STATE,
+                  "%s is shard %d of %d of a job coordinated by %s: send %s there",
+                  dpmd_model_name(m), id, n, dpmd_fleet_coordinator(l), c->name);
 }
 
 void dpmd_handle(dpmd *d, dpmd_registry *models, Dpm__Request *rq, dpmd_reply_to *to) {

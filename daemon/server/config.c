@@ -77,7 +77,7 @@ static const cfg_key top_keys[] = {
     {.key = "devices", .kind = CK_MAP, .sub = device_keys, .help = "devices served: cpu, cuda, fenced"},
     {.key = "max_models", .kind = CK_INT, .off = OFF(max_models), .lo = 1, .hi = 100000, .help = "most models held at once (default 16)"},
     {.key = "checkpoint_retention", .kind = CK_INT, .off = OFF(checkpoint_retention), .lo = 0, .hi = 1000000, .help = "checkpoints kept per model, oldest removed first; 0 keeps all (default 3)"},
-    {.key = "checkpoint_on_shutdown", .kind = CK_BOOL, .off = OFF(checkpoint_on_shutdown), .help = "checkpoint training models on SIGTERM before exiting (default true)"},
+    {.key = "checkpoint_on_shutdown", .kind = CK_BOOL, .off = OFF(checkpoint_on_shutdown), .help = "at SIGTERM or shutdown, checkpoint every model with progress since its last checkpoint, training or not, and exit non-zero naming any that failed (default true)"},
     {.key = "allowed_paths", .flag = "--allow-path", .kind = CK_ABSPATHS, .off = OFF(allowed_paths), .aux = AUX(n_allowed_paths), .nullable = 1, .arg = "DIR", .help = "directories besides state_dir where clients may have checkpoints and predictors written or read (--allow-path: one more, repeatable)"},
     {.key = "data_paths", .kind = CK_ABSPATHS, .off = OFF(data_paths), .aux = AUX(n_data_paths), .nullable = 1, .help = "directories a spec's data files may be read from, besides state_dir and allowed_paths (default /usr/share/datasets)"},
     {.key = "checkpoint_every", .kind = CK_EVERY, .off = OFF(checkpoint_every_iters), .aux = AUX(checkpoint_every_s), .help = "periodic checkpoints: every N iterations, or Ns seconds; 0 never (default 600s)"},
@@ -552,23 +552,38 @@ dpm_status dpmd_config_flags(dpmd_config *cfg, int argc, char **argv, dpm_err *e
 
 /* ---- final checks and the token -------------------------------------------- */
 
-/* True for tcp://HOST:PORT whose HOST is a loopback address or name. */
-static int tcp_is_loopback(const char *ep) {
+/* The address a tcp://HOST:PORT listen address binds, when nanomsg can
+ * bind it: HOST is an IPv4 address, an IPv6 one in brackets, or "*" (every
+ * interface). nanomsg (1.1) resolves neither host names nor interface
+ * names when it binds ("No such device"), so those are refused up front.
+ * Returns 4 or 6 with the address in *a4 or *a6, '*' for "*", 0 otherwise. */
+static int tcp_bind_host(const char *ep, struct in_addr *a4, struct in6_addr *a6) {
   const char *h = ep + 6, *end = strrchr(h, ':');
   if (!end) return 0;
-  const char *semi = memchr(h, ';', (size_t)(end - h));
-  if (semi) h = semi + 1; /* nanomsg's "tcp://IFACE;HOST:PORT": the host */
   size_t n = (size_t)(end - h);
-  if (n >= 2 && h[0] == '[' && h[n - 1] == ']') h++, n -= 2;
-  char host[256];
+  int v6 = n >= 2 && h[0] == '[' && h[n - 1] == ']';
+  if (v6) h++, n -= 2;
+  char host[64];
   if (n == 0 || n >= sizeof host) return 0;
   memcpy(host, h, n);
   host[n] = '\0';
-  if (strcmp(host, "lo") == 0) return 1;
+  if (!v6 && strcmp(host, "*") == 0) return '*';
+  if (!v6 && inet_pton(AF_INET, host, a4) == 1) return 4;
+  return v6 && inet_pton(AF_INET6, host, a6) == 1 ? 6 : 0;
+}
+
+/* True for a bindable tcp://HOST:PORT whose HOST is a loopback address. */
+static int tcp_is_loopback(const char *ep) {
   struct in_addr a4;
   struct in6_addr a6;
-  if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
-  return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+  switch (tcp_bind_host(ep, &a4, &a6)) {
+  case 4:
+    return (ntohl(a4.s_addr) >> 24) == 127;
+  case 6:
+    return IN6_IS_ADDR_LOOPBACK(&a6);
+  default:
+    return 0;
+  }
 }
 
 static dpm_status cfg_read_token(dpmd_config *cfg, dpm_err *err) {
@@ -638,12 +653,13 @@ dpm_status dpmd_config_finish(dpmd_config *cfg, dpm_err *err) {
     const char *l = cfg->listen[i];
     if (cfg->events && strcmp(cfg->events, l) == 0)
       return dpm_errf(err, DPM_INVALID, "events %s is also a listen address", l);
-    if (strncmp(l, "tcp://", 6) == 0 && strstr(l, "localhost"))
-      return dpm_errf(
-          err, DPM_INVALID,
-          "listen %s: dpmd binds addresses or interface names, not host names "
-          "(use 127.0.0.1, [::1] or lo)",
-          l);
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strncmp(l, "tcp://", 6) == 0 && !tcp_bind_host(l, &a4, &a6))
+      return dpm_errf(err, DPM_INVALID,
+                      "listen %s: dpmd binds IP addresses, not host names or interface "
+                      "names (use 127.0.0.1, [::1], 0.0.0.0 or *)",
+                      l);
     if (strncmp(l, "tcp://", 6) == 0 && !cfg->auth_token_file && !tcp_is_loopback(l))
       return dpm_errf(err, DPM_INVALID, "listen %s is not loopback: set auth_token_file",
                       l);

@@ -40,11 +40,14 @@ struct dpmd_core {
   void *hook_arg;
   pthread_mutex_t mu;     /* guards out, out_tail */
   outmsg *out, *out_tail; /* queued for the loop */
-  int shutdown_failed;    /* atomic: a model could not save itself at shutdown */
+  /* guarded by mu: the models that could not save themselves at shutdown,
+     ", "-separated (cut short when too many to name) */
+  char shutdown_failed[DPMD_SHUTDOWN_FAILED_MAX];
   /* loop thread only */
   int stopping; /* shutdown begun: new mutating commands are refused */
   uint64_t requests[DPMD_MAX_COMMAND][DPM_STATUS_COUNT];
   uint64_t dropped;
+  dpmd_ratelimit dropped_log; /* "reply dropped" lines */
 };
 
 double dpmd_now(void) {
@@ -87,12 +90,21 @@ uint64_t dpmd_requests(const dpmd *d, int command, dpm_status s) {
 uint64_t dpmd_dropped(const dpmd *d) { return d->core->dropped; }
 void dpmd_count_dropped(dpmd *d) { d->core->dropped++; }
 
-void dpmd_shutdown_failed(dpmd *d) {
-  __atomic_store_n(&d->core->shutdown_failed, 1, __ATOMIC_RELAXED);
+void dpmd_shutdown_failed(dpmd *d, const char *model) {
+  dpmd_core *c = d->core;
+  pthread_mutex_lock(&c->mu);
+  size_t used = strlen(c->shutdown_failed), cap = sizeof c->shutdown_failed;
+  int n =
+      snprintf(c->shutdown_failed + used, cap - used, "%s%s", used ? ", " : "", model);
+  if (n < 0 || (size_t)n >= cap - used) /* cut: say so */
+    memcpy(c->shutdown_failed + cap - 4, "...", 4);
+  pthread_mutex_unlock(&c->mu);
 }
 
-int dpmd_core_shutdown_failed(const dpmd *d) {
-  return __atomic_load_n(&d->core->shutdown_failed, __ATOMIC_RELAXED);
+void dpmd_core_shutdown_failed(dpmd *d, char *out, size_t cap) {
+  pthread_mutex_lock(&d->core->mu);
+  snprintf(out, cap, "%s", d->core->shutdown_failed);
+  pthread_mutex_unlock(&d->core->mu);
 }
 
 /* ---- sending (loop thread) ------------------------------------------------- */
@@ -112,7 +124,7 @@ static void send_reply(dpmd_core *c, outmsg *o) {
                         .msg_control = &o->header,
                         .msg_controllen = NN_MSG};
   if (nn_sendmsg(c->rep, &h, NN_DONTWAIT) < 0) {
-    dpmd_warn("reply dropped: %s", nn_strerror(nn_errno()));
+    dpmd_warn_limited(&c->dropped_log, "reply dropped: %s", nn_strerror(nn_errno()));
     nn_freemsg(o->header);
   }
 }
@@ -250,6 +262,7 @@ dpm_status dpmd_core_start(dpmd *d, uv_loop_t *loop, int rep, int pub,
   c->pub = pub;
   c->hook = hook;
   c->hook_arg = hook_arg;
+  c->dropped_log = (dpmd_ratelimit)DPMD_RATELIMIT_INIT;
   pthread_mutex_init(&c->mu, NULL);
   int rc = uv_async_init(loop, &c->wake, on_wake);
   if (rc) {

@@ -58,7 +58,7 @@ typedef struct dpmd {
 typedef struct dpmd_reply_to {
   void *header;
   uint64_t id;
-  int command; /* the request's command (its oneof case: metrics); 0 if unknown */
+  int command;    /* the request's command (its oneof case: metrics); 0 if unknown */
   double arrived; /* dpmd_mono_ms when the loop read it (a model's phases) */
 } dpmd_reply_to;
 
@@ -73,10 +73,12 @@ void dpmd_reply_error(dpmd *d, dpmd_reply_to *to, dpm_status code, const char *f
 /* Publish ev for model `name` ("NAME\n" + Event): on the events socket
  * when there is one, and on the events stream (stream.h). */
 void dpmd_publish(dpmd *d, const char *name, Dpm__Event *ev);
-/* A model could not checkpoint at shutdown: dpmd will exit non-zero. */
-void dpmd_shutdown_failed(dpmd *d);
-double dpmd_now(void);     /* CLOCK_REALTIME seconds */
-double dpmd_mono_ms(void); /* CLOCK_MONOTONIC milliseconds */
+/* Model `model` could not checkpoint at shutdown: dpmd will exit non-zero
+ * naming it. Any thread. */
+void dpmd_shutdown_failed(dpmd *d, const char *model);
+#define DPMD_SHUTDOWN_FAILED_MAX 1024 /* bytes of their names kept */
+double dpmd_now(void);                /* CLOCK_REALTIME seconds */
+double dpmd_mono_ms(void);            /* CLOCK_MONOTONIC milliseconds */
 
 /* A model thread has ended (deleted, failed to build, shut down): on the
  * loop thread, the loop's exit hook (dpmd_core_start) joins and frees it,
@@ -117,7 +119,9 @@ dpm_status dpmd_core_start(dpmd *d, struct uv_loop_s *loop, int rep, int pub,
  * dropped by dpmd_core_free, which runs once uv_run has returned. */
 void dpmd_core_close(dpmd *d);
 void dpmd_core_free(dpmd *d);
-/* Whether a model could not save itself at shutdown (dpmd_shutdown_failed). */
-int dpmd_core_shutdown_failed(const dpmd *d);
+/* The models that could not save themselves at shutdown
+ * (dpmd_shutdown_failed), ", "-separated, into out (cap bytes); "" when
+ * none. */
+void dpmd_core_shutdown_failed(dpmd *d, char *out, size_t cap);
 
 #endif

@@ -63,23 +63,26 @@ int main(int argc, char **argv) {
     return err.code == DPM_IO ? 1 : 2;
   }
   dpmd_log_init(cfg.log_level);
-  umask(0007); /* sockets and files: owner and group only */
+  umask(0007);                 /* sockets and files: owner and group only */
   openblas_set_num_threads(1); /* each device worker calls BLAS on its own */
   dpmd_paths *paths = NULL;
   dpmd_devices *devices = NULL;
-  int rc = 1, lock = -1, shutdown_failed = 0;
-  if (dpmd_store_init(cfg.state_dir, &err) || dpmd_store_lock(cfg.state_dir, &lock, &err) ||
+  int rc = 1, lock = -1;
+  char failed[DPMD_SHUTDOWN_FAILED_MAX] = "";
+  if (dpmd_store_init(cfg.state_dir, &err) ||
+      dpmd_store_lock(cfg.state_dir, &lock, &err) ||
       dpmd_paths_create(&cfg, &paths, &err) ||
-      dpmd_devices_create(cfg.cpu_devices, cfg.cuda, cfg.fenced_devices, &devices, &err)) {
+      dpmd_devices_create(cfg.cpu_devices, cfg.cuda, cfg.fenced_devices, &devices,
+                          &err)) {
     dpmd_error("%s", err.msg);
   } else {
     dpmd_info("dpmd %s: %d cpu device(s), state in %s", DPMD_VERSION, cfg.cpu_devices,
               cfg.state_dir);
     dpmd_info("%s", dpmd_devices_cuda(devices));
-    if (dpmd_serve(&cfg, devices, paths, &shutdown_failed, &err))
+    if (dpmd_serve(&cfg, devices, paths, failed, sizeof failed, &err))
       dpmd_error("%s", err.msg);
-    else if (shutdown_failed)
-      dpmd_error("stopped, but a model could not be checkpointed (see above)");
+    else if (failed[0])
+      dpmd_error("stopped, but not every model was saved (see above): %s", failed);
     else
       rc = 0;
   }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "common/escape.h"
 #include "common/validate.h"
@@ -15,6 +14,7 @@
 #include "server/kvpeer.h"
 #include "server/log.h"
 #include "server/peer.h"
+#include "server/secret.h"
 
 #define DEFAULT_TIMEOUT_MS 60000 /* a Rendezvous message's default timeout_ms */
 
@@ -22,9 +22,12 @@ struct dpmd_fleet_link {
   int shard_id, num_shards;           /* fixed once made */
   char formation[DPMD_FORMATION_MAX]; /* fixed once made */
   char *coordinator;                  /* shard 0's endpoint; fixed once made */
+  /* the job's secret (drawn by the coordinator, handed over in the join);
+     fixed once made, never shown */
+  uint8_t secret[DPMD_JOB_SECRET_BYTES];
   /* model thread only */
-  int formation_open;  /* coordinator: the formation is open in the daemon's store */
-  int joined;          /* coordinator: shards 1 .. joined accepted their join */
+  int formation_open; /* coordinator: the formation is open in the daemon's store */
+  unsigned char joined[DPM_SPEC_MAX_SHARDS]; /* coordinator: [i] shard i accepted */
   dpmd_kv_local local; /* coordinator, store "daemon": the store in process */
   dpmd_kvpeer *remote; /* other shards, store "daemon": the store over RPC */
 };
@@ -75,10 +78,13 @@ dpm_status dpmd_fleet_coordinate(Dpm__ModelSpec *spec, dpmd_fleet_link **out,
     dpm__rendezvous__init(p->rendezvous);
   }
   uint64_t r;
-  if (getrandom(&r, sizeof r, 0) != sizeof r)
-    return dpm_errf(err, DPM_IO, "no randomness for the formation's name");
+  if (dpmd_secret_draw(&r, sizeof r, "the formation's name", err)) return err->code;
   dpmd_fleet_link *l = new_link(0, (int)p->n_shards, p->shards[0]);
   if (!l) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (dpmd_secret_draw(l->secret, sizeof l->secret, "the job's secret", err)) {
+    dpmd_fleet_link_free(l);
+    return err->code;
+  }
   /* the name is 1..64 bytes (checked before): it fits */
   snprintf(l->formation, sizeof l->formation, "%s/%016" PRIx64, spec->name, r);
   *out = l;
@@ -102,6 +108,9 @@ dpm_status dpmd_fleet_check_join(const Dpm__JoinRequest *j, dpm_err *err) {
   if (f == 0 || f >= DPMD_FORMATION_MAX)
     return dpm_errf(err, DPM_INVALID, "join: a formation is named by 1 to %d bytes",
                     DPMD_FORMATION_MAX - 1);
+  if (!j->has_job_secret || j->job_secret.len != DPMD_JOB_SECRET_BYTES)
+    return dpm_errf(err, DPM_INVALID, "join: the job's secret must be %d bytes",
+                    DPMD_JOB_SECRET_BYTES);
   return DPM_OK;
 }
 
@@ -110,11 +119,13 @@ dpm_status dpmd_fleet_join(const Dpm__JoinRequest *j, dpmd_fleet_link **out,
   *out = new_link((int)j->shard_id, (int)j->num_shards, j->coordinator);
   if (!*out) return dpm_errf(err, DPM_NOMEM, "out of memory");
   memcpy((*out)->formation, j->formation, strlen(j->formation) + 1); /* checked */
+  memcpy((*out)->secret, j->job_secret.data, sizeof(*out)->secret);  /* checked */
   return DPM_OK;
 }
 
 void dpmd_fleet_link_free(dpmd_fleet_link *l) {
   if (!l) return;
+  explicit_bzero(l->secret, sizeof l->secret);
   dpmd_kvpeer_close(l->remote);
   free(l->coordinator);
   free(l);
@@ -125,6 +136,12 @@ int dpmd_fleet_num_shards(const dpmd_fleet_link *l) { return l->num_shards; }
 const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l) { return l->coordinator; }
 const char *dpmd_fleet_formation(const dpmd_fleet_link *l) { return l->formation; }
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l) { return l->shard_id == 0; }
+
+int dpmd_fleet_from_coordinator(const dpmd_fleet_link *l, const Dpm__Request *rq) {
+  if (!rq->forwarded || !rq->has_job_secret) return 0;
+  return dpmd_secret_equal(l->secret, sizeof l->secret, rq->job_secret.data,
+                           rq->job_secret.len);
+}
 
 void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *msg,
                             char *out, size_t cap) {
@@ -151,9 +168,9 @@ void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *ms
              spec->parallel->shards[1 - self]);
 }
 
-dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards, int new_shards,
-                                    int allow, uint32_t *device_batch, int *changed,
-                                    dpm_err *err) {
+dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards,
+                                    int new_shards, int allow, uint32_t *device_batch,
+                                    int *changed, dpm_err *err) {
   if (batch < 1 || devices < 1 || shards < 1 || new_shards < 1)
     return dpm_errf(err, DPM_INVALID, "elastic batch: nothing to divide");
   uint64_t global = (uint64_t)batch * (uint64_t)devices * (uint64_t)shards;
@@ -175,10 +192,103 @@ dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards, int
   return DPM_OK;
 }
 
+/* ---- calls to the other shards, all at once ------------------------------------ */
+
+/* Every call to the other shards of a job runs on a thread of its own, so
+ * that a job waits for its slowest shard, not for the sum of them, and
+ * each waits at most its bound (the job's timeout). */
+typedef struct fleet_call {
+  dpmd *d;
+  const char *endpoint;  /* the spec's */
+  Dpm__Request rq;       /* a shallow copy: the peer call sets its header fields */
+  Dpm__JoinRequest join; /* a join's own copy, with this shard's id */
+  int ms, shard, started;
+  pthread_t thread;
+  dpm_status status;
+  dpm_err err;
+} fleet_call;
+
+struct dpmd_fleet_calls {
+  int n;
+  fleet_call *calls; /* [n]: shards 1 .. n; one not called has status DPM_OK and
+                        shard 0 */
+};
+
+static void *call_main(void *arg) {
+  fleet_call *c = arg;
+  Dpm__Response *r;
+  c->status = dpmd_peer_call_once(c->d, c->endpoint, &c->rq, c->ms, &r, &c->err);
+  if (!c->status) dpm__response__free_unpacked(r, NULL);
+  return NULL;
+}
+
+/* Sends rq to every other shard (only: those whose [i] is set; NULL: all),
+ * each waiting up to ms; a join gets the shard's id. DPM_NOMEM (nothing
+ * started). */
+static dpm_status calls_begin(dpmd *d, const dpmd_fleet_link *l,
+                              const Dpm__ModelSpec *spec, const Dpm__Request *rq, int ms,
+                              const unsigned char *only, dpmd_fleet_calls **out,
+                              dpm_err *err) {
+  dpmd_fleet_calls *fc = calloc(1, sizeof *fc);
+  int n = l->num_shards - 1;
+  if (!fc || (n > 0 && !(fc->calls = calloc((size_t)n, sizeof *fc->calls)))) {
+    free(fc);
+    return dpm_errf(err, DPM_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    fleet_call *c = &fc->calls[i];
+    fc->n = i + 1;
+    if (only && !only[i + 1]) continue;
+    *c = (fleet_call){.d = d,
+                      .endpoint = spec->parallel->shards[i + 1],
+                      .rq = *rq,
+                      .ms = ms,
+                      .shard = i + 1};
+    if (rq->command_case == DPM__REQUEST__COMMAND_JOIN) {
+      c->join = *rq->join;
+      c->join.shard_id = (uint32_t)(i + 1);
+      c->rq.join = &c->join;
+    }
+    c->started = !pthread_create(&c->thread, NULL, call_main, c);
+    if (!c->started) c->status = dpm_errf(&c->err, DPM_NOMEM, "cannot start a thread");
+  }
+  *out = fc;
+  return DPM_OK;
+}
+
+/* Waits for every call begun; the results stay in fc. */
+static void calls_wait(dpmd_fleet_calls *fc) {
+  for (int i = 0; i < fc->n; i++)
+    if (fc->calls[i].started)
+      pthread_join(fc->calls[i].thread, NULL), fc->calls[i].started = 0;
+}
+
+static void calls_free(dpmd_fleet_calls *fc) {
+  if (!fc) return;
+  calls_wait(fc);
+  free(fc->calls);
+  free(fc);
+}
+
+/* The first shard (in shard order) whose call failed, or NULL. */
+static const fleet_call *first_failed(const dpmd_fleet_calls *fc) {
+  for (int i = 0; i < fc->n; i++)
+    if (fc->calls[i].status) return &fc->calls[i];
+  return NULL;
+}
+
+/* rq, sent by the coordinator to another shard, carries the job's secret
+ * (points into l: l must outlive the call). */
+static void sign(const dpmd_fleet_link *l, Dpm__Request *rq) {
+  rq->has_job_secret = 1;
+  rq->job_secret.data = (uint8_t *)l->secret;
+  rq->job_secret.len = sizeof l->secret;
+}
+
 /* ---- forming ----------------------------------------------------------------- */
 
 /* shards[0] must reach this daemon (fleet.h, "Rule for shards[0]"). */
-static dpm_status check_self(dpmd *d, const char *ep, dpm_err *err) {
+static dpm_status check_self(dpmd *d, const char *ep, int ms, dpm_err *err) {
   for (int i = 0; i < d->cfg->n_listen; i++)
     if (!strcmp(d->cfg->listen[i], ep)) return DPM_OK;
   Dpm__Empty empty = DPM__EMPTY__INIT;
@@ -186,7 +296,7 @@ static dpm_status check_self(dpmd *d, const char *ep, dpm_err *err) {
   rq.command_case = DPM__REQUEST__COMMAND_PING;
   rq.ping = &empty;
   Dpm__Response *r;
-  if (dpmd_peer_call_once(d, ep, &rq, DPMD_PEER_TIMEOUT_MS, &r, err))
+  if (dpmd_peer_call_once(d, ep, &rq, ms, &r, err))
     return dpm_err_prefix(err, "parallel.shards[0] must be the daemon that takes the "
                                "submit, which is not one of its listen addresses: ");
   uint64_t inst =
@@ -203,38 +313,65 @@ static dpm_status check_self(dpmd *d, const char *ep, dpm_err *err) {
   return DPM_OK;
 }
 
-static dpm_status join_shard(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
-                             int i, dpm_err *err) {
+/* Asks every other shard to join, all at once; those that accept are
+ * marked in l->joined. The first refusal (in shard order), named. */
+static dpm_status join_all(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
+                           dpm_err *err) {
   Dpm__JoinRequest j = DPM__JOIN_REQUEST__INIT;
   j.spec = (Dpm__ModelSpec *)spec; /* only packed */
-  j.shard_id = (uint32_t)i;
   j.num_shards = (uint32_t)l->num_shards;
   j.formation = l->formation;
   j.coordinator = l->coordinator;
+  j.has_job_secret = 1;
+  j.job_secret.data = l->secret;
+  j.job_secret.len = sizeof l->secret;
   Dpm__Request rq = DPM__REQUEST__INIT;
   rq.command_case = DPM__REQUEST__COMMAND_JOIN;
   rq.join = &j;
-  Dpm__Response *r;
-  if (dpmd_peer_call_once(d, spec->parallel->shards[i], &rq, DPMD_PEER_TIMEOUT_MS, &r,
-                          err))
-    return dpm_err_prefix(err, "shard %d did not join: ", i);
-  dpm__response__free_unpacked(r, NULL);
-  return DPM_OK;
+  dpmd_fleet_calls *fc;
+  if (calls_begin(d, l, spec, &rq, timeout_of(spec), NULL, &fc, err)) return err->code;
+  calls_wait(fc);
+  for (int i = 0; i < fc->n; i++) l->joined[i + 1] = !fc->calls[i].status;
+  const fleet_call *bad = first_failed(fc);
+  dpm_status s = DPM_OK;
+  if (bad) {
+    *err = bad->err;
+    s = dpm_err_prefix(err, "shard %d did not join: ", bad->shard);
+  }
+  calls_free(fc);
+  return s;
 }
 
-/* Deletes the job on shard i; a shard without it counts as done. */
-static dpm_status delete_shard(dpmd *d, const Dpm__ModelSpec *spec, int i, dpm_err *err) {
+/* Deletes the job on every other shard (only: those set; NULL: all), all
+ * at once, each within the job's timeout (a shard answers a delete once
+ * its step in flight ends, which a collective's timeout bounds); a shard
+ * without the job counts as done. The errors name each shard that failed;
+ * the first one's status. */
+static dpm_status delete_all(dpmd *d, const dpmd_fleet_link *l,
+                             const Dpm__ModelSpec *spec, const unsigned char *only,
+                             dpm_err *err) {
   Dpm__NameRequest nr = DPM__NAME_REQUEST__INIT;
   nr.name = spec->name;
   Dpm__Request rq = DPM__REQUEST__INIT;
   rq.command_case = DPM__REQUEST__COMMAND_DELETE;
   rq.delete_ = &nr;
-  Dpm__Response *r;
-  /* the shard may finish a step first, or wait in a collective until the timeout */
-  int ms = timeout_of(spec) + DPMD_PEER_TIMEOUT_MS;
-  dpm_status s = dpmd_peer_call_once(d, spec->parallel->shards[i], &rq, ms, &r, err);
-  if (!s) dpm__response__free_unpacked(r, NULL);
-  return s == DPM_NOT_FOUND ? DPM_OK : s;
+  dpmd_fleet_calls *fc;
+  if (calls_begin(d, l, spec, &rq, timeout_of(spec), only, &fc, err)) return err->code;
+  calls_wait(fc);
+  char msg[sizeof err->msg] = "";
+  size_t used = 0;
+  dpm_status first = DPM_OK;
+  for (int i = 0; i < fc->n; i++) {
+    const fleet_call *c = &fc->calls[i];
+    if (!c->status || c->status == DPM_NOT_FOUND) continue;
+    if (!first) first = c->status;
+    int w = snprintf(msg + used, sizeof msg - used, "%sshard %d: %s", used ? "; " : "",
+                     c->shard, c->err.msg);
+    if (w > 0) used = (size_t)w >= sizeof msg - used ? sizeof msg - 1 : used + (size_t)w;
+  }
+  calls_free(fc);
+  if (first) return dpm_errf(err, first, "%s", msg);
+  return DPM_OK;
 }
 
 static void drop_formation(dpmd *d, dpmd_fleet_link *l) {
@@ -255,7 +392,7 @@ void dpmd_fleet_report(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *
   rq.kv_fail = &f;
   Dpm__Response *r;
   dpm_err e = {0};
-  if (dpmd_peer_call_once(d, l->coordinator, &rq, DPMD_PEER_TIMEOUT_MS, &r, &e))
+  if (dpmd_peer_call_once(d, l->coordinator, &rq, timeout_of(spec), &r, &e))
     dpmd_warn("model %s: could not tell the coordinator this shard failed: %s",
               spec->name, e.msg);
   else
@@ -264,31 +401,28 @@ void dpmd_fleet_report(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *
 
 void dpmd_fleet_abort(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec) {
   drop_formation(d, l); /* first: the shards' waits at the store end at once */
-  for (int i = 1; i <= l->joined; i++) {
-    dpm_err e = {0};
-    if (delete_shard(d, spec, i, &e))
-      dpmd_warn("model %s: shard %d not deleted after the job failed to form: %s",
-                spec->name, i, e.msg);
-  }
-  l->joined = 0;
+  int any = 0;
+  for (int i = 1; i < l->num_shards; i++) any |= l->joined[i];
+  dpm_err e = {0};
+  if (any && delete_all(d, l, spec, l->joined, &e))
+    dpmd_warn("model %s: not deleted on every shard after the job failed to form: %s",
+              spec->name, e.msg);
+  memset(l->joined, 0, sizeof l->joined);
 }
 
 dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
                            dpm_err *err) {
-  dpm_status s = check_self(d, spec->parallel->shards[0], err);
+  dpm_status s = check_self(d, spec->parallel->shards[0], timeout_of(spec), err);
   if (!s && daemon_store(spec)) {
     s = dpmd_kv_open(d->kv, l->formation, err);
     l->formation_open = !s;
   }
-  for (int i = 1; !s && i < l->num_shards; i++) {
-    s = join_shard(d, l, spec, i, err);
-    if (!s) l->joined = i;
-  }
+  if (!s && l->num_shards > 1) s = join_all(d, l, spec, err);
   if (s)
     dpmd_fleet_abort(d, l, spec);
   else
     dpmd_info("model %s: formation %s, %d shard(s) joined", spec->name, l->formation,
-              l->joined);
+              l->num_shards - 1);
   return s;
 }
 
@@ -304,7 +438,8 @@ dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
     dpmd_kv_local_init(&l->local, d->kv, l->formation);
     r.kv = &l->local.store;
   } else {
-    if (!l->remote && dpmd_kvpeer_open(d, l->coordinator, l->formation, &l->remote, err))
+    if (!l->remote && dpmd_kvpeer_open(d, l->coordinator, l->formation, timeout_of(spec),
+                                       &l->remote, err))
       return err->code;
     r.kv = dpmd_kvpeer_store(l->remote);
   }
@@ -319,106 +454,61 @@ dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
 
 dpm_status dpmd_fleet_train(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
                             uint64_t iters, uint64_t from_iter, dpm_err *err) {
-  for (int i = 1; i < l->num_shards; i++) {
-    Dpm__TrainRequest tr = DPM__TRAIN_REQUEST__INIT;
-    tr.name = spec->name;
-    tr.iters = iters;
-    tr.has_from_iter = 1;
-    tr.from_iter = from_iter;
-    Dpm__Request rq = DPM__REQUEST__INIT;
-    rq.command_case = DPM__REQUEST__COMMAND_TRAIN;
-    rq.train = &tr;
-    Dpm__Response *r;
-    if (dpmd_peer_call_once(d, spec->parallel->shards[i], &rq, DPMD_PEER_TIMEOUT_MS, &r,
-                            err)) {
-      if (i > 1)
-        return dpm_err_prefix(err,
-                              "shard %d did not start (shards 1..%d did, and will fail "
-                              "their first step at the timeout): ",
-                              i, i - 1);
-      return dpm_err_prefix(err, "shard %d did not start: ", i);
-    }
-    dpm__response__free_unpacked(r, NULL);
+  Dpm__TrainRequest tr = DPM__TRAIN_REQUEST__INIT;
+  tr.name = spec->name;
+  tr.iters = iters;
+  tr.has_from_iter = 1;
+  tr.from_iter = from_iter;
+  Dpm__Request rq = DPM__REQUEST__INIT;
+  rq.command_case = DPM__REQUEST__COMMAND_TRAIN;
+  rq.train = &tr;
+  sign(l, &rq);
+  dpmd_fleet_calls *fc;
+  if (calls_begin(d, l, spec, &rq, timeout_of(spec), NULL, &fc, err)) return err->code;
+  calls_wait(fc);
+  const fleet_call *bad = first_failed(fc);
+  int started = 0;
+  for (int i = 0; i < fc->n; i++) started += !fc->calls[i].status;
+  dpm_status s = DPM_OK;
+  if (bad) {
+    *err = bad->err;
+    if (started)
+      s = dpm_err_prefix(err,
+                         "shard %d did not start (%d other shard(s) did, and will fail "
+                         "their first step at the timeout): ",
+                         bad->shard, started);
+    else
+      s = dpm_err_prefix(err, "shard %d did not start: ", bad->shard);
   }
-  return DPM_OK;
+  calls_free(fc);
+  return s;
 }
 
 dpm_status dpmd_fleet_delete(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
                              dpm_err *err) {
   drop_formation(d, l);
-  char msg[sizeof err->msg] = "";
-  size_t used = 0;
-  dpm_status first = DPM_OK;
-  for (int i = 1; i < l->num_shards; i++) {
-    dpm_err e = {0};
-    if (!delete_shard(d, spec, i, &e)) continue;
-    if (!first) first = e.code;
-    int n = snprintf(msg + used, sizeof msg - used, "%sshard %d: %s", used ? "; " : "", i,
-                     e.msg);
-    if (n > 0) used = (size_t)n >= sizeof msg - used ? sizeof msg - 1 : used + (size_t)n;
-  }
-  if (first) return dpm_errf(err, first, "%s", msg);
-  return DPM_OK;
+  return l->num_shards > 1 ? delete_all(d, l, spec, NULL, err) : DPM_OK;
 }
 
 /* ---- collectives forwarded ------------------------------------------------------ */
 
-typedef struct fleet_call {
-  dpmd *d;
-  const char *endpoint; /* the spec's */
-  Dpm__Request rq;      /* a shallow copy: the peer call sets its header fields */
-  int ms, shard, started;
-  pthread_t thread;
-  dpm_status status;
-  dpm_err err;
-} fleet_call;
-
-struct dpmd_fleet_calls {
-  int n;
-  fleet_call *calls; /* [n]: shards 1 .. n */
-};
-
-static void *call_main(void *arg) {
-  fleet_call *c = arg;
-  Dpm__Response *r;
-  c->status = dpmd_peer_call_once(c->d, c->endpoint, &c->rq, c->ms, &r, &c->err);
-  if (!c->status) dpm__response__free_unpacked(r, NULL);
-  return NULL;
-}
-
 dpm_status dpmd_fleet_forward_begin(dpmd *d, const dpmd_fleet_link *l,
                                     const Dpm__ModelSpec *spec, const Dpm__Request *rq,
                                     dpmd_fleet_calls **out, dpm_err *err) {
-  dpmd_fleet_calls *fc = calloc(1, sizeof *fc);
-  int n = l->num_shards - 1;
-  if (!fc || (n > 0 && !(fc->calls = calloc((size_t)n, sizeof *fc->calls)))) {
-    free(fc);
-    return dpm_errf(err, DPM_NOMEM, "out of memory");
-  }
-  for (int i = 0; i < n; i++) {
-    fleet_call *c = &fc->calls[i];
-    *c = (fleet_call){.d = d, .endpoint = spec->parallel->shards[i + 1], .rq = *rq,
-                      .ms = timeout_of(spec) + DPMD_PEER_TIMEOUT_MS, .shard = i + 1};
-    c->started = !pthread_create(&c->thread, NULL, call_main, c);
-    if (!c->started) c->status = dpm_errf(&c->err, DPM_NOMEM, "cannot start a thread");
-    fc->n = i + 1;
-  }
-  *out = fc;
-  return DPM_OK;
+  Dpm__Request signed_rq = *rq;
+  sign(l, &signed_rq);
+  return calls_begin(d, l, spec, &signed_rq,
+                     DPMD_FLEET_FORWARD_TIMEOUTS * timeout_of(spec), NULL, out, err);
 }
 
 dpm_status dpmd_fleet_forward_end(dpmd_fleet_calls *fc, dpm_err *err) {
-  dpm_status first = DPM_OK;
-  for (int i = 0; i < fc->n; i++) {
-    fleet_call *c = &fc->calls[i];
-    if (c->started) pthread_join(c->thread, NULL);
-    if (c->status && !first) {
-      first = c->status;
-      *err = c->err;
-      dpm_err_prefix(err, "shard %d: ", c->shard);
-    }
+  calls_wait(fc);
+  const fleet_call *bad = first_failed(fc);
+  dpm_status s = DPM_OK;
+  if (bad) {
+    *err = bad->err;
+    s = dpm_err_prefix(err, "shard %d: ", bad->shard);
   }
-  free(fc->calls);
-  free(fc);
-  return first;
+  calls_free(fc);
+  return s;
 }

@@ -13,10 +13,10 @@
  *
  * Forming (dpmd_fleet_form, on the coordinator's model thread, before its
  * trainer is built): the check above; the formation opened in this
- * daemon's store (store "daemon"); then, in shard order, every other daemon
- * is asked to join (a JoinRequest: the spec as the coordinator took it,
+ * daemon's store (store "daemon"); then every other daemon is asked to
+ * join, all at once (a JoinRequest: the spec as the coordinator took it,
  * the shard's id, the number of shards, the formation, the coordinator's
- * endpoint). A daemon accepts a join once it has checked the spec and
+ * endpoint, the job's secret). A daemon accepts a join once it has checked the spec and
  * started building its shard (commands.c, "join"); the shards' trainers
  * then meet at the rendezvous, the coordinator's in process
  * (dpmd_kv_local), the others' over RPC (server/kvpeer.h) or through the
@@ -30,6 +30,19 @@
  * Each formation is named afresh ("NAME/" and 16 random hex digits, drawn
  * when the coordinator takes the submit), so no key of an earlier
  * formation of the job is ever read by a later one.
+ *
+ * The job's secret: with each formation's name the coordinator draws
+ * DPMD_JOB_SECRET_BYTES random bytes (getrandom) and hands them to every
+ * shard in its join. The commands it forwards to a shard (train, load,
+ * sync) carry them, and a shard accepts the commands only its coordinator
+ * may send (commands.c, FROM_COORDINATOR) only with them
+ * (dpmd_fleet_from_coordinator, a constant-time comparison): `forwarded`
+ * alone is a flag any client with the token can set. The secret lives in
+ * the links only: no reply, log line, event or file shows it (spec.pb
+ * holds the spec, not the join). A restart needs none kept: a restarted
+ * shard drops its part of the job, and a restarted coordinator re-forms it
+ * under a new link, deleting the old shards (delete is not a
+ * coordinator-only command) and joining them again with a new secret.
  *
  * The whole job: train at the coordinator is forwarded to every other
  * shard (dpmd_fleet_train: each must stand at the coordinator's iteration),
@@ -49,6 +62,15 @@
  * from dpmd_fleet_coordinate, dpmd_fleet_form) and restarts are the
  * model's (server/model.h); the elastic batch rule is here
  * (dpmd_fleet_elastic_batch).
+ *
+ * Bounds: every call to another daemon of the job (the check of
+ * shards[0], joins, trains, deletes, the store over RPC, a failure
+ * reported) waits at most the job's timeout (parallel.rendezvous.
+ * timeout_ms), and the calls to the other shards run at once, each on a
+ * thread of its own: a dead or bogus peer costs the job's timeout once,
+ * whatever the number of shards. A forwarded collective (load, sync) waits
+ * DPMD_FLEET_FORWARD_TIMEOUTS timeouts: the shard's part is itself a
+ * collective that may wait one timeout for the coordinator's.
  *
  * Threads: the links are made on the loop thread, without the network;
  * form, abort, train and delete wait for the network, on the model's
@@ -92,6 +114,10 @@ const char *dpmd_fleet_coordinator(const dpmd_fleet_link *l); /* shard 0's endpo
 const char *dpmd_fleet_formation(const dpmd_fleet_link *l);
 /* Whether this shard writes periodic and shutdown checkpoints (shard 0). */
 int dpmd_fleet_checkpoints(const dpmd_fleet_link *l);
+#define DPMD_JOB_SECRET_BYTES 32
+/* Whether rq came from the job's coordinator: forwarded, with the job's
+ * secret (compared in constant time). */
+int dpmd_fleet_from_coordinator(const dpmd_fleet_link *l, const Dpm__Request *rq);
 
 /* Any thread. msg (a collective's error on shard self: its processes are
  * the job's shards, "process K" is shard K) into out (cap bytes,
@@ -111,9 +137,9 @@ void dpmd_fleet_name_shards(const Dpm__ModelSpec *spec, int self, const char *ms
  * resume --allow-batch-change), the per-device batch stays (*device_batch
  * = batch) and the global batch becomes batch x devices x new_shards
  * (*changed 1); without, DPM_INVALID saying both. Pure. */
-dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards, int new_shards,
-                                    int allow, uint32_t *device_batch, int *changed,
-                                    dpm_err *err);
+dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards,
+                                    int new_shards, int allow, uint32_t *device_batch,
+                                    int *changed, dpm_err *err);
 
 /* Model thread, coordinator: forms the job (see Forming). On failure
  * nothing of the formation is left (no formation, no joined shard). */
@@ -136,10 +162,10 @@ void dpmd_fleet_report(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *
  * and deletes the shards that joined (failures are logged). */
 void dpmd_fleet_abort(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec);
 /* Model thread, coordinator: starts `iters` steps on every other shard,
- * each of which must be at iteration from_iter. The first refusal or
- * unreachable shard ends it with its error, naming the shard (shards
- * started before it are named too: they will fail their first step at the
- * collectives' timeout). */
+ * all at once, each of which must be at iteration from_iter. The first
+ * refusal or unreachable shard (in shard order) is the error, naming the
+ * shard and how many others did start (they will fail their first step at
+ * the collectives' timeout). */
 dpm_status dpmd_fleet_train(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
                             uint64_t iters, uint64_t from_iter, dpm_err *err);
 /* A collective forwarded to every other shard while the coordinator's own
@@ -147,10 +173,12 @@ dpm_status dpmd_fleet_train(dpmd *d, const dpmd_fleet_link *l, const Dpm__ModelS
  * collective for the others, so the calls cannot be made one after the
  * other). */
 typedef struct dpmd_fleet_calls dpmd_fleet_calls;
-/* Model thread, coordinator: sends rq (copied per call; fields it points
- * to must outlive dpmd_fleet_forward_end) to every other shard, each call
- * on a thread of its own, waiting up to the job's timeout plus
- * DPMD_PEER_TIMEOUT_MS for its answer. DPM_NOMEM (nothing started). */
+#define DPMD_FLEET_FORWARD_TIMEOUTS 2
+/* Model thread, coordinator: sends rq (copied per call, with the job's
+ * secret; fields it points to must outlive dpmd_fleet_forward_end) to
+ * every other shard, each call on a thread of its own, waiting up to
+ * DPMD_FLEET_FORWARD_TIMEOUTS times the job's timeout for its answer.
+ * DPM_NOMEM (nothing started). */
 dpm_status dpmd_fleet_forward_begin(dpmd *d, const dpmd_fleet_link *l,
                                     const Dpm__ModelSpec *spec, const Dpm__Request *rq,
                                     dpmd_fleet_calls **out, dpm_err *err);
@@ -159,8 +187,8 @@ dpm_status dpmd_fleet_forward_begin(dpmd *d, const dpmd_fleet_link *l,
 dpm_status dpmd_fleet_forward_end(dpmd_fleet_calls *c, dpm_err *err);
 
 /* Model thread, coordinator: drops the formation and deletes the job on
- * every other shard (a shard that no longer has it counts as deleted).
- * Every shard is tried; the error names each one that failed. */
+ * every other shard, all at once (a shard that no longer has it counts as
+ * deleted). Every shard is tried; the error names each one that failed. */
 dpm_status dpmd_fleet_delete(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
                              dpm_err *err);
 

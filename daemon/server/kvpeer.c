@@ -14,6 +14,7 @@ struct dpmd_kvpeer {
   dpm_comm_store store; /* ctx: this struct */
   dpmd_peer *peer;      /* the coordinator */
   char formation[DPMD_FORMATION_MAX];
+  int call_ms; /* a set, or one call of a get, waits at most this long */
 };
 
 static int64_t now_ms(void) {
@@ -43,8 +44,7 @@ static dpm_status kvpeer_set(void *ctx, const char *key, const void *value, size
   rq.command_case = DPM__REQUEST__COMMAND_KV_SET;
   rq.kv_set = &set;
   Dpm__Response *r;
-  if (dpmd_peer_call(k->peer, &rq, DPMD_PEER_TIMEOUT_MS, &r, err))
-    return key_err(err, key);
+  if (dpmd_peer_call(k->peer, &rq, k->call_ms, &r, err)) return key_err(err, key);
   dpm__response__free_unpacked(r, NULL);
   return DPM_OK;
 }
@@ -98,9 +98,7 @@ static dpm_status kvpeer_get(void *ctx, const char *key, int timeout_ms, void **
     if (left <= 0) break;
     /* a call may overrun the deadline by a second rather than fail on a
      * sliver of time */
-    int call_ms = left < 1000                   ? 1000
-                  : left > DPMD_PEER_TIMEOUT_MS ? DPMD_PEER_TIMEOUT_MS
-                                                : (int)left;
+    int call_ms = left < 1000 ? 1000 : left > k->call_ms ? k->call_ms : (int)left;
     int got = get_once(k, key, call_ms, value, len, err);
     if (got > 0) return DPM_OK;
     if (got < 0) return key_err(err, key);
@@ -118,7 +116,7 @@ static dpm_status kvpeer_get(void *ctx, const char *key, int timeout_ms, void **
 }
 
 dpm_status dpmd_kvpeer_open(const dpmd *d, const char *coordinator, const char *formation,
-                            dpmd_kvpeer **out, dpm_err *err) {
+                            int call_ms, dpmd_kvpeer **out, dpm_err *err) {
   *out = NULL;
   if (!formation || strlen(formation) >= DPMD_FORMATION_MAX)
     return dpm_errf(err, DPM_INVALID, "a formation is named by 1 to %d bytes",
@@ -130,6 +128,7 @@ dpm_status dpmd_kvpeer_open(const dpmd *d, const char *coordinator, const char *
     return err->code;
   }
   memcpy(k->formation, formation, strlen(formation) + 1);
+  k->call_ms = call_ms > 0 ? call_ms : 1;
   k->store = (dpm_comm_store){.ctx = k, .set = kvpeer_set, .get = kvpeer_get};
   *out = k;
   return DPM_OK;

@@ -30,9 +30,11 @@
 
 typedef struct dpmd_kvpeer dpmd_kvpeer;
 
-/* A store on formation at the daemon at coordinator (no network yet). */
+/* A store on formation at the daemon at coordinator (no network yet);
+ * each set, and each call of a get, waits at most call_ms (the job's
+ * timeout). */
 dpm_status dpmd_kvpeer_open(const dpmd *d, const char *coordinator, const char *formation,
-                            dpmd_kvpeer **out, dpm_err *err);
+                            int call_ms, dpmd_kvpeer **out, dpm_err *err);
 /* What the communicator is given; valid until close. */
 const dpm_comm_store *dpmd_kvpeer_store(dpmd_kvpeer *k);
 void dpmd_kvpeer_close(dpmd_kvpeer *k);

@@ -53,7 +53,8 @@ static size_t put_message(char *line, size_t o, size_t cap, const char *msg) {
   return o;
 }
 
-void dpmd_log(dpmd_log_level level, const char *fmt, ...) {
+/* One line: fmt over ap, then suffix (may be ""). */
+static void vlog(dpmd_log_level level, const char *suffix, const char *fmt, va_list ap) {
   if ((int)level < 0 || (int)level > DPMD_LOG_DEBUG ||
       (int)level > atomic_load(&log_level))
     return;
@@ -62,11 +63,12 @@ void dpmd_log(dpmd_log_level level, const char *fmt, ...) {
   if (journal < 0) atomic_store(&log_journal, journal = on_journal());
 
   char msg[LOG_LINE_MAX], line[LOG_LINE_MAX + 64];
-  va_list ap;
-  va_start(ap, fmt);
   int mn = vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   if (mn < 0) snprintf(msg, sizeof msg, "(unformattable message: %s)", fmt);
+  if (mn >= 0 && (size_t)mn < sizeof msg && *suffix) {
+    int sn = snprintf(msg + mn, sizeof msg - (size_t)mn, "%s", suffix);
+    if (sn < 0 || (size_t)sn >= sizeof msg - (size_t)mn) mn = (int)sizeof msg; /* cut */
+  }
 
   size_t o;
   if (journal) {
@@ -94,4 +96,28 @@ void dpmd_log(dpmd_log_level level, const char *fmt, ...) {
     done += (size_t)w;
   }
   errno = saved;
+}
+
+void dpmd_log(dpmd_log_level level, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, "", fmt, ap);
+  va_end(ap);
+}
+
+int dpmd_log_limited(dpmd_ratelimit *r, dpmd_log_level level, const char *fmt, ...) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t held;
+  if (!dpmd_ratelimit_allow(r, (double)ts.tv_sec + ts.tv_nsec / 1e9, &held)) return 0;
+  char suffix[96] = "";
+  if (held)
+    snprintf(suffix, sizeof suffix,
+             " (and %llu more like it, not logged, since the last)",
+             (unsigned long long)held);
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, suffix, fmt, ap);
+  va_end(ap);
+  return 1;
 }

@@ -15,17 +15,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/escape.h"
+#include "common/spec.h"
+#include "common/validate.h"
 #include "engine/dtype_wire.h"
 #include "engine/workspace.h"
 #include "server/commands.h" /* DPMD_MAX_ITERS */
 #include "server/devices.h"
 #include "server/fleet.h"
-#include "common/escape.h"
 #include "server/log.h"
 #include "server/paths.h"
 #include "server/store.h"
-#include "common/spec.h"
-#include "common/validate.h"
 #include "train/trainer.h"
 
 typedef enum { JOB_REQUEST, JOB_DELETE, JOB_SHUTDOWN } job_kind;
@@ -95,16 +95,24 @@ struct dpmd_model {
   int has_phases, has_first;
   /* model thread only */
   waiter *waiters;
-  double first_train; /* dpmd_mono_ms the train that runs the first step arrived; 0: none */
+  double
+      first_train; /* dpmd_mono_ms the train that runs the first step arrived; 0: none */
   int global_batch;
-  double trained_s;       /* training time since the last checkpoint */
+  double trained_s; /* training time since the last checkpoint */
+  /* the parameters changed (steps, a load) since the newest checkpoint in
+     the model's own directory, which holds iteration saved_iter */
+  int unsaved;
+  uint64_t saved_iter;
+  dpmd_ratelimit ckpt_log; /* "checkpoint failed" lines */
+  int ckpt_failures;       /* periodic checkpoints failed in a row */
+  double ckpt_retry_s;     /* mono_s before which no periodic one is tried */
   double rate_t[RATE_SAMPLES];
   uint64_t rate_iter[RATE_SAMPLES];
-  int rate_n;             /* samples since the run (re)started */
+  int rate_n; /* samples since the run (re)started */
 };
 
 static const char *const state_names[DPMD_STATE_COUNT] = {"building", "ready", "training",
-                                                           "paused", "failed"};
+                                                          "paused", "failed"};
 const char *dpmd_state_name(dpmd_state s) { return state_names[s]; }
 const char *dpmd_model_name(const dpmd_model *m) { return m->spec->name; }
 const Dpm__ModelSpec *dpmd_model_spec(const dpmd_model *m) { return m->spec; }
@@ -293,7 +301,7 @@ static void restore_checkpoint(dpmd_model *m) {
     }
     uint64_t target = dpmd_store_take_target(m->dir);
     pthread_mutex_lock(&m->mu);
-    m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
+    m->iter = m->target = m->ckpt_iter = m->saved_iter = dpm_trainer_iter(m->t);
     if (target > m->iter) m->target = target; /* `resume` finishes that run */
     snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
     pthread_mutex_unlock(&m->mu);
@@ -336,7 +344,8 @@ static dpm_status restore_fleet(dpmd_model *m, dpm_err *err) {
                     m->spec->name, m->dir);
   if (shard > 0) {
     dpm_err rerr = {0};
-    if (dpmd_store_remove(m->dir, &rerr)) dpmd_warn("model %s: %s", m->spec->name, rerr.msg);
+    if (dpmd_store_remove(m->dir, &rerr))
+      dpmd_warn("model %s: %s", m->spec->name, rerr.msg);
     return dpm_errf(err, DPM_STATE,
                     "%s: shard %d of a fleet job coordinated by %s is dropped after a "
                     "restart (its files removed): the coordinator re-forms the job",
@@ -349,7 +358,7 @@ static dpm_status restore_fleet(dpmd_model *m, dpm_err *err) {
   int n = dpmd_store_checkpoints(m->dir, it, 1);
   uint64_t target = dpmd_store_take_target(m->dir);
   pthread_mutex_lock(&m->mu);
-  m->iter = m->ckpt_iter = n ? it[0] : 0;
+  m->iter = m->ckpt_iter = m->saved_iter = n ? it[0] : 0;
   m->target = target > m->iter ? target : m->iter;
   if (n) dpmd_store_checkpoint_path(m->dir, it[0], m->ckpt, sizeof m->ckpt);
   pthread_mutex_unlock(&m->mu);
@@ -393,8 +402,9 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
   if (s) return s;
   double saving = dpmd_mono_ms();
-  if (!m->restore && (dpmd_store_save_spec(m->dir, m->spec, err) ||
-                      (l && dpmd_store_save_shard(m->dir, dpmd_fleet_shard_id(l), err)))) {
+  if (!m->restore &&
+      (dpmd_store_save_spec(m->dir, m->spec, err) ||
+       (l && dpmd_store_save_shard(m->dir, dpmd_fleet_shard_id(l), err)))) {
     dpm_trainer_destroy(t);
     if (coordinator) dpmd_fleet_abort(m->d, l, m->spec);
     return err->code;
@@ -435,7 +445,8 @@ static double rate_update(dpmd_model *m, double now, uint64_t iter) {
     m->rate_n++;
   }
   int o = m->rate_n > RATE_SAMPLES ? m->rate_n - RATE_SAMPLES : 0;
-  while (o < m->rate_n - 1 && now - m->rate_t[(o + 1) % RATE_SAMPLES] >= RATE_WINDOW_S) o++;
+  while (o < m->rate_n - 1 && now - m->rate_t[(o + 1) % RATE_SAMPLES] >= RATE_WINDOW_S)
+    o++;
   double dt = now - m->rate_t[o % RATE_SAMPLES];
   uint64_t di = iter - m->rate_iter[o % RATE_SAMPLES];
   return dt > 0 && di ? (double)di * m->global_batch / dt : 0;
@@ -449,16 +460,28 @@ static uint64_t steps_to_checkpoint(const dpmd_model *m) {
   return m->every_iters - m->iter % m->every_iters;
 }
 
-/* A periodic checkpoint when one is due. A failure is logged, shown in
- * status (checkpoint_error) and published; training goes on. */
+/* The longest wait between two tries of a failing periodic checkpoint. */
+#define CKPT_BACKOFF_MAX_S 300.0
+
+/* A periodic checkpoint when one is due. A failure is logged (rate-limited),
+ * shown in status (checkpoint_error) and published; training goes on, and
+ * the next try waits 1 s, then twice as long after each failure in a row,
+ * up to CKPT_BACKOFF_MAX_S (it is due as soon as that wait is over). */
 static void checkpoint_if_due(dpmd_model *m) {
-  int due = (m->every_iters && m->iter % m->every_iters == 0 && m->iter != m->ckpt_iter) ||
-            (m->every_s > 0 && m->trained_s >= m->every_s);
-  if (!due) return;
+  double now = mono_s();
+  int due =
+      (m->every_iters && m->iter % m->every_iters == 0 && m->iter != m->ckpt_iter) ||
+      (m->every_s > 0 && m->trained_s >= m->every_s) ||
+      (m->ckpt_failures && m->iter != m->ckpt_iter);
+  if (!due || now < m->ckpt_retry_s) return;
   char path[PATH_MAX];
   dpm_err err = {0};
-  if (checkpoint_default(m, path, sizeof path, &err))
-    publish(m, DPM__EVENT_KIND__EVENT_ERROR, m->ckpt_error);
+  if (!checkpoint_default(m, path, sizeof path, &err)) return;
+  double wait = CKPT_BACKOFF_MAX_S;
+  if (m->ckpt_failures < 30) wait = (double)(1u << m->ckpt_failures);
+  m->ckpt_failures++;
+  m->ckpt_retry_s = now + (wait < CKPT_BACKOFF_MAX_S ? wait : CKPT_BACKOFF_MAX_S);
+  publish(m, DPM__EVENT_KIND__EVENT_ERROR, m->ckpt_error);
 }
 
 static void train_chunk(dpmd_model *m) {
@@ -480,6 +503,7 @@ static void train_chunk(dpmd_model *m) {
     m->has_first = 1;
   }
   m->iter = dpm_trainer_iter(m->t);
+  if (st.steps_done > 0) m->unsaved = 1;
   if (!s && st.steps_done > 0) {
     m->last = st;
     m->has_last = 1;
@@ -514,8 +538,7 @@ static void reply_state(dpmd_model *m, dpmd_reply_to *to, const char *what) {
 
 void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__TrainRequest *r = rq->train;
-  if (m->state == DPMD_FAILED)
-    return reply_state(m, to, "load a checkpoint to recover");
+  if (m->state == DPMD_FAILED) return reply_state(m, to, "load a checkpoint to recover");
   if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it or wait");
   uint64_t iters = r->iters;
   if (r->has_epochs) { /* the reader's steps per epoch, over every replica and shard */
@@ -586,7 +609,8 @@ void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
 
 static dpm_status load_here(dpmd_model *m, const void *path, dpm_err *err);
 static dpm_status whole_job(dpmd_model *m, Dpm__Request *fwd,
-                            dpm_status (*fn)(dpmd_model *m, const void *arg, dpm_err *err),
+                            dpm_status (*fn)(dpmd_model *m, const void *arg,
+                                             dpm_err *err),
                             const void *arg, dpm_err *err);
 
 /* Loads, on every shard of the (re-formed) job, the newest of the model's
@@ -674,7 +698,8 @@ static dpm_status reform(dpmd_model *m, Dpm__ModelSpec *elastic, dpm_err *err) {
   take_trainer(m, t);
   if ((s = load_newest(m, err))) return s;
   pthread_mutex_lock(&m->mu);
-  m->iter = m->ckpt_iter = dpm_trainer_iter(t);
+  m->iter = m->ckpt_iter = m->saved_iter = dpm_trainer_iter(t);
+  m->unsaved = 0; /* its own newest checkpoint, or the seeded init */
   if (m->target < m->iter) m->target = m->iter;
   m->has_last = 0;
   m->images_per_s = 0;
@@ -709,8 +734,8 @@ static dpm_status elastic_spec(dpmd_model *m, const Dpm__ResumeRequest *r,
         return dpm_errf(err, DPM_INVALID, "shards %zu and %zu are the same daemon", j, i);
   }
   if (strcmp(r->shards[0], p->shards[0]) != 0)
-    return dpm_errf(err, DPM_INVALID,
-                    "the first shard must be the job's coordinator, %s", p->shards[0]);
+    return dpm_errf(err, DPM_INVALID, "the first shard must be the job's coordinator, %s",
+                    p->shards[0]);
   uint32_t batch = p->device_batch ? p->device_batch : m->spec->input->batch_size;
   uint32_t nb;
   int changed;
@@ -767,7 +792,8 @@ void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
                               "%s: --shards re-forms a fleet job at its coordinator",
                               m->spec->name);
     if (m->state == DPMD_TRAINING) return reply_state(m, to, "pause it first");
-    if (elastic_spec(m, r, &elastic, note, sizeof note, &err)) return reply_err(m, to, &err);
+    if (elastic_spec(m, r, &elastic, note, sizeof note, &err))
+      return reply_err(m, to, &err);
   }
   if (elastic || needs_reform(m)) {
     if (reform(m, elastic, &err)) {
@@ -807,7 +833,8 @@ void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   dpmd_model_reply_info(m, to);
 }
 
-static void reply_path(dpmd_model *m, dpmd_reply_to *to, const char *path, uint64_t iter) {
+static void reply_path(dpmd_model *m, dpmd_reply_to *to, const char *path,
+                       uint64_t iter) {
   Dpm__Response rs = DPM__RESPONSE__INIT;
   Dpm__PathResult pr = DPM__PATH_RESULT__INIT;
   pr.path = (char *)path;
@@ -833,10 +860,15 @@ static dpm_status checkpoint_to(dpmd_model *m, const dpm_fs *fs, const char *pat
   }
   pthread_mutex_unlock(&m->mu);
   if (s) {
-    dpmd_error("model %s: checkpoint failed: %s", m->spec->name, err->msg);
+    dpmd_error_limited(&m->ckpt_log, "model %s: checkpoint failed: %s", m->spec->name,
+                       err->msg);
     return s;
   }
   m->trained_s = 0;
+  uint64_t held = dpmd_ratelimit_end(&m->ckpt_log);
+  if (held)
+    dpmd_info("model %s: %llu more failed checkpoint(s) were not logged (rate limit)",
+              m->spec->name, (unsigned long long)held);
   dpmd_info("model %s: checkpoint %s (iteration %llu)", m->spec->name, path,
             (unsigned long long)m->iter);
   return DPM_OK;
@@ -847,12 +879,18 @@ static dpm_status checkpoint_default(dpmd_model *m, char *path, size_t n, dpm_er
   if (dpmd_store_checkpoint_path(m->dir, m->iter, path, n))
     return dpm_errf(err, DPM_INVALID, "state dir path too long");
   dpm_status s = checkpoint_to(m, NULL, path, err);
-  if (!s) dpmd_store_retain(m->dir, m->d->cfg->checkpoint_retention);
-  return s;
+  if (s) return s;
+  m->unsaved = 0;
+  m->saved_iter = m->iter;
+  m->ckpt_failures = 0;
+  m->ckpt_retry_s = 0;
+  dpmd_store_retain(m->dir, m->d->cfg->checkpoint_retention);
+  return DPM_OK;
 }
 
 void dpmd_job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
-  if (m->state == DPMD_FAILED) return reply_state(m, to, "its parameters may not be finite");
+  if (m->state == DPMD_FAILED)
+    return reply_state(m, to, "its parameters may not be finite");
   char path[PATH_MAX];
   dpm_err err = {0};
   const char *out = rq->checkpoint->out;
@@ -872,7 +910,8 @@ void dpmd_job_checkpoint(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *t
  * failure, this shard's or a named other's, is the result. Elsewhere (and
  * for a job of one daemon) fn alone. */
 static dpm_status whole_job(dpmd_model *m, Dpm__Request *fwd,
-                            dpm_status (*fn)(dpmd_model *m, const void *arg, dpm_err *err),
+                            dpm_status (*fn)(dpmd_model *m, const void *arg,
+                                             dpm_err *err),
                             const void *arg, dpm_err *err) {
   dpmd_fleet_calls *fc = NULL;
   if (coordinates(m) && dpmd_fleet_forward_begin(m->d, m->fleet, m->spec, fwd, &fc, err))
@@ -925,6 +964,7 @@ void dpmd_job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   m->images_per_s = 0;
   pthread_mutex_unlock(&m->mu);
   m->trained_s = 0;
+  m->unsaved = 1; /* its own directory does not hold what was loaded */
   if (m->state == DPMD_FAILED) set_state(m, DPMD_READY);
   dpmd_model_reply_info(m, to);
 }
@@ -1030,26 +1070,37 @@ static job *next_job(dpmd_model *m) {
   return j;
 }
 
-/* At shutdown, a model that is training is checkpointed (when the config
- * says so) and where its run was headed is saved, so `resume` after the
- * restart finishes it. If the checkpoint fails, the previous one stays and
- * the target is saved anyway; dpmd exits non-zero (dpmd_shutdown_failed). */
+/* At shutdown (when the config says so), a model whose parameters changed
+ * since it last wrote a checkpoint into its own directory is checkpointed,
+ * whatever its state (training, ready after a run, paused), and where an
+ * unfinished run was headed is saved, so `resume` after the restart
+ * finishes it. A failed model is not (its parameters may not be finite):
+ * that is logged. If the checkpoint fails, the previous one stays and the
+ * target is saved anyway; dpmd exits non-zero naming the model
+ * (dpmd_shutdown_failed). */
 static void checkpoint_at_shutdown(dpmd_model *m) {
-  if (!m->t || m->state != DPMD_TRAINING || !m->d->cfg->checkpoint_on_shutdown) return;
+  if (!m->t || !m->d->cfg->checkpoint_on_shutdown) return;
   if (m->fleet && !dpmd_fleet_checkpoints(m->fleet)) return; /* shard 0's to write */
+  if (m->state == DPMD_FAILED) {
+    if (m->unsaved)
+      dpmd_warn("model %s: failed, not checkpointed at shutdown: it comes back at "
+                "iteration %llu",
+                m->spec->name, (unsigned long long)m->saved_iter);
+    return;
+  }
   char path[PATH_MAX];
   dpm_err err = {0}, terr = {0};
-  dpm_status s = checkpoint_default(m, path, sizeof path, &err);
-  if (s)
+  dpm_status s = DPM_OK;
+  if (m->unsaved && (s = checkpoint_default(m, path, sizeof path, &err)))
     dpmd_error("model %s: checkpoint at shutdown failed, the last one (iteration %llu) "
                "stays: %s",
-               m->spec->name, (unsigned long long)m->ckpt_iter, err.msg);
-  if (dpmd_store_save_target(m->dir, m->target, &terr)) {
+               m->spec->name, (unsigned long long)m->saved_iter, err.msg);
+  if (m->target > m->iter && dpmd_store_save_target(m->dir, m->target, &terr)) {
     dpmd_error("model %s: cannot save where the run was headed: %s", m->spec->name,
                terr.msg);
     s = terr.code;
   }
-  if (s) dpmd_shutdown_failed(m->d);
+  if (s) dpmd_shutdown_failed(m->d, m->spec->name);
 }
 
 /* The model's last job: delete (files removed) or shut down. */
@@ -1195,6 +1246,7 @@ dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore,
   if (fleet && !dpmd_fleet_checkpoints(fleet)) m->every_iters = 0, m->every_s = 0;
   if (to) m->submit_to = *to;
   m->state = DPMD_BUILDING;
+  m->ckpt_log = (dpmd_ratelimit)DPMD_RATELIMIT_INIT;
   pthread_mutex_init(&m->mu, NULL);
   pthread_cond_init(&m->cv, NULL);
   if (dpmd_store_model_dir(d->cfg->state_dir, spec->name, m->dir, sizeof m->dir) ||
@@ -1214,8 +1266,8 @@ void dpmd_model_free(dpmd_model *m) {
   for (job *j; (j = m->jobs);) {
     m->jobs = j->next;
     if (j->rq) dpm__request__free_unpacked(j->rq, NULL);
-    if (j->to.header) dpmd_reply_error(m->d, &j->to, DPM_STATE, "model %s is gone",
-                                       m->spec->name);
+    if (j->to.header)
+      dpmd_reply_error(m->d, &j->to, DPM_STATE, "model %s is gone", m->spec->name);
     free(j);
   }
   pthread_mutex_destroy(&m->mu);

@@ -103,7 +103,11 @@ typedef void (*dpmd_job_fn)(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to
 void dpmd_model_post(dpmd_model *m, dpmd_job_fn fn, const char *what, Dpm__Request *rq,
                      dpmd_reply_to *to);
 /* Ask the model thread to end: delete (remove its files; answers `to`) or
- * shut down (checkpoint if training and configured; to may be NULL). */
+ * shut down (to may be NULL): when configured (checkpoint_on_shutdown), a
+ * model whose parameters changed since the newest checkpoint in its own
+ * directory is checkpointed whatever its state (training, ready, paused;
+ * not failed), and an unfinished run's target is saved; a failure makes
+ * dpmd exit non-zero naming the model. */
 void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to);
 /* Phases a model shows (ModelInfo.phases): admit (the submit's arrival to
  * its build's start: decode, checks, thread start), the trainer's of create

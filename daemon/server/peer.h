@@ -26,8 +26,8 @@
 #include "proto/dpm.pb-c.h"
 #include "server/dpmd.h"
 
-/* Calls that wait for a peer's quick answer (a join's acceptance, a kv
- * call, a train started) wait this long at most. */
+/* A connection's timeout until a call sets its own (every call does: the
+ * fleet's are bounded by the job's timeout, server/fleet.h). */
 #define DPMD_PEER_TIMEOUT_MS 10000
 
 typedef struct dpmd_peer dpmd_peer;

@@ -35,6 +35,7 @@
 #include "server/notify.h"
 #include "server/registry.h"
 #include "server/request.h"
+#include "server/secret.h"
 #include "server/store.h"
 #include "server/stream.h"
 
@@ -47,6 +48,8 @@ typedef struct server {
   uv_signal_t sig[2]; /* SIGTERM, SIGINT */
   uv_timer_t stop_timer;
   int closing; /* every model has ended: the handles close after stop_timer */
+  /* log lines a client can repeat at will (loop thread) */
+  dpmd_ratelimit bad_token_log, receive_log;
 } server;
 
 /* ---- stopping ---------------------------------------------------------------- */
@@ -89,11 +92,7 @@ static void on_signal(uv_signal_t *sig, int signum) {
 /* ---- receiving ------------------------------------------------------------- */
 
 static int token_ok(const char *want, const char *got) {
-  size_t n = strlen(want), m = got ? strlen(got) : 0;
-  unsigned char diff = (unsigned char)(n != m);
-  for (size_t i = 0; i < n; i++) /* constant time in the token's length */
-    diff |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
-  return diff == 0;
+  return dpmd_secret_equal(want, strlen(want), got, got ? strlen(got) : 0);
 }
 
 static void on_request(server *s, const uint8_t *body, size_t len, void *header) {
@@ -109,7 +108,7 @@ static void on_request(server *s, const uint8_t *body, size_t len, void *header)
   to.command = rq->command_case;
   if (d->cfg->token && !token_ok(d->cfg->token, rq->token)) {
     dpm__request__free_unpacked(rq, NULL);
-    dpmd_warn("request refused: bad or missing token");
+    dpmd_warn_limited(&s->bad_token_log, "request refused: bad or missing token");
     return dpmd_reply_error(d, &to, DPM_DENIED, "bad or missing token");
   }
   if (rq->version != DPM_PROTOCOL_VERSION) {
@@ -136,7 +135,8 @@ static void on_readable(uv_poll_t *p, int status, int events) {
                           .msg_controllen = NN_MSG};
     int n = nn_recvmsg(s->rep, &h, NN_DONTWAIT);
     if (n < 0) {
-      if (nn_errno() != EAGAIN) dpmd_warn("receive: %s", nn_strerror(nn_errno()));
+      if (nn_errno() != EAGAIN)
+        dpmd_warn_limited(&s->receive_log, "receive: %s", nn_strerror(nn_errno()));
       return;
     }
     on_request(s, body, (size_t)n, header);
@@ -233,13 +233,15 @@ static void close_handle(uv_handle_t *h, void *arg) {
 }
 
 dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
-                      const struct dpmd_paths *paths, int *shutdown_failed,
+                      const struct dpmd_paths *paths, char *shutdown_failed, size_t cap,
                       dpm_err *err) {
   server s = {.d = {.cfg = cfg, .devices = devices, .paths = paths},
               .loop = uv_default_loop(),
               .rep = -1,
-              .pub = -1};
-  *shutdown_failed = 0;
+              .pub = -1,
+              .bad_token_log = DPMD_RATELIMIT_INIT,
+              .receive_log = DPMD_RATELIMIT_INIT};
+  if (cap) shutdown_failed[0] = 0;
   s.d.started = dpmd_now();
   if (getrandom(&s.d.instance, sizeof s.d.instance, 0) != sizeof s.d.instance)
     s.d.instance = (uint64_t)getpid() << 32 ^ (uint64_t)(s.d.started * 1e6);
@@ -256,7 +258,7 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
     dpmd_notify("READY=1");
     dpmd_notify_serving(&s.d, dpmd_registry_count(s.models));
     uv_run(s.loop, UV_RUN_DEFAULT);
-    *shutdown_failed = dpmd_core_shutdown_failed(&s.d);
+    dpmd_core_shutdown_failed(&s.d, shutdown_failed, cap);
   }
   dpmd_gather_stop(s.d.gather); /* after a failed start (close_all stops it else) */
   uv_walk(s.loop, close_handle, NULL); /* a failed start leaves some open */

@@ -2,11 +2,17 @@
 # is 16 MiB; one checkpoint is written, then the disk is filled up to 1 MiB.
 #  (a) `dpmctl checkpoint` fails with IO; the failure is logged and shows in
 #      status as checkpoint_error; the model is unharmed;
-#  (b) SIGTERM while it trains: the shutdown checkpoint fails, dpmd says so
-#      and exits 1 (it used to exit 0 as if all was saved), the previous
-#      checkpoint is intact and models/NAME/target is written;
+#  (b) SIGTERM while it trains and another model (idle) is ready with steps
+#      not checkpointed: both shutdown checkpoints fail, dpmd says so and
+#      exits 1 naming both, the previous checkpoint is intact and
+#      models/NAME/target is written;
 #  (c) with space freed, a restarted dpmd brings the model back paused at the
-#      first checkpoint's iteration, and `resume` finishes the interrupted run.
+#      first checkpoint's iteration, and `resume` finishes the interrupted run;
+#  (d) checkpoint_every: 1 on the full disk: the failures are logged
+#      rate-limited (the first, then a count every 10 s) and the periodic
+#      checkpoint backs off (1 s, 2 s, 4 s ...), while status shows the
+#      error; with space freed, the next try succeeds and says how many
+#      failures were not logged.
 # Needs root (mount); prints "skip: ..." and exits 0 otherwise.
 # Usage: sh tests/e2e/dpmd_full_disk.sh (from the repo root; DPMD picks the
 # daemon binary, default build/dpmd).
@@ -44,6 +50,8 @@ YAML
 echo "checkpoint_every: 0" >"$T/dpmd.yaml" # only the checkpoints asked for
 start_dpmd --config "$T/dpmd.yaml"
 ctl submit "$T/fat.yaml" --devices cpu:0,cpu:1 >/dev/null
+ctl submit "$T/fat.yaml" --name idle --devices cpu:0,cpu:1 >/dev/null
+ctl train idle --iters 1 --wait --no-progress >/dev/null
 ctl train fat --iters 2 --wait --no-progress >/dev/null
 out=$(ctl checkpoint fat)
 C=$STATE/models/fat/checkpoints
@@ -100,6 +108,11 @@ DPMD_PID=""
 expect "dpmd's exit status when the shutdown checkpoint failed" "$rc" 1
 log_since | grep -q "error: model fat: checkpoint at shutdown failed" ||
   die "the failed shutdown checkpoint is not logged: $(log_since)"
+log_since | grep -q "error: model idle: checkpoint at shutdown failed" ||
+  die "the failed shutdown checkpoint of a ready model is not logged: $(log_since)"
+last=$(log_since | grep "stopped, but not every model was saved") ||
+  die "dpmd's last word does not say which models were not saved: $(log_since)"
+case $last in *fat*idle* | *idle*fat*) ;; *) die "not naming fat and idle: $last" ;; esac
 expect "checkpoints after the shutdown" "$(ls "$C")" "$(basename "$P1")"
 expect "the first checkpoint after the shutdown" "$(md5sum <"$P1")" "$sum1"
 [ -f "$STATE/models/fat/target" ] || die "no target file: $(ls -la "$STATE/models/fat")"
@@ -125,6 +138,44 @@ done
 s=$(ctl status fat)
 expect "state after the resumed run" "$(json_str "$s" state)" ready
 expect "iter after the resumed run" "$(json_field "$s" iter)" "$TARGET"
+ctl delete idle >/dev/null # its checkpoint and fat's would not both fit
 stop_dpmd
-echo "ok: checkpoint refused on a full disk, SIGTERM at iteration $it exited 1, resumed 2 -> $TARGET"
+
+# ---- (d) checkpoint_every: 1 on the full disk --------------------------------
+printf 'checkpoint_every: 0\ncheckpoint_retention: 1\n' >"$T/dpmd.yaml"
+start_dpmd --config "$T/dpmd.yaml"
+wait_state fat paused
+ctl delete fat >/dev/null
+ctl submit "$T/fat.yaml" --name flood --devices cpu:0,cpu:1 --checkpoint-every 1 >/dev/null
+left=$(($(avail_kb) - 1024))
+dd if=/dev/zero of="$STATE/fill" bs=1024 count="$left" 2>/dev/null ||
+  die "cannot fill $STATE: $(df -k "$STATE")"
+log_mark
+ctl train flood --iters 100000000 >/dev/null
+t0=$(ms)
+poll 60 "flood past iteration 100" iter_above flood 100
+sleep 2
+S=$((($(ms) - t0) / 1000 + 1)) # seconds of training, rounded up
+s=$(ctl status flood)
+fi=$(json_field "$s" iter)
+case $(json_str "$s" checkpoint_error) in
+*"No space left on device"*) ;;
+*) die "status has no checkpoint_error while the disk is full: $s" ;;
+esac
+# tries: at most 1 + log2(S + 1) in S s (waits of 1, 2, 4 ... s); lines: the
+# first, then at most one per 10 s: 1 + S / 10
+lines=$(log_since | grep -c "model flood: checkpoint failed") || :
+expect "first failure logged" "$(log_since | grep -m1 -c "model flood: checkpoint failed")" 1
+[ "$lines" -le $((1 + S / 10)) ] ||
+  die "$lines lines of failed checkpoints in $S s over $fi iterations: $(log_since | tail -5)"
+rm "$STATE/fill"
+# the next try comes at most twice the training time so far after the start
+poll $((2 * S + 10)) "a checkpoint once space is free" \
+  sh -c "build/dpmctl --json status flood | grep -q '\"checkpoint_iter\"'"
+log_since | grep -q "model flood: [0-9]* more failed checkpoint(s) were not logged" ||
+  [ "$lines" -gt 1 ] || die "the failures held back are not counted: $(log_since | tail -5)"
+ctl pause flood >/dev/null
+stop_dpmd
+echo "ok: checkpoint refused on a full disk, SIGTERM at iteration $it exited 1, resumed 2 -> $TARGET;" \
+  "checkpoint_every 1 on a full disk: $lines line(s) over $fi iterations in $S s"
 exit 0

@@ -8,6 +8,12 @@
 #     still loads.
 #  3. A truncated newest checkpoint is skipped with a warning naming it: the
 #     model comes back from the one before.
+#  4. Shutdown checkpoints every model with progress since its last
+#     checkpoint in its own directory, whatever its state: `dpmctl shutdown`
+#     with a ready model (3's, one step on), then SIGTERM with a model that
+#     finished `train --wait`, a paused one, one whose last checkpoint went
+#     elsewhere (--out) and one never trained (no checkpoint: nothing to
+#     save); after each restart every model is back at its iteration.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 
@@ -172,4 +178,51 @@ log_since | grep -qF "model cnn: restored from $P1 (iteration $I1 of $I1)" ||
 s=$(ctl train cnn --iters 1 --wait --no-progress)
 expect "iter after training on" "$(json_field "$s" iter)" "$((I1 + 1))"
 stop_dpmd
-echo "ok: SIGTERM at iteration $I; kill -9 on try $hit; torn checkpoint skipped"
+
+# ---- 4. shutdown saves the progress of models that are not training ----------
+log_mark
+start_dpmd
+wait_state cnn paused
+expect "cnn's iteration after dpmctl shutdown (ready, one step on)" "$(iter_of cnn)" \
+  "$((I1 + 1))"
+ctl delete cnn >/dev/null
+{
+  cat <<'YAML'
+name: tiny
+input: {reader: synthetic, batch_size: 8, num_examples: 64, shape: [1, 8, 8], num_classes: 4}
+forward:
+YAML
+  tiny_ops
+} >"$T/tiny.yaml"
+for n in done held elsewhere fresh; do ctl submit "$T/tiny.yaml" --name $n >/dev/null; done
+ctl train done --iters 2000 --wait --no-progress >/dev/null
+ctl train elsewhere --iters 30 --wait --no-progress >/dev/null
+ctl checkpoint elsewhere --out "$STATE/elsewhere.dpmckpt" >/dev/null
+ctl train elsewhere --iters 7 --wait --no-progress >/dev/null
+ctl checkpoint elsewhere --out "$STATE/elsewhere.dpmckpt" >/dev/null
+ctl train held --iters 100000000 >/dev/null
+poll 20 "held past iteration 20" iter_above held 20
+ctl pause held >/dev/null
+H=$(iter_of held)
+kill -TERM "$DPMD_PID"
+rc=0
+wait "$DPMD_PID" || rc=$?
+DPMD_PID=""
+expect "dpmd exit status after SIGTERM" "$rc" 0
+[ -z "$(ls "$STATE/models/fresh/checkpoints" 2>/dev/null)" ] ||
+  die "a model never trained was checkpointed at shutdown"
+start_dpmd
+wait_state done paused
+expect "done's iteration after SIGTERM (finished train --wait)" "$(iter_of done)" 2000
+wait_state held paused
+s=$(ctl status held)
+expect "held's iteration after SIGTERM (paused)" "$(json_field "$s" iter)" "$H"
+expect "held's target after SIGTERM (paused)" "$(json_field "$s" target_iter)" 100000000
+wait_state elsewhere paused
+expect "elsewhere's iteration after SIGTERM (checkpointed with --out)" \
+  "$(iter_of elsewhere)" 37
+wait_state fresh ready
+expect "fresh's iteration after SIGTERM" "$(iter_of fresh)" 0
+stop_dpmd
+echo "ok: SIGTERM at iteration $I; kill -9 on try $hit; torn checkpoint skipped;" \
+  "shutdown saved ready and paused models ($H)"

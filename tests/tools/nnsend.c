@@ -11,6 +11,11 @@
  *     ping         a valid ping
  *     file PATH    the bytes of a file, unchanged (requests written by hand:
  *                  a NUL byte inside a string field, say)
+ *     forwarded-train NAME TOKEN [SECRET]
+ *                  train NAME 5 iterations from iteration 0, marked
+ *                  forwarded as a fleet's coordinator marks it, with TOKEN
+ *                  and, when given, SECRET's bytes as the job's secret: a
+ *                  forgery a shard must refuse
  *
  * Prints "reply STATUS_NAME message" or "no reply" (after 2 s) and exits 0
  * either way; 1 on usage, file or socket errors. */
@@ -60,9 +65,15 @@ int main(int argc, char **argv) {
     buf = realloc(buf, len + 8 + pad);
     uint8_t *p = buf + len;
     uint32_t tag = (1000u << 3) | 2;
-    do { *p++ = (uint8_t)((tag & 0x7f) | (tag > 0x7f ? 0x80 : 0)); tag >>= 7; } while (tag);
+    do {
+      *p++ = (uint8_t)((tag & 0x7f) | (tag > 0x7f ? 0x80 : 0));
+      tag >>= 7;
+    } while (tag);
     size_t v = pad;
-    do { *p++ = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0)); v >>= 7; } while (v);
+    do {
+      *p++ = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+      v >>= 7;
+    } while (v);
     memset(p, 0, pad);
     len = (size_t)(p - buf) + pad;
   } else if (!strcmp(mode, "version")) {
@@ -80,6 +91,25 @@ int main(int argc, char **argv) {
     len = pack_ping(DPM_PROTOCOL_VERSION, argc > 3 ? arg : NULL, &buf);
   } else if (!strcmp(mode, "ping")) {
     len = pack_ping(DPM_PROTOCOL_VERSION, NULL, &buf);
+  } else if (!strcmp(mode, "forwarded-train")) {
+    Dpm__TrainRequest tr = DPM__TRAIN_REQUEST__INIT;
+    tr.name = (char *)arg;
+    tr.iters = 5;
+    tr.has_from_iter = 1;
+    Dpm__Request rq = DPM__REQUEST__INIT;
+    rq.version = DPM_PROTOCOL_VERSION;
+    rq.token = argc > 4 ? argv[4] : NULL;
+    rq.has_forwarded = rq.forwarded = 1;
+    if (argc > 5) {
+      rq.has_job_secret = 1;
+      rq.job_secret.data = (uint8_t *)argv[5];
+      rq.job_secret.len = strlen(argv[5]);
+    }
+    rq.command_case = DPM__REQUEST__COMMAND_TRAIN;
+    rq.train = &tr;
+    len = dpm__request__get_packed_size(&rq);
+    buf = malloc(len);
+    dpm__request__pack(&rq, buf);
   } else if (!strcmp(mode, "file")) {
     FILE *f = fopen(arg, "rb");
     buf = malloc(1 << 20);

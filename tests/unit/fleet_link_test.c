@@ -6,8 +6,8 @@
  * formation, interface and timeout). */
 #include <stdlib.h>
 
-#include "server/fleet.h"
 #include "common/validate.h"
+#include "server/fleet.h"
 #include "server/kv.h"
 #include "test.h"
 
@@ -49,6 +49,8 @@ TEST(fleet_link_coordinator_draws_fresh_formations) {
   CHECK(ok);
 }
 
+static uint8_t some_secret[DPMD_JOB_SECRET_BYTES] = {1, 2, 3};
+
 static dpm_status join_check(Dpm__ModelSpec *s, unsigned id, unsigned n,
                              const char *coord, const char *formation, dpm_err *err) {
   Dpm__JoinRequest j = DPM__JOIN_REQUEST__INIT;
@@ -57,6 +59,9 @@ static dpm_status join_check(Dpm__ModelSpec *s, unsigned id, unsigned n,
   j.num_shards = n;
   j.coordinator = (char *)coord;
   j.formation = (char *)formation;
+  j.has_job_secret = 1;
+  j.job_secret.data = some_secret;
+  j.job_secret.len = sizeof some_secret;
   return dpmd_fleet_check_join(&j, err);
 }
 
@@ -79,10 +84,62 @@ TEST(fleet_link_join_checks) {
   CHECK_INT(join_check(s, 1, 3, c, longname, &err), DPM_INVALID);
   longname[DPMD_FORMATION_MAX - 1] = 0;
   CHECK_INT(join_check(s, 1, 3, c, longname, &err), DPM_OK);
-  dpm__model_spec__free_unpacked(s, NULL);
+  Dpm__JoinRequest j = DPM__JOIN_REQUEST__INIT; /* without the job's secret, or short */
+  j.spec = s;
+  j.shard_id = 1;
+  j.num_shards = 3;
+  j.coordinator = (char *)c;
+  j.formation = "mlp/00";
+  CHECK_INT(dpmd_fleet_check_join(&j, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "secret");
+  j.has_job_secret = 1;
+  j.job_secret.data = some_secret;
+  j.job_secret.len = sizeof some_secret - 1;
+  CHECK_INT(dpmd_fleet_check_join(&j, &err), DPM_INVALID);
   Dpm__ModelSpec *one = spec_of("mlp", 1); /* a job of one shard has nobody to join */
   CHECK_INT(join_check(one, 1, 1, c, "mlp/00", &err), DPM_INVALID);
   dpm__model_spec__free_unpacked(one, NULL);
+  dpm__model_spec__free_unpacked(s, NULL);
+}
+
+/* A shard accepts the coordinator-only commands forwarded with the secret
+ * its join carried, and nothing else: not the flag alone, not another
+ * secret, not a prefix of it, not the secret without the flag. */
+TEST(fleet_link_shard_takes_only_its_coordinators_secret) {
+  Dpm__ModelSpec *s = spec_of("mlp", 2);
+  dpm_err err = {0};
+  dpmd_fleet_link *a, *shard;
+  CHECK_INT(dpmd_fleet_coordinate(s, &a, &err), DPM_OK);
+  Dpm__JoinRequest j = DPM__JOIN_REQUEST__INIT; /* a join, as fleet.c sends it */
+  j.spec = s;
+  j.shard_id = 1;
+  j.num_shards = 2;
+  j.coordinator = s->parallel->shards[0];
+  j.formation = (char *)dpmd_fleet_formation(a);
+  j.has_job_secret = 1;
+  j.job_secret.data = some_secret;
+  j.job_secret.len = sizeof some_secret;
+  CHECK_INT(dpmd_fleet_check_join(&j, &err), DPM_OK);
+  CHECK_INT(dpmd_fleet_join(&j, &shard, &err), DPM_OK);
+  Dpm__Request fwd = DPM__REQUEST__INIT;
+  fwd.forwarded = 1;
+  int ok = dpmd_fleet_from_coordinator(shard, &fwd) == 0; /* the flag alone */
+  uint8_t guess[DPMD_JOB_SECRET_BYTES] = {1, 2, 4};
+  fwd.has_job_secret = 1;
+  fwd.job_secret.data = guess;
+  fwd.job_secret.len = sizeof guess;
+  ok &= dpmd_fleet_from_coordinator(shard, &fwd) == 0;
+  fwd.job_secret.data = some_secret;
+  ok &= dpmd_fleet_from_coordinator(shard, &fwd) == 1;
+  fwd.job_secret.len = sizeof some_secret - 1; /* a prefix */
+  ok &= dpmd_fleet_from_coordinator(shard, &fwd) == 0;
+  fwd.job_secret.len = sizeof some_secret;
+  fwd.forwarded = 0;
+  ok &= dpmd_fleet_from_coordinator(shard, &fwd) == 0;
+  CHECK(ok);
+  dpmd_fleet_link_free(shard);
+  dpmd_fleet_link_free(a);
+  dpm__model_spec__free_unpacked(s, NULL);
 }
 
 TEST(fleet_link_trainer_options_per_store) {
@@ -121,6 +178,9 @@ TEST(fleet_link_trainer_options_per_store) {
   j.num_shards = 2;
   j.coordinator = s->parallel->shards[0];
   j.formation = "mlp/0123456789abcdef";
+  j.has_job_secret = 1;
+  j.job_secret.data = some_secret;
+  j.job_secret.len = sizeof some_secret;
   CHECK_INT(dpmd_fleet_join(&j, &l, &err), DPM_OK);
   opt = (dpm_trainer_options){0};
   CHECK_INT(dpmd_fleet_options(&d, l, s, &opt, &err), DPM_OK);
@@ -151,14 +211,16 @@ TEST(fleet_link_failure_names_the_shard) {
   CHECK(!strstr(strstr(out, "is shard 2") + 1, "is shard 2")); /* once */
   CHECK(!strstr(out, "process 9 is"));
   char small[24];
-  dpmd_fleet_name_shards(s, 0, "allreduce: lost process 1 of the job", small, sizeof small);
+  dpmd_fleet_name_shards(s, 0, "allreduce: lost process 1 of the job", small,
+                         sizeof small);
   CHECK_INT((int)strlen(small), (int)sizeof small - 1);
   dpmd_fleet_name_shards(s, 0, "no process named", out, sizeof out);
   CHECK(!strcmp(out, "no process named")); /* three shards: which one is not known */
   Dpm__ModelSpec *two = spec_of("mlp", 2);
   dpmd_fleet_name_shards(two, 1, "broadcast: timed out after 2000 ms", out, sizeof out);
-  CHECK(!strcmp(out, "broadcast: timed out after 2000 ms; the other process is shard 0 at "
-                     "tcp://10.0.0.1:7070"));
+  CHECK(!strcmp(out,
+                "broadcast: timed out after 2000 ms; the other process is shard 0 at "
+                "tcp://10.0.0.1:7070"));
   dpm__model_spec__free_unpacked(two, NULL);
   dpm__model_spec__free_unpacked(s, NULL);
 }
