@@ -80,7 +80,9 @@ static void nccl_groups(text *t) {
   if (!cuda) return;
   head(t, "dpmd_nccl_inits_total", "counter",
        "NCCL groups created (a warm group taken again by a later model is not counted).");
-  put(t, "dpmd_nccl_inits_total %lu\n", cuda->nccl_inits());
+  dpm_cuda_counts c;
+  cuda->counts(&c);
+  put(t, "dpmd_nccl_inits_total %lu\n", c.nccl_inits);
 }
 
 /* Each open device's caching allocator (backend/pool.h). */

@@ -56,6 +56,13 @@
 #define FD_TOL 5e-3   /* |analytic - numeric| / max(|a|, |n|, 1e-2) */
 #define FD_ELEMS 48   /* elements checked per input */
 #define STEP_TOL 1e-4 /* parameters after 20 steps, gpu against cpu */
+/* Each element beside the max-norm: |gpu - cpu| <= ELEM_ATOL * max |cpu| +
+ * ELEM_RTOL * |cpu|, so that a wrong small entry is not hidden by a large
+ * one. ELEM_ATOL covers the rounding of a sum whose result cancels: about
+ * sqrt(K) units of 2^-24 of its terms' size for K terms, at most ~2e-6 of
+ * the largest output for the K <= 800 of these cases. */
+#define ELEM_ATOL 5e-6
+#define ELEM_RTOL 1e-4
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -117,6 +124,22 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
   return d == 0 ? 0 : d / fmax(m, 1e-30);
 }
 
+/* Elements of n floats outside ELEM_ATOL * max |b| + ELEM_RTOL * |b|; the
+ * worst one's index in *at. */
+static int64_t elems_off(const float *a, const float *b, int64_t n, int64_t *at) {
+  double m = 0, worst = 0;
+  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)b[i]));
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]), bound = ELEM_ATOL * m + ELEM_RTOL * fabs(b[i]);
+    if (!(d <= bound)) { /* NaN too */
+      off++;
+      if (!(d / bound <= worst)) worst = d / bound, *at = i;
+    }
+  }
+  return off;
+}
+
 /* rel_diff of n doubles. */
 static double rel_diff_f64(const double *a, const double *b, int64_t n) {
   double d = 0, m = 0;
@@ -160,6 +183,8 @@ typedef struct g_case {
   unsigned gfuse; /* DPM_FUSE_* on the gradient nodes whose def takes them */
   int alias[4];   /* alias[k] > 0: output k is input alias[k]-1 (in place) */
   int f64_out;    /* the outputs' bytes are doubles (combined BN sums, ops/norm.c) */
+  int no_fd;      /* compared with the CPU only: too many outputs for float32 finite
+                     differences (their noise in L exceeds FD_TOL) */
   unsigned seed;
 } g_case;
 
@@ -246,7 +271,7 @@ static dpm_status setup(harness *h, const g_case *c, dpm_dev *dev, dpm_err *err)
   memset(h, 0, sizeof *h);
   h->ws.dev = dev;
   h->ctx.dev = dev;
-  h->ctx.math = 0; /* TF32 off, any algorithm */
+  h->ctx.math = DPM_MATH_DIRECT; /* TF32 off; convolutions as direct sums */
   const dpm_op_def *def = dpm_op_find(c->op);
   if (!def) return dpm_errf(err, DPM_NOT_FOUND, "unknown op '%s'", c->op);
   const char *in[DPM_OP_MAX_IO], *out[DPM_OP_MAX_IO];
@@ -434,6 +459,16 @@ static double compare(const result *gpu, const result *cpu, int f64) {
       d = memcmp(gpu->data[i], cpu->data[i], dpm_shape_bytes(&cpu->shape[i])) ? INFINITY
                                                                               : 0;
     if (d > OP_TOL) note("%s differs: %.3g relative", cpu->what[i], d);
+    int64_t at = 0, off = cpu->shape[i].dtype == DPM_F32 && !f64
+                              ? elems_off(gpu->data[i], cpu->data[i],
+                                          dpm_shape_numel(&cpu->shape[i]), &at)
+                              : 0;
+    if (off) {
+      note("%s: %lld element(s) outside %g * max + %g * |cpu|, e.g. [%lld]: %.9g, cpu %.9g",
+           cpu->what[i], (long long)off, ELEM_ATOL, ELEM_RTOL, (long long)at,
+           ((const float *)gpu->data[i])[at], ((const float *)cpu->data[i])[at]);
+      d = INFINITY;
+    }
     worst = fmax(worst, d);
   }
   return worst;
@@ -492,7 +527,7 @@ static double gradcheck(harness *h, const g_case *c, const result *r) {
 /* Every op the table has, forward and gradient, with shapes each accepts.
  * Fills, Dropout and the collectives have checks of their own below. */
 static const g_case *op_cases(int *n) {
-  static g_case cases[48];
+  static g_case cases[64];
   int i = 0;
   /* CASE(row, op, args, n_in, n_out, inputs...); then the rare fields on
    * cases[i - 1]. Inputs: IN(shape) random, INV(shape, V_*) other values,
@@ -536,6 +571,9 @@ static const g_case *op_cases(int *n) {
   CASE("FC fused Relu", "FC", "dim_out=12", 3, 1, IN(MAT(7, 20)), IN(MAT(12, 20)),
        IN(VEC(12)));
   cases[i - 1].fuse = DPM_FUSE_RELU;
+  /* db's channel sums in 3 parts of 64 rows (cuda_chan_parts) */
+  CASE("FC batch 200", "FC", "dim_out=17", 3, 1, IN(MAT(200, 13)), IN(MAT(17, 13)),
+       IN(VEC(17)));
   CASE("FC without input grad", "FC", "dim_out=9", 3, 1, NOGRAD(MAT(6, 11), V_RAND),
        IN(MAT(9, 11)), IN(VEC(9)));
   CASE("Conv 3x3 pad 1", "Conv", "dim_out=4 kernel=3 pad=1", 3, 1, IN(T4(2, 3, 7, 5)),
@@ -560,6 +598,10 @@ static const g_case *op_cases(int *n) {
        IN(T4(1, 2, 6, 5)));
   CASE("SpatialBN train", "SpatialBN", NULL, 5, 1, IN(T4(2, 4, 1, 7)), IN(VEC(4)),
        IN(VEC(4)), NOGRAD(VEC(4), V_RAND), NOGRAD(VEC(4), V_POS));
+  /* each channel's sums in 3 parts of 4096 (cuda_bn_parts) */
+  CASE("SpatialBN train, 3 parts", "SpatialBN", NULL, 5, 1, IN(T4(6, 2, 48, 48)),
+       IN(VEC(2)), IN(VEC(2)), NOGRAD(VEC(2), V_RAND), NOGRAD(VEC(2), V_POS));
+  cases[i - 1].no_fd = 1;
   CASE("SpatialBN test", "SpatialBN", NULL, 5, 1, IN(T4(2, 3, 2, 3)), IN(VEC(3)),
        IN(VEC(3)), NOGRAD(VEC(3), V_RAND), NOGRAD(VEC(3), V_POS));
   cases[i - 1].is_test = 1;
@@ -666,7 +708,7 @@ static void check_ops(dpm_dev *gpu) {
     if (d <= OP_TOL)
       for (int k = 0; k < rg.n_ops; k++) covered[rg.ops[k]] = 1;
     /* gfuse masks the gradient by a Relu the one-node net does not have */
-    if (h.has_grad && grads > 0 && !c->gfuse) {
+    if (h.has_grad && grads > 0 && !c->gfuse && !c->no_fd) {
       double g = gradcheck(&h, c, &rg);
       fd_cases++;
       fd_worst = fmax(fd_worst, g);
@@ -854,11 +896,33 @@ static void check_dropout(dpm_dev *gpu) {
   "  - {op: Relu, in: [fc3], out: fc3}\n"                                                \
   "  - {op: FC, in: [fc3], out: pred, dim_out: 10}\n"
 
+/* 33 FC layers of 16 (66 parameters), for the optimizers' multi-tensor
+ * launches in more than one pack; into buf. */
+static const char *deep_forward(char *buf, size_t n) {
+  size_t at = 0;
+  for (int l = 0; l <= 33 && at < n; l++) {
+    int k;
+    if (l == 0)
+      k = snprintf(buf + at, n - at, "  - {op: FC, in: [data], out: h0, dim_out: 16}\n");
+    else if (l < 33)
+      k = snprintf(buf + at, n - at,
+                   "  - {op: Relu, in: [h%d], out: h%d}\n"
+                   "  - {op: FC, in: [h%d], out: h%d, dim_out: 16}\n",
+                   l - 1, l - 1, l - 1, l);
+    else
+      k = snprintf(buf + at, n - at,
+                   "  - {op: Relu, in: [h32], out: h32}\n"
+                   "  - {op: FC, in: [h32], out: pred, dim_out: 10}\n");
+    at += k > 0 ? (size_t)k : 0;
+  }
+  return buf;
+}
+
 /* A spec on synthetic 28x28 data, per_device examples per device; extra:
  * more keys of `parallel` ("deterministic: true, "), or "". */
 static Dpm__ModelSpec *synthetic_spec(const char *forward, int per_device,
                                       const char *net_type, const char *extra) {
-  char yaml[4096];
+  char yaml[8192];
   snprintf(yaml, sizeof yaml,
            "name: t\n"
            "input: {reader: synthetic, batch_size: %d, num_examples: 4096,"
@@ -878,10 +942,15 @@ static Dpm__ModelSpec *synthetic_spec(const char *forward, int per_device,
   return spec;
 }
 
-static dpm_trainer *trainer(const Dpm__ModelSpec *spec, dpm_device_kind kind,
-                            int devices) {
-  dpm_trainer_options opt = {
-      .devices = devices, .kind = kind, .net_type = -1, .comm_timeout_ms = 60000};
+/* A trainer on `devices` devices of kind; force_comm: a group even for one
+ * (NCCL on one GPU). */
+static dpm_trainer *trainer_forced(const Dpm__ModelSpec *spec, dpm_device_kind kind,
+                                   int devices, int force_comm) {
+  dpm_trainer_options opt = {.devices = devices,
+                             .kind = kind,
+                             .net_type = -1,
+                             .comm_timeout_ms = 60000,
+                             .force_comm = force_comm};
   dpm_trainer *t = NULL;
   dpm_err err = {0};
   if (!spec || dpm_trainer_create(spec, &opt, &t, &err)) {
@@ -890,6 +959,11 @@ static dpm_trainer *trainer(const Dpm__ModelSpec *spec, dpm_device_kind kind,
     return NULL;
   }
   return t;
+}
+
+static dpm_trainer *trainer(const Dpm__ModelSpec *spec, dpm_device_kind kind,
+                            int devices) {
+  return trainer_forced(spec, kind, devices, 0);
 }
 
 static int steps(dpm_trainer *t, int64_t n) {
@@ -982,22 +1056,42 @@ static void check_example(const char *label, const char *path, int epochs, int b
   dpm_spec_free(spec);
 }
 
-/* 20 steps on device 0 and on cpu:0 from the same init. */
-static void check_against_cpu(const char *label, const char *forward) {
+/* Whether replica d's `n` steps ran as graphs do on a backend that has
+ * them: the first eagerly, the second captured, all but the first
+ * replayed, none dropped (and all eagerly where there are none: cpu). */
+static int graphs_as_expected(dpm_trainer *t, int d, uint64_t n, char *fig, size_t len) {
+  dpm_graph_stats g = dpm_trainer_graph_stats(t, d);
+  int has = dpm_backend_of(kind)->capture_begin != NULL;
+  snprintf(fig, len, "%llu eager, %llu captured, %llu replayed, %llu dropped",
+           (unsigned long long)g.eager, (unsigned long long)g.captures,
+           (unsigned long long)g.replays, (unsigned long long)g.dropped);
+  return has ? g.eager == 1 && g.captures == 1 && g.replays == n - 1 && !g.dropped
+             : g.eager == n && !g.captures;
+}
+
+/* 20 steps on device 0 and on cpu:0 from the same init; on device 0 the
+ * step was captured once and replayed (force_comm: inside a group of one,
+ * NCCL's on a GPU). */
+static void check_against_cpu(const char *label, const char *forward, int force_comm) {
   Dpm__ModelSpec *spec = synthetic_spec(forward, 32, "dag", "");
-  dpm_trainer *c = trainer(spec, DPM_DEVICE_CPU, 1), *g = trainer(spec, kind, 1);
-  int init_same = 0;
+  dpm_trainer *c = trainer(spec, DPM_DEVICE_CPU, 1),
+              *g = trainer_forced(spec, kind, 1, force_comm);
+  int init_same = 0, graphs = 0;
   double rel = INFINITY;
+  char fig[128] = "";
   if (c && g) {
     param_diff(c, g, &init_same);
     if (steps(c, 20) && steps(g, 20)) {
       int bitwise;
       rel = param_diff(c, g, &bitwise);
+      graphs = graphs_as_expected(g, 0, 20, fig, sizeof fig);
     }
   }
-  row(label, init_same && rel <= STEP_TOL,
-      "init %s; after 20 steps max rel diff %.2g (tol %g)",
-      init_same ? "bitwise equal" : "DIFFERS", rel, STEP_TOL);
+  const char *group = g ? dpm_trainer_comm_backend(g) : "?";
+  row(label, init_same && rel <= STEP_TOL && graphs &&
+                 (!force_comm || strcmp(group, kind == DPM_DEVICE_CUDA ? "nccl" : "local") == 0),
+      "init %s; after 20 steps max rel diff %.2g (tol %g); %s; group %s",
+      init_same ? "bitwise equal" : "DIFFERS", rel, STEP_TOL, fig, group);
   dpm_trainer_destroy(c);
   dpm_trainer_destroy(g);
   dpm_spec_free(spec);
@@ -1022,15 +1116,26 @@ static void check_deterministic(int devices) {
   dpm_spec_free(spec);
 }
 
+/* The plugin's counts (zero on cpu). */
+static dpm_cuda_counts cuda_counts(void) {
+  dpm_cuda_counts c = {0};
+  const dpm_cuda_plugin *cuda = kind == DPM_DEVICE_CUDA ? dpm_cuda_plugin_get() : NULL;
+  if (cuda) cuda->counts(&c);
+  return c;
+}
+
 /* A second model on warm GPUs allocates nothing new from the driver and
  * makes no new NCCL group: the device pools' raw allocations after the
  * first model was freed do not grow while the second one is built and
- * steps, nor does the plugin's count of NCCL inits (on cuda). */
-static void check_warm(int devices) {
+ * steps, nor do the plugin's staging blocks or NCCL inits (on cuda); its
+ * own step graphs are instantiated, one per replica. force_comm: a group of
+ * one on one device (NCCL's warm groups on one GPU). */
+static void check_warm(int devices, int force_comm) {
   char label[64];
-  snprintf(label, sizeof label, "warm second model, %d device(s)", devices);
+  snprintf(label, sizeof label, "warm second model, %d device(s)%s", devices,
+           force_comm ? ", forced group" : "");
   Dpm__ModelSpec *spec = synthetic_spec(CNN_FORWARD, 32, "dag", "");
-  dpm_trainer *a = trainer(spec, kind, devices);
+  dpm_trainer *a = trainer_forced(spec, kind, devices, force_comm);
   int ok = a && steps(a, 3);
   double warm_ms = 0, t0;
   dpm_dev *dev[8] = {0};
@@ -1041,10 +1146,9 @@ static void check_warm(int devices) {
     ok = !dpm_dev_get((dpm_device){kind, d}, &dev[d], &err);
     if (ok) before[d] = dpm_dev_stats(dev[d]);
   }
-  const dpm_cuda_plugin *cuda = kind == DPM_DEVICE_CUDA ? dpm_cuda_plugin_get() : NULL;
-  unsigned long inits = cuda ? cuda->nccl_inits() : 0;
+  dpm_cuda_counts c0 = cuda_counts();
   t0 = now_s();
-  dpm_trainer *b = ok ? trainer(spec, kind, devices) : NULL;
+  dpm_trainer *b = ok ? trainer_forced(spec, kind, devices, force_comm) : NULL;
   ok = b && steps(b, 1);
   warm_ms = (now_s() - t0) * 1e3;
   ok = ok && steps(b, 2);
@@ -1056,12 +1160,19 @@ static void check_warm(int devices) {
       note("%s:%d: %llu raw allocations for the second model", kind_name, d,
            (unsigned long long)(after[d].raw_allocs - before[d].raw_allocs));
   }
-  unsigned long new_inits = cuda ? cuda->nccl_inits() - inits : 0;
+  dpm_cuda_counts c1 = cuda_counts();
+  unsigned long inits = c1.nccl_inits - c0.nccl_inits,
+                staging = c1.staging_blocks - c0.staging_blocks,
+                graphs = c1.graphs - c0.graphs;
+  unsigned long want_graphs =
+      kind == DPM_DEVICE_CUDA && dpm_backend_of(kind)->capture_begin ? (unsigned long)devices
+                                                                     : 0;
   dpm_trainer_destroy(b);
   dpm_spec_free(spec);
-  row(label, ok && grew == 0 && new_inits == 0,
-      "%llu new raw allocations, %lu new NCCL inits; build + first step %.1f ms",
-      (unsigned long long)grew, new_inits, warm_ms);
+  row(label, ok && grew == 0 && inits == 0 && staging == 0 && graphs == want_graphs,
+      "%llu new raw allocations, %lu NCCL inits, %lu staging blocks, %lu graphs "
+      "instantiated (%lu expected); build + first step %.1f ms",
+      (unsigned long long)grew, inits, staging, graphs, want_graphs, warm_ms);
 }
 
 /* 1 device at 64 per step against n at 64/n: 20 steps, the same
@@ -1163,12 +1274,20 @@ int main(int argc, char **argv) {
     check_ops(gpu);
     check_fills(gpu);
     check_dropout(gpu);
-    check_against_cpu("MLP: 20 steps on device 0 vs cpu:0", MLP_FORWARD);
-    check_against_cpu("CNN: 20 steps on device 0 vs cpu:0", CNN_FORWARD);
+    char deep[4096];
+    check_against_cpu("MLP: 20 steps on device 0 vs cpu:0", MLP_FORWARD, 0);
+    check_against_cpu("CNN: 20 steps on device 0 vs cpu:0", CNN_FORWARD, 0);
+    check_against_cpu("33 FC layers: 20 steps vs cpu:0", deep_forward(deep, sizeof deep),
+                      0);
+    /* a group of one: NCCL's enqueue, completion event, watches and graph
+       capture on one GPU */
+    check_against_cpu("MLP, group of one: 20 steps vs cpu:0", MLP_FORWARD, 1);
+    check_against_cpu("CNN, group of one: 20 steps vs cpu:0", CNN_FORWARD, 1);
     check_deterministic(1);
     if (gpus > 1) check_deterministic(2);
-    check_warm(1);
-    if (gpus > 1) check_warm(2);
+    check_warm(1, 0);
+    check_warm(1, 1);
+    if (gpus > 1) check_warm(2, 0);
     if (gpus > 1) {
       check_equivalence("MLP", MLP_FORWARD, gpus);
       check_equivalence("CNN", CNN_EQ_FORWARD, gpus);

@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,16 @@ __thread int cuda_current = -1;
 #define MAX_DEVICES 256
 static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
 static cuda_dev *open_devs[MAX_DEVICES];
+
+static atomic_ulong staging_blocks, graphs;
+
+void cuda_count_staging_block(void) { atomic_fetch_add(&staging_blocks, 1); }
+
+static void cuda_counts(dpm_cuda_counts *out) {
+  *out = (dpm_cuda_counts){.nccl_inits = cuda_nccl_inits(),
+                           .staging_blocks = atomic_load(&staging_blocks),
+                           .graphs = atomic_load(&graphs)};
+}
 
 cuda_dev *cuda_dev_of_stream(void *stream) {
   cuda_dev *found = NULL;
@@ -353,6 +364,7 @@ static void *cuda_capture_end(void *state, dpm_err *err) {
   cudaGraphExec_t x = NULL;
   cudaError_t e = cudaStreamEndCapture(dev->compute, &g);
   if (e == cudaSuccess && !capture_fail_at) e = cudaGraphInstantiate(&x, g, 0);
+  if (x) atomic_fetch_add(&graphs, 1);
   if (g) cudaGraphDestroy(g);
   if (capture_fail_at) { /* a call failed while capturing: the graph lacks it */
     if (x) cudaGraphExecDestroy(x);
@@ -433,7 +445,7 @@ static const dpm_cuda_plugin plugin = {
     .comm_create = cuda_nccl_create,
     .stream_of = cuda_stream_of,
     .describe = cuda_describe,
-    .nccl_inits = cuda_nccl_inits,
+    .counts = cuda_counts,
     .release = cuda_nccl_release,
 };
 

@@ -129,6 +129,10 @@ int cuda_wait(cuda_dev *dev);
  * of its ranks' streams to watch them (cuda.c). */
 cuda_dev *cuda_dev_of_stream(void *stream);
 
+/* The plugin's counts of staging blocks allocated and graphs instantiated
+ * (cuda.c; plugin.h: counts). Any thread. */
+void cuda_count_staging_block(void);
+
 /* Staging (staging.c): host <-> device copies through pinned host memory.
  * cuda_upload copies src into a pinned block at once (src is free again
  * when it returns), sends it to a device block on the copy stream (which

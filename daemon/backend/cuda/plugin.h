@@ -39,6 +39,13 @@ typedef int (*dpm_cuda_probe_fn)(char *why, size_t n);
 
 struct dpm_dev;
 
+/* The plugin's counts (dpm_cuda_plugin.counts). */
+typedef struct dpm_cuda_counts {
+  unsigned long nccl_inits;     /* NCCL groups created (warm ones taken again: not) */
+  unsigned long staging_blocks; /* pinned host and device staging blocks allocated */
+  unsigned long graphs;         /* step graphs instantiated */
+} dpm_cuda_counts;
+
 /* What the host lends the plugin. */
 typedef struct dpm_cuda_host {
   int abi;                /* DPM_CUDA_ABI */
@@ -59,9 +66,10 @@ typedef struct dpm_cuda_plugin {
   void *(*stream_of)(void *state);
   /* "CUDA 13.0 runtime, driver: none" and the like, for logs and status. */
   const char *(*describe)(void);
-  /* NCCL groups created so far (warm ones taken again do not count), and
-   * the release of the idle warm groups before the devices close. */
-  unsigned long (*nccl_inits)(void);
+  /* What the plugin asked the driver and NCCL for so far (a warm second
+   * model should ask for nothing but its own graphs), and the release of
+   * the idle warm NCCL groups before the devices close. */
+  void (*counts)(dpm_cuda_counts *out);
   void (*release)(void);
 } dpm_cuda_plugin;
 

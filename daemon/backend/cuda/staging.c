@@ -120,6 +120,7 @@ static void *host_alloc(void *arg, size_t bytes) {
     cudaGetLastError(); /* out of pinned memory is not a failure: a fallback follows */
     return NULL;
   }
+  cuda_count_staging_block();
   return p;
 }
 
@@ -138,6 +139,7 @@ static void *device_alloc(void *arg, size_t bytes) {
     cudaGetLastError(); /* out of memory: the upload goes without a device block */
     return NULL;
   }
+  cuda_count_staging_block();
   return p;
 }
 
