@@ -290,3 +290,82 @@ TEST(request_decode_is_bounded) {
   CHECK_HAS(err.msg, "decoded");
   free(b);
 }
+
+/* A path refused for where it leads creates nothing on the way: directories
+ * named like a model's checkpoints, made under models/ by a refused
+ * predictor, would otherwise stay and mislead retention. */
+TEST(paths_refused_write_creates_nothing) {
+  tree t;
+  if (!setup(&t)) return;
+  const dpm_fs *files = dpmd_paths_files(t.p);
+  dpm_err err = {0};
+  const char *ck = "state/models/m/checkpoints/ckpt-000000000999.dpmckpt";
+  char path[600], name[300];
+  snprintf(path, sizeof path, "%s/predictor.pb", at(&t, ck));
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_DENIED);
+  CHECK_HAS(err.msg, "one of dpmd's own files");
+  CHECK(access(at(&t, ck), F_OK) != 0);
+  snprintf(path, sizeof path, "%s/a/b/predictor.pb", at(&t, "state/models/new"));
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_DENIED);
+  CHECK(access(at(&t, "state/models/new"), F_OK) != 0);
+  /* a component too long further down: refused before the first mkdir */
+  memset(name, 'n', 260);
+  name[260] = 0;
+  snprintf(path, sizeof path, "%s/%s/predictor.pb", at(&t, "allowed/made"), name);
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_DENIED);
+  CHECK_HAS(err.msg, "has a component too long");
+  CHECK(access(at(&t, "allowed/made"), F_OK) != 0);
+  /* a root alone names no file */
+  CHECK_INT(dpmd_paths_check(t.p, at(&t, "allowed/"), &err), DPM_DENIED);
+  CHECK_HAS(err.msg, "names no file");
+  /* allowed: directories made below an allowed root */
+  snprintf(path, sizeof path, "%s/predictor.pb", at(&t, "allowed/p/q"));
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_OK);
+  CHECK(access(path, F_OK) == 0);
+  teardown(&t);
+}
+
+/* Retention removes only the checkpoints dpmd wrote: regular files named as
+ * it names them. Directories, symlinks and other names numbered above the
+ * model's iteration are not counted and stay; the checkpoint just written
+ * stays even when older than the ones kept. */
+TEST(store_retention_removes_only_its_own_checkpoints) {
+  tree t;
+  if (!setup(&t)) return;
+  const char *m = at(&t, "state/models/m");
+  char p[600];
+  for (int i = 0; i < 3; i++) { /* planted: a directory, a symlink, a near name */
+    static const char *const planted[] = {"ckpt-000000000997.dpmckpt",
+                                          "ckpt-000000000998.dpmckpt",
+                                          "ckpt-+00000000999.dpmckpt"};
+    snprintf(p, sizeof p, "%s/checkpoints/%s", m, planted[i]);
+    CHECK(i == 0   ? mkdir(p, 0755) == 0
+          : i == 1 ? symlink(at(&t, "outside/x"), p) == 0
+                   : test_write_file(p, "c", 1) == 0);
+  }
+  CHECK(test_write_file(at(&t, "outside/x"), "keep", 4) == 0);
+  uint64_t its[] = {10, 20, 30, 40}, got[8];
+  for (int i = 0; i < 4; i++) {
+    CHECK(!dpmd_store_checkpoint_path(m, its[i], p, sizeof p));
+    CHECK(test_write_file(p, "c", 1) == 0);
+    dpmd_store_retain(m, 3, its[i]);
+    CHECK(dpmd_store_has_checkpoint(m, its[i]));
+  }
+  CHECK_INT(dpmd_store_checkpoints(m, got, 8), 3);
+  CHECK(got[0] == 40 && got[1] == 30 && got[2] == 20);
+  /* after a load of iteration 5, its checkpoint is the one just written */
+  CHECK(!dpmd_store_checkpoint_path(m, 5, p, sizeof p));
+  CHECK(test_write_file(p, "c", 1) == 0);
+  dpmd_store_retain(m, 3, 5);
+  CHECK(dpmd_store_has_checkpoint(m, 5));
+  CHECK(!dpmd_store_has_checkpoint(m, 997) && !dpmd_store_has_checkpoint(m, 998));
+  snprintf(p, sizeof p, "%s/checkpoints/ckpt-000000000997.dpmckpt", m);
+  struct stat st;
+  CHECK(lstat(p, &st) == 0 && S_ISDIR(st.st_mode));
+  snprintf(p, sizeof p, "%s/checkpoints/ckpt-000000000998.dpmckpt", m);
+  CHECK(lstat(p, &st) == 0 && S_ISLNK(st.st_mode));
+  snprintf(p, sizeof p, "%s/checkpoints/ckpt-+00000000999.dpmckpt", m);
+  CHECK(access(p, F_OK) == 0);
+  CHECK(access(at(&t, "outside/x"), F_OK) == 0);
+  teardown(&t);
+}
