@@ -15,6 +15,7 @@
 #include "server/kvpeer.h"
 #include "server/log.h"
 #include "server/peer.h"
+#include "server/rendezvous.h"
 
 #define DEFAULT_TIMEOUT_MS 60000 /* a Rendezvous message's default timeout_ms */
 
@@ -37,7 +38,7 @@ static const Dpm__Rendezvous *rendezvous_of(const Dpm__ModelSpec *spec) {
   return spec->parallel ? spec->parallel->rendezvous : NULL;
 }
 
-static const char *store_of(const Dpm__ModelSpec *spec) {
+const char *dpmd_fleet_store(const Dpm__ModelSpec *spec) {
   const Dpm__Rendezvous *rv = rendezvous_of(spec);
   return rv && rv->store && *rv->store ? rv->store : "daemon";
 }
@@ -48,7 +49,7 @@ static int timeout_of(const Dpm__ModelSpec *spec) {
 }
 
 static int daemon_store(const Dpm__ModelSpec *spec) {
-  return !strcmp(store_of(spec), "daemon");
+  return !strcmp(dpmd_fleet_store(spec), "daemon");
 }
 
 /* ---- links ------------------------------------------------------------------- */
@@ -298,8 +299,10 @@ dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
   const Dpm__Rendezvous *rv = rendezvous_of(spec);
   dpm_comm_rendezvous r = {.prefix = l->formation};
   if (rv && rv->interface && *rv->interface) r.iface = rv->interface;
+  if (dpmd_rendezvous_check(d, spec, err)) return err->code;
   if (!daemon_store(spec)) {
-    r.store = store_of(spec); /* the spec's: lives as long as the model */
+    r.store = dpmd_fleet_store(spec); /* the spec's: lives as long as the model */
+    if (!strncmp(r.store, "file://", 7)) r.fs = dpmd_rendezvous_fs(d);
   } else if (l->shard_id == 0) {
     dpmd_kv_local_init(&l->local, d->kv, l->formation);
     r.kv = &l->local.store;

@@ -69,7 +69,6 @@ static dpm_status find_root(const root_set *rs, const char *path, int *at,
     return denied(err, path, why);
   }
   *rest = path + best;
-  if (!(*rest)[strspn(*rest, "/")]) return denied(err, path, "names no file");
   return DPM_OK;
 }
 

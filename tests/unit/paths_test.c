@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "common/file.h"
 #include "server/paths.h"
 #include "server/request.h"
@@ -316,7 +317,7 @@ TEST(paths_refused_write_creates_nothing) {
   CHECK_HAS(err.msg, "has a component too long");
   CHECK(access(at(&t, "allowed/made"), F_OK) != 0);
   /* a root alone names no file */
-  CHECK_INT(dpmd_paths_check(t.p, at(&t, "allowed/"), &err), DPM_DENIED);
+  CHECK_INT(write_file(files, at(&t, "allowed/"), &err), DPM_DENIED);
   CHECK_HAS(err.msg, "names no file");
   /* allowed: directories made below an allowed root */
   snprintf(path, sizeof path, "%s/predictor.pb", at(&t, "allowed/p/q"));
@@ -367,5 +368,48 @@ TEST(store_retention_removes_only_its_own_checkpoints) {
   snprintf(p, sizeof p, "%s/checkpoints/ckpt-+00000000999.dpmckpt", m);
   CHECK(access(p, F_OK) == 0);
   CHECK(access(at(&t, "outside/x"), F_OK) == 0);
+  teardown(&t);
+}
+
+/* A gloo file store opened through dpmd's files fs: its directory is made
+ * only where a client's files may go, never through a symlink nor in
+ * models/; where it may, process 0 of 2 publishes its key there and waits
+ * for process 1 (which never comes: a timeout). */
+TEST(paths_confine_a_gloo_file_store) {
+  tree t;
+  if (!setup(&t)) return;
+  CHECK(symlink(at(&t, "outside"), at(&t, "allowed/ln")) == 0);
+  static const struct {
+    const char *dir;
+    dpm_status want;
+    const char *says;
+  } cases[] = {
+      {"allowed/ln/store", DPM_DENIED, "crosses a symbolic link"},
+      {"outside/store", DPM_DENIED, "is not under the state dir or an allowed path"},
+      {"state/models/m/store", DPM_DENIED, "one of dpmd's own files"},
+      {"allowed/rdv/store", DPM_TIMEOUT, "process 1 (job rank 1) has not arrived"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char url[600];
+    snprintf(url, sizeof url, "file://%s", at(&t, cases[i].dir));
+    dpm_comm_config cfg = {.kind = DPM_COMM_GLOO,
+                           .size = 1,
+                           .world = 2,
+                           .timeout_ms = 200,
+                           .rendezvous = {.store = url,
+                                          .prefix = "unit/p",
+                                          .iface = "lo",
+                                          .fs = dpmd_paths_files(t.p)}};
+    dpm_comm *comm = NULL;
+    dpm_err err = {0};
+    dpm_status s = dpm_comm_gloo_create(&cfg, &comm, &err);
+    if (s != cases[i].want) printf("    %s: %s\n", cases[i].dir, err.msg);
+    CHECK_INT(s, cases[i].want);
+    CHECK_HAS(err.msg, cases[i].says);
+    if (comm) dpm_comm_destroy(comm);
+  }
+  CHECK(access(at(&t, "outside/store"), F_OK) != 0);
+  CHECK(access(at(&t, "state/models/m/store"), F_OK) != 0);
+  CHECK(access(at(&t, "allowed/rdv/store/unit%2Fp%2F0"), F_OK) == 0);
   teardown(&t);
 }
