@@ -10,6 +10,7 @@
 #include <sys/random.h>
 
 #include "common/escape.h"
+#include "common/file.h"
 #include "common/validate.h"
 #include "server/kv.h"
 #include "server/kvpeer.h"
@@ -302,7 +303,13 @@ dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
   if (dpmd_rendezvous_check(d, spec, err)) return err->code;
   if (!daemon_store(spec)) {
     r.store = dpmd_fleet_store(spec); /* the spec's: lives as long as the model */
-    if (!strncmp(r.store, "file://", 7)) r.fs = dpmd_rendezvous_fs(d);
+    if (!strncmp(r.store, "file://", 7)) {
+      /* made here, through the confined paths, before any backend opens it
+         (Gloo's store goes through r.fs; NCCL's opens DIR by its path) */
+      r.fs = dpmd_rendezvous_fs(d);
+      if (dpm_file_mkdirs(r.fs, r.store + 7, err))
+        return dpm_err_prefix(err, "rendezvous store directory: ");
+    }
   } else if (l->shard_id == 0) {
     dpmd_kv_local_init(&l->local, d->kv, l->formation);
     r.kv = &l->local.store;

@@ -123,7 +123,8 @@ dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *sp
                            dpm_err *err);
 /* Model thread: fills opt->fleet (shard, shards, the rendezvous: the store
  * in process, over RPC, or the spec's URL, a file store with the daemon's
- * confined file access; the formation; the interface) and
+ * confined file access, its directory made through it here; the
+ * formation; the interface) and
  * opt->comm_timeout_ms (the rendezvous timeout). A store this daemon does
  * not allow (server/rendezvous.h) is DPM_DENIED. The stores stay open in l
  * for as long as the trainer lives. */
