@@ -163,8 +163,11 @@ dpm_status dpm_file_read_all(const dpm_fs *fs, const char *path, size_t max, voi
   return DPM_OK;
 }
 
-dpm_status dpm_file_write(const dpm_fs *fs, const char *path, int mkdirs,
-                          dpm_file_writer fn, void *arg, dpm_err *err) {
+/* dpm_file_write, or (exclusive) dpm_file_create: the temporary is linked
+ * to the target's name instead of renamed over it, so an existing target is
+ * DPM_EXISTS and stays as it was. */
+static dpm_status put(const dpm_fs *fs, const char *path, int mkdirs, int exclusive,
+                      dpm_file_writer fn, void *arg, dpm_err *err) {
   dpm_err local; /* implementations and writers may rely on err */
   if (!err) err = &local;
   if (!fs) fs = &dpm_fs_plain;
@@ -185,14 +188,59 @@ dpm_status dpm_file_write(const dpm_fs *fs, const char *path, int mkdirs,
     s = fn(fd, arg, err);
     if (!s && fsync(fd)) s = io_err(err, path, "fsync", errno);
     if (close(fd) && !s) s = io_err(err, path, "close", errno);
-    if (!s && renameat(dfd, tmp, dfd, base))
+    if (!s && exclusive && linkat(dfd, tmp, dfd, base, 0))
+      s = errno == EEXIST
+              ? dpm_errf(err, DPM_EXISTS, "%s: exists", shown(path, b, sizeof b))
+              : io_err(err, path, "cannot link into place", errno);
+    if (!s && !exclusive && renameat(dfd, tmp, dfd, base))
       s = io_err(err, path, "cannot rename into place", errno);
-    if (s) unlinkat(dfd, tmp, 0);
+    if (s || exclusive) unlinkat(dfd, tmp, 0);
   }
   if (!s && fsync(dfd))
     s = dpm_errf(err, DPM_IO, "%s: written, but fsync of its directory failed: %s",
                  shown(path, b, sizeof b), strerror(errno));
   close(dfd);
+  return s;
+}
+
+dpm_status dpm_file_write(const dpm_fs *fs, const char *path, int mkdirs,
+                          dpm_file_writer fn, void *arg, dpm_err *err) {
+  return put(fs, path, mkdirs, 0, fn, arg, err);
+}
+
+dpm_status dpm_file_exists(const dpm_fs *fs, const char *path, int *exists,
+                           dpm_err *err) {
+  dpm_err local;
+  if (!err) err = &local;
+  if (!fs) fs = &dpm_fs_plain;
+  *exists = 0;
+  if (!path || !*path) return dpm_errf(err, DPM_INVALID, "no file named");
+  char base[NAME_MAX + 1], b[256];
+  int dfd;
+  struct stat st;
+  dpm_status s = fs->open_dir(fs, path, 0, &dfd, base, sizeof base, err);
+  if (s) return s;
+  if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW))
+    s = errno == ENOENT ? DPM_OK : io_err(err, path, "stat", errno);
+  else if (S_ISREG(st.st_mode))
+    *exists = 1;
+  else
+    s = dpm_errf(err, DPM_IO, "%s: not a regular file", shown(path, b, sizeof b));
+  close(dfd);
+  return s;
+}
+
+dpm_status dpm_file_mkdirs(const dpm_fs *fs, const char *dir, dpm_err *err) {
+  dpm_err local;
+  if (!err) err = &local;
+  if (!fs) fs = &dpm_fs_plain;
+  char path[PATH_MAX], base[NAME_MAX + 1], b[256];
+  if (!dir || !*dir) return dpm_errf(err, DPM_INVALID, "no directory named");
+  if (snprintf(path, sizeof path, "%s/x", dir) >= (int)sizeof path)
+    return dpm_errf(err, DPM_INVALID, "%s: path too long", shown(dir, b, sizeof b));
+  int dfd;
+  dpm_status s = fs->open_dir(fs, path, 1, &dfd, base, sizeof base, err);
+  if (!s) close(dfd);
   return s;
 }
 
@@ -211,5 +259,11 @@ static dpm_status write_buffer(int fd, void *arg, dpm_err *err) {
 dpm_status dpm_file_write_buffer(const dpm_fs *fs, const char *path, int mkdirs,
                                  const void *data, size_t len, dpm_err *err) {
   buffer_arg a = {data, len, path};
-  return dpm_file_write(fs, path, mkdirs, write_buffer, &a, err);
+  return put(fs, path, mkdirs, 0, write_buffer, &a, err);
+}
+
+dpm_status dpm_file_create_buffer(const dpm_fs *fs, const char *path, int mkdirs,
+                                  const void *data, size_t len, dpm_err *err) {
+  buffer_arg a = {data, len, path};
+  return put(fs, path, mkdirs, 1, write_buffer, &a, err);
 }

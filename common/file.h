@@ -53,6 +53,18 @@ dpm_status dpm_file_write(const dpm_fs *fs, const char *path, int mkdirs,
 /* dpm_file_write of a buffer. */
 dpm_status dpm_file_write_buffer(const dpm_fs *fs, const char *path, int mkdirs,
                                  const void *data, size_t len, dpm_err *err);
+/* Creates path (fs NULL: plain) holding the buffer, atomically, but never
+ * replaces a file: the temporary is linked to path's name, and an existing
+ * path is DPM_EXISTS ("PATH: exists"), left as it was. */
+dpm_status dpm_file_create_buffer(const dpm_fs *fs, const char *path, int mkdirs,
+                                  const void *data, size_t len, dpm_err *err);
+/* Whether path (fs NULL: plain) names a regular file: *exists 1, or 0 when
+ * nothing has its name; a directory, symlink or other file there is DPM_IO
+ * "not a regular file"; the fs's refusals and a missing directory fail. */
+dpm_status dpm_file_exists(const dpm_fs *fs, const char *path, int *exists, dpm_err *err);
+/* Makes directory dir and its missing parents through fs (NULL: plain), as
+ * open_dir with mkdirs does for a file inside it. */
+dpm_status dpm_file_mkdirs(const dpm_fs *fs, const char *dir, dpm_err *err);
 /* Opens path for reading through fs (NULL: plain) and reads it whole, at
  * most max bytes (larger: DPM_CORRUPT "larger than"). *data is malloc'd
  * (one spare NUL byte after the contents); free it. */

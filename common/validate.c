@@ -51,7 +51,8 @@ int dpm_model_name_valid(const char *name) {
 
 int dpm_blob_name_valid(const char *name) {
   size_t n = name ? strlen(name) : 0;
-  return n > 0 && n <= DPM_SPEC_MAX_BLOB_NAME && !dpm_has_control(name);
+  return n > 0 && n <= DPM_SPEC_MAX_BLOB_NAME && !dpm_has_control(name) &&
+         !strchr(name, '/');
 }
 
 /* A quoted, escaped, shortened copy of a client string for a message. */
@@ -66,7 +67,9 @@ static dpm_status blob_names(vctx *c, const char *what, char *const *names, size
   char b[80];
   for (size_t i = 0; i < n; i++)
     if (!dpm_blob_name_valid(names[i]))
-      return fail(c, "%s: blob name %s must be 1-%d bytes without control bytes",
+      return fail(c,
+                  "%s: blob name %s must be 1-%d bytes without control bytes or '/' ('/' "
+                  "separates a replica's scope: cpu_1/fc1_w)",
                   what, show(names[i], b, sizeof b), DPM_SPEC_MAX_BLOB_NAME);
   return DPM_OK;
 }
@@ -95,7 +98,9 @@ static dpm_status input(vctx *c, const Dpm__InputSpec *in, uint64_t devices) {
   if ((uint64_t)in->batch_size * devices * in->num_shards > DPM_SPEC_MAX_GLOBAL)
     return fail(c, "input: batch_size x devices x num_shards must be at most %u",
                 DPM_SPEC_MAX_GLOBAL);
-  if (!isfinite(in->scale)) return fail(c, "input.scale must be a finite number");
+  if (!(isfinite(in->scale) && in->scale > 0 && in->scale <= DPM_SPEC_MAX_SCALE))
+    return fail(c, "input.scale must be a number > 0 and at most %g, got %g",
+                DPM_SPEC_MAX_SCALE, in->scale);
   if (in->prefetch < 1 || in->prefetch > DPM_SPEC_MAX_PREFETCH)
     return fail(c, "input.prefetch must be 1..%d, got %u", DPM_SPEC_MAX_PREFETCH,
                 in->prefetch);

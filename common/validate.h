@@ -28,12 +28,19 @@
 #define DPM_SPEC_MAX_CLASSES (1u << 24) /* num_classes */
 #define DPM_SPEC_MAX_SHARDS 256         /* parallel.shards: daemons of a job */
 #define DPM_SPEC_MAX_TIMEOUT_MS 3600000 /* parallel.rendezvous.timeout_ms */
+/* input.scale: finite, > 0 (a predictor's input_scale must be) and at most
+ * 256: a pixel byte (0..255) times it stays under 2^16, so the squares BN
+ * and the losses take of inputs stay under 2^32 and their sums over any
+ * batch far inside float's range; usual scales are 1/255 to 1. */
+#define DPM_SPEC_MAX_SCALE 256.0
 
 /* 1 for a usable model name: 1..DPM_SPEC_MAX_NAME of A-Z a-z 0-9 . _ -, not
  * starting with '.' (it names a directory in dpmd's state dir). */
 int dpm_model_name_valid(const char *name);
 /* 1 for a usable blob name: 1..DPM_SPEC_MAX_BLOB_NAME bytes without control
- * bytes ("cpu_0/h", scoped as Caffe2 wrote it, is stripped to "h"). */
+ * bytes or '/': '/' separates a replica's scope from a name ("cpu_1/fc1_w"
+ * in get-blob), and checkpoints and predictors keep what follows the last
+ * one, so a spec's own names hold none. */
 int dpm_blob_name_valid(const char *name);
 
 /* A daemon of a fleet (parallel.shards): tcp://HOST:PORT (host of

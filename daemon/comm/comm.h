@@ -178,10 +178,14 @@ typedef struct dpm_comm_store {
  * formation of the job passes the same store and prefix; a new formation
  * (after a failure, or with other processes) needs a new prefix, since a
  * store's keys cannot be set twice (a used prefix fails with DPM_EXISTS).
- * A file store's directory is created if missing. */
+ * A file store's directory is created if missing; it and the store's files
+ * are reached through fs (common/file.h): dpmd passes its confined client
+ * paths (server/paths.h), so a store lies where a client's files may. */
 typedef struct dpm_comm_rendezvous {
   const char *store;        /* "file:///DIR", "redis://HOST:PORT", or NULL (or ""): kv */
   const dpm_comm_store *kv; /* the caller's store, when store is NULL */
+  const struct dpm_fs *fs;  /* file store: how DIR and its files are opened;
+                               NULL: plain paths (dpm_fs_plain) */
   const char *prefix;       /* the formation's keys: "JOB/FORMATION", unique */
   const char *iface;        /* network interface to bind; NULL: the host name's address */
 } dpm_comm_rendezvous;

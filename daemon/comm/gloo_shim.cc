@@ -3,9 +3,10 @@
 // Every function of the C interface catches everything Gloo and the C++
 // library throw and turns it into a dpm_status and a message.
 //
-// Stores: Gloo's FileStore and RedisStore, with their waits polled here to
-// the millisecond (theirs count whole seconds), or the caller's key-value
-// callbacks (CallbackStore). Under the formation's PrefixStore sits
+// Stores: a file store of this file's own (FileKV: through the caller's
+// file access, common/file.h) and Gloo's RedisStore, with their waits
+// polled here to the millisecond (Gloo's count whole seconds), or the
+// caller's key-value callbacks (CallbackStore). Under the formation's PrefixStore sits
 // BoundedStore, whose get first waits for the key with the job's timeout:
 // Gloo's rendezvous reads rank_0's key with a plain get, which would
 // otherwise wait the store's default 30 s for a missing process 0.
@@ -14,8 +15,10 @@
 // ends (alltoall), so that an error Gloo reports against an address
 // ("Connection closed by peer [ADDR]") names the process behind it.
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -24,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdint>
@@ -44,7 +46,6 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/redis_store.h>
 #include <gloo/transport/tcp/address.h>
@@ -53,6 +54,9 @@
 #include <gloo/types.h>
 
 #include "comm/gloo_shim.h"
+extern "C" {
+#include "common/file.h"
+}
 
 namespace {
 
@@ -88,33 +92,122 @@ template <class F> void poll_keys(const Keys &keys, Ms timeout, F ready) {
   }
 }
 
-// FileStore with millisecond waits and a set that refuses an existing key
-// with DPM_EXISTS (Gloo's says so in an EnforceNotMet).
-class FileKV : public gloo::rendezvous::FileStore {
+// The file store: one file per key in DIR, reached through the caller's
+// file access (rendezvous.fs; common/file.h), so that dpmd's confinement of
+// client paths holds for it: no symlink is followed below its roots, and
+// nothing is written outside them. A key is set by linking a finished
+// temporary to its name (an existing key is DPM_EXISTS, race-free); a file
+// name is the key with every byte outside [A-Za-z0-9_-] written %XX, so it
+// never starts with '.' (the temporaries do) and never holds a '/'. Waits
+// are polled to the millisecond.
+class FileKV : public gloo::rendezvous::Store {
 public:
-  using FileStore::FileStore;
-  using FileStore::wait;
+  FileKV(const dpm_fs *fs, const std::string &dir) : fs_(fs), dir_(dir) {}
   void set(const std::string &key, const std::vector<char> &data) override {
-    if (check({key})) throw StoreError(DPM_EXISTS, "store key '" + key + "' exists");
-    FileStore::set(key, data);
+    dpm_err e = {};
+    dpm_status s =
+        dpm_file_create_buffer(fs_, path(key).c_str(), 0, data.data(), data.size(), &e);
+    if (s == DPM_EXISTS) throw StoreError(s, "store key '" + key + "' exists");
+    if (s) throw StoreError(s, e.msg);
+  }
+  std::vector<char> get(const std::string &key) override {
+    void *v = nullptr;
+    size_t n = 0;
+    dpm_err e = {};
+    dpm_status s = dpm_file_read_all(fs_, path(key).c_str(), kMaxValue, &v, &n, &e);
+    std::unique_ptr<void, void (*)(void *)> owned(v, free);
+    if (s) throw StoreError(s, e.msg, key);
+    const char *p = static_cast<const char *>(v);
+    return std::vector<char>(p, p + n);
+  }
+  void wait(const Keys &keys) override {
+    wait(keys, gloo::rendezvous::Store::kDefaultTimeout);
   }
   void wait(const Keys &keys, const Ms &timeout) override {
     poll_keys(keys, timeout, [&] { return check(keys); });
   }
+
+private:
+  static constexpr size_t kMaxValue = 16u << 20; // a key's value: one address per process
+  bool check(const Keys &keys) {
+    for (const auto &k : keys) {
+      int exists = 0;
+      dpm_err e = {};
+      dpm_status s = dpm_file_exists(fs_, path(k).c_str(), &exists, &e);
+      if (s) throw StoreError(s, e.msg, k);
+      if (!exists) return false;
+    }
+    return true;
+  }
+  std::string path(const std::string &key) const {
+    static const char hex[] = "0123456789ABCDEF";
+    std::string name;
+    for (unsigned char c : key) {
+      if (isalnum(c) || c == '_' || c == '-') {
+        name += (char)c;
+      } else {
+        name += '%';
+        name += hex[c >> 4];
+        name += hex[c & 15];
+      }
+    }
+    if (name.empty() || name.size() > NAME_MAX)
+      throw StoreError(DPM_INVALID, "store key '" + key + "': its file name would be " +
+                                        std::to_string(name.size()) + " bytes (1 to " +
+                                        std::to_string(NAME_MAX) + ")");
+    return dir_ + "/" + name;
+  }
+  const dpm_fs *fs_;
+  const std::string dir_;
 };
 
-// RedisStore likewise (its set is a SETNX: a race still fails there).
+// Gloo's RedisStore with millisecond waits, a set that refuses an existing
+// key with DPM_EXISTS (its set is a SETNX: a race still fails there), each
+// reply awaited at most the job's timeout, and one message for every
+// failure of the server (unusable()): whether a port was open, and what a
+// server there answered, is not for the caller to learn, since a spec
+// names the server and dpmd's clients must not probe a network through it.
 class RedisKV : public gloo::rendezvous::RedisStore {
 public:
-  using RedisStore::RedisStore;
-  using RedisStore::wait;
+  RedisKV(const std::string &host, int port, Ms timeout, const std::string &url)
+      : RedisStore(host, port), url_(url) {
+    struct timeval tv = {(time_t)(timeout.count() / 1000),
+                         (suseconds_t)(timeout.count() % 1000 * 1000)};
+    redisSetTimeout(redis_, tv);
+  }
   void set(const std::string &key, const std::vector<char> &data) override {
-    if (check({key})) throw StoreError(DPM_EXISTS, "store key '" + key + "' exists");
-    RedisStore::set(key, data);
+    guarded([&] {
+      if (check({key})) throw StoreError(DPM_EXISTS, "store key '" + key + "' exists");
+      RedisStore::set(key, data);
+      return 0;
+    });
   }
+  std::vector<char> get(const std::string &key) override {
+    return guarded([&] { return RedisStore::get(key); });
+  }
+  using RedisStore::wait;
   void wait(const Keys &keys, const Ms &timeout) override {
-    poll_keys(keys, timeout, [&] { return check(keys); });
+    poll_keys(keys, timeout, [&] { return guarded([&] { return check(keys); }); });
   }
+  // The one message for a Redis server that cannot be used.
+  static std::string unusable(const std::string &url) {
+    return "rendezvous store '" + url +
+           "': no usable Redis server there (not reachable, or not answering as one)";
+  }
+
+private:
+  template <class F> auto guarded(F f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const StoreError &) {
+      throw;
+    } catch (const std::bad_alloc &) {
+      throw;
+    } catch (...) {
+      throw StoreError(DPM_IO, unusable(url_));
+    }
+  }
+  const std::string url_;
 };
 
 // The caller's key-value store (dpm_comm_store): its get waits itself.
@@ -362,21 +455,6 @@ dpm_status spent(dpm_gloo *g, const char *what, dpm_err *err) {
                   g->spent_msg.c_str());
 }
 
-// mkdir -p
-dpm_status make_dir(const std::string &dir, dpm_err *err) {
-  for (size_t i = 1; i <= dir.size(); i++) {
-    if (i < dir.size() && dir[i] != '/') continue;
-    std::string part = dir.substr(0, i);
-    if (mkdir(part.c_str(), 0755) && errno != EEXIST)
-      return dpm_errf(err, DPM_IO, "cannot create the store directory %s: %s",
-                      part.c_str(), strerror(errno));
-  }
-  struct stat st;
-  if (stat(dir.c_str(), &st) || !S_ISDIR(st.st_mode))
-    return dpm_errf(err, DPM_IO, "store directory %s is not a directory", dir.c_str());
-  return DPM_OK;
-}
-
 // "redis://HOST:PORT" (HOST may be [IPv6]).
 dpm_status parse_redis(const char *url, std::string *host, int *port, dpm_err *err) {
   std::string s(url + strlen("redis://"));
@@ -449,7 +527,7 @@ void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
   if (!rv.store || !*rv.store) {
     base.reset(new CallbackStore(*rv.kv, timeout));
   } else if (!strncmp(rv.store, "file://", 7)) {
-    base.reset(new FileKV(rv.store + 7));
+    base.reset(new FileKV(rv.fs, rv.store + 7));
   } else {
     std::string host;
     int port = 0;
@@ -459,12 +537,16 @@ void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
     struct timeval tv = {2, 0};
     redisContext *probe = redisConnectWithTimeout(host.c_str(), port, tv);
     if (!probe) throw std::bad_alloc();
-    std::string why = probe->err ? probe->errstr : "";
+    bool failed = probe->err != 0;
     redisFree(probe);
-    if (!why.empty())
-      throw StoreError(DPM_IO, "connecting to Redis at " + std::string(rv.store + 8) +
-                                   ": " + why);
-    base.reset(new RedisKV(host, port));
+    if (failed) throw StoreError(DPM_IO, RedisKV::unusable(rv.store));
+    try {
+      base.reset(new RedisKV(host, port, timeout, rv.store));
+    } catch (const std::bad_alloc &) {
+      throw;
+    } catch (...) {
+      throw StoreError(DPM_IO, RedisKV::unusable(rv.store));
+    }
   }
   BoundedStore bounded(*base, timeout);
   gloo::rendezvous::PrefixStore store(rv.prefix, bounded);
@@ -583,8 +665,8 @@ dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *
     if (s) return s;
   }
   if (rv.store && !strncmp(rv.store, "file://", 7)) {
-    dpm_status s = make_dir(rv.store + 7, err);
-    if (s) return s;
+    dpm_status s = dpm_file_mkdirs(rv.fs, rv.store + 7, err);
+    if (s) return dpm_err_prefix(err, "rendezvous store directory: ");
   }
 
   dpm_gloo *g = new (std::nothrow) dpm_gloo;

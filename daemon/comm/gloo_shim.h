@@ -44,7 +44,8 @@ typedef struct dpm_gloo_config {
   int timeout_ms;  /* bound on every wait: each store wait, connecting, and
                       each collective's waits; > 0 */
   dpm_comm_rendezvous rendezvous; /* store (file:///DIR is created if
-                                     missing), prefix, interface */
+                                     missing, through rendezvous.fs),
+                                     prefix, interface */
 } dpm_gloo_config;
 
 /* Form the context: every process of the formation calls it with the same

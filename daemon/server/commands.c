@@ -19,6 +19,7 @@
 #include "server/metrics.h"
 #include "server/model.h"
 #include "server/paths.h"
+#include "server/rendezvous.h"
 #include "server/stream.h"
 
 enum {
@@ -201,7 +202,9 @@ static void run_version(const call *c) {
 }
 
 /* What a submit and a join check before a model starts: a free name, room
- * for it, the daemon's devices, the spec; then room in the registry. */
+ * for it, the daemon's devices, the spec, its rendezvous store (allowed
+ * here, a file store's directory where a client's files may lie); then
+ * room in the registry. */
 static dpm_status admit(const call *c, const Dpm__ModelSpec *spec, dpm_err *err) {
   dpmd *d = c->d;
   if (dpmd_registry_find(c->models, spec->name))
@@ -212,7 +215,8 @@ static dpm_status admit(const call *c, const Dpm__ModelSpec *spec, dpm_err *err)
   if (dpmd_devices_check(d->devices, spec->parallel->devices, spec->parallel->n_devices,
                          err))
     return dpm_err_prefix(err, "%s: ", spec->name);
-  if (dpm_spec_validate(spec, err)) return err->code;
+  if (dpm_spec_validate(spec, err) || dpmd_rendezvous_check(d, spec, err))
+    return err->code;
   return dpmd_registry_reserve(c->models, err);
 }
 

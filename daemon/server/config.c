@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/validate.h"
 #include "common/ytree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -33,6 +34,7 @@ typedef enum {
   CK_ENDPOINT,  /* one endpoint (char *, aux: int "was set" flag) */
   CK_ABSPATH,   /* an absolute path (char *) */
   CK_ABSPATHS,  /* list of absolute paths (char **, aux: int count) */
+  CK_STORES,    /* list of rendezvous store kinds (char **, aux: int count) */
   CK_PATH,      /* a path (char *) */
   CK_INT,       /* integer in [lo, hi], into an int, size_t or uint64_t */
   CK_BOOL,      /* true or false (int) */
@@ -80,6 +82,7 @@ static const cfg_key top_keys[] = {
     {.key = "checkpoint_on_shutdown", .kind = CK_BOOL, .off = OFF(checkpoint_on_shutdown), .help = "at SIGTERM or shutdown, checkpoint every model with progress since its last checkpoint, training or not, and exit non-zero naming any that failed (default true)"},
     {.key = "allowed_paths", .flag = "--allow-path", .kind = CK_ABSPATHS, .off = OFF(allowed_paths), .aux = AUX(n_allowed_paths), .nullable = 1, .arg = "DIR", .help = "directories besides state_dir where clients may have checkpoints and predictors written or read (--allow-path: one more, repeatable)"},
     {.key = "data_paths", .kind = CK_ABSPATHS, .off = OFF(data_paths), .aux = AUX(n_data_paths), .nullable = 1, .help = "directories a spec's data files may be read from, besides state_dir and allowed_paths (default /usr/share/datasets)"},
+    {.key = "rendezvous_stores", .kind = CK_STORES, .off = OFF(rendezvous_stores), .aux = AUX(n_rendezvous_stores), .nullable = 1, .help = "the rendezvous stores fleet jobs may use: daemon, file (a file:///DIR store under state_dir or allowed_paths) and exact redis://HOST:PORT entries (default [daemon, file]; [] or null: none)"},
     {.key = "checkpoint_every", .kind = CK_EVERY, .off = OFF(checkpoint_every_iters), .aux = AUX(checkpoint_every_s), .help = "periodic checkpoints: every N iterations, or Ns seconds; 0 never (default 600s)"},
     {.key = "auth_token_file", .flag = "--token-file", .kind = CK_PATH, .off = OFF(auth_token_file), .nullable = 1, .arg = "FILE", .help = "a file holding the token every request must carry; not readable by other users"},
     {.key = "log_level", .flag = "--log-level", .kind = CK_ENUM, .off = OFF(log_level), .choices = level_names, .arg = "LEVEL", .help = "error, warning, info (default) or debug; logs go to stderr"},
@@ -173,6 +176,14 @@ static const char *path_problem(const char *s, int absolute) {
   return NULL;
 }
 
+/* NULL if s is a rendezvous_stores entry: daemon, file, or a Redis server
+ * as redis://HOST:PORT (common/validate.h); else what is wrong. */
+static const char *store_problem(const char *s) {
+  if (!strcmp(s, "daemon") || !strcmp(s, "file")) return NULL;
+  if (!strncmp(s, "redis://", 8) && dpm_store_url_valid(s)) return NULL;
+  return "must be daemon, file or redis://HOST:PORT";
+}
+
 /* Sets key k of cfg from the text s (a YAML scalar or a flag's value).
  * append: for list kinds, add to the list (else replace it). Returns NULL
  * or a problem phrased after the key ("must be ..."), without the value. */
@@ -182,8 +193,11 @@ static const char *cfg_set(dpmd_config *cfg, const cfg_key *k, const char *s, in
   char *copy;
   switch (k->kind) {
   case CK_ENDPOINTS:
-  case CK_ABSPATHS: {
-    bad = k->kind == CK_ENDPOINTS ? endpoint_problem(s, buf, cap) : path_problem(s, 1);
+  case CK_ABSPATHS:
+  case CK_STORES: {
+    bad = k->kind == CK_ENDPOINTS ? endpoint_problem(s, buf, cap)
+          : k->kind == CK_STORES  ? store_problem(s)
+                                  : path_problem(s, 1);
     if (bad) return bad;
     char ***list = FIELD(cfg, k->off, char **);
     int *n = FIELD(cfg, k->aux, int);
@@ -266,7 +280,7 @@ static const char *cfg_set(dpmd_config *cfg, const cfg_key *k, const char *s, in
 
 /* Clears a nullable key's value (YAML null, or the flag value "none"). */
 static void cfg_clear(dpmd_config *cfg, const cfg_key *k) {
-  if (k->kind == CK_ABSPATHS || k->kind == CK_ENDPOINTS) {
+  if (k->kind == CK_ABSPATHS || k->kind == CK_ENDPOINTS || k->kind == CK_STORES) {
     free_strs(*FIELD(cfg, k->off, char **), *FIELD(cfg, k->aux, int));
     *FIELD(cfg, k->off, char **) = NULL;
     *FIELD(cfg, k->aux, int) = 0;
@@ -313,6 +327,8 @@ static dpm_status cfg_defaults(dpmd_config *cfg, dpm_err *err) {
   cfg->progress_every = 10;
   if (!push_str(&cfg->listen, &cfg->n_listen, "ipc:///run/dpmd/dpmd.sock") ||
       !push_str(&cfg->data_paths, &cfg->n_data_paths, "/usr/share/datasets") ||
+      !push_str(&cfg->rendezvous_stores, &cfg->n_rendezvous_stores, "daemon") ||
+      !push_str(&cfg->rendezvous_stores, &cfg->n_rendezvous_stores, "file") ||
       !(cfg->state_dir = strdup("/var/lib/dpmd")) || !cfg_derive_events(cfg)) {
     dpmd_config_fini(cfg);
     return dpm_errf(err, DPM_NOMEM, "config: out of memory");
@@ -367,7 +383,7 @@ static dpm_status cfg_read_value(cfg_ctx *c, dpmd_config *cfg, const cfg_key *k,
     if (v->kind != DPM_YNODE_MAP) return cfg_node_fail(c, v, name, "must be a mapping");
     return cfg_read_map(c, cfg, k->sub, name, v);
   }
-  if (k->kind != CK_ENDPOINTS && k->kind != CK_ABSPATHS)
+  if (k->kind != CK_ENDPOINTS && k->kind != CK_ABSPATHS && k->kind != CK_STORES)
     return cfg_read_scalar(c, cfg, k, name, v, 0);
   /* a list, or one string standing for a list of one */
   if (v->kind == DPM_YNODE_MAP) return cfg_node_fail(c, v, name, "must be a list");
@@ -677,6 +693,7 @@ void dpmd_config_fini(dpmd_config *cfg) {
   free_strs(cfg->listen, cfg->n_listen);
   free_strs(cfg->allowed_paths, cfg->n_allowed_paths);
   free_strs(cfg->data_paths, cfg->n_data_paths);
+  free_strs(cfg->rendezvous_stores, cfg->n_rendezvous_stores);
   free(cfg->events);
   free(cfg->state_dir);
   free(cfg->auth_token_file);

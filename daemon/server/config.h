@@ -45,6 +45,11 @@ typedef struct dpmd_config {
   char **data_paths;        /* where else a spec's data files may be read;
                                default /usr/share/datasets */
   int n_data_paths;
+  char **rendezvous_stores; /* the stores a fleet job may meet through: "daemon",
+                               "file" (file:///DIR under the state dir or an
+                               allowed path), "redis://HOST:PORT" (that server
+                               only); default daemon and file */
+  int n_rendezvous_stores;
   uint64_t checkpoint_every_iters; /* a model checkpoints every N iterations */
   uint64_t checkpoint_every_s;     /* ... or every S seconds of training; 0: off.
                                       checkpoint_every: N | Ns; default 600s */

@@ -9,11 +9,13 @@
 #include <string.h>
 
 #include "common/escape.h"
+#include "common/file.h"
 #include "common/validate.h"
 #include "server/kv.h"
 #include "server/kvpeer.h"
 #include "server/log.h"
 #include "server/peer.h"
+#include "server/rendezvous.h"
 #include "server/secret.h"
 
 #define DEFAULT_TIMEOUT_MS 60000 /* a Rendezvous message's default timeout_ms */
@@ -40,7 +42,7 @@ static const Dpm__Rendezvous *rendezvous_of(const Dpm__ModelSpec *spec) {
   return spec->parallel ? spec->parallel->rendezvous : NULL;
 }
 
-static const char *store_of(const Dpm__ModelSpec *spec) {
+const char *dpmd_fleet_store(const Dpm__ModelSpec *spec) {
   const Dpm__Rendezvous *rv = rendezvous_of(spec);
   return rv && rv->store && *rv->store ? rv->store : "daemon";
 }
@@ -51,7 +53,7 @@ static int timeout_of(const Dpm__ModelSpec *spec) {
 }
 
 static int daemon_store(const Dpm__ModelSpec *spec) {
-  return !strcmp(store_of(spec), "daemon");
+  return !strcmp(dpmd_fleet_store(spec), "daemon");
 }
 
 /* ---- links ------------------------------------------------------------------- */
@@ -432,8 +434,16 @@ dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
   const Dpm__Rendezvous *rv = rendezvous_of(spec);
   dpm_comm_rendezvous r = {.prefix = l->formation};
   if (rv && rv->interface && *rv->interface) r.iface = rv->interface;
+  if (dpmd_rendezvous_check(d, spec, err)) return err->code;
   if (!daemon_store(spec)) {
-    r.store = store_of(spec); /* the spec's: lives as long as the model */
+    r.store = dpmd_fleet_store(spec); /* the spec's: lives as long as the model */
+    if (!strncmp(r.store, "file://", 7)) {
+      /* made here, through the confined paths, before any backend opens it
+         (Gloo's store goes through r.fs; NCCL's opens DIR by its path) */
+      r.fs = dpmd_rendezvous_fs(d);
+      if (dpm_file_mkdirs(r.fs, r.store + 7, err))
+        return dpm_err_prefix(err, "rendezvous store directory: ");
+    }
   } else if (l->shard_id == 0) {
     dpmd_kv_local_init(&l->local, d->kv, l->formation);
     r.kv = &l->local.store;

@@ -89,6 +89,8 @@ typedef struct dpmd_fleet_link dpmd_fleet_link;
 
 /* The spec's shards: 0 when it names none (a job of one daemon). */
 int dpmd_fleet_shards(const Dpm__ModelSpec *spec);
+/* The spec's rendezvous store: parallel.rendezvous.store, or "daemon". */
+const char *dpmd_fleet_store(const Dpm__ModelSpec *spec);
 
 /* Loop thread. The link of the coordinator (shard 0) of spec, a job over
  * dpmd_fleet_shards(spec) >= 1 daemons; gives spec a rendezvous section
@@ -146,9 +148,12 @@ dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards,
 dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
                            dpm_err *err);
 /* Model thread: fills opt->fleet (shard, shards, the rendezvous: the store
- * in process, over RPC, or the spec's URL; the formation; the interface)
- * and opt->comm_timeout_ms (the rendezvous timeout). The stores stay open
- * in l for as long as the trainer lives. */
+ * in process, over RPC, or the spec's URL, a file store with the daemon's
+ * confined file access, its directory made through it here; the
+ * formation; the interface) and
+ * opt->comm_timeout_ms (the rendezvous timeout). A store this daemon does
+ * not allow (server/rendezvous.h) is DPM_DENIED. The stores stay open in l
+ * for as long as the trainer lives. */
 dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
                               const Dpm__ModelSpec *spec, dpm_trainer_options *opt,
                               dpm_err *err);

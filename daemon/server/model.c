@@ -845,11 +845,19 @@ static void reply_path(dpmd_model *m, dpmd_reply_to *to, const char *path,
   dpmd_reply(m->d, to, &rs);
 }
 
-/* Writes a checkpoint to path through fs (NULL: the daemon's own files). A
- * failure is logged and kept for status until the next success. */
+/* Writes a checkpoint to path through fs (NULL: the model's own directory,
+ * where checkpoint_retention applies: the checkpoint must still be there
+ * once the older ones are gone). A failure is logged and kept for status
+ * until the next success. */
 static dpm_status checkpoint_to(dpmd_model *m, const dpm_fs *fs, const char *path,
                                 dpm_err *err) {
+  uint64_t iter = m->iter;
   dpm_status s = dpm_trainer_checkpoint(m->t, fs, path, err);
+  if (!s && !fs) {
+    dpmd_store_retain(m->dir, m->d->cfg->checkpoint_retention, iter);
+    if (!dpmd_store_has_checkpoint(m->dir, iter))
+      s = dpm_errf(err, DPM_IO, "%s: written, but gone right after its write", path);
+  }
   pthread_mutex_lock(&m->mu);
   if (s) {
     dpm_escape(err->msg, m->ckpt_error, sizeof m->ckpt_error);
@@ -884,7 +892,6 @@ static dpm_status checkpoint_default(dpmd_model *m, char *path, size_t n, dpm_er
   m->saved_iter = m->iter;
   m->ckpt_failures = 0;
   m->ckpt_retry_s = 0;
-  dpmd_store_retain(m->dir, m->d->cfg->checkpoint_retention);
   return DPM_OK;
 }
 

@@ -54,6 +54,7 @@ static dpm_status find_root(const root_set *rs, const char *path, int *at,
     size_t n = strcspn(c, "/");
     if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
       return denied(err, path, "has a '.' or '..' component");
+    if (n > NAME_MAX) return denied(err, path, "has a component too long");
     c += n;
   }
   size_t best = 0;
@@ -83,13 +84,25 @@ static dpm_status step_failed(dpm_err *err, const char *path, int dir, const cha
                   strerror(e));
 }
 
+static int in_models(const dpmd_paths *p, int dir);
+
+static dpm_status own_file(dpm_err *err, const char *path) {
+  return denied(err, path,
+                "is one of dpmd's own files (the state dir's models/ and lock)");
+}
+
 /* Walks path from its root to the directory holding its last component,
- * one O_NOFOLLOW openat per component (creating missing ones when mkdirs).
- * On success *dirfd is that directory and base its last component. */
-static dpm_status walk(const root_set *rs, const char *path, int mkdirs, int *dirfd,
-                       char *base, size_t cap, dpm_err *err) {
+ * one O_NOFOLLOW openat per component. mkdirs: missing directories are
+ * created, but only once the whole path's form has passed (find_root) and,
+ * for a write, the deepest existing directory has been found outside
+ * STATE/models (what is created below it is outside too): a refused path
+ * creates nothing. On success *dirfd is that directory and base its last
+ * component. */
+static dpm_status walk(const dpmd_paths *paths, const root_set *rs, const char *path,
+                       int mkdirs, int write, int *dirfd, char *base, size_t cap,
+                       dpm_err *err) {
   *dirfd = -1;
-  int fd, at;
+  int fd, at, outside = 0; /* outside: fd is known to lie outside STATE/models */
   const char *p;
   if (find_root(rs, path, &at, &p, err)) return err->code;
   if ((fd = open(rs->v[at], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
@@ -110,9 +123,17 @@ static dpm_status walk(const root_set *rs, const char *path, int mkdirs, int *di
     base[n] = 0;
     if (!*next) break; /* base is the last component */
     int sub = openat(fd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0 && errno == ENOENT && mkdirs &&
-        (mkdirat(fd, base, 0755) == 0 || errno == EEXIST))
-      sub = openat(fd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0 && errno == ENOENT && mkdirs) {
+      if (write && !outside) { /* the first directory to make: its parent decides */
+        if (in_models(paths, fd)) {
+          close(fd);
+          return own_file(err, path);
+        }
+        outside = 1;
+      }
+      if (mkdirat(fd, base, 0755) == 0 || errno == EEXIST)
+        sub = openat(fd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
     if (sub < 0) {
       dpm_status st = step_failed(err, path, fd, base, errno);
       close(fd);
@@ -146,11 +167,12 @@ static int in_models(const dpmd_paths *p, int dir) {
 }
 
 /* A regular file under one of the roots rs. */
-static dpm_status read_under(const root_set *rs, const char *path, int *out, dpm_err *err) {
+static dpm_status read_under(const dpmd_paths *paths, const root_set *rs,
+                             const char *path, int *out, dpm_err *err) {
   char base[NAME_MAX + 1];
   int dir;
   *out = -1;
-  if (walk(rs, path, 0, &dir, base, sizeof base, err)) return err->code;
+  if (walk(paths, rs, path, 0, 0, &dir, base, sizeof base, err)) return err->code;
   int fd = openat(dir, base, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) step_failed(err, path, dir, base, errno);
   close(dir);
@@ -160,11 +182,13 @@ static dpm_status read_under(const root_set *rs, const char *path, int *out, dpm
 }
 
 static dpm_status data_read(const dpm_fs *fs, const char *path, int *out, dpm_err *err) {
-  return read_under(&((const dpmd_paths *)fs->ctx)->data_set, path, out, err);
+  const dpmd_paths *p = fs->ctx;
+  return read_under(p, &p->data_set, path, out, err);
 }
 
 static dpm_status files_read(const dpm_fs *fs, const char *path, int *out, dpm_err *err) {
-  return read_under(&((const dpmd_paths *)fs->ctx)->file_set, path, out, err);
+  const dpmd_paths *p = fs->ctx;
+  return read_under(p, &p->file_set, path, out, err);
 }
 
 static dpm_status files_dir(const dpm_fs *fs, const char *path, int mkdirs, int *out,
@@ -172,7 +196,7 @@ static dpm_status files_dir(const dpm_fs *fs, const char *path, int mkdirs, int 
   const dpmd_paths *p = fs->ctx;
   int dir;
   *out = -1;
-  if (walk(&p->file_set, path, mkdirs, &dir, base, cap, err)) return err->code;
+  if (walk(p, &p->file_set, path, mkdirs, 1, &dir, base, cap, err)) return err->code;
   struct stat st;
   if (!fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) && S_ISLNK(st.st_mode)) {
     close(dir); /* replacing it would be safe (rename never follows it), but surprising */
@@ -181,7 +205,7 @@ static dpm_status files_dir(const dpm_fs *fs, const char *path, int mkdirs, int 
   if (in_models(p, dir) ||
       (!fstat(dir, &st) && same(&st, &p->state) && !strcmp(base, "lock"))) {
     close(dir);
-    return denied(err, path, "is one of dpmd's own files (the state dir's models/ and lock)");
+    return own_file(err, path);
   }
   *out = dir;
   return DPM_OK;

@@ -9,7 +9,11 @@
  * before, on the thread that uses the file: a symlink anywhere below the
  * root, or "..", is refused (DPM_DENIED), and nothing can be swapped between
  * a check and the use, because there is no separate check. Reads refuse
- * anything but a regular file, without blocking on a FIFO.
+ * anything but a regular file, without blocking on a FIFO. A write that
+ * creates directories on its way (a predictor's folder) creates none
+ * before the whole path has passed: its form (absolute, no "." or "..", no
+ * component over NAME_MAX, under a root) and, at the deepest directory that
+ * exists, the rule below; a refused path leaves nothing behind.
  *
  * The daemon's own files are never a client's target: a write into the
  * state dir's models/ tree (checked by descriptor, walking up with "..",

@@ -27,8 +27,16 @@ int dpmd_store_model_dir(const char *state_dir, const char *name, char *buf, siz
   return fits(snprintf(buf, n, "%s/models/%s", state_dir, name), n);
 }
 
+/* The file name dpmd gives iteration iter's checkpoint. */
+#define CKPT_NAME_MAX 64
+static void checkpoint_name(uint64_t iter, char name[CKPT_NAME_MAX]) {
+  snprintf(name, CKPT_NAME_MAX, "ckpt-%012" PRIu64 ".dpmckpt", iter);
+}
+
 int dpmd_store_checkpoint_path(const char *dir, uint64_t iter, char *buf, size_t n) {
-  return fits(snprintf(buf, n, "%s/checkpoints/ckpt-%012" PRIu64 ".dpmckpt", dir, iter), n);
+  char name[CKPT_NAME_MAX];
+  checkpoint_name(iter, name);
+  return fits(snprintf(buf, n, "%s/checkpoints/%s", dir, name), n);
 }
 
 static dpm_status io_err(dpm_err *err, const char *path, const char *what) {
@@ -119,38 +127,75 @@ static int newest_first(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int dpmd_store_checkpoints(const char *dir, uint64_t *iters, int max) {
-  char path[PATH_MAX];
-  if (fits(snprintf(path, sizeof path, "%s/checkpoints", dir), sizeof path)) return 0;
-  DIR *dp = opendir(path);
-  if (!dp) return 0;
+/* Whether name, in the directory at dfd, is a regular file (not followed). */
+static int regular_at(int dfd, const char *name) {
+  struct stat st;
+  return !fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+}
+
+/* The checkpoints in DIR/checkpoints (open as dp): the regular files named
+ * as dpmd names them, newest first, at most max. Removes leftover
+ * temporaries (regular files only). */
+static int list_checkpoints(DIR *dp, uint64_t *iters, int max) {
   int n = 0;
   for (struct dirent *e; (e = readdir(dp));) {
     unsigned long long it;
-    int end = 0;
-    size_t len = strlen(e->d_name);
+    char name[CKPT_NAME_MAX];
+    if (!regular_at(dirfd(dp), e->d_name)) continue;
     if (strstr(e->d_name, ".tmp")) { /* a write cut short (NAME.tmp or NAME.tmp.PID) */
       unlinkat(dirfd(dp), e->d_name, 0);
       continue;
     }
-    if (sscanf(e->d_name, "ckpt-%12llu.dpmckpt%n", &it, &end) == 1 && end == (int)len &&
-        n < max)
-      iters[n++] = it;
+    if (sscanf(e->d_name, "ckpt-%12llu", &it) != 1) continue;
+    checkpoint_name(it, name);
+    if (!strcmp(name, e->d_name) && n < max) iters[n++] = it;
   }
-  closedir(dp);
   qsort(iters, (size_t)n, sizeof *iters, newest_first);
   return n;
 }
 
-void dpmd_store_retain(const char *dir, int keep) {
+static DIR *open_checkpoints(const char *dir) {
+  char path[PATH_MAX];
+  if (fits(snprintf(path, sizeof path, "%s/checkpoints", dir), sizeof path)) return NULL;
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *dp = fd < 0 ? NULL : fdopendir(fd);
+  if (!dp && fd >= 0) close(fd);
+  return dp;
+}
+
+int dpmd_store_checkpoints(const char *dir, uint64_t *iters, int max) {
+  DIR *dp = open_checkpoints(dir);
+  if (!dp) return 0;
+  int n = list_checkpoints(dp, iters, max);
+  closedir(dp);
+  return n;
+}
+
+int dpmd_store_has_checkpoint(const char *dir, uint64_t iter) {
+  char name[CKPT_NAME_MAX];
+  DIR *dp = open_checkpoints(dir);
+  if (!dp) return 0;
+  checkpoint_name(iter, name);
+  int has = regular_at(dirfd(dp), name);
+  closedir(dp);
+  return has;
+}
+
+void dpmd_store_retain(const char *dir, int keep, uint64_t written) {
   if (keep <= 0) return;
   uint64_t *it = malloc(DPMD_MAX_CHECKPOINTS * sizeof *it);
-  if (!it) return;
-  int n = dpmd_store_checkpoints(dir, it, DPMD_MAX_CHECKPOINTS);
-  for (int i = keep; i < n; i++) {
-    char path[PATH_MAX];
-    if (!dpmd_store_checkpoint_path(dir, it[i], path, sizeof path)) unlink(path);
+  DIR *dp = it ? open_checkpoints(dir) : NULL;
+  if (!dp) {
+    free(it);
+    return;
   }
+  int n = list_checkpoints(dp, it, DPMD_MAX_CHECKPOINTS);
+  for (int i = keep; i < n; i++) {
+    char name[CKPT_NAME_MAX];
+    checkpoint_name(it[i], name);
+    if (it[i] != written && regular_at(dirfd(dp), name)) unlinkat(dirfd(dp), name, 0);
+  }
+  closedir(dp);
   free(it);
 }
 

@@ -37,10 +37,18 @@ dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm
 /* Reads DIR/spec.pb (caller frees with dpm_spec_free). */
 dpm_status dpmd_store_load_spec(const char *dir, Dpm__ModelSpec **out, dpm_err *err);
 /* The iterations of DIR's checkpoints, newest first; returns how many
- * (at most max). Removes leftover temporaries. */
+ * (at most max). A checkpoint is a regular file (not followed) named
+ * exactly as dpmd names one; anything else there is ignored. Removes
+ * leftover temporaries (regular files). */
 int dpmd_store_checkpoints(const char *dir, uint64_t *iters, int max);
-/* Removes all but the newest `keep` checkpoints (keep 0: none removed). */
-void dpmd_store_retain(const char *dir, int keep);
+/* Whether iteration iter's checkpoint is in DIR, as a regular file. */
+int dpmd_store_has_checkpoint(const char *dir, uint64_t iter);
+/* Removes all but the newest `keep` checkpoints (keep 0: none removed),
+ * never the one of iteration `written` (the checkpoint just written, which
+ * may be older than others after a load). Removes only what
+ * dpmd_store_checkpoints lists, by descriptor: never a directory, a symlink
+ * or a file dpmd did not name. */
+void dpmd_store_retain(const char *dir, int keep, uint64_t written);
 /* DIR/target: the iteration an interrupted run was training to. save
  * writes it (atomically); take reads and removes it, returning 0 when there
  * is none or it is unreadable. */

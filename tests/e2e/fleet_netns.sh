@@ -77,10 +77,16 @@ printf 'netns-fleet\n' >"$TOK"
 chmod 600 "$TOK"
 EA=tcp://$A_IP:7070 EB=tcp://$B_IP:7070
 IA=ipc://$T/A.sock IB=ipc://$T/B.sock
+# the file store under an allowed path; the Redis server started below
+mkdir -p "$T/store"
+cat >"$T/dpmd.yaml" <<EOF
+allowed_paths: [$T/store]
+rendezvous_stores: [daemon, file, "redis://$A_IP:6379"]
+EOF
 # up NAME NAMESPACE TCP IPC: dpmd NAME in NAMESPACE, listening on both
 up() {
   ip netns exec "$2" "$DPMD" --listen "$3" --listen "$4" --state-dir "$T/$1" --devices 2 \
-    --token-file "$TOK" 2>>"$T/$1.log" &
+    --token-file "$TOK" --config "$T/dpmd.yaml" 2>>"$T/$1.log" &
   PIDS="$PIDS $!"
   eval "PID_$1=$!"
   _end=$(($(date +%s) + 20))

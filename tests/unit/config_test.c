@@ -197,7 +197,7 @@ TEST(config_file_errors) {
       {"max_models: 4\nlisten_on: x\n",
        "t.yaml:2:1: unknown key 'listen_on' (expected one of: listen, events, state_dir, "
        "devices, max_models, checkpoint_retention, checkpoint_on_shutdown, "
-       "allowed_paths, data_paths, checkpoint_every, "
+       "allowed_paths, data_paths, rendezvous_stores, checkpoint_every, "
        "auth_token_file, log_level, max_message_bytes, max_model_bytes, "
        "data_cache_bytes, progress_every)"},
       {"devices:\n  cpu: 2\n  gpu: 1\n",
@@ -273,6 +273,45 @@ TEST(config_file_errors) {
   }
 }
 
+/* rendezvous_stores: daemon and file by default; entries are daemon, file
+ * or one Redis server; null or [] allows none. */
+TEST(config_rendezvous_stores) {
+  dpmd_config cfg;
+  dpm_err err = {0};
+  CHECK_INT(parse("", &cfg, &err), DPM_OK);
+  CHECK(cfg.n_rendezvous_stores == 2 && STREQ(cfg.rendezvous_stores[0], "daemon") &&
+        STREQ(cfg.rendezvous_stores[1], "file"));
+  dpmd_config_fini(&cfg);
+  CHECK_INT(parse("rendezvous_stores: [daemon, 'redis://10.0.0.5:6379', "
+                  "'redis://[fe80::1]:7000']\n",
+                  &cfg, &err),
+            DPM_OK);
+  CHECK(cfg.n_rendezvous_stores == 3 &&
+        STREQ(cfg.rendezvous_stores[1], "redis://10.0.0.5:6379"));
+  dpmd_config_fini(&cfg);
+  CHECK_INT(parse("rendezvous_stores: null\n", &cfg, &err), DPM_OK);
+  CHECK_INT(cfg.n_rendezvous_stores, 0);
+  dpmd_config_fini(&cfg);
+  CHECK_INT(parse("rendezvous_stores: []\n", &cfg, &err), DPM_OK);
+  CHECK_INT(cfg.n_rendezvous_stores, 0);
+  dpmd_config_fini(&cfg);
+  static const char *const bad[] = {"redis",         "redis://h", "redis://h:0",
+                                    "file:///tmp/x", "Daemon",    "tcp://h:1",
+                                    "redis://a b:1"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char text[128], want[256];
+    snprintf(text, sizeof text, "rendezvous_stores: [daemon, '%s']\n", bad[i]);
+    CHECK_INT(parse(text, &cfg, &err), DPM_SPEC);
+    snprintf(
+        want, sizeof want,
+        "t.yaml:1:29: 'rendezvous_stores' must be daemon, file or redis://HOST:PORT, "
+        "got '%s' (a quoted string)",
+        bad[i]);
+    CHECK_MSG(err, want);
+    dpmd_config_fini(&cfg);
+  }
+}
+
 TEST(config_load_files) {
   char dir[256], path[400];
   CHECK(tmp_dir(dir, sizeof dir));
@@ -335,6 +374,9 @@ TEST(config_load_files) {
   CHECK(shipped.max_model_bytes == def.max_model_bytes);
   CHECK(shipped.data_cache_bytes == def.data_cache_bytes);
   CHECK_INT(shipped.progress_every, def.progress_every);
+  CHECK_INT(shipped.n_rendezvous_stores, def.n_rendezvous_stores);
+  for (int i = 0; i < def.n_rendezvous_stores; i++)
+    CHECK(STREQ(shipped.rendezvous_stores[i], def.rendezvous_stores[i]));
   dpmd_config_fini(&def);
   dpmd_config_fini(&shipped);
 }

@@ -143,7 +143,11 @@ TEST(fleet_link_shard_takes_only_its_coordinators_secret) {
 }
 
 TEST(fleet_link_trainer_options_per_store) {
-  dpmd_config cfg = {.token = NULL, .max_message_bytes = 1 << 20};
+  char *stores[] = {"daemon", "redis://10.0.0.5:6379"}; /* rendezvous_stores */
+  dpmd_config cfg = {.token = NULL,
+                     .max_message_bytes = 1 << 20,
+                     .rendezvous_stores = stores,
+                     .n_rendezvous_stores = 2};
   dpmd d = {.cfg = &cfg};
   dpm_err err = {0};
   CHECK_INT(dpmd_kv_create(&d.kv, &err), DPM_OK);
@@ -189,6 +193,10 @@ TEST(fleet_link_trainer_options_per_store) {
         opt.fleet.rendezvous.kv == NULL &&
         !strcmp(opt.fleet.rendezvous.prefix, "mlp/0123456789abcdef") &&
         !dpmd_fleet_checkpoints(l);
+  /* a store the config does not list: refused before any trainer meets it */
+  cfg.n_rendezvous_stores = 1;
+  ok &= dpmd_fleet_options(&d, l, s, &opt, &err) == DPM_DENIED &&
+        strstr(err.msg, "(rendezvous_stores in its config: daemon)") != NULL;
   dpmd_fleet_link_free(l);
   dpm__model_spec__free_unpacked(s, NULL);
   dpmd_kv_destroy(d.kv);

@@ -896,13 +896,110 @@ TEST(gloo_redis_store) {
     dpm_comm *comm = NULL;
     dpm_err err = {0};
     down = dpm_comm_create(&cfg, &comm, &err) == DPM_IO && !comm &&
-           strstr(err.msg, "connecting to Redis at 127.0.0.1:");
+           strstr(err.msg, "no usable Redis server there");
     if (!down) printf("    redis down: %s\n", err.msg);
   }
   if (sh) munmap(sh, sizeof *sh);
   CHECK(up);
   CHECK(ok);
   CHECK(down);
+}
+
+/* A server that is not Redis: accepts connections on 127.0.0.1 and answers
+ * each with `banner` (NULL: says nothing), until stopped. */
+typedef struct {
+  int fd, port;
+  const char *banner;
+  atomic_int stop;
+  pthread_t th;
+} fake_server;
+
+static void *fake_serve(void *arg) {
+  fake_server *f = arg;
+  while (!atomic_load(&f->stop)) {
+    int c = accept(f->fd, NULL, NULL);
+    if (c < 0) continue;
+    if (f->banner && write(c, f->banner, strlen(f->banner)) < 0) {
+    }
+    if (f->banner) close(c); /* silent: left open, so the client waits */
+  }
+  return NULL;
+}
+
+static int fake_start(fake_server *f, const char *banner) {
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t n = sizeof a;
+  f->banner = banner;
+  atomic_store(&f->stop, 0);
+  f->fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (f->fd < 0 || bind(f->fd, (struct sockaddr *)&a, sizeof a) || listen(f->fd, 8) ||
+      getsockname(f->fd, (struct sockaddr *)&a, &n))
+    return 0;
+  f->port = ntohs(a.sin_port);
+  return pthread_create(&f->th, NULL, fake_serve, f) == 0;
+}
+
+static void fake_stop(fake_server *f) {
+  atomic_store(&f->stop, 1);
+  shutdown(f->fd, SHUT_RDWR);
+  accepts(f->port); /* wakes the accept */
+  pthread_join(f->th, NULL);
+  close(f->fd);
+}
+
+/* dpm_comm_create on redis://127.0.0.1:port; its message with the port
+ * written as PORT into msg. */
+static dpm_status redis_attempt(int port, char *msg, size_t cap) {
+  char url[64], ps[16];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  snprintf(ps, sizeof ps, "%d", port);
+  dpm_comm_config cfg = {
+      .kind = DPM_COMM_GLOO,
+      .size = 1,
+      .world = 2,
+      .timeout_ms = 500,
+      .rendezvous = {.store = url, .prefix = "unit/fake", .iface = "lo"}};
+  dpm_comm *comm = NULL;
+  dpm_err err = {0};
+  dpm_status s = dpm_comm_create(&cfg, &comm, &err);
+  if (comm) dpm_comm_destroy(comm);
+  char *p = strstr(err.msg, ps);
+  if (p)
+    snprintf(msg, cap, "%.*sPORT%s", (int)(p - err.msg), err.msg, p + strlen(ps));
+  else
+    snprintf(msg, cap, "%s", err.msg);
+  return s;
+}
+
+/* A Redis store's failures say nothing of the other side: a closed port, a
+ * server that answers something else first, and one that says nothing all
+ * fail with one message (within the timeout), which never quotes the
+ * answer. */
+TEST(gloo_redis_errors_do_not_reveal_the_peer) {
+  fake_server talk, mute;
+  CHECK(fake_start(&talk, "Xsecret-banner 2.4\r\n"));
+  CHECK(fake_start(&mute, NULL));
+  int closed = free_port();
+  char m_closed[512], m_talk[512], m_mute[512];
+  double t0 = now_ms();
+  dpm_status s_closed = redis_attempt(closed, m_closed, sizeof m_closed);
+  dpm_status s_talk = redis_attempt(talk.port, m_talk, sizeof m_talk);
+  double t1 = now_ms();
+  dpm_status s_mute = redis_attempt(mute.port, m_mute, sizeof m_mute);
+  double t2 = now_ms();
+  fake_stop(&talk);
+  fake_stop(&mute);
+  printf("    closed: %s\n    talking: %s\n    mute: %s (%.0f ms)\n", m_closed, m_talk,
+         m_mute, t2 - t1);
+  CHECK_INT(s_closed, DPM_IO);
+  CHECK_INT(s_talk, DPM_IO);
+  CHECK_INT(s_mute, DPM_IO);
+  CHECK(!strcmp(m_closed, m_talk) && !strcmp(m_closed, m_mute));
+  CHECK(!strstr(m_talk, "secret") && !strstr(m_talk, "\"X\"") &&
+        !strstr(m_closed, "refused"));
+  CHECK(t1 - t0 < 5000);
+  CHECK(t2 - t1 < 5000); /* the timeout (500 ms) bounds the wait for an answer */
 }
 
 /* The caller's key-value store: a map in this process, so the two

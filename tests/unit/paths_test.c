@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "common/file.h"
 #include "server/paths.h"
 #include "server/request.h"
@@ -289,4 +290,126 @@ TEST(request_decode_is_bounded) {
   CHECK_INT(dpmd_request_decode(b, k, 64u << 20, &out, &err), DPM_DENIED);
   CHECK_HAS(err.msg, "decoded");
   free(b);
+}
+
+/* A path refused for where it leads creates nothing on the way: directories
+ * named like a model's checkpoints, made under models/ by a refused
+ * predictor, would otherwise stay and mislead retention. */
+TEST(paths_refused_write_creates_nothing) {
+  tree t;
+  if (!setup(&t)) return;
+  const dpm_fs *files = dpmd_paths_files(t.p);
+  dpm_err err = {0};
+  const char *ck = "state/models/m/checkpoints/ckpt-000000000999.dpmckpt";
+  char path[600], name[300];
+  snprintf(path, sizeof path, "%s/predictor.pb", at(&t, ck));
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_DENIED);
+  CHECK_HAS(err.msg, "one of dpmd's own files");
+  CHECK(access(at(&t, ck), F_OK) != 0);
+  snprintf(path, sizeof path, "%s/a/b/predictor.pb", at(&t, "state/models/new"));
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_DENIED);
+  CHECK(access(at(&t, "state/models/new"), F_OK) != 0);
+  /* a component too long further down: refused before the first mkdir */
+  memset(name, 'n', 260);
+  name[260] = 0;
+  snprintf(path, sizeof path, "%s/%s/predictor.pb", at(&t, "allowed/made"), name);
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_DENIED);
+  CHECK_HAS(err.msg, "has a component too long");
+  CHECK(access(at(&t, "allowed/made"), F_OK) != 0);
+  /* a root alone names no file */
+  CHECK_INT(write_file(files, at(&t, "allowed/"), &err), DPM_DENIED);
+  CHECK_HAS(err.msg, "names no file");
+  /* allowed: directories made below an allowed root */
+  snprintf(path, sizeof path, "%s/predictor.pb", at(&t, "allowed/p/q"));
+  CHECK_INT(dpm_file_write_buffer(files, path, 1, "x", 1, &err), DPM_OK);
+  CHECK(access(path, F_OK) == 0);
+  teardown(&t);
+}
+
+/* Retention removes only the checkpoints dpmd wrote: regular files named as
+ * it names them. Directories, symlinks and other names numbered above the
+ * model's iteration are not counted and stay; the checkpoint just written
+ * stays even when older than the ones kept. */
+TEST(store_retention_removes_only_its_own_checkpoints) {
+  tree t;
+  if (!setup(&t)) return;
+  const char *m = at(&t, "state/models/m");
+  char p[600];
+  for (int i = 0; i < 3; i++) { /* planted: a directory, a symlink, a near name */
+    static const char *const planted[] = {"ckpt-000000000997.dpmckpt",
+                                          "ckpt-000000000998.dpmckpt",
+                                          "ckpt-+00000000999.dpmckpt"};
+    snprintf(p, sizeof p, "%s/checkpoints/%s", m, planted[i]);
+    CHECK(i == 0   ? mkdir(p, 0755) == 0
+          : i == 1 ? symlink(at(&t, "outside/x"), p) == 0
+                   : test_write_file(p, "c", 1) == 0);
+  }
+  CHECK(test_write_file(at(&t, "outside/x"), "keep", 4) == 0);
+  uint64_t its[] = {10, 20, 30, 40}, got[8];
+  for (int i = 0; i < 4; i++) {
+    CHECK(!dpmd_store_checkpoint_path(m, its[i], p, sizeof p));
+    CHECK(test_write_file(p, "c", 1) == 0);
+    dpmd_store_retain(m, 3, its[i]);
+    CHECK(dpmd_store_has_checkpoint(m, its[i]));
+  }
+  CHECK_INT(dpmd_store_checkpoints(m, got, 8), 3);
+  CHECK(got[0] == 40 && got[1] == 30 && got[2] == 20);
+  /* after a load of iteration 5, its checkpoint is the one just written */
+  CHECK(!dpmd_store_checkpoint_path(m, 5, p, sizeof p));
+  CHECK(test_write_file(p, "c", 1) == 0);
+  dpmd_store_retain(m, 3, 5);
+  CHECK(dpmd_store_has_checkpoint(m, 5));
+  CHECK(!dpmd_store_has_checkpoint(m, 997) && !dpmd_store_has_checkpoint(m, 998));
+  snprintf(p, sizeof p, "%s/checkpoints/ckpt-000000000997.dpmckpt", m);
+  struct stat st;
+  CHECK(lstat(p, &st) == 0 && S_ISDIR(st.st_mode));
+  snprintf(p, sizeof p, "%s/checkpoints/ckpt-000000000998.dpmckpt", m);
+  CHECK(lstat(p, &st) == 0 && S_ISLNK(st.st_mode));
+  snprintf(p, sizeof p, "%s/checkpoints/ckpt-+00000000999.dpmckpt", m);
+  CHECK(access(p, F_OK) == 0);
+  CHECK(access(at(&t, "outside/x"), F_OK) == 0);
+  teardown(&t);
+}
+
+/* A gloo file store opened through dpmd's files fs: its directory is made
+ * only where a client's files may go, never through a symlink nor in
+ * models/; where it may, process 0 of 2 publishes its key there and waits
+ * for process 1 (which never comes: a timeout). */
+TEST(paths_confine_a_gloo_file_store) {
+  tree t;
+  if (!setup(&t)) return;
+  CHECK(symlink(at(&t, "outside"), at(&t, "allowed/ln")) == 0);
+  static const struct {
+    const char *dir;
+    dpm_status want;
+    const char *says;
+  } cases[] = {
+      {"allowed/ln/store", DPM_DENIED, "crosses a symbolic link"},
+      {"outside/store", DPM_DENIED, "is not under the state dir or an allowed path"},
+      {"state/models/m/store", DPM_DENIED, "one of dpmd's own files"},
+      {"allowed/rdv/store", DPM_TIMEOUT, "process 1 (job rank 1) has not arrived"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char url[600];
+    snprintf(url, sizeof url, "file://%s", at(&t, cases[i].dir));
+    dpm_comm_config cfg = {.kind = DPM_COMM_GLOO,
+                           .size = 1,
+                           .world = 2,
+                           .timeout_ms = 200,
+                           .rendezvous = {.store = url,
+                                          .prefix = "unit/p",
+                                          .iface = "lo",
+                                          .fs = dpmd_paths_files(t.p)}};
+    dpm_comm *comm = NULL;
+    dpm_err err = {0};
+    dpm_status s = dpm_comm_gloo_create(&cfg, &comm, &err);
+    if (s != cases[i].want) printf("    %s: %s\n", cases[i].dir, err.msg);
+    CHECK_INT(s, cases[i].want);
+    CHECK_HAS(err.msg, cases[i].says);
+    if (comm) dpm_comm_destroy(comm);
+  }
+  CHECK(access(at(&t, "outside/store"), F_OK) != 0);
+  CHECK(access(at(&t, "state/models/m/store"), F_OK) != 0);
+  CHECK(access(at(&t, "allowed/rdv/store/unit%2Fp%2F0"), F_OK) == 0);
+  teardown(&t);
 }

@@ -3,6 +3,7 @@
  * outside their lists, devices that are not canonical, names, losses, eval
  * sections, limits; and the shared pieces it rests on (device names,
  * escaping, NUL bytes inside protobuf strings). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "common/device.h"
@@ -105,7 +106,13 @@ TEST(validate_refuses_bad_names_and_losses) {
   set_str(&s->name, "v");
   set_str(&s->forward[0]->output[0], "pr\x1b[31med");
   CHECK(refused(s, "op #1: blob name 'pr\\x1b[31med' must be"));
+  set_str(&s->forward[0]->output[0], "a/pred"); /* get-blob reads a/pred as a scope */
+  CHECK(refused(s, "op #1: blob name 'a/pred' must be 1-255 bytes without control bytes "
+                   "or '/'"));
   set_str(&s->forward[0]->output[0], "pred");
+  set_str(&s->input->outputs[0], "cpu_0/data");
+  CHECK(refused(s, "input.outputs: blob name 'cpu_0/data'"));
+  set_str(&s->input->outputs[0], "data");
   set_str(&s->losses[0], "softmax");
   char **two = realloc(s->losses, 2 * sizeof *two);
   CHECK(two);
@@ -113,6 +120,24 @@ TEST(validate_refuses_bad_names_and_losses) {
   s->losses[1] = strdup("softmax");
   s->n_losses = 2;
   CHECK(refused(s, "losses: 'softmax' is listed twice"));
+  dpm_spec_free(s);
+}
+
+/* input.scale: finite, > 0, at most DPM_SPEC_MAX_SCALE. */
+TEST(validate_bounds_input_scale) {
+  Dpm__ModelSpec *s = good();
+  CHECK(s);
+  static const double bad[] = {-1, 0, 4294967296.0, 256.5, INFINITY, NAN, -0.0};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    s->input->scale = bad[i];
+    if (!refused(s, "input.scale must be a number > 0 and at most 256")) break;
+  }
+  static const double fine[] = {1.0 / 255, 1, 256, 1e-12};
+  for (size_t i = 0; i < sizeof fine / sizeof *fine; i++) {
+    dpm_err err = {0};
+    s->input->scale = fine[i];
+    CHECK_INT(dpm_spec_validate(s, &err), DPM_OK);
+  }
   dpm_spec_free(s);
 }
 
