@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "comm/filestore.h"
 #include "engine/exec.h"
 #include "io/reader.h"
 #include "parallel/bmuf.h"
@@ -95,6 +96,7 @@ struct dpm_trainer {
   int pipeline;   /* the replicas' memory is not the host's: a step uploads the next
                      one's input while it runs (dpm_trainer_step) */
   void **streams; /* [n] the replicas' CUDA streams, for a nccl group; else NULL */
+  dpm_file_store file_store; /* a nccl group's file:/// rendezvous, as callbacks */
   /* The replicas' exclusive devices (backend/device.h: dpm_dev_claim_set),
    * claimed while the trainer queues work on them; claimed counts nested
    * claims (trainer_claim). */

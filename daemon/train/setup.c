@@ -431,6 +431,15 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
     for (int d = 0; d < t->n; d++)
       t->streams[d] = p->stream_of(dpm_dev_state(t->r[d].dev));
     t->comm_cfg.streams = t->streams;
+    /* a file store reaches NCCL as key-value callbacks over the caller's file
+       access: the plugin opens no path itself */
+    dpm_comm_rendezvous *rv = &t->comm_cfg.rendezvous;
+    if (t->shards > 1 && rv->store && !strncmp(rv->store, "file://", 7)) {
+      if (dpm_file_store_init(&t->file_store, rv->store, rv->fs, err))
+        return trainer_shard_prefix(t, err);
+      rv->store = NULL;
+      rv->kv = &t->file_store.kv;
+    }
   }
   if (trainer_new_comm(t, &t->comm, err)) {
     dpm_err_prefix(err, "%s: ", spec->source);

@@ -45,7 +45,6 @@
  * together. broken is set once, under mu. A rank's bounce buffer (host
  * buffers, below) is its own thread's. */
 #include <errno.h>
-#include <fcntl.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -54,7 +53,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -724,92 +722,6 @@ static dpm_status new_id(ncclUniqueId *id, dpm_err *err) {
   return DPM_OK;
 }
 
-/* mkdir -p path. */
-static dpm_status make_dir(const char *path, dpm_err *err) {
-  char p[4096];
-  if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
-    return cuda_errf(err, DPM_INVALID, "nccl rendezvous: store path too long");
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s) continue;
-    char keep = *s;
-    *s = 0;
-    if (mkdir(p, 0777) != 0 && errno != EEXIST)
-      return cuda_errf(err, DPM_IO,
-                       "nccl rendezvous: cannot create the store directory "
-                       "%s: %s",
-                       p, strerror(errno));
-    *s = keep;
-    if (!keep) break;
-  }
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return cuda_errf(err, DPM_IO,
-                     "nccl rendezvous: store directory %s is not a directory", path);
-  return DPM_OK;
-}
-
-/* The file store: the job's rank 0 writes the id to a temporary file and
- * links it to DIR/<prefix, '/' -> '_'>.nccl-id (atomic, and refused if the
- * name exists: a used prefix); the other processes poll for that file. */
-static dpm_status file_id(const char *dir, const char *prefix, int leader, int timeout_ms,
-                          ncclUniqueId *id, dpm_err *err) {
-  dpm_status s = make_dir(dir, err);
-  if (s) return s;
-  char path[4096], tmp[4200];
-  int n = snprintf(path, sizeof path, "%s/", dir);
-  for (const char *c = prefix; *c && n + 2 < (int)sizeof path; c++)
-    path[n++] = *c == '/' ? '_' : *c;
-  path[n] = 0;
-  if (n + 10 >= (int)sizeof path)
-    return cuda_errf(err, DPM_INVALID, "nccl rendezvous: prefix too long");
-  strcat(path, ".nccl-id");
-  if (leader) {
-    if ((s = new_id(id, err))) return s;
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0)
-      return cuda_errf(err, DPM_IO, "nccl rendezvous: cannot create %s: %s", tmp,
-                       strerror(errno));
-    ssize_t w = write(fd, id, sizeof *id);
-    int ok = w == (ssize_t)sizeof *id && fsync(fd) == 0;
-    int saved = errno;
-    close(fd);
-    if (!ok) {
-      unlink(tmp);
-      return cuda_errf(err, DPM_IO, "nccl rendezvous: cannot write %s: %s", tmp,
-                       w < 0 || saved ? strerror(saved) : "short write");
-    }
-    int linked = link(tmp, path) == 0;
-    saved = errno;
-    unlink(tmp);
-    if (!linked)
-      return cuda_errf(err, saved == EEXIST ? DPM_EXISTS : DPM_IO,
-                       "nccl rendezvous: cannot publish %s: %s%s", path, strerror(saved),
-                       saved == EEXIST ? " (a prefix used before)" : "");
-    return DPM_OK;
-  }
-  int64_t start = now_ms();
-  for (;;) {
-    int fd = open(path, O_RDONLY);
-    if (fd >= 0) {
-      ssize_t got = read(fd, id, sizeof *id);
-      close(fd);
-      if (got == (ssize_t)sizeof *id) return DPM_OK;
-      return cuda_errf(err, DPM_IO, "nccl rendezvous: %s holds %zd bytes, not %zu", path,
-                       got, sizeof *id);
-    }
-    if (errno != ENOENT)
-      return cuda_errf(err, DPM_IO, "nccl rendezvous: cannot read %s: %s", path,
-                       strerror(errno));
-    if (now_ms() - start > timeout_ms)
-      return cuda_errf(err, DPM_TIMEOUT,
-                       "nccl rendezvous: timed out after %d ms waiting for %s (the job's "
-                       "rank 0)",
-                       timeout_ms, path);
-    nap_us(10000);
-  }
-}
-
 /* The job's unique id: made by the process of job rank 0, passed through
  * cfg's rendezvous to the others. */
 static dpm_status share_id(const dpm_comm_config *cfg, ncclUniqueId *id, dpm_err *err) {
@@ -817,14 +729,11 @@ static dpm_status share_id(const dpm_comm_config *cfg, ncclUniqueId *id, dpm_err
   int leader = cfg->rank_base == 0;
   if (!rv->prefix || !*rv->prefix)
     return cuda_errf(err, DPM_INVALID, "nccl rendezvous: no prefix for the formation");
-  if (rv->store && *rv->store) {
-    if (!strncmp(rv->store, "file://", 7))
-      return file_id(rv->store + 7, rv->prefix, leader, cfg->timeout_ms, id, err);
+  if (rv->store && *rv->store) /* the host passes file stores as callbacks */
     return cuda_errf(err, DPM_UNSUPPORTED,
-                     "nccl rendezvous: store '%s' is not supported (file:///DIR, or the "
-                     "daemon's store)",
+                     "nccl rendezvous: store '%s' is not supported (the caller's "
+                     "key-value store only)",
                      rv->store);
-  }
   if (!rv->kv) return cuda_errf(err, DPM_INVALID, "nccl rendezvous: no store");
   char key[1024];
   if (snprintf(key, sizeof key, "%s/nccl-id", rv->prefix) >= (int)sizeof key)
@@ -900,8 +809,9 @@ static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, int determin
  * world (0: size). A call's rank is the local one; broadcast's root is a
  * job-wide rank. Within one process (world == size) the unique id is made
  * here; across processes the job's rank 0's process makes it and publishes
- * it through cfg->rendezvous: the caller's store (key "<prefix>/nccl-id")
- * or a file:///DIR store; other stores are DPM_UNSUPPORTED. Communicators
+ * it through cfg->rendezvous: the caller's store (key "<prefix>/nccl-id";
+ * the trainer passes a file:///DIR store so, comm/filestore.h, and the
+ * plugin opens no path); a store URL is DPM_UNSUPPORTED. Communicators
  * are created nonblocking in one group call and waited for up to
  * timeout_ms (DPM_TIMEOUT "nccl init: ..." after that, every communicator
  * aborted).
