@@ -7,7 +7,7 @@ printf 'fleet-secret\n' >"$TOK"
 chmod 600 "$TOK"
 PIDS=""
 cleanup() {
-  for p in $PIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+  for p in $PIDS; do kill -CONT "$p" 2>/dev/null || :; kill -9 "$p" 2>/dev/null || :; done
   [ -n "${KEEP:-}" ] || rm -rf "$T"
 }
 trap cleanup EXIT

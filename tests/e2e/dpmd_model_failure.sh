@@ -2,9 +2,12 @@
 # model; loading a checkpoint brings it back.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
-# pixels scaled beyond float range: the first step's loss is not finite
-sed -e 's/scale: 0.00392156862 /scale: 1.0e+300/' -e '/op: Relu/d' examples/fmnist_mlp.yaml >"$T/diverge.yaml"
-grep -q 'scale: 1.0e+300' "$T/diverge.yaml" || die "could not make the diverging spec"
+# a learning rate of 1e30 from the first step: the loss is not finite by
+# the second
+sed -e 's/base: 0.05,/base: 1.0e+30,/' -e 's/warmup_iters: 100/warmup_iters: 0/' \
+  -e '/op: Relu/d' examples/fmnist_mlp.yaml >"$T/diverge.yaml"
+grep -q 'base: 1.0e+30,.*warmup_iters: 0' "$T/diverge.yaml" ||
+  die "could not make the diverging spec"
 start_dpmd
 ctl submit examples/fmnist_mlp.yaml --name good --devices cpu:0 >/dev/null
 ctl submit "$T/diverge.yaml" --name bad --devices cpu:1 >/dev/null
