@@ -215,7 +215,7 @@ TEST(model_autodiff_matches_finite_differences) {
   printf("    %d parameter elements checked, worst relative error %.2g\n", checked,
          worst);
   CHECK(checked > 50);
-  CHECK(worst <= 2e-3);
+  CHECK_WITHIN(worst, 2e-3);
   dpm_exec_fini(&init);
   dpm_exec_fini(&train);
   dpm_exec_fini(&fwd);

@@ -123,6 +123,7 @@ static void combined(const char *forward, const char *pool, const char *net_type
       printf("    %d replicas (%s, %s), combine_spatial_bn %s: params and running stats "
              "max |a-b| / max |a| = %.3g; replicas' spread %.3g\n",
              n, net_type, pool, combine ? "on" : "off", rel, spread);
+      if (combine) dpm_test_margin(__FILE__, __LINE__, rel, tol);
       if (!ok)
         dpm_test_fail(__FILE__, __LINE__, "%d replicas failed", n);
       else if (combine && (rel > tol || spread != 0))
