@@ -3,8 +3,7 @@
 # momentum 1 - 1/2, block learning rate 1) reaches >= 0.88 test accuracy
 # in 10 epochs; then the same spec in plain data parallelism (an all-reduce
 # every step) for comparison. Prints both runs' images/s (not asserted:
-# the host's load decides them). Measured: bmuf 0.8847, plain data
-# parallelism 0.8881.
+# the host's load decides them).
 . tests/e2e_lib.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
