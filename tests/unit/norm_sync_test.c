@@ -185,9 +185,7 @@ TEST(sync_bn_plan_has_sums_only_when_combined) {
  * combination gives; the replicas themselves must agree bitwise. */
 #define TOL 1e-5
 
-TEST(sync_bn_replicas_equivalent_dag) {
-  combined(cnn_avg, "AveragePool", "dag", TOL);
-}
+TEST(sync_bn_replicas_equivalent_dag) { combined(cnn_avg, "AveragePool", "dag", TOL); }
 TEST(sync_bn_replicas_equivalent_simple) {
   combined(cnn_avg, "AveragePool", "simple", TOL);
 }
