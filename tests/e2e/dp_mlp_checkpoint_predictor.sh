@@ -14,6 +14,7 @@ at_least "$acc" 0.88 || die "2 replicas: test accuracy $acc < 0.88"
 [ -s "$dir/pred/predictor.pb" ] || die "no predictor written"
 more=$(build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0,cpu:1 --epochs 1 --json \
        --resume "$dir/mlp.ckpt")
+echo "resumed: $(echo "$more" | tail -1)"
 acc=$(json_field "$(echo "$more" | tail -1)" test_accuracy)
 at_least "$acc" 0.88 || die "resumed: test accuracy $acc < 0.88"
 # a checkpoint of another spec is refused

@@ -138,7 +138,7 @@ static void matches_reference(int nesterov) {
   printf("    %s, 3 blocks of 3 steps on 2 replicas: max |dpm - reference| = %.3g "
          "(max |param| %.3g)\n",
          nesterov ? "nesterov" : "plain", diff, mag);
-  CHECK(diff <= 1e-6);
+  CHECK_WITHIN(diff, 1e-6);
   /* every replica ends the block with the same params, bitwise */
   for (int i = 0; i < np; i++) {
     read_param(t, 0, names[i], &a);

@@ -248,7 +248,7 @@ static void like_one_process_on(dpm_device_kind kind, const char *forward,
   double rel = state_diff(one, runs[0].t, 0, tol == 0);
   printf("    %d shards x %d %s replicas vs 1 x %d (%s): max |a-b| / max |a| = %.2g\n",
          shards, devices, dpm_device_kind_name(kind), shards * devices, net_type, rel);
-  CHECK(rel <= tol);
+  CHECK_WITHIN(rel, tol);
   CHECK_INT(dpm_trainer_iter(runs[1].t), steps);
   destroy_job(runs, shards);
   dpm_trainer_destroy(one);

@@ -36,6 +36,7 @@ static int check_out(const float *o, const double *want, const double *mag, int 
         continue;
       }
       double w = want[r * cols + c], tol = 1e-5 * mag[r * cols + c] + 1e-6;
+      dpm_test_margin(__FILE__, __LINE__, fabs(got - w), tol);
       if (!(fabs(got - w) <= tol)) {
         dpm_test_fail(__FILE__, __LINE__, "%s: [%d][%d] = %.9g, expected %.9g", what, r,
                       c, got, w);

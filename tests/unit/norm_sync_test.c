@@ -20,7 +20,7 @@
  * combined statistics that flips a near tie of the max moves a gradient
  * to another pixel; the sums are reduced as doubles (Allreduce dtype f64),
  * so the statistics of N replicas match one device's far below float
- * rounding, and the MaxPool net stays within MAX_TOL of one device. */
+ * rounding. */
 #define CNN_BN_FORWARD(POOL)                                                             \
   "  - {op: Conv, in: [data], out: conv1, dim_out: 8, kernel: 5, pad: 2}\n"              \
   "  - {op: SpatialBN, in: [conv1], out: bn1}\n"                                         \
@@ -123,6 +123,7 @@ static void combined(const char *forward, const char *pool, const char *net_type
       printf("    %d replicas (%s, %s), combine_spatial_bn %s: params and running stats "
              "max |a-b| / max |a| = %.3g; replicas' spread %.3g\n",
              n, net_type, pool, combine ? "on" : "off", rel, spread);
+      if (combine) dpm_test_margin(__FILE__, __LINE__, rel, tol);
       if (!ok)
         dpm_test_fail(__FILE__, __LINE__, "%d replicas failed", n);
       else if (combine && (rel > tol || spread != 0))
@@ -172,20 +173,27 @@ TEST(sync_bn_plan_has_sums_only_when_combined) {
   }
 }
 
-#define AVG_TOL 1e-5
-#define MAX_TOL 1e-6
+/* One device against N replicas after STEPS steps: the replicas split
+ * each product's batch sum into N partial sums (another order of float
+ * additions, and other kernels where a product's shape picks them), and
+ * training amplifies those roundings. Measured with combine_spatial_bn:
+ * 6.1e-7 (AveragePool) and 8.3e-7 / 7.4e-7 on 2 / 4 replicas (MaxPool)
+ * with OpenBLAS's kernels (forced Haswell alike); 1.83e-6 (MaxPool) on
+ * another CPU with dpm's AVX-512 tiles. Without it the replicas normalize
+ * with a half or a quarter of the batch: 2.3e-2 to 5.3e-2. TOL sits 5x
+ * over the largest rounding seen and 2000x under what a missing
+ * combination gives; the replicas themselves must agree bitwise. */
+#define TOL 1e-5
 
-TEST(sync_bn_replicas_equivalent_dag) {
-  combined(cnn_avg, "AveragePool", "dag", AVG_TOL);
-}
+TEST(sync_bn_replicas_equivalent_dag) { combined(cnn_avg, "AveragePool", "dag", TOL); }
 TEST(sync_bn_replicas_equivalent_simple) {
-  combined(cnn_avg, "AveragePool", "simple", AVG_TOL);
+  combined(cnn_avg, "AveragePool", "simple", TOL);
 }
 TEST(sync_bn_maxpool_replicas_equivalent_dag) {
-  combined(cnn_max, "MaxPool", "dag", MAX_TOL);
+  combined(cnn_max, "MaxPool", "dag", TOL);
 }
 TEST(fenced_sync_bn_replicas_equivalent) {
   tf_device_kind = DPM_DEVICE_FENCED;
-  combined(cnn_avg, "AveragePool", "dag", AVG_TOL);
+  combined(cnn_avg, "AveragePool", "dag", TOL);
   tf_device_kind = DPM_DEVICE_CPU;
 }

@@ -104,27 +104,27 @@ static double conv_vs_ref(int n, int c, int h, int wd, int m, int k, int s, int 
 TEST(op_conv_forward_matches_direct) {
   /* im2col (C*k < 64) */
   CHECK(conv_vs_ref(2, 3, 7, 5, 4, 3, 1, 1) >= 0);
-  CHECK(conv_vs_ref(2, 3, 7, 5, 4, 3, 1, 1) < 1e-5);
-  CHECK(conv_vs_ref(1, 2, 9, 8, 3, 4, 3, 2) < 1e-5);
-  CHECK(conv_vs_ref(2, 1, 6, 6, 3, 5, 1, 2) < 1e-5);
+  CHECK_WITHIN(conv_vs_ref(2, 3, 7, 5, 4, 3, 1, 1), 1e-5);
+  CHECK_WITHIN(conv_vs_ref(1, 2, 9, 8, 3, 4, 3, 2), 1e-5);
+  CHECK_WITHIN(conv_vs_ref(2, 1, 6, 6, 3, 5, 1, 2), 1e-5);
   /* MEC (C*k >= 64): stride 1, stride phases, kernel smaller than stride */
-  CHECK(conv_vs_ref(2, 22, 7, 6, 3, 3, 1, 1) < 1e-4);
-  CHECK(conv_vs_ref(2, 16, 9, 8, 3, 4, 2, 1) < 1e-4);
-  CHECK(conv_vs_ref(1, 13, 11, 10, 2, 5, 3, 2) < 1e-4);
-  CHECK(conv_vs_ref(1, 40, 7, 7, 3, 2, 3, 0) < 1e-4);
+  CHECK_WITHIN(conv_vs_ref(2, 22, 7, 6, 3, 3, 1, 1), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(2, 16, 9, 8, 3, 4, 2, 1), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(1, 13, 11, 10, 2, 5, 3, 2), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(1, 40, 7, 7, 3, 2, 3, 0), 1e-4);
   /* stride 1 with Wo == W ("same" padding) lowers whole planes at once;
    * stride 1 otherwise goes row by row */
-  CHECK(conv_vs_ref(2, 2, 6, 7, 3, 5, 1, 2) < 1e-5);
-  CHECK(conv_vs_ref(2, 13, 6, 6, 3, 5, 1, 2) < 1e-4);
-  CHECK(conv_vs_ref(2, 32, 5, 9, 2, 5, 1, 2) < 1e-4);
-  CHECK(conv_vs_ref(2, 2, 1, 6, 3, 5, 1, 2) < 1e-5); /* padding taller than X */
-  CHECK(conv_vs_ref(2, 13, 2, 5, 3, 5, 1, 2) < 1e-4);
-  CHECK(conv_vs_ref(2, 3, 7, 6, 4, 3, 1, 0) < 1e-5);
-  CHECK(conv_vs_ref(2, 22, 7, 6, 3, 3, 1, 0) < 1e-4);
-  CHECK(conv_vs_ref(1, 22, 5, 6, 3, 3, 1, 2) < 1e-4);
+  CHECK_WITHIN(conv_vs_ref(2, 2, 6, 7, 3, 5, 1, 2), 1e-5);
+  CHECK_WITHIN(conv_vs_ref(2, 13, 6, 6, 3, 5, 1, 2), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(2, 32, 5, 9, 2, 5, 1, 2), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(2, 2, 1, 6, 3, 5, 1, 2), 1e-5); /* padding taller than X */
+  CHECK_WITHIN(conv_vs_ref(2, 13, 2, 5, 3, 5, 1, 2), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(2, 3, 7, 6, 4, 3, 1, 0), 1e-5);
+  CHECK_WITHIN(conv_vs_ref(2, 22, 7, 6, 3, 3, 1, 0), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(1, 22, 5, 6, 3, 3, 1, 2), 1e-4);
   /* 1x1 kernels */
-  CHECK(conv_vs_ref(3, 64, 4, 3, 5, 1, 1, 0) < 1e-4);
-  CHECK(conv_vs_ref(2, 3, 6, 5, 2, 1, 2, 0) < 1e-5);
+  CHECK_WITHIN(conv_vs_ref(3, 64, 4, 3, 5, 1, 1, 0), 1e-4);
+  CHECK_WITHIN(conv_vs_ref(2, 3, 6, 5, 2, 1, 2, 0), 1e-5);
   /* many filters: the transposed forms, on both lowerings, with every
    * product on the AVX-512 tiles, then on cblas */
   for (int mode = DPM_GEMM_TILES; mode >= DPM_GEMM_BLAS; mode -= 2) {
@@ -133,65 +133,64 @@ TEST(op_conv_forward_matches_direct) {
                         fmax(conv_vs_ref(2, 3, 7, 5, 67, 3, 2, 1),
                              conv_vs_ref(1, 13, 6, 6, 64, 5, 1, 2)));
     dpm_gemm_use(DPM_GEMM_AUTO);
-    CHECK(worst >= 0 && worst < 1e-4);
+    CHECK_WITHIN(worst, 1e-4);
   }
 }
 
-/* Conv is linear in each single input element, so a large step has no
- * truncation error and keeps float rounding in Y out of the difference. */
-#define EPS 0.25
+/* Conv is linear in each single input element. */
+#define EPS OT_LINEAR_EPS
 
 TEST(op_conv_gradcheck) {
   ot_case c = conv_case("dim_out=4 kernel=3 pad=1", 2, 3, 7, 5, 4, 3, 1);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=2 kernel=3 pad=1 stride=2", 2, 3, 7, 5, 2, 3, 2);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=3 kernel=2 stride=3", 1, 2, 8, 7, 3, 2, 3);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=3 kernel=1", 2, 3, 3, 5, 3, 1, 4);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
 }
 
 /* The MEC lowering, with and without stride phases. */
 TEST(op_conv_gradcheck_mec) {
   ot_case c = conv_case("dim_out=3 kernel=3 pad=1", 2, 22, 6, 5, 3, 3, 5);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=2 kernel=4 pad=1 stride=2", 1, 16, 7, 8, 2, 4, 6);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
 }
 
 /* Many filters: forward and weight gradient in the transposed forms. */
 TEST(op_conv_gradcheck_many_filters) {
   ot_case c = conv_case("dim_out=49 kernel=3 pad=1", 2, 22, 5, 4, 49, 3, 15);
-  CHECK(ot_gradcheck(&c, EPS, 300) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
   c = conv_case("dim_out=50 kernel=3 pad=1 stride=2", 2, 3, 7, 5, 50, 3, 16);
-  CHECK(ot_gradcheck(&c, EPS, 300) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
 }
 
 /* Stride 1 with Wo == W, where lower and unlower move whole planes, on both
  * lowerings, and stride 1 without it. */
 TEST(op_conv_gradcheck_same_width) {
   ot_case c = conv_case("dim_out=3 kernel=5 pad=2", 2, 13, 6, 7, 3, 5, 9);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=2 kernel=5 pad=2", 2, 2, 7, 6, 2, 5, 10);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=2 kernel=3", 2, 22, 6, 5, 2, 3, 11);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=2 kernel=3 pad=2", 1, 22, 4, 5, 2, 3, 12);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=2 kernel=5 pad=2", 2, 13, 2, 5, 2, 5, 13);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=2 kernel=5 pad=2", 2, 2, 1, 6, 2, 5, 14);
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
 }
 
 /* A first layer: no input gradient, so no dL and no scatter back. */
 TEST(op_conv_gradcheck_without_input_grad) {
   ot_case c = conv_case("dim_out=5 kernel=5 pad=2", 3, 1, 6, 7, 5, 5, 7);
   c.in[0].no_grad = 1;
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c.in[2].no_grad = 1; /* and a frozen bias */
-  CHECK(ot_gradcheck(&c, EPS, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
 }
 
 TEST(op_conv_rejects_bad_shapes) {

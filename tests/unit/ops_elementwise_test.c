@@ -24,9 +24,9 @@ TEST(op_sigmoid_gradcheck) {
                .n_in = 1,
                .in = {{.shape = ot_f32(3, 5, 7, 3), .f = x}},
                .n_out = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.in[0] = (ot_input){.shape = ot_f32(1, 13)};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_sigmoid_rejects_int_input) {
@@ -49,9 +49,9 @@ TEST(op_tanh_gradcheck) {
                .n_in = 1,
                .in = {{.shape = ot_f32(4, 2, 3, 11, 1), .f = x}},
                .n_out = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.in[0] = (ot_input){.shape = ot_f32(2, 7, 3)};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_tanh_rejects_int_input) {
@@ -75,9 +75,9 @@ TEST(op_add_gradcheck) {
                .in = {{.shape = ot_f32(3, 3, 5, 7)}, {.shape = ot_f32(3, 3, 5, 7)}},
                .n_out = 1,
                .seed = 3};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.in[0].no_grad = 1; /* only the second input's gradient is wanted */
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_add_rejects_shape_mismatch) {
@@ -135,9 +135,9 @@ TEST(op_sum_gradcheck) {
                       {.shape = ot_f32(2, 3, 7)}},
                .n_out = 1,
                .seed = 5};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.in[1].no_grad = 0;
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_sum_rejects_shape_mismatch) {
@@ -168,7 +168,7 @@ TEST(op_scale_gradcheck) {
                .n_in = 1,
                .in = {{.shape = ot_f32(3, 3, 1, 11)}},
                .n_out = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_scale_rejects_bad_argument) {
@@ -189,7 +189,7 @@ TEST(op_copy_forward) {
 
 TEST(op_copy_gradcheck) {
   ot_case c = {.op = "Copy", .n_in = 1, .in = {{.shape = ot_f32(2, 5, 3)}}, .n_out = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_copy_rejects_int_input) {

@@ -48,6 +48,7 @@ TEST(op_fc_forward_flattens_input) {
   CHECK(ot_forward_is(&c, ot_f32(2, 2, 2), want, 0));
 }
 
+/* FC is linear in each single input element: OT_LINEAR_EPS. */
 TEST(op_fc_gradcheck) {
   ot_case c = {.op = "FC",
                .args = "dim_out=3",
@@ -57,13 +58,13 @@ TEST(op_fc_gradcheck) {
                       {.shape = ot_f32(1, 3)}},
                .n_out = 1,
                .seed = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, OT_LINEAR_EPS, 200), 1e-3);
   /* 4-D input, 17 outputs: one 16-column block of db and a remainder */
   c.args = "dim_out=17";
   c.in[0].shape = ot_f32(4, 3, 2, 3, 1);
   c.in[1].shape = ot_f32(2, 17, 6);
   c.in[2].shape = ot_f32(1, 17);
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, OT_LINEAR_EPS, 200), 1e-3);
 }
 
 /* The data input's gradient is usually not wanted: dX is skipped. */
@@ -76,9 +77,9 @@ TEST(op_fc_gradcheck_without_input_grad) {
                       {.shape = ot_f32(1, 33)}},
                .n_out = 1,
                .seed = 2};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, OT_LINEAR_EPS, 200), 1e-3);
   c.in[2].no_grad = 1; /* and a frozen bias */
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, OT_LINEAR_EPS, 200), 1e-3);
 }
 
 TEST(op_fc_param_shapes) {

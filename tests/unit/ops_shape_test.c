@@ -25,10 +25,10 @@ TEST(op_flatten_forward) {
 TEST(op_flatten_gradcheck) {
   ot_case c = {
       .op = "Flatten", .n_in = 1, .in = {{.shape = ot_f32(4, 2, 3, 1, 5)}}, .n_out = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.args = "axis=3";
   c.in[0].shape = ot_f32(4, 3, 1, 7, 2);
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_flatten_rejects_bad_axis) {
@@ -63,10 +63,10 @@ TEST(op_reshape_gradcheck) {
                .n_in = 1,
                .in = {{.shape = ot_f32(3, 3, 5, 1)}},
                .n_out = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.args = "shape=0,7,-1";
   c.in[0].shape = ot_f32(2, 3, 21);
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_reshape_rejects_bad_shape) {
@@ -119,25 +119,25 @@ TEST(op_concat_gradcheck) {
                       {.shape = ot_f32(4, 2, 5, 2, 3)}},
                .n_out = 1,
                .seed = 11};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.args = "axis=3";
   c.in[0].shape = ot_f32(4, 3, 1, 2, 1);
   c.in[1].shape = ot_f32(4, 3, 1, 2, 4);
   c.in[2].shape = ot_f32(4, 3, 1, 2, 2);
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.in[1].no_grad = 1; /* an absent gradient output in the middle */
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.in[1].no_grad = 0;
   c.in[2].no_grad = 1; /* and last */
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_concat_gradcheck_one_and_many_inputs) {
   ot_case c = {.op = "Concat", .n_in = 1, .in = {{.shape = ot_f32(2, 3, 5)}}, .n_out = 1};
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.n_in = OT_MAX_IN;
   for (int k = 0; k < OT_MAX_IN; k++) c.in[k].shape = ot_f32(2, 3, 1 + k % 3);
-  CHECK(ot_gradcheck(&c, 1e-2, 200) <= 1e-3);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
 TEST(op_concat_rejects_mismatch) {

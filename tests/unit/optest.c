@@ -12,6 +12,7 @@
 #include "engine/autodiff.h"
 #include "engine/exec.h"
 #include "engine/rng.h"
+#include "test.h"
 
 typedef struct {
   dpm_net net, grad;
@@ -136,13 +137,15 @@ int ot_forward_is(const ot_case *c, dpm_shape shape, const float *want, double t
            dpm_shape_str(&shape, b, sizeof b));
   } else {
     int64_t n = dpm_shape_numel(&shape);
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) {
+      dpm_test_margin(__FILE__, __LINE__, fabs((double)dpm_f32(&y[0])[i] - want[i]), tol);
       if (!(fabs((double)dpm_f32(&y[0])[i] - want[i]) <= tol)) {
         if (ok) printf("    %s output differs (tol %g):\n", c->op, tol);
         printf("    y[%lld] = %.9g, want %.9g\n", (long long)i, dpm_f32(&y[0])[i],
                want[i]);
         ok = 0;
       }
+    }
   }
   fini_outputs(c, y);
   return ok;

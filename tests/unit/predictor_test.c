@@ -211,7 +211,7 @@ TEST(predictor_matches_test_net_mlp) {
     CHECK_INT(dpm_predictor_num_ops(p), 3); /* FC+Relu fused again, FC, Softmax */
     double diff = predictor_vs_test_net(&f, p, x, BATCH, "prob");
     printf("    max |predictor - test net| = %.3g\n", diff);
-    CHECK(diff <= 1e-6);
+    CHECK_WITHIN(diff, 1e-6);
     int64_t dims[4];
     int ndim;
     CHECK(dpm_predictor_output(p, 0, dims, &ndim) && ndim == 2 && dims[1] == 4);
@@ -316,7 +316,7 @@ TEST(predictor_uses_running_stats_and_no_dropout) {
     dpm__predictor_def__free_unpacked(d, NULL);
     double diff = predictor_vs_test_net(&f, p, x, BATCH, "prob");
     printf("    max |predictor - test net| = %.3g\n", diff);
-    CHECK(diff <= 1e-6);
+    CHECK_WITHIN(diff, 1e-6);
     /* Train mode (batch statistics, dropout) gives something else. */
     memcpy(dpm_ws_find(&f.ws, "data")->t.data, x, sizeof x);
     dpm_exec_run_range(&f.train, 0, f.m.n_forward);
@@ -388,7 +388,7 @@ TEST(predictor_softmax_of_softmax_with_loss) {
   else {
     double diff = predictor_vs_test_net(&f, p, x, BATCH, "softmax");
     printf("    max |predictor softmax - test net| = %.3g\n", diff);
-    CHECK(diff <= 1e-6);
+    CHECK_WITHIN(diff, 1e-6);
   }
   dpm_predictor_free(p);
   teardown(&f);
@@ -421,7 +421,7 @@ TEST(predictor_starts_at_a_middle_input) {
     CHECK(test_forward(&f, x, BATCH, "prob", want, BATCH * 4) == BATCH * 4);
     const float *pin = fc1;
     CHECK_INT(dpm_predictor_run(p, &pin, BATCH, &err), DPM_OK);
-    CHECK(max_diff(dpm_predictor_output(p, 0, NULL, NULL), want, BATCH * 4) <= 1e-6);
+    CHECK_WITHIN(max_diff(dpm_predictor_output(p, 0, NULL, NULL), want, BATCH * 4), 1e-6);
   }
   dpm_predictor_free(p);
   free(buf);
@@ -683,8 +683,8 @@ TEST(predictor_export_is_atomic_and_replaces) {
   CHECK_INT(dpm_predictor_run(p, &in, BATCH, &err), DPM_OK);
   test_forward(&f, x, BATCH, "prob", prob, BATCH * 4);
   test_forward(&f, x, BATCH, "pred", pred, BATCH * 4);
-  CHECK(max_diff(dpm_predictor_output(p, 0, NULL, NULL), prob, BATCH * 4) <= 1e-6);
-  CHECK(max_diff(dpm_predictor_output(p, 1, NULL, NULL), pred, BATCH * 4) <= 1e-6);
+  CHECK_WITHIN(max_diff(dpm_predictor_output(p, 0, NULL, NULL), prob, BATCH * 4), 1e-6);
+  CHECK_WITHIN(max_diff(dpm_predictor_output(p, 1, NULL, NULL), pred, BATCH * 4), 1e-6);
   CHECK(dpm_predictor_output(p, 2, NULL, NULL) == NULL);
   dpm_predictor_free(p);
   /* A directory that cannot be made. */

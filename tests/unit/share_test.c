@@ -190,7 +190,7 @@ static void fc_gradient_parts_equal_run(int n, int m, int k) {
   CHECK_INT(parts, (m + 23) / 24);
   CHECK(same_w);
   CHECK(same_b);
-  CHECK(worst < 1e-4);
+  CHECK_WITHIN(worst, 1e-4);
   CHECK_INT(parts_dx, 0);
 }
 

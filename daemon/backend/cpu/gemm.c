@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- cblas ----------------------------------------------------------------- */
@@ -271,18 +272,24 @@ static int cpu_has_avx512(void) { return 0; }
 #define outer_avx512 outer_blas
 #endif
 
-/* A dpm_gemm_mode, set from the CPU at load (before any thread exists). */
+/* A dpm_gemm_mode, set at load (before any thread exists): BLAS unless the
+ * tiles may run. */
 static atomic_int mode;
+/* Whether the tiles may run: the CPU has AVX-512F and DPM_CPU_KERNELS is
+ * not "generic". Set at load, then read only. */
+static int tiles_allowed;
 
 __attribute__((constructor)) static void choose_mode(void) {
-  atomic_store(&mode, cpu_has_avx512() ? DPM_GEMM_AUTO : DPM_GEMM_BLAS);
+  const char *kernels = getenv("DPM_CPU_KERNELS");
+  tiles_allowed = cpu_has_avx512() && !(kernels && !strcmp(kernels, "generic"));
+  atomic_store(&mode, tiles_allowed ? DPM_GEMM_AUTO : DPM_GEMM_BLAS);
 }
 
 dpm_gemm_mode dpm_gemm_current(void) {
   return (dpm_gemm_mode)atomic_load_explicit(&mode, memory_order_relaxed);
 }
 
-void dpm_gemm_use(dpm_gemm_mode m) { atomic_store(&mode, cpu_has_avx512() ? (int)m : 0); }
+void dpm_gemm_use(dpm_gemm_mode m) { atomic_store(&mode, tiles_allowed ? (int)m : 0); }
 
 /* Where the tiles lose to cblas (bench/gemm): an nt product with few rows
  * on both sides (partial tiles dominate); an outer product whose inner sum

@@ -9,8 +9,9 @@
  * while a tile is still in registers. For these shapes that is 1.1-1.8x
  * OpenBLAS's sgemm, which spends much of its time packing (bench/gemm).
  * Shapes where the tiles lose (tiny or far larger than L2; gemm.c lists
- * them), and CPUs without AVX-512F, get one cblas_sgemm plus the bias and
- * Relu passes.
+ * them), CPUs without AVX-512F, and processes started with the environment
+ * variable DPM_CPU_KERNELS=generic (read once, at load) get one cblas_sgemm
+ * plus the bias and Relu passes.
  *
  * The order of summation depends only on the shapes, so replicas computing
  * the same product on the same kind of CPU agree bitwise. Thread-safe; no
@@ -45,7 +46,8 @@ void dpm_gemm_outer(int rows, int cols, int inner, const float *a, int64_t ars,
 
 /* Which kernels run: cblas only; the tiles where they win (the default where
  * the CPU has AVX-512F); the tiles for every product (tests of their edge
- * cases). Tests and benchmarks switch; without AVX-512F it stays BLAS. */
+ * cases). Tests and benchmarks switch; without AVX-512F, or with
+ * DPM_CPU_KERNELS=generic, it stays BLAS. */
 typedef enum { DPM_GEMM_BLAS, DPM_GEMM_AUTO, DPM_GEMM_TILES } dpm_gemm_mode;
 dpm_gemm_mode dpm_gemm_current(void);
 void dpm_gemm_use(dpm_gemm_mode m);
