@@ -298,16 +298,18 @@ double trainer_scalar(const dpm_blob *b) {
   return v;
 }
 
-static void stats(const dpm_trainer *t, dpm_step_stats *st) {
+static void stats(dpm_trainer *t, dpm_step_stats *st) {
   double loss = 0, acc = 0;
+  trainer_claim(t); /* the reads queue copies on the devices */
   for (int d = 0; d < t->n; d++) {
     for (int l = 0; l < t->model.n_losses; l++) loss += trainer_scalar(t->r[d].losses[l]);
     if (t->r[d].accuracy) acc += trainer_scalar(t->r[d].accuracy);
   }
+  st->lr = trainer_scalar(t->r[0].lr);
+  trainer_release(t);
   st->iter = t->iter;
   st->loss = loss / t->n;
   st->accuracy = t->r[0].accuracy ? acc / t->n : NAN;
-  st->lr = trainer_scalar(t->r[0].lr);
 }
 
 /* Steps in a grant: about GRANT_MS at a pace of step_ms, 1..GRANT_MAX,
@@ -567,8 +569,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
 dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *inputs,
                                         int n_in, const char *const *outputs, int n_out,
                                         const dpm_fs *fs, const char *dir, dpm_err *err) {
-  return dpm_predictor_export(&t->model, &t->r[0].ws, inputs, n_in, outputs, n_out, fs,
-                              dir, err);
+  return dpm_trainer_export_format(t, "dpm", inputs, n_in, outputs, n_out, fs, dir, err);
 }
 
 /* Predictor formats and their writers. */
@@ -588,9 +589,13 @@ dpm_status dpm_trainer_export_format(dpm_trainer *t, const char *format,
                                      const dpm_fs *fs, const char *dir, dpm_err *err) {
   if (!format) format = "dpm";
   for (size_t f = 0; f < sizeof predictor_formats / sizeof *predictor_formats; f++)
-    if (!strcmp(format, predictor_formats[f].name))
-      return predictor_formats[f].write(&t->model, &t->r[0].ws, inputs, n_in, outputs,
-                                        n_out, fs, dir, err);
+    if (!strcmp(format, predictor_formats[f].name)) {
+      trainer_claim(t); /* the parameters are read from the master's device */
+      dpm_status s = predictor_formats[f].write(&t->model, &t->r[0].ws, inputs, n_in,
+                                                outputs, n_out, fs, dir, err);
+      trainer_release(t);
+      return s;
+    }
   char b[80];
   return dpm_errf(err, DPM_UNSUPPORTED,
                   "predictor format '%s': dpm writes 'dpm' or 'onnx'",
