@@ -77,6 +77,11 @@ RACE_OBJ     := $(call obj,tsan,$(wildcard tests/race/*.c) tests/unit/main.c \
                                 tests/unit/trainer_fixture.c)
 TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
+# Objects made on the way to a program (bench/gpu.o, tests/tools/*.o) are
+# kept: deleted, the .d files of the next make name them, so every later
+# make would build them and relink their programs (and remake the GPU
+# bundle while the tests use it).
+.SECONDARY:
 .PHONY: all deps test bench demo clean format install
 PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train
 # The man pages and dpmctl's bash completion, which the programs write from
