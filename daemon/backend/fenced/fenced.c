@@ -7,16 +7,23 @@
  * so that it runs inside the window below; an op the CPU has no kernel for
  * has none here either.
  *
- * Every fenced device allocates from one arena of virtual memory mapped
- * PROT_NONE. It is readable and writable only while a backend call runs
- * (a kernel, a part of one, a copy, a memset, or host code acting as the
- * device between enter and leave): a count of calls in flight opens it at
- * 0 -> 1 and closes it at 1 -> 0, under a lock. Host code that touches
- * device memory at any other moment faults at once (SIGSEGV). With several
- * device workers the arena is open while any of them is inside a call, so
- * a stray touch is certain to fault only when none is; the host code
- * between steps (statistics, checkpoints, get-blob, sync, extraction) runs
- * when none is, which is where such mistakes live.
+ * Every fenced device allocates from one arena of virtual memory that is
+ * readable and writable only while a backend call runs (a kernel, a part
+ * of one, a copy, a memset, or host code acting as the device between
+ * enter and leave). Host code that touches device memory at any other
+ * moment faults at once (SIGSEGV). Two ways, chosen when the arena is made:
+ * - Where the CPU and kernel have protection keys (x86 PKU), the arena's
+ *   pages carry a key of their own and the window is per thread: a call
+ *   opens it for its own thread by writing the thread's PKRU register (no
+ *   system call, no TLB shootdown) and closes it as it returns. A thread
+ *   outside a call faults even while another is inside one.
+ * - Elsewhere the arena is mprotect'ed, process wide: a count of calls in
+ *   flight opens it at 0 -> 1 and closes it at 1 -> 0, under a lock, so
+ *   with several device workers a stray touch is certain to fault only
+ *   when none is inside a call. The host code between steps (statistics,
+ *   checkpoints, get-blob, sync, extraction) runs when none is, which is
+ *   where such mistakes live. Each transition costs a TLB shootdown across
+ *   the process's CPUs: tens of times slower than the keys on a loaded VM.
  *
  * Memory: page-granular first-fit extents in the arena (a free list on the
  * host); freed extents are given back to the kernel (MADV_DONTNEED).
@@ -62,16 +69,36 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *arena;   /* NULL until the first device opens */
 static size_t used;      /* bump pointer: [0, used) has been handed out */
 static extent *holes;    /* freed extents below used */
-static int inside;       /* backend calls in flight */
+static int inside;       /* backend calls in flight (no key) */
 static int open_devices; /* the arena is unmapped when the last closes */
+static int pkey = -1;    /* the arena's protection key, or -1: mprotect */
+static _Thread_local int depth; /* this thread's calls in flight (key) */
 
 static void window(int delta) {
+  if (pkey >= 0) { /* set once, before any device memory exists */
+    int was = depth;
+    depth += delta;
+    if ((was == 0) != (depth == 0)) pkey_set(pkey, depth ? 0 : PKEY_DISABLE_ACCESS);
+    return;
+  }
   pthread_mutex_lock(&mu);
   int was = inside;
   inside += delta;
   if ((was == 0) != (inside == 0) && used)
     mprotect(arena, used, inside ? PROT_READ | PROT_WRITE : PROT_NONE);
   pthread_mutex_unlock(&mu);
+}
+
+/* A key for the arena, once per process (keys are few, and a process keeps
+ * it): pkey_alloc denies this thread access; threads that exist already
+ * were denied every key but 0 when the process started (Linux's initial
+ * PKRU), and threads made later inherit their maker's rights, which are
+ * "deny" outside a call. -1 where the CPU, kernel or a tool (valgrind) has
+ * no keys. Under mu. */
+static void choose_fence(void) {
+  static int chosen;
+  if (!chosen) pkey = pkey_alloc(0, PKEY_DISABLE_ACCESS);
+  chosen = 1;
 }
 
 static void enter(void) { window(1); }
@@ -214,6 +241,7 @@ static dpm_status fenced_open(int index, void **state, dpm_err *err) {
     return dpm_errf(err, DPM_UNSUPPORTED, "fenced: no device %d", index);
   pthread_mutex_lock(&mu);
   if (!arena) {
+    choose_fence();
     void *p = mmap(NULL, ARENA_BYTES, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -270,7 +298,13 @@ static void *fenced_alloc(void *state, size_t bytes) {
   if (!p && ARENA_BYTES - used >= len) {
     p = arena + used;
     used += len;
-    if (inside) mprotect(p, len, PROT_READ | PROT_WRITE);
+    int bad = pkey >= 0 ? pkey_mprotect(p, len, PROT_READ | PROT_WRITE, pkey)
+              : inside  ? mprotect(p, len, PROT_READ | PROT_WRITE)
+                        : 0;
+    if (bad) {
+      used -= len;
+      p = NULL;
+    }
   }
   pthread_mutex_unlock(&mu);
   return p;
