@@ -298,12 +298,16 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # generated code once (its rule makes two files), then runs this make again
 # with -j and TEST_RUN=no, which builds the target's prerequisites and runs
 # no test.
-TEST_NEEDS := $(BUILD)/tests/unit $(BUILD)/tests/race $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
-              $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
-              $(BUILD)/tests/gpu_test $(BUILD)/tests/spec_doc \
-              $(if $(CUDA_PLUGIN),$(BUILD)/gpu-bundle/MANIFEST \
-                $(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
-              $(DPM_LIBS)
+# make check builds no ThreadSanitizer flavour and no GPU bundle: the
+# checks that need them (race, dpmd_restore_race, gpu-run, gpu-rehearsal:
+# tests/run.sh's NOT_QUICK) run in make test.
+CHECK_NEEDS := $(BUILD)/tests/unit $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
+               $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
+               $(BUILD)/tests/gpu_test $(BUILD)/tests/spec_doc \
+               $(if $(CUDA_PLUGIN),$(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
+               $(DPM_LIBS)
+TEST_NEEDS := $(CHECK_NEEDS) $(BUILD)/tests/race $(BUILD)/tsan-bin/dpmd \
+              $(if $(CUDA_PLUGIN),$(BUILD)/gpu-bundle/MANIFEST)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
                                 $(wildcard tests/fuzz/fuzz_*.c))
 TEST_CPUS = $(shell nproc 2>/dev/null || echo 1)
@@ -315,7 +319,7 @@ test-build: deps
 test: deps onnx-venv test-build $(TEST_NEEDS)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh)
 
-check: deps onnx-venv test-build $(TEST_NEEDS) $(TEST_FUZZ_REPLAY)
+check: deps onnx-venv test-build $(CHECK_NEEDS) $(TEST_FUZZ_REPLAY)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh --quick)
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train

@@ -11,8 +11,9 @@
 # docs/SPEC.md up to date), every end-to-end script tests/e2e/*.sh, the
 # fuzz replays and, with clang's libFuzzer or in CI, the fuzz smokes.
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
-# below: each trains a model to an accuracy, minutes) and the fuzz smokes;
-# about 2-3 minutes on 2 cores, for the edit loop.
+# below: each trains a model to an accuracy, minutes), the fuzz smokes and
+# the checks that need the builds make check skips (NOT_QUICK: the TSan
+# build, the GPU bundle); for the edit loop.
 # NAME...: only the checks of these names (unit, race, layers, dpmd_verbs,
 # "fuzz-replay spec", ...).
 #
@@ -37,13 +38,16 @@ export MAKEFLAGS
 # test only. cnn_bn_reaches_0925: the CNN with combined BN statistics, 6
 # epochs on two replicas of 64, 6 min 17 s alone (0.9293 of its 0.925).
 SLOW="cnn_bn_reaches_0925 cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088
-  dp_cnn_trains bmuf_mlp"
+  bmuf_mlp"
+# Checks that need the ThreadSanitizer build or the GPU bundle, which make
+# check does not build: make test only.
+NOT_QUICK="race dpmd_restore_race gpu-run gpu-rehearsal"
 # End-to-end scripts run only when named (tests/run.sh NAME): none now.
 BY_HAND=""
 # The checks that take longest start first, in this order (the rest in
 # the order queued below), so that the short ones fill the other slot.
 FIRST="cnn_bn_reaches_0925 cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088
-  dp_cnn_trains dpmd_verbs_fenced dpmd_restore_race unit install"
+  dpmd_verbs_fenced dpmd_restore_race unit install"
 # Checks that run while nothing else runs. None: the accuracy thresholds do
 # not depend on the load (a 2-replica run under load gives the same losses
 # and accuracies to the last digit, only slower), and no script measures
@@ -58,7 +62,7 @@ while [ $# -gt 0 ]; do
   --quick) quick=1 ;;
   -j) jobs=$2; shift ;;
   -j*) jobs=${1#-j} ;;
-  -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,27s/^# \{0,1\}//p' "$0"; exit 0 ;;
   -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   *) break ;;
   esac
@@ -105,6 +109,8 @@ trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM HUP
 queue() {
   if [ -n "$names" ]; then
     printf '%s\n' "$names" | grep -qxF "$1" || return 0
+  elif [ -n "$quick" ] && in_list "$1" "$NOT_QUICK"; then
+    return 0
   fi
   n=$((n + 1))
   printf '%s\n' "$1" >"$R/$n.name"
