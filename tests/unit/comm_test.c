@@ -688,3 +688,33 @@ TEST(comm_create_destroy) {
     dpm_comm_destroy(comm);
   }
 }
+
+/* The factory's choice of backend (dpm_comm_choose): from the replicas'
+ * device kind and the job's processes alone; and a staged group needs its
+ * devices. */
+TEST(comm_factory_chooses_the_backend_for_the_devices) {
+  static const struct {
+    dpm_device_kind device;
+    int shards;
+    dpm_comm_kind want;
+  } cases[] = {
+      {DPM_DEVICE_CPU, 1, DPM_COMM_LOCAL},    {DPM_DEVICE_CPU, 2, DPM_COMM_GLOO},
+      {DPM_DEVICE_CUDA, 1, DPM_COMM_NCCL},    {DPM_DEVICE_CUDA, 3, DPM_COMM_NCCL},
+      {DPM_DEVICE_FENCED, 1, DPM_COMM_LOCAL}, {DPM_DEVICE_FENCED, 2, DPM_COMM_STAGED},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    dpm_comm_kind got = dpm_comm_choose(cases[i].device, cases[i].shards);
+    if (got != cases[i].want)
+      printf("    case %zu: %s, expected %s\n", i, dpm_comm_kind_name(got),
+             dpm_comm_kind_name(cases[i].want));
+    CHECK_INT(got, cases[i].want);
+  }
+  dpm_comm_config cfg = {.kind = DPM_COMM_STAGED, .size = 2, .timeout_ms = 100};
+  dpm_comm *c = NULL;
+  dpm_err err = {0};
+  CHECK_INT(dpm_comm_create(&cfg, &c, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "staged comm: no devices for its 2 ranks");
+  cfg.kind = DPM_COMM_KIND_COUNT;
+  CHECK_INT(dpm_comm_create(&cfg, &c, &err), DPM_INVALID);
+  CHECK(c == NULL);
+}
