@@ -265,10 +265,12 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * rank_base .. rank_base+size-1, and a call's `rank` is the local one
  * (0..size-1; the group's dpm_comm_size is size). broadcast's root is a
  * job-wide rank. With more than one process the processes meet first at
- * the rendezvous (cfg->rendezvous: each process publishes its address under
- * the prefix, waits up to timeout_ms per key for the others', connects to
- * each); one process alone (world == size) needs no rendezvous and moves
- * nothing over the network.
+ * the rendezvous (through cfg->store, which dpm_comm_create opens from
+ * cfg->rendezvous, under its prefix: each process publishes its address,
+ * waits up to timeout_ms per key for the others', connects to each); one
+ * process alone (world == size) needs no rendezvous and moves nothing over
+ * the network. Called directly (not through dpm_comm_create), a group
+ * across processes needs cfg->store.
  *
  * Summation order: the local ranks' buffers are summed in local rank order
  * (((b0 + b1) + b2) + ...), as the local backend does; then those
@@ -297,7 +299,7 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * DPM_TIMEOUT names the collective and the ranks or processes missing;
  * DPM_IO a lost peer (process, job ranks, address). Either breaks the
  * group for good (DPM_STATE after). Create's errors: DPM_INVALID (numbers,
- * store URL, interface, no prefix), DPM_EXISTS (a prefix used before),
+ * interface, no prefix or store), DPM_EXISTS (a prefix used before),
  * DPM_TIMEOUT (a process did not arrive within timeout_ms), DPM_IO (store
  * or network), DPM_NOMEM. *out is NULL on failure. Threads: as any
  * communicator (see the top of this file); create blocks until every

@@ -15,7 +15,10 @@
  *             whatever kind, is one message ("no usable Redis server
  *             there"): what a port or a server answered is not for the
  *             caller to learn, since a spec names the server and dpmd's
- *             clients must not probe a network through it.
+ *             clients must not probe a network through it. A server
+ *             gone mid-write raises SIGPIPE in the calling thread: dpmd
+ *             and dpm-train ignore it, and the Gloo shim blocks it while
+ *             it forms a group.
  *   callback  the caller's key-value callbacks (comm.h: dpm_comm_store):
  *             dpmd's own store ("daemon": server/kv.c on the coordinator,
  *             server/kvpeer.c on the other shards), or a test's.
