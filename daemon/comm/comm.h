@@ -59,6 +59,7 @@
 
 #include <stddef.h>
 
+#include "common/device.h"
 #include "dpm/status.h"
 
 typedef struct dpm_comm dpm_comm;
@@ -151,15 +152,31 @@ void dpm_comm_destroy(dpm_comm *c);
 /* ---- The factory ---------------------------------------------------------
  *
  * Every communicator comes from dpm_comm_create: the caller says which
- * backend, how many ranks it runs here and where they sit in the job's
- * whole group; the backend does the rest (a local group, or Gloo across
- * processes and hosts; NCCL across GPUs later fills the same config). */
+ * backend (dpm_comm_choose picks it from the replicas' devices and the
+ * job's processes), how many ranks it runs here and where they sit in the
+ * job's whole group; the factory opens the rendezvous store a group across
+ * processes meets through (comm/store.h) and the backend does the rest (a
+ * local group, Gloo across processes and hosts, NCCL across GPUs, or Gloo
+ * on host copies of device buffers). */
 typedef enum {
-  DPM_COMM_LOCAL, /* the ranks are threads of this process, host buffers */
-  DPM_COMM_GLOO,  /* host buffers; this process's ranks reduce locally, then Gloo
-                     across the job's processes (hosts) over TCP */
-  DPM_COMM_NCCL,  /* device buffers and streams: the cuda plugin's (cuda/nccl.c) */
+  DPM_COMM_LOCAL,  /* the ranks are threads of this process, host buffers */
+  DPM_COMM_GLOO,   /* host buffers; this process's ranks reduce locally, then Gloo
+                      across the job's processes (hosts) over TCP */
+  DPM_COMM_NCCL,   /* device buffers and streams: the cuda plugin's (cuda/nccl.c) */
+  DPM_COMM_STAGED, /* device buffers host code cannot touch: a gloo group on host
+                      copies (dpm_comm_staged_create), on cfg->devs */
+  DPM_COMM_KIND_COUNT
 } dpm_comm_kind;
+
+/* The backend for replicas on devices of one kind in a job of `shards`
+ * processes (1: this one alone): nccl for cuda GPUs (NCCL meets across
+ * processes through any rendezvous store: comm/store.h), else local within
+ * one process, gloo across processes where host code can touch the
+ * devices' memory, staged where it cannot (the test build's fenced:N).
+ * Known from the kind alone, before any device opens. Stateless. */
+dpm_comm_kind dpm_comm_choose(dpm_device_kind device, int shards);
+/* "local", "gloo", "nccl", "staged". */
+const char *dpm_comm_kind_name(dpm_comm_kind kind);
 
 /* A key-value store served by the caller, for a rendezvous whose store is
  * "daemon" (the coordinating dpmd's): set stores a value under a key once;
@@ -174,15 +191,19 @@ typedef struct dpm_comm_store {
                     dpm_err *err);
 } dpm_comm_store;
 
-/* How the processes of a job find each other (gloo). Every process of one
- * formation of the job passes the same store and prefix; a new formation
- * (after a failure, or with other processes) needs a new prefix, since a
- * store's keys cannot be set twice (a used prefix fails with DPM_EXISTS).
- * A file store's directory is created if missing; it and the store's files
- * are reached through fs (common/file.h): dpmd passes its confined client
- * paths (server/paths.h), so a store lies where a client's files may. */
+/* How the processes of a job find each other (gloo, nccl). Every process
+ * of one formation of the job passes the same store and prefix; a new
+ * formation (after a failure, or with other processes) needs a new prefix,
+ * since a store's keys cannot be set twice (a used prefix fails with
+ * DPM_EXISTS). The store is opened by dpm_comm_create (comm/store.h: the
+ * URL is parsed there and nowhere else) for the create of a group across
+ * processes, and closed after it. A file store's directory is created if
+ * missing; it and the store's files are reached through fs (common/file.h):
+ * dpmd passes its confined client paths (server/paths.h), so a store lies
+ * where a client's files may. */
 typedef struct dpm_comm_rendezvous {
-  const char *store;        /* "file:///DIR", "redis://HOST:PORT", or NULL (or ""): kv */
+  const char *store;        /* "file:///DIR", "redis://HOST:PORT", or NULL ("",
+                               "daemon"): kv */
   const dpm_comm_store *kv; /* the caller's store, when store is NULL */
   const struct dpm_fs *fs;  /* file store: how DIR and its files are opened;
                                NULL: plain paths (dpm_fs_plain) */
@@ -198,17 +219,23 @@ typedef struct dpm_comm_config {
   int world;      /* ranks in the whole job (all processes); 0: size */
   int timeout_ms; /* how long a rank waits for its peers, > 0; also every wait
                      of the rendezvous */
-  dpm_comm_rendezvous rendezvous; /* gloo: how the processes meet */
-  void *const *streams;           /* nccl: one per local rank */
-  int deterministic; /* nccl: only reductions that repeat bitwise for the same
-                        topology (no in-switch NVLS or CollNet reduction) */
+  dpm_comm_rendezvous rendezvous; /* gloo, nccl: how the processes meet */
+  /* The store opened from rendezvous by dpm_comm_create for the backend's
+   * create (NULL within one process); backends use it, never rendezvous's
+   * store, kv and fs. The caller leaves it NULL. */
+  struct dpm_store *store;
+  void *const *streams;        /* nccl: one per local rank */
+  struct dpm_dev *const *devs; /* staged: each local rank's open device */
+  int deterministic;           /* nccl: only reductions that repeat bitwise for the same
+                                  topology (no in-switch NVLS or CollNet reduction) */
 } dpm_comm_config;
 
 /* A new communicator for cfg. DPM_UNSUPPORTED for a backend this build
  * lacks (nccl) and for a local group that is not the whole job (world >
  * size: several hosts need a backend that crosses them, and reducing on one
  * host alone would be a wrong result, not an error); DPM_INVALID for bad
- * numbers; DPM_NOMEM; a gloo group's rendezvous errors (see
+ * numbers; DPM_NOMEM; the store's (comm/store.h: a bad URL is
+ * DPM_INVALID) and a gloo group's rendezvous errors (see
  * dpm_comm_gloo_create). *out is NULL on failure. */
 dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
 /* Replaces *c with a new group made from cfg when a timeout broke it (no
@@ -238,10 +265,12 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * rank_base .. rank_base+size-1, and a call's `rank` is the local one
  * (0..size-1; the group's dpm_comm_size is size). broadcast's root is a
  * job-wide rank. With more than one process the processes meet first at
- * the rendezvous (cfg->rendezvous: each process publishes its address under
- * the prefix, waits up to timeout_ms per key for the others', connects to
- * each); one process alone (world == size) needs no rendezvous and moves
- * nothing over the network.
+ * the rendezvous (through cfg->store, which dpm_comm_create opens from
+ * cfg->rendezvous, under its prefix: each process publishes its address,
+ * waits up to timeout_ms per key for the others', connects to each); one
+ * process alone (world == size) needs no rendezvous and moves nothing over
+ * the network. Called directly (not through dpm_comm_create), a group
+ * across processes needs cfg->store.
  *
  * Summation order: the local ranks' buffers are summed in local rank order
  * (((b0 + b1) + b2) + ...), as the local backend does; then those
@@ -270,7 +299,7 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * DPM_TIMEOUT names the collective and the ranks or processes missing;
  * DPM_IO a lost peer (process, job ranks, address). Either breaks the
  * group for good (DPM_STATE after). Create's errors: DPM_INVALID (numbers,
- * store URL, interface, no prefix), DPM_EXISTS (a prefix used before),
+ * interface, no prefix or store), DPM_EXISTS (a prefix used before),
  * DPM_TIMEOUT (a process did not arrive within timeout_ms), DPM_IO (store
  * or network), DPM_NOMEM. *out is NULL on failure. Threads: as any
  * communicator (see the top of this file); create blocks until every

@@ -68,9 +68,9 @@ _Static_assert(sizeof op_names / sizeof *op_names == OP_COUNT, "gloo op names");
 /* What one local rank called at a job. */
 typedef struct {
   gloo_op op;
-  int root;  /* broadcast: the job-wide root rank */
-  size_t n;  /* elements (allreduce) or bytes (broadcast) */
-  void *buf; /* the rank's buffer */
+  int root;         /* broadcast: the job-wide root rank */
+  size_t n;         /* elements (allreduce) or bytes (broadcast) */
+  void *buf;        /* the rank's buffer */
   dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
 } gloo_call;
 
@@ -518,11 +518,11 @@ static dpm_status agree(gloo_comm *g, gloo_job *j) {
       return DPM_INVALID;
     }
     if (h[p].dtype != h0->dtype || h[p].dtype >= DPM_COMM_DTYPE_COUNT) {
-      msgf(j->msg, "%s: processes disagree on the element type: %s passes %ss, %s %s",
-           op, describe(g, 0, a, sizeof a), dpm_comm_dtype_name(h0->dtype),
+      msgf(j->msg, "%s: processes disagree on the element type: %s passes %ss, %s %s", op,
+           describe(g, 0, a, sizeof a), dpm_comm_dtype_name(h0->dtype),
            describe(g, p, b, sizeof b),
            h[p].dtype < DPM_COMM_DTYPE_COUNT ? dpm_comm_dtype_name(h[p].dtype)
-                                              : "an unknown type");
+                                             : "an unknown type");
       return DPM_INVALID;
     }
   }
@@ -771,7 +771,9 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
                           .size = nproc,
                           .local_ranks = size,
                           .timeout_ms = cfg->timeout_ms,
-                          .rendezvous = cfg->rendezvous};
+                          .store = cfg->store,
+                          .prefix = cfg->rendezvous.prefix,
+                          .iface = cfg->rendezvous.iface};
     s = dpm_gloo_create(&gc, &g->net, err);
   }
   if (!s && pthread_create(&g->thread, NULL, thread_main, g))

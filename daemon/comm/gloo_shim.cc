@@ -3,13 +3,11 @@
 // Every function of the C interface catches everything Gloo and the C++
 // library throw and turns it into a dpm_status and a message.
 //
-// Stores: a file store of this file's own (FileKV: through the caller's
-// file access, common/file.h) and Gloo's RedisStore, with their waits
-// polled here to the millisecond (Gloo's count whole seconds), or the
-// caller's key-value callbacks (CallbackStore). Under the formation's PrefixStore sits
-// BoundedStore, whose get first waits for the key with the job's timeout:
-// Gloo's rendezvous reads rank_0's key with a plain get, which would
-// otherwise wait the store's default 30 s for a missing process 0.
+// The rendezvous store is the caller's (comm/store.h: file, redis or
+// key-value callbacks), seen by Gloo through StoreKV, whose waits are all
+// bounded by the job's timeout: Gloo's rendezvous reads rank_0's key with a
+// plain get, which would otherwise wait the store's default 30 s for a
+// missing process 0.
 //
 // Once connected, the processes swap the addresses of their connections'
 // ends (alltoall), so that an error Gloo reports against an address
@@ -47,7 +45,6 @@
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/rendezvous/redis_store.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -55,7 +52,7 @@
 
 #include "comm/gloo_shim.h"
 extern "C" {
-#include "common/file.h"
+#include "comm/store.h"
 }
 
 namespace {
@@ -73,210 +70,50 @@ struct StoreError : std::runtime_error {
       : std::runtime_error(m), code(c), key(k) {}
 };
 
-// How often a store wait looks again.
-constexpr Ms kPoll{5};
-
-// Poll ready() until it holds, or throw StoreError(DPM_TIMEOUT) once
-// `timeout` has passed (Gloo's kNoTimeout, zero, waits for ever).
-template <class F> void poll_keys(const Keys &keys, Ms timeout, F ready) {
-  auto until = Clock::now() + timeout;
-  while (!ready()) {
-    if (timeout != gloo::kNoTimeout && Clock::now() >= until) {
-      std::string k = keys.empty() ? "" : keys[0];
-      throw StoreError(DPM_TIMEOUT,
-                       "timed out after " + std::to_string(timeout.count()) +
-                           " ms waiting for store key '" + k + "'",
-                       k);
-    }
-    std::this_thread::sleep_for(kPoll);
-  }
-}
-
-// The file store: one file per key in DIR, reached through the caller's
-// file access (rendezvous.fs; common/file.h), so that dpmd's confinement of
-// client paths holds for it: no symlink is followed below its roots, and
-// nothing is written outside them. A key is set by linking a finished
-// temporary to its name (an existing key is DPM_EXISTS, race-free); a file
-// name is the key with every byte outside [A-Za-z0-9_-] written %XX, so it
-// never starts with '.' (the temporaries do) and never holds a '/'. Waits
-// are polled to the millisecond.
-class FileKV : public gloo::rendezvous::Store {
+// The rendezvous store as Gloo's Store. Every wait is bounded by the job's
+// timeout, and the keys of a wait are waited for in turn, so that a
+// timeout names its key. Keeps what it got (the peers' published
+// addresses, for naming them).
+class StoreKV : public gloo::rendezvous::Store {
 public:
-  FileKV(const dpm_fs *fs, const std::string &dir) : fs_(fs), dir_(dir) {}
+  StoreKV(dpm_store *store, Ms timeout) : store_(store), timeout_(timeout) {}
   void set(const std::string &key, const std::vector<char> &data) override {
     dpm_err e = {};
-    dpm_status s =
-        dpm_file_create_buffer(fs_, path(key).c_str(), 0, data.data(), data.size(), &e);
-    if (s == DPM_EXISTS) throw StoreError(s, "store key '" + key + "' exists");
-    if (s) throw StoreError(s, e.msg);
+    dpm_status s = dpm_store_set(store_, key.c_str(), data.data(), data.size(), &e);
+    if (s) throw StoreError(s, e.msg, key);
   }
   std::vector<char> get(const std::string &key) override {
     void *v = nullptr;
     size_t n = 0;
     dpm_err e = {};
-    dpm_status s = dpm_file_read_all(fs_, path(key).c_str(), kMaxValue, &v, &n, &e);
+    dpm_status s = dpm_store_get(store_, key.c_str(), ms(timeout_), &v, &n, &e);
     std::unique_ptr<void, void (*)(void *)> owned(v, free);
     if (s) throw StoreError(s, e.msg, key);
     const char *p = static_cast<const char *>(v);
-    return std::vector<char>(p, p + n);
-  }
-  void wait(const Keys &keys) override {
-    wait(keys, gloo::rendezvous::Store::kDefaultTimeout);
-  }
-  void wait(const Keys &keys, const Ms &timeout) override {
-    poll_keys(keys, timeout, [&] { return check(keys); });
-  }
-
-private:
-  static constexpr size_t kMaxValue = 16u << 20; // a key's value: one address per process
-  bool check(const Keys &keys) {
-    for (const auto &k : keys) {
-      int exists = 0;
-      dpm_err e = {};
-      dpm_status s = dpm_file_exists(fs_, path(k).c_str(), &exists, &e);
-      if (s) throw StoreError(s, e.msg, k);
-      if (!exists) return false;
-    }
-    return true;
-  }
-  std::string path(const std::string &key) const {
-    static const char hex[] = "0123456789ABCDEF";
-    std::string name;
-    for (unsigned char c : key) {
-      if (isalnum(c) || c == '_' || c == '-') {
-        name += (char)c;
-      } else {
-        name += '%';
-        name += hex[c >> 4];
-        name += hex[c & 15];
-      }
-    }
-    if (name.empty() || name.size() > NAME_MAX)
-      throw StoreError(DPM_INVALID, "store key '" + key + "': its file name would be " +
-                                        std::to_string(name.size()) + " bytes (1 to " +
-                                        std::to_string(NAME_MAX) + ")");
-    return dir_ + "/" + name;
-  }
-  const dpm_fs *fs_;
-  const std::string dir_;
-};
-
-// Gloo's RedisStore with millisecond waits, a set that refuses an existing
-// key with DPM_EXISTS (its set is a SETNX: a race still fails there), each
-// reply awaited at most the job's timeout, and one message for every
-// failure of the server (unusable()): whether a port was open, and what a
-// server there answered, is not for the caller to learn, since a spec
-// names the server and dpmd's clients must not probe a network through it.
-class RedisKV : public gloo::rendezvous::RedisStore {
-public:
-  RedisKV(const std::string &host, int port, Ms timeout, const std::string &url)
-      : RedisStore(host, port), url_(url) {
-    struct timeval tv = {(time_t)(timeout.count() / 1000),
-                         (suseconds_t)(timeout.count() % 1000 * 1000)};
-    redisSetTimeout(redis_, tv);
-  }
-  void set(const std::string &key, const std::vector<char> &data) override {
-    guarded([&] {
-      if (check({key})) throw StoreError(DPM_EXISTS, "store key '" + key + "' exists");
-      RedisStore::set(key, data);
-      return 0;
-    });
-  }
-  std::vector<char> get(const std::string &key) override {
-    return guarded([&] { return RedisStore::get(key); });
-  }
-  using RedisStore::wait;
-  void wait(const Keys &keys, const Ms &timeout) override {
-    poll_keys(keys, timeout, [&] { return guarded([&] { return check(keys); }); });
-  }
-  // The one message for a Redis server that cannot be used.
-  static std::string unusable(const std::string &url) {
-    return "rendezvous store '" + url +
-           "': no usable Redis server there (not reachable, or not answering as one)";
-  }
-
-private:
-  template <class F> auto guarded(F f) -> decltype(f()) {
-    try {
-      return f();
-    } catch (const StoreError &) {
-      throw;
-    } catch (const std::bad_alloc &) {
-      throw;
-    } catch (...) {
-      throw StoreError(DPM_IO, unusable(url_));
-    }
-  }
-  const std::string url_;
-};
-
-// The caller's key-value store (dpm_comm_store): its get waits itself.
-class CallbackStore : public gloo::rendezvous::Store {
-public:
-  CallbackStore(const dpm_comm_store &kv, Ms timeout) : kv_(kv), timeout_(timeout) {}
-  void set(const std::string &key, const std::vector<char> &data) override {
-    dpm_err e = {};
-    dpm_status s = kv_.set(kv_.ctx, key.c_str(), data.data(), data.size(), &e);
-    if (s) throw StoreError(s, e.msg[0] ? e.msg : dpm_strerror(s), key);
-  }
-  std::vector<char> get(const std::string &key) override { return fetch(key, timeout_); }
-  void wait(const Keys &keys) override { wait(keys, timeout_); }
-  void wait(const Keys &keys, const Ms &timeout) override {
-    auto until = Clock::now() + timeout;
-    for (const auto &k : keys) {
-      auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
-      fetch(k, std::max(left, Ms(1)));
-    }
-  }
-
-private:
-  std::vector<char> fetch(const std::string &key, Ms timeout) {
-    void *v = nullptr;
-    size_t n = 0;
-    dpm_err e = {};
-    int ms = (int)std::min<long long>(timeout.count(), INT32_MAX);
-    dpm_status s = kv_.get(kv_.ctx, key.c_str(), ms, &v, &n, &e);
-    std::unique_ptr<void, void (*)(void *)> owned(v, free);
-    if (s == DPM_TIMEOUT)
-      throw StoreError(s,
-                       "timed out after " + std::to_string(ms) +
-                           " ms waiting for store key '" + key + "'",
-                       key);
-    if (s) throw StoreError(s, e.msg[0] ? e.msg : dpm_strerror(s), key);
-    const char *p = static_cast<const char *>(v);
-    return std::vector<char>(p, p + (p ? n : 0));
-  }
-  const dpm_comm_store kv_;
-  const Ms timeout_;
-};
-
-// A get that waits at most the job's timeout; waits bounded by it too.
-// Keeps what it got (the peers' published addresses, for naming them).
-class BoundedStore : public gloo::rendezvous::Store {
-public:
-  BoundedStore(gloo::rendezvous::Store &base, Ms timeout)
-      : base_(base), timeout_(timeout) {}
-  void set(const std::string &key, const std::vector<char> &data) override {
-    base_.set(key, data);
-  }
-  std::vector<char> get(const std::string &key) override {
-    base_.wait({key}, timeout_);
-    std::vector<char> v = base_.get(key);
-    got_[key] = v;
-    return v;
+    std::vector<char> got(p, p + (p ? n : 0));
+    got_[key] = got;
+    return got;
   }
   const std::vector<char> *got(const std::string &key) const {
     auto it = got_.find(key);
     return it == got_.end() ? nullptr : &it->second;
   }
-  void wait(const Keys &keys) override { base_.wait(keys, timeout_); }
+  void wait(const Keys &keys) override { wait(keys, timeout_); }
   void wait(const Keys &keys, const Ms &timeout) override {
-    base_.wait(keys,
-               timeout == gloo::kNoTimeout ? timeout_ : std::min(timeout, timeout_));
+    Ms bound = timeout == gloo::kNoTimeout ? timeout_ : std::min(timeout, timeout_);
+    auto until = Clock::now() + bound;
+    for (const auto &k : keys) {
+      auto left = std::chrono::duration_cast<Ms>(until - Clock::now());
+      const char *one = k.c_str();
+      dpm_err e = {};
+      dpm_status s = dpm_store_wait(store_, &one, 1, ms(std::max(left, Ms(1))), &e);
+      if (s) throw StoreError(s, e.msg, k);
+    }
   }
 
 private:
-  gloo::rendezvous::Store &base_;
+  static int ms(Ms t) { return (int)std::min<long long>(t.count(), INT32_MAX); }
+  dpm_store *const store_;
   const Ms timeout_;
   std::map<std::string, std::vector<char>> got_;
 };
@@ -455,23 +292,6 @@ dpm_status spent(dpm_gloo *g, const char *what, dpm_err *err) {
                   g->spent_msg.c_str());
 }
 
-// "redis://HOST:PORT" (HOST may be [IPv6]).
-dpm_status parse_redis(const char *url, std::string *host, int *port, dpm_err *err) {
-  std::string s(url + strlen("redis://"));
-  size_t colon = s.rfind(':');
-  std::string h = colon == std::string::npos ? "" : s.substr(0, colon);
-  std::string p = colon == std::string::npos ? "" : s.substr(colon + 1);
-  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  char *end = nullptr;
-  long n = p.empty() ? 0 : strtol(p.c_str(), &end, 10);
-  if (h.empty() || p.empty() || *end || n < 1 || n > 65535)
-    return dpm_errf(err, DPM_INVALID, "rendezvous store '%s': expected redis://HOST:PORT",
-                    url);
-  *host = h;
-  *port = (int)n;
-  return DPM_OK;
-}
-
 // Whether interface `name` exists and has an IPv4 or IPv6 address (Gloo's
 // own lookup throws, and leaks, otherwise).
 dpm_status check_iface(const char *name, dpm_err *err) {
@@ -521,38 +341,12 @@ int key_process(const std::string &key) {
 
 // Connect: store, device, context, then the addresses of the connections.
 void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
-  const dpm_comm_rendezvous &rv = cfg->rendezvous;
-  std::unique_ptr<gloo::rendezvous::Store> base;
   Ms timeout(cfg->timeout_ms);
-  if (!rv.store || !*rv.store) {
-    base.reset(new CallbackStore(*rv.kv, timeout));
-  } else if (!strncmp(rv.store, "file://", 7)) {
-    base.reset(new FileKV(rv.fs, rv.store + 7));
-  } else {
-    std::string host;
-    int port = 0;
-    parse_redis(rv.store, &host, &port, nullptr); // checked by the caller
-    // RedisStore's constructor leaks its connection when it throws: see
-    // first whether the server answers.
-    struct timeval tv = {2, 0};
-    redisContext *probe = redisConnectWithTimeout(host.c_str(), port, tv);
-    if (!probe) throw std::bad_alloc();
-    bool failed = probe->err != 0;
-    redisFree(probe);
-    if (failed) throw StoreError(DPM_IO, RedisKV::unusable(rv.store));
-    try {
-      base.reset(new RedisKV(host, port, timeout, rv.store));
-    } catch (const std::bad_alloc &) {
-      throw;
-    } catch (...) {
-      throw StoreError(DPM_IO, RedisKV::unusable(rv.store));
-    }
-  }
-  BoundedStore bounded(*base, timeout);
-  gloo::rendezvous::PrefixStore store(rv.prefix, bounded);
+  StoreKV bounded(cfg->store, timeout);
+  gloo::rendezvous::PrefixStore store(cfg->prefix, bounded);
 
   gloo::transport::tcp::attr attr;
-  if (rv.iface) attr.iface = rv.iface;
+  if (cfg->iface) attr.iface = cfg->iface;
   g->dev = gloo::transport::tcp::CreateDevice(attr); // its I/O thread: no SIGPIPE
   auto ctx = std::make_shared<gloo::rendezvous::Context>(g->rank, g->size);
   ctx->setTimeout(timeout);
@@ -588,7 +382,7 @@ void form(dpm_gloo *g, const dpm_gloo_config *cfg) {
   // other process, ours at our rank (less one past the peer's own).
   for (int q = 0; q < g->size; q++) {
     const std::vector<char> *v =
-        bounded.got(std::string(rv.prefix) + "/" + std::to_string(q));
+        bounded.got(std::string(cfg->prefix) + "/" + std::to_string(q));
     if (q == g->rank || !v || v->size() % (size_t)(g->size - 1)) continue;
     size_t each = v->size() / (size_t)(g->size - 1);
     size_t at = (size_t)(g->rank > q ? g->rank - 1 : g->rank) * each;
@@ -628,7 +422,6 @@ dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *
   if (!out) return dpm_errf(err, DPM_INVALID, "gloo: no output pointer");
   *out = nullptr;
   if (!cfg) return dpm_errf(err, DPM_INVALID, "gloo: no config");
-  const dpm_comm_rendezvous &rv = cfg->rendezvous;
   if (cfg->size < 1 || cfg->size > DPM_COMM_MAX_RANKS || cfg->rank < 0 ||
       cfg->rank >= cfg->size)
     return dpm_errf(err, DPM_INVALID, "gloo: process %d of %d: outside 0..%d", cfg->rank,
@@ -638,35 +431,13 @@ dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *
   if (cfg->timeout_ms <= 0)
     return dpm_errf(err, DPM_INVALID, "gloo: timeout %d ms must be positive",
                     cfg->timeout_ms);
-  if (!rv.prefix || !*rv.prefix)
+  if (!cfg->prefix || !*cfg->prefix)
     return dpm_errf(err, DPM_INVALID,
                     "gloo rendezvous: no prefix (each formation needs its own)");
-  std::string host;
-  int port = 0;
-  if (!rv.store || !*rv.store) {
-    if (!rv.kv || !rv.kv->set || !rv.kv->get)
-      return dpm_errf(err, DPM_INVALID,
-                      "gloo rendezvous: neither a store URL nor key-value callbacks");
-  } else if (!strncmp(rv.store, "file://", 7)) {
-    if (rv.store[7] != '/' || !rv.store[8])
-      return dpm_errf(err, DPM_INVALID,
-                      "rendezvous store '%s': expected file:///DIR (an absolute path)",
-                      rv.store);
-  } else if (!strncmp(rv.store, "redis://", 8)) {
-    dpm_status s = parse_redis(rv.store, &host, &port, err);
+  if (!cfg->store) return dpm_errf(err, DPM_INVALID, "gloo rendezvous: no store");
+  if (cfg->iface) {
+    dpm_status s = check_iface(cfg->iface, err);
     if (s) return s;
-  } else {
-    return dpm_errf(err, DPM_INVALID,
-                    "rendezvous store '%s': expected file:///DIR or redis://HOST:PORT",
-                    rv.store);
-  }
-  if (rv.iface) {
-    dpm_status s = check_iface(rv.iface, err);
-    if (s) return s;
-  }
-  if (rv.store && !strncmp(rv.store, "file://", 7)) {
-    dpm_status s = dpm_file_mkdirs(rv.fs, rv.store + 7, err);
-    if (s) return dpm_err_prefix(err, "rendezvous store directory: ");
   }
 
   dpm_gloo *g = new (std::nothrow) dpm_gloo;
@@ -677,7 +448,7 @@ dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *
   g->timeout_ms = cfg->timeout_ms;
   char head[320];
   snprintf(head, sizeof head, "gloo rendezvous (prefix '%s', process %d of %d)",
-           rv.prefix, cfg->rank, cfg->size);
+           cfg->prefix, cfg->rank, cfg->size);
   NoSigpipe no_sigpipe;
   try {
     g->peers.resize((size_t)g->size);

@@ -37,15 +37,16 @@ extern "C" {
 typedef struct dpm_gloo dpm_gloo;
 
 typedef struct dpm_gloo_config {
-  int rank;        /* this process's Gloo rank, 0..size-1 */
-  int size;        /* processes in the job, 1..DPM_COMM_MAX_RANKS */
-  int local_ranks; /* job-wide ranks per process (process p runs p*local_ranks
-                      onwards), for messages only; >= 1 */
-  int timeout_ms;  /* bound on every wait: each store wait, connecting, and
-                      each collective's waits; > 0 */
-  dpm_comm_rendezvous rendezvous; /* store (file:///DIR is created if
-                                     missing, through rendezvous.fs),
-                                     prefix, interface */
+  int rank;                /* this process's Gloo rank, 0..size-1 */
+  int size;                /* processes in the job, 1..DPM_COMM_MAX_RANKS */
+  int local_ranks;         /* job-wide ranks per process (process p runs p*local_ranks
+                              onwards), for messages only; >= 1 */
+  int timeout_ms;          /* bound on every wait: each store wait, connecting, and
+                              each collective's waits; > 0 */
+  struct dpm_store *store; /* the rendezvous store (comm/store.h), the
+                              caller's: used only during dpm_gloo_create */
+  const char *prefix;      /* the formation's keys: "JOB/FORMATION", unique */
+  const char *iface;       /* network interface to bind; NULL: the host name's */
 } dpm_gloo_config;
 
 /* Form the context: every process of the formation calls it with the same
@@ -53,9 +54,8 @@ typedef struct dpm_gloo_config {
  * address under the prefix, waits for the others' (timeout_ms per key: a
  * missing process fails the others after about timeout_ms), connects to
  * every other process, then exchanges the connections' addresses (so a
- * later failure can name its peer). *out is NULL on failure. The store's
- * callbacks (rendezvous.kv) are called from this thread only, during this
- * call. */
+ * later failure can name its peer). *out is NULL on failure. The store is
+ * used from this thread only, during this call. */
 dpm_status dpm_gloo_create(const dpm_gloo_config *cfg, dpm_gloo **out, dpm_err *err);
 
 /* Every process contributes `bytes` bytes (the same on every process and in

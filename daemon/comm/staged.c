@@ -1,6 +1,6 @@
 /* Staged communicator: an inner group over host memory (gloo) run on host
  * copies of device buffers, for replicas on devices whose memory host code
- * cannot touch (cuda without a rendezvous NCCL can use, fenced); contract
+ * cannot touch (the test build's fenced); contract
  * at dpm_comm_staged_create (comm.h).
  *
  * Each collective of rank r: the rank's device buffer is copied into a host

@@ -438,8 +438,9 @@ dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
   if (!daemon_store(spec)) {
     r.store = dpmd_fleet_store(spec); /* the spec's: lives as long as the model */
     if (!strncmp(r.store, "file://", 7)) {
-      /* made here, through the confined paths, before any backend opens it
-         (Gloo's store goes through r.fs; NCCL's opens DIR by its path) */
+      /* made here, through the confined paths, so that a refused directory
+         fails the options before the trainer starts (the store, comm/store.h,
+         reaches DIR and its files through r.fs too) */
       r.fs = dpmd_rendezvous_fs(d);
       if (dpm_file_mkdirs(r.fs, r.store + 7, err))
         return dpm_err_prefix(err, "rendezvous store directory: ");

@@ -10,7 +10,6 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "comm/filestore.h"
 #include "engine/exec.h"
 #include "io/reader.h"
 #include "parallel/bmuf.h"
@@ -84,10 +83,9 @@ struct dpm_trainer {
   dpm_crew *crew; /* the replicas' workers: opt.crew or own_crew */
   dpm_crew *own_crew;
   dpm_comm *comm; /* the replicas' group, every shard's (NULL: one replica alone) */
-  dpm_comm_config comm_cfg; /* how it was made: a broken local one is made anew */
-  int staged; /* the group is comm_cfg's wrapped in a staged one (comm.h): gloo
-                 on host copies of the replicas' device buffers */
-  int n;      /* replicas (of this shard) */
+  dpm_comm_config comm_cfg; /* how it was made (its kind: the factory's choice at
+                               setup); a broken local one is made anew */
+  int n;                    /* replicas (of this shard) */
   int shard,
       shards;      /* this process's shard of the job, and the job's shards (1: alone) */
   dpm_device *dev; /* [n] their devices, parsed once */
@@ -96,7 +94,7 @@ struct dpm_trainer {
   int pipeline;   /* the replicas' memory is not the host's: a step uploads the next
                      one's input while it runs (dpm_trainer_step) */
   void **streams; /* [n] the replicas' CUDA streams, for a nccl group; else NULL */
-  dpm_file_store file_store; /* a nccl group's file:/// rendezvous, as callbacks */
+  struct dpm_dev **devs; /* [n] the replicas' devices, for a staged group; else NULL */
   /* The replicas' exclusive devices (backend/device.h: dpm_dev_claim_set),
    * claimed while the trainer queues work on them; claimed counts nested
    * claims (trainer_claim). */
@@ -148,9 +146,6 @@ dpm_status trainer_broadcast(dpm_trainer *t, const char *const *names, int n,
 /* trainer.c: "shard 1 of 2: " in front of err's message, in a job of
  * several shards; err's code. */
 dpm_status trainer_shard_prefix(const dpm_trainer *t, dpm_err *err);
-/* trainer.c: a new group for the replicas from t->comm_cfg (a staged one
- * wrapped around the replicas' devices). */
-dpm_status trainer_new_comm(dpm_trainer *t, dpm_comm **out, dpm_err *err);
 /* trainer.c: a scalar (loss, accuracy, learning rate) read back from a device. */
 double trainer_scalar(const dpm_blob *b);
 /* setup.c: ranks in the job's group (every shard's replicas); the eval

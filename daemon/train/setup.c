@@ -382,66 +382,34 @@ static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_er
   return DPM_OK;
 }
 
-/* Whether NCCL can form the job's group of cuda replicas: in one process,
- * or across processes whose rendezvous store NCCL's bootstrap can use (a
- * file:// store, or the caller's key-value store). */
-static int nccl_reaches(const dpm_trainer *t) {
-  const dpm_comm_rendezvous *rv = &t->opt.fleet.rendezvous;
-  if (t->shards <= 1) return 1;
-  if (rv->store && *rv->store) return !strncmp(rv->store, "file://", strlen("file://"));
-  return rv->kv != NULL;
-}
-
-/* Whether the replicas' group is staged (comm.h: gloo on host copies of
- * their device buffers): a job of several shards on devices whose memory
- * host code cannot touch, unless they are cuda GPUs NCCL can join across
- * the job. Known from the device kinds, before any device opens. */
-static int staged_group(const dpm_trainer *t) {
-  if (t->shards <= 1) return 0;
-  if (t->dev[0].kind == DPM_DEVICE_CUDA && nccl_reaches(t)) return 0;
-  for (int d = 0; d < t->n; d++)
-    if (!dpm_backend_of(t->dev[d].kind)->host_visible) return 1;
-  return 0;
-}
-
-/* The replicas' group: local threads for a process alone (none for one
- * replica), else gloo across the job's processes, this shard's replicas
- * being ranks shard*n .. shard*n+n-1 of n*shards (formed at the fleet's
- * rendezvous: this waits for every shard, up to comm_timeout_ms). Cuda
- * replicas use NCCL where it reaches every process of the job; gloo over
- * devices host code cannot touch runs on host copies (t->staged, set at
- * setup). */
+/* The replicas' group, as the factory chose it at setup (t->comm_cfg.kind,
+ * comm.h: dpm_comm_choose): local threads for a process alone (none for one
+ * replica), else across the job's processes, this shard's replicas being
+ * ranks shard*n .. shard*n+n-1 of n*shards (formed at the fleet's
+ * rendezvous: this waits for every shard, up to comm_timeout_ms). A nccl
+ * group gets each replica's stream, a staged one its devices. */
 static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
-  int nccl = t->dev[0].kind == DPM_DEVICE_CUDA && !t->staged;
-  t->comm_cfg = (dpm_comm_config){
-      .kind = nccl            ? DPM_COMM_NCCL
-              : t->shards > 1 ? DPM_COMM_GLOO
-                              : DPM_COMM_LOCAL,
-      .size = t->n,
-      .rank_base = t->shard * t->n,
-      .world = trainer_ranks(t),
-      .timeout_ms = t->opt.comm_timeout_ms,
-      .deterministic = (t->math & DPM_MATH_DETERMINISTIC) != 0,
-  };
-  if (t->shards > 1) t->comm_cfg.rendezvous = t->opt.fleet.rendezvous;
+  dpm_comm_config *cfg = &t->comm_cfg;
+  cfg->size = t->n;
+  cfg->rank_base = t->shard * t->n;
+  cfg->world = trainer_ranks(t);
+  cfg->timeout_ms = t->opt.comm_timeout_ms;
+  cfg->deterministic = (t->math & DPM_MATH_DETERMINISTIC) != 0;
+  if (t->shards > 1) cfg->rendezvous = t->opt.fleet.rendezvous;
   if (!trainer_reduces(t)) return DPM_OK;
-  if (nccl) { /* NCCL queues each rank's collectives on its device's stream */
+  if (cfg->kind ==
+      DPM_COMM_NCCL) { /* NCCL queues each rank's collectives on its stream */
     const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
     if (!(t->streams = calloc((size_t)t->n, sizeof *t->streams))) return nomem(err);
     for (int d = 0; d < t->n; d++)
       t->streams[d] = p->stream_of(dpm_dev_state(t->r[d].dev));
-    t->comm_cfg.streams = t->streams;
-    /* a file store reaches NCCL as key-value callbacks over the caller's file
-       access: the plugin opens no path itself */
-    dpm_comm_rendezvous *rv = &t->comm_cfg.rendezvous;
-    if (t->shards > 1 && rv->store && !strncmp(rv->store, "file://", 7)) {
-      if (dpm_file_store_init(&t->file_store, rv->store, rv->fs, err))
-        return trainer_shard_prefix(t, err);
-      rv->store = NULL;
-      rv->kv = &t->file_store.kv;
-    }
+    cfg->streams = t->streams;
+  } else if (cfg->kind == DPM_COMM_STAGED) {
+    if (!(t->devs = calloc((size_t)t->n, sizeof *t->devs))) return nomem(err);
+    for (int d = 0; d < t->n; d++) t->devs[d] = t->r[d].dev;
+    cfg->devs = t->devs;
   }
-  if (trainer_new_comm(t, &t->comm, err)) {
+  if (dpm_comm_create(cfg, &t->comm, err)) {
     dpm_err_prefix(err, "%s: ", spec->source);
     return trainer_shard_prefix(t, err);
   }
@@ -532,8 +500,10 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
                     spec->source, devices, dpm_crew_size(t->opt.crew));
   if (fleet_check(t, spec, err)) return err->code;
   t->pipeline = !dpm_backend_of(t->dev[0].kind)->host_visible;
-  /* a staged group copies to the host mid-step: no step is captured as a graph */
-  if ((t->staged = staged_group(t))) t->graphs = 0;
+  /* the factory's choice, from the device kind; a staged group copies to the
+     host mid-step: no step is captured as a graph */
+  t->comm_cfg.kind = dpm_comm_choose(t->dev[0].kind, t->shards);
+  if (t->comm_cfg.kind == DPM_COMM_STAGED) t->graphs = 0;
   int type = t->opt.net_type >= 0                                ? t->opt.net_type
              : par && par->net_type == DPM__NET_TYPE__NET_SIMPLE ? DPM_NET_SIMPLE
                                                                  : DPM_NET_DAG;

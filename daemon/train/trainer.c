@@ -181,33 +181,6 @@ dpm_status trainer_shard_prefix(const dpm_trainer *t, dpm_err *err) {
   return err ? err->code : DPM_INTERNAL;
 }
 
-/* A new group for the replicas from t->comm_cfg: as it says, or, for a
- * staged group, wrapped around the replicas' devices. */
-dpm_status trainer_new_comm(dpm_trainer *t, dpm_comm **out, dpm_err *err) {
-  if (!t->staged) return dpm_comm_create(&t->comm_cfg, out, err);
-  *out = NULL;
-  dpm_dev **devs = malloc((size_t)t->n * sizeof *devs);
-  if (!devs) return nomem(err);
-  for (int d = 0; d < t->n; d++) devs[d] = t->r[d].dev;
-  dpm_comm *inner;
-  dpm_status s = dpm_comm_create(&t->comm_cfg, &inner, err);
-  if (!s) s = dpm_comm_staged_create(inner, devs, t->comm_cfg.rank_base, out, err);
-  free(devs);
-  return s;
-}
-
-/* dpm_comm_renew for the trainer's group, made the way new_comm makes it. */
-static dpm_status renew_comm(dpm_trainer *t, dpm_err *err) {
-  if (!t->staged) return dpm_comm_renew(&t->comm, &t->comm_cfg, err);
-  if (!t->comm || !dpm_comm_broken(t->comm)) return DPM_OK;
-  dpm_comm *fresh;
-  dpm_status s = trainer_new_comm(t, &fresh, err);
-  if (s) return s;
-  dpm_comm_destroy(t->comm);
-  t->comm = fresh;
-  return DPM_OK;
-}
-
 /* Run a job on every replica (the master on this thread, the others on the
  * crew's workers), one crew run; the first replica's failure is the
  * result. */
@@ -224,7 +197,7 @@ dpm_status trainer_dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
     return trainer_shard_prefix(t, err);
   }
   dpm_comm *before = t->comm;
-  dpm_status s = renew_comm(t, err);
+  dpm_status s = dpm_comm_renew(&t->comm, &t->comm_cfg, err);
   if (s) return s;
   for (int d = 0; t->comm != before && d < t->n; d++)
     dpm_step_graph_drop(&t->r[d].graph, t->r[d].dev); /* names the old group */
@@ -563,6 +536,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   free(t->eval_labels);
   free(t->dev);
   free(t->streams);
+  free(t->devs);
   free(t);
 }
 

@@ -125,10 +125,11 @@ typedef struct dpm_trainer_options {
    * jobs). 1: a fleet of one shard (a job re-formed smaller), alone too,
    * whatever the spec's rendezvous says. Above 1, the replicas reduce
    * locally, then across the shards
-   * through the gloo communicator (comm/comm.h) formed at rendezvous (store
-   * or kv, and prefix, both required; comm_timeout_ms bounds every wait),
-   * on host copies of the buffers of devices whose memory is not the
-   * host's (cuda GPUs use NCCL instead where the store is file:// or kv);
+   * through the communicator the factory picks (comm/comm.h:
+   * dpm_comm_choose: nccl for cuda GPUs, else gloo, on host copies of the
+   * buffers of devices whose memory is not the host's) formed at
+   * rendezvous (store or kv, and prefix, both required; comm_timeout_ms
+   * bounds every wait);
    * the reader takes the shard's slice of each global batch; the spec's
    * input.shard_id/num_shards must be absent (1) or this shard's. The
    * rendezvous strings are read during create only. */

@@ -7,16 +7,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <errno.h>
-#include <limits.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "comm/comm.h"
-#include "comm/filestore.h"
 #include "test.h"
-#include "trainer_fixture.h"
 
 #define MAX_RANKS 4
 
@@ -695,38 +689,32 @@ TEST(comm_create_destroy) {
   }
 }
 
-/* The file store as key-value callbacks (comm/filestore.h), as the trainer
- * hands it to NCCL: a key is set once (a used prefix is DPM_EXISTS), get
- * waits for it up to its timeout, and a key's file is named by escaping. */
-TEST(comm_file_store_sets_once_and_waits) {
-  char *dir = tf_temp_path("filestore");
-  char url[PATH_MAX + 8];
-  CHECK(dir && snprintf(url, sizeof url, "file://%s", dir) < (int)sizeof url);
-  dpm_file_store fs;
+/* The factory's choice of backend (dpm_comm_choose): from the replicas'
+ * device kind and the job's processes alone; and a staged group needs its
+ * devices. */
+TEST(comm_factory_chooses_the_backend_for_the_devices) {
+  static const struct {
+    dpm_device_kind device;
+    int shards;
+    dpm_comm_kind want;
+  } cases[] = {
+      {DPM_DEVICE_CPU, 1, DPM_COMM_LOCAL},    {DPM_DEVICE_CPU, 2, DPM_COMM_GLOO},
+      {DPM_DEVICE_CUDA, 1, DPM_COMM_NCCL},    {DPM_DEVICE_CUDA, 3, DPM_COMM_NCCL},
+      {DPM_DEVICE_FENCED, 1, DPM_COMM_LOCAL}, {DPM_DEVICE_FENCED, 2, DPM_COMM_STAGED},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    dpm_comm_kind got = dpm_comm_choose(cases[i].device, cases[i].shards);
+    if (got != cases[i].want)
+      printf("    case %zu: %s, expected %s\n", i, dpm_comm_kind_name(got),
+             dpm_comm_kind_name(cases[i].want));
+    CHECK_INT(got, cases[i].want);
+  }
+  dpm_comm_config cfg = {.kind = DPM_COMM_STAGED, .size = 2, .timeout_ms = 100};
+  dpm_comm *c = NULL;
   dpm_err err = {0};
-  CHECK_INT(dpm_file_store_init(&fs, "redis://h:1", NULL, &err), DPM_INVALID);
-  CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST);
-  CHECK_INT(dpm_file_store_init(&fs, url, NULL, &err), DPM_OK);
-  const dpm_comm_store *kv = &fs.kv;
-  static const char id[] = "an nccl id";
-  CHECK_INT(kv->set(kv->ctx, "job/f1/nccl-id", id, sizeof id, &err), DPM_OK);
-  CHECK_INT(kv->set(kv->ctx, "job/f1/nccl-id", id, sizeof id, &err), DPM_EXISTS);
-  CHECK(strstr(err.msg, "used prefix"));
-  void *v = NULL;
-  size_t n = 0;
-  CHECK_INT(kv->get(kv->ctx, "job/f1/nccl-id", 1000, &v, &n, &err), DPM_OK);
-  CHECK(n == sizeof id && !memcmp(v, id, n));
-  free(v);
-  char path[PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/job%%2Ff1%%2Fnccl-id", dir);
-  CHECK(access(path, F_OK) == 0);
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  CHECK_INT(kv->get(kv->ctx, "job/f2/nccl-id", 50, &v, &n, &err), DPM_TIMEOUT);
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  CHECK((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 >= 50);
-  CHECK_INT(kv->set(kv->ctx, "", id, 1, &err), DPM_INVALID);
-  unlink(path);
-  rmdir(dir);
-  free(dir);
+  CHECK_INT(dpm_comm_create(&cfg, &c, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "staged comm: no devices for its 2 ranks");
+  cfg.kind = DPM_COMM_KIND_COUNT;
+  CHECK_INT(dpm_comm_create(&cfg, &c, &err), DPM_INVALID);
+  CHECK(c == NULL);
 }

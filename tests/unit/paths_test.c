@@ -43,9 +43,9 @@ static int setup(tree *t) {
   memset(t, 0, sizeof *t);
   snprintf(t->d, sizeof t->d, "/tmp/dpm-paths-XXXXXX");
   if (!mkdtemp(t->d)) return 0;
-  static const char *const dirs[] = {"state", "state/models", "state/models/m",
-                                     "state/models/m/checkpoints", "allowed", "data",
-                                     "outside"};
+  static const char *const dirs[] = {
+      "state",   "state/models", "state/models/m", "state/models/m/checkpoints",
+      "allowed", "data",         "outside"};
   for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
     if (mkdir(at(t, dirs[i]), 0755)) return 0;
   char text[1024];
@@ -124,9 +124,9 @@ TEST(paths_refuse_symlinks_anywhere_below_a_root) {
   CHECK_INT(write_file(files, at(&t, "allowed/file"), &err), DPM_DENIED);
   CHECK_INT(read_file(files, at(&t, "allowed/file"), &err), DPM_DENIED);
   CHECK_INT(read_file(files, at(&t, "allowed/inside/x"), &err), DPM_DENIED);
-  CHECK_INT(dpm_file_write_buffer(files, at(&t, "allowed/dir/p/predictor.pb"), 1, "x", 1,
-                                  &err),
-            DPM_DENIED);
+  CHECK_INT(
+      dpm_file_write_buffer(files, at(&t, "allowed/dir/p/predictor.pb"), 1, "x", 1, &err),
+      DPM_DENIED);
   CHECK(access(at(&t, "outside/c.ckpt"), F_OK) != 0 && access(at(&t, "outside/p"), F_OK));
   uint8_t *b;
   size_t n;
@@ -153,20 +153,22 @@ TEST(paths_protect_the_daemons_own_files) {
   for (int k = 0; k < 2; k++) {
     CHECK_INT(write_file(fss[k], at(&t, "state/models/m/spec.pb"), &err), DPM_DENIED);
     CHECK_HAS(err.msg, "one of dpmd's own files");
-    CHECK_INT(write_file(fss[k], at(&t, "state/models/m/checkpoints/ckpt-999999999999.dpmckpt"),
+    CHECK_INT(write_file(fss[k],
+                         at(&t, "state/models/m/checkpoints/ckpt-999999999999.dpmckpt"),
                          &err),
               DPM_DENIED);
     CHECK_INT(write_file(fss[k], at(&t, "state/lock"), &err), DPM_DENIED);
-    CHECK_INT(dpm_file_write_buffer(fss[k], at(&t, "state/models/p/predictor.pb"), 1, "x", 1,
-                                    &err),
+    CHECK_INT(dpm_file_write_buffer(fss[k], at(&t, "state/models/p/predictor.pb"), 1, "x",
+                                    1, &err),
               DPM_DENIED);
   }
   CHECK(access(at(&t, "state/models/m/spec.pb"), F_OK) != 0);
   CHECK(access(at(&t, "state/lock"), F_OK) != 0);
   /* reading them is allowed (a model's own checkpoints load) */
-  CHECK(test_write_file(at(&t, "state/models/m/checkpoints/ckpt-1.dpmckpt"), "c", 1) == 0);
-  CHECK_INT(read_file(dpmd_paths_files(t.p), at(&t, "state/models/m/checkpoints/ckpt-1.dpmckpt"),
-                      &err),
+  CHECK(test_write_file(at(&t, "state/models/m/checkpoints/ckpt-1.dpmckpt"), "c", 1) ==
+        0);
+  CHECK_INT(read_file(dpmd_paths_files(t.p),
+                      at(&t, "state/models/m/checkpoints/ckpt-1.dpmckpt"), &err),
             DPM_OK);
   dpmd_paths_destroy(wide);
   dpmd_config_fini(&cfg);
@@ -230,7 +232,8 @@ TEST(paths_symlink_swap_cannot_redirect_a_write) {
   CHECK(access(at(&t, "outside/c.ckpt"), F_OK) != 0);
   CHECK(access(at(&t, "allowed/d.old/c.ckpt"), F_OK) == 0);
   /* the next write meets the symlink while resolving: refused */
-  CHECK_INT(write_file(dpmd_paths_files(t.p), at(&t, "allowed/d/c.ckpt"), &err), DPM_DENIED);
+  CHECK_INT(write_file(dpmd_paths_files(t.p), at(&t, "allowed/d/c.ckpt"), &err),
+            DPM_DENIED);
   CHECK(access(at(&t, "outside/c.ckpt"), F_OK) != 0);
   teardown(&t);
 }
@@ -279,8 +282,8 @@ TEST(request_decode_is_bounded) {
   size_t big = 1 << 20, k = 0;
   uint8_t *b = malloc(big + 16);
   CHECK(b);
-  b[k++] = 0x08, b[k++] = 1;          /* version 1 */
-  b[k++] = 0x62, b[k++] = 0x80;       /* submit (field 12), length 2^20 - ... */
+  b[k++] = 0x08, b[k++] = 1;    /* version 1 */
+  b[k++] = 0x62, b[k++] = 0x80; /* submit (field 12), length 2^20 - ... */
   size_t body = big - 8;
   b[k - 1] = (uint8_t)(0x80 | (body & 0x7f));
   b[k++] = (uint8_t)(0x80 | ((body >> 7) & 0x7f));
@@ -402,7 +405,7 @@ TEST(paths_confine_a_gloo_file_store) {
                                           .fs = dpmd_paths_files(t.p)}};
     dpm_comm *comm = NULL;
     dpm_err err = {0};
-    dpm_status s = dpm_comm_gloo_create(&cfg, &comm, &err);
+    dpm_status s = dpm_comm_create(&cfg, &comm, &err);
     if (s != cases[i].want) printf("    %s: %s\n", cases[i].dir, err.msg);
     CHECK_INT(s, cases[i].want);
     CHECK_HAS(err.msg, cases[i].says);

@@ -23,8 +23,9 @@ typedef struct {
   size_t got_a[2], got_b[2];
 } staged_fixture;
 
-/* A staged group over a one-process gloo group of two ranks on fenced:0
- * and fenced:1, with two device buffers per rank; 1 when made. */
+/* A staged group, as the factory makes it (DPM_COMM_STAGED: a one-process
+ * gloo group of two ranks wrapped) on fenced:0 and fenced:1, with two
+ * device buffers per rank; 1 when made. */
 static int fixture(staged_fixture *f, int timeout_ms) {
   memset(f, 0, sizeof *f);
   dpm_err err = {0};
@@ -33,10 +34,9 @@ static int fixture(staged_fixture *f, int timeout_ms) {
       printf("    %s\n", err.msg);
       return 0;
     }
-  dpm_comm_config cfg = {.kind = DPM_COMM_GLOO, .size = 2, .timeout_ms = timeout_ms};
-  dpm_comm *inner = NULL;
-  if (dpm_comm_create(&cfg, &inner, &err) ||
-      dpm_comm_staged_create(inner, f->dev, 0, &f->comm, &err)) {
+  dpm_comm_config cfg = {
+      .kind = DPM_COMM_STAGED, .size = 2, .timeout_ms = timeout_ms, .devs = f->dev};
+  if (dpm_comm_create(&cfg, &f->comm, &err)) {
     printf("    %s\n", err.msg);
     return 0;
   }

@@ -58,6 +58,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/nccl.h"
+#include "comm/store.h"
 
 typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER } nccl_op;
 static const char *const op_names[] = {"allreduce", "broadcast", "barrier"};
@@ -723,29 +724,25 @@ static dpm_status new_id(ncclUniqueId *id, dpm_err *err) {
 }
 
 /* The job's unique id: made by the process of job rank 0, passed through
- * cfg's rendezvous to the others. */
+ * the rendezvous store (cfg->store, opened by the host's factory) to the
+ * others. */
 static dpm_status share_id(const dpm_comm_config *cfg, ncclUniqueId *id, dpm_err *err) {
-  const dpm_comm_rendezvous *rv = &cfg->rendezvous;
+  const char *prefix = cfg->rendezvous.prefix;
   int leader = cfg->rank_base == 0;
-  if (!rv->prefix || !*rv->prefix)
+  if (!prefix || !*prefix)
     return cuda_errf(err, DPM_INVALID, "nccl rendezvous: no prefix for the formation");
-  if (rv->store && *rv->store) /* the host passes file stores as callbacks */
-    return cuda_errf(err, DPM_UNSUPPORTED,
-                     "nccl rendezvous: store '%s' is not supported (the caller's "
-                     "key-value store only)",
-                     rv->store);
-  if (!rv->kv) return cuda_errf(err, DPM_INVALID, "nccl rendezvous: no store");
+  if (!cfg->store) return cuda_errf(err, DPM_INVALID, "nccl rendezvous: no store");
   char key[1024];
-  if (snprintf(key, sizeof key, "%s/nccl-id", rv->prefix) >= (int)sizeof key)
+  if (snprintf(key, sizeof key, "%s/nccl-id", prefix) >= (int)sizeof key)
     return cuda_errf(err, DPM_INVALID, "nccl rendezvous: prefix too long");
   dpm_status s;
   if (leader) {
     if ((s = new_id(id, err))) return s;
-    return rv->kv->set(rv->kv->ctx, key, id, sizeof *id, err);
+    return dpm_store_set(cfg->store, key, id, sizeof *id, err);
   }
   void *v = NULL;
   size_t len = 0;
-  if ((s = rv->kv->get(rv->kv->ctx, key, cfg->timeout_ms, &v, &len, err))) return s;
+  if ((s = dpm_store_get(cfg->store, key, cfg->timeout_ms, &v, &len, err))) return s;
   if (len != sizeof *id) {
     free(v);
     return cuda_errf(err, DPM_IO, "nccl rendezvous: key '%s' holds %zu bytes, not %zu",
@@ -809,15 +806,16 @@ static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, int determin
  * world (0: size). A call's rank is the local one; broadcast's root is a
  * job-wide rank. Within one process (world == size) the unique id is made
  * here; across processes the job's rank 0's process makes it and publishes
- * it through cfg->rendezvous: the caller's store (key "<prefix>/nccl-id";
- * the trainer passes a file:///DIR store so, comm/filestore.h, and the
- * plugin opens no path); a store URL is DPM_UNSUPPORTED. Communicators
+ * it through the rendezvous store the host's factory opened (cfg->store,
+ * comm/store.h: file, redis or the caller's key-value store; key
+ * "<prefix>/nccl-id"; the store's ops are the host's, so the plugin opens
+ * no path and no connection itself). Communicators
  * are created nonblocking in one group call and waited for up to
  * timeout_ms (DPM_TIMEOUT "nccl init: ..." after that, every communicator
  * aborted).
  *
- * Errors: DPM_INVALID (numbers, streams, rendezvous), DPM_UNSUPPORTED (a
- * store kind), DPM_EXISTS (a used prefix, file store), DPM_TIMEOUT, DPM_IO
+ * Errors: DPM_INVALID (numbers, streams, rendezvous), the store's
+ * (DPM_EXISTS for a used prefix, DPM_DENIED, DPM_IO), DPM_TIMEOUT, DPM_IO
  * (NCCL or CUDA failures), DPM_NOMEM; *out is NULL on failure. */
 dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err) {
   if (!out) return cuda_errf(err, DPM_INVALID, "nccl comm: no output pointer");

@@ -13,8 +13,8 @@
  * This header includes no CUDA header: the host side compiles without the
  * toolkit. ABI: DPM_CUDA_ABI changes whenever a struct here or a struct
  * these tables pass (dpm_op, dpm_ctx, dpm_tensor, dpm_kernel_def,
- * dpm_backend, dpm_comm_config) changes layout; a plugin of another ABI is
- * refused at load.
+ * dpm_backend, dpm_comm_config, dpm_store_ops) changes layout; a plugin
+ * of another ABI is refused at load.
  *
  * Ownership: the tables are static in the plugin; the plugin keeps the
  * host table's pointer for the life of the process (it is static on the
@@ -28,7 +28,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 
-#define DPM_CUDA_ABI 3
+#define DPM_CUDA_ABI 4
 #define DPM_CUDA_PLUGIN_INIT "dpm_cuda_plugin_init"
 #define DPM_CUDA_PROBE "dpm_cuda_probe"
 
@@ -56,7 +56,7 @@ typedef struct dpm_cuda_host {
 
 /* What the plugin offers. */
 typedef struct dpm_cuda_plugin {
-  int abi;                   /* DPM_CUDA_ABI */
+  int abi;                    /* DPM_CUDA_ABI */
   const dpm_backend *backend; /* devices cuda:N */
   /* A DPM_COMM_NCCL group (comm.h): cfg->streams holds one cudaStream_t per
    * local rank, the compute stream of that rank's device (from
