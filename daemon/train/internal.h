@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "comm/filestore.h"
+#include "common/err.h"
 #include "engine/exec.h"
 #include "io/reader.h"
 #include "parallel/bmuf.h"
@@ -124,16 +125,6 @@ struct dpm_trainer {
   dpm_ctx eval_ctx; /* the eval net's context on the master: its own scratch, so a
                        step's graph never names a scratch an eval moved */
 };
-
-static inline double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static inline dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
 
 /* trainer.c: claims the replicas' exclusive devices for the calls that
  * queue work on them, nested (the outermost claims, its release releases).

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+#include "common/err.h"
 #include "common/escape.h"
 #include "common/idx.h"
 #include "engine/onnx_export.h"
@@ -146,13 +148,10 @@ static void run_job(void *arg, int rank) {
     return;
   }
   if (t->job == JOB_BMUF) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = dpm_mono_ns();
     r->status = dpm_bmuf_block(&t->bm, &r->ws, r->dev, r->ctx.comm, r->rank, r->bmuf_host,
                                &r->err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    r->ctx.comm_ns +=
-        (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
+    r->ctx.comm_ns += (uint64_t)(dpm_mono_ns() - t0);
     return;
   }
   if (!r->preloaded) load_input(t, r, r->rows, r->labels);
@@ -187,7 +186,7 @@ dpm_status trainer_new_comm(dpm_trainer *t, dpm_comm **out, dpm_err *err) {
   if (!t->staged) return dpm_comm_create(&t->comm_cfg, out, err);
   *out = NULL;
   dpm_dev **devs = malloc((size_t)t->n * sizeof *devs);
-  if (!devs) return nomem(err);
+  if (!devs) return dpm_nomem(err);
   for (int d = 0; d < t->n; d++) devs[d] = t->r[d].dev;
   dpm_comm *inner;
   dpm_status s = dpm_comm_create(&t->comm_cfg, &inner, err);
@@ -375,10 +374,10 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       }
       t->granted = granted;
     }
-    double t0 = now_ms();
+    double t0 = dpm_mono_ns() / 1e6;
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;
-    if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = now_ms() - t0;
+    if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = dpm_mono_ns() / 1e6 - t0;
     const dpm_batch *ahead = NULL; /* on devices: the next step's, uploaded by this one */
     if (t->pipeline && i + 1 < n && dpm_reader_peek(t->reader, &ahead, err))
       return err->code;
@@ -392,7 +391,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       return err->code;
     stats(t, &st);
     st.steps_done = i + 1;
-    st.step_ms = now_ms() - t0;
+    st.step_ms = dpm_mono_ns() / 1e6 - t0;
     if (!t->stepped) {
       t->phase_ms[DPM_PHASE_FIRST_STEP] = st.step_ms - t->phase_ms[DPM_PHASE_FIRST_BATCH];
       t->stepped = 1;
@@ -504,7 +503,7 @@ dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_ten
                     "(parallel.optimize_gradient_memory): name it in parallel.keep_blobs "
                     "to read it",
                     name);
-  if (dpm_tensor_resize(out, &x->shape)) return nomem(err);
+  if (dpm_tensor_resize(out, &x->shape)) return dpm_nomem(err);
   dpm_trainer *claimer = (dpm_trainer *)t; /* the claim is bookkeeping, not state */
   trainer_claim(claimer);
   dpm_tensor_read(x, out->data, dpm_shape_bytes(&x->shape));
