@@ -51,7 +51,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
-#include "dpm/client.h" /* DPM_PROTOCOL_VERSION, DPM_PING_AFTER_MS, DPM_LIVENESS_MS */
+#include "dpm/protocol.h"
 #include "dpm/wire.h"
 
 #define HEADER_BYTES 4

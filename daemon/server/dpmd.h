@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "dpm/client.h" /* DPM_PROTOCOL_VERSION, DPM_VERSION */
+#include "dpm/protocol.h"
 #include "dpm/wire.h"   /* dpm_status_to_wire */
 #include "proto/dpm.pb-c.h"
 #include "server/config.h"

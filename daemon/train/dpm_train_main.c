@@ -52,7 +52,7 @@
 #include "common/manpage.h"
 #include "common/spec.h"
 #include "common/validate.h"
-#include "dpm/client.h" /* DPM_VERSION */
+#include "dpm/protocol.h"
 #include "train/trainer.h"
 
 typedef struct {
