@@ -1,6 +1,7 @@
 /* dpm_trainer_create: devices, the model and its plan, the memory count,
  * the reader, the replicas and their group, the initial broadcast; the
- * phases it records (dpm_trainer_phases). */
+ * phases it records (dpm_trainer_phases). The top of the trainer's files:
+ * it calls train/trainer.c and train/state.c, and neither calls it. */
 #include "train/internal.h"
 
 #include <sched.h>
@@ -16,12 +17,6 @@
 #include "common/validate.h"
 #include "ops/collective.h"
 #include "parallel/sync_bn.h"
-
-const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES] = {
-    "validate", "graph",     "data",        "alloc",     "init",
-    "comm",     "broadcast", "first_batch", "first_step"};
-
-const double *dpm_trainer_phases(const dpm_trainer *t) { return t->phase_ms; }
 
 /* Adds the time since *t0 to phase p and restarts *t0. */
 static void lap(dpm_trainer *t, int p, double *t0) {
@@ -120,8 +115,10 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
 }
 
 /* Ranks in the job's group: every shard's replicas. */
-int trainer_ranks(const dpm_trainer *t) { return t->n * t->shards; }
-int trainer_reduces(const dpm_trainer *t) {
+static int trainer_ranks(const dpm_trainer *t) { return t->n * t->shards; }
+/* Whether the replicas have a group and the step its collectives (several
+ * ranks, or one forced to: dpm_trainer_options.force_comm). */
+static int trainer_reduces(const dpm_trainer *t) {
   return trainer_ranks(t) > 1 || t->opt.force_comm;
 }
 
@@ -265,19 +262,6 @@ static void add_bytes(uint64_t *sum, uint64_t b) {
 
 static uint64_t aligned(uint64_t b) {
   return (b + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
-}
-
-/* The eval reader's config (made at the first eval). */
-dpm_reader_config trainer_eval_config(const dpm_trainer *t) {
-  return (dpm_reader_config){.kind = DPM_READER_IDX,
-                             .images = t->eval_images,
-                             .labels = t->eval_labels,
-                             .fs = t->opt.fs,
-                             .cache = t->opt.data_cache,
-                             .scale = t->scale,
-                             .batch = t->eval_batch,
-                             .num_shards = 1,
-                             .prefetch = 2};
 }
 
 /* Every byte the model will allocate, known before it allocates any: the

@@ -1,5 +1,7 @@
 /* The replicas' state: sync (FinalizeAfterCheckpoint), checkpoints, and
- * loads, one shard's or a fleet job's. */
+ * loads, one shard's or a fleet job's, run as train/trainer.c's lock-step
+ * jobs (setup.c above calls dpm_trainer_sync; trainer.c calls nothing
+ * here). */
 #include "train/internal.h"
 
 #include <stdio.h>

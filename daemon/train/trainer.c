@@ -1,6 +1,7 @@
 /* The data-parallel trainer: lock-step jobs on the replicas' workers,
- * training steps, evaluation and accessors (create is train/setup.c; sync,
- * checkpoints and loads train/state.c). */
+ * training steps, evaluation, accessors and destroy (create is
+ * train/setup.c; sync, checkpoints and loads train/state.c, both above
+ * this file: it calls neither). */
 #include "train/internal.h"
 
 #include <limits.h>
@@ -413,6 +414,19 @@ void dpm_trainer_interrupt(dpm_trainer *t) { atomic_store(&t->interrupted, 1); }
 
 /* ---- evaluation ---------------------------------------------------------- */
 
+/* The eval reader's config (made at the first eval). */
+dpm_reader_config trainer_eval_config(const dpm_trainer *t) {
+  return (dpm_reader_config){.kind = DPM_READER_IDX,
+                             .images = t->eval_images,
+                             .labels = t->eval_labels,
+                             .fs = t->opt.fs,
+                             .cache = t->opt.data_cache,
+                             .scale = t->scale,
+                             .batch = t->eval_batch,
+                             .num_shards = 1,
+                             .prefetch = 2};
+}
+
 dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
                             dpm_err *err) {
   const dpm_model *m = &t->model;
@@ -510,6 +524,12 @@ dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_ten
   trainer_release(claimer);
   return DPM_OK;
 }
+
+const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES] = {
+    "validate", "graph",     "data",        "alloc",     "init",
+    "comm",     "broadcast", "first_batch", "first_step"};
+
+const double *dpm_trainer_phases(const dpm_trainer *t) { return t->phase_ms; }
 
 int dpm_trainer_devices(const dpm_trainer *t) { return t->n; }
 const char *dpm_trainer_comm_backend(const dpm_trainer *t) {
