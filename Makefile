@@ -238,7 +238,7 @@ $(BUILD)/bench/gloo: $(BUILD)/obj/bench/gloo_bare.o
 # (pkgconfig/*.map), and a static one, both from position-independent
 # objects (build/pic/); make install puts them, the headers and their
 # pkg-config files (pkgconfig/*.pc.in) in place.
-DPM_VERSION := $(shell sed -n 's/^.define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/client.h)
+DPM_VERSION := $(shell sed -n 's/^.define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/protocol.h)
 DPM_SOMAJOR := $(firstword $(subst ., ,$(DPM_VERSION)))
 CLIENT_LIB_SRC  := $(wildcard client/lib/*.c common/*.c) $(PROTO_C)
 PREDICT_LIB_SRC := $(filter-out daemon/engine/predictor_extract.c daemon/engine/onnx_export.c, \

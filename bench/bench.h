@@ -6,11 +6,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-static inline double bench_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "common/clock.h"
+
+static inline double bench_now_ms(void) { return dpm_mono_ns() / 1e6; }
 
 static inline int bench_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/err.h"
 #include "common/escape.h"
 
 static const char *shown(const char *path, char *buf, size_t cap) {
@@ -71,8 +72,7 @@ static dpm_status plain_open_read(const dpm_fs *fs, const char *path, int *fd,
   return s;
 }
 
-/* mkdir -p of dir (a copy is cut in place). */
-static dpm_status plain_mkdirs(const char *dir, dpm_err *err) {
+dpm_status dpm_mkdirs(const char *dir, mode_t mode, dpm_err *err) {
   char p[PATH_MAX];
   if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
     return dpm_errf(err, DPM_INVALID, "path too long");
@@ -80,7 +80,7 @@ static dpm_status plain_mkdirs(const char *dir, dpm_err *err) {
     if (*c && *c != '/') continue;
     char was = *c;
     *c = 0;
-    if (mkdir(p, 0755) && errno != EEXIST) return io_err(err, p, "cannot create", errno);
+    if (mkdir(p, mode) && errno != EEXIST) return io_err(err, p, "cannot create", errno);
     if (!(*c = was)) return DPM_OK;
   }
 }
@@ -99,7 +99,7 @@ static dpm_status plain_open_dir(const dpm_fs *fs, const char *path, int mkdirs,
     snprintf(dir, sizeof dir, "/");
   else if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >= (int)sizeof dir)
     return dpm_errf(err, DPM_INVALID, "%s: path too long", shown(path, b, sizeof b));
-  dpm_status s = mkdirs ? plain_mkdirs(dir, err) : DPM_OK;
+  dpm_status s = mkdirs ? dpm_mkdirs(dir, 0755, err) : DPM_OK;
   if (s) return s;
   *dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (*dirfd < 0) return io_err(err, dir, "cannot open directory", errno);
@@ -136,7 +136,7 @@ dpm_status dpm_file_read_all(const dpm_fs *fs, const char *path, size_t max, voi
       if (want > max + 1) want = max + 1;
       char *g = realloc(buf, want + 1);
       if (!g) {
-        s = dpm_errf(err, DPM_NOMEM, "out of memory");
+        s = dpm_nomem(err);
         break;
       }
       buf = g;
@@ -156,7 +156,7 @@ dpm_status dpm_file_read_all(const dpm_fs *fs, const char *path, size_t max, voi
     free(buf);
     return s;
   }
-  if (!buf && !(buf = malloc(1))) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (!buf && !(buf = malloc(1))) return dpm_nomem(err);
   buf[n] = 0;
   *data = buf;
   *len = n;

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "dpm/status.h"
 
@@ -65,6 +66,12 @@ dpm_status dpm_file_exists(const dpm_fs *fs, const char *path, int *exists, dpm_
 /* Makes directory dir and its missing parents through fs (NULL: plain), as
  * open_dir with mkdirs does for a file inside it. */
 dpm_status dpm_file_mkdirs(const dpm_fs *fs, const char *dir, dpm_err *err);
+/* mkdir -p: makes directory dir and its missing parents by path, each new
+ * one with mode (before the umask); one that exists already is fine. The
+ * plain fs's open_dir uses it (0755), and dpmd for its own state directory,
+ * which no client names (0750). DPM_INVALID for a path of PATH_MAX or more,
+ * DPM_IO naming the directory that could not be made. */
+dpm_status dpm_mkdirs(const char *dir, mode_t mode, dpm_err *err);
 /* Opens path for reading through fs (NULL: plain) and reads it whole, at
  * most max bytes (larger: DPM_CORRUPT "larger than"). *data is malloc'd
  * (one spare NUL byte after the contents); free it. */

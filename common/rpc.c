@@ -49,7 +49,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dpm/client.h" /* DPM_PROTOCOL_VERSION, DPM_PING_AFTER_MS, DPM_LIVENESS_MS */
+#include "common/clock.h"
+#include "common/err.h"
+#include "dpm/protocol.h"
 #include "dpm/wire.h"
 
 #define HEADER_BYTES 4
@@ -66,12 +68,6 @@ struct dpm_rpc {
   uint64_t instance; /* the daemon's, from a ping answer; 0: not known */
 };
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 static int set_int(int sock, int level, int option, int value) {
   return nn_setsockopt(sock, level, option, &value, sizeof value);
 }
@@ -79,7 +75,7 @@ static int set_int(int sock, int level, int option, int value) {
 /* Milliseconds left before deadline (-1: none), at least 0. */
 static int remaining(int64_t deadline) {
   if (deadline < 0) return -1;
-  int64_t left = deadline - now_ms();
+  int64_t left = deadline - dpm_mono_ms();
   if (left < 0) left = 0;
   return left > INT_MAX ? INT_MAX : (int)left;
 }
@@ -119,7 +115,7 @@ dpm_status dpm_rpc_open(const char *endpoint, int timeout_ms, dpm_rpc **out,
       (!strncmp(endpoint, "ipc://", 6) && !(c->ipc_path = strdup(endpoint + 6)))) {
     if (c) free(c->endpoint);
     free(c);
-    return dpm_errf(err, DPM_NOMEM, "out of memory");
+    return dpm_nomem(err);
   }
   c->timeout_ms = timeout_ms < 0 ? -1 : timeout_ms;
   c->next_id = 1;
@@ -145,7 +141,7 @@ dpm_status dpm_rpc_set_max_reply(dpm_rpc *c, size_t bytes, dpm_err *err) {
 dpm_status dpm_rpc_set_token(dpm_rpc *c, const char *token, dpm_err *err) {
   if (!c) return dpm_errf(err, DPM_INVALID, "dpm_rpc_set_token: handle is NULL");
   char *t = NULL;
-  if (token && !(t = strdup(token))) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (token && !(t = strdup(token))) return dpm_nomem(err);
   free(c->token);
   c->token = t;
   return DPM_OK;
@@ -234,7 +230,7 @@ static dpm_status send_request(dpm_rpc *c, const uint8_t *buf, size_t n, int64_t
     if (c->ipc_path && ipc_unreachable(c->ipc_path, why, sizeof why))
       return dpm_errf(err, DPM_IO, "no dpmd listens at %s: %s (is dpmd running?)",
                       c->endpoint, why);
-    int64_t limit = now_ms() + DPM_LIVENESS_MS;
+    int64_t limit = dpm_mono_ms() + DPM_LIVENESS_MS;
     int wait_deadline = deadline >= 0 && deadline < limit;
     if (wait_deadline) limit = deadline;
     for (;;) {
@@ -316,15 +312,15 @@ dpm_status dpm_rpc_call(dpm_rpc *c, Dpm__Request *req, Dpm__Response **resp,
   size_t n = 0;
   uint8_t *buf = pack(c, req, id, &n);
   if (!buf) return dpm_errf(err, DPM_NOMEM, "out of memory (request of %zu bytes)", n);
-  int64_t deadline = c->timeout_ms < 0 ? -1 : now_ms() + c->timeout_ms;
+  int64_t deadline = c->timeout_ms < 0 ? -1 : dpm_mono_ms() + c->timeout_ms;
   dpm_status s = send_request(c, buf, n, deadline, err);
   free(buf);
   if (s) return s;
 
-  int64_t heard = now_ms(); /* silence counts from the request's departure */
+  int64_t heard = dpm_mono_ms(); /* silence counts from the request's departure */
   int64_t next_ping = heard + DPM_PING_AFTER_MS;
   for (;;) {
-    int64_t now = now_ms();
+    int64_t now = dpm_mono_ms();
     if (deadline >= 0 && now >= deadline) return timed_out(c, err);
     if (now - heard >= DPM_LIVENESS_MS) return stopped_answering(c, err);
     if (now >= next_ping) {
@@ -343,7 +339,7 @@ dpm_status dpm_rpc_call(dpm_rpc *c, Dpm__Request *req, Dpm__Response **resp,
       return dpm_errf(err, DPM_IO, "cannot receive from %s: %s", c->endpoint,
                       nn_strerror(e));
     }
-    heard = now_ms();
+    heard = dpm_mono_ms();
     Dpm__Response *r = dpm__response__unpack(NULL, (size_t)got, msg);
     nn_freemsg(msg);
     /* which request this answers: the Response's id, else the header's */

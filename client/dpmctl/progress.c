@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "dpmctl/dpmctl.h"
 
 #define BAR_WIDTH 20
@@ -44,12 +45,6 @@ typedef struct progress {
   size_t drawn;   /* length of the bar line on screen; 0: none */
   ctl_rate rate;  /* for the ETA */
 } progress;
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 void ctl_progress_bar(const Dpm__ModelInfo *m, uint64_t iters, double eta_s, char *buf,
                       size_t cap) {
@@ -93,7 +88,7 @@ void ctl_progress_bar(const Dpm__ModelInfo *m, uint64_t iters, double eta_s, cha
 /* Seconds left, or -1 when unknown. */
 static double eta(progress *p, const Dpm__ModelInfo *m) {
   if (!m->has_iter || !m->has_target_iter) return -1;
-  return ctl_rate_eta(&p->rate, now_s(), m->iter, m->target_iter);
+  return ctl_rate_eta(&p->rate, dpm_mono_s(), m->iter, m->target_iter);
 }
 
 static void show(progress *p, const Dpm__ModelInfo *m) {
@@ -133,12 +128,12 @@ static void *run(void *arg) {
                           {.fd = fd, .events = POLLIN}};
   double until = -1; /* woken: when to stop waiting for the last events */
   for (;;) {
-    int wait_ms = until < 0 ? -1 : (int)((until - now_s()) * 1e3);
+    int wait_ms = until < 0 ? -1 : (int)((until - dpm_mono_s()) * 1e3);
     if (until >= 0 && wait_ms <= 0) return NULL;
     if (poll(fds, fd < 0 ? 1 : 2, fd < 0 ? 0 : wait_ms) < 0 && errno != EINTR)
       return NULL;
     if (fds[0].revents) {
-      until = now_s() + LAST_EVENTS_S;
+      until = dpm_mono_s() + LAST_EVENTS_S;
       fds[0].fd = -1; /* woken once */
     }
     if (fd >= 0 && !fds[1].revents) continue;

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/spec.h"
 #include "dpmctl/dpmctl.h"
 
@@ -114,13 +115,11 @@ static int cmd_ping(ctl_ctx *ctx) {
   Dpm__Request req = DPM__REQUEST__INIT;
   req.command_case = DPM__REQUEST__COMMAND_PING;
   req.ping = &empty_msg;
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
+  int64_t t0 = dpm_mono_ns();
   Dpm__Response *r;
   int rc = ctl_call(ctx, &req, &r);
   if (rc) return rc;
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+  double ms = (double)(dpm_mono_ns() - t0) / 1e6;
   rc = ctl_print_ping(ctx, r, ms);
   dpm_client_free_response(r);
   return rc;

@@ -25,16 +25,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "dpmctl/dpmctl.h"
 
 #define CHECK_EVERY_MS 1000 /* liveness pings, and status with --until-done */
 #define DRAIN_MS 200        /* events in flight when the status says done */
-
-static int64_t mono_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static int running(const Dpm__ModelInfo *m) {
   return m->state && (!strcmp(m->state, "training") || !strcmp(m->state, "building"));
@@ -94,10 +89,10 @@ static int check_done(ctl_ctx *ctx, const char *name, dpm_events *events, int *d
     for (size_t i = 0; i < n; i++) print_state(ctx, models[i]);
   } else if (!busy) {
     *done = 1;
-    for (int64_t end = mono_ms() + DRAIN_MS;;) {
+    for (int64_t end = dpm_mono_ms() + DRAIN_MS;;) {
       Dpm__Event *e;
       dpm_err err;
-      int64_t left = end - mono_ms();
+      int64_t left = end - dpm_mono_ms();
       if (left <= 0 || dpm_events_next(events, (int)left, &e, &err)) break;
       ctl_print_event(ctx, e);
       int kind = e->kind;
@@ -146,18 +141,18 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
   uint64_t seen = 0;
   int done = 0;
   rc = check_done(ctx, name, until_done ? events : NULL, &done);
-  int64_t next_check = mono_ms() + CHECK_EVERY_MS;
+  int64_t next_check = dpm_mono_ms() + CHECK_EVERY_MS;
   int idle_ms = ctx->timeout_given ? ctx->timeout_ms : -1; /* --timeout: idle bound */
-  int64_t last = mono_ms();
+  int64_t last = dpm_mono_ms();
   while (!stop && !rc && !done) {
-    if (idle_ms >= 0 && mono_ms() - last >= idle_ms) {
+    if (idle_ms >= 0 && dpm_mono_ms() - last >= idle_ms) {
       if (until_done) {
         ctl_error(ctx, "TIMEOUT", "no event within %d ms", idle_ms);
         rc = CTL_FAILED;
       }
       break;
     }
-    if (mono_ms() >= next_check) {
+    if (dpm_mono_ms() >= next_check) {
       dpm_status s = dpm_client_ping(ctx->client, NULL, &err);
       if (s) {
         ctl_error(ctx, dpm_status_name(s), "%s", err.msg);
@@ -165,7 +160,7 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
         break;
       }
       if (until_done && ((rc = check_done(ctx, name, events, &done)) || done)) break;
-      next_check = mono_ms() + CHECK_EVERY_MS;
+      next_check = dpm_mono_ms() + CHECK_EVERY_MS;
     }
     Dpm__Event *e;
     dpm_status s = dpm_events_next(events, 250, &e, &err);
@@ -176,7 +171,7 @@ int ctl_cmd_watch(ctl_ctx *ctx) {
       break;
     }
     ctl_print_event(ctx, e);
-    last = mono_ms();
+    last = dpm_mono_ms();
     int kind = e->kind;
     dpm_event_free(e);
     if (count && ++seen >= count) break;

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
+#include "common/err.h"
 #include "common/rpc.h"
 
 struct dpm_client {
@@ -40,16 +42,10 @@ struct dpm_events {
   size_t next;
 };
 
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* Milliseconds left before deadline (-1: none), at least 0. */
 static int remaining(int64_t deadline) {
   if (deadline < 0) return -1;
-  int64_t left = deadline - now_ms();
+  int64_t left = deadline - dpm_mono_ms();
   if (left < 0) left = 0;
   return left > INT_MAX ? INT_MAX : (int)left;
 }
@@ -67,7 +63,7 @@ dpm_status dpm_client_open(const char *endpoint, int timeout_ms, dpm_client **ou
     endpoint = env && *env ? env : DPM_DEFAULT_ENDPOINT;
   }
   dpm_client *c = calloc(1, sizeof *c);
-  if (!c) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (!c) return dpm_nomem(err);
   dpm_status s = dpm_rpc_open(endpoint, timeout_ms, &c->rpc, err);
   if (s) {
     free(c);
@@ -129,7 +125,7 @@ dpm_status dpm_events_open(const char *endpoint, const char *name, dpm_events **
   if (!e || !(e->endpoint = strdup(endpoint)) || (name && !(topic = malloc(tlen + 1)))) {
     if (e) free(e->endpoint);
     free(e);
-    return dpm_errf(err, DPM_NOMEM, "out of memory");
+    return dpm_nomem(err);
   }
   if (name) {
     memcpy(topic, name, tlen);
@@ -196,7 +192,7 @@ dpm_status dpm_events_open_stream(const dpm_client *c, const char *name, dpm_eve
   if (!e || !(e->endpoint = strdup(dpm_rpc_endpoint(c->rpc))) ||
       (name && !(e->name = strdup(name)))) {
     dpm_events_close(e);
-    return dpm_errf(err, DPM_NOMEM, "out of memory");
+    return dpm_nomem(err);
   }
   dpm_status s = dpm_rpc_open(e->endpoint, DPM_LIVENESS_MS, &e->rpc, err);
   if (!s) s = dpm_rpc_set_token(e->rpc, dpm_rpc_token(c->rpc), err);
@@ -211,7 +207,7 @@ dpm_status dpm_events_open_stream(const dpm_client *c, const char *name, dpm_eve
 
 static dpm_status stream_next(dpm_events *e, int timeout_ms, Dpm__Event **ev,
                               dpm_err *err) {
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int64_t deadline = timeout_ms < 0 ? -1 : dpm_mono_ms() + timeout_ms;
   for (;;) {
     const Dpm__EventBatch *b = e->batch ? e->batch->events : NULL;
     while (b && e->next < b->n_event) {
@@ -240,7 +236,7 @@ dpm_status dpm_events_next(dpm_events *e, int timeout_ms, Dpm__Event **ev, dpm_e
   if (ev) *ev = NULL;
   if (!e || !ev) return dpm_errf(err, DPM_INVALID, "dpm_events_next: NULL argument");
   if (e->rpc) return stream_next(e, timeout_ms, ev, err);
-  int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+  int64_t deadline = timeout_ms < 0 ? -1 : dpm_mono_ms() + timeout_ms;
   for (;;) {
     int left = remaining(deadline);
     if (set_int(e->sock, NN_SOL_SOCKET, NN_RCVTIMEO, left) < 0)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda_load.h"
+#include "common/err.h"
 
 #define MAX_OPEN 256 /* devices one process opens */
 
@@ -74,7 +75,7 @@ static dpm_status open_dev(dpm_device d, dpm_dev **out, dpm_err *err) {
     return dpm_errf(err, DPM_NOMEM, "device %s: more than %d devices open", name,
                     MAX_OPEN);
   dpm_dev *dev = calloc(1, sizeof *dev);
-  if (!dev) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (!dev) return dpm_nomem(err);
   dev->id = d;
   dev->be = be;
   if (be->open(d.index, &dev->state, err)) {

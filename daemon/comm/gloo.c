@@ -59,6 +59,7 @@
 
 #include "comm/comm.h"
 #include "comm/gloo_shim.h"
+#include "common/clock.h"
 
 typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER, OP_COUNT } gloo_op;
 
@@ -144,18 +145,6 @@ typedef struct {
 } gloo_comm;
 
 static gloo_comm *gloo_of(dpm_comm *c) { return (gloo_comm *)c; }
-
-static struct timespec deadline_after(int ms) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  t.tv_sec += ms / 1000;
-  t.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (t.tv_nsec >= 1000000000L) {
-    t.tv_sec++;
-    t.tv_nsec -= 1000000000L;
-  }
-  return t;
-}
 
 /* Sleep until *w >= want (a counter that only grows). Returns whether it
  * got there; 0 also once `until` (NULL: none) passed or, with
@@ -388,7 +377,7 @@ static dpm_status blocking(gloo_comm *g, int rank, gloo_call call, dpm_err *err)
   const char *op = op_names[call.op];
   if (atomic_load(&g->broken)) return broken_state(g, op, err);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
-  struct timespec until = deadline_after(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   unsigned long k;
   int run;
   dpm_status s = arrive(g, rank, call, op, &until, 1, &run, &k, err);
@@ -429,7 +418,7 @@ static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
                     "%s: rank %d already has %d started allreduces not waited for", op,
                     g->rank_base + rank, DPM_COMM_MAX_STARTED);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
-  struct timespec until = deadline_after(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   unsigned long k;
   gloo_call call = {
       .op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
@@ -453,7 +442,7 @@ static dpm_status gloo_wait(dpm_comm *c, int rank, dpm_err *err) {
   unsigned long k = g->fifo[(size_t)rank * DPM_COMM_MAX_STARTED +
                             g->waited[rank] % DPM_COMM_MAX_STARTED];
   g->waited[rank]++;
-  struct timespec until = deadline_after(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   dpm_status s = finish(g, rank, k, "allreduce", &until, err);
   atomic_store(&g->inside[rank], 0);
   return s;

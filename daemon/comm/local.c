@@ -41,6 +41,7 @@
 
 #include "comm/comm.h"
 #include "comm/spin.h"
+#include "common/clock.h"
 
 typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER, OP_COUNT } local_op;
 
@@ -227,18 +228,6 @@ static void break_group(local_comm *g, const char *op, local_absent_fn absent,
   pthread_cond_broadcast(&g->cv);
 }
 
-static struct timespec deadline_after(int ms) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  t.tv_sec += ms / 1000;
-  t.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (t.tv_nsec >= 1000000000L) {
-    t.tv_sec++;
-    t.tv_nsec -= 1000000000L;
-  }
-  return t;
-}
-
 /* A wake-up from a condition variable costs tens of microseconds, which is
  * most of a small collective: when every rank could have a CPU of its own, a
  * waiting rank first watches gen for up to SPIN_NS, yielding its CPU every
@@ -299,7 +288,7 @@ static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int 
         err, DPM_INVALID,
         "%s: rank %d is already inside a collective (one call per rank at a time)", op,
         rank);
-  struct timespec until = deadline_after(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   g->calls[rank] = call;
   if (call.phase == 0) g->bufs[rank] = buf;
   unsigned long mine = atomic_load(&g->gen); /* gen waits for this rank */
@@ -471,7 +460,7 @@ static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
                     "waited for",
                     rank, LOCAL_JOBS);
   local_job *j = &g->jobs[k % LOCAL_JOBS];
-  struct timespec until = deadline_after(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   if (!await(g, &j->uses, k / LOCAL_JOBS, &until))
     return give_up(g, "allreduce start (an earlier allreduce not yet waited for)",
                    absent_from_waits, k - LOCAL_JOBS, err);
@@ -501,7 +490,7 @@ static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
                     rank);
   local_job *j = &g->jobs[k % LOCAL_JOBS];
   atomic_store(&g->waited[rank], k + 1);
-  struct timespec until = deadline_after(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   if (!await(g, &j->ready, k + 1, &until)) {
     if (atomic_fetch_add(&j->arrived, LOCAL_POISON) != c->size)
       return give_up(g, "allreduce", absent_from_job, k, err);

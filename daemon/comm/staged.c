@@ -84,7 +84,7 @@ static void *room(host_buf *b, size_t bytes) {
   return p;
 }
 
-static dpm_status nomem(const char *op, int jrank, size_t bytes, dpm_err *err) {
+static dpm_status host_nomem(const char *op, int jrank, size_t bytes, dpm_err *err) {
   return dpm_errf(err, DPM_NOMEM,
                   "%s: rank %d: no host copy of %zu bytes (out of memory)", op, jrank,
                   bytes);
@@ -102,7 +102,7 @@ static dpm_status staged_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void
   if (!host) {
     dpm_err ignored;
     g->inner->ops->allreduce(g->inner, rank, t, NULL, count, &ignored);
-    return nomem("allreduce", g->rank_base + rank, bytes, err);
+    return host_nomem("allreduce", g->rank_base + rank, bytes, err);
   }
   dpm_dev_to_host(dev, host, buf, bytes);
   dpm_status s = g->inner->ops->allreduce(g->inner, rank, t, host, count, err);
@@ -120,7 +120,7 @@ static dpm_status staged_broadcast(dpm_comm *c, int rank, int root, void *buf,
   if (!host) {
     dpm_err ignored;
     dpm_comm_broadcast(g->inner, rank, root, NULL, bytes, &ignored);
-    return nomem("broadcast", g->rank_base + rank, bytes, err);
+    return host_nomem("broadcast", g->rank_base + rank, bytes, err);
   }
   int is_root = g->rank_base + rank == root;
   if (is_root) dpm_dev_to_host(dev, host, buf, bytes); /* only the root's bytes matter */
@@ -163,7 +163,7 @@ static dpm_status staged_start(dpm_comm *c, int rank, float *buf, size_t count,
   if (!s)
     rs->n++;
   else if (e->nomem)
-    return nomem("allreduce start", g->rank_base + rank, bytes, err);
+    return host_nomem("allreduce start", g->rank_base + rank, bytes, err);
   return s;
 }
 
@@ -179,7 +179,7 @@ static dpm_status staged_wait(dpm_comm *c, int rank, dpm_err *err) {
   dpm_err ignored;
   size_t bytes = e->count * sizeof(float);
   dpm_status s = dpm_comm_allreduce_wait(g->inner, rank, e->nomem ? &ignored : err);
-  if (e->nomem) return nomem("allreduce wait", g->rank_base + rank, bytes, err);
+  if (e->nomem) return host_nomem("allreduce wait", g->rank_base + rank, bytes, err);
   if (!s && e->dev) dpm_dev_to_device(g->devs[rank], e->dev, e->copy.p, bytes);
   return s;
 }

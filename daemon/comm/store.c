@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/escape.h"
 #include "common/file.h"
 #include "common/validate.h"
@@ -22,13 +23,6 @@
 #define REDIS_CONNECT_MS 2000
 
 /* ---- what every kind shares ---------------------------------------------- */
-
-/* The monotonic clock in microseconds: deadlines of waits. */
-static int64_t clock_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static dpm_status timed_out(dpm_err *err, int timeout_ms, const char *key) {
   char b[160];
@@ -48,7 +42,7 @@ typedef dpm_status (*has_fn)(dpm_store *s, const char *key, int *set, dpm_err *e
 
 static dpm_status poll_keys(dpm_store *s, has_fn has, const char *const *keys, int n,
                             int timeout_ms, dpm_err *err) {
-  int64_t until = clock_us() + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
+  int64_t until = dpm_mono_ns() / 1000 + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
   for (int i = 0; i < n;) {
     int set = 0;
     if (has(s, keys[i], &set, err)) return err->code;
@@ -56,7 +50,7 @@ static dpm_status poll_keys(dpm_store *s, has_fn has, const char *const *keys, i
       i++;
       continue;
     }
-    if (clock_us() >= until) return timed_out(err, timeout_ms, keys[i]);
+    if (dpm_mono_ns() / 1000 >= until) return timed_out(err, timeout_ms, keys[i]);
     nanosleep(&(struct timespec){0, POLL_MS * 1000000L}, NULL);
   }
   return DPM_OK;
@@ -339,9 +333,9 @@ static dpm_status cb_get(dpm_store *s, const char *key, int timeout_ms, void **v
  * deadline. */
 static dpm_status cb_wait(dpm_store *s, const char *const *keys, int n, int timeout_ms,
                           dpm_err *err) {
-  int64_t until = clock_us() + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
+  int64_t until = dpm_mono_ns() / 1000 + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * 1000;
   for (int i = 0; i < n; i++) {
-    int64_t left = (until - clock_us() + 999) / 1000; /* whole ms, rounded up */
+    int64_t left = (until - dpm_mono_ns() / 1000 + 999) / 1000; /* whole ms, rounded up */
     void *v = NULL;
     size_t len = 0;
     dpm_status st = cb_get(s, keys[i], left > 1 ? (int)left : 1, &v, &len, err);

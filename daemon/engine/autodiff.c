@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
+
 typedef struct {
   char **v;
   int n, cap;
@@ -50,21 +52,19 @@ static int name_index(ad *a, const char *name) {
   return i;
 }
 
-static dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
-
 /* Index every blob, then simulate the forward net for versions and
  * requires-grad flags. */
 static dpm_status forward_pass(ad *a, dpm_err *err) {
   const dpm_net *f = a->fwd;
   for (int i = 0; i < a->t->n; i++)
-    if (name_index(a, a->t->v[i].name) < 0) return nomem(err);
+    if (name_index(a, a->t->v[i].name) < 0) return dpm_nomem(err);
   for (int i = 0; i < f->n; i++) {
     for (int k = 0; k < f->nodes[i].n_in; k++)
-      if (f->nodes[i].in[k] && name_index(a, f->nodes[i].in[k]) < 0) return nomem(err);
+      if (f->nodes[i].in[k] && name_index(a, f->nodes[i].in[k]) < 0)
+        return dpm_nomem(err);
     for (int k = 0; k < f->nodes[i].n_out; k++)
-      if (f->nodes[i].out[k] && name_index(a, f->nodes[i].out[k]) < 0) return nomem(err);
+      if (f->nodes[i].out[k] && name_index(a, f->nodes[i].out[k]) < 0)
+        return dpm_nomem(err);
   }
   int n = f->n + 1;
   a->cur = calloc((size_t)a->nb, sizeof *a->cur);
@@ -75,7 +75,7 @@ static dpm_status forward_pass(ad *a, dpm_err *err) {
   a->vout = calloc((size_t)n, sizeof *a->vout);
   a->rq = calloc((size_t)n, sizeof *a->rq);
   if (!a->cur || !a->curq || !a->lastver || !a->contrib || !a->vin || !a->vout || !a->rq)
-    return nomem(err);
+    return dpm_nomem(err);
   for (int i = 0; i < a->t->n; i++)
     if (a->t->v[i].kind == DPM_BLOB_PARAM)
       a->curq[dpm_strmap_get(&a->idx, a->t->v[i].name)] = 1;
@@ -172,9 +172,9 @@ static dpm_status resolve(ad *a, int j, const char *name, const char **grad,
     dpm_node *n = dpm_net_add(a->out, dpm_op_get(DPM_OP_SUM), c->n,
                               (const char *const *)c->v, 1, out, err);
     if (!n) return err->code;
-    if (push(&a->temp, base)) return nomem(err);
+    if (push(&a->temp, base)) return dpm_nomem(err);
   } else if (push(&a->temp, c->v[0])) {
-    return nomem(err);
+    return dpm_nomem(err);
   }
   *grad = a->temp.v[a->temp.n - 1];
   clear(c);
@@ -201,7 +201,7 @@ static dpm_status backward_node(ad *a, int i, dpm_err *err) {
       clash |= g.gout[m] && !strcmp(g.gout[m], name) && !(f->def->flags & DPM_OP_INPLACE);
     for (int m = 0; m < k; m++) clash |= g.gin[m] && !strcmp(g.gin[m], name);
     if (clash) snprintf(name, sizeof name, "%s_grad_%d_%d", f->in[k], i, k);
-    if (push(&a->temp, name)) return nomem(err);
+    if (push(&a->temp, name)) return dpm_nomem(err);
     g.gin[k] = a->temp.v[a->temp.n - 1];
     any_in = 1;
   }
@@ -210,7 +210,7 @@ static dpm_status backward_node(ad *a, int i, dpm_err *err) {
   if (f->def->grad(&g, err)) return err->code;
   for (int k = 0; k < f->n_in; k++)
     if (g.gin[k] && push(&a->contrib[dpm_strmap_get(&a->idx, f->in[k])], g.gin[k]))
-      return nomem(err);
+      return dpm_nomem(err);
   return DPM_OK;
 }
 
@@ -240,14 +240,14 @@ static dpm_status seed_losses(ad *a, const char *const *losses, int n, float sca
     if (!nd || dpm_node_set_ints(nd, "shape", b->shape.d, (size_t)b->shape.ndim, err) ||
         dpm_node_set_float(nd, "value", scale, err))
       return err->code;
-    if (push(&a->contrib[j], name)) return nomem(err);
+    if (push(&a->contrib[j], name)) return dpm_nomem(err);
   }
   return DPM_OK;
 }
 
 static dpm_status param_grads(ad *a, char ***param_grad, dpm_err *err) {
   char **pg = calloc((size_t)a->t->n + 1, sizeof *pg);
-  if (!pg) return nomem(err);
+  if (!pg) return dpm_nomem(err);
   *param_grad = pg;
   int nparams = a->t->n; /* grads appended to t later are not params */
   for (int i = 0; i < nparams; i++) {
@@ -256,7 +256,7 @@ static dpm_status param_grads(ad *a, char ***param_grad, dpm_err *err) {
     snprintf(name, sizeof name, "%s", a->t->v[i].name);
     const char *g;
     if (resolve(a, dpm_strmap_get(&a->idx, name), name, &g, err)) return err->code;
-    if (g && !(pg[i] = strdup(g))) return nomem(err);
+    if (g && !(pg[i] = strdup(g))) return dpm_nomem(err);
   }
   return DPM_OK;
 }

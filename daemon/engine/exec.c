@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/device.h"
+#include "common/err.h"
 
 /* The backend whose kernels run on ctx: its device's, or the CPU's for
  * host code (no device). */
@@ -74,8 +75,7 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
   if (x->n != net->n) {
     free(x->ops);
     x->n = 0;
-    if (!(x->ops = calloc((size_t)net->n + 1, sizeof *x->ops)))
-      return dpm_errf(err, DPM_NOMEM, "out of memory");
+    if (!(x->ops = calloc((size_t)net->n + 1, sizeof *x->ops))) return dpm_nomem(err);
     x->n = net->n;
   }
   const dpm_backend *be = ctx_backend(ctx);
@@ -92,8 +92,7 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
     for (int k = 0; k < n->n_out; k++)
       if (n->out[k] && bind_blob(ws, t, n->out[k], &op->out[k], err)) return err->code;
   }
-  if (dpm_ctx_reserve(ctx, dpm_net_scratch(net, t, be)))
-    return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (dpm_ctx_reserve(ctx, dpm_net_scratch(net, t, be))) return dpm_nomem(err);
   return DPM_OK;
 }
 

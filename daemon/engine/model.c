@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "common/suggest.h"
 #include "engine/autodiff.h"
 #include "engine/fuse.h"
@@ -103,10 +104,6 @@ typedef struct {
   int n_weight;
 } builder;
 
-static dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
-
 static dpm_status op_fail(builder *b, int index, unsigned line, const char *type) {
   char at[200] = "";
   if (line) snprintf(at, sizeof at, "%s:%u: ", b->m->source, line);
@@ -194,8 +191,8 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
     if (dpm_shapes_get(&b->m->shapes, name))
       return dpm_errf(b->err, DPM_SPEC,
                       "parameter '%s' already exists; name the output differently", name);
-    if (dpm_shapes_set(&b->m->shapes, name, &ps[p], pd->kind)) return nomem(b->err);
-    if (pd->is_weight && mark_weight(b, name)) return nomem(b->err);
+    if (dpm_shapes_set(&b->m->shapes, name, &ps[p], pd->kind)) return dpm_nomem(b->err);
+    if (pd->is_weight && mark_weight(b, name)) return dpm_nomem(b->err);
     const char *init = pd->init;
     double value = pd->value;
     int ia = pd->init_arg ? dpm_op_arg_index(def, pd->init_arg) : -1;
@@ -289,14 +286,14 @@ static dpm_status declare_inputs(builder *b, const int64_t chw[3], int batch) {
   const char *data = in && in->n_outputs >= 1 ? in->outputs[0] : "data";
   const char *label = in && in->n_outputs >= 2 ? in->outputs[1] : "label";
   if (!(b->m->data = strdup(data)) || !(b->m->label = strdup(label)))
-    return nomem(b->err);
+    return dpm_nomem(b->err);
   int64_t d[4] = {batch, chw[0], chw[1], chw[2]};
   dpm_shape ds = dpm_shape_make(DPM_F32, 4, d), ls = dpm_shape_make(DPM_I32, 1, d);
   if (dpm_shape_check(&ds, NULL, b->err))
     return dpm_err_prefix(b->err, "%s: input '%s': ", b->m->source, data);
   if (dpm_shapes_set(&b->m->shapes, data, &ds, DPM_BLOB_DATA) ||
       dpm_shapes_set(&b->m->shapes, label, &ls, DPM_BLOB_DATA))
-    return nomem(b->err);
+    return dpm_nomem(b->err);
   return DPM_OK;
 }
 
@@ -377,7 +374,7 @@ static dpm_status update_net(builder *b) {
   dpm_shape scalar64 = dpm_shape_scalar(DPM_I64), scalar = dpm_shape_scalar(DPM_F32);
   if (dpm_shapes_set(&m->shapes, ITER, &scalar64, DPM_BLOB_COUNTER) ||
       dpm_shapes_set(&m->shapes, LR, &scalar, DPM_BLOB_COUNTER))
-    return nomem(b->err);
+    return dpm_nomem(b->err);
   if (fill(b, ITER, &scalar64, "constant", 0, 1)) return b->err->code;
   if ((unsigned)lrs->policy >= sizeof lr_policies / sizeof *lr_policies)
     return dpm_errf(b->err, DPM_SPEC, "unknown lr policy");
@@ -394,7 +391,8 @@ static dpm_status update_net(builder *b) {
     for (int s = 0; s < optimizers[o].n_state; s++) {
       snprintf(state[s], sizeof state[s], "%s%s", param, optimizers[o].state[s]);
       in[n_in++] = out[s + 1] = state[s];
-      if (dpm_shapes_set(&m->shapes, state[s], &ps, DPM_BLOB_OPTIM)) return nomem(b->err);
+      if (dpm_shapes_set(&m->shapes, state[s], &ps, DPM_BLOB_OPTIM))
+        return dpm_nomem(b->err);
       if (fill(b, state[s], &ps, "constant", 0, 0)) return b->err->code;
     }
     in[n_in++] = LR;
@@ -421,12 +419,12 @@ static dpm_status find_outputs(builder *b) {
   dpm_model *m = b->m;
   const Dpm__ModelSpec *s = b->spec;
   if (!s->n_losses) return dpm_errf(b->err, DPM_SPEC, "%s: no losses listed", m->source);
-  if (!(m->losses = calloc(s->n_losses, sizeof *m->losses))) return nomem(b->err);
+  if (!(m->losses = calloc(s->n_losses, sizeof *m->losses))) return dpm_nomem(b->err);
   for (size_t i = 0; i < s->n_losses; i++, m->n_losses++)
-    if (!(m->losses[i] = strdup(s->losses[i]))) return nomem(b->err);
+    if (!(m->losses[i] = strdup(s->losses[i]))) return dpm_nomem(b->err);
   for (int i = 0; i < m->n_forward && !m->accuracy; i++)
     if (m->train.nodes[i].def->id == DPM_OP_ACCURACY)
-      if (!(m->accuracy = strdup(m->train.nodes[i].out[0]))) return nomem(b->err);
+      if (!(m->accuracy = strdup(m->train.nodes[i].out[0]))) return dpm_nomem(b->err);
   return DPM_OK;
 }
 
@@ -439,7 +437,7 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
   memcpy(m->chw, chw, sizeof m->chw);
   if (!(m->source = strdup(spec->source ? spec->source : "spec")) ||
       !(m->name = strdup(spec->name ? spec->name : "model")))
-    return dpm_model_fini(m), nomem(err);
+    return dpm_model_fini(m), dpm_nomem(err);
   dpm_status s = declare_inputs(&b, chw, batch);
   if (!s && !spec->n_forward)
     s = dpm_errf(err, DPM_SPEC, "%s: forward is empty", m->source);
@@ -472,13 +470,13 @@ dpm_status dpm_model_test_shapes(const dpm_model *m, int batch, dpm_shapes *t,
   for (int i = 0; i < m->shapes.n; i++) {
     const dpm_blobinfo *b = &m->shapes.v[i];
     if (b->kind == DPM_BLOB_PARAM || b->kind == DPM_BLOB_COMPUTED)
-      if (dpm_shapes_set(t, b->name, &b->shape, b->kind)) return nomem(err);
+      if (dpm_shapes_set(t, b->name, &b->shape, b->kind)) return dpm_nomem(err);
   }
   int64_t d[4] = {batch, m->chw[0], m->chw[1], m->chw[2]};
   dpm_shape ds = dpm_shape_make(DPM_F32, 4, d), ls = dpm_shape_make(DPM_I32, 1, d);
   if (dpm_shapes_set(t, m->data, &ds, DPM_BLOB_DATA) ||
       dpm_shapes_set(t, m->label, &ls, DPM_BLOB_DATA))
-    return nomem(err);
+    return dpm_nomem(err);
   return dpm_net_infer(&m->test, t, DPM_BLOB_ACT, m->source, err);
 }
 

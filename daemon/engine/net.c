@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
+
 dpm_node *dpm_net_add(dpm_net *net, const dpm_op_def *def, int n_in,
                       const char *const *in, int n_out, const char *const *out,
                       dpm_err *err) {
@@ -17,7 +19,7 @@ dpm_node *dpm_net_add(dpm_net *net, const dpm_op_def *def, int n_in,
     int cap = net->cap ? net->cap * 2 : 32;
     dpm_node *p = realloc(net->nodes, (size_t)cap * sizeof *p);
     if (!p) {
-      dpm_errf(err, DPM_NOMEM, "out of memory");
+      dpm_nomem(err);
       return NULL;
     }
     net->nodes = p;
@@ -39,7 +41,7 @@ dpm_node *dpm_net_add(dpm_net *net, const dpm_op_def *def, int n_in,
   if (dpm_node_set_defaults(n, err)) return NULL;
   return n;
 nomem:
-  dpm_errf(err, DPM_NOMEM, "out of memory");
+  dpm_nomem(err);
   return NULL;
 }
 
@@ -164,8 +166,7 @@ dpm_status dpm_node_infer(const dpm_node *n, dpm_shapes *t, int kind, const char
     }
     dpm_blob_kind k2 = b ? b->kind : kind >= 0 ? (dpm_blob_kind)kind : DPM_BLOB_ACT;
     int version = b ? b->version : 0;
-    if (dpm_shapes_set(t, n->out[k], &out[k], k2))
-      return dpm_errf(err, DPM_NOMEM, "out of memory");
+    if (dpm_shapes_set(t, n->out[k], &out[k], k2)) return dpm_nomem(err);
     dpm_shapes_get(t, n->out[k])->version = version + 1;
   }
   return DPM_OK;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "common/file.h"
 #include "dpm/predictor.h"
 #include "engine/dtype_wire.h"
@@ -47,8 +48,6 @@ typedef struct ox {
   size_t n_init, cap_init;
   int op;              /* the op being written (1-based), for messages and names */
 } ox;
-
-static dpm_status nomem(ox *x) { return dpm_errf(x->err, DPM_NOMEM, "out of memory"); }
 
 static void *grow(void *v, size_t *cap, size_t n, size_t size) {
   if (n < *cap) return v;
@@ -136,12 +135,12 @@ static const char *use(ox *x, const char *blob) {
  * write (unless it is a graph input), a fresh one before. */
 static const char *define(ox *x, const char *blob) {
   int i = cur_index(x, blob);
-  if (i < 0) return nomem(x), NULL;
+  if (i < 0) return dpm_nomem(x->err), NULL;
   int last = ++x->seen[i] == dpm_strmap_get(&x->writes, blob) && !is_input(x, blob);
   char tag[24];
   snprintf(tag, sizeof tag, "%d", x->seen[i]);
   const char *name = last ? blob : fresh(x, blob, tag);
-  if (!name) return nomem(x), NULL;
+  if (!name) return dpm_nomem(x->err), NULL;
   return x->curv[i] = name;
 }
 
@@ -152,7 +151,7 @@ static Onnx__NodeProto *node(ox *x, const char *op_type, int n_in, const char *c
   Onnx__NodeProto *n = alloc(x, 1, sizeof *n);
   char **iv = alloc(x, (size_t)n_in, sizeof *iv), **ov = alloc(x, 1, sizeof *ov);
   Onnx__NodeProto **v = grow(x->node, &x->cap_node, x->n_node, sizeof *v);
-  if (!n || !iv || !ov || !v) return nomem(x), NULL;
+  if (!n || !iv || !ov || !v) return dpm_nomem(x->err), NULL;
   x->node = v;
   onnx__node_proto__init(n);
   for (int k = 0; k < n_in; k++) iv[k] = (char *)in[k];
@@ -163,7 +162,8 @@ static Onnx__NodeProto *node(ox *x, const char *op_type, int n_in, const char *c
   n->n_output = 1;
   n->op_type = (char *)op_type;
   n->domain = "";
-  if (!(n->name = str(x, "op%d_%s_%zu", x->op, op_type, x->n_node))) return nomem(x), NULL;
+  if (!(n->name = str(x, "op%d_%s_%zu", x->op, op_type, x->n_node)))
+    return dpm_nomem(x->err), NULL;
   return x->node[x->n_node++] = n;
 }
 
@@ -171,7 +171,7 @@ static Onnx__AttributeProto *attr(ox *x, Onnx__NodeProto *n, const char *name,
                                   Onnx__AttributeProto__AttributeType type) {
   Onnx__AttributeProto *a = alloc(x, 1, sizeof *a);
   Onnx__AttributeProto **v = alloc(x, n->n_attribute + 1, sizeof *v);
-  if (!a || !v) return nomem(x), NULL;
+  if (!a || !v) return dpm_nomem(x->err), NULL;
   onnx__attribute_proto__init(a);
   a->name = (char *)name;
   a->has_type = 1;
@@ -203,7 +203,7 @@ static dpm_status attr_ints(ox *x, Onnx__NodeProto *n, const char *name, int cou
                             int64_t v) {
   Onnx__AttributeProto *a = attr(x, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
   int64_t *e = a ? alloc(x, (size_t)count, sizeof *e) : NULL;
-  if (!e) return a ? nomem(x) : x->err->code;
+  if (!e) return a ? dpm_nomem(x->err) : x->err->code;
   for (int k = 0; k < count; k++) e[k] = v;
   a->ints = e;
   a->n_ints = (size_t)count;
@@ -217,7 +217,7 @@ static dpm_status initializer(ox *x, const char *name, int32_t dtype, int ndim,
   int64_t *d = alloc(x, (size_t)ndim, sizeof *d);
   uint8_t *raw = alloc(x, bytes, 1);
   Onnx__TensorProto **v = grow(x->init, &x->cap_init, x->n_init, sizeof *v);
-  if (!t || !d || !raw || !v) return nomem(x);
+  if (!t || !d || !raw || !v) return dpm_nomem(x->err);
   x->init = v;
   onnx__tensor_proto__init(t);
   t->name = (char *)name;
@@ -238,7 +238,7 @@ static dpm_status initializer(ox *x, const char *name, int32_t dtype, int ndim,
 static dpm_status const_i64(ox *x, const char *base, const char *tag, int n,
                             const int64_t *v, const char **out) {
   int64_t dim = n;
-  if (!(*out = fresh(x, base, tag))) return nomem(x);
+  if (!(*out = fresh(x, base, tag))) return dpm_nomem(x->err);
   return initializer(x, *out, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, &dim, v,
                      (size_t)n * sizeof *v);
 }
@@ -275,7 +275,7 @@ static dpm_status flatten_2d(ox *x, const emit_ctx *c, const char **out) {
   if (c->in[0].ndim <= 2) return DPM_OK;
   const char *t = fresh(x, c->out, "flat");
   Onnx__NodeProto *f = t ? node(x, "Flatten", 1, c->iv, t) : NULL;
-  if (!t) return nomem(x);
+  if (!t) return dpm_nomem(x->err);
   if (!f || attr_i(x, f, "axis", 1)) return x->err->code;
   *out = t;
   return DPM_OK;
@@ -324,7 +324,7 @@ static dpm_status emit_softmax(ox *x, const emit_ctx *c) {
   if (flatten_2d(x, c, &flat)) return x->err->code;
   const char *sm = c->in[0].ndim <= 2 ? c->out : fresh(x, c->out, "softmax");
   Onnx__NodeProto *n = sm ? node(x, "Softmax", 1, &flat, sm) : NULL;
-  if (!sm) return nomem(x);
+  if (!sm) return dpm_nomem(x->err);
   if (!n || attr_i(x, n, "axis", 1)) return x->err->code;
   if (c->in[0].ndim <= 2) return DPM_OK;
   int64_t shape[DPM_MAX_DIMS] = {0}; /* 0: the input's batch */
@@ -355,7 +355,7 @@ static dpm_status emit_concat(ox *x, const emit_ctx *c) {
 static dpm_status emit_scale(ox *x, const emit_ctx *c) {
   float s = (float)arg_f(c->n, "scale");
   const char *in[2] = {c->iv[0], fresh(x, c->out, "scale")};
-  if (!in[1]) return nomem(x);
+  if (!in[1]) return dpm_nomem(x->err);
   if (initializer(x, in[1], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, &s, sizeof s))
     return x->err->code;
   return node(x, "Mul", 2, in, c->out) ? DPM_OK : x->err->code;
@@ -417,7 +417,7 @@ static dpm_status emit_op(ox *x, int j) {
   if (!(c.out = define(x, n->out[0]))) return x->err->code;
   for (int k = 1; k < n->n_out; k++) { /* hidden outputs: not written */
     int i = cur_index(x, n->out[k]);
-    if (i < 0) return nomem(x);
+    if (i < 0) return dpm_nomem(x->err);
     x->curv[i] = NULL;
   }
   return mapping[m].emit(x, &c);
@@ -444,7 +444,8 @@ static dpm_status rebuild(ox *x) {
         return dpm_err_prefix(x->err, "op #%zu (%s): ", j + 1, def->name);
     for (size_t k = 0; k < o->n_output; k++) {
       int w = dpm_strmap_get(&x->writes, o->output[k]);
-      if (dpm_strmap_put(&x->writes, o->output[k], w < 0 ? 1 : w + 1)) return nomem(x);
+      if (dpm_strmap_put(&x->writes, o->output[k], w < 0 ? 1 : w + 1))
+        return dpm_nomem(x->err);
     }
   }
   dpm_shapes *t[2] = {&x->s1, &x->s2};
@@ -456,7 +457,7 @@ static dpm_status rebuild(ox *x) {
         return dpm_errf(x->err, DPM_CORRUPT, "parameter '%s' has an unknown dtype or rank",
                         p->name);
       dpm_shape s = dpm_shape_make(dt, (int)p->n_dims, p->dims);
-      if (dpm_shapes_set(t[b], p->name, &s, DPM_BLOB_PARAM)) return nomem(x);
+      if (dpm_shapes_set(t[b], p->name, &s, DPM_BLOB_PARAM)) return dpm_nomem(x->err);
     }
     for (size_t i = 0; i < d->n_input; i++) {
       const Dpm__IntList *l = d->input_shape[i];
@@ -466,7 +467,7 @@ static dpm_status rebuild(ox *x) {
                         d->input[i]);
       memcpy(dims + 1, l->v, l->n_v * sizeof *dims);
       dpm_shape s = dpm_shape_make(DPM_F32, (int)l->n_v + 1, dims);
-      if (dpm_shapes_set(t[b], d->input[i], &s, DPM_BLOB_DATA)) return nomem(x);
+      if (dpm_shapes_set(t[b], d->input[i], &s, DPM_BLOB_DATA)) return dpm_nomem(x->err);
     }
     if (dpm_net_infer(&x->net, t[b], DPM_BLOB_ACT, "predictor", x->err))
       return x->err->code == DPM_NOMEM ? DPM_NOMEM : (x->err->code = DPM_CORRUPT);
@@ -483,14 +484,14 @@ static Onnx__ValueInfoProto *value_info(ox *x, const char *name) {
   Onnx__TypeProto__Tensor *tt = alloc(x, 1, sizeof *tt);
   Onnx__TensorShapeProto *sh = alloc(x, 1, sizeof *sh);
   Onnx__TensorShapeProto__Dimension **dims = alloc(x, (size_t)a->shape.ndim, sizeof *dims);
-  if (!v || !tp || !tt || !sh || !dims) return nomem(x), NULL;
+  if (!v || !tp || !tt || !sh || !dims) return dpm_nomem(x->err), NULL;
   onnx__value_info_proto__init(v);
   onnx__type_proto__init(tp);
   onnx__type_proto__tensor__init(tt);
   onnx__tensor_shape_proto__init(sh);
   for (int k = 0; k < a->shape.ndim; k++) {
     Onnx__TensorShapeProto__Dimension *dm = alloc(x, 1, sizeof *dm);
-    if (!dm) return nomem(x), NULL;
+    if (!dm) return dpm_nomem(x->err), NULL;
     onnx__tensor_shape_proto__dimension__init(dm);
     if (a->shape.d[k] == 1 && b->shape.ndim == a->shape.ndim && b->shape.d[k] == 2) {
       dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
@@ -517,25 +518,25 @@ static dpm_status graph(ox *x, Onnx__GraphProto *g) {
   const Dpm__PredictorDef *d = x->d;
   /* every blob name is taken before fresh names are made */
   for (size_t i = 0; i < d->n_param; i++)
-    if (dpm_strmap_put(&x->names, d->param[i]->name, 1)) return nomem(x);
+    if (dpm_strmap_put(&x->names, d->param[i]->name, 1)) return dpm_nomem(x->err);
   for (size_t i = 0; i < d->n_input; i++)
-    if (dpm_strmap_put(&x->names, d->input[i], 1)) return nomem(x);
+    if (dpm_strmap_put(&x->names, d->input[i], 1)) return dpm_nomem(x->err);
   for (size_t j = 0; j < d->n_op; j++)
     for (size_t k = 0; k < d->op[j]->n_output; k++)
-      if (dpm_strmap_put(&x->names, d->op[j]->output[k], 1)) return nomem(x);
+      if (dpm_strmap_put(&x->names, d->op[j]->output[k], 1)) return dpm_nomem(x->err);
   for (size_t i = 0; i < d->n_param; i++) {
     const Dpm__TensorProto *p = d->param[i];
     const dpm_blobinfo *b = dpm_shapes_get(&x->s1, p->name);
-    if (cur_index(x, p->name) < 0) return nomem(x);
+    if (cur_index(x, p->name) < 0) return dpm_nomem(x->err);
     if (initializer(x, p->name, onnx_dtype[b->shape.dtype], b->shape.ndim, b->shape.d,
                     p->data.data, p->data.len))
       return x->err->code;
   }
   g->input = alloc(x, d->n_input, sizeof *g->input);
   g->output = alloc(x, d->n_output, sizeof *g->output);
-  if (!g->input || !g->output) return nomem(x);
+  if (!g->input || !g->output) return dpm_nomem(x->err);
   for (size_t i = 0; i < d->n_input; i++) {
-    if (cur_index(x, d->input[i]) < 0) return nomem(x);
+    if (cur_index(x, d->input[i]) < 0) return dpm_nomem(x->err);
     if (!(g->input[g->n_input++] = value_info(x, d->input[i]))) return x->err->code;
   }
   for (int j = 0; j < x->net.n; j++)
@@ -592,7 +593,7 @@ static dpm_status convert(ox *x, const uint8_t *def, size_t def_len, uint8_t **b
   mp.metadata_props = meta;
   mp.n_metadata_props = 1;
   *len = onnx__model_proto__get_packed_size(&mp);
-  if (!(*buf = malloc(*len ? *len : 1))) return nomem(x);
+  if (!(*buf = malloc(*len ? *len : 1))) return dpm_nomem(x->err);
   onnx__model_proto__pack(&mp, *buf);
   return DPM_OK;
 }
@@ -647,7 +648,7 @@ dpm_status dpm_onnx_export(const dpm_model *m, const dpm_workspace *ws,
   char *path = NULL;
   if (!s && asprintf(&path, "%s/%s", dir, DPM_ONNX_FILE) < 0) {
     path = NULL;
-    s = dpm_errf(err, DPM_NOMEM, "out of memory");
+    s = dpm_nomem(err);
   }
   if (!s) s = dpm_file_write_buffer(fs, path, 1, buf, len, err);
   free(path);

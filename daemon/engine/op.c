@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "common/suggest.h"
 
 static const char *const blob_kind_names[] = {
@@ -240,7 +241,7 @@ static size_t items(const value *v, char *text, value *item, size_t max) {
 static dpm_status set_list(const dpm_arg_def *a, const value *v, dpm_arg *out,
                            dpm_err *err) {
   char *text = v->kind == VAL_STRING ? strdup(v->s) : NULL, t[512];
-  if (v->kind == VAL_STRING && !text) return dpm_errf(err, DPM_NOMEM, "out of memory");
+  if (v->kind == VAL_STRING && !text) return dpm_nomem(err);
   value item[DPM_ARG_MAX_LIST + 1];
   size_t n = items(v, text, item, DPM_ARG_MAX_LIST + 1);
   int ints = a->type == DPM_ARG_INTS;

@@ -22,12 +22,13 @@
 #include "backend/cuda_load.h"
 #include "backend/device.h"
 #include "common/device.h"
+#include "common/err.h"
+#include "common/file.h"
 #include "engine/dtype_wire.h"
 #include "engine/exec.h"
 #include "engine/fuse.h"
 #include "engine/onnx_export.h"
 #include "engine/predictor_extract.h"
-#include "common/file.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "predictor tensors are little-endian; a big-endian host must swap");
@@ -77,10 +78,6 @@ static dpm_status fail(const dpm_predictor *p, dpm_err *err, dpm_status code,
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   return dpm_errf(err, code, "%s: %s", p->source, msg);
-}
-
-static dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
 }
 
 static int count(const void *const *v) {
@@ -133,7 +130,7 @@ static dpm_status load_params(dpm_predictor *p, const Dpm__PredictorDef *d,
     dpm_blob *blob;
     if (dpm_ws_ensure(&p->at->ws, name, DPM_BLOB_PARAM, &s, &blob) ||
         dpm_strmap_put(params, name, (int)i))
-      return nomem(err);
+      return dpm_nomem(err);
     if (bytes) memcpy(blob->t.data, t->data.data, bytes);
     p->n_param++;
   }
@@ -143,7 +140,7 @@ static dpm_status load_params(dpm_predictor *p, const Dpm__PredictorDef *d,
 /* Names of a list: present, unique, not parameters; copied into *out. */
 static dpm_status load_names(dpm_predictor *p, const char *what, char *const *v, int n,
                              const dpm_strmap *params, char ***out, dpm_err *err) {
-  if (!(*out = calloc((size_t)n + 1, sizeof **out))) return nomem(err);
+  if (!(*out = calloc((size_t)n + 1, sizeof **out))) return dpm_nomem(err);
   for (int i = 0; i < n; i++) {
     if (!v[i][0]) return fail(p, err, DPM_CORRUPT, "%s #%d has no name", what, i + 1);
     for (int j = 0; j < i; j++)
@@ -151,7 +148,7 @@ static dpm_status load_names(dpm_predictor *p, const char *what, char *const *v,
         return fail(p, err, DPM_CORRUPT, "%s '%s' is listed twice", what, v[i]);
     if (params && dpm_strmap_get(params, v[i]) >= 0)
       return fail(p, err, DPM_CORRUPT, "%s '%s' is also a parameter", what, v[i]);
-    if (!((*out)[i] = strdup(v[i]))) return nomem(err);
+    if (!((*out)[i] = strdup(v[i]))) return dpm_nomem(err);
   }
   return DPM_OK;
 }
@@ -160,7 +157,8 @@ static dpm_status load_inputs(dpm_predictor *p, const Dpm__PredictorDef *d,
                               const dpm_strmap *params, dpm_err *err) {
   if (load_names(p, "input", d->input, p->n_in, params, &p->in_name, err))
     return err->code;
-  if (!(p->in_shape = calloc((size_t)p->n_in, sizeof *p->in_shape))) return nomem(err);
+  if (!(p->in_shape = calloc((size_t)p->n_in, sizeof *p->in_shape)))
+    return dpm_nomem(err);
   for (int i = 0; i < p->n_in; i++) {
     const Dpm__IntList *l = d->input_shape[i];
     if (l->n_v > DPM_MAX_DIMS - 1)
@@ -275,11 +273,11 @@ static dpm_status infer(dpm_predictor *p, int batch, dpm_shapes *t,
   for (int i = 0; i < p->n_param; i++)
     if (dpm_shapes_set(t, p->at->ws.blobs[i]->name, &p->at->ws.blobs[i]->t.shape,
                        DPM_BLOB_PARAM))
-      return nomem(err);
+      return dpm_nomem(err);
   for (int i = 0; i < p->n_in; i++) {
     dpm_shape s = p->in_shape[i];
     s.d[0] = batch;
-    if (dpm_shapes_set(t, p->in_name[i], &s, DPM_BLOB_DATA)) return nomem(err);
+    if (dpm_shapes_set(t, p->in_name[i], &s, DPM_BLOB_DATA)) return dpm_nomem(err);
   }
   for (int j = 0; j < p->net.n; j++) {
     const dpm_node *n = &p->net.nodes[j];
@@ -313,7 +311,7 @@ static dpm_status infer(dpm_predictor *p, int batch, dpm_shapes *t,
     }
     dpm_err e = {0};
     if (dpm_node_infer(n, t, DPM_BLOB_ACT, NULL, &e)) {
-      if (e.code == DPM_NOMEM) return nomem(err);
+      if (e.code == DPM_NOMEM) return dpm_nomem(err);
       if (params) return fail(p, err, DPM_CORRUPT, "%s", e.msg);
       return fail(p, err, DPM_SHAPE, "batch %d: %s", batch, e.msg);
     }
@@ -339,7 +337,7 @@ static dpm_status check(dpm_predictor *p, const Dpm__PredictorDef *d,
                         const dpm_strmap *params, dpm_err *err) {
   dpm_shapes t = {0};
   char *read = calloc(d->n_param + 1, 1);
-  if (!read) return nomem(err);
+  if (!read) return dpm_nomem(err);
   dpm_status s = infer(p, 1, &t, params, read, err);
   for (int i = 0; i < p->n_out && !s; i++) {
     const dpm_blobinfo *b = dpm_shapes_get(&t, p->out_name[i]);
@@ -371,13 +369,13 @@ static dpm_status check(dpm_predictor *p, const Dpm__PredictorDef *d,
 static dpm_status placed_new(const dpm_predictor *p, struct dpm_dev *dev, placed **out,
                              dpm_err *err) {
   placed *a = *out = calloc(1, sizeof *a);
-  if (!a) return nomem(err);
+  if (!a) return dpm_nomem(err);
   a->dev = a->ws.dev = a->ctx.dev = dev;
   a->ctx.rng[0] = 0x9e3779b97f4a7c15ull; /* Dropout does not draw in test mode */
   a->ctx.rng[1] = 1;
   if (!(a->in_t = calloc((size_t)p->n_in + 1, sizeof *a->in_t)) ||
       !(a->out_t = calloc((size_t)p->n_out + 1, sizeof *a->out_t)))
-    return nomem(err);
+    return dpm_nomem(err);
   return DPM_OK;
 }
 
@@ -413,7 +411,7 @@ static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *e
   p->n_in = (int)d->n_input;
   p->n_out = (int)d->n_output;
   if (placed_new(p, NULL, &p->at, err)) return err->code;
-  if (!(p->name = strdup(d->name ? d->name : ""))) return nomem(err);
+  if (!(p->name = strdup(d->name ? d->name : ""))) return dpm_nomem(err);
   dpm_strmap params = {0};
   dpm_status s = load_params(p, d, &params, err);
   if (!s) s = load_inputs(p, d, &params, err);
@@ -425,7 +423,7 @@ static dpm_status build(dpm_predictor *p, const Dpm__PredictorDef *d, dpm_err *e
   if (s) return s;
   if (!(p->out_host = calloc((size_t)p->n_out, sizeof *p->out_host)) ||
       !(p->out_cap = calloc((size_t)p->n_out, sizeof *p->out_cap)))
-    return nomem(err);
+    return dpm_nomem(err);
   int n = p->net.n;
   dpm_net_fuse(&p->net, &n);
   return DPM_OK;
@@ -450,7 +448,7 @@ dpm_status dpm_predictor_load_buffer(const void *data, size_t len, const char *s
                     "PredictorDef (truncated or garbage)",
                     source, len);
   dpm_predictor *p = calloc(1, sizeof *p);
-  dpm_status s = p && (p->source = strdup(source)) ? build(p, d, err) : nomem(err);
+  dpm_status s = p && (p->source = strdup(source)) ? build(p, d, err) : dpm_nomem(err);
   dpm__predictor_def__free_unpacked(d, NULL);
   if (s) {
     dpm_predictor_free(p);
@@ -470,7 +468,7 @@ static dpm_status open_regular(const char *path, FILE **f, dpm_err *err) {
   if (dpm_file_check_regular(fd, path, err)) return err->code;
   if (!(*f = fdopen(fd, "rb"))) {
     close(fd);
-    return nomem(err);
+    return dpm_nomem(err);
   }
   return DPM_OK;
 }
@@ -493,7 +491,7 @@ dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err
   if (!dir || !out)
     return dpm_errf(err, DPM_INVALID, "no directory or no place for the predictor");
   char *path = NULL;
-  if (asprintf(&path, "%s/%s", dir, DPM_PREDICTOR_FILE) < 0) return nomem(err);
+  if (asprintf(&path, "%s/%s", dir, DPM_PREDICTOR_FILE) < 0) return dpm_nomem(err);
   dpm_status s = DPM_OK;
   uint8_t *buf = NULL;
   size_t len = 0;
@@ -514,7 +512,7 @@ dpm_status dpm_predictor_load(const char *dir, dpm_predictor **out, dpm_err *err
     s = dpm_errf(err, DPM_CORRUPT, "%s: %lld bytes is larger than a predictor can be",
                  path, (long long)st.st_size);
   } else if (!(buf = malloc((size_t)st.st_size + 1))) {
-    s = nomem(err);
+    s = dpm_nomem(err);
   } else if ((len = fread(buf, 1, (size_t)st.st_size, f)) != (size_t)st.st_size ||
              ferror(f)) {
     s = dpm_errf(err, DPM_IO, "%s: read %zu of %lld bytes", path, len,
@@ -541,7 +539,8 @@ static dpm_status bind(dpm_predictor *p, placed *a, int batch, dpm_err *err) {
     dpm_blob *b;
     dpm_shape s = p->in_shape[i];
     s.d[0] = batch; /* infer() kept it: an op writing an input must keep its shape */
-    if (dpm_ws_ensure(&a->ws, p->in_name[i], DPM_BLOB_DATA, &s, &b)) return nomem(err);
+    if (dpm_ws_ensure(&a->ws, p->in_name[i], DPM_BLOB_DATA, &s, &b))
+      return dpm_nomem(err);
     a->in_t[i] = &b->t;
   }
   for (int i = 0; i < p->n_out; i++) {
@@ -571,7 +570,7 @@ static dpm_status download(dpm_predictor *p, int i, dpm_err *err) {
   if (bytes > p->out_cap[i] || !p->out_host[i]) {
     size_t cap = bytes > DPM_ALIGN ? bytes : DPM_ALIGN;
     float *buf = realloc(p->out_host[i], cap);
-    if (!buf) return nomem(err);
+    if (!buf) return dpm_nomem(err);
     p->out_host[i] = buf;
     p->out_cap[i] = cap;
   }
@@ -644,7 +643,7 @@ static dpm_status copy_params(dpm_predictor *p, placed *b, dpm_err *err) {
   }
   /* from a device: through host memory */
   void *bounce = p->at->dev && most ? malloc(most) : NULL;
-  if (p->at->dev && most && !bounce) return nomem(err);
+  if (p->at->dev && most && !bounce) return dpm_nomem(err);
   dpm_status s = DPM_OK;
   for (int i = 0; i < p->n_param && !s; i++) {
     const dpm_blob *from = p->at->ws.blobs[i];

@@ -14,9 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/err.h"
+#include "common/file.h"
 #include "engine/dtype_wire.h"
 #include "engine/strmap.h"
-#include "common/file.h"
 
 /* Fusions written back as the op the fused kernel absorbed: an in-place op
  * on out[0] right after the node (engine/fuse.c). */
@@ -89,10 +90,6 @@ typedef struct extractor {
   pool pool; /* the message */
 } extractor;
 
-static dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
-
 static int is_input(const extractor *x, const char *name) {
   for (int i = 0; i < x->n_in; i++)
     if (!strcmp(x->in[i], name)) return 1;
@@ -114,10 +111,10 @@ static dpm_status use_param(extractor *x, const char *name) {
   if (dpm_strmap_get(&x->params, name) >= 0) return DPM_OK;
   if (x->n_param % 32 == 0) {
     const char **p = realloc(x->param, (size_t)(x->n_param + 32) * sizeof *p);
-    if (!p) return nomem(x->err);
+    if (!p) return dpm_nomem(x->err);
     x->param = p;
   }
-  if (dpm_strmap_put(&x->params, name, x->n_param)) return nomem(x->err);
+  if (dpm_strmap_put(&x->params, name, x->n_param)) return dpm_nomem(x->err);
   x->param[x->n_param++] = name;
   return DPM_OK;
 }
@@ -242,7 +239,7 @@ static dpm_status walk(extractor *x) {
   for (int j = 0; j < x->n_out; j++)
     if (!is_param(x, x->out[j]) && dpm_strmap_get(need, x->out[j]) < 0 &&
         dpm_strmap_put(need, x->out[j], j))
-      return nomem(x->err);
+      return dpm_nomem(x->err);
   for (int i = x->net.n - 1; i >= 0; i--) {
     const dpm_node *n = &x->net.nodes[i];
     int want = -1;
@@ -256,7 +253,7 @@ static dpm_status walk(extractor *x) {
       for (int k = 0; k < n->n_out; k++)
         if (n->out[k] && is_input(x, n->out[k]) && dpm_strmap_get(need, n->out[k]) >= 0 &&
             dpm_strmap_put(need, n->out[k], -1))
-          return nomem(x->err);
+          return dpm_nomem(x->err);
       continue;
     }
     x->keep[i] = 1;
@@ -270,14 +267,14 @@ static dpm_status walk(extractor *x) {
                         dpm_node_where(n, x->m->source, where, sizeof where), o,
                         x->out[want]);
       }
-      if (dpm_strmap_put(need, o, -1)) return nomem(x->err);
+      if (dpm_strmap_put(need, o, -1)) return dpm_nomem(x->err);
     }
     for (int k = 0; k < n->n_in; k++) {
       const char *in = n->in[k];
       if (!in) continue;
       if (!is_param(x, in) && dpm_strmap_get(need, in) < 0 &&
           dpm_strmap_put(need, in, want))
-        return nomem(x->err);
+        return dpm_nomem(x->err);
     }
   }
   /* What is still needed must be given: report the first output lacking a
@@ -317,10 +314,10 @@ static dpm_status strip(extractor *x, const char *name, char **out) {
   if (i < 0) {
     if (x->n_names % 64 == 0) {
       const char **p = realloc(x->names, (size_t)(x->n_names + 64) * sizeof *p);
-      if (!p) return nomem(x->err);
+      if (!p) return dpm_nomem(x->err);
       x->names = p;
     }
-    if (dpm_strmap_put(&x->stripped, s, x->n_names)) return nomem(x->err);
+    if (dpm_strmap_put(&x->stripped, s, x->n_names)) return dpm_nomem(x->err);
     x->names[x->n_names++] = name;
   }
   *out = (char *)s; /* protobuf-c fields are not const; packing only reads */
@@ -328,7 +325,7 @@ static dpm_status strip(extractor *x, const char *name, char **out) {
 }
 
 static dpm_status strip_list(extractor *x, const char *const *v, int n, char ***out) {
-  if (!(*out = pool_alloc(&x->pool, (size_t)n, sizeof **out))) return nomem(x->err);
+  if (!(*out = pool_alloc(&x->pool, (size_t)n, sizeof **out))) return dpm_nomem(x->err);
   for (int i = 0; i < n; i++)
     if (strip(x, v[i], &(*out)[i])) return x->err->code;
   return DPM_OK;
@@ -338,7 +335,7 @@ static dpm_status strip_list(extractor *x, const char *const *v, int n, char ***
 static dpm_status argument(extractor *x, const dpm_arg_def *def, const dpm_arg *v,
                            Dpm__Argument **out) {
   Dpm__Argument *a = pool_alloc(&x->pool, 1, sizeof *a);
-  if (!a) return nomem(x->err);
+  if (!a) return dpm_nomem(x->err);
   dpm__argument__init(a);
   a->name = (char *)def->name;
   switch (def->type) {
@@ -358,7 +355,7 @@ static dpm_status argument(extractor *x, const dpm_arg_def *def, const dpm_arg *
   case DPM_ARG_INTS: {
     Dpm__IntList *l = pool_alloc(&x->pool, 1, sizeof *l);
     int64_t *e = pool_alloc(&x->pool, (size_t)v->n, sizeof *e);
-    if (!l || !e) return nomem(x->err);
+    if (!l || !e) return dpm_nomem(x->err);
     dpm__int_list__init(l);
     memcpy(e, v->v, (size_t)v->n * sizeof *e);
     l->n_v = (size_t)v->n;
@@ -370,7 +367,7 @@ static dpm_status argument(extractor *x, const dpm_arg_def *def, const dpm_arg *
   case DPM_ARG_FLOATS: {
     Dpm__FloatList *l = pool_alloc(&x->pool, 1, sizeof *l);
     double *e = pool_alloc(&x->pool, (size_t)v->n, sizeof *e);
-    if (!l || !e) return nomem(x->err);
+    if (!l || !e) return dpm_nomem(x->err);
     dpm__float_list__init(l);
     memcpy(e, v->fv, (size_t)v->n * sizeof *e);
     l->n_v = (size_t)v->n;
@@ -388,7 +385,7 @@ static dpm_status argument(extractor *x, const dpm_arg_def *def, const dpm_arg *
  * outputs included), every argument that is set. */
 static dpm_status operator(extractor *x, const dpm_node *n, Dpm__Operator **out) {
   Dpm__Operator *o = pool_alloc(&x->pool, 1, sizeof *o);
-  if (!o) return nomem(x->err);
+  if (!o) return dpm_nomem(x->err);
   dpm__operator__init(o);
   o->type = (char *)n->def->name;
   for (int k = 0; k < n->n_in; k++)
@@ -404,7 +401,7 @@ static dpm_status operator(extractor *x, const dpm_node *n, Dpm__Operator **out)
   o->n_output = (size_t)n->n_out;
   int nargs = dpm_op_nargs(n->def);
   if (!(o->arg = pool_alloc(&x->pool, (size_t)nargs, sizeof *o->arg)))
-    return nomem(x->err);
+    return dpm_nomem(x->err);
   for (int k = 0; k < nargs; k++)
     if (n->arg[k].set && argument(x, &n->def->args[k], &n->arg[k], &o->arg[o->n_arg++]))
       return x->err->code;
@@ -428,7 +425,7 @@ static dpm_status tensor(extractor *x, const char *name, Dpm__TensorProto **out)
   }
   Dpm__TensorProto *tp = pool_alloc(&x->pool, 1, sizeof *tp);
   int64_t *dims = pool_alloc(&x->pool, (size_t)b->t.shape.ndim, sizeof *dims);
-  if (!tp || !dims) return nomem(x->err);
+  if (!tp || !dims) return dpm_nomem(x->err);
   dpm__tensor_proto__init(tp);
   if (strip(x, name, &tp->name)) return x->err->code;
   tp->dtype = dpm_dtype_to_wire(b->t.shape.dtype);
@@ -439,7 +436,7 @@ static dpm_status tensor(extractor *x, const char *name, Dpm__TensorProto **out)
   tp->data.len = dpm_shape_bytes(&b->t.shape);
   /* the parameter's bytes cross from its device through the backend */
   if (!(tp->data.data = pool_alloc(&x->pool, tp->data.len ? tp->data.len : 1, 1)))
-    return nomem(x->err);
+    return dpm_nomem(x->err);
   dpm_tensor_read(&b->t, tp->data.data, tp->data.len);
   *out = tp;
   return DPM_OK;
@@ -452,7 +449,8 @@ static dpm_status message(extractor *x, Dpm__PredictorDef *d) {
   d->input_scale = x->m->input_scale;
   int kept = 0;
   for (int i = 0; i < x->net.n; i++) kept += x->keep[i];
-  if (!(d->op = pool_alloc(&x->pool, (size_t)kept, sizeof *d->op))) return nomem(x->err);
+  if (!(d->op = pool_alloc(&x->pool, (size_t)kept, sizeof *d->op)))
+    return dpm_nomem(x->err);
   for (int i = 0; i < x->net.n; i++)
     if (x->keep[i] && operator(x, &x->net.nodes[i], &d->op[d->n_op++]))
       return x->err->code;
@@ -462,12 +460,12 @@ static dpm_status message(extractor *x, Dpm__PredictorDef *d) {
   d->n_input = (size_t)x->n_in;
   d->n_output = (size_t)x->n_out;
   d->input_shape = pool_alloc(&x->pool, (size_t)x->n_in, sizeof *d->input_shape);
-  if (!d->input_shape) return nomem(x->err);
+  if (!d->input_shape) return dpm_nomem(x->err);
   for (int i = 0; i < x->n_in; i++) {
     const dpm_shape *s = &dpm_shapes_get(&x->t1, x->in[i])->shape;
     Dpm__IntList *l = pool_alloc(&x->pool, 1, sizeof *l);
     int64_t *v = pool_alloc(&x->pool, (size_t)s->ndim, sizeof *v);
-    if (!l || !v) return nomem(x->err);
+    if (!l || !v) return dpm_nomem(x->err);
     dpm__int_list__init(l);
     memcpy(v, s->d + 1, (size_t)(s->ndim - 1) * sizeof *v);
     l->n_v = (size_t)(s->ndim - 1);
@@ -475,7 +473,7 @@ static dpm_status message(extractor *x, Dpm__PredictorDef *d) {
     d->input_shape[d->n_input_shape++] = l;
   }
   if (!(d->param = pool_alloc(&x->pool, (size_t)x->n_param, sizeof *d->param)))
-    return nomem(x->err);
+    return dpm_nomem(x->err);
   for (int i = 0; i < x->n_param; i++)
     if (tensor(x, x->param[i], &d->param[d->n_param++])) return x->err->code;
   return DPM_OK;
@@ -495,12 +493,12 @@ static dpm_status extract(extractor *x, uint8_t **buf, size_t *len) {
       dpm_model_test_shapes(x->m, 2, &x->t2, err))
     return dpm_err_prefix(err, "the test net does not take batches of 1 and 2: ");
   if (check_inputs(x) || check_outputs(x) || expand(x)) return err->code;
-  if (!(x->keep = calloc((size_t)x->net.n + 1, 1))) return nomem(err);
+  if (!(x->keep = calloc((size_t)x->net.n + 1, 1))) return dpm_nomem(err);
   if (walk(x)) return err->code;
   Dpm__PredictorDef d = DPM__PREDICTOR_DEF__INIT;
   if (message(x, &d)) return err->code;
   *len = dpm__predictor_def__get_packed_size(&d);
-  if (!(*buf = malloc(*len ? *len : 1))) return nomem(err);
+  if (!(*buf = malloc(*len ? *len : 1))) return dpm_nomem(err);
   dpm__predictor_def__pack(&d, *buf);
   return DPM_OK;
 }
@@ -561,7 +559,7 @@ dpm_status dpm_predictor_export(const dpm_model *m, const dpm_workspace *ws,
   char *path = NULL;
   if (!s && asprintf(&path, "%s/%s", dir, DPM_PREDICTOR_FILE) < 0) {
     path = NULL;
-    s = dpm_errf(err, DPM_NOMEM, "out of memory");
+    s = dpm_nomem(err);
   }
   if (!s) s = dpm_file_write_buffer(fs, path, 1, buf, len, err);
   free(path);

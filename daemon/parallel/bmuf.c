@@ -6,12 +6,9 @@
 #include <string.h>
 
 #include "backend/device.h"
+#include "common/err.h"
 
 static const char *const suffix[DPM_BMUF_STATE] = {"_bmuf_g", "_bmuf_v", "_bmuf_prev"};
-
-static dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
 
 static uint64_t padded(uint64_t b) { return (b + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN; }
 
@@ -29,7 +26,7 @@ static dpm_status lists(dpm_bmuf *b, const dpm_model *m, const dpm_plan *p,
                         int broadcast_computed, dpm_err *err) {
   if (!(b->local = calloc((size_t)p->n_synced + 1, sizeof *b->local)) ||
       !(b->computed = calloc((size_t)p->n_synced + 1, sizeof *b->computed)))
-    return nomem(err);
+    return dpm_nomem(err);
   for (int i = 0; i < p->n_synced; i++) {
     dpm_blob_kind k = dpm_shapes_get(&m->shapes, p->synced[i])->kind;
     if (k == DPM_BLOB_PARAM || k == DPM_BLOB_COMPUTED || k == DPM_BLOB_OPTIM)
@@ -60,10 +57,10 @@ dpm_status dpm_bmuf_init(dpm_bmuf *b, const Dpm__ParallelSpec *par, const dpm_mo
   if (!(b->param = calloc((size_t)n + 1, sizeof *b->param)) ||
       !(b->grad = calloc((size_t)n + 1, sizeof *b->grad)) ||
       !(b->state = calloc((size_t)n * DPM_BMUF_STATE + 1, sizeof *b->state)))
-    return nomem(err);
+    return dpm_nomem(err);
   char **grown = realloc(p->synced, ((size_t)p->n_synced + (size_t)n * b->n_state + 1) *
                                         sizeof *grown);
-  if (!grown) return nomem(err);
+  if (!grown) return dpm_nomem(err);
   p->synced = grown;
   b->n = n; /* the state names are freed from here on */
   for (int i = 0; i < n; i++) {
@@ -75,10 +72,10 @@ dpm_status dpm_bmuf_init(dpm_bmuf *b, const Dpm__ParallelSpec *par, const dpm_mo
     for (int k = 0; k < b->n_state; k++) {
       size_t len = strlen(op->in[0]) + strlen(suffix[k]) + 1;
       char *name = malloc(len);
-      if (!name) return nomem(err);
+      if (!name) return dpm_nomem(err);
       snprintf(name, len, "%s%s", op->in[0], suffix[k]);
       b->state[i * DPM_BMUF_STATE + k] = name;
-      if (!(p->synced[p->n_synced] = strdup(name))) return nomem(err);
+      if (!(p->synced[p->n_synced] = strdup(name))) return dpm_nomem(err);
       p->n_synced++;
       b->state_bytes += padded(dpm_shape_bytes(s));
     }
@@ -94,14 +91,15 @@ dpm_status dpm_bmuf_replica(const dpm_bmuf *b, dpm_workspace *ws, int master,
                             float **host, dpm_err *err) {
   *host = NULL;
   if (!b->on) return DPM_OK;
-  if (!(*host = dpm_alloc((size_t)b->max_numel * 4 * sizeof(float)))) return nomem(err);
+  if (!(*host = dpm_alloc((size_t)b->max_numel * 4 * sizeof(float))))
+    return dpm_nomem(err);
   for (int i = 0; i < b->n; i++) {
     dpm_blob *p = dpm_ws_find(ws, b->param[i]), *st;
     size_t bytes = dpm_shape_bytes(&p->t.shape);
     for (int k = 0; k < b->n_state; k++) {
       if (dpm_ws_ensure(ws, b->state[i * DPM_BMUF_STATE + k], DPM_BLOB_OPTIM, &p->t.shape,
                         &st))
-        return nomem(err);
+        return dpm_nomem(err);
       if (!master) continue;
       if (k == DPM_BMUF_G)
         dpm_dev_copy(ws->dev, st->t.data, p->t.data, bytes); /* pointer only */

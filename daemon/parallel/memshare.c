@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "engine/tensor.h"
 
 /* One blob the net touches: where it is first written and last used, and
@@ -134,7 +135,7 @@ dpm_status dpm_memshare_plan(const dpm_net *net, const dpm_shapes *t,
   dpm_strmap_fini(&l.index);
   if (!bad) return DPM_OK;
   dpm_memshare_fini(out);
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
+  return dpm_nomem(err);
 }
 
 int dpm_memshare_find(const dpm_memshare *m, const char *name) {

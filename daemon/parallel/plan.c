@@ -5,10 +5,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-
-static dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
+#include "common/err.h"
 
 static int reads(const dpm_node *n, const char *blob) {
   for (int k = 0; k < n->n_in; k++)
@@ -51,7 +48,7 @@ static dpm_status collective(dpm_plan *p, dpm_op_id op, char **names, int from, 
 
 static dpm_status buckets(dpm_plan *p, const dpm_model *m, size_t limit, dpm_err *err) {
   if (!(p->bucket_end = calloc((size_t)p->n_grads + 1, sizeof *p->bucket_end)))
-    return nomem(err);
+    return dpm_nomem(err);
   size_t bytes = 0;
   int start = 0;
   for (int i = 0; i < p->n_grads; i++) {
@@ -67,12 +64,13 @@ static dpm_status buckets(dpm_plan *p, const dpm_model *m, size_t limit, dpm_err
 
 static dpm_status synced_blobs(dpm_plan *p, const dpm_model *m, dpm_err *err) {
   if (!(p->synced = calloc((size_t)m->shapes.n + 1, sizeof *p->synced)))
-    return nomem(err);
+    return dpm_nomem(err);
   for (int i = 0; i < m->shapes.n; i++) {
     dpm_blob_kind k = m->shapes.v[i].kind;
     if (k == DPM_BLOB_PARAM || k == DPM_BLOB_COMPUTED || k == DPM_BLOB_OPTIM ||
         k == DPM_BLOB_COUNTER)
-      if (!(p->synced[p->n_synced++] = strdup(m->shapes.v[i].name))) return nomem(err);
+      if (!(p->synced[p->n_synced++] = strdup(m->shapes.v[i].name)))
+        return dpm_nomem(err);
   }
   return DPM_OK;
 }
@@ -111,12 +109,12 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_t
   memset(p, 0, sizeof *p);
   int n_opt;
   update_op *u = optimizer_ops(m, &n_opt);
-  if (!u) return nomem(err);
+  if (!u) return dpm_nomem(err);
   qsort(u, (size_t)n_opt, sizeof *u, by_ready);
   dpm_status s = DPM_OK;
-  if (!(p->grads = calloc((size_t)n_opt + 1, sizeof *p->grads))) s = nomem(err);
+  if (!(p->grads = calloc((size_t)n_opt + 1, sizeof *p->grads))) s = dpm_nomem(err);
   for (int i = 0; i < n_opt && !s; i++, p->n_grads++)
-    if (!(p->grads[i] = strdup(u[i].node->in[1]))) s = nomem(err);
+    if (!(p->grads[i] = strdup(u[i].node->in[1]))) s = dpm_nomem(err);
   if (!s)
     s = buckets(p, m, reduce && type == DPM_NET_DAG ? bucket_bytes : (size_t)-1, err);
   if (!s) s = synced_blobs(p, m, err);

@@ -5,9 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
+#include "common/err.h"
 
 /* Appends stats_op(in) -> sums and Allreduce(sums) (dtype f64: the sums
  * are doubles) before the node `of` derives from, infers them, and returns
@@ -37,7 +35,7 @@ static dpm_status add_combined(dpm_net *net, dpm_shapes *shapes, const char *sou
   if (n->n_in >= DPM_OP_MAX_IO)
     return dpm_errf(err, DPM_INTERNAL, "%s: combine_spatial_bn: %s has no room for its sums",
                     source, of->def->name);
-  if (!(n->in[n->n_in] = strdup(sums))) return nomem(err);
+  if (!(n->in[n->n_in] = strdup(sums))) return dpm_nomem(err);
   n->n_in++;
   return DPM_OK;
 }

@@ -56,12 +56,6 @@ double dpmd_now(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-double dpmd_mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int on_loop(const dpmd_core *c) {
   return pthread_equal(pthread_self(), c->loop_thread);
 }

@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "dpm/client.h" /* DPM_PROTOCOL_VERSION, DPM_VERSION */
+#include "dpm/protocol.h"
 #include "dpm/wire.h"   /* dpm_status_to_wire */
 #include "proto/dpm.pb-c.h"
 #include "server/config.h"
@@ -59,7 +59,8 @@ typedef struct dpmd_reply_to {
   void *header;
   uint64_t id;
   int command;    /* the request's command (its oneof case: metrics); 0 if unknown */
-  double arrived; /* dpmd_mono_ms when the loop read it (a model's phases) */
+  double arrived; /* monotonic ms (common/clock.h) when the loop read it (a model's
+                     phases) */
 } dpmd_reply_to;
 
 /* ---- answers and events: any thread --------------------------------------- */
@@ -78,7 +79,6 @@ void dpmd_publish(dpmd *d, const char *name, Dpm__Event *ev);
 void dpmd_shutdown_failed(dpmd *d, const char *model);
 #define DPMD_SHUTDOWN_FAILED_MAX 1024 /* bytes of their names kept */
 double dpmd_now(void);                /* CLOCK_REALTIME seconds */
-double dpmd_mono_ms(void);            /* CLOCK_MONOTONIC milliseconds */
 
 /* A model thread has ended (deleted, failed to build, shut down): on the
  * loop thread, the loop's exit hook (dpmd_core_start) joins and frees it,

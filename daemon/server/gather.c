@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/escape.h"
 #include "server/log.h"
 #include "server/peer.h"
@@ -29,12 +30,6 @@ struct dpmd_gather {
   int n;
   int stop;
 };
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* A new copy of peer text, escaped and bounded; NULL when out of memory. */
 static char *text(const char *s, size_t cap) {
@@ -77,7 +72,7 @@ static void complete(dpmd *d, Dpm__ModelInfo *m, int64_t deadline) {
   for (size_t i = 0; i < m->n_shards; i++) {
     Dpm__ShardInfo *si = m->shards[i];
     if (si->state) continue;
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - dpm_mono_ms();
     if (left <= 0) {
       set_error(si, "not asked: the shards took too long to answer");
       continue;
@@ -89,7 +84,7 @@ static void complete(dpmd *d, Dpm__ModelInfo *m, int64_t deadline) {
 static void run(dpmd *d, task *t) {
   Dpm__Response *r = dpm__response__unpack(NULL, t->len, t->body);
   if (!r) return dpmd_reply_error(d, &t->to, DPM_NOMEM, "out of memory");
-  int64_t deadline = now_ms() + DPMD_GATHER_TOTAL_MS;
+  int64_t deadline = dpm_mono_ms() + DPMD_GATHER_TOTAL_MS;
   if (r->result_case == DPM__RESPONSE__RESULT_MODEL) complete(d, r->model, deadline);
   if (r->result_case == DPM__RESPONSE__RESULT_MODELS)
     for (size_t i = 0; i < r->models->n_model; i++)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common/manpage.h"
-#include "dpm/client.h" /* DPM_VERSION */
+#include "dpm/protocol.h"
 #include "server/config.h"
 
 #define WIDTH 79

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/escape.h"
 
 typedef struct entry {
@@ -241,21 +242,12 @@ dpm_status dpmd_kv_set(dpmd_kv *kv, const char *name, const char *key, const voi
   return s;
 }
 
-static struct timespec deadline_after(int ms) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  t.tv_sec += ms / 1000;
-  t.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
-  return t;
-}
-
 dpm_status dpmd_kv_get(dpmd_kv *kv, const char *name, const char *key, int timeout_ms,
                        void **value, size_t *len, dpm_err *err) {
   *value = NULL;
   *len = 0;
   if (check_formation(name, err) || check_key(key, err)) return err->code;
-  struct timespec until = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
+  struct timespec until = dpm_mono_deadline(timeout_ms > 0 ? timeout_ms : 0);
   dpm_status s = DPM_OK;
   int timed_out = 0;
   pthread_mutex_lock(&kv->mu);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/escape.h"
 #include "server/kv.h"
 #include "server/peer.h"
@@ -16,12 +17,6 @@ struct dpmd_kvpeer {
   char formation[DPMD_FORMATION_MAX];
   int call_ms; /* a set, or one call of a get, waits at most this long */
 };
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static void sleep_ms(int ms) {
   nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
@@ -91,10 +86,10 @@ static dpm_status kvpeer_get(void *ctx, const char *key, int timeout_ms, void **
   dpmd_kvpeer *k = ctx;
   *value = NULL;
   *len = 0;
-  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+  int64_t deadline = dpm_mono_ms() + (timeout_ms > 0 ? timeout_ms : 1);
   int backoff = DPMD_KVPEER_FIRST_MS;
   for (;;) {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - dpm_mono_ms();
     if (left <= 0) break;
     /* a call may overrun the deadline by a second rather than fail on a
      * sliver of time */
@@ -102,7 +97,7 @@ static dpm_status kvpeer_get(void *ctx, const char *key, int timeout_ms, void **
     int got = get_once(k, key, call_ms, value, len, err);
     if (got > 0) return DPM_OK;
     if (got < 0) return key_err(err, key);
-    left = deadline - now_ms();
+    left = deadline - dpm_mono_ms();
     if (left <= 0) break;
     sleep_ms(backoff < left ? backoff : (int)left);
     if (backoff < DPMD_KVPEER_MAX_MS) backoff *= 2;

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 #define LOG_LINE_MAX 4096 /* longer messages are cut, ending in "..." */
 
 static atomic_int log_level = DPMD_LOG_INFO;
@@ -106,10 +108,8 @@ void dpmd_log(dpmd_log_level level, const char *fmt, ...) {
 }
 
 int dpmd_log_limited(dpmd_ratelimit *r, dpmd_log_level level, const char *fmt, ...) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
   uint64_t held;
-  if (!dpmd_ratelimit_allow(r, (double)ts.tv_sec + ts.tv_nsec / 1e9, &held)) return 0;
+  if (!dpmd_ratelimit_allow(r, dpm_mono_s(), &held)) return 0;
   char suffix[96] = "";
   if (held)
     snprintf(suffix, sizeof suffix,

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/escape.h"
 #include "common/spec.h"
 #include "common/validate.h"
@@ -95,8 +96,8 @@ struct dpmd_model {
   int has_phases, has_first;
   /* model thread only */
   waiter *waiters;
-  double
-      first_train; /* dpmd_mono_ms the train that runs the first step arrived; 0: none */
+  double first_train; /* dpm_mono_ns() / 1e6 when the train that runs the first step
+                         arrived; 0: none */
   int global_batch;
   double trained_s; /* training time since the last checkpoint */
   /* the parameters changed (steps, a load) since the newest checkpoint in
@@ -388,7 +389,7 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
    * index: fenced:0, cpu:1) */
   dpm_trainer_options opt = trainer_options(m);
   if (dpmd_fleet_shards(m->spec) && m->restore) return restore_fleet(m, err);
-  double start = dpmd_mono_ms();
+  double start = dpm_mono_ns() / 1e6;
   dpmd_fleet_link *l = m->fleet;
   int coordinator = l && dpmd_fleet_shard_id(l) == 0;
   dpm_status s = DPM_OK;
@@ -401,7 +402,7 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   if (s && coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
   if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
   if (s) return s;
-  double saving = dpmd_mono_ms();
+  double saving = dpm_mono_ns() / 1e6;
   if (!m->restore &&
       (dpmd_store_save_spec(m->dir, m->spec, err) ||
        (l && dpmd_store_save_shard(m->dir, dpmd_fleet_shard_id(l), err)))) {
@@ -412,7 +413,7 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   take_trainer(m, t);
   pthread_mutex_lock(&m->mu);
   m->admit_ms = m->submit_to.arrived > 0 ? start - m->submit_to.arrived : 0;
-  m->save_ms = dpmd_mono_ms() - saving;
+  m->save_ms = dpm_mono_ns() / 1e6 - saving;
   m->has_phases = 1;
   pthread_mutex_unlock(&m->mu);
   if (m->restore)
@@ -423,12 +424,6 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
 }
 
 /* ---- training ------------------------------------------------------------ */
-
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* A run (re)starts: the images/s window starts over. */
 static void rate_restart(dpmd_model *m) { m->rate_n = 0; }
@@ -468,7 +463,7 @@ static uint64_t steps_to_checkpoint(const dpmd_model *m) {
  * the next try waits 1 s, then twice as long after each failure in a row,
  * up to CKPT_BACKOFF_MAX_S (it is due as soon as that wait is over). */
 static void checkpoint_if_due(dpmd_model *m) {
-  double now = mono_s();
+  double now = dpm_mono_s();
   int due =
       (m->every_iters && m->iter % m->every_iters == 0 && m->iter != m->ckpt_iter) ||
       (m->every_s > 0 && m->trained_s >= m->every_s) ||
@@ -491,10 +486,10 @@ static void train_chunk(dpmd_model *m) {
   int n = left < (uint64_t)every ? (int)left : every;
   dpm_step_stats st;
   dpm_err err = {0};
-  double t0 = mono_s();
+  double t0 = dpm_mono_s();
   if (m->rate_n == 0) rate_update(m, t0, m->iter);
   dpm_status s = dpm_trainer_step(m->t, n, &st, &err);
-  double t1 = mono_s();
+  double t1 = dpm_mono_s();
   m->trained_s += t1 - t0;
   pthread_mutex_lock(&m->mu);
   if (!m->has_first && !s && st.steps_done > 0) { /* the first step's phases */

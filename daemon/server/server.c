@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "common/clock.h"
 #include "common/spec.h"
 #include "io/datacache.h"
 #include "server/commands.h"
@@ -97,7 +98,7 @@ static int token_ok(const char *want, const char *got) {
 
 static void on_request(server *s, const uint8_t *body, size_t len, void *header) {
   dpmd *d = &s->d;
-  dpmd_reply_to to = {.header = header, .arrived = dpmd_mono_ms()};
+  dpmd_reply_to to = {.header = header, .arrived = dpm_mono_ns() / 1e6};
   Dpm__Request *rq;
   dpm_err err = {0};
   if (dpmd_request_decode(body, len, d->cfg->max_message_bytes, &rq, &err)) {

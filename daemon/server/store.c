@@ -43,32 +43,18 @@ static dpm_status io_err(dpm_err *err, const char *path, const char *what) {
   return dpm_errf(err, DPM_IO, "%s: %s: %s", path, what, strerror(errno));
 }
 
-static dpm_status mkdirs(const char *path, dpm_err *err) {
-  char buf[PATH_MAX];
-  if (fits(snprintf(buf, sizeof buf, "%s", path), sizeof buf))
-    return dpm_errf(err, DPM_INVALID, "path too long: %s", path);
-  for (char *p = buf + 1;; p++) {
-    char c = *p;
-    if (c != '/' && c) continue;
-    *p = 0;
-    if (mkdir(buf, 0750) && errno != EEXIST) return io_err(err, buf, "mkdir");
-    if (!c) return DPM_OK;
-    *p = c;
-  }
-}
-
 dpm_status dpmd_store_init(const char *state_dir, dpm_err *err) {
   char path[PATH_MAX];
   if (fits(snprintf(path, sizeof path, "%s/models", state_dir), sizeof path))
     return dpm_errf(err, DPM_INVALID, "path too long: %s", state_dir);
-  return mkdirs(path, err);
+  return dpm_mkdirs(path, 0750, err);
 }
 
 dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm_err *err) {
   char path[PATH_MAX];
   if (fits(snprintf(path, sizeof path, "%s/checkpoints", dir), sizeof path))
     return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
-  if (mkdirs(path, err)) return err->code;
+  if (dpm_mkdirs(path, 0750, err)) return err->code;
   snprintf(path, sizeof path, "%s/spec.pb", dir);
   size_t len = dpm__model_spec__get_packed_size(spec);
   uint8_t *buf = malloc(len ? len : 1);

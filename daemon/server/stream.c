@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "server/log.h"
 
 #define TICK_MS 100 /* deadlines are kept to this */
@@ -20,7 +21,7 @@ typedef struct waiter {
   dpmd_reply_to to;
   char *name; /* NULL: every model */
   uint64_t after;
-  double deadline; /* dpmd_mono_ms */
+  double deadline; /* monotonic ms (common/clock.h) */
 } waiter;
 
 struct dpmd_stream {
@@ -88,7 +89,7 @@ static void drop_waiter(dpmd_stream *s, int i) {
 
 static void on_tick(uv_timer_t *t) {
   dpmd_stream *s = t->data;
-  double now = dpmd_mono_ms();
+  double now = dpm_mono_ns() / 1e6;
   for (int i = s->n_waiting - 1; i >= 0; i--) {
     waiter *w = &s->waiting[i];
     if (w->deadline > now) continue;
@@ -150,7 +151,7 @@ void dpmd_stream_request(dpmd_stream *s, const Dpm__EventsRequest *r, dpmd_reply
   s->waiting[s->n_waiting++] = (waiter){.to = *to,
                                         .name = copy,
                                         .after = r->after > s->seq ? s->seq : r->after,
-                                        .deadline = dpmd_mono_ms() + wait};
+                                        .deadline = dpm_mono_ns() / 1e6 + wait};
   to->header = NULL; /* the waiter's now */
   if (!s->timer_on && !uv_timer_start(&s->timer, on_tick, TICK_MS, TICK_MS))
     s->timer_on = 1;

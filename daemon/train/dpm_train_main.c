@@ -46,11 +46,13 @@
 #include <unistd.h>
 
 #include "backend/cuda_load.h"
+#include "common/clock.h"
 #include "common/device.h"
+#include "common/err.h"
 #include "common/manpage.h"
 #include "common/spec.h"
 #include "common/validate.h"
-#include "dpm/client.h" /* DPM_VERSION */
+#include "dpm/protocol.h"
 #include "train/trainer.h"
 
 typedef struct {
@@ -342,15 +344,9 @@ typedef struct {
   int drawn;   /* a redrawn line is on the terminal */
 } progress;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static void progress_show(progress *p, int64_t epoch, int64_t step, int64_t steps,
                           double loss) {
-  double now = now_s();
+  double now = dpm_mono_s();
   if (now < p->next) return;
   p->next = now + (p->tty ? REDRAW_S : PROGRESS_EVERY_S);
   fprintf(stderr, "%sepoch %lld  step %lld/%lld  loss %.4f%s", p->tty ? "\r" : "",
@@ -363,7 +359,7 @@ static void progress_show(progress *p, int64_t epoch, int64_t step, int64_t step
 static void progress_end(progress *p) {
   if (p->drawn) fputs("\r\033[K", stderr);
   p->drawn = 0;
-  p->next = now_s() + (p->tty ? REDRAW_S : PROGRESS_EVERY_S);
+  p->next = dpm_mono_s() + (p->tty ? REDRAW_S : PROGRESS_EVERY_S);
 }
 
 /* Trains o->epochs epochs (or o->iters steps), printing per epoch unless
@@ -377,9 +373,9 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   double images = (double)dpm_trainer_batch(t) * dpm_trainer_devices(t) * shards;
   double *ms = malloc((size_t)(total ? total : 1) * sizeof *ms), acc = NAN, train_ms = 0;
   int64_t done = 0;
-  dpm_status s = ms ? DPM_OK : dpm_errf(err, DPM_NOMEM, "out of memory");
+  dpm_status s = ms ? DPM_OK : dpm_nomem(err);
   progress pr = {.tty = isatty(STDERR_FILENO)};
-  pr.next = now_s() + (pr.tty ? REDRAW_S : PROGRESS_EVERY_S);
+  pr.next = dpm_mono_s() + (pr.tty ? REDRAW_S : PROGRESS_EVERY_S);
   for (int64_t e = 0; e < epochs && !s; e++) {
     int64_t steps = total - done < per_epoch ? total - done : per_epoch;
     double loss_sum = 0, epoch_ms = 0, eval_loss;

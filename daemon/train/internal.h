@@ -1,15 +1,19 @@
-/* What the trainer's files share (train/trainer.c: lock-step jobs,
- * training, evaluation, accessors; train/setup.c: create; train/state.c:
- * sync, checkpoints and loads): the trainer's and its replicas' state and
- * the functions one file calls in another. Not an interface: only
- * daemon/train/ includes it. Threads and ownership as train/trainer.h
- * says; a replica's fields are its crew worker's during a run. */
+/* What the trainer's files share: the trainer's and its replicas' state,
+ * and what train/trainer.c lends the files above it. The calls run one
+ * way: trainer.c (lock-step jobs on the replicas' workers, training,
+ * evaluation, accessors, destroy) calls neither of the others; state.c
+ * (sync, checkpoints and loads) builds on trainer.c's jobs; setup.c
+ * (create) on both (dpm_trainer_sync, the first broadcast). Not an
+ * interface: only daemon/train/ includes it. Threads and ownership as
+ * train/trainer.h says; a replica's fields are its crew worker's during a
+ * run. */
 #ifndef DPM_TRAIN_INTERNAL_H
 #define DPM_TRAIN_INTERNAL_H
 
 #include <stdatomic.h>
 #include <time.h>
 
+#include "common/err.h"
 #include "engine/exec.h"
 #include "io/reader.h"
 #include "parallel/bmuf.h"
@@ -123,16 +127,6 @@ struct dpm_trainer {
                        step's graph never names a scratch an eval moved */
 };
 
-static inline double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static inline dpm_status nomem(dpm_err *err) {
-  return dpm_errf(err, DPM_NOMEM, "out of memory");
-}
-
 /* trainer.c: claims the replicas' exclusive devices for the calls that
  * queue work on them, nested (the outermost claims, its release releases).
  * Driving thread only. */
@@ -148,12 +142,8 @@ dpm_status trainer_broadcast(dpm_trainer *t, const char *const *names, int n,
 dpm_status trainer_shard_prefix(const dpm_trainer *t, dpm_err *err);
 /* trainer.c: a scalar (loss, accuracy, learning rate) read back from a device. */
 double trainer_scalar(const dpm_blob *b);
-/* setup.c: ranks in the job's group (every shard's replicas); the eval
- * reader's config. */
-int trainer_ranks(const dpm_trainer *t);
-/* setup.c: whether the replicas have a group and the step its collectives
- * (several ranks, or one forced to: dpm_trainer_options.force_comm). */
-int trainer_reduces(const dpm_trainer *t);
+/* trainer.c: the eval reader's config (setup.c checks the eval files
+ * with it; the first eval makes the reader). */
 dpm_reader_config trainer_eval_config(const dpm_trainer *t);
 
 #endif

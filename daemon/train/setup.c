@@ -1,6 +1,7 @@
 /* dpm_trainer_create: devices, the model and its plan, the memory count,
  * the reader, the replicas and their group, the initial broadcast; the
- * phases it records (dpm_trainer_phases). */
+ * phases it records (dpm_trainer_phases). The top of the trainer's files:
+ * it calls train/trainer.c and train/state.c, and neither calls it. */
 #include "train/internal.h"
 
 #include <sched.h>
@@ -9,21 +10,17 @@
 #include <string.h>
 
 #include "backend/cuda_load.h"
+#include "common/clock.h"
+#include "common/err.h"
 #include "common/idx.h"
 #include "common/spec.h"
 #include "common/validate.h"
 #include "ops/collective.h"
 #include "parallel/sync_bn.h"
 
-const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES] = {
-    "validate", "graph",     "data",        "alloc",     "init",
-    "comm",     "broadcast", "first_batch", "first_step"};
-
-const double *dpm_trainer_phases(const dpm_trainer *t) { return t->phase_ms; }
-
 /* Adds the time since *t0 to phase p and restarts *t0. */
 static void lap(dpm_trainer *t, int p, double *t0) {
-  double now = now_ms();
+  double now = dpm_mono_ns() / 1e6;
   t->phase_ms[p] += now - *t0;
   *t0 = now;
 }
@@ -77,7 +74,7 @@ static dpm_status parse_devices(dpm_trainer *t, const Dpm__ModelSpec *spec,
   const Dpm__ParallelSpec *p = spec->parallel;
   int named = p ? (int)p->n_devices : 0;
   t->n = t->opt.devices > 0 ? t->opt.devices : named ? named : 1;
-  if (!(t->dev = calloc((size_t)t->n, sizeof *t->dev))) return nomem(err);
+  if (!(t->dev = calloc((size_t)t->n, sizeof *t->dev))) return dpm_nomem(err);
   for (int i = 0; i < t->n; i++) {
     char name[32];
     t->dev[i] = (dpm_device){t->opt.devices > 0 ? t->opt.kind : DPM_DEVICE_CPU, i};
@@ -107,7 +104,7 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
     total +=
         (dpm_shape_bytes(&dpm_ws_find(&r->ws, p->grads[i])->t.shape) + DPM_ALIGN - 1) /
         DPM_ALIGN * DPM_ALIGN;
-  if (!(r->arena = dpm_dev_alloc(r->dev, total, &r->arena_bytes))) return nomem(err);
+  if (!(r->arena = dpm_dev_alloc(r->dev, total, &r->arena_bytes))) return dpm_nomem(err);
   char *at = r->arena;
   for (int i = 0; i < p->n_grads; i++) {
     dpm_tensor *g = &dpm_ws_find(&r->ws, p->grads[i])->t;
@@ -118,8 +115,10 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
 }
 
 /* Ranks in the job's group: every shard's replicas. */
-int trainer_ranks(const dpm_trainer *t) { return t->n * t->shards; }
-int trainer_reduces(const dpm_trainer *t) {
+static int trainer_ranks(const dpm_trainer *t) { return t->n * t->shards; }
+/* Whether the replicas have a group and the step its collectives (several
+ * ranks, or one forced to: dpm_trainer_options.force_comm). */
+static int trainer_reduces(const dpm_trainer *t) {
   return trainer_ranks(t) > 1 || t->opt.force_comm;
 }
 
@@ -132,7 +131,7 @@ static dpm_status plan_sharing(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_e
   const Dpm__ParallelSpec *par = spec->parallel;
   int most = 3 + m->n_losses + (int)par->n_keep_blobs + t->plan.n_grads, n = 0;
   const char **keep = calloc((size_t)most, sizeof *keep);
-  if (!keep) return nomem(err);
+  if (!keep) return dpm_nomem(err);
   keep[n++] = m->data;
   keep[n++] = m->label;
   if (m->accuracy) keep[n++] = m->accuracy;
@@ -159,13 +158,14 @@ static dpm_status plan_sharing(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_e
 static dpm_status share_arena(dpm_trainer *t, replica *r, dpm_err *err) {
   const dpm_memshare *ms = &t->memshare;
   if (!ms->n) return DPM_OK;
-  if (!(r->shared = dpm_dev_alloc(r->dev, ms->after, &r->shared_got))) return nomem(err);
+  if (!(r->shared = dpm_dev_alloc(r->dev, ms->after, &r->shared_got)))
+    return dpm_nomem(err);
   for (int i = 0; i < ms->n; i++) {
     const dpm_blobinfo *info = dpm_shapes_get(&t->model.shapes, ms->names[i]);
     dpm_blob *b;
     if (dpm_ws_view_shared(&r->ws, ms->names[i], info->kind, &info->shape,
                            (char *)r->shared + ms->offset[i], &b))
-      return nomem(err);
+      return dpm_nomem(err);
   }
   return DPM_OK;
 }
@@ -177,7 +177,8 @@ static void fnv(uint64_t *h, uint64_t v) {
 /* Opens the replicas' devices (each replica's dev) and makes the set of
  * those to claim while the trainer queues work on them. */
 static dpm_status claim_devices(dpm_trainer *t, dpm_err *err) {
-  if (!(t->claim_set = malloc((size_t)t->n * sizeof *t->claim_set))) return nomem(err);
+  if (!(t->claim_set = malloc((size_t)t->n * sizeof *t->claim_set)))
+    return dpm_nomem(err);
   for (int d = 0; d < t->n; d++) {
     dpm_status s = dpm_dev_get(t->dev[d], &t->r[d].dev, err);
     if (s) return s;
@@ -207,7 +208,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_exec init = {0};
   s = dpm_exec_bind(&init, &m->init, &m->shapes, &r->ws, &r->ctx, err);
   if (!s && r->rank == 0) { /* the others get the broadcast */
-    double t0 = now_ms();
+    double t0 = dpm_mono_ns() / 1e6;
     dpm_exec_run(&init);
     lap(t, DPM_PHASE_INIT, &t0);
   }
@@ -219,11 +220,12 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   if (!s) s = dpm_bmuf_replica(&t->bm, &r->ws, r->rank == 0, &r->bmuf_host, err);
   if (s) return s;
   r->data = dpm_ws_find(&r->ws, m->data);
-  if (!(r->input = dpm_alloc(dpm_shape_bytes(&r->data->t.shape)))) return nomem(err);
+  if (!(r->input = dpm_alloc(dpm_shape_bytes(&r->data->t.shape)))) return dpm_nomem(err);
   r->label = dpm_ws_find(&r->ws, m->label);
   r->lr = dpm_ws_find(&r->ws, "lr");
   r->accuracy = m->accuracy ? dpm_ws_find(&r->ws, m->accuracy) : NULL;
-  if (!(r->losses = calloc((size_t)m->n_losses, sizeof *r->losses))) return nomem(err);
+  if (!(r->losses = calloc((size_t)m->n_losses, sizeof *r->losses)))
+    return dpm_nomem(err);
   for (int i = 0; i < m->n_losses; i++) r->losses[i] = dpm_ws_find(&r->ws, m->losses[i]);
   return DPM_OK;
 }
@@ -260,19 +262,6 @@ static void add_bytes(uint64_t *sum, uint64_t b) {
 
 static uint64_t aligned(uint64_t b) {
   return (b + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
-}
-
-/* The eval reader's config (made at the first eval). */
-dpm_reader_config trainer_eval_config(const dpm_trainer *t) {
-  return (dpm_reader_config){.kind = DPM_READER_IDX,
-                             .images = t->eval_images,
-                             .labels = t->eval_labels,
-                             .fs = t->opt.fs,
-                             .cache = t->opt.data_cache,
-                             .scale = t->scale,
-                             .batch = t->eval_batch,
-                             .num_shards = 1,
-                             .prefetch = 2};
 }
 
 /* Every byte the model will allocate, known before it allocates any: the
@@ -400,7 +389,7 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
   if (cfg->kind ==
       DPM_COMM_NCCL) { /* NCCL queues each rank's collectives on its stream */
     const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
-    if (!(t->streams = calloc((size_t)t->n, sizeof *t->streams))) return nomem(err);
+    if (!(t->streams = calloc((size_t)t->n, sizeof *t->streams))) return dpm_nomem(err);
     for (int d = 0; d < t->n; d++)
       t->streams[d] = p->stream_of(dpm_dev_state(t->r[d].dev));
     cfg->streams = t->streams;
@@ -489,7 +478,7 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
 
 static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   const Dpm__ParallelSpec *par = spec->parallel;
-  double t0 = now_ms();
+  double t0 = dpm_mono_ns() / 1e6;
   if (parse_devices(t, spec, err)) return err->code;
   t->math = (par && par->allow_tf32 ? DPM_MATH_TF32 : 0) |
             (par && par->deterministic ? DPM_MATH_DETERMINISTIC : 0);
@@ -562,7 +551,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
     dpm_device *at = malloc((size_t)devices * sizeof *at);
     if (!cores || !at) {
       free(cores), free(at);
-      return nomem(err);
+      return dpm_nomem(err);
     }
     for (int d = 0; d < devices; d++)
       at[d] = (dpm_device){t->dev[d].kind, t->dev[d].index + t->shard * devices};
@@ -580,7 +569,7 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   if (!t->opt.no_share && !graphs && t->plan.shared_op >= 0 && devices > 1 &&
       devices <= cpus && dpm_share_create(devices, &t->share, err))
     return err->code;
-  if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return nomem(err);
+  if (!(t->r = calloc((size_t)devices, sizeof *t->r))) return dpm_nomem(err);
   if (claim_devices(t, err)) return err->code;
   trainer_claim(t);
   for (int d = 0; d < devices && !s; d++) {
@@ -611,10 +600,10 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err) {
   *out = NULL;
-  double t0 = now_ms();
+  double t0 = dpm_mono_ns() / 1e6;
   if (dpm_spec_validate(spec, err)) return err->code;
   dpm_trainer *t = calloc(1, sizeof *t);
-  if (!t) return nomem(err);
+  if (!t) return dpm_nomem(err);
   lap(t, DPM_PHASE_VALIDATE, &t0);
   t->opt = opt ? *opt : (dpm_trainer_options){.net_type = -1};
   if (!t->opt.comm_timeout_ms) t->opt.comm_timeout_ms = 60000;
@@ -626,7 +615,7 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
     if (!(t->eval_images = strdup(spec->eval->images)) ||
         !(t->eval_labels = strdup(spec->eval->labels ? spec->eval->labels : ""))) {
       dpm_trainer_destroy(t);
-      return nomem(err);
+      return dpm_nomem(err);
     }
   }
   dpm_status s = setup(t, spec, err);

@@ -1,11 +1,14 @@
 /* The replicas' state: sync (FinalizeAfterCheckpoint), checkpoints, and
- * loads, one shard's or a fleet job's. */
+ * loads, one shard's or a fleet job's, run as train/trainer.c's lock-step
+ * jobs (setup.c above calls dpm_trainer_sync; trainer.c calls nothing
+ * here). */
 #include "train/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
 #include "io/checkpoint.h"
 
 /* ---- sync and checkpoints ------------------------------------------------ */
@@ -27,7 +30,7 @@ dpm_status dpm_trainer_sync_blobs(dpm_trainer *t, const char *const *names, int 
 static const dpm_tensor *on_host(const dpm_blob *b, dpm_tensor *tmp, dpm_err *err) {
   if (!b->t.dev || dpm_dev_host_visible(b->t.dev)) return &b->t;
   if (dpm_tensor_resize(tmp, &b->t.shape)) {
-    nomem(err);
+    dpm_nomem(err);
     return NULL;
   }
   dpm_tensor_read(&b->t, tmp->data, dpm_shape_bytes(&b->t.shape));
@@ -55,7 +58,7 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
   dpm_ckpt_entry *e = calloc((size_t)n + 1, sizeof *e);
   dpm_tensor *staged = calloc((size_t)n + 1, sizeof *staged);
   char **names = calloc((size_t)n + 1, sizeof *names); /* replica_D/NAME, owned */
-  dpm_status s = e && staged && names ? DPM_OK : nomem(err);
+  dpm_status s = e && staged && names ? DPM_OK : dpm_nomem(err);
   trainer_claim(t);
   for (int i = 0; !s && i < n; i++) {
     int d = i < p->n_synced ? 0 : 1 + (i - p->n_synced) / t->bm.n_local;
@@ -63,7 +66,7 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
     dpm_blob *b = dpm_ws_find(&t->r[d].ws, name);
     const dpm_tensor *h = on_host(b, &staged[i], err);
     if (!h) s = err->code;
-    if (d && !s && !(names[i] = replica_name(d, name))) s = nomem(err);
+    if (d && !s && !(names[i] = replica_name(d, name))) s = dpm_nomem(err);
     e[i] = (dpm_ckpt_entry){.name = d ? names[i] : b->name, .kind = b->kind, .t = h};
   }
   trainer_release(t);
@@ -177,7 +180,7 @@ static dpm_status write_replicas(dpm_trainer *t, const dpm_ckpt *c, dpm_err *err
     const dpm_tensor *x = name ? dpm_ckpt_find(c, name, &kind) : NULL;
     free(name);
     if (!x) {
-      s = nomem(err);
+      s = dpm_nomem(err);
       break;
     }
     const void *src = x->data; /* a host tensor: pointer only */

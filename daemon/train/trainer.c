@@ -1,6 +1,7 @@
 /* The data-parallel trainer: lock-step jobs on the replicas' workers,
- * training steps, evaluation and accessors (create is train/setup.c; sync,
- * checkpoints and loads train/state.c). */
+ * training steps, evaluation, accessors and destroy (create is
+ * train/setup.c; sync, checkpoints and loads train/state.c, both above
+ * this file: it calls neither). */
 #include "train/internal.h"
 
 #include <limits.h>
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+#include "common/err.h"
 #include "common/escape.h"
 #include "common/idx.h"
 #include "engine/onnx_export.h"
@@ -146,13 +149,10 @@ static void run_job(void *arg, int rank) {
     return;
   }
   if (t->job == JOB_BMUF) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = dpm_mono_ns();
     r->status = dpm_bmuf_block(&t->bm, &r->ws, r->dev, r->ctx.comm, r->rank, r->bmuf_host,
                                &r->err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    r->ctx.comm_ns +=
-        (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
+    r->ctx.comm_ns += (uint64_t)(dpm_mono_ns() - t0);
     return;
   }
   if (!r->preloaded) load_input(t, r, r->rows, r->labels);
@@ -348,10 +348,10 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       }
       t->granted = granted;
     }
-    double t0 = now_ms();
+    double t0 = dpm_mono_ns() / 1e6;
     const dpm_batch *b;
     if (dpm_reader_next(t->reader, &b, err)) return err->code;
-    if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = now_ms() - t0;
+    if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = dpm_mono_ns() / 1e6 - t0;
     const dpm_batch *ahead = NULL; /* on devices: the next step's, uploaded by this one */
     if (t->pipeline && i + 1 < n && dpm_reader_peek(t->reader, &ahead, err))
       return err->code;
@@ -365,7 +365,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       return err->code;
     stats(t, &st);
     st.steps_done = i + 1;
-    st.step_ms = now_ms() - t0;
+    st.step_ms = dpm_mono_ns() / 1e6 - t0;
     if (!t->stepped) {
       t->phase_ms[DPM_PHASE_FIRST_STEP] = st.step_ms - t->phase_ms[DPM_PHASE_FIRST_BATCH];
       t->stepped = 1;
@@ -386,6 +386,19 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
 void dpm_trainer_interrupt(dpm_trainer *t) { atomic_store(&t->interrupted, 1); }
 
 /* ---- evaluation ---------------------------------------------------------- */
+
+/* The eval reader's config (made at the first eval). */
+dpm_reader_config trainer_eval_config(const dpm_trainer *t) {
+  return (dpm_reader_config){.kind = DPM_READER_IDX,
+                             .images = t->eval_images,
+                             .labels = t->eval_labels,
+                             .fs = t->opt.fs,
+                             .cache = t->opt.data_cache,
+                             .scale = t->scale,
+                             .batch = t->eval_batch,
+                             .num_shards = 1,
+                             .prefetch = 2};
+}
 
 dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
                             dpm_err *err) {
@@ -477,13 +490,19 @@ dpm_status dpm_trainer_read_blob(const dpm_trainer *t, const char *name, dpm_ten
                     "(parallel.optimize_gradient_memory): name it in parallel.keep_blobs "
                     "to read it",
                     name);
-  if (dpm_tensor_resize(out, &x->shape)) return nomem(err);
+  if (dpm_tensor_resize(out, &x->shape)) return dpm_nomem(err);
   dpm_trainer *claimer = (dpm_trainer *)t; /* the claim is bookkeeping, not state */
   trainer_claim(claimer);
   dpm_tensor_read(x, out->data, dpm_shape_bytes(&x->shape));
   trainer_release(claimer);
   return DPM_OK;
 }
+
+const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES] = {
+    "validate", "graph",     "data",        "alloc",     "init",
+    "comm",     "broadcast", "first_batch", "first_step"};
+
+const double *dpm_trainer_phases(const dpm_trainer *t) { return t->phase_ms; }
 
 int dpm_trainer_devices(const dpm_trainer *t) { return t->n; }
 const char *dpm_trainer_comm_backend(const dpm_trainer *t) {

@@ -48,6 +48,7 @@
 
 #include <stdint.h>
 
+#include "dpm/protocol.h" /* DPM_PROTOCOL_VERSION, DPM_VERSION, the liveness timings */
 #include "dpm/status.h"
 #include "dpm/wire.h" /* dpm_status_from_wire */
 #include "proto/dpm.pb-c.h"
@@ -55,12 +56,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define DPM_PROTOCOL_VERSION 1
-#define DPM_DEFAULT_ENDPOINT "ipc:///run/dpmd/dpmd.sock"
-#define DPM_VERSION "0.5.0"    /* dpmd, dpmctl, dpm-train and this library */
-#define DPM_PING_AFTER_MS 1000 /* a call without its answer pings this often */
-#define DPM_LIVENESS_MS 5000   /* a call fails after this long without a word */
 
 typedef struct dpm_client dpm_client;
 typedef struct dpm_events dpm_events;

@@ -121,7 +121,7 @@ human=$(build/dpmctl watch m --until-done) || die "watch --until-done exited $?"
 echo "$human" | grep -q "m state ready" || die "watch --until-done (human): $human"
 
 # ---- 5. the command line --------------------------------------------------------
-v=$(sed -n 's/^#define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/client.h)
+v=$(sed -n 's/^#define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/protocol.h)
 expect "--version" "$(build/dpmctl --version)" "dpmctl $v (protocol 1)"
 expect "--json --version" "$(build/dpmctl --json --version)" \
   '{"program":"dpmctl","version":"'"$v"'","protocol":1}'

@@ -75,7 +75,7 @@ make -s install DESTDIR="$dir" PREFIX=/usr >/dev/null 2>&1 || die "second make i
 [ "$(cat "$dir/etc/dpmd/dpmd.yaml")" = "max_models: 1" ] || die "the config was overwritten"
 
 # ---- the libraries -----------------------------------------------------------
-v=$(sed -n 's/^#define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/client.h)
+v=$(sed -n 's/^#define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/protocol.h)
 major=${v%%.*}
 lib=$dir/usr/lib
 for l in dpmclient dpmpredict; do

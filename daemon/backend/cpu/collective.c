@@ -12,6 +12,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "comm/comm.h"
+#include "common/clock.h"
 #include "ops/collective.h"
 
 static size_t padded(const dpm_tensor *t) {
@@ -33,8 +34,7 @@ typedef dpm_status (*span_fn)(dpm_ctx *ctx, void *buf, size_t bytes);
 static void over_blobs(const dpm_op *op, span_fn fn) {
   dpm_ctx *ctx = op->ctx;
   if (ctx->status) return;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int64_t t0 = dpm_mono_ns();
   if (contiguous(op)) {
     const dpm_tensor *last = op->in[op->n_in - 1];
     char *end = (char *)last->data + dpm_shape_bytes(&last->shape);
@@ -43,9 +43,7 @@ static void over_blobs(const dpm_op *op, span_fn fn) {
     for (int k = 0; k < op->n_in && !ctx->status; k++)
       ctx->status = fn(ctx, op->in[k]->data, dpm_shape_bytes(&op->in[k]->shape));
   }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  ctx->comm_ns +=
-      (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000L + t1.tv_nsec - t0.tv_nsec);
+  ctx->comm_ns += (uint64_t)(dpm_mono_ns() - t0);
 }
 
 static dpm_status reduce_now(dpm_ctx *ctx, void *buf, size_t bytes) {
