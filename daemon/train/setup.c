@@ -394,7 +394,7 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
       t->streams[d] = p->stream_of(dpm_dev_state(t->r[d].dev));
     cfg->streams = t->streams;
   } else if (cfg->kind == DPM_COMM_STAGED) {
-    if (!(t->devs = calloc((size_t)t->n, sizeof *t->devs))) return nomem(err);
+    if (!(t->devs = calloc((size_t)t->n, sizeof *t->devs))) return dpm_nomem(err);
     for (int d = 0; d < t->n; d++) t->devs[d] = t->r[d].dev;
     cfg->devs = t->devs;
   }
