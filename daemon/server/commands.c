@@ -1,8 +1,7 @@
 /* The command table (commands.h): the handling of each request of the
  * command list (common/commands.h), the argument checks and model names the
- * rows point at, the handlers that run on the
- * loop thread, and dispatch. The jobs that run on a model's thread are
- * model.c's (dpmd_job_*). */
+ * rows point at, the handlers that run on the loop thread, and dispatch.
+ * The jobs that run on a model's thread are model.c's (dpmd_job_*). */
 #include "server/commands.h"
 
 #include <stdio.h>
