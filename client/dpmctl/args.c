@@ -122,12 +122,12 @@ int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_arg
   }
   const char *name = argv[i++];
   for (int v = 0; v < n_verbs; v++)
-    if (!strcmp(verbs[v].name, name)) a->verb = &verbs[v];
+    if (!strcmp(verbs[v].cmd->name, name)) a->verb = &verbs[v];
   if (!a->verb) {
     dpm_suggest sg;
     char hint[DPM_SUGGEST_MAX_LEN + 32];
     dpm_suggest_init(&sg, name);
-    for (int v = 0; v < n_verbs; v++) dpm_suggest_add(&sg, verbs[v].name);
+    for (int v = 0; v < n_verbs; v++) dpm_suggest_add(&sg, verbs[v].cmd->name);
     return fail(msg, cap, "unknown command '%s'%s", name,
                 dpm_suggest_phrase(&sg, hint, sizeof hint));
   }
@@ -139,19 +139,21 @@ int ctl_parse(const ctl_verb *verbs, int n_verbs, int argc, char **argv, ctl_arg
       continue;
     }
     if (!options_done && is_option(argv[i])) {
-      int rc = take_option(argc, argv, &i, GLOBAL_OPTS | v->opts, v->name, a, msg, cap);
+      int rc =
+          take_option(argc, argv, &i, GLOBAL_OPTS | v->opts, v->cmd->name, a, msg, cap);
       if (rc) return rc;
       continue;
     }
     if (a->npos >= v->max_pos || a->npos >= CTL_MAX_POS)
-      return fail(msg, cap, "unexpected argument '%s' for %s", argv[i], v->name);
+      return fail(msg, cap, "unexpected argument '%s' for %s", argv[i], v->cmd->name);
     a->pos[a->npos++] = argv[i];
   }
   if (a->opt[O_HELP] || a->opt[O_VERSION]) return CTL_OK; /* "dpmctl train --help" */
-  if (a->npos < v->min_pos) return fail(msg, cap, "%s needs more arguments", v->name);
+  if (a->npos < v->min_pos)
+    return fail(msg, cap, "%s needs more arguments", v->cmd->name);
   for (int o = 0; o < O_N_OPTIONS; o++)
     if ((v->required & OPT(o)) && !a->opt[o])
-      return fail(msg, cap, "%s needs %s", v->name, ctl_options[o].name);
+      return fail(msg, cap, "%s needs %s", v->cmd->name, ctl_options[o].name);
   return CTL_OK;
 }
 

@@ -1,5 +1,6 @@
-/* dpmctl's documentation, all of it from the tables (the verbs of verbs.c,
- * the options of args.c): `dpmctl help [VERB]` and `VERB --help`, the man
+/* dpmctl's documentation, all of it from the command list (names, usage,
+ * help and examples: common/commands.h) and dpmctl's tables (each verb's
+ * options: verbs.c; the options: args.c): `dpmctl help [VERB]` and `VERB --help`, the man
  * page (`dpmctl --man`, dpmctl.1) and the bash completion (`dpmctl
  * --completion bash`). The Makefile writes the last two into build/ and
  * `make install` installs them, so none of it is written twice. */
@@ -69,9 +70,9 @@ static void global_options(FILE *f, const ctl_verb *v) {
 void ctl_usage(FILE *f, const ctl_verb *v) {
   if (v) {
     fputs("usage: dpmctl [global options]", f);
-    wrap(f, v->usage, 8, 30);
+    wrap(f, v->cmd->usage, 8, 30);
     fputc('\n', f);
-    wrap(f, v->text, 0, 0);
+    wrap(f, v->cmd->text, 0, 0);
     if (v->opts) {
       fprintf(f, "\noptions:\n");
       for (int o = CTL_N_GLOBAL; o < O_N_OPTIONS; o++)
@@ -79,13 +80,13 @@ void ctl_usage(FILE *f, const ctl_verb *v) {
     }
     fprintf(f, "\nglobal options:\n");
     global_options(f, v);
-    fprintf(f, "\nexample:\n  %s\n", v->example);
+    fprintf(f, "\nexample:\n  %s\n", v->cmd->example);
     return;
   }
   fprintf(f, "usage: dpmctl " CTL_GLOBAL_USAGE " COMMAND\n"
              "       dpmctl --version | --man | --completion bash\n\ncommands:\n");
   for (int i = 0; i < ctl_n_verbs; i++)
-    fprintf(f, "  %-18s %s\n", ctl_verbs[i].name, ctl_verbs[i].summary);
+    fprintf(f, "  %-18s %s\n", ctl_verbs[i].cmd->name, ctl_verbs[i].cmd->summary);
   fprintf(f, "\n'dpmctl help COMMAND' (or 'dpmctl COMMAND --help') shows what a command "
              "does and takes.\n\nglobal options:\n");
   global_options(f, NULL);
@@ -120,13 +121,13 @@ void ctl_print_man(FILE *f) {
   dpm_man_section(f, "COMMANDS");
   for (int i = 0; i < ctl_n_verbs; i++) {
     const ctl_verb *v = &ctl_verbs[i];
-    dpm_man_subsection(f, v->name);
+    dpm_man_subsection(f, v->cmd->name);
     fputs(".PP\n.B dpmctl\n", f);
-    dpm_man_text(f, v->usage);
-    dpm_man_para(f, v->text);
+    dpm_man_text(f, v->cmd->usage);
+    dpm_man_para(f, v->cmd->text);
     if (v->opts) man_options(f, v, CTL_N_GLOBAL, O_N_OPTIONS, v->opts);
     dpm_man_para(f, "Example:");
-    dpm_man_example(f, v->example);
+    dpm_man_example(f, v->cmd->example);
   }
   dpm_man_section(f, "ENVIRONMENT");
   dpm_man_option(f, "DPM_ENDPOINT", NULL, env_endpoint);
@@ -195,7 +196,7 @@ int ctl_print_completion(FILE *f, const char *shell) {
   }
   fprintf(f, "  esac\n  local verbs='");
   for (int i = 0; i < ctl_n_verbs; i++)
-    fprintf(f, "%s%s", i ? " " : "", ctl_verbs[i].name);
+    fprintf(f, "%s%s", i ? " " : "", ctl_verbs[i].cmd->name);
   fprintf(f, "'\n  local global='");
   for (int o = 0; o < CTL_N_GLOBAL; o++)
     fprintf(f, "%s%s", o ? " " : "", ctl_options[o].name);
@@ -207,7 +208,7 @@ int ctl_print_completion(FILE *f, const char *shell) {
              "      return ;;\n");
   for (int i = 0; i < ctl_n_verbs; i++) {
     const ctl_verb *v = &ctl_verbs[i];
-    fprintf(f, "  %s) opts='", v->name);
+    fprintf(f, "  %s) opts='", v->cmd->name);
     int n = 0;
     for (int o = CTL_N_GLOBAL; o < O_N_OPTIONS; o++)
       if (v->opts & OPT(o)) fprintf(f, "%s%s", n++ ? " " : "", ctl_options[o].name);

@@ -4,8 +4,10 @@
  *   main.c      global options, environment, dispatch, exit codes
  *   args.c      the command-line parser over the verb table
  *   rate.c      the progress bar's ETA from the iterations seen (pure)
- *   verbs.c     the verb table and the request/response verbs
- *   doc.c       help, the man page and the bash completion, from the tables
+ *   verbs.c     the verb table (the arguments of the command list's verbs,
+ *               common/commands.h) and the request/response verbs
+ *   doc.c       help, the man page and the bash completion, from the list
+ *               and the tables
  *   call.c      the calls verbs make: a request and its checked answer, a
  *               ping first, long calls, the events endpoint
  *   output.c    JSON and human output of results, errors and usage lines
@@ -26,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/commands.h"
 #include "dpm/client.h"
 #include "lib/json.h"
 
@@ -79,19 +82,16 @@ extern const ctl_option ctl_options[O_N_OPTIONS];
 struct ctl_ctx;
 typedef int (*ctl_handler)(struct ctl_ctx *ctx); /* returns the exit code */
 
-/* One verb of the table (verbs.c). */
+/* One verb of the table (verbs.c): dpmctl's rules for the arguments of a
+ * command of the list (common/commands.h), which gives its name, usage and
+ * help, and whether it sends a request (a verb that sends none runs without
+ * a daemon). */
 typedef struct ctl_verb {
-  const char *name;
-  const char *usage; /* after "dpmctl [global options] " */
+  const dpm_command *cmd; /* its row in the command list */
   int min_pos, max_pos;
   unsigned opts;     /* OPT() bits of the verb's own options */
   unsigned required; /* of those, the ones that must be given */
   ctl_handler run;
-  int needs_daemon;
-  int long_running; /* the daemon answers when done: default timeout raised */
-  const char *summary; /* one line: `dpmctl help`, the man page */
-  const char *text;    /* what it does, in full: `dpmctl help VERB`, the man page */
-  const char *example; /* one or more command lines ("dpmctl ..."), '\n' between */
   /* What an option means for this verb where it differs from the table's
    * help (ctl_options[o].help), indexed by ctl_opt; NULL: none differ. */
   const char *const *opt_help;

@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
                                    : DPM_DEFAULT_ENDPOINT;
 
   int rc;
-  if (!a.verb->needs_daemon) {
+  if (!a.verb->cmd->request) { /* a verb that sends no request */
     rc = a.verb->run(&ctx);
   } else {
     char *token = NULL;

@@ -13,7 +13,7 @@
 
 void ctl_usage_short(FILE *f, const ctl_verb *v) {
   if (v)
-    fprintf(f, "usage: dpmctl " CTL_GLOBAL_USAGE " %s\n", v->usage);
+    fprintf(f, "usage: dpmctl " CTL_GLOBAL_USAGE " %s\n", v->cmd->usage);
   else
     fprintf(f, "usage: dpmctl " CTL_GLOBAL_USAGE
                " COMMAND ...  ('dpmctl help' lists them)\n");
@@ -339,7 +339,8 @@ int ctl_print_response(const ctl_ctx *ctx, const Dpm__Response *r, const char *o
         ctl_json_model(&j, NULL, r->models->model[i]);
       dpm_json_end(&j);
     } else {
-      if (!r->models->n_model) fputs("no models\n", f);
+      if (!r->models->n_model)
+        fputs("no models\n", f);
       else
         list_table(f, r->models->model, r->models->n_model);
     }

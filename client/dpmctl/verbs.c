@@ -1,7 +1,7 @@
-/* dpmctl's verb table (the one place verbs are declared: name, usage,
- * positional counts, options, handler, whether the daemon is needed) and
- * the handlers of the verbs that are one request and one response (their
- * calls: call.c).
+/* dpmctl's verb table (for each verb of the command list,
+ * common/commands.h, which declares its name, usage and help: its
+ * positional counts, options and handler) and the handlers of the verbs that are one
+ * request and one response (their calls: call.c).
  *
  * Paths sent to the daemon (checkpoint --out, load FILE, extract-predictor
  * --out, the spec's data files) are made absolute against dpmctl's working
@@ -400,7 +400,7 @@ static int cmd_get_blob(ctl_ctx *ctx) {
 static int cmd_help(ctl_ctx *ctx) {
   const char *name = pos(ctx, 0);
   for (int i = 0; name && i < ctl_n_verbs; i++)
-    if (!strcmp(ctl_verbs[i].name, name)) {
+    if (!strcmp(ctl_verbs[i].cmd->name, name)) {
       ctl_usage(stdout, &ctl_verbs[i]);
       return CTL_OK;
     }
@@ -417,162 +417,54 @@ static int cmd_help(ctl_ctx *ctx) {
 
 /* Help for an option that means something particular for a verb. */
 #define OPT_HELP(...) ((const char *const[O_N_OPTIONS]){__VA_ARGS__})
+/* The verb of the command list's row DPM_CMD_id (its name, usage and help). */
+#define VERB(id) &dpm_commands[DPM_CMD_##id]
 
+/* In the list's order: every command of the list that is not internal. */
 const ctl_verb ctl_verbs[] = {
-    {"ping", "ping", 0, 0, 0, 0, cmd_ping, 1, 0,
-     .summary = "check that the daemon answers, and how fast",
-     .text = "Sends a ping and prints the daemon's answer and the round trip in "
-             "milliseconds. Exit 3 when the daemon cannot be reached.",
-     .example = "dpmctl --endpoint ipc:///tmp/dpmd.sock ping"},
-    {"version", "version", 0, 0, 0, 0, cmd_version, 1, 0,
-     .summary = "the daemon's version, protocol and devices",
-     .text = "Asks the daemon for its version, its protocol and the devices it "
-             "serves. `dpmctl --version` prints dpmctl's own, without a daemon.",
-     .example = "dpmctl --json version"},
-    {"submit",
-     "submit SPEC.yaml [--name N] [--devices cpu:0,cpu:1] [--checkpoint-every N|Ns] "
-     "[--shards EP,EP...]",
-     1, 1, OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY) | OPT(O_SHARDS), 0,
-     cmd_submit, 1, 1, .summary = "build a model from a spec, one replica per device",
-     .text = "Reads the model spec SPEC.yaml here (every key is checked; errors name "
-             "file:line:column; docs/SPEC.md lists the keys and ops), makes its data "
-             "paths absolute and sends it. The daemon builds one replica per device, "
-             "initialises the parameters once and broadcasts them; the model is then "
-             "ready to train. With --shards the daemon given by --endpoint coordinates "
-             "a job over all the daemons listed.",
-     .example =
-         "dpmctl submit examples/fmnist_mlp.yaml --name mlp --devices cpu:0,cpu:1"},
-    {"train", "train NAME --iters N|--epochs N [--wait] [--no-progress]", 1, 1,
-     OPT(O_ITERS) | OPT(O_EPOCHS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS), 0, cmd_train, 1, 0,
-     .summary = "run N more training steps (or epochs)",
-     .text = "Starts N steps (--iters) or N epochs (--epochs: N times the model's steps "
-             "per epoch) of model NAME from its current iteration. Without --wait "
-             "it answers at once and the model trains in the background (see status, "
-             "watch); with --wait it answers when the steps are done.",
-     .example = "dpmctl train mlp --iters 4680 --wait"},
-    {"status", "status [NAME]", 0, 1, 0, 0, cmd_status, 1, 0,
-     .summary = "a model's state, iteration, loss and speed (all models without NAME)",
-     .text = "Prints the state (building, ready, training, paused, failed, with the "
-             "reason), the iteration, the last loss and accuracy and the images per "
-             "second of model NAME, or of every model. --json adds where the model's "
-             "start went (phases_ms).",
-     .example = "dpmctl status mlp"},
-    {"list", "list", 0, 0, 0, 0, cmd_list, 1, 0, .summary = "the models, one per line",
-     .text = "Lists every model of the daemon with its state and iteration.",
-     .example = "dpmctl list"},
-    {"watch", "watch [NAME] [--count N] [--until-done]", 0, 1,
-     OPT(O_COUNT) | OPT(O_UNTIL_DONE), 0, ctl_cmd_watch, 1, 0,
-     .summary = "print a model's events as they come",
-     .text = "Subscribes to the daemon's events (progress, state, done, error) of "
-             "model NAME, or of every model, and prints one line per event (one JSON "
-             "object with --json) until interrupted.",
-     .example = "dpmctl watch mlp --until-done",
+    {VERB(PING), 0, 0, 0, 0, cmd_ping, NULL},
+    {VERB(VERSION_INFO), 0, 0, 0, 0, cmd_version, NULL},
+    {VERB(SUBMIT), 1, 1,
+     OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY) | OPT(O_SHARDS), 0,
+     cmd_submit, NULL},
+    {VERB(TRAIN), 1, 1, OPT(O_ITERS) | OPT(O_EPOCHS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS),
+     0, cmd_train, NULL},
+    {VERB(STATUS), 0, 1, 0, 0, cmd_status, NULL},
+    {VERB(LIST), 0, 0, 0, 0, cmd_list, NULL},
+    {VERB(WATCH), 0, 1, OPT(O_COUNT) | OPT(O_UNTIL_DONE), 0, ctl_cmd_watch,
      .opt_help = OPT_HELP([O_COUNT] = "stop after N events")},
-    {"checkpoint", "checkpoint NAME [--out FILE]", 1, 1, OPT(O_OUT), 0, cmd_checkpoint, 1,
-     1, .summary = "save the model's parameters and optimizer state",
-     .text = "Writes a checkpoint of model NAME (the master device's parameters, "
-             "optimizer state, computed parameters and iteration, under stripped "
-             "names) between two steps, without stopping training. Without --out it "
-             "goes into the state dir, where the daemon keeps the last few.",
-     .example = "dpmctl checkpoint mlp --out /var/lib/dpmd/export/mlp.dpmckpt",
+    {VERB(CHECKPOINT), 1, 1, OPT(O_OUT), 0, cmd_checkpoint,
      .opt_help = OPT_HELP([O_OUT] = "write the checkpoint to FILE instead (under the "
                                     "state dir or the config's allowed_paths)")},
-    {"load", "load NAME FILE", 2, 2, 0, 0, cmd_load, 1, 1,
-     .summary = "load a checkpoint, then sync every device and shard",
-     .text = "Loads checkpoint FILE into the master device of model NAME and syncs "
-             "it to every device and shard (Caffe2's FinalizeAfterCheckpoint). A file "
-             "of another model, or a bad one, is refused and the model stays as it "
-             "was.",
-     .example = "dpmctl load mlp /var/lib/dpmd/export/mlp.dpmckpt"},
-    {"sync", "sync NAME", 1, 1, 0, 0, cmd_sync, 1, 1,
-     .summary = "copy the master device's parameters to every device",
-     .text = "Broadcasts the parameters and computed parameters of model NAME from the "
-             "master device to every device and shard, as load does after loading.",
-     .example = "dpmctl sync mlp"},
-    {"extract-predictor",
-     "extract-predictor NAME --inputs A[,B] --outputs X[,Y] --out DIR [--format "
-     "dpm|onnx]",
-     1, 1, OPT(O_INPUTS) | OPT(O_OUTPUTS) | OPT(O_OUT) | OPT(O_FORMAT),
-     OPT(O_INPUTS) | OPT(O_OUTPUTS) | OPT(O_OUT), cmd_extract, 1, 1,
-     .summary = "write the forward ops from inputs to outputs as a predictor",
-     .text = "Writes the forward ops of model NAME that lead from the inputs to the "
-             "outputs, in test mode, with stripped names and the parameters they "
-             "read, into DIR (Caffe2's ExtractPredictorNet). Run it with dpmctl "
-             "predict or libdpmpredict (dpm format), or onnxruntime (onnx).",
-     .example = "dpmctl extract-predictor mlp --inputs data --outputs softmax --out "
-                "/var/lib/dpmd/export/mlp",
+    {VERB(LOAD), 2, 2, 0, 0, cmd_load, NULL},
+    {VERB(SYNC), 1, 1, 0, 0, cmd_sync, NULL},
+    {VERB(EXTRACT_PREDICTOR), 1, 1,
+     OPT(O_INPUTS) | OPT(O_OUTPUTS) | OPT(O_OUT) | OPT(O_FORMAT),
+     OPT(O_INPUTS) | OPT(O_OUTPUTS) | OPT(O_OUT), cmd_extract,
      .opt_help = OPT_HELP([O_OUT] = "the directory to write (under the state dir or "
                                     "the config's allowed_paths)")},
-    {"eval", "eval NAME", 1, 1, 0, 0, cmd_eval, 1, 1,
-     .summary = "loss and accuracy on the spec's eval data",
-     .text = "Runs the test net of model NAME over the whole eval data set of its spec "
-             "(the eval section) and prints the mean loss and the accuracy.",
-     .example = "dpmctl eval mlp"},
-    {"predict",
-     "predict DIR --input FILE [--labels FILE] [--count N] [--device D] [--out FILE]", 1,
-     1, OPT(O_INPUT) | OPT(O_LABELS) | OPT(O_COUNT) | OPT(O_DEVICE) | OPT(O_OUT),
-     OPT(O_INPUT), ctl_cmd_predict, 0, 0,
-     .summary = "run an extracted predictor on images (no daemon)",
-     .text = "Loads the dpm predictor in DIR (DIR/predictor.pb, written by "
-             "extract-predictor) and runs it on the first images of an IDX file, raw "
-             "pixels times the predictor's input scale, in batches of up to 256; "
-             "prints each image's top-1 class and its probability. Needs no daemon. "
-             "An ONNX export (DIR/model.onnx) is for onnxruntime.",
-     .example = "dpmctl predict /var/lib/dpmd/export/mlp --count 10 --input "
-                "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz",
+    {VERB(EVAL), 1, 1, 0, 0, cmd_eval, NULL},
+    {VERB(PREDICT), 1, 1,
+     OPT(O_INPUT) | OPT(O_LABELS) | OPT(O_COUNT) | OPT(O_DEVICE) | OPT(O_OUT),
+     OPT(O_INPUT), ctl_cmd_predict,
      .opt_help =
          OPT_HELP([O_COUNT] = "how many images, from the first (default 10; 0: all)",
                   [O_DEVICE] = "cpu (default) or cuda:N",
                   [O_OUT] =
                       "also write output 0 of every image to FILE: raw little-endian "
                       "float32, one row per image")},
-    {"get-blob", "get-blob NAME BLOB [--device cpu:1] [--out FILE]", 2, 2,
-     OPT(O_DEVICE) | OPT(O_OUT), 0, cmd_get_blob, 1, 1,
-     .summary = "read a blob (parameter, activation) of a replica",
-     .text = "Prints the dims and first values of blob BLOB of model NAME on the "
-             "master device, or another (--device, or a scoped name cpu_1/fc1_w); "
-             "--json adds an FNV-1a hash of its bytes.",
-     .example = "dpmctl get-blob mlp fc1_w --device cpu:1 --out fc1_w.bin",
+    {VERB(GET_BLOB), 2, 2, OPT(O_DEVICE) | OPT(O_OUT), 0, cmd_get_blob,
      .opt_help = OPT_HELP([O_DEVICE] = "the replica's device (default: the master, the "
                                        "first)",
                           [O_OUT] = "also write the raw little-endian bytes to FILE "
                                     "(here, not on the daemon's side)")},
-    {"pause", "pause NAME", 1, 1, 0, 0, cmd_pause, 1, 0,
-     .summary = "stop training after the step in flight",
-     .text = "Pauses model NAME at the next step boundary; resume goes on.",
-     .example = "dpmctl pause mlp"},
-    {"resume", "resume NAME [--shards EP,..] [--allow-batch-change]", 1, 1,
-     OPT(O_SHARDS) | OPT(O_ALLOW_BATCH_CHANGE), 0, cmd_resume, 1, 0,
-     .summary = "continue a paused model, or re-form a fleet job",
-     .text = "Continues the remaining steps of paused model NAME. On a fleet job's "
-             "coordinator, --shards re-forms the job over the daemons given, from its "
-             "last checkpoint (elastic).",
-     .example = "dpmctl resume mlp",
+    {VERB(PAUSE), 1, 1, 0, 0, cmd_pause, NULL},
+    {VERB(RESUME), 1, 1, OPT(O_SHARDS) | OPT(O_ALLOW_BATCH_CHANGE), 0, cmd_resume,
      .opt_help = OPT_HELP([O_SHARDS] = "re-form the job over these daemons "
                                        "(tcp://HOST:PORT each), this one first")},
-    {"delete", "delete NAME", 1, 1, 0, 0, cmd_delete, 1, 0,
-     .summary = "remove a model and its state",
-     .text = "Stops model NAME, frees its devices and removes its directory from the "
-             "state dir, checkpoints included.",
-     .example = "dpmctl delete mlp"},
-    {"metrics", "metrics", 0, 0, 0, 0, cmd_metrics, 1, 0,
-     .summary = "the daemon's metrics in Prometheus text",
-     .text = "Prints uptime, models by state, requests by command and status, the "
-             "rendezvous store, the data cache and, per model, iteration, loss, "
-             "images/s, step time and memory, in Prometheus' text format.",
-     .example = "dpmctl metrics"},
-    {"shutdown", "shutdown", 0, 0, 0, 0, cmd_shutdown, 1, 1,
-     .summary = "stop the daemon (checkpointing models with progress)",
-     .text = "Asks the daemon to finish the steps in flight, checkpoint every model "
-             "with progress since its last checkpoint (training, ready or paused) and "
-             "exit, as SIGTERM does; it exits non-zero naming a model it could not "
-             "save.",
-     .example = "dpmctl shutdown"},
-    {"help", "help [COMMAND]", 0, 1, 0, 0, cmd_help, 0, 0,
-     .summary = "the commands, or one command in full",
-     .text = "Without COMMAND, lists the commands. With it, prints what the command "
-             "does, each of its options and an example; `dpmctl COMMAND --help` does "
-             "the same.",
-     .example = "dpmctl help submit"},
+    {VERB(DELETE), 1, 1, 0, 0, cmd_delete, NULL},
+    {VERB(METRICS), 0, 0, 0, 0, cmd_metrics, NULL},
+    {VERB(SHUTDOWN), 0, 0, 0, 0, cmd_shutdown, NULL},
+    {VERB(HELP), 0, 1, 0, 0, cmd_help, NULL},
 };
 const int ctl_n_verbs = (int)(sizeof ctl_verbs / sizeof *ctl_verbs);

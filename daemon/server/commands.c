@@ -1,13 +1,14 @@
-/* The command table (commands.h): one row per RPC command, the argument
- * checks and model names the rows point at, the handlers that run on the
- * loop thread, and dispatch. The jobs that run on a model's thread are
- * model.c's (dpmd_job_*). */
+/* The command table (commands.h): the handling of each request of the
+ * command list (common/commands.h), the argument checks and model names the
+ * rows point at, the handlers that run on the loop thread, and dispatch.
+ * The jobs that run on a model's thread are model.c's (dpmd_job_*). */
 #include "server/commands.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/commands.h"
 #include "common/escape.h"
 #include "common/spec.h"
 #include "common/validate.h"
@@ -22,16 +23,6 @@
 #include "server/rendezvous.h"
 #include "server/stream.h"
 
-enum {
-  NEEDS_MODEL = 1, /* must name a registered model (any model named must be) */
-  ON_MODEL = 2,    /* runs on the model's thread (a job) */
-  MUTATING = 4,    /* refused once the daemon is stopping */
-  /* On a model that is one shard of a job over several daemons (fleet.h): */
-  FROM_COORDINATOR = 8, /* refused at shards but 0 unless shard 0 sent it (forwarded
-                           with the job's secret, fleet.h): the coordinator acts on
-                           the whole job */
-};
-
 /* What a loop handler works with. */
 typedef struct call {
   dpmd *d;
@@ -41,17 +32,16 @@ typedef struct call {
   dpmd_model *m; /* the model the request names, registered; NULL when none */
 } call;
 
+/* A command's handling; its name, oneof case and flags are the list's
+ * (common/commands.h). */
 typedef struct command {
-  Dpm__Request__CommandCase cmd; /* the Request's oneof case */
-  const char *name;              /* as dpmctl and the metrics name it */
-  unsigned flags;
   /* The arguments' check that needs no model (may rewrite rq: submit's
    * overrides); NULL: none. */
   dpm_status (*check)(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err);
   /* The model the request names (NULL or "": none); NULL: names none. */
   const char *(*model)(const Dpm__Request *rq);
-  void (*run)(const call *c); /* on the loop thread; NULL for ON_MODEL */
-  dpmd_job_fn job;            /* on the model's thread; ON_MODEL only */
+  void (*run)(const call *c); /* on the loop thread; NULL for a job */
+  dpmd_job_fn job;            /* on the model's thread (its model must be named) */
 } command;
 
 /* ---- argument checks ---------------------------------------------------------- */
@@ -451,59 +441,61 @@ static void run_shutdown(const call *c) {
 
 /* ---- the table ---------------------------------------------------------------- */
 
-/* LOOP: runs on the loop thread. JOB: runs on the named model's thread. */
-// clang-format off
-#define LOOP(case_, name, flags, check, model, fn)                                       \
-  {DPM__REQUEST__COMMAND_##case_, name, flags, check, model, fn, NULL}
-#define JOB(case_, name, flags, check, model, fn)                                        \
-  {DPM__REQUEST__COMMAND_##case_, name, NEEDS_MODEL | ON_MODEL | (flags), check, model, \
-   NULL, fn}
-// clang-format on
-static const command commands[] = {
-    LOOP(PING, "ping", 0, NULL, NULL, run_version),
-    LOOP(VERSION_INFO, "version", 0, NULL, NULL, run_version),
-    LOOP(SUBMIT, "submit", MUTATING, check_submit, NULL, run_submit),
-    JOB(TRAIN, "train", MUTATING | FROM_COORDINATOR, check_train, name_train,
-        dpmd_job_train),
-    LOOP(STATUS, "status", 0, NULL, name_status, run_status),
-    LOOP(LIST, "list", 0, NULL, NULL, run_list),
-    LOOP(WATCH, "watch", 0, NULL, name_watch, run_watch),
-    JOB(CHECKPOINT, "checkpoint", MUTATING, check_checkpoint, name_checkpoint,
-        dpmd_job_checkpoint),
-    JOB(LOAD, "load", MUTATING | FROM_COORDINATOR, check_load, name_load, dpmd_job_load),
-    JOB(SYNC, "sync", MUTATING | FROM_COORDINATOR, NULL, name_sync, dpmd_job_sync),
-    JOB(EXTRACT_PREDICTOR, "extract-predictor", 0, check_extract, name_extract_predictor,
-        dpmd_job_extract),
-    JOB(EVAL, "eval", 0, NULL, name_eval, dpmd_job_eval),
-    JOB(GET_BLOB, "get-blob", 0, NULL, name_get_blob, dpmd_job_get_blob),
-    JOB(PAUSE, "pause", MUTATING | FROM_COORDINATOR, NULL, name_pause, dpmd_job_pause),
-    JOB(RESUME, "resume", MUTATING | FROM_COORDINATOR, NULL, name_resume,
-        dpmd_job_resume),
-    LOOP(DELETE, "delete", NEEDS_MODEL | MUTATING, NULL, name_delete_, run_delete),
-    LOOP(METRICS, "metrics", 0, NULL, NULL, run_metrics),
-    LOOP(SHUTDOWN, "shutdown", MUTATING, NULL, NULL, run_shutdown),
-    LOOP(JOIN, "join", MUTATING, check_join, NULL, run_join),
-    LOOP(KV_SET, "kv-set", 0, NULL, NULL, run_kv_set),
-    LOOP(KV_GET, "kv-get", 0, NULL, NULL, run_kv_get),
-    LOOP(KV_FAIL, "kv-fail", 0, NULL, NULL, run_kv_fail),
-    LOOP(EVENTS, "events", 0, NULL, name_events, run_events),
+/* One row per request of the command list, indexed by it (rows of dpmctl's
+ * own verbs stay empty). LOOP: runs on the loop thread. JOB: runs on the
+ * named model's thread. */
+#define LOOP(id, check, model, fn) [DPM_CMD_##id] = {check, model, fn, NULL}
+#define JOB(id, check, model, fn) [DPM_CMD_##id] = {check, model, NULL, fn}
+static const command commands[DPM_CMD_COUNT] = {
+    LOOP(PING, NULL, NULL, run_version),
+    LOOP(VERSION_INFO, NULL, NULL, run_version),
+    LOOP(SUBMIT, check_submit, NULL, run_submit),
+    JOB(TRAIN, check_train, name_train, dpmd_job_train),
+    LOOP(STATUS, NULL, name_status, run_status),
+    LOOP(LIST, NULL, NULL, run_list),
+    LOOP(WATCH, NULL, name_watch, run_watch),
+    JOB(CHECKPOINT, check_checkpoint, name_checkpoint, dpmd_job_checkpoint),
+    JOB(LOAD, check_load, name_load, dpmd_job_load),
+    JOB(SYNC, NULL, name_sync, dpmd_job_sync),
+    JOB(EXTRACT_PREDICTOR, check_extract, name_extract_predictor, dpmd_job_extract),
+    JOB(EVAL, NULL, name_eval, dpmd_job_eval),
+    JOB(GET_BLOB, NULL, name_get_blob, dpmd_job_get_blob),
+    JOB(PAUSE, NULL, name_pause, dpmd_job_pause),
+    JOB(RESUME, NULL, name_resume, dpmd_job_resume),
+    LOOP(DELETE, NULL, name_delete_, run_delete),
+    LOOP(METRICS, NULL, NULL, run_metrics),
+    LOOP(SHUTDOWN, NULL, NULL, run_shutdown),
+    LOOP(JOIN, check_join, NULL, run_join),
+    LOOP(KV_SET, NULL, NULL, run_kv_set),
+    LOOP(KV_GET, NULL, NULL, run_kv_get),
+    LOOP(KV_FAIL, NULL, NULL, run_kv_fail),
+    LOOP(EVENTS, NULL, name_events, run_events),
 };
 #undef LOOP
 #undef JOB
 
-static const command *lookup(int c) {
-  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-    if ((int)commands[i].cmd == c) return &commands[i];
-  return NULL;
+/* The list's row of request case c and its handling here; NULL for a case
+ * dpmd does not handle. */
+static const command *lookup(int c, const dpm_command **k) {
+  *k = dpm_command_of_request(c);
+  if (!*k) return NULL;
+  const command *h = &commands[*k - dpm_commands];
+  return h->run || h->job ? h : NULL;
+}
+
+int dpmd_command_handled(int c) {
+  const dpm_command *k;
+  return lookup(c, &k) != NULL;
 }
 
 const char *dpmd_command_name(int c) {
-  const command *k = lookup(c);
-  return k ? k->name : "unknown";
+  const dpm_command *k;
+  return lookup(c, &k) ? k->name : "unknown";
 }
 
 dpm_status dpmd_command_check(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
-  const command *c = lookup(rq->command_case);
+  const dpm_command *k;
+  const command *c = lookup(rq->command_case, &k);
   return c && c->check ? c->check(paths, rq, err) : DPM_OK;
 }
 
@@ -511,40 +503,42 @@ dpm_status dpmd_command_check(const dpmd_paths *paths, Dpm__Request *rq, dpm_err
 
 /* The row's fleet flags against a model that is a shard of a job over
  * several daemons. */
-static dpm_status fleet_check(const command *c, const Dpm__Request *rq, dpmd_model *m,
+static dpm_status fleet_check(const dpm_command *k, const Dpm__Request *rq, dpmd_model *m,
                               dpm_err *err) {
   const dpmd_fleet_link *l = m ? dpmd_model_fleet(m) : NULL;
   if (!l || dpmd_fleet_num_shards(l) < 2) return DPM_OK;
   int id = dpmd_fleet_shard_id(l), n = dpmd_fleet_num_shards(l);
-  if (!(c->flags & FROM_COORDINATOR) || id == 0 || dpmd_fleet_from_coordinator(l, rq))
+  if (!(k->flags & DPM_CMDF_COORDINATOR) || id == 0 || dpmd_fleet_from_coordinator(l, rq))
     return DPM_OK;
   if (rq->forwarded) /* not by its coordinator: a client set the flag */
     return dpm_errf(err, DPM_DENIED,
                     "%s is shard %d of %d of a job coordinated by %s: a forwarded %s "
                     "without the job's secret is refused",
-                    dpmd_model_name(m), id, n, dpmd_fleet_coordinator(l), c->name);
+                    dpmd_model_name(m), id, n, dpmd_fleet_coordinator(l), k->name);
   return dpm_errf(err, DPM_STATE,
                   "%s is shard %d of %d of a job coordinated by %s: send %s there",
-                  dpmd_model_name(m), id, n, dpmd_fleet_coordinator(l), c->name);
+                  dpmd_model_name(m), id, n, dpmd_fleet_coordinator(l), k->name);
 }
 
 void dpmd_handle(dpmd *d, dpmd_registry *models, Dpm__Request *rq, dpmd_reply_to *to) {
   dpm_err err = {0};
-  const command *c = lookup(rq->command_case);
+  const dpm_command *k;
+  const command *c = lookup(rq->command_case, &k);
   const char *name = c && c->model ? c->model(rq) : NULL;
   dpmd_model *m = dpmd_registry_find(models, name);
   if (!c)
     dpmd_reply_error(d, to, DPM_UNSUPPORTED, "unknown command %d", (int)rq->command_case);
-  else if ((c->flags & MUTATING) && dpmd_stopping(d))
+  else if ((k->flags & DPM_CMDF_MUTATING) && dpmd_stopping(d))
     dpmd_reply_error(d, to, DPM_STATE, "dpmd is shutting down");
-  else if ((c->flags & NEEDS_MODEL || (name && *name)) && (!m || dpmd_model_ending(m)))
+  else if ((k->flags & DPM_CMDF_NAMES_MODEL || c->job || (name && *name)) &&
+           (!m || dpmd_model_ending(m)))
     dpmd_reply_error(d, to, DPM_NOT_FOUND, "no model named '%s'", name ? name : "");
-  else if (fleet_check(c, rq, m, &err) || (c->check && c->check(d->paths, rq, &err)))
+  else if (fleet_check(k, rq, m, &err) || (c->check && c->check(d->paths, rq, &err)))
     dpmd_reply_error(d, to, err.code, "%s", err.msg);
-  else if (c->flags & ON_MODEL)
-    return dpmd_model_post(m, c->job, c->name, rq, to); /* takes rq */
+  else if (c->job)
+    return dpmd_model_post(m, c->job, k->name, rq, to); /* takes rq */
   else {
-    dpmd_debug("%s", c->name);
+    dpmd_debug("%s", k->name);
     c->run(&(call){.d = d, .models = models, .rq = rq, .to = to, .m = m});
   }
   dpm__request__free_unpacked(rq, NULL);

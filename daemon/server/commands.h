@@ -1,18 +1,20 @@
-/* The command table: the one place an RPC command is declared. Each row
- * holds the command's oneof case and name, its flags (names an existing
- * model; runs on the model's thread; mutating, so refused once the daemon
- * is stopping), the check of its arguments that needs no model, how to
- * read the model name from the request, and its handler: a function run on
- * the loop thread, or a job run on the model's thread (model.h).
+/* The command table: how dpmd handles each request of the command list
+ * (common/commands.h, where a command's name, oneof case and flags are
+ * declared: names an existing model; mutating, so refused once the daemon
+ * is stopping; sent to a fleet's shards by their coordinator only). Each
+ * row, keyed by the list, holds the check of the command's arguments that
+ * needs no model, how to read the model name from the request, and its
+ * handler: a function run on the loop thread, or a job run on the model's
+ * thread (model.h; a job's model must be named).
  *
  * Dispatch (dpmd_handle) goes through a row in this order, and the first
  * refusal is the answer: unknown command (DPM_UNSUPPORTED), a mutating
  * command while stopping (DPM_STATE), a model named but not registered or
  * ending (DPM_NOT_FOUND), for a model that is a shard of a job over several
- * daemons (server/fleet.h) the row's fleet flags (a command not done
- * across daemons yet: DPM_UNSUPPORTED; one the coordinator sends the whole
- * job, sent to another shard by anyone but the coordinator: DPM_STATE,
- * naming the coordinator), the argument check (its status and message);
+ * daemons (server/fleet.h) the command's fleet flag (one the coordinator
+ * sends the whole job, sent to another shard by anyone but the
+ * coordinator: DPM_STATE, naming the coordinator; forwarded without the
+ * job's secret: DPM_DENIED), the argument check (its status and message);
  * then the loop handler runs, or the job is posted to the model's queue.
  *
  * Fleet jobs: status and list at a job's coordinator are answered through
@@ -20,8 +22,8 @@
  * join, kv-set, kv-get and kv-fail are the daemons' own commands (fleet.h,
  * kv.h).
  *
- * Threads: the loop thread only (dpmd_command_name and dpmd_command_check
- * use no shared state: any thread). */
+ * Threads: the loop thread only (dpmd_command_name, dpmd_command_handled
+ * and dpmd_command_check use no shared state: any thread). */
 #ifndef DPMD_COMMANDS_H
 #define DPMD_COMMANDS_H
 
@@ -41,9 +43,11 @@ void dpmd_handle(dpmd *d, dpmd_registry *models, Dpm__Request *rq, dpmd_reply_to
  * closes once the registry is empty. A second call does nothing. */
 void dpmd_shutdown(dpmd *d, dpmd_registry *models);
 
-/* The command's name in the table ("get-blob"); "unknown" for a oneof case
- * without a row. */
+/* The command's name in the list ("get-blob"); "unknown" for a oneof case
+ * dpmd does not handle. */
 const char *dpmd_command_name(int command);
+/* Whether dpmd has a handler for the Request's oneof case `command`. */
+int dpmd_command_handled(int command);
 
 /* The row's argument check alone, for the command rq carries: what can be
  * judged without a model (train's iters, extract's format, inputs and

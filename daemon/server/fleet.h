@@ -35,7 +35,7 @@
  * DPMD_JOB_SECRET_BYTES random bytes (getrandom) and hands them to every
  * shard in its join. The commands it forwards to a shard (train, load,
  * sync) carry them, and a shard accepts the commands only its coordinator
- * may send (commands.c, FROM_COORDINATOR) only with them
+ * may send (DPM_CMDF_COORDINATOR, common/commands.h) only with them
  * (dpmd_fleet_from_coordinator, a constant-time comparison): `forwarded`
  * alone is a flag any client with the token can set. The secret lives in
  * the links only: no reply, log line, event or file shows it (spec.pb

@@ -3,7 +3,7 @@
  *
  * Every model has one thread of its own. It builds the trainer, trains in
  * chunks of progress_every steps, and between steps runs the jobs the loop
- * posts: the commands the table marks ON_MODEL (train, pause, resume,
+ * posts: the commands the table makes jobs (train, pause, resume,
  * checkpoint, load, sync, eval, extract-predictor, get-blob: the dpmd_job_*
  * functions below), and the model's end (delete, shutdown). A checkpoint or
  * get-blob during training therefore sees the state between two steps and

@@ -2,7 +2,9 @@
 #  1. dpmctl help VERB (and VERB --help) for every verb of the table: the
 #     usage, a description, each of the verb's options with its help, the
 #     global options, an example that parses; dpmctl help lists every verb
-#     with a summary.
+#     with a summary. dpmctl help and the bash completion name the verbs of
+#     the command list (common/commands.def), in its order, internal
+#     commands left out.
 #  2. dpmd --help and dpm-train --help: each flag with its help.
 #  3. A spec with op ReLU gets "did you mean 'Relu'"; --devices gpu:0 points
 #     at cuda:N; a mistyped command or option gets the nearest one.
@@ -14,6 +16,13 @@
 list=$(build/dpmctl help) || die "dpmctl help exited $?"
 verbs=$(echo "$list" | sed -n '/^commands:/,/^$/s/^  \([a-z-]*\)  *[a-z].*/\1/p')
 [ "$(echo "$verbs" | wc -l)" -ge 20 ] || die "dpmctl help lists too few commands: $list"
+# the list's verbs: each row's first string, rows joined up to the next one
+listed=$(awk '/^DPM_(REQUEST|LOCAL)\(/ { if (row) print row; row = $0; next }
+  row { row = row " " $0 } END { if (row) print row }' common/commands.def |
+  grep -v DPM_CMDF_INTERNAL | sed 's/^[^"]*"\([a-z-]*\)".*/\1/')
+expect "dpmctl help's commands" "$(echo $verbs)" "$(echo $listed)"
+completion=$(build/dpmctl --completion bash | sed -n "s/^  local verbs='\(.*\)'$/\1/p")
+expect "the completion's commands" "$completion" "$(echo $listed)"
 for v in $verbs; do
   h=$(build/dpmctl help "$v") || die "dpmctl help $v exited $?"
   expect "dpmctl $v --help" "$(build/dpmctl "$v" --help)" "$h"

@@ -153,11 +153,11 @@ static int dummy(struct ctl_ctx *ctx) {
 }
 
 static const ctl_verb VERBS[] = {
-    {"ping", "ping", 0, 0, 0, 0, dummy, 1, 0, .summary = ""},
-    {"status", "status [NAME]", 0, 1, 0, 0, dummy, 1, 0, .summary = ""},
-    {"train", "train NAME --iters N [--wait]", 1, 1, OPT(O_ITERS) | OPT(O_WAIT),
-     OPT(O_ITERS), dummy, 1, 0, .summary = ""},
-    {"load", "load NAME FILE", 2, 2, 0, 0, dummy, 1, 1, .summary = ""},
+    {&dpm_commands[DPM_CMD_PING], 0, 0, 0, 0, dummy, NULL},
+    {&dpm_commands[DPM_CMD_STATUS], 0, 1, 0, 0, dummy, NULL},
+    {&dpm_commands[DPM_CMD_TRAIN], 1, 1, OPT(O_ITERS) | OPT(O_WAIT), OPT(O_ITERS), dummy,
+     NULL},
+    {&dpm_commands[DPM_CMD_LOAD], 2, 2, 0, 0, dummy, NULL},
 };
 #define NV ((int)(sizeof VERBS / sizeof *VERBS))
 
