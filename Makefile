@@ -296,8 +296,8 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # Both first build what they need with TEST_JOBS jobs (default: the CPUs),
 # unless make itself was given -j: test-build has protoc-c write the
 # generated code once (its rule makes two files), then runs this make again
-# with -j and TEST_RUN=no, which builds the target's prerequisites and runs
-# no test.
+# with -j and TEST_RUN=no, which builds the target's prerequisites (the
+# ONNX virtualenv's pip install beside the compilers) and runs no test.
 # make check builds no ThreadSanitizer flavour and no GPU bundle: the
 # checks that need them (race, dpmd_restore_race, gpu-run, gpu-rehearsal:
 # tests/run.sh's NOT_QUICK) run in make test.
@@ -316,10 +316,10 @@ test-build: deps
 	$(if $(TEST_RUN)$(findstring -j,$(MAKEFLAGS)),@:,$(MAKE) $(PROTO_H) && \
 	  $(MAKE) -j$(or $(TEST_JOBS),$(TEST_CPUS)) TEST_RUN=no $(filter test check,$(MAKECMDGOALS)))
 
-test: deps onnx-venv test-build $(TEST_NEEDS)
+test: deps test-build onnx-venv $(TEST_NEEDS)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh)
 
-check: deps onnx-venv test-build $(CHECK_NEEDS) $(TEST_FUZZ_REPLAY)
+check: deps test-build onnx-venv $(CHECK_NEEDS) $(TEST_FUZZ_REPLAY)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh --quick)
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train
