@@ -1,6 +1,6 @@
 /* A served model: its thread, its job queue, training in chunks, and the
  * jobs that run between steps (the command table, commands.c, names them). */
-#include "server/model.h"
+#include "server/models/model.h"
 
 #include <limits.h>
 #include <math.h>
@@ -23,10 +23,10 @@
 #include "engine/workspace.h"
 #include "server/commands.h" /* DPMD_MAX_ITERS */
 #include "server/devices.h"
-#include "server/fleet.h"
+#include "server/fleet/fleet.h"
 #include "server/log.h"
+#include "server/models/store.h"
 #include "server/paths.h"
-#include "server/store.h"
 #include "train/trainer.h"
 
 typedef enum { JOB_REQUEST, JOB_DELETE, JOB_SHUTDOWN } job_kind;
