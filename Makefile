@@ -208,9 +208,9 @@ $(BUILD)/obj/common/%.o $(BUILD)/asan/common/%.o $(BUILD)/tsan/common/%.o: INC =
 $(BUILD)/tsan/tests/race/%.o: INC = -Iinclude -Idaemon -Itests/unit -I.
 
 # The ASan dpmd of the tests has test hooks (DPMD_TEST_GATE:
-# server/models/model.c); they do nothing unless the environment asks,
+# server/models/lifecycle.c); they do nothing unless the environment asks,
 # and build/dpmd has none.
-$(BUILD)/asan/daemon/server/models/model.o: ALL_CFLAGS += -DDPM_TEST_HOOKS
+$(BUILD)/asan/daemon/server/models/lifecycle.o: ALL_CFLAGS += -DDPM_TEST_HOOKS
 
 $(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
 	@mkdir -p $(dir $@)

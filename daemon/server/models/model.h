@@ -57,7 +57,13 @@
  * restarted coordinator brings the job back paused at its newest
  * checkpoint's iteration, with no trainer (nothing is loaded on one shard
  * alone); another shard drops its model and files (the coordinator
- * re-forms the job with it). */
+ * re-forms the job with it).
+ *
+ * Code: one job per file of daemon/server/models/, called one way
+ * (internal.h): the model's state and snapshot (model.c), its checkpoints
+ * (checkpoints.h), its part as a fleet job's shard (shard.h), resume and
+ * re-forming (reform.c), and its thread, queue, build, training and the
+ * other jobs (lifecycle.c). */
 #ifndef DPMD_MODEL_H
 #define DPMD_MODEL_H
 
