@@ -56,10 +56,10 @@ PROTO_H  := $(BUILD)/proto/dpm.pb-c.h
 # ONNX's message subset (proto/onnx.proto), for the predictor's ONNX export.
 ONNX_C   := $(BUILD)/proto/onnx.pb-c.c
 ONNX_H   := $(BUILD)/proto/onnx.pb-c.h
-ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/io/*.c daemon/comm/*.c \
-                          daemon/parallel/*.c daemon/backend/*.c daemon/backend/cpu/*.c \
-                          daemon/backend/fenced/*.c \
-                          daemon/train/*.c daemon/server/*.c)
+ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/predictor/*.c daemon/ops/*.c daemon/io/*.c \
+                          daemon/comm/*.c daemon/parallel/*.c daemon/backend/*.c \
+                          daemon/backend/cpu/*.c daemon/backend/fenced/*.c \
+                          daemon/train/*.c daemon/server/*.c daemon/server/*/*.c)
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC)) \
               $(wildcard daemon/*/*.cc daemon/*/*/*.cc)
 SPEC_SRC := $(wildcard common/*.c client/lib/*.c)
@@ -125,7 +125,7 @@ $(ONNX_C) $(ONNX_H): proto/onnx.proto | deps
 	protoc-c --c_out=$(BUILD) $<
 # The exporter includes the generated header (the other objects' order-only
 # prerequisite is dpm.pb-c.h).
-$(foreach v,obj asan tsan fuzz/obj,$(BUILD)/$(v)/daemon/engine/onnx_export.o): $(ONNX_H)
+$(foreach v,obj asan tsan fuzz/obj,$(BUILD)/$(v)/daemon/predictor/onnx_export.o): $(ONNX_H)
 
 $(BUILD)/obj/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
@@ -207,9 +207,10 @@ $(BUILD)/obj/client/%.o $(BUILD)/asan/client/%.o $(BUILD)/tsan/client/%.o: \
 $(BUILD)/obj/common/%.o $(BUILD)/asan/common/%.o $(BUILD)/tsan/common/%.o: INC = -Iinclude -I.
 $(BUILD)/tsan/tests/race/%.o: INC = -Iinclude -Idaemon -Itests/unit -I.
 
-# The ASan dpmd of the tests has test hooks (DPMD_TEST_GATE: server/model.c);
-# they do nothing unless the environment asks, and build/dpmd has none.
-$(BUILD)/asan/daemon/server/model.o: ALL_CFLAGS += -DDPM_TEST_HOOKS
+# The ASan dpmd of the tests has test hooks (DPMD_TEST_GATE:
+# server/models/lifecycle.c); they do nothing unless the environment asks,
+# and build/dpmd has none.
+$(BUILD)/asan/daemon/server/models/lifecycle.o: ALL_CFLAGS += -DDPM_TEST_HOOKS
 
 $(BUILD)/tests/unit: $(TEST_OBJ) $(BUILD)/libdpm-asan.a
 	@mkdir -p $(dir $@)
@@ -241,9 +242,10 @@ $(BUILD)/bench/gloo: $(BUILD)/obj/bench/gloo_bare.o
 DPM_VERSION := $(shell sed -n 's/^.define DPM_VERSION "\([^"]*\)".*/\1/p' include/dpm/protocol.h)
 DPM_SOMAJOR := $(firstword $(subst ., ,$(DPM_VERSION)))
 CLIENT_LIB_SRC  := $(wildcard client/lib/*.c common/*.c) $(PROTO_C)
-PREDICT_LIB_SRC := $(filter-out daemon/engine/predictor_extract.c daemon/engine/onnx_export.c, \
-                     $(wildcard daemon/engine/*.c daemon/ops/*.c daemon/backend/*.c \
-                                daemon/backend/cpu/*.c)) \
+PREDICT_LIB_SRC := $(filter-out daemon/predictor/predictor_extract.c \
+                                daemon/predictor/onnx_export.c, \
+                     $(wildcard daemon/engine/*.c daemon/predictor/*.c daemon/ops/*.c \
+                                daemon/backend/*.c daemon/backend/cpu/*.c)) \
                    daemon/comm/comm.c daemon/comm/local.c common/status.c common/file.c \
                    common/escape.c common/device.c common/suggest.c $(PROTO_C)
 CLIENT_LIB_PKGS  := libprotobuf-c nanomsg yaml-0.1 zlib

@@ -17,7 +17,7 @@ enum {
   DPM_CMDF_MUTATING = 2,    /* refused once the daemon is stopping */
   /* On a model that is one shard of a job over several daemons: refused at
    * shards but 0 unless the job's coordinator sent it (forwarded with the
-   * job's secret, daemon/server/fleet.h): the coordinator acts on the whole
+   * job's secret, daemon/server/fleet/fleet.h): the coordinator acts on the whole
    * job. */
   DPM_CMDF_COORDINATOR = 4,
   /* No dpmctl verb: the daemons send it each other, or the client library

@@ -1,7 +1,7 @@
 /* The request/reply core of dpm's RPC: one Request to a dpmd, one Response
  * back, over a raw nanomsg REQ socket (proto/dpm.proto). Shared by design:
  * the client library (include/dpm/client.h, client/lib/) is a thin layer
- * over it, and dpmd calls its peer daemons with it (daemon/server/peer.h).
+ * over it, and dpmd calls its peer daemons with it (daemon/server/fleet/peer.h).
  *
  * The semantics are those include/dpm/client.h documents for dpm_client_*:
  * a request is never sent twice; answers are matched by id and answers to

@@ -3,16 +3,17 @@
 # everything else copies through dpm_tensor_read/_write and the backend.
 # Kernels live under daemon/backend/ (the CPU's in daemon/backend/cpu/) and
 # are not checked. Grep-level: in the ops' semantics (daemon/ops/: shapes
-# and graphs only), the engine, trainer, server, step plans and I/O, outside
-# the files that are the backend's side of the seam (tensor.c, workspace.c,
-# exec.c: allocation and binding; predictor.c: the host predictor runtime;
-# checkpoint.c: host tensors handed to it), no line may read a tensor's data
-# (t->data, x->data, .t.data, ->t.data, dpm_f32/i32/i64()), unless it only
+# and graphs only), the engine, predictor, trainer, server, step plans and
+# I/O, outside the files that are the backend's side of the seam
+# (tensor.c, workspace.c, exec.c: allocation and binding; predictor.c: the
+# host predictor runtime; checkpoint.c: host tensors handed to it), no
+# line may read a tensor's data (t->data, x->data, .t.data, ->t.data,
+# dpm_f32/i32/i64()), unless it only
 # passes or tests the pointer and says so ("pointer only"). The fenced
 # backend catches at run time what this misses. Exits 1 naming each line.
 cd "$(dirname "$0")/.." || exit 2
-files=$(ls daemon/ops/*.c daemon/engine/*.c daemon/train/*.c daemon/server/*.c \
-  daemon/parallel/*.c daemon/io/*.c |
+files=$(ls daemon/ops/*.c daemon/engine/*.c daemon/predictor/*.c daemon/train/*.c \
+  daemon/server/*.c daemon/server/*/*.c daemon/parallel/*.c daemon/io/*.c |
   grep -vE '/(tensor|workspace|exec|predictor|checkpoint)\.c$')
 # shellcheck disable=SC2086 # file list: split intended
 bad=$(grep -nE '(\.|->)t(\.|->)data\b|\bdpm_(f32|i32|i64)\(' $files | grep -v 'pointer only'

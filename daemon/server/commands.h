@@ -11,14 +11,14 @@
  * refusal is the answer: unknown command (DPM_UNSUPPORTED), a mutating
  * command while stopping (DPM_STATE), a model named but not registered or
  * ending (DPM_NOT_FOUND), for a model that is a shard of a job over several
- * daemons (server/fleet.h) the command's fleet flag (one the coordinator
+ * daemons (server/fleet/fleet.h) the command's fleet flag (one the coordinator
  * sends the whole job, sent to another shard by anyone but the
  * coordinator: DPM_STATE, naming the coordinator; forwarded without the
  * job's secret: DPM_DENIED), the argument check (its status and message);
  * then the loop handler runs, or the job is posted to the model's queue.
  *
  * Fleet jobs: status and list at a job's coordinator are answered through
- * the gatherer (server/gather.h), which asks every other shard first;
+ * the gatherer (server/fleet/gather.h), which asks every other shard first;
  * join, kv-set, kv-get and kv-fail are the daemons' own commands (fleet.h,
  * kv.h).
  *
@@ -28,7 +28,7 @@
 #define DPMD_COMMANDS_H
 
 #include "server/dpmd.h"
-#include "server/registry.h"
+#include "server/models/registry.h"
 
 #define DPMD_MAX_ITERS                                                                   \
   (1ull << 40) /* train --iters, and --epochs once turned into steps */

@@ -7,11 +7,11 @@
  * answers and events take to the loop, the sockets they leave by, request
  * counters, the stopping flag) is dpmd.c's own, reached only through the
  * functions below, each of which names the threads it may be called from.
- * The model registry is not here: it is the loop's (server/registry.h), and
+ * The model registry is not here: it is the loop's (server/models/registry.h), and
  * model threads never touch it.
  *
  * Threads: the loop thread runs the command table (server/commands.h); each
- * model has a thread that runs the jobs posted to it (server/model.h). A
+ * model has a thread that runs the jobs posted to it (server/models/model.h). A
  * model thread answers requests and publishes events only through
  * dpmd_reply, dpmd_reply_error and dpmd_publish, which queue the bytes under
  * a lock and wake the loop (uv_async_send coalesces: the loop drains the
@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "dpm/protocol.h"
-#include "dpm/wire.h"   /* dpm_status_to_wire */
+#include "dpm/wire.h" /* dpm_status_to_wire */
 #include "proto/dpm.pb-c.h"
 #include "server/config.h"
 
@@ -47,10 +47,10 @@ typedef struct dpmd {
   struct dpmd_kv *kv;             /* the rendezvous store it serves; any thread (kv.h) */
   struct dpmd_gather *gather;     /* asks fleet jobs' shards for status (gather.h) */
   struct dpmd_stream *stream;     /* events through the request socket (stream.h); loop */
-  struct dpm_data_cache *data;    /* every model's data sets (io/datacache.h); any thread */
-  uint64_t instance;              /* random per start: clients notice a restart */
-  double started;                 /* CLOCK_REALTIME seconds */
-  dpmd_core *core;                /* dpmd.c's: through the functions below only */
+  struct dpm_data_cache *data; /* every model's data sets (io/datacache.h); any thread */
+  uint64_t instance;           /* random per start: clients notice a restart */
+  double started;              /* CLOCK_REALTIME seconds */
+  dpmd_core *core;             /* dpmd.c's: through the functions below only */
 } dpmd;
 
 /* Where a Response goes: the raw REP socket's header of the request (a

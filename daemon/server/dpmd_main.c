@@ -32,10 +32,10 @@
 #include "server/dpmd.h"
 #include "server/help.h"
 #include "server/log.h"
+#include "server/models/store.h"
 #include "server/notify.h"
 #include "server/paths.h"
 #include "server/server.h"
-#include "server/store.h"
 
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN); /* first: every thread inherits it (see Signals) */
@@ -56,7 +56,8 @@ int main(int argc, char **argv) {
   dpmd_config cfg;
   dpm_err err = {0};
   if (dpmd_config_load(dpmd_config_flag_path(argc, argv), &cfg, &err) ||
-      dpmd_config_flags(&cfg, argc - 1, argv + 1, &err) || dpmd_config_finish(&cfg, &err)) {
+      dpmd_config_flags(&cfg, argc - 1, argv + 1, &err) ||
+      dpmd_config_finish(&cfg, &err)) {
     fprintf(stderr, "dpmd: %s\n", err.msg);
     if (err.code != DPM_IO) dpmd_usage(stderr);
     dpmd_config_fini(&cfg);

@@ -11,8 +11,8 @@
 #include "backend/device.h"
 #include "io/datacache.h"
 #include "server/devices.h"
-#include "server/kv.h"
-#include "server/model.h"
+#include "server/fleet/kv.h"
+#include "server/models/model.h"
 
 typedef struct text {
   char *buf;
@@ -103,7 +103,8 @@ static void device_memory(text *t) {
         "dpmd_device_memory_bytes{device=\"%s\",state=\"cached\"} %llu\n",
         names[i], (unsigned long long)st[i].in_use, names[i],
         (unsigned long long)st[i].cached);
-  head(t, "dpmd_device_memory_peak_bytes", "gauge", "The most device memory in use at once.");
+  head(t, "dpmd_device_memory_peak_bytes", "gauge",
+       "The most device memory in use at once.");
   for (int i = 0; i < n; i++)
     put(t, "dpmd_device_memory_peak_bytes{device=\"%s\"} %llu\n", names[i],
         (unsigned long long)st[i].peak);
@@ -133,7 +134,8 @@ static void data_cache(text *t, const dpmd *d) {
       "dpmd_data_cache_files{state=\"idle\"} %llu\n",
       (unsigned long long)st.held_entries,
       (unsigned long long)(st.entries - st.held_entries));
-  head(t, "dpmd_data_cache_limit_bytes", "gauge", "The data cache's bound (data_cache_bytes).");
+  head(t, "dpmd_data_cache_limit_bytes", "gauge",
+       "The data cache's bound (data_cache_bytes).");
   put(t, "dpmd_data_cache_limit_bytes %llu\n", (unsigned long long)st.max_bytes);
   head(t, "dpmd_data_cache_lookups_total", "counter",
        "Data files asked of the cache: found (hit), or read from disk (miss).");

@@ -3,7 +3,7 @@
  * caching allocator (memory in use, cached and at peak; allocations served
  * from the cache or the device), requests by command and status, requests
  * dropped undecoded, what the rendezvous store holds (formations, keys,
- * bytes: server/kv.h), and per model its iteration, loss, images/s, step
+ * bytes: server/fleet/kv.h), and per model its iteration, loss, images/s, step
  * time, tensor bytes and memory bytes (from each model's snapshot; a model
  * without a value has no line).
  *
@@ -12,7 +12,7 @@
 #define DPMD_METRICS_H
 
 #include "server/dpmd.h"
-#include "server/registry.h"
+#include "server/models/registry.h"
 
 /* The text (malloc'd; the caller frees it), or NULL when out of memory.
  * command_name labels the request counters by command (their oneof case):

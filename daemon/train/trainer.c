@@ -13,9 +13,9 @@
 #include "common/err.h"
 #include "common/escape.h"
 #include "common/idx.h"
-#include "engine/onnx_export.h"
-#include "engine/predictor_extract.h"
 #include "engine/rng.h"
+#include "predictor/onnx_export.h"
+#include "predictor/predictor_extract.h"
 
 /* A grant holds as many steps as take about GRANT_MS at the last step's
  * pace, 1 to GRANT_MAX, never more than shard 0's call has left: the

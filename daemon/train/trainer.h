@@ -231,7 +231,7 @@ dpm_status dpm_trainer_export_predictor(dpm_trainer *t, const char *const *input
                                         const struct dpm_fs *fs, const char *dir,
                                         dpm_err *err);
 /* The same in `format`: "dpm" (or NULL) writes dir/predictor.pb as above,
- * "onnx" dir/model.onnx only (engine/onnx_export.h); any other format is
+ * "onnx" dir/model.onnx only (predictor/onnx_export.h); any other format is
  * DPM_UNSUPPORTED, naming it. */
 dpm_status dpm_trainer_export_format(dpm_trainer *t, const char *format,
                                      const char *const *inputs, int n_in,

@@ -4,7 +4,7 @@
  * need no model (paths' form against a real dpmd_paths, overrides moved
  * into a submitted spec, the model name, a join's shard), then, for a
  * submit or a join, the spec's validation (common/validate.h); a kv-set,
- * kv-get or kv-fail goes to a rendezvous store (server/kv.h) with one open
+ * kv-get or kv-fail goes to a rendezvous store (server/fleet/kv.h) with one open
  * formation, "f", which is made afresh every 4096 requests. No file is
  * opened. */
 #include <stdlib.h>
@@ -13,7 +13,7 @@
 #include "common/validate.h"
 #include "fuzz.h"
 #include "server/commands.h"
-#include "server/kv.h"
+#include "server/fleet/kv.h"
 #include "server/paths.h"
 #include "server/request.h"
 
@@ -77,7 +77,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   st = dpmd_command_check(paths(), rq, &err);
   if (!st && rq->command_case == DPM__REQUEST__COMMAND_SUBMIT) {
     const Dpm__ModelSpec *s = rq->submit->spec;
-    FUZZ_CHECK(s->parallel && s->parallel->n_devices >= 1 && dpm_model_name_valid(s->name));
+    FUZZ_CHECK(s->parallel && s->parallel->n_devices >= 1 &&
+               dpm_model_name_valid(s->name));
     st = dpm_spec_validate(s, &err);
   }
   if (!st && rq->command_case == DPM__REQUEST__COMMAND_JOIN) {

@@ -14,12 +14,12 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "engine/exec.h"
-#include "engine/model.h"
-#include "engine/predictor_extract.h"
-#include "io/checkpoint.h"
 #include "common/idx.h"
 #include "common/spec.h"
+#include "engine/exec.h"
+#include "engine/model.h"
+#include "io/checkpoint.h"
+#include "predictor/predictor_extract.h"
 
 #define DATASET "/usr/share/datasets/fashion-mnist/"
 

@@ -1,4 +1,4 @@
-/* A fleet job's link without the network (server/fleet.h): the
+/* A fleet job's link without the network (server/fleet/fleet.h): the
  * coordinator's link (a fresh formation each time, the spec given a
  * rendezvous section), the checks of a join (every inconsistency refused
  * by name), and the trainer's options on each shard (the store in
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "common/validate.h"
-#include "server/fleet.h"
-#include "server/kv.h"
+#include "server/fleet/fleet.h"
+#include "server/fleet/kv.h"
 #include "test.h"
 
 /* A spec of name over shards endpoints; free with dpm__model_spec__free_unpacked. */

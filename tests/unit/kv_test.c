@@ -1,4 +1,4 @@
-/* The coordinator's rendezvous store (server/kv.h): formations as
+/* The coordinator's rendezvous store (server/fleet/kv.h): formations as
  * namespaces (a key of one is not another's; a formation not open refuses
  * both set and get; dropping one removes its keys and wakes its waiters),
  * set-once semantics, "not yet" answers, every bound (key length, value
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "server/kv.h"
+#include "server/fleet/kv.h"
 #include "test.h"
 
 static double now_ms(void) {

@@ -19,9 +19,9 @@
 
 #include "comm/comm.h"
 #include "common/file.h"
+#include "server/models/store.h"
 #include "server/paths.h"
 #include "server/request.h"
-#include "server/store.h"
 #include "test.h"
 #include "testfile.h"
 

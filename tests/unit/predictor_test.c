@@ -13,7 +13,7 @@
 #include "dpm/predictor.h"
 #include "engine/exec.h"
 #include "engine/model.h"
-#include "engine/predictor_extract.h"
+#include "predictor/predictor_extract.h"
 #include "test.h"
 #include "testfile.h"
 

@@ -1,8 +1,8 @@
-/* The model registry (server/registry.h) as a container: the models are
+/* The model registry (server/models/registry.h) as a container: the models are
  * stand-in pointers, never dereferenced. */
 #include <stdint.h>
 
-#include "server/registry.h"
+#include "server/models/registry.h"
 #include "test.h"
 
 static struct dpmd_model *fake(int i) {

@@ -7,7 +7,7 @@
  * nothing there. The redis kind runs against a redis-server of its own
  * when one is installed (skipped otherwise), and against a server that
  * answers something else. The callback kind runs on dpmd's in-process
- * store (server/kv.h), as the coordinator's shard uses it. */
+ * store (server/fleet/kv.h), as the coordinator's shard uses it. */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,7 +23,7 @@
 
 #include "comm/store.h"
 #include "server/config.h"
-#include "server/kv.h"
+#include "server/fleet/kv.h"
 #include "server/paths.h"
 #include "test.h"
 

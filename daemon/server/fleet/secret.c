@@ -1,5 +1,5 @@
 /* Secrets (secret.h): getrandom(2) and a constant-time comparison. */
-#include "server/secret.h"
+#include "server/fleet/secret.h"
 
 #include <errno.h>
 #include <sys/random.h>

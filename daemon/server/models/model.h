@@ -26,7 +26,7 @@
  * interrupted a run, DIR/target (store.h): restored, the model is paused
  * at its newest checkpoint and `resume` finishes that run.
  *
- * A job over several daemons (server/fleet.h): the model is one shard of
+ * A job over several daemons (server/fleet/fleet.h): the model is one shard of
  * it and holds the job's link. The coordinator's model forms the job on its
  * thread before it builds its trainer (the submit is answered once the
  * whole job has met at the rendezvous and built, or failed); train, pause,
@@ -57,7 +57,13 @@
  * restarted coordinator brings the job back paused at its newest
  * checkpoint's iteration, with no trainer (nothing is loaded on one shard
  * alone); another shard drops its model and files (the coordinator
- * re-forms the job with it). */
+ * re-forms the job with it).
+ *
+ * Code: one job per file of daemon/server/models/, called one way
+ * (internal.h): the model's state and snapshot (model.c), its checkpoints
+ * (checkpoints.h), its part as a fleet job's shard (shard.h), resume and
+ * re-forming (reform.c), and its thread, queue, build, training and the
+ * other jobs (lifecycle.c). */
 #ifndef DPMD_MODEL_H
 #define DPMD_MODEL_H
 
@@ -78,7 +84,7 @@ typedef struct dpmd_model dpmd_model;
 
 /* Starts a model: takes ownership of spec (name and devices already
  * applied; spec->name is the model's name) and of fleet (its shard of a job
- * over several daemons, server/fleet.h; NULL for a job of this daemon
+ * over several daemons, server/fleet/fleet.h; NULL for a job of this daemon
  * alone) and begins building it on its thread. restore: bring it back from
  * its directory (last good checkpoint, paused) instead of answering a
  * submit; then `to` is NULL. The model answers `to` (may be NULL: a shard
@@ -126,7 +132,7 @@ typedef struct dpmd_info_buf {
 } dpmd_info_buf;
 /* Snapshot of the model into info (strings point into buf or into the
  * model's immutable spec; a fleet job's shard_id, num_shards and
- * coordinator, never its shards: server/gather.h). Any thread. */
+ * coordinator, never its shards: server/fleet/gather.h). Any thread. */
 void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf);
 /* Answer `to` with the model's snapshot. Any thread. */
 void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to);

@@ -1,4 +1,4 @@
-/* dpmd's calls to other daemons: the peers of a fleet job (server/fleet.h),
+/* dpmd's calls to other daemons: the peers of a fleet job (server/fleet/fleet.h),
  * over the same RPC clients use (common/rpc.h: never resent, liveness
  * pings, bounded by a timeout).
  *
@@ -14,7 +14,7 @@
  * are escaped.
  *
  * Threads: a call waits for the network, so never on the loop thread: a
- * model's thread or the fleet's gatherer (server/gather.h). A dpmd_peer is
+ * model's thread or the fleet's gatherer (server/fleet/gather.h). A dpmd_peer is
  * used by one thread at a time.
  *
  * Errors: the transport's (DPM_TIMEOUT, DPM_IO, DPM_CORRUPT) with "cannot
@@ -27,7 +27,7 @@
 #include "server/dpmd.h"
 
 /* A connection's timeout until a call sets its own (every call does: the
- * fleet's are bounded by the job's timeout, server/fleet.h). */
+ * fleet's are bounded by the job's timeout, server/fleet/fleet.h). */
 #define DPMD_PEER_TIMEOUT_MS 10000
 
 typedef struct dpmd_peer dpmd_peer;

@@ -1,6 +1,6 @@
 /* The model registry (registry.h): an array of (name, model), searched by
  * name; max_models keeps it short. */
-#include "server/registry.h"
+#include "server/models/registry.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -33,7 +33,8 @@ int dpmd_store_model_dir(const char *state_dir, const char *name, char *buf, siz
 /* DIR/checkpoints/ckpt-ITER.dpmckpt into buf; -1 if it does not fit. */
 int dpmd_store_checkpoint_path(const char *dir, uint64_t iter, char *buf, size_t n);
 /* Creates DIR and DIR/checkpoints and writes DIR/spec.pb atomically. */
-dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm_err *err);
+dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec,
+                                dpm_err *err);
 /* Reads DIR/spec.pb (caller frees with dpm_spec_free). */
 dpm_status dpmd_store_load_spec(const char *dir, Dpm__ModelSpec **out, dpm_err *err);
 /* The iterations of DIR's checkpoints, newest first; returns how many
@@ -54,7 +55,7 @@ void dpmd_store_retain(const char *dir, int keep, uint64_t written);
  * is none or it is unreadable. */
 dpm_status dpmd_store_save_target(const char *dir, uint64_t target, dpm_err *err);
 uint64_t dpmd_store_take_target(const char *dir);
-/* DIR/shard: which shard of a fleet job (server/fleet.h) the model is.
+/* DIR/shard: which shard of a fleet job (server/fleet/fleet.h) the model is.
  * save writes it (atomically); load returns it, or -1 when there is none or
  * it is unreadable. */
 dpm_status dpmd_store_save_shard(const char *dir, int shard, dpm_err *err);

@@ -1,5 +1,5 @@
 /* ONNX export of a predictor: the ops of an extracted PredictorDef
- * (engine/predictor_extract.h) written as an ONNX model (IR version 8,
+ * (predictor/predictor_extract.h) written as an ONNX model (IR version 8,
  * opset 17 of the default domain) with protobuf-c code generated from
  * proto/onnx.proto.
  *
@@ -75,8 +75,8 @@ dpm_status dpm_onnx_from_predictor(const uint8_t *def, size_t def_len, uint8_t *
  * creating dir when missing. Only model.onnx is written. */
 struct dpm_fs;
 dpm_status dpm_onnx_export(const dpm_model *m, const dpm_workspace *ws,
-                           const char *const *inputs, int n_in, const char *const *outputs,
-                           int n_out, const struct dpm_fs *fs, const char *dir,
-                           dpm_err *err);
+                           const char *const *inputs, int n_in,
+                           const char *const *outputs, int n_out, const struct dpm_fs *fs,
+                           const char *dir, dpm_err *err);
 
 #endif

@@ -1,6 +1,6 @@
 /* Shards' status off the loop thread (gather.h): a queue of packed
  * answers and one worker that completes and sends them. */
-#include "server/gather.h"
+#include "server/fleet/gather.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -9,8 +9,8 @@
 
 #include "common/clock.h"
 #include "common/escape.h"
+#include "server/fleet/peer.h"
 #include "server/log.h"
-#include "server/peer.h"
 
 #define MAX_STATE 32 /* a shard's state name, as kept */
 

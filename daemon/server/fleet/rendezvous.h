@@ -1,7 +1,7 @@
 /* Which rendezvous stores a fleet job may meet through on this daemon: the
  * spec's parallel.rendezvous.store against the config's rendezvous_stores.
  *
- *   daemon             the coordinator's own store (server/kv.h)
+ *   daemon             the coordinator's own store (server/fleet/kv.h)
  *   file               file:///DIR, where DIR is a path a client's files may
  *                      take (server/paths.h: under the state dir or an
  *                      allowed path, not in the state dir's models/). The

@@ -1,7 +1,7 @@
 /* The coordinator's rendezvous store (kv.h): formations in a fixed table,
  * each a growing array of entries searched in order (a formation holds a
  * few keys per shard), one mutex and one condition variable. */
-#include "server/kv.h"
+#include "server/fleet/kv.h"
 
 #include <errno.h>
 #include <pthread.h>

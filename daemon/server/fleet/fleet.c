@@ -1,6 +1,6 @@
 /* A fleet job's link (fleet.h): forming at the coordinator, the trainer's
  * options on every shard, and what the coordinator forwards. */
-#include "server/fleet.h"
+#include "server/fleet/fleet.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -11,12 +11,12 @@
 #include "common/escape.h"
 #include "common/file.h"
 #include "common/validate.h"
-#include "server/kv.h"
-#include "server/kvpeer.h"
+#include "server/fleet/kv.h"
+#include "server/fleet/kvpeer.h"
+#include "server/fleet/peer.h"
+#include "server/fleet/rendezvous.h"
+#include "server/fleet/secret.h"
 #include "server/log.h"
-#include "server/peer.h"
-#include "server/rendezvous.h"
-#include "server/secret.h"
 
 #define DEFAULT_TIMEOUT_MS 60000 /* a Rendezvous message's default timeout_ms */
 

@@ -1,7 +1,7 @@
 /* ExtractPredictorNet: the model's test net cut down to the ops that compute
  * the outputs from the inputs, packed as a PredictorDef with the parameters
  * it reads, and written atomically. */
-#include "engine/predictor_extract.h"
+#include "predictor/predictor_extract.h"
 
 #include <errno.h>
 #include <fcntl.h>

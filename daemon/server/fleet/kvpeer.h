@@ -1,4 +1,4 @@
-/* The coordinator's rendezvous store (server/kv.h) seen from another shard
+/* The coordinator's rendezvous store (server/fleet/kv.h) seen from another shard
  * of the job: a dpm_comm_store (comm/comm.h) whose set and get are kv-set
  * and kv-get calls to the coordinating daemon, for one formation.
  *
@@ -10,7 +10,7 @@
  * a call on a sliver of time).
  *
  * Errors: the coordinator's refusals and transport failures come back as
- * they are (server/peer.h), with the key named; a formation the
+ * they are (server/fleet/peer.h), with the key named; a formation the
  * coordinator no longer has (the job was deleted or failed to form) is
  * DPM_NOT_FOUND at once, so a shard stops waiting when its coordinator gave
  * up; DPM_TIMEOUT when the key was not set in time; DPM_CORRUPT for a

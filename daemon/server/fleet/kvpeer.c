@@ -1,6 +1,6 @@
 /* The coordinator's store over RPC (kvpeer.h): kv-set, and kv-get polled
  * with a doubling backoff until the get's deadline. */
-#include "server/kvpeer.h"
+#include "server/fleet/kvpeer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +8,8 @@
 
 #include "common/clock.h"
 #include "common/escape.h"
-#include "server/kv.h"
-#include "server/peer.h"
+#include "server/fleet/kv.h"
+#include "server/fleet/peer.h"
 
 struct dpmd_kvpeer {
   dpm_comm_store store; /* ctx: this struct */

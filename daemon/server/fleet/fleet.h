@@ -2,7 +2,7 @@
  * them, one shard per daemon, each running the spec's devices. The daemon
  * that takes the submit must be shards[0]: it coordinates the job as
  * shard 0 and serves the rendezvous store when the spec's store is
- * "daemon" (server/kv.h). A model of such a job holds a link (this file):
+ * "daemon" (server/fleet/kv.h). A model of such a job holds a link (this file):
  * its shard, the job's formation and the store its trainer meets the other
  * shards through.
  *
@@ -19,7 +19,7 @@
  * endpoint, the job's secret). A daemon accepts a join once it has checked the spec and
  * started building its shard (commands.c, "join"); the shards' trainers
  * then meet at the rendezvous, the coordinator's in process
- * (dpmd_kv_local), the others' over RPC (server/kvpeer.h) or through the
+ * (dpmd_kv_local), the others' over RPC (server/fleet/kvpeer.h) or through the
  * spec's Redis or file store. A join refused, or a daemon that cannot be
  * reached, fails the forming, naming the shard and its endpoint; so does
  * the coordinator's own shard failing to build (the rendezvous timed out,
@@ -48,7 +48,7 @@
  * shard (dpmd_fleet_train: each must stand at the coordinator's iteration),
  * delete at the coordinator deletes every shard and drops the formation
  * (dpmd_fleet_delete), status and list at the coordinator ask every shard
- * (server/gather.h). Periodic and shutdown checkpoints are shard 0's alone
+ * (server/fleet/gather.h). Periodic and shutdown checkpoints are shard 0's alone
  * (dpmd_fleet_checkpoints). Stops are agreed in band by the trainers
  * (train/trainer.h, dpm_trainer_stop; model.c decides when): pause at the
  * coordinator stops every shard at one iteration, resume there is a train
@@ -60,7 +60,7 @@
  * while it runs its part (dpmd_fleet_forward_begin/end). Re-forming
  * (resume at the coordinator: dpmd_fleet_delete of the old job, a new link
  * from dpmd_fleet_coordinate, dpmd_fleet_form) and restarts are the
- * model's (server/model.h); the elastic batch rule is here
+ * model's (server/models/model.h); the elastic batch rule is here
  * (dpmd_fleet_elastic_batch).
  *
  * Bounds: every call to another daemon of the job (the check of
@@ -152,7 +152,7 @@ dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *sp
  * confined file access, its directory made through it here; the
  * formation; the interface) and
  * opt->comm_timeout_ms (the rendezvous timeout). A store this daemon does
- * not allow (server/rendezvous.h) is DPM_DENIED. The stores stay open in l
+ * not allow (server/fleet/rendezvous.h) is DPM_DENIED. The stores stay open in l
  * for as long as the trainer lives. */
 dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
                               const Dpm__ModelSpec *spec, dpm_trainer_options *opt,

@@ -1,5 +1,5 @@
 /* dpmd's state directory: specs, checkpoint names, retention, removal. */
-#include "server/store.h"
+#include "server/models/store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,13 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/validate.h"
 #include "common/file.h"
 #include "common/spec.h"
+#include "common/validate.h"
 
 #define MAX_SPEC_FILE (64u << 20)
 
@@ -50,7 +50,8 @@ dpm_status dpmd_store_init(const char *state_dir, dpm_err *err) {
   return dpm_mkdirs(path, 0750, err);
 }
 
-dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec, dpm_err *err) {
+dpm_status dpmd_store_save_spec(const char *dir, const Dpm__ModelSpec *spec,
+                                dpm_err *err) {
   char path[PATH_MAX];
   if (fits(snprintf(path, sizeof path, "%s/checkpoints", dir), sizeof path))
     return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);

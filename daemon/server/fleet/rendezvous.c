@@ -1,12 +1,12 @@
 /* The rendezvous stores a spec may name here (rendezvous.h). */
-#include "server/rendezvous.h"
+#include "server/fleet/rendezvous.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "common/escape.h"
 #include "server/config.h"
-#include "server/fleet.h"
+#include "server/fleet/fleet.h"
 #include "server/paths.h"
 
 /* The config's entry that allows store: "daemon", "file" for file:///...,

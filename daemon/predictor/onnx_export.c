@@ -1,8 +1,8 @@
-/* ONNX export (engine/onnx_export.h): a PredictorDef's ops rebuilt as a
+/* ONNX export (predictor/onnx_export.h): a PredictorDef's ops rebuilt as a
  * dpm_net for their shapes, then written op by op as ONNX nodes through a
  * table of emitters; every allocation of the ModelProto lives in one pool
  * freed after packing. */
-#include "engine/onnx_export.h"
+#include "predictor/onnx_export.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,8 +14,8 @@
 #include "dpm/predictor.h"
 #include "engine/dtype_wire.h"
 #include "engine/net.h"
-#include "engine/predictor_extract.h"
 #include "engine/strmap.h"
+#include "predictor/predictor_extract.h"
 #include "proto/dpm.pb-c.h"
 #include "proto/onnx.pb-c.h"
 
@@ -33,20 +33,20 @@ typedef struct ox {
   dpm_err *err;
   Dpm__PredictorDef *d;
   dpm_net net;
-  dpm_shapes s1, s2;   /* shapes at batch 1 and 2 */
-  dpm_strmap names;    /* every ONNX value name taken */
-  dpm_strmap writes;   /* blob -> how many ops write it */
-  dpm_strmap cur;      /* blob -> index in curv */
-  const char **curv;   /* the ONNX name holding the blob now; NULL: hidden */
-  int *seen;           /* per curv entry: writes so far */
+  dpm_shapes s1, s2; /* shapes at batch 1 and 2 */
+  dpm_strmap names;  /* every ONNX value name taken */
+  dpm_strmap writes; /* blob -> how many ops write it */
+  dpm_strmap cur;    /* blob -> index in curv */
+  const char **curv; /* the ONNX name holding the blob now; NULL: hidden */
+  int *seen;         /* per curv entry: writes so far */
   int n_cur, cap_cur;
-  void **pool;         /* every allocation of the message */
+  void **pool; /* every allocation of the message */
   size_t n_pool, cap_pool;
   Onnx__NodeProto **node;
   size_t n_node, cap_node;
   Onnx__TensorProto **init;
   size_t n_init, cap_init;
-  int op;              /* the op being written (1-based), for messages and names */
+  int op; /* the op being written (1-based), for messages and names */
 } ox;
 
 static void *grow(void *v, size_t *cap, size_t n, size_t size) {
@@ -121,7 +121,8 @@ static int is_input(const ox *x, const char *blob) {
 static const char *use(ox *x, const char *blob) {
   int i = dpm_strmap_get(&x->cur, blob);
   if (i < 0) {
-    dpm_errf(x->err, DPM_CORRUPT, "op #%d reads '%s', which nothing computed", x->op, blob);
+    dpm_errf(x->err, DPM_CORRUPT, "op #%d reads '%s', which nothing computed", x->op,
+             blob);
     return NULL;
   }
   if (!x->curv[i])
@@ -191,7 +192,8 @@ static dpm_status attr_i(ox *x, Onnx__NodeProto *n, const char *name, int64_t i)
 }
 
 static dpm_status attr_f(ox *x, Onnx__NodeProto *n, const char *name, float f) {
-  Onnx__AttributeProto *a = attr(x, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  Onnx__AttributeProto *a =
+      attr(x, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
   if (!a) return x->err->code;
   a->has_f = 1;
   a->f = f;
@@ -292,8 +294,8 @@ static dpm_status emit_conv(ox *x, const emit_ctx *c) {
   Onnx__NodeProto *n = node(x, "Conv", c->n->n_in, c->iv, c->out);
   if (!n || attr_ints(x, n, "kernel_shape", 2, arg_i(c->n, "kernel")) ||
       attr_ints(x, n, "strides", 2, arg_i(c->n, "stride")) ||
-      attr_ints(x, n, "pads", 4, arg_i(c->n, "pad")) || attr_ints(x, n, "dilations", 2, 1) ||
-      attr_i(x, n, "group", 1))
+      attr_ints(x, n, "pads", 4, arg_i(c->n, "pad")) ||
+      attr_ints(x, n, "dilations", 2, 1) || attr_i(x, n, "group", 1))
     return x->err->code;
   return DPM_OK;
 }
@@ -434,8 +436,9 @@ static dpm_status rebuild(ox *x) {
     if (!def)
       return dpm_errf(x->err, DPM_UNSUPPORTED, "op #%zu (%s) has no ONNX form", j + 1,
                       o->type);
-    dpm_node *n = dpm_net_add(&x->net, def, (int)o->n_input, (const char *const *)o->input,
-                              (int)o->n_output, (const char *const *)o->output, x->err);
+    dpm_node *n =
+        dpm_net_add(&x->net, def, (int)o->n_input, (const char *const *)o->input,
+                    (int)o->n_output, (const char *const *)o->output, x->err);
     if (!n) return x->err->code;
     n->index = (int)j;
     n->is_test = 1;
@@ -454,8 +457,8 @@ static dpm_status rebuild(ox *x) {
       const Dpm__TensorProto *p = d->param[i];
       dpm_dtype dt;
       if (dpm_dtype_from_wire(p->dtype, &dt) || p->n_dims > DPM_MAX_DIMS)
-        return dpm_errf(x->err, DPM_CORRUPT, "parameter '%s' has an unknown dtype or rank",
-                        p->name);
+        return dpm_errf(x->err, DPM_CORRUPT,
+                        "parameter '%s' has an unknown dtype or rank", p->name);
       dpm_shape s = dpm_shape_make(dt, (int)p->n_dims, p->dims);
       if (dpm_shapes_set(t[b], p->name, &s, DPM_BLOB_PARAM)) return dpm_nomem(x->err);
     }
@@ -483,7 +486,8 @@ static Onnx__ValueInfoProto *value_info(ox *x, const char *name) {
   Onnx__TypeProto *tp = alloc(x, 1, sizeof *tp);
   Onnx__TypeProto__Tensor *tt = alloc(x, 1, sizeof *tt);
   Onnx__TensorShapeProto *sh = alloc(x, 1, sizeof *sh);
-  Onnx__TensorShapeProto__Dimension **dims = alloc(x, (size_t)a->shape.ndim, sizeof *dims);
+  Onnx__TensorShapeProto__Dimension **dims =
+      alloc(x, (size_t)a->shape.ndim, sizeof *dims);
   if (!v || !tp || !tt || !sh || !dims) return dpm_nomem(x->err), NULL;
   onnx__value_info_proto__init(v);
   onnx__type_proto__init(tp);
@@ -564,16 +568,19 @@ static dpm_status graph(ox *x, Onnx__GraphProto *g) {
 
 static dpm_status convert(ox *x, const uint8_t *def, size_t def_len, uint8_t **buf,
                           size_t *len) {
-  if (!def || !buf || !len) return dpm_errf(x->err, DPM_INVALID, "no predictor or buffer");
+  if (!def || !buf || !len)
+    return dpm_errf(x->err, DPM_INVALID, "no predictor or buffer");
   if (!(x->d = dpm__predictor_def__unpack(NULL, def_len, def)))
     return dpm_errf(x->err, DPM_CORRUPT, "the predictor is not a PredictorDef");
   if (!x->d->n_input || !x->d->n_output || x->d->n_input_shape != x->d->n_input)
-    return dpm_errf(x->err, DPM_CORRUPT, "the predictor has no inputs, outputs or shapes");
+    return dpm_errf(x->err, DPM_CORRUPT,
+                    "the predictor has no inputs, outputs or shapes");
   if (rebuild(x)) return x->err->code;
   Onnx__GraphProto g = ONNX__GRAPH_PROTO__INIT;
   g.name = x->d->name && *x->d->name ? x->d->name : "dpm";
   if (graph(x, &g)) return x->err->code;
-  Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT, *opsets[] = {&opset};
+  Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT,
+                           *opsets[] = {&opset};
   opset.domain = "";
   opset.has_version = 1;
   opset.version = DPM_ONNX_OPSET;
@@ -626,8 +633,9 @@ dpm_status dpm_onnx_from_predictor(const uint8_t *def, size_t def_len, uint8_t *
 }
 
 dpm_status dpm_onnx_export(const dpm_model *m, const dpm_workspace *ws,
-                           const char *const *inputs, int n_in, const char *const *outputs,
-                           int n_out, const dpm_fs *fs, const char *dir, dpm_err *err) {
+                           const char *const *inputs, int n_in,
+                           const char *const *outputs, int n_out, const dpm_fs *fs,
+                           const char *dir, dpm_err *err) {
   dpm_err local = {0};
   if (!err) err = &local;
   if (!dir || !dir[0]) return dpm_errf(err, DPM_INVALID, "no export directory given");

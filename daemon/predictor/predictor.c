@@ -27,8 +27,8 @@
 #include "engine/dtype_wire.h"
 #include "engine/exec.h"
 #include "engine/fuse.h"
-#include "engine/onnx_export.h"
-#include "engine/predictor_extract.h"
+#include "predictor/onnx_export.h"
+#include "predictor/predictor_extract.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "predictor tensors are little-endian; a big-endian host must swap");
@@ -473,7 +473,7 @@ static dpm_status open_regular(const char *path, FILE **f, dpm_err *err) {
   return DPM_OK;
 }
 
-/* 1 if dir holds the file that an ONNX export writes (engine/onnx_export.h). */
+/* 1 if dir holds the file that an ONNX export writes (predictor/onnx_export.h). */
 static int holds_onnx(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return 0;

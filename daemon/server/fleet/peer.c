@@ -1,6 +1,6 @@
 /* dpmd's calls to other daemons (peer.h): an RPC handle with the daemon's
  * token, its reply bound, and refusals turned into errors naming the peer. */
-#include "server/peer.h"
+#include "server/fleet/peer.h"
 
 #include <stdlib.h>
 #include <string.h>
