@@ -77,11 +77,13 @@ RACE_OBJ     := $(call obj,tsan,$(wildcard tests/race/*.c) tests/unit/main.c \
                                 tests/unit/trainer_fixture.c)
 TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 
-# Objects made on the way to a program (bench/gpu.o, tests/tools/*.o) are
-# kept: deleted, the .d files of the next make name them, so every later
-# make would build them and relink their programs (and remake the GPU
-# bundle while the tests use it).
-.SECONDARY:
+# Objects made on the way to a program by the pattern rules of bench/ and
+# tests/tools/ are kept: deleted, the .d files of the next make name them,
+# so every later make would build them and relink their programs (and
+# remake the GPU bundle while the tests use it). Only these: a missing
+# object that make counts as secondary is not rebuilt while what it goes
+# into is newer than its source (a file moved with git mv keeps its date).
+.SECONDARY: $(call obj,obj,$(wildcard bench/*.c tests/tools/*.c))
 .PHONY: all deps test bench demo clean format install
 PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train
 # The man pages and dpmctl's bash completion, which the programs write from
@@ -170,11 +172,16 @@ $(BUILD)/libdpm_cuda_probe.so: $(BUILD)/cuda/daemon/backend/cuda/probe.o
 	$(CC) -shared -Wl,--no-undefined -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	  -lcudart
 
+# Archives are written anew: ar r matches members by base name, and two
+# objects share one (engine/model.o, server/models/model.o).
 $(BUILD)/libdpm.a: $(LIB_OBJ)
+	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/libdpm-asan.a: $(LIB_ASAN_OBJ)
+	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/libdpm-tsan.a: $(LIB_TSAN_OBJ)
+	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/dpm-train: $(BUILD)/obj/daemon/train/dpm_train_main.o $(BUILD)/libdpm.a
