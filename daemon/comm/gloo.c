@@ -520,6 +520,14 @@ static void *thread_main(void *arg) {
 
 static int gloo_broken(dpm_comm *c) { return dpm_group_broken(&gloo_of(c)->fault); }
 
+static dpm_status gloo_failure(dpm_comm *c, dpm_err *err) {
+  gloo_comm *g = gloo_of(c);
+  pthread_mutex_lock(&g->mu);
+  dpm_status s = dpm_group_failure(&g->fault, err);
+  pthread_mutex_unlock(&g->mu);
+  return s;
+}
+
 static void free_all(gloo_comm *g) {
   for (int k = 0; g->jobs && k < GLOO_JOBS; k++) {
     free(g->jobs[k].calls);
@@ -559,6 +567,7 @@ static const dpm_comm_ops gloo_comm_ops = {
     .allreduce_start = gloo_start,
     .allreduce_wait = gloo_wait,
     .broken = gloo_broken,
+    .failure = gloo_failure,
     .destroy = gloo_destroy,
 };
 

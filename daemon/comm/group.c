@@ -173,6 +173,14 @@ int dpm_group_fail(dpm_group_fault *f, dpm_status code, const char *fmt, ...) {
   return 1;
 }
 
+dpm_status dpm_group_failure(const dpm_group_fault *f, dpm_err *err) {
+  if (err) {
+    err->code = f->code;
+    snprintf(err->msg, sizeof err->msg, "%s", f->msg);
+  }
+  return f->code;
+}
+
 void dpm_group_fault_msg(const dpm_group_fault *f, const char *op, char *out,
                          size_t cap) {
   snprintf(out, cap, "%s: communicator broken by an earlier %s (%s)", op, f->cause,

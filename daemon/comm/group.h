@@ -119,6 +119,9 @@ void dpm_group_fault_init(dpm_group_fault *f, const char *cause);
 int dpm_group_fail(dpm_group_fault *f, dpm_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline int dpm_group_broken(dpm_group_fault *f) { return atomic_load(&f->broken); }
+/* Under the caller's lock: dpm_comm_failure of a broken group, the
+ * failure's own code and message into err (NULL: none); returns the code. */
+dpm_status dpm_group_failure(const dpm_group_fault *f, dpm_err *err);
 /* Under the caller's lock: a later call's message into out (cap bytes):
  * "OP: communicator broken by an earlier CAUSE (MSG)". */
 void dpm_group_fault_msg(const dpm_group_fault *f, const char *op, char *out, size_t cap);

@@ -427,6 +427,14 @@ static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
 
 static int local_broken(dpm_comm *c) { return dpm_group_broken(&local_of(c)->fault); }
 
+static dpm_status local_failure(dpm_comm *c, dpm_err *err) {
+  local_comm *g = local_of(c);
+  pthread_mutex_lock(&g->mu);
+  dpm_status s = dpm_group_failure(&g->fault, err);
+  pthread_mutex_unlock(&g->mu);
+  return s;
+}
+
 static void free_all(local_comm *g) {
   for (int k = 0; g->jobs && k < LOCAL_JOBS; k++) {
     free(g->jobs[k].calls);
@@ -457,6 +465,7 @@ static const dpm_comm_ops local_comm_ops = {
     .allreduce_start = local_start,
     .allreduce_wait = local_wait,
     .broken = local_broken,
+    .failure = local_failure,
     .destroy = local_destroy,
 };
 

@@ -147,7 +147,7 @@ static dpm_status broken_state(nccl_group *g, const char *op, dpm_err *err) {
 /* The failure that broke the group, as the call that met it returns it. */
 static dpm_status broken_now(nccl_group *g, dpm_err *err) {
   pthread_mutex_lock(&g->mu);
-  dpm_status s = cuda_errf(err, g->fault.code, "%s", g->fault.msg);
+  dpm_status s = dpm_group_failure(&g->fault, err);
   pthread_mutex_unlock(&g->mu);
   return s;
 }
