@@ -360,6 +360,11 @@ TEST(contract_disagreements_are_refused_on_every_rank) {
   contract_call bc0 = {.what = DO_BROADCAST, .n = 64, .root = 0};
   contract_call bc1 = {.what = DO_BROADCAST, .n = 64, .root = 1};
   contract_call no_buf = {.what = DO_ALLREDUCE, .n = N, .null_buf = 1};
+  contract_call started = {.what = DO_STARTED, .n = N};
+  contract_call started_shorter = {.what = DO_STARTED, .n = N - 1};
+  contract_call short17 = {.what = DO_ALLREDUCE, .n = 17};
+  contract_call long1000 = {.what = DO_ALLREDUCE, .n = 1000}; /* checked before use */
+  contract_call bc_far = {.what = DO_BROADCAST, .n = 64, .root = 99};
   for (int b = 0; b < N_BACKENDS; b++) {
     const contract_backend *be = &backends[b];
     CHECK(
@@ -372,6 +377,11 @@ TEST(contract_disagreements_are_refused_on_every_rank) {
                   "rank 1 doubles"));
     CHECK(refused(be, bc0, bc1, "broadcast: ranks disagree on the root"));
     CHECK(refused(be, ar, no_buf, "allreduce: rank 1 passed no buffer for 40"));
+    CHECK(refused(be, short17, long1000, "rank 1 has 1000"));
+    CHECK(
+        refused(be, started, started_shorter,
+                "allreduce: ranks disagree on the count: rank 0 has 40, rank 1 has 39"));
+    CHECK(refused(be, bc_far, bc_far, "broadcast: root 99 outside the group of"));
   }
 }
 
