@@ -64,6 +64,7 @@
 #include "comm/comm.h"
 #include "comm/gloo_shim.h"
 #include "comm/group.h"
+#include "common/clock.h"
 
 /* Slots of jobs: a rank may be DPM_COMM_MAX_STARTED started allreduces and
  * one blocking call ahead of the slowest local rank's leaving. */
@@ -307,7 +308,7 @@ static dpm_status blocking(gloo_comm *g, int rank, dpm_group_call call, dpm_err 
   const char *op = dpm_group_op_name(call.op);
   if (dpm_group_broken(&g->fault)) return broken_state(g, op, err);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
-  struct timespec until = dpm_group_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   unsigned long k;
   int run;
   dpm_status s = arrive(g, rank, call, op, &until, 1, &run, &k, err);
@@ -352,7 +353,7 @@ static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
                     "%s: rank %d already has %d started allreduces not waited for", op,
                     g->rank_base + rank, DPM_COMM_MAX_STARTED);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
-  struct timespec until = dpm_group_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   unsigned long k;
   dpm_group_call call = {
       .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
@@ -376,7 +377,7 @@ static dpm_status gloo_wait(dpm_comm *c, int rank, dpm_err *err) {
   unsigned long k = g->fifo[(size_t)rank * DPM_COMM_MAX_STARTED +
                             g->waited[rank] % DPM_COMM_MAX_STARTED];
   g->waited[rank]++;
-  struct timespec until = dpm_group_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   dpm_status s = finish(g, rank, k, "allreduce", &until, err);
   atomic_store(&g->inside[rank], 0);
   return s;

@@ -119,18 +119,6 @@ dpm_status dpm_group_agree(const dpm_group_header *h, int nproc,
   return DPM_OK;
 }
 
-struct timespec dpm_group_deadline(int ms) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  t.tv_sec += ms / 1000;
-  t.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (t.tv_nsec >= 1000000000L) {
-    t.tv_sec++;
-    t.tv_nsec -= 1000000000L;
-  }
-  return t;
-}
-
 void dpm_group_timeout_msg(char *msg, const char *op, unsigned long seq, int timeout_ms,
                            const char *who, int size, int rank_base,
                            dpm_group_absent_fn absent, void *ctx) {

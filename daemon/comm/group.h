@@ -23,7 +23,6 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "comm/comm.h"
 
@@ -86,10 +85,6 @@ typedef const char *(*dpm_group_describe_fn)(void *ctx, int p, char *buf, size_t
  * message in msg (DPM_GROUP_MSG bytes). */
 dpm_status dpm_group_agree(const dpm_group_header *h, int nproc,
                            dpm_group_describe_fn describe, void *ctx, char *msg);
-
-/* CLOCK_MONOTONIC, ms from now: a deadline for pthread_cond_timedwait on a
- * condition variable of that clock. */
-struct timespec dpm_group_deadline(int ms);
 
 /* Whether rank r (local) is missing, for a timeout's message. */
 typedef int (*dpm_group_absent_fn)(void *ctx, int r);

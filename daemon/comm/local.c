@@ -44,6 +44,7 @@
 #include "comm/comm.h"
 #include "comm/group.h"
 #include "comm/spin.h"
+#include "common/clock.h"
 
 /* Started allreduces in flight per group: job k lives in slot k % LOCAL_JOBS. */
 #define LOCAL_JOBS DPM_COMM_MAX_STARTED
@@ -202,7 +203,7 @@ static dpm_status meet(local_comm *g, int rank, dpm_group_call call, int phase, 
         err, DPM_INVALID,
         "%s: rank %d is already inside a collective (one call per rank at a time)", op,
         rank);
-  struct timespec until = dpm_group_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   g->calls[rank] = call;
   g->phase[rank] = phase;
   if (phase == 0) g->bufs[rank] = call.buf;
@@ -375,7 +376,7 @@ static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
                     "waited for",
                     rank, LOCAL_JOBS);
   local_job *j = &g->jobs[k % LOCAL_JOBS];
-  struct timespec until = dpm_group_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   if (!await(g, &j->uses, k / LOCAL_JOBS, &until))
     return give_up(g, "allreduce start (an earlier allreduce not yet waited for)",
                    absent_from_waits, k - LOCAL_JOBS, err);
@@ -406,7 +407,7 @@ static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
                     rank);
   local_job *j = &g->jobs[k % LOCAL_JOBS];
   atomic_store(&g->waited[rank], k + 1);
-  struct timespec until = dpm_group_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->timeout_ms);
   if (!await(g, &j->ready, k + 1, &until)) {
     if (atomic_fetch_add(&j->arrived, LOCAL_POISON) != c->size)
       return give_up(g, "allreduce", absent_from_job, k, err);

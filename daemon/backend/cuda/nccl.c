@@ -62,6 +62,7 @@
 #include "backend/cuda/nccl.h"
 #include "comm/group.h"
 #include "comm/store.h"
+#include "common/clock.h"
 
 typedef dpm_group_call nccl_call;
 
@@ -187,7 +188,7 @@ static dpm_status meet(nccl_group *g, int r, nccl_call call, dpm_err *err) {
     g->gen++;
     pthread_cond_broadcast(&g->cv);
   } else {
-    struct timespec until = dpm_group_deadline(g->timeout_ms);
+    struct timespec until = dpm_mono_deadline(g->timeout_ms);
     while (g->gen == mine && !dpm_group_broken(&g->fault))
       if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && g->gen == mine &&
           !dpm_group_broken(&g->fault)) {
