@@ -165,6 +165,8 @@ typedef enum {
   DPM_COMM_NCCL,   /* device buffers and streams: the cuda plugin's (cuda/nccl.c) */
   DPM_COMM_STAGED, /* device buffers host code cannot touch: a gloo group on host
                       copies (dpm_comm_staged_create), on cfg->devs */
+  DPM_COMM_LOOP,   /* test builds only: the smallest backend, threads of this
+                      process on host buffers (comm/loop.c); never chosen */
   DPM_COMM_KIND_COUNT
 } dpm_comm_kind;
 
@@ -175,7 +177,7 @@ typedef enum {
  * devices' memory, staged where it cannot (the test build's fenced:N).
  * Known from the kind alone, before any device opens. Stateless. */
 dpm_comm_kind dpm_comm_choose(dpm_device_kind device, int shards);
-/* "local", "gloo", "nccl", "staged". */
+/* "local", "gloo", "nccl", "staged", "loop". */
 const char *dpm_comm_kind_name(dpm_comm_kind kind);
 
 /* A key-value store served by the caller, for a rendezvous whose store is
@@ -336,6 +338,12 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_
 struct dpm_dev;
 dpm_status dpm_comm_staged_create(dpm_comm *inner, struct dpm_dev *const *devs,
                                   int rank_base, dpm_comm **out, dpm_err *err);
+
+/* Loopback backend (comm/loop.c; the factory makes it in test builds
+ * only): `size` ranks, threads of this process passing host memory, the
+ * whole job (world == size, rank_base 0); one thread moves every rank's
+ * data. Contract as above, and DPM_INVALID, DPM_NOMEM from create. */
+dpm_status dpm_comm_loop_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
 
 /* ---- Backend interface (for the files implementing a backend) ----------
  *

@@ -52,10 +52,11 @@ typedef struct {
 } contract_backend;
 
 static const contract_backend backends[] = {
-    {DPM_COMM_LOCAL, DPM_DEVICE_CPU},
-    {DPM_COMM_GLOO, DPM_DEVICE_CPU},
-    {DPM_COMM_STAGED, DPM_DEVICE_FENCED},
-    {DPM_COMM_NCCL, DPM_DEVICE_CUDA},
+    {DPM_COMM_LOCAL, DPM_DEVICE_CPU},     /* threads, host memory */
+    {DPM_COMM_GLOO, DPM_DEVICE_CPU},      /* one process: no network */
+    {DPM_COMM_STAGED, DPM_DEVICE_FENCED}, /* gloo on host copies */
+    {DPM_COMM_NCCL, DPM_DEVICE_CUDA},     /* a GPU per rank; skipped without */
+    {DPM_COMM_LOOP, DPM_DEVICE_CPU},      /* test builds' smallest backend */
 };
 #define N_BACKENDS (int)(sizeof backends / sizeof *backends)
 
