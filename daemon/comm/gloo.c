@@ -614,14 +614,9 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
     g->jobs[k].here = calloc((size_t)size, sizeof *g->jobs[k].here);
     jobs_ok = g->jobs[k].calls && g->jobs[k].here;
   }
-  pthread_condattr_t ca;
-  int cv_ok = 0, tcv_ok = !pthread_cond_init(&g->cv_thread, NULL);
+  int cv_ok = dpm_group_cond_init(&g->cv),
+      tcv_ok = !pthread_cond_init(&g->cv_thread, NULL);
   int mu_ok = !pthread_mutex_init(&g->mu, NULL);
-  if (!pthread_condattr_init(&ca)) {
-    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
-            !pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
   if (!g->next || !g->fifo || !g->started || !g->waited || !g->inside || !g->headers ||
       !jobs_ok || !mu_ok || !cv_ok || !tcv_ok) {
     if (mu_ok) pthread_mutex_destroy(&g->mu);

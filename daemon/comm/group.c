@@ -143,6 +143,15 @@ void dpm_group_timeout_msg(char *msg, const char *op, unsigned long seq, int tim
            op, timeout_ms, size - missing, size, who, list, seq);
 }
 
+int dpm_group_cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca)) return 0;
+  int ok =
+      !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) && !pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return ok;
+}
+
 void dpm_group_fault_init(dpm_group_fault *f, const char *cause) {
   atomic_store(&f->broken, 0);
   f->code = DPM_OK;

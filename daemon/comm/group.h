@@ -20,6 +20,7 @@
 #ifndef DPM_COMM_GROUP_H
 #define DPM_COMM_GROUP_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -98,6 +99,10 @@ typedef int (*dpm_group_absent_fn)(void *ctx, int r);
 void dpm_group_timeout_msg(char *msg, const char *op, unsigned long seq, int timeout_ms,
                            const char *who, int size, int rank_base,
                            dpm_group_absent_fn absent, void *ctx);
+
+/* Initializes cv on CLOCK_MONOTONIC (for dpm_mono_deadline's deadlines);
+ * 1 when done. */
+int dpm_group_cond_init(pthread_cond_t *cv);
 
 /* Sticky failure: set once, by the first failure, never cleared. */
 typedef struct {

@@ -493,13 +493,7 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
     g->jobs[k].bufs = calloc((size_t)size, sizeof *g->jobs[k].bufs);
     jobs_ok = g->jobs[k].calls && g->jobs[k].bufs;
   }
-  pthread_condattr_t ca;
-  int cv_ok = 0, mu_ok = !pthread_mutex_init(&g->mu, NULL);
-  if (!pthread_condattr_init(&ca)) {
-    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
-            !pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
+  int mu_ok = !pthread_mutex_init(&g->mu, NULL), cv_ok = dpm_group_cond_init(&g->cv);
   if (!g->calls || !g->phase || !g->here || !g->bufs || !g->started || !g->waited ||
       !jobs_ok || !mu_ok || !cv_ok) {
     if (mu_ok) pthread_mutex_destroy(&g->mu);

@@ -219,13 +219,7 @@ dpm_status dpm_comm_loop_create(const dpm_comm_config *cfg, dpm_comm **out,
   g->started = calloc((size_t)size * DPM_COMM_MAX_STARTED, sizeof *g->started);
   g->n_start = calloc((size_t)size, sizeof *g->n_start);
   g->n_wait = calloc((size_t)size, sizeof *g->n_wait);
-  pthread_condattr_t ca;
-  int cv_ok = 0;
-  if (!pthread_condattr_init(&ca)) {
-    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
-            !pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
+  int cv_ok = dpm_group_cond_init(&g->cv);
   if (!g->calls || !g->here || !g->started || !g->n_start || !g->n_wait || !cv_ok ||
       pthread_mutex_init(&g->mu, NULL)) {
     if (cv_ok) pthread_cond_destroy(&g->cv);

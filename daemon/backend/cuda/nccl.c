@@ -768,13 +768,7 @@ dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err 
   if (!g) return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory");
   g->ranks = calloc((size_t)size, sizeof *g->ranks);
   g->calls = calloc((size_t)size, sizeof *g->calls);
-  pthread_condattr_t ca;
-  int cv_ok = 0;
-  if (!pthread_condattr_init(&ca)) {
-    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
-            !pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
+  int cv_ok = dpm_group_cond_init(&g->cv);
   if (!g->ranks || !g->calls || !cv_ok || pthread_mutex_init(&g->mu, NULL)) {
     if (cv_ok) pthread_cond_destroy(&g->cv);
     free(g->calls);
