@@ -256,69 +256,75 @@ static int all_ok(contract_fixture *f, const contract_rank *out) {
 
 #define TIMEOUT_MS 20000 /* generous: the contract tests are not about speed */
 
-/* ---- agreement --------------------------------------------------------- */
-
-TEST(contract_allreduce_sums_every_dtype_alike_on_every_rank) {
+/* Runs body on a fresh group of every backend (timeout_ms, at least
+ * min_ranks ranks; a backend this machine cannot run so is skipped): 1
+ * when every body returned 1. */
+static int on_every_backend(int timeout_ms, int min_ranks,
+                            int (*body)(contract_fixture *)) {
+  int ok = 1;
   for (int b = 0; b < N_BACKENDS; b++) {
     contract_fixture f;
-    int made = fixture(&f, &backends[b], TIMEOUT_MS, 1);
-    if (made != 1) fixture_fini(&f);
-    if (made == SKIP) continue;
-    CHECK(made == 1);
-    int ok = 1;
-    for (int d = 0; d < N_DTYPES && ok; d++) {
-      contract_rank out[CONTRACT_RANKS];
-      fill(&f, &dtypes[d]);
-      ok = run_all(&f, (contract_call){.what = DO_ALLREDUCE, .t = dtypes[d].t, .n = N},
-                   out) &&
-           all_ok(&f, out);
-      for (int r = 0; r < f.n && ok; r++) ok = holds(&f, &dtypes[d], r, 1, 0);
-      if (!ok) printf("    %s: %s\n", bname(&f), dpm_comm_dtype_name(dtypes[d].t));
+    int made = fixture(&f, &backends[b], timeout_ms, min_ranks);
+    if (made == 1 && !body(&f)) {
+      printf("    %s: failed\n", bname(&f));
+      made = 0;
     }
     fixture_fini(&f);
-    CHECK(ok);
+    ok &= made != 0;
   }
+  return ok;
+}
+
+/* ---- agreement --------------------------------------------------------- */
+
+static int sums_every_dtype(contract_fixture *f) {
+  int ok = 1;
+  for (int d = 0; d < N_DTYPES && ok; d++) {
+    contract_rank out[CONTRACT_RANKS];
+    fill(f, &dtypes[d]);
+    ok = run_all(f, (contract_call){.what = DO_ALLREDUCE, .t = dtypes[d].t, .n = N},
+                 out) &&
+         all_ok(f, out);
+    for (int r = 0; r < f->n && ok; r++) ok = holds(f, &dtypes[d], r, 1, 0);
+    if (!ok) printf("    %s: %s\n", bname(f), dpm_comm_dtype_name(dtypes[d].t));
+  }
+  return ok;
+}
+
+TEST(contract_allreduce_sums_every_dtype_alike_on_every_rank) {
+  CHECK(on_every_backend(TIMEOUT_MS, 1, sums_every_dtype));
+}
+
+static int started_and_barrier(contract_fixture *f) {
+  contract_rank out[CONTRACT_RANKS];
+  fill(f, &dtypes[0]);
+  int ok = run_all(f, (contract_call){.what = DO_STARTED, .n = N}, out) && all_ok(f, out);
+  for (int r = 0; r < f->n && ok; r++) ok = holds(f, &dtypes[0], r, 1, 0);
+  ok = ok && run_all(f, (contract_call){.what = DO_BARRIER}, out) && all_ok(f, out);
+  return ok;
 }
 
 TEST(contract_started_allreduce_and_barrier) {
-  for (int b = 0; b < N_BACKENDS; b++) {
-    contract_fixture f;
-    int made = fixture(&f, &backends[b], TIMEOUT_MS, 1);
-    if (made != 1) fixture_fini(&f);
-    if (made == SKIP) continue;
-    CHECK(made == 1);
+  CHECK(on_every_backend(TIMEOUT_MS, 1, started_and_barrier));
+}
+
+static int broadcast_every_root(contract_fixture *f) {
+  int ok = 1;
+  for (int root = 0; root < f->n && ok; root++) {
     contract_rank out[CONTRACT_RANKS];
-    fill(&f, &dtypes[0]);
-    int ok =
-        run_all(&f, (contract_call){.what = DO_STARTED, .n = N}, out) && all_ok(&f, out);
-    for (int r = 0; r < f.n && ok; r++) ok = holds(&f, &dtypes[0], r, 1, 0);
-    ok = ok && run_all(&f, (contract_call){.what = DO_BARRIER}, out) && all_ok(&f, out);
-    fixture_fini(&f);
-    CHECK(ok);
+    fill(f, &dtypes[1]);
+    ok =
+        run_all(
+            f, (contract_call){.what = DO_BROADCAST, .n = (size_t)f->bytes, .root = root},
+            out) &&
+        all_ok(f, out);
+    for (int r = 0; r < f->n && ok; r++) ok = holds(f, &dtypes[1], r, 0, root);
   }
+  return ok;
 }
 
 TEST(contract_broadcast_from_every_root) {
-  for (int b = 0; b < N_BACKENDS; b++) {
-    contract_fixture f;
-    int made = fixture(&f, &backends[b], TIMEOUT_MS, 1);
-    if (made != 1) fixture_fini(&f);
-    if (made == SKIP) continue;
-    CHECK(made == 1);
-    int ok = 1;
-    for (int root = 0; root < f.n && ok; root++) {
-      contract_rank out[CONTRACT_RANKS];
-      fill(&f, &dtypes[1]);
-      ok = run_all(
-               &f,
-               (contract_call){.what = DO_BROADCAST, .n = (size_t)f.bytes, .root = root},
-               out) &&
-           all_ok(&f, out);
-      for (int r = 0; r < f.n && ok; r++) ok = holds(&f, &dtypes[1], r, 0, root);
-    }
-    fixture_fini(&f);
-    CHECK(ok);
-  }
+  CHECK(on_every_backend(TIMEOUT_MS, 1, broadcast_every_root));
 }
 
 /* ---- refused disagreements ------------------------------------------------ */
@@ -388,50 +394,45 @@ TEST(contract_disagreements_are_refused_on_every_rank) {
 
 /* ---- timeouts and the sticky failure ------------------------------------------ */
 
-TEST(contract_timeout_names_the_missing_rank_and_breaks_the_group) {
-  for (int b = 0; b < N_BACKENDS; b++) {
-    contract_fixture f;
-    int made = fixture(&f, &backends[b], 150, 2);
-    if (made != 1) fixture_fini(&f);
-    if (made == SKIP) continue;
-    CHECK(made == 1);
-    int missing = f.n - 1;
-    contract_call calls[CONTRACT_RANKS];
-    for (int r = 0; r < f.n; r++)
-      calls[r] =
-          (contract_call){.what = r == missing ? DO_NOTHING : DO_ALLREDUCE, .n = N};
-    contract_rank out[CONTRACT_RANKS], later[CONTRACT_RANKS];
-    char want[64];
-    snprintf(want, sizeof want, "missing rank(s) %d (collective 0)", missing);
-    fill(&f, &dtypes[0]);
-    int ok = run(&f, calls, out);
-    for (int r = 0; r < missing && ok; r++) {
-      ok = out[r].s == DPM_TIMEOUT &&
-           strstr(out[r].err.msg, "allreduce: timed out after") &&
-           strstr(out[r].err.msg, want);
-      if (!ok)
-        printf("    %s rank %d: %s: %s (expected TIMEOUT: %s)\n", bname(&f), r,
-               dpm_status_name(out[r].s), out[r].err.msg, want);
-    }
-    /* sticky: every later call, by any rank, fails at once quoting it */
-    ok = ok && dpm_comm_broken(f.comm);
-    dpm_err err = {0};
-    if (ok && (dpm_comm_failure(f.comm, &err) != DPM_TIMEOUT || !strstr(err.msg, want))) {
-      printf("    %s failure: %s: %s (expected TIMEOUT: %s)\n", bname(&f),
-             dpm_status_name(err.code), err.msg, want);
-      ok = 0;
-    }
-    ok = ok && run_all(&f, (contract_call){.what = DO_BARRIER}, later);
-    for (int r = 0; r < f.n && ok; r++) {
-      ok = later[r].s == DPM_STATE &&
-           strstr(later[r].err.msg, "barrier: communicator broken "
-                                    "by an earlier") &&
-           strstr(later[r].err.msg, want);
-      if (!ok)
-        printf("    %s rank %d later: %s: %s\n", bname(&f), r,
-               dpm_status_name(later[r].s), later[r].err.msg);
-    }
-    fixture_fini(&f);
-    CHECK(ok);
+static int timeout_breaks(contract_fixture *f) {
+  int missing = f->n - 1;
+  contract_call calls[CONTRACT_RANKS];
+  for (int r = 0; r < f->n; r++)
+    calls[r] = (contract_call){.what = r == missing ? DO_NOTHING : DO_ALLREDUCE, .n = N};
+  contract_rank out[CONTRACT_RANKS], later[CONTRACT_RANKS];
+  char want[64];
+  snprintf(want, sizeof want, "missing rank(s) %d (collective 0)", missing);
+  fill(f, &dtypes[0]);
+  int ok = run(f, calls, out);
+  for (int r = 0; r < missing && ok; r++) {
+    ok = out[r].s == DPM_TIMEOUT &&
+         strstr(out[r].err.msg, "allreduce: timed out after") &&
+         strstr(out[r].err.msg, want);
+    if (!ok)
+      printf("    %s rank %d: %s: %s (expected TIMEOUT: %s)\n", bname(f), r,
+             dpm_status_name(out[r].s), out[r].err.msg, want);
   }
+  /* sticky: every later call, by any rank, fails at once quoting it */
+  ok = ok && dpm_comm_broken(f->comm);
+  dpm_err err = {0};
+  if (ok && (dpm_comm_failure(f->comm, &err) != DPM_TIMEOUT || !strstr(err.msg, want))) {
+    printf("    %s failure: %s: %s (expected TIMEOUT: %s)\n", bname(f),
+           dpm_status_name(err.code), err.msg, want);
+    ok = 0;
+  }
+  ok = ok && run_all(f, (contract_call){.what = DO_BARRIER}, later);
+  for (int r = 0; r < f->n && ok; r++) {
+    ok = later[r].s == DPM_STATE &&
+         strstr(later[r].err.msg, "barrier: communicator broken "
+                                  "by an earlier") &&
+         strstr(later[r].err.msg, want);
+    if (!ok)
+      printf("    %s rank %d later: %s: %s\n", bname(f), r, dpm_status_name(later[r].s),
+             later[r].err.msg);
+  }
+  return ok;
+}
+
+TEST(contract_timeout_names_the_missing_rank_and_breaks_the_group) {
+  CHECK(on_every_backend(150, 2, timeout_breaks));
 }
