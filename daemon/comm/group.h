@@ -1,22 +1,25 @@
 /* The group core: what every communicator (comm.h) does the same way around
- * its data movement, written once for local.c, gloo.c and the cuda
- * plugin's nccl.c (compiled into the plugin as backend/pool.c is, so it
- * names no engine symbol: messages go into the caller's buffers, never
- * through dpm_errf).
+ * its data movement, written once for local.c, gloo.c, loop.c and the
+ * cuda plugin's nccl.c (compiled into the plugin as backend/pool.c is, so
+ * it names no engine symbol: messages go into the caller's buffers or
+ * straight into a dpm_err, never through dpm_errf).
  *   - the agreement on a collective: what each rank called (dpm_group_call)
  *     and the verdict on the ranks' calls (dpm_group_judge), with the
  *     messages every backend gives; across processes, the header a process
  *     sends the others (dpm_group_header: kind, count, dtype, root and
- *     sequence number);
+ *     sequence number) and the verdict on the headers (dpm_group_agree);
  *   - timeouts that name the collective, the missing ranks and the
- *     collective's sequence number (dpm_group_timeout_msg);
+ *     collective's sequence number (dpm_group_timeout_msg), waited for on
+ *     condition variables of the monotonic clock (dpm_group_cond_init);
  *   - sticky failure (dpm_group_fault): the first failure breaks the group
- *     for good and every later call quotes it.
- * The backends keep their own meeting (spinning rounds, a job ring with a
- * thread, streams) and only move data.
+ *     for good, every later call quotes it, dpm_comm_failure returns it.
+ * Each backend keeps its own meeting and job queue (spinning rounds and a
+ * ring of started jobs summed in the waits: local; a job ring run by a
+ * thread: gloo; a mutex meeting, then streams: nccl) and its data movement.
  *
- * Threads: the functions are pure, except dpm_group_fail (under the
- * caller's lock guarding the fault) and dpm_group_broken (any thread). */
+ * Threads: the functions are pure, except dpm_group_fail, dpm_group_failure
+ * and dpm_group_fault_msg (under the caller's lock guarding the fault) and
+ * dpm_group_broken (any thread). */
 #ifndef DPM_COMM_GROUP_H
 #define DPM_COMM_GROUP_H
 
