@@ -31,10 +31,10 @@ TSAN     := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
 
 # The CUDA backend: a plugin (build/libdpm_cuda.so) that the programs
 # dlopen (daemon/backend/cuda_load.h), built whenever nvcc is found; CUDA=0
-# skips it. Its C files (daemon/backend/cuda/*.c, and the caching
-# allocator's pool.c, its own copy) compile with gcc, its kernels (*.cu)
-# with nvcc for sm_80 and sm_90 plus PTX; it links CUDA's libraries and
-# nothing of the engine (-Wl,--no-undefined holds it to that). Beside it,
+# skips it. Its C files (daemon/backend/cuda/*.c, and its own copies of the
+# caching allocator's pool.c and the communicators' group core
+# comm/group.c) compile with gcc, its kernels (*.cu) with nvcc for sm_80
+# and sm_90 plus PTX; it links CUDA's libraries and nothing of the engine (-Wl,--no-undefined holds it to that). Beside it,
 # build/libdpm_cuda_probe.so: the driver probe alone (cudart only), which
 # the programs ask first, so that a host without a GPU never maps cuBLASLt.
 
@@ -43,7 +43,7 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls $(CUDA_HOME)/bin/nvcc 2>/
 CUDA      ?= $(if $(NVCC),1,0)
 CUDA_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
-CUDA_SRC  := $(wildcard daemon/backend/cuda/*.c) daemon/backend/pool.c
+CUDA_SRC  := $(wildcard daemon/backend/cuda/*.c) daemon/backend/pool.c daemon/comm/group.c
 CUDA_CU   := $(wildcard daemon/backend/cuda/*.cu)
 CUDA_OBJ  := $(patsubst %.c,$(BUILD)/cuda/%.o,$(CUDA_SRC)) \
              $(patsubst %.cu,$(BUILD)/cuda/%.cu.o,$(CUDA_CU))
@@ -253,8 +253,9 @@ PREDICT_LIB_SRC := $(filter-out daemon/predictor/predictor_extract.c \
                                 daemon/predictor/onnx_export.c, \
                      $(wildcard daemon/engine/*.c daemon/predictor/*.c daemon/ops/*.c \
                                 daemon/backend/*.c daemon/backend/cpu/*.c)) \
-                   daemon/comm/comm.c daemon/comm/local.c common/status.c common/file.c \
-                   common/escape.c common/device.c common/suggest.c $(PROTO_C)
+                   daemon/comm/comm.c daemon/comm/local.c daemon/comm/group.c \
+                   common/status.c common/file.c common/escape.c common/device.c \
+                   common/suggest.c $(PROTO_C)
 CLIENT_LIB_PKGS  := libprotobuf-c nanomsg yaml-0.1 zlib
 PREDICT_LIB_PKGS := libprotobuf-c openblas
 CLIENT_PIC  := $(call obj,pic,$(CLIENT_LIB_SRC))

@@ -12,6 +12,7 @@
  *          (daemon/backend/cuda/nccl.c, backend/cuda_load.h)
  *   staged device buffers on host copies: a gloo group run on copies of
  *          each rank's device buffer; staged.c
+ *   loop   test builds only: the smallest backend (comm/loop.c)
  * The interface assumes nothing about where buffers live or whether ranks
  * share an address space: a buffer is whatever the backend's devices address
  * (host memory for local and gloo, device memory for nccl), and each rank
@@ -45,15 +46,19 @@
  * Errors: DPM_INVALID for bad arguments or ranks that disagree (every rank
  * of that collective gets it; buffers are left untouched). DPM_TIMEOUT when
  * ranks did not arrive within the group's timeout: the message names the
- * collective and the ranks that did not arrive, and the group is then
- * broken: every later call on it, by any rank, fails at once with DPM_STATE
- * ("allreduce: communicator broken by an earlier timeout (barrier: timed out
- * after 100 ms; 2 of 3 ranks arrived; missing rank(s) 2)"). A broken group cannot
+ * collective, the ranks that did not arrive and the collective's sequence
+ * number in the group, and the group is then broken: every later call on
+ * it, by any rank, fails at once with DPM_STATE ("allreduce: communicator
+ * broken by an earlier timeout (barrier: timed out after 100 ms; 2 of 3
+ * ranks arrived; missing rank(s) 2 (collective 7))"). A broken group cannot
  * be repaired; join the rank threads, destroy it and create a new one. After
  * any failure of an allreduce or broadcast the contents of the buffers are
  * unspecified (DPM_INVALID excepted, see above). A backend across processes
  * also breaks on a lost peer (DPM_IO, naming the peer) and its messages
- * say "broken by an earlier failure". */
+ * say "broken by an earlier failure". The agreement, the timeout's message
+ * and the sticky failure are written once, in the group core
+ * (comm/group.h), which every backend uses; tests/unit/comm_contract_test.c
+ * holds every backend to this contract. */
 #ifndef DPM_COMM_H
 #define DPM_COMM_H
 
@@ -137,11 +142,11 @@ int dpm_comm_size(const dpm_comm *c);
  * and create a new one once every rank has left it. Safe from any thread;
  * 0 for NULL. */
 int dpm_comm_broken(dpm_comm *c);
-/* The failure that broke the group, with its message (DPM_OK when it is
- * not broken): for callers that learn of a failure between calls (a
- * stream-ordered group broken while its work ran). */
+/* The failure that broke the group, with its own code (DPM_TIMEOUT,
+ * DPM_IO) and message (DPM_OK when it is not broken): for callers that learn of a failure
+ * between calls (a stream-ordered group broken while its work ran). */
 dpm_status dpm_comm_failure(dpm_comm *c, dpm_err *err);
-/* Backend name: "local", "gloo", "nccl", "staged". */
+/* Backend name: "local", "gloo", "nccl", "staged", "loop". */
 const char *dpm_comm_backend(const dpm_comm *c);
 
 /* Free the group. No rank may be inside a call, nor call again: join the
@@ -165,6 +170,8 @@ typedef enum {
   DPM_COMM_NCCL,   /* device buffers and streams: the cuda plugin's (cuda/nccl.c) */
   DPM_COMM_STAGED, /* device buffers host code cannot touch: a gloo group on host
                       copies (dpm_comm_staged_create), on cfg->devs */
+  DPM_COMM_LOOP,   /* test builds only: the smallest backend, threads of this
+                      process on host buffers (comm/loop.c); never chosen */
   DPM_COMM_KIND_COUNT
 } dpm_comm_kind;
 
@@ -175,7 +182,7 @@ typedef enum {
  * devices' memory, staged where it cannot (the test build's fenced:N).
  * Known from the kind alone, before any device opens. Stateless. */
 dpm_comm_kind dpm_comm_choose(dpm_device_kind device, int shards);
-/* "local", "gloo", "nccl", "staged". */
+/* "local", "gloo", "nccl", "staged", "loop". */
 const char *dpm_comm_kind_name(dpm_comm_kind kind);
 
 /* A key-value store served by the caller, for a rendezvous whose store is
@@ -337,13 +344,20 @@ struct dpm_dev;
 dpm_status dpm_comm_staged_create(dpm_comm *inner, struct dpm_dev *const *devs,
                                   int rank_base, dpm_comm **out, dpm_err *err);
 
+/* Loopback backend (comm/loop.c; the factory makes it in test builds
+ * only): `size` ranks, threads of this process passing host memory, the
+ * whole job (world == size, rank_base 0); one thread moves every rank's
+ * data. Contract as above, and DPM_INVALID, DPM_NOMEM from create. */
+dpm_status dpm_comm_loop_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
+
 /* ---- Backend interface (for the files implementing a backend) ----------
  *
  * A backend defines its own struct with `dpm_comm base` as its first member,
  * fills base.ops with a const table and base.size, and hands out &base. The
  * dispatch functions above check c and rank (0..size-1) before calling the
  * ops; everything else (buffers, counts, agreement of ranks) is the
- * backend's to check, so that every rank of a collective fails alike. */
+ * backend's to check, so that every rank of a collective fails alike: with
+ * the group core's dpm_group_judge (comm/group.h), as every backend does. */
 typedef struct dpm_comm_ops {
   const char *name; /* "local" */
   /* dpm_comm_allreduce (DPM_COMM_F32, buf holds floats) and

@@ -13,10 +13,8 @@
 #include "comm/store.h"
 
 static const char *const kind_names[DPM_COMM_KIND_COUNT] = {
-    [DPM_COMM_LOCAL] = "local",
-    [DPM_COMM_GLOO] = "gloo",
-    [DPM_COMM_NCCL] = "nccl",
-    [DPM_COMM_STAGED] = "staged",
+    [DPM_COMM_LOCAL] = "local",   [DPM_COMM_GLOO] = "gloo", [DPM_COMM_NCCL] = "nccl",
+    [DPM_COMM_STAGED] = "staged", [DPM_COMM_LOOP] = "loop",
 };
 
 const char *dpm_comm_kind_name(dpm_comm_kind kind) {
@@ -67,11 +65,14 @@ static const struct {
     [DPM_COMM_GLOO] = {dpm_comm_gloo_create, 1},
     [DPM_COMM_NCCL] = {make_nccl, 1},
     [DPM_COMM_STAGED] = {make_staged, 1},
+#ifdef DPM_TEST_BUILD
+    [DPM_COMM_LOOP] = {dpm_comm_loop_create, 0},
+#endif
 };
 
 dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err) {
   *out = NULL;
-  if (cfg->kind < 0 || cfg->kind >= DPM_COMM_KIND_COUNT)
+  if (cfg->kind < 0 || cfg->kind >= DPM_COMM_KIND_COUNT || !kinds[cfg->kind].make)
     return dpm_errf(err, DPM_INVALID, "communicator kind %d", (int)cfg->kind);
   dpm_comm_config c = *cfg;
   c.store = NULL;

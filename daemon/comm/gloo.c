@@ -12,9 +12,10 @@
  * allreduce, or a blocking one behind started ones) is handed to the
  * backend's thread. Running a job:
  *   1. with other processes, swap a header with each of them
- *      (dpm_gloo_exchange: the collective, its count or bytes, its root),
- *      so that every rank of the job refuses a disagreement alike, with
- *      DPM_INVALID, before any data moves (Gloo itself cannot survive
+ *      (dpm_gloo_exchange of the group core's dpm_group_header: the
+ *      collective, its count or bytes, its root, its dtype and the job's
+ *      number; judged by dpm_group_agree), so that every rank of the job refuses a
+ * disagreement alike, with DPM_INVALID, before any data moves (Gloo itself cannot survive
  *      mismatched sizes); the exchange also is the job-wide barrier;
  *   2. allreduce: sum the local buffers in rank order into local rank 0's,
  *      all-reduce that across the processes (Gloo's ring), and copy the
@@ -38,6 +39,9 @@
  * first failure, and jobs already published finish with that error
  * instead of running.
  *
+ * The agreement of the local ranks (dpm_group_judge), the timeout messages
+ * and the sticky failure are the group core's (group.h).
+ *
  * Threads: ranks arrive lock-free (their own slot entries, one atomic
  * increment); the last arriver publishes under mu, and takes the job or
  * signals cv_thread; whoever ran a job publishes done under mu and wakes
@@ -59,27 +63,14 @@
 
 #include "comm/comm.h"
 #include "comm/gloo_shim.h"
+#include "comm/group.h"
 #include "common/clock.h"
-
-typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER, OP_COUNT } gloo_op;
-
-static const char *const op_names[] = {"allreduce", "broadcast", "barrier"};
-_Static_assert(sizeof op_names / sizeof *op_names == OP_COUNT, "gloo op names");
-
-/* What one local rank called at a job. */
-typedef struct {
-  gloo_op op;
-  int root;         /* broadcast: the job-wide root rank */
-  size_t n;         /* elements (allreduce) or bytes (broadcast) */
-  void *buf;        /* the rank's buffer */
-  dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
-} gloo_call;
 
 /* Slots of jobs: a rank may be DPM_COMM_MAX_STARTED started allreduces and
  * one blocking call ahead of the slowest local rank's leaving. */
 #define GLOO_JOBS (2 * DPM_COMM_MAX_STARTED)
-/* Bytes of a job's message: a dpm_err's. */
-#define GLOO_MSG sizeof(((dpm_err *)0)->msg)
+/* Bytes of a job's message. */
+#define GLOO_MSG DPM_GROUP_MSG
 /* Elements summed per pass of the local reduction (a chunk of each buffer
  * stays in L1 between its reading and its writing). */
 #define SUM_CHUNK 1024
@@ -89,28 +80,17 @@ enum { ABSENT, ARRIVED, LEFT };
 
 /* One job: every local rank's k-th call. */
 typedef struct {
-  atomic_ulong uses;  /* jobs that used this slot and were left by every rank */
-  atomic_ulong ready; /* k + 1 once every local rank arrived at job k (judged) */
-  atomic_ulong done;  /* k + 1 once the thread finished job k */
-  atomic_int arrived; /* local ranks that arrived */
-  atomic_int left;    /* local ranks that left */
-  dpm_status verdict; /* the local ranks' agreement, set before ready */
-  dpm_status status;  /* the job's result, set before done */
-  char msg[GLOO_MSG]; /* the verdict's, then the result's, message */
-  gloo_call *calls;   /* [size] */
-  atomic_uchar *here; /* [size] ABSENT, ARRIVED, LEFT */
+  atomic_ulong uses;     /* jobs that used this slot and were left by every rank */
+  atomic_ulong ready;    /* k + 1 once every local rank arrived at job k (judged) */
+  atomic_ulong done;     /* k + 1 once the thread finished job k */
+  atomic_int arrived;    /* local ranks that arrived */
+  atomic_int left;       /* local ranks that left */
+  dpm_status verdict;    /* the local ranks' agreement, set before ready */
+  dpm_status status;     /* the job's result, set before done */
+  char msg[GLOO_MSG];    /* the verdict's, then the result's, message */
+  dpm_group_call *calls; /* [size] what each local rank called */
+  atomic_uchar *here;    /* [size] ABSENT, ARRIVED, LEFT */
 } gloo_job;
-
-/* What each process tells the others about a job before it runs. Hosts of
- * one byte order (the fields are sent as they lie in memory). */
-typedef struct {
-  uint32_t op;    /* gloo_op + 1; 0: this process's ranks disagreed */
-  int32_t root;   /* broadcast: the job-wide root; else -1 */
-  uint64_t n;     /* count or bytes */
-  uint64_t job;   /* the job's number */
-  uint32_t dtype; /* allreduce: dpm_comm_dtype; else 0 */
-  uint32_t zero;  /* 0 (padding, sent as such) */
-} gloo_header;
 
 typedef struct {
   dpm_comm base;            /* first: handed out as dpm_comm */
@@ -129,8 +109,7 @@ typedef struct {
   int sleepers;             /* under mu: ranks asleep on cv */
   unsigned long turn;       /* under mu: the first job not done (jobs run in order) */
   int running;              /* under mu: job `turn` is running (thread or inline) */
-  atomic_int broken;        /* set by the first failure, never cleared */
-  char broken_msg[GLOO_MSG];
+  dpm_group_fault fault;    /* set by the first failure (under mu), never cleared */
   unsigned long broken_job; /* under mu: the job whose local timeout broke the
                                group (its ranks get DPM_TIMEOUT); else ULONG_MAX */
   int stop;                 /* under mu: destroy asks the thread to end */
@@ -139,7 +118,8 @@ typedef struct {
   unsigned long *fifo;      /* [size * DPM_COMM_MAX_STARTED] started jobs, oldest first */
   unsigned long *started, *waited; /* [size] started allreduces, and waited for */
   atomic_uchar *inside;            /* [size] 1 while the rank is in a call */
-  gloo_header *headers;            /* [nproc] the thread's exchange */
+  dpm_group_header *headers;       /* [nproc] the thread's exchange (a job's
+                                      sequence number is its k) */
   pthread_t thread;
   int have_thread;
 } gloo_comm;
@@ -154,7 +134,7 @@ static int await(gloo_comm *g, atomic_ulong *w, unsigned long want,
   if (atomic_load(w) >= want) return 1;
   pthread_mutex_lock(&g->mu);
   g->sleepers++;
-  while (atomic_load(w) < want && !(stop_on_broken && g->broken))
+  while (atomic_load(w) < want && !(stop_on_broken && dpm_group_broken(&g->fault)))
     if (until ? pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT
               : pthread_cond_wait(&g->cv, &g->mu) != 0)
       break;
@@ -173,91 +153,48 @@ static void msgf(char *msg, const char *fmt, ...) {
 }
 
 /* Under mu: the first failure breaks the group, with its message. */
-static void break_locked(gloo_comm *g, const char *msg) {
-  if (g->broken) return;
-  msgf(g->broken_msg, "%s", msg);
-  atomic_store(&g->broken, 1);
-  pthread_cond_broadcast(&g->cv);
+static void break_locked(gloo_comm *g, dpm_status code, const char *msg) {
+  if (dpm_group_fail(&g->fault, code, "%s", msg)) pthread_cond_broadcast(&g->cv);
+}
+
+/* Under mu: a later call's message into msg (GLOO_MSG bytes). */
+static void broken_msg(gloo_comm *g, const char *op, char *msg) {
+  dpm_group_fault_msg(&g->fault, op, msg, GLOO_MSG);
 }
 
 static dpm_status broken_state(gloo_comm *g, const char *op, dpm_err *err) {
+  char m[GLOO_MSG];
   pthread_mutex_lock(&g->mu);
-  dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier failure (%s)", op,
-           g->broken_msg);
+  broken_msg(g, op, m);
   pthread_mutex_unlock(&g->mu);
-  return DPM_STATE;
+  return dpm_errf(err, DPM_STATE, "%s", m);
 }
 
-/* " 2, 3" into m: the job-wide ranks whose state in j is below `state`
- * (ABSENT: not arrived; LEFT: not left). Returns how many. */
-static int list_ranks(gloo_comm *g, gloo_job *j, int state, char *m, size_t cap) {
-  size_t len = 0;
-  int n = 0;
-  m[0] = 0;
-  for (int r = 0; r < g->base.size; r++) {
-    if (atomic_load(&j->here[r]) >= state) continue;
-    if (len + 16 >= cap) {
-      snprintf(m + len, cap - len, " ...");
-      return n + 1;
-    }
-    len +=
-        (size_t)snprintf(m + len, cap - len, "%s %d", n++ ? "," : "", g->rank_base + r);
-  }
-  return n;
+/* Whether rank r's state in a job is below a state (ABSENT: not arrived;
+ * LEFT: not left), for dpm_group_timeout_msg. */
+typedef struct {
+  gloo_job *j;
+  int state;
+} gloo_absence;
+
+static int absent_of(void *ctx, int r) {
+  gloo_absence *a = ctx;
+  return atomic_load(&a->j->here[r]) < a->state;
+}
+
+/* Under mu: the timeout of job k's `op` (ranks not at `state` in j) breaks
+ * the group. */
+static void time_out(gloo_comm *g, gloo_job *j, int state, const char *op,
+                     unsigned long k) {
+  char m[GLOO_MSG], who[48];
+  gloo_absence a = {j, state};
+  snprintf(who, sizeof who, "ranks of process %d", g->proc);
+  dpm_group_timeout_msg(m, op, k, g->timeout_ms, who, g->base.size, g->rank_base,
+                        absent_of, &a);
+  break_locked(g, DPM_TIMEOUT, m);
 }
 
 /* ---- jobs: arriving, finishing, leaving ---------------------------------- */
-
-/* Run by the last local rank to arrive: do the local ranks agree? Job-wide
- * rank numbers in the messages. */
-static dpm_status judge(gloo_comm *g, gloo_job *j) {
-  const gloo_call *c0 = &j->calls[0];
-  const char *op = op_names[c0->op];
-  int base = g->rank_base;
-  const char *what = c0->op == OP_ALLREDUCE ? "count" : "bytes";
-  for (int r = 1; r < g->base.size; r++) {
-    const gloo_call *c = &j->calls[r];
-    if (c->op != c0->op) {
-      msgf(j->msg, "collective mismatch: rank %d called %s, rank %d called %s", base, op,
-           base + r, op_names[c->op]);
-      return DPM_INVALID;
-    }
-    if (c0->op == OP_ALLREDUCE && c->t != c0->t) {
-      msgf(j->msg,
-           "allreduce: ranks disagree on the element type: rank %d passes %ss, rank %d "
-           "%ss",
-           base, dpm_comm_dtype_name(c0->t), base + r, dpm_comm_dtype_name(c->t));
-      return DPM_INVALID;
-    }
-    if (c0->op != OP_BARRIER && c->n != c0->n) {
-      msgf(j->msg, "%s: ranks disagree on the %s: rank %d has %zu, rank %d has %zu", op,
-           what, base, c0->n, base + r, c->n);
-      return DPM_INVALID;
-    }
-    if (c0->op == OP_BROADCAST && c->root != c0->root) {
-      msgf(j->msg,
-           "broadcast: ranks disagree on the root: rank %d has %d, rank %d has %d", base,
-           c0->root, base + r, c->root);
-      return DPM_INVALID;
-    }
-  }
-  if (c0->op == OP_BARRIER) return DPM_OK;
-  for (int r = 0; r < g->base.size; r++)
-    if (j->calls[r].n && !j->calls[r].buf) {
-      msgf(j->msg, "%s: rank %d passed no buffer for %zu %s", op, base + r, j->calls[r].n,
-           what);
-      return DPM_INVALID;
-    }
-  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / dpm_comm_dtype_size(c0->t)) {
-    msgf(j->msg, "allreduce: count %zu is too large", c0->n);
-    return DPM_INVALID;
-  }
-  if (c0->op == OP_BROADCAST && (c0->root < 0 || c0->root >= g->world)) {
-    msgf(j->msg, "broadcast: root %d outside the group of %d", c0->root, g->world);
-    return DPM_INVALID;
-  }
-  return DPM_OK;
-}
 
 /* Under mu: wake the ranks asleep on cv, if any. */
 static void wake_ranks(gloo_comm *g) {
@@ -270,7 +207,7 @@ static void wake_ranks(gloo_comm *g) {
  * earlier job is unfinished, it takes the job itself (*run = 1: the caller
  * runs it and completes it, saving two thread wake-ups) instead of handing
  * it to the thread. */
-static dpm_status arrive(gloo_comm *g, int rank, gloo_call call, const char *op,
+static dpm_status arrive(gloo_comm *g, int rank, dpm_group_call call, const char *op,
                          const struct timespec *until, int can_run, int *run,
                          unsigned long *job, dpm_err *err) {
   *run = 0;
@@ -278,15 +215,12 @@ static dpm_status arrive(gloo_comm *g, int rank, gloo_call call, const char *op,
   gloo_job *j = &g->jobs[k % GLOO_JOBS];
   if (!await(g, &j->uses, k / GLOO_JOBS, until, 1)) {
     pthread_mutex_lock(&g->mu);
-    if (!g->broken) {
-      char who[160], m[GLOO_MSG];
-      list_ranks(g, j, LEFT, who, sizeof who);
-      snprintf(m, sizeof m,
-               "%s: timed out after %d ms waiting for rank(s)%s to finish the collective "
-               "called %d calls earlier",
-               op, g->timeout_ms, who, GLOO_JOBS);
-      break_locked(g, m);
-      dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+    if (!dpm_group_broken(&g->fault)) { /* the ranks that did not leave job k - JOBS */
+      char what[96];
+      snprintf(what, sizeof what, "%s (the collective %d calls earlier not yet left)", op,
+               GLOO_JOBS);
+      time_out(g, j, LEFT, what, k - GLOO_JOBS);
+      dpm_errf(err, DPM_TIMEOUT, "%s", g->fault.msg);
       pthread_mutex_unlock(&g->mu);
       return DPM_TIMEOUT;
     }
@@ -297,9 +231,11 @@ static dpm_status arrive(gloo_comm *g, int rank, gloo_call call, const char *op,
   j->calls[rank] = call;
   atomic_store(&j->here[rank], ARRIVED);
   if (atomic_fetch_add(&j->arrived, 1) + 1 == g->base.size) {
-    dpm_status v = judge(g, j);
+    dpm_status v =
+        dpm_group_judge(j->calls, g->base.size, g->rank_base, g->world, j->msg);
     pthread_mutex_lock(&g->mu);
-    if (!g->broken) { /* else never published: the ranks' finish sees broken */
+    if (!dpm_group_broken(
+            &g->fault)) { /* else never published: the ranks' finish sees broken */
       j->verdict = v;
       atomic_store(&j->ready, k + 1);
       /* the other ranks wait for done, which wakes them */
@@ -336,22 +272,17 @@ static dpm_status finish(gloo_comm *g, int rank, unsigned long k, const char *op
     pthread_mutex_lock(&g->mu);
     if (atomic_load(&j->ready) < k + 1) { /* never published: give up */
       dpm_status s = DPM_STATE;
-      if (!g->broken || g->broken_job == k) {
-        char who[160], m[GLOO_MSG];
-        int missing = list_ranks(g, j, ARRIVED, who, sizeof who);
-        snprintf(m, sizeof m,
-                 "%s: timed out after %d ms; %d of %d ranks of process %d arrived; "
-                 "missing rank(s)%s",
-                 op, g->timeout_ms, g->base.size - missing, g->base.size, g->proc, who);
-        if (!g->broken) g->broken_job = k;
-        break_locked(g, m);
-        s = dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+      char m[GLOO_MSG];
+      if (!dpm_group_broken(&g->fault) || g->broken_job == k) {
+        if (!dpm_group_broken(&g->fault)) g->broken_job = k;
+        time_out(g, j, ARRIVED, op, k);
+        s = DPM_TIMEOUT;
+        msgf(m, "%s", g->fault.msg);
       } else {
-        dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier failure (%s)", op,
-                 g->broken_msg);
+        broken_msg(g, op, m);
       }
       pthread_mutex_unlock(&g->mu);
-      return s;
+      return dpm_errf(err, s, "%s", m);
     }
     pthread_mutex_unlock(&g->mu);
   }
@@ -373,9 +304,9 @@ static int enter(gloo_comm *g, int rank, const char *op, dpm_err *err) {
 static void run_job(gloo_comm *g, gloo_job *j, unsigned long k);
 static void complete(gloo_comm *g, gloo_job *j, unsigned long k);
 
-static dpm_status blocking(gloo_comm *g, int rank, gloo_call call, dpm_err *err) {
-  const char *op = op_names[call.op];
-  if (atomic_load(&g->broken)) return broken_state(g, op, err);
+static dpm_status blocking(gloo_comm *g, int rank, dpm_group_call call, dpm_err *err) {
+  const char *op = dpm_group_op_name(call.op);
+  if (dpm_group_broken(&g->fault)) return broken_state(g, op, err);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
   struct timespec until = dpm_mono_deadline(g->timeout_ms);
   unsigned long k;
@@ -394,25 +325,29 @@ static dpm_status gloo_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *
                                  size_t count, dpm_err *err) {
   return blocking(
       gloo_of(c), rank,
-      (gloo_call){.op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = t}, err);
+      (dpm_group_call){
+          .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = t},
+      err);
 }
 
 static dpm_status gloo_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
                                  dpm_err *err) {
-  return blocking(gloo_of(c), rank,
-                  (gloo_call){.op = OP_BROADCAST, .root = root, .n = bytes, .buf = buf},
-                  err);
+  return blocking(
+      gloo_of(c), rank,
+      (dpm_group_call){.op = DPM_GROUP_BROADCAST, .root = root, .n = bytes, .buf = buf},
+      err);
 }
 
 static dpm_status gloo_barrier(dpm_comm *c, int rank, dpm_err *err) {
-  return blocking(gloo_of(c), rank, (gloo_call){.op = OP_BARRIER, .root = -1}, err);
+  return blocking(gloo_of(c), rank, (dpm_group_call){.op = DPM_GROUP_BARRIER, .root = -1},
+                  err);
 }
 
 static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
                              dpm_err *err) {
   gloo_comm *g = gloo_of(c);
   const char *op = "allreduce start";
-  if (atomic_load(&g->broken)) return broken_state(g, op, err);
+  if (dpm_group_broken(&g->fault)) return broken_state(g, op, err);
   if (g->started[rank] - g->waited[rank] == DPM_COMM_MAX_STARTED)
     return dpm_errf(err, DPM_INVALID,
                     "%s: rank %d already has %d started allreduces not waited for", op,
@@ -420,8 +355,8 @@ static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
   if (!enter(g, rank, op, err)) return DPM_INVALID;
   struct timespec until = dpm_mono_deadline(g->timeout_ms);
   unsigned long k;
-  gloo_call call = {
-      .op = OP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
+  dpm_group_call call = {
+      .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
   int run; /* never: started jobs are the thread's */
   dpm_status s = arrive(g, rank, call, op, &until, 0, &run, &k, err);
   if (!s) {
@@ -450,72 +385,15 @@ static dpm_status gloo_wait(dpm_comm *c, int rank, dpm_err *err) {
 
 /* ---- the thread ------------------------------------------------------------ */
 
-/* "process 1 (job ranks 2-3, HOST:PORT)" */
-static const char *describe(gloo_comm *g, int p, char *buf, size_t cap) {
+/* "process 1 (job ranks 2-3, HOST:PORT)" (a dpm_group_describe_fn) */
+static const char *describe(void *ctx, int p, char *buf, size_t cap) {
+  gloo_comm *g = ctx;
   if (g->net) {
     dpm_gloo_describe(g->net, p, buf, cap);
   } else {
     snprintf(buf, cap, "process %d", p);
   }
   return buf;
-}
-
-/* Do the processes' headers agree? DPM_INVALID with the message in j->msg
- * otherwise; every process reaches the same verdict from the same headers. */
-static dpm_status agree(gloo_comm *g, gloo_job *j) {
-  const gloo_header *h = g->headers, *h0 = &g->headers[0];
-  char a[160], b[160];
-  for (int p = 0; p < g->nproc; p++) {
-    if (!h[p].op) {
-      msgf(j->msg, "the ranks of %s disagree on their call (its ranks say how)",
-           describe(g, p, a, sizeof a));
-      return DPM_INVALID;
-    }
-    if (h[p].op > OP_COUNT) {
-      msgf(j->msg, "%s sent collective %u, which this build does not know",
-           describe(g, p, a, sizeof a), (unsigned)h[p].op);
-      return DPM_INVALID;
-    }
-  }
-  for (int p = 1; p < g->nproc; p++) {
-    if (h[p].job != h0->job) {
-      msgf(j->msg, "collective mismatch: %s is at collective %llu, %s at %llu",
-           describe(g, 0, a, sizeof a), (unsigned long long)h0->job,
-           describe(g, p, b, sizeof b), (unsigned long long)h[p].job);
-      return DPM_INVALID;
-    }
-    if (h[p].op != h0->op) {
-      msgf(j->msg, "collective mismatch: %s called %s, %s called %s",
-           describe(g, 0, a, sizeof a), op_names[h0->op - 1], describe(g, p, b, sizeof b),
-           op_names[h[p].op - 1]);
-      return DPM_INVALID;
-    }
-  }
-  const char *op = op_names[h0->op - 1];
-  for (int p = 1; p < g->nproc; p++) {
-    if (h[p].n != h0->n) {
-      msgf(j->msg, "%s: processes disagree on the %s: %s has %llu, %s has %llu", op,
-           h0->op - 1 == OP_ALLREDUCE ? "count" : "bytes", describe(g, 0, a, sizeof a),
-           (unsigned long long)h0->n, describe(g, p, b, sizeof b),
-           (unsigned long long)h[p].n);
-      return DPM_INVALID;
-    }
-    if (h[p].root != h0->root) {
-      msgf(j->msg, "%s: processes disagree on the root: %s has %d, %s has %d", op,
-           describe(g, 0, a, sizeof a), (int)h0->root, describe(g, p, b, sizeof b),
-           (int)h[p].root);
-      return DPM_INVALID;
-    }
-    if (h[p].dtype != h0->dtype || h[p].dtype >= DPM_COMM_DTYPE_COUNT) {
-      msgf(j->msg, "%s: processes disagree on the element type: %s passes %ss, %s %s", op,
-           describe(g, 0, a, sizeof a), dpm_comm_dtype_name(h0->dtype),
-           describe(g, p, b, sizeof b),
-           h[p].dtype < DPM_COMM_DTYPE_COUNT ? dpm_comm_dtype_name(h[p].dtype)
-                                             : "an unknown type");
-      return DPM_INVALID;
-    }
-  }
-  return DPM_OK;
 }
 
 static void add_into_float(void *restrict vt, const void *restrict va, size_t m) {
@@ -570,42 +448,37 @@ static dpm_status run_broadcast(gloo_comm *g, gloo_job *j, dpm_err *err) {
 
 /* Job k, ready: its status and message into j. */
 static void run_job(gloo_comm *g, gloo_job *j, unsigned long k) {
-  const gloo_call *c0 = &j->calls[0];
-  const char *op = j->verdict ? "collective" : op_names[c0->op];
+  const dpm_group_call *c0 = &j->calls[0];
+  const char *op = j->verdict ? "collective" : dpm_group_op_name(c0->op);
   dpm_err e = {0};
   dpm_status s;
-  if (atomic_load(&g->broken)) {
+  if (dpm_group_broken(&g->fault)) {
     pthread_mutex_lock(&g->mu);
-    msgf(j->msg, "%s: communicator broken by an earlier failure (%s)", op, g->broken_msg);
+    broken_msg(g, op, j->msg);
     pthread_mutex_unlock(&g->mu);
     j->status = DPM_STATE;
     return;
   }
   if (g->net) {
-    gloo_header mine = {
-        .op = j->verdict ? 0 : (uint32_t)c0->op + 1,
-        .root = c0->op == OP_BROADCAST ? c0->root : -1,
-        .n = c0->op == OP_BARRIER ? 0 : c0->n,
-        .job = k,
-        .dtype = c0->op == OP_ALLREDUCE ? (uint32_t)c0->t : 0,
-    };
+    dpm_group_header mine = dpm_group_header_of(c0, !j->verdict, k);
     s = dpm_gloo_exchange(g->net, op, &mine, sizeof mine, g->headers, &e);
     if (s) goto failed;
   }
-  if (j->verdict || (g->net && agree(g, j))) {
+  if (j->verdict ||
+      (g->net && dpm_group_agree(g->headers, g->nproc, describe, g, j->msg))) {
     j->status = DPM_INVALID; /* j->msg says why */
     return;
   }
-  s = c0->op == OP_ALLREDUCE   ? run_allreduce(g, j, &e)
-      : c0->op == OP_BROADCAST ? run_broadcast(g, j, &e)
-                               : DPM_OK; /* the exchange was the barrier */
+  s = c0->op == DPM_GROUP_ALLREDUCE   ? run_allreduce(g, j, &e)
+      : c0->op == DPM_GROUP_BROADCAST ? run_broadcast(g, j, &e)
+                                      : DPM_OK; /* the exchange was the barrier */
   if (!s) {
     j->status = DPM_OK;
     return;
   }
 failed: /* the Gloo context is spent: so is the group */
   pthread_mutex_lock(&g->mu);
-  break_locked(g, e.msg);
+  break_locked(g, s, e.msg);
   pthread_mutex_unlock(&g->mu);
   msgf(j->msg, "%s", e.msg);
   j->status = s;
@@ -646,7 +519,15 @@ static void *thread_main(void *arg) {
 
 /* ---- the group ------------------------------------------------------------- */
 
-static int gloo_broken(dpm_comm *c) { return atomic_load(&gloo_of(c)->broken); }
+static int gloo_broken(dpm_comm *c) { return dpm_group_broken(&gloo_of(c)->fault); }
+
+static dpm_status gloo_failure(dpm_comm *c, dpm_err *err) {
+  gloo_comm *g = gloo_of(c);
+  pthread_mutex_lock(&g->mu);
+  dpm_status s = dpm_group_failure(&g->fault, err);
+  pthread_mutex_unlock(&g->mu);
+  return s;
+}
 
 static void free_all(gloo_comm *g) {
   for (int k = 0; g->jobs && k < GLOO_JOBS; k++) {
@@ -687,6 +568,7 @@ static const dpm_comm_ops gloo_comm_ops = {
     .allreduce_start = gloo_start,
     .allreduce_wait = gloo_wait,
     .broken = gloo_broken,
+    .failure = gloo_failure,
     .destroy = gloo_destroy,
 };
 
@@ -732,14 +614,9 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
     g->jobs[k].here = calloc((size_t)size, sizeof *g->jobs[k].here);
     jobs_ok = g->jobs[k].calls && g->jobs[k].here;
   }
-  pthread_condattr_t ca;
-  int cv_ok = 0, tcv_ok = !pthread_cond_init(&g->cv_thread, NULL);
+  int cv_ok = dpm_group_cond_init(&g->cv),
+      tcv_ok = !pthread_cond_init(&g->cv_thread, NULL);
   int mu_ok = !pthread_mutex_init(&g->mu, NULL);
-  if (!pthread_condattr_init(&ca)) {
-    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
-            !pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
   if (!g->next || !g->fifo || !g->started || !g->waited || !g->inside || !g->headers ||
       !jobs_ok || !mu_ok || !cv_ok || !tcv_ok) {
     if (mu_ok) pthread_mutex_destroy(&g->mu);
@@ -755,6 +632,7 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
   g->proc = cfg->rank_base / size;
   g->rank_base = cfg->rank_base;
   g->broken_job = ULONG_MAX;
+  dpm_group_fault_init(&g->fault, "failure");
   if (nproc > 1) {
     dpm_gloo_config gc = {.rank = g->proc,
                           .size = nproc,

@@ -3,9 +3,10 @@
  *
  * Every collective is one or two rounds of a generation-counting barrier
  * (mutex + condition variable on CLOCK_MONOTONIC). Arriving at a round, a
- * rank records what it called (op, phase, count, root) and, in the first
- * round, its buffer; the last rank to arrive checks that all ranks agree
- * and publishes one verdict that every rank returns, so a disagreement is
+ * rank records what it called (a dpm_group_call, and the round's phase);
+ * the last rank to arrive checks that all ranks agree (the group core,
+ * group.h: dpm_group_judge) and publishes one verdict that every rank
+ * returns, so a disagreement is
  * refused alike everywhere before any buffer is touched. After the first
  * round each rank works on its own slice of every rank's buffer; a second
  * round keeps every buffer in use until all ranks are done with it.
@@ -13,7 +14,9 @@
  * Only the first round of a collective is bounded by the timeout: once all
  * ranks are in, the second round waits for work that is already running
  * (and must not return while a peer may still write the caller's buffer).
- * A timeout marks the group broken for good (comm.h).
+ * A timeout marks the group broken for good (comm.h; group.h's fault and
+ * timeout message, which numbers blocking collectives and started
+ * allreduces apart).
  *
  * Started allreduces (dpm_comm_allreduce_start/_wait) are jobs in a ring of
  * slots, summed in chunks claimed by the waiting ranks; see "Started
@@ -25,12 +28,11 @@
  * sleeping on cv under mu. So a round between quick ranks makes no system
  * call: a futex wake-up costs tens of microseconds in a VM, several times
  * per training step. The published buffer pointers are read between the two
- * rounds, when nobody can write them; broken and its message change under
- * mu only. */
+ * rounds, when nobody can write them; the fault and seq change under mu
+ * only. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,26 +42,14 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/group.h"
 #include "comm/spin.h"
 #include "common/clock.h"
-
-typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER, OP_COUNT } local_op;
-
-/* What one rank called, as recorded at a round. */
-typedef struct {
-  local_op op;
-  int phase; /* 0: first round of the call; 1: second round */
-  size_t n;  /* elements (allreduce) or bytes (broadcast) */
-  int root;  /* broadcast only */
-  dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
-} local_call;
 
 /* Started allreduces in flight per group: job k lives in slot k % LOCAL_JOBS. */
 #define LOCAL_JOBS DPM_COMM_MAX_STARTED
 /* Added to a job's arrivals by a rank that gives up on it: never published. */
 #define LOCAL_POISON (1 << 20)
-/* Bytes of a refusal's message. */
-#define LOCAL_MSG 320
 
 /* One started allreduce, every rank's k-th start. */
 typedef struct {
@@ -71,122 +61,46 @@ typedef struct {
   atomic_ulong done;  /* chunks summed */
   unsigned long chunks;
   dpm_status verdict; /* set with chunks by the judge, before ready */
-  char msg[LOCAL_MSG];
-  local_call *calls; /* [size] the count each rank passed */
-  void **bufs;       /* [size] */
+  char msg[DPM_GROUP_MSG];
+  dpm_group_call *calls; /* [size] the count and buffer each rank passed */
+  void **bufs;           /* [size] */
 } local_job;
 
 typedef struct {
-  dpm_comm base;        /* first: handed out as dpm_comm */
-  int timeout_ms;       /* bound on the first round of each collective */
-  pthread_mutex_t mu;   /* guards sleepers' changes, verdict and broken's writes */
-  pthread_cond_t cv;    /* signalled when a round completes or breaks */
-  atomic_ulong gen;     /* rounds completed; bumped under mu */
-  int spin;             /* spin before sleeping: ranks <= CPUs */
-  atomic_int sleepers;  /* ranks asleep on cv (await) */
-  atomic_int arrived;   /* ranks arrived at the current round */
-  atomic_int broken;    /* set by a timeout, never cleared */
-  char broken_msg[384]; /* the timeout that broke the group */
-  dpm_status verdict;   /* of the round completed last: DPM_OK or DPM_INVALID */
-  char verdict_msg[LOCAL_MSG];
-  local_call *calls;  /* [size] what each rank called at the current round */
-  atomic_uchar *here; /* [size] 1 once the rank arrived at the current round */
-  void **bufs;        /* [size] each rank's buffer, set in first rounds */
+  dpm_comm base;         /* first: handed out as dpm_comm */
+  int timeout_ms;        /* bound on the first round of each collective */
+  pthread_mutex_t mu;    /* guards sleepers' changes, verdict and broken's writes */
+  pthread_cond_t cv;     /* signalled when a round completes or breaks */
+  atomic_ulong gen;      /* rounds completed; bumped under mu */
+  int spin;              /* spin before sleeping: ranks <= CPUs */
+  atomic_int sleepers;   /* ranks asleep on cv (await) */
+  atomic_int arrived;    /* ranks arrived at the current round */
+  dpm_group_fault fault; /* set by a timeout, never cleared; written under mu */
+  unsigned long seq;     /* blocking collectives judged: the sequence number of the
+                            next one (written by the judge under mu) */
+  dpm_status verdict;    /* of the round completed last: DPM_OK or DPM_INVALID */
+  char verdict_msg[DPM_GROUP_MSG];
+  dpm_group_call *calls; /* [size] what each rank called at the current round */
+  int *phase;            /* [size] 0: the call's first round; 1: its second */
+  atomic_uchar *here;    /* [size] 1 once the rank arrived at the current round */
+  void **bufs;           /* [size] each rank's buffer, set in first rounds */
   /* started allreduces (see "Started allreduces" below) */
   local_job *jobs;       /* [LOCAL_JOBS] */
   atomic_ulong *started; /* [size] allreduces each rank started */
   atomic_ulong *waited;  /* [size] of those, the ones it waited for */
 } local_comm;
 
-/* Per-op agreement check, run by the last rank to arrive at a first round:
- * DPM_OK, or DPM_INVALID with the message in g->verdict_msg. */
-typedef dpm_status (*local_check_fn)(local_comm *g);
-
-static dpm_status check_allreduce(local_comm *g);
-static dpm_status check_broadcast(local_comm *g);
-static dpm_status check_barrier(local_comm *g) {
-  (void)g;
-  return DPM_OK;
-}
-
-static const struct {
-  const char *name;
-  local_check_fn check;
-} local_ops[] = {
-    [OP_ALLREDUCE] = {"allreduce", check_allreduce},
-    [OP_BROADCAST] = {"broadcast", check_broadcast},
-    [OP_BARRIER] = {"barrier", check_barrier},
-};
-_Static_assert(sizeof local_ops / sizeof *local_ops == OP_COUNT, "local ops table");
-
 static local_comm *local_of(dpm_comm *c) { return (local_comm *)c; }
-
-static dpm_status refuse(char *msg, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static dpm_status refuse(char *msg, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, LOCAL_MSG, fmt, ap);
-  va_end(ap);
-  return DPM_INVALID;
-}
-
-/* The checks shared by allreduce and broadcast: the same n (and, for an
- * allreduce, element type) on every rank, a buffer wherever n > 0; a
- * refusal's message goes to msg. */
-static dpm_status check_sized(const local_call *calls, void *const *bufs, int size,
-                              const char *what, char *msg) {
-  const char *op = local_ops[calls[0].op].name;
-  int reduce = calls[0].op == OP_ALLREDUCE;
-  for (int r = 1; r < size; r++)
-    if (reduce && calls[r].t != calls[0].t)
-      return refuse(msg,
-                    "%s: ranks disagree on the element type: rank 0 passes %ss, rank %d "
-                    "%ss",
-                    op, dpm_comm_dtype_name(calls[0].t), r,
-                    dpm_comm_dtype_name(calls[r].t));
-  for (int r = 1; r < size; r++)
-    if (calls[r].n != calls[0].n)
-      return refuse(msg, "%s: ranks disagree on the %s: rank 0 has %zu, rank %d has %zu",
-                    op, what, calls[0].n, r, calls[r].n);
-  for (int r = 0; r < size; r++)
-    if (calls[r].n && !bufs[r])
-      return refuse(msg, "%s: rank %d passed no buffer for %zu %s", op, r, calls[r].n,
-                    what);
-  if (reduce && calls[0].n > SIZE_MAX / dpm_comm_dtype_size(calls[0].t))
-    return refuse(msg, "allreduce: count %zu is too large", calls[0].n);
-  return DPM_OK;
-}
-
-static dpm_status check_allreduce(local_comm *g) {
-  return check_sized(g->calls, g->bufs, g->base.size, "count", g->verdict_msg);
-}
-
-static dpm_status check_broadcast(local_comm *g) {
-  int root = g->calls[0].root;
-  for (int r = 1; r < g->base.size; r++)
-    if (g->calls[r].root != root)
-      return refuse(
-          g->verdict_msg,
-          "broadcast: ranks disagree on the root: rank 0 has %d, rank %d has %d", root, r,
-          g->calls[r].root);
-  if (root < 0 || root >= g->base.size)
-    return refuse(g->verdict_msg, "broadcast: root %d outside the group of %d", root,
-                  g->base.size);
-  return check_sized(g->calls, g->bufs, g->base.size, "bytes", g->verdict_msg);
-}
 
 /* Run by the last rank to arrive: the verdict on the round. */
 static dpm_status judge(local_comm *g) {
-  const local_call *c0 = &g->calls[0];
-  for (int r = 1; r < g->base.size; r++) {
-    const local_call *c = &g->calls[r];
-    if (c->op != c0->op || c->phase != c0->phase)
-      return refuse(g->verdict_msg,
-                    "collective mismatch: rank 0 called %s, rank %d called %s",
-                    local_ops[c0->op].name, r, local_ops[c->op].name);
-  }
-  return c0->phase == 0 ? local_ops[c0->op].check(g) : DPM_OK;
+  int size = g->base.size;
+  for (int r = 1; r < size; r++)
+    if (g->calls[r].op != g->calls[0].op || g->phase[r] != g->phase[0])
+      return dpm_group_mismatch(g->verdict_msg, 0, g->calls[0].op, r, g->calls[r].op);
+  if (g->phase[0]) return DPM_OK;
+  g->seq++;
+  return dpm_group_judge(g->calls, size, 0, size, g->verdict_msg);
 }
 
 /* Whether rank r is missing, for a timeout's message: from the current
@@ -205,26 +119,27 @@ static int absent_from_waits(local_comm *g, int r, unsigned long k) {
   return atomic_load(&g->waited[r]) <= k;
 }
 
-/* Under mu: mark the group broken, recording in g->broken_msg which ranks
- * did not arrive at `op`, and wake every sleeper. */
+/* An absent function with its arguments, for dpm_group_timeout_msg. */
+typedef struct {
+  local_comm *g;
+  local_absent_fn absent;
+  unsigned long k;
+} local_absence;
+
+static int absent_of(void *ctx, int r) {
+  local_absence *a = ctx;
+  return a->absent(a->g, r, a->k);
+}
+
+/* Under mu: mark the group broken, recording which ranks did not arrive at
+ * `op`, collective number seq, and wake every sleeper. */
 static void break_group(local_comm *g, const char *op, local_absent_fn absent,
-                        unsigned long k) {
-  char *m = g->broken_msg;
-  size_t cap = sizeof g->broken_msg, len;
-  int arrived = 0;
-  for (int r = 0; r < g->base.size; r++) arrived += !absent(g, r, k);
-  len = (size_t)snprintf(
-      m, cap, "%s: timed out after %d ms; %d of %d ranks arrived; missing rank(s)", op,
-      g->timeout_ms, arrived, g->base.size);
-  for (int r = 0, n = 0; r < g->base.size && len < cap; r++) {
-    if (!absent(g, r, k)) continue;
-    if (len + 16 >= cap) {
-      snprintf(m + len, cap - len, " ...");
-      break;
-    }
-    len += (size_t)snprintf(m + len, cap - len, "%s %d", n++ ? "," : "", r);
-  }
-  g->broken = 1;
+                        unsigned long k, unsigned long seq) {
+  char m[DPM_GROUP_MSG];
+  local_absence a = {g, absent, k};
+  dpm_group_timeout_msg(m, op, seq, g->timeout_ms, "ranks", g->base.size, 0, absent_of,
+                        &a);
+  dpm_group_fail(&g->fault, DPM_TIMEOUT, "%s", m);
   pthread_cond_broadcast(&g->cv);
 }
 
@@ -239,11 +154,11 @@ static void break_group(local_comm *g, const char *op, local_absent_fn absent,
 
 /* The error of a call on a group that a timeout broke earlier. */
 static dpm_status broken_state(local_comm *g, const char *op, dpm_err *err) {
+  char m[DPM_GROUP_MSG + 96];
   pthread_mutex_lock(&g->mu);
-  dpm_errf(err, DPM_STATE, "%s: communicator broken by an earlier timeout (%s)", op,
-           g->broken_msg);
+  dpm_group_fault_msg(&g->fault, op, m, sizeof m);
   pthread_mutex_unlock(&g->mu);
-  return DPM_STATE;
+  return dpm_errf(err, DPM_STATE, "%s", m);
 }
 
 /* Wake the ranks asleep in await, after the store they wait for. */
@@ -262,11 +177,11 @@ static int await(local_comm *g, atomic_ulong *w, unsigned long want,
   struct timespec start = {0};
   for (unsigned i = 1; g->spin; i++) {
     if (atomic_load(w) >= want) return 1;
-    if (atomic_load(&g->broken) || !dpm_spin_step(i, &start, SPIN_NS)) break;
+    if (dpm_group_broken(&g->fault) || !dpm_spin_step(i, &start, SPIN_NS)) break;
   }
   pthread_mutex_lock(&g->mu);
   atomic_fetch_add(&g->sleepers, 1);
-  while (atomic_load(w) < want && !g->broken)
+  while (atomic_load(w) < want && !dpm_group_broken(&g->fault))
     if (until ? pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT
               : pthread_cond_wait(&g->cv, &g->mu) != 0)
       break;
@@ -279,10 +194,10 @@ static int await(local_comm *g, atomic_ulong *w, unsigned long want,
  * and returns when all ranks have arrived, with the round's verdict; or
  * DPM_TIMEOUT (timed rounds only) / DPM_STATE / DPM_INVALID (the rank is
  * already inside a round). */
-static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int timed,
+static dpm_status meet(local_comm *g, int rank, dpm_group_call call, int phase, int timed,
                        dpm_err *err) {
-  const char *op = local_ops[call.op].name;
-  if (atomic_load(&g->broken)) return broken_state(g, op, err);
+  const char *op = dpm_group_op_name(call.op);
+  if (dpm_group_broken(&g->fault)) return broken_state(g, op, err);
   if (atomic_exchange(&g->here[rank], 1))
     return dpm_errf(
         err, DPM_INVALID,
@@ -290,11 +205,12 @@ static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int 
         rank);
   struct timespec until = dpm_mono_deadline(g->timeout_ms);
   g->calls[rank] = call;
-  if (call.phase == 0) g->bufs[rank] = buf;
+  g->phase[rank] = phase;
+  if (phase == 0) g->bufs[rank] = call.buf;
   unsigned long mine = atomic_load(&g->gen); /* gen waits for this rank */
   if (atomic_fetch_add(&g->arrived, 1) + 1 == g->base.size) {
     pthread_mutex_lock(&g->mu); /* the last one in: judge and publish */
-    if (!g->broken) {
+    if (!dpm_group_broken(&g->fault)) {
       g->verdict = judge(g);
       atomic_store(&g->arrived, 0);
       for (int r = 0; r < g->base.size; r++) atomic_store(&g->here[r], 0);
@@ -304,19 +220,19 @@ static dpm_status meet(local_comm *g, int rank, local_call call, void *buf, int 
     pthread_mutex_unlock(&g->mu);
   } else {
     while (!await(g, &g->gen, mine + 1, timed ? &until : NULL) &&
-           !atomic_load(&g->broken)) {
+           !dpm_group_broken(&g->fault)) {
       pthread_mutex_lock(&g->mu); /* the deadline passed */
       /* (with every rank in, the last one is on its way to publish) */
-      if (atomic_load(&g->gen) == mine && !g->broken &&
+      if (atomic_load(&g->gen) == mine && !dpm_group_broken(&g->fault) &&
           atomic_load(&g->arrived) < g->base.size)
-        break_group(g, op, absent_from_round, 0);
+        break_group(g, op, absent_from_round, 0, g->seq);
       pthread_mutex_unlock(&g->mu);
     }
   }
   /* Both messages were written before gen moved or broken was set, and
    * stay until every rank, this one included, is in the next round. */
   if (atomic_load(&g->gen) == mine) /* the round broke while this rank was in it */
-    return dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+    return dpm_errf(err, DPM_TIMEOUT, "%s", g->fault.msg);
   return g->verdict ? dpm_errf(err, g->verdict, "%s", g->verdict_msg) : DPM_OK;
 }
 
@@ -337,7 +253,7 @@ static void slice_of(size_t n, int size, int r, size_t align, size_t *lo, size_t
  * reduce_slice_T (sum [lo, hi) of the n buffers in rank order into every
  * buffer), alike for float and double. */
 #define LOCAL_SUMS(T)                                                                    \
-  static void sum2_##T(T *restrict t, const T *restrict a, const T *restrict b,         \
+  static void sum2_##T(T *restrict t, const T *restrict a, const T *restrict b,          \
                        size_t m) {                                                       \
     for (size_t i = 0; i < m; i++) t[i] = a[i] + b[i];                                   \
   }                                                                                      \
@@ -382,14 +298,14 @@ static void reduce_slice(dpm_comm_dtype t, void *const *bufs, int n, size_t lo,
 static dpm_status local_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
                                   size_t count, dpm_err *err) {
   local_comm *g = local_of(c);
-  local_call call = {.op = OP_ALLREDUCE, .n = count, .t = t};
-  dpm_status s = meet(g, rank, call, buf, 1, err);
+  dpm_group_call call = {
+      .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = t};
+  dpm_status s = meet(g, rank, call, 0, 1, err);
   if (s || c->size == 1 || count == 0) return s;
   size_t lo, hi;
   slice_of(count, c->size, rank, 64 / dpm_comm_dtype_size(t), &lo, &hi);
   if (lo < hi) reduce_slice(t, g->bufs, c->size, lo, hi);
-  call.phase = 1;
-  return meet(g, rank, call, NULL, 0, err);
+  return meet(g, rank, call, 1, 0, err);
 }
 
 /* Slice-parallel: rank r copies slice r of the root's buffer to every other
@@ -397,27 +313,27 @@ static dpm_status local_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void 
 static dpm_status local_broadcast(dpm_comm *c, int rank, int root, void *buf,
                                   size_t bytes, dpm_err *err) {
   local_comm *g = local_of(c);
-  local_call call = {.op = OP_BROADCAST, .n = bytes, .root = root};
-  dpm_status s = meet(g, rank, call, buf, 1, err);
+  dpm_group_call call = {.op = DPM_GROUP_BROADCAST, .root = root, .n = bytes, .buf = buf};
+  dpm_status s = meet(g, rank, call, 0, 1, err);
   if (s || c->size == 1 || bytes == 0) return s;
   size_t lo, hi;
   slice_of(bytes, c->size, rank, 64, &lo, &hi);
   const char *src = g->bufs[root];
   for (int k = 0; k < c->size && lo < hi; k++)
     if (k != root) memcpy((char *)g->bufs[k] + lo, src + lo, hi - lo);
-  call.phase = 1;
-  return meet(g, rank, call, NULL, 0, err);
+  return meet(g, rank, call, 1, 0, err);
 }
 
 static dpm_status local_barrier(dpm_comm *c, int rank, dpm_err *err) {
-  return meet(local_of(c), rank, (local_call){.op = OP_BARRIER}, NULL, 1, err);
+  return meet(local_of(c), rank, (dpm_group_call){.op = DPM_GROUP_BARRIER, .root = -1}, 0,
+              1, err);
 }
 
 /* ---- Started allreduces -------------------------------------------------
  *
  * Job k is every rank's k-th start. A start records the rank's buffer and
  * count in the job's slot and counts the rank in; the last rank in judges
- * (the same count everywhere, check_sized) and publishes the job (ready =
+ * (the same count everywhere, dpm_group_judge) and publishes the job (ready =
  * k + 1). The summing happens in the waits: each waiting rank claims chunks
  * of LOCAL_CHUNK floats and sums each in rank order into every buffer
  * (reduce_slice), so a rank that waits while its peers still compute sums
@@ -436,14 +352,14 @@ static dpm_status local_barrier(dpm_comm *c, int rank, dpm_err *err) {
 static dpm_status give_up(local_comm *g, const char *op, local_absent_fn absent,
                           unsigned long k, dpm_err *err) {
   pthread_mutex_lock(&g->mu);
-  if (!g->broken) break_group(g, op, absent, k);
-  dpm_errf(err, DPM_TIMEOUT, "%s", g->broken_msg);
+  if (!dpm_group_broken(&g->fault)) break_group(g, op, absent, k, k);
+  dpm_errf(err, DPM_TIMEOUT, "%s", g->fault.msg);
   pthread_mutex_unlock(&g->mu);
   return DPM_TIMEOUT;
 }
 
 static void publish(local_comm *g, local_job *j, unsigned long k) {
-  j->verdict = check_sized(j->calls, j->bufs, g->base.size, "count", j->msg);
+  j->verdict = dpm_group_judge(j->calls, g->base.size, 0, g->base.size, j->msg);
   j->chunks = j->verdict ? 0 : (j->calls[0].n + LOCAL_CHUNK - 1) / LOCAL_CHUNK;
   atomic_store(&j->ready, k + 1);
   wake_sleepers(g);
@@ -453,7 +369,7 @@ static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
                               dpm_err *err) {
   local_comm *g = local_of(c);
   unsigned long k = atomic_load(&g->started[rank]);
-  if (atomic_load(&g->broken)) return broken_state(g, "allreduce start", err);
+  if (dpm_group_broken(&g->fault)) return broken_state(g, "allreduce start", err);
   if (k - atomic_load(&g->waited[rank]) == LOCAL_JOBS)
     return dpm_errf(err, DPM_INVALID,
                     "allreduce start: rank %d already has %d started allreduces not "
@@ -464,7 +380,8 @@ static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
   if (!await(g, &j->uses, k / LOCAL_JOBS, &until))
     return give_up(g, "allreduce start (an earlier allreduce not yet waited for)",
                    absent_from_waits, k - LOCAL_JOBS, err);
-  j->calls[rank] = (local_call){.op = OP_ALLREDUCE, .n = count, .t = DPM_COMM_F32};
+  j->calls[rank] = (dpm_group_call){
+      .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
   j->bufs[rank] = buf;
   atomic_store(&g->started[rank], k + 1);
   if (atomic_fetch_add(&j->arrived, 1) + 1 == c->size) publish(g, j, k);
@@ -509,7 +426,15 @@ static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
   return s;
 }
 
-static int local_broken(dpm_comm *c) { return atomic_load(&local_of(c)->broken); }
+static int local_broken(dpm_comm *c) { return dpm_group_broken(&local_of(c)->fault); }
+
+static dpm_status local_failure(dpm_comm *c, dpm_err *err) {
+  local_comm *g = local_of(c);
+  pthread_mutex_lock(&g->mu);
+  dpm_status s = dpm_group_failure(&g->fault, err);
+  pthread_mutex_unlock(&g->mu);
+  return s;
+}
 
 static void free_all(local_comm *g) {
   for (int k = 0; g->jobs && k < LOCAL_JOBS; k++) {
@@ -520,6 +445,7 @@ static void free_all(local_comm *g) {
   free(g->started);
   free(g->waited);
   free(g->calls);
+  free(g->phase);
   free(g->here);
   free(g->bufs);
   free(g);
@@ -540,6 +466,7 @@ static const dpm_comm_ops local_comm_ops = {
     .allreduce_start = local_start,
     .allreduce_wait = local_wait,
     .broken = local_broken,
+    .failure = local_failure,
     .destroy = local_destroy,
 };
 
@@ -555,6 +482,7 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
   local_comm *g = calloc(1, sizeof *g);
   if (!g) return dpm_errf(err, DPM_NOMEM, "local comm: out of memory");
   g->calls = calloc((size_t)size, sizeof *g->calls);
+  g->phase = calloc((size_t)size, sizeof *g->phase);
   g->here = calloc((size_t)size, sizeof *g->here);
   g->bufs = calloc((size_t)size, sizeof *g->bufs);
   g->started = calloc((size_t)size, sizeof *g->started);
@@ -565,15 +493,9 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
     g->jobs[k].bufs = calloc((size_t)size, sizeof *g->jobs[k].bufs);
     jobs_ok = g->jobs[k].calls && g->jobs[k].bufs;
   }
-  pthread_condattr_t ca;
-  int cv_ok = 0, mu_ok = !pthread_mutex_init(&g->mu, NULL);
-  if (!pthread_condattr_init(&ca)) {
-    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
-            !pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
-  if (!g->calls || !g->here || !g->bufs || !g->started || !g->waited || !jobs_ok ||
-      !mu_ok || !cv_ok) {
+  int mu_ok = !pthread_mutex_init(&g->mu, NULL), cv_ok = dpm_group_cond_init(&g->cv);
+  if (!g->calls || !g->phase || !g->here || !g->bufs || !g->started || !g->waited ||
+      !jobs_ok || !mu_ok || !cv_ok) {
     if (mu_ok) pthread_mutex_destroy(&g->mu);
     if (cv_ok) pthread_cond_destroy(&g->cv);
     free_all(g);
@@ -581,6 +503,7 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
   }
   g->base = (dpm_comm){.ops = &local_comm_ops, .size = size};
   g->timeout_ms = timeout_ms;
+  dpm_group_fault_init(&g->fault, "timeout");
   g->spin = size > 1 && size <= sysconf(_SC_NPROCESSORS_ONLN);
   *out = &g->base;
   return DPM_OK;

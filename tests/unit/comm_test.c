@@ -1,7 +1,8 @@
 /* Local communicator: allreduce exactness (same rank order as a reference,
  * bitwise identical on every rank), repeated calls, broadcast from every
- * root, barrier, timeouts that break the group, refused disagreements, and
- * clean destruction. Ranks are threads; only the main thread CHECKs. */
+ * root, barrier, timeouts that break the group, bad arguments, and clean
+ * destruction (refused disagreements: comm_contract_test.c). Ranks are threads; only the
+ * main thread CHECKs. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -557,88 +558,10 @@ TEST(comm_timeout_in_allreduce_names_the_ranks) {
   CHECK_INT(later, DPM_STATE);
 }
 
-/* ---- refused disagreements and bad arguments ------------------------ */
+/* ---- bad arguments ------------------------------------------------- */
 
-typedef struct {
-  float buf[MAX_RANKS][40];
-  size_t count[MAX_RANKS];
-  int kind[MAX_RANKS]; /* 0 allreduce, 1 barrier, 2 broadcast, 3 allreduce_f64 */
-  int root[MAX_RANKS];
-  int null_buf[MAX_RANKS];
-} mix_state;
-
-static void mix_rank(rank_ctx *c) {
-  mix_state *st = c->shared;
-  int r = c->rank;
-  float *buf = st->null_buf[r] ? NULL : st->buf[r];
-  switch (st->kind[r]) {
-  case 0:
-    c->s = dpm_comm_allreduce(c->comm, r, buf, st->count[r], &c->err);
-    break;
-  case 3: /* doubles: refused in these tests before any is touched */
-    c->s =
-        dpm_comm_allreduce_f64(c->comm, r, (double *)(void *)buf, st->count[r], &c->err);
-    break;
-  case 1:
-    c->s = dpm_comm_barrier(c->comm, r, &c->err);
-    break;
-  default:
-    c->s = dpm_comm_broadcast(c->comm, r, st->root[r], buf, st->count[r] * sizeof(float),
-                              &c->err);
-  }
-}
-
-/* Runs st on 3 ranks; every rank must get `want` with `msg`, and (when
- * refused) every buffer must be untouched. */
-static int mix_expect(mix_state *st, dpm_status want, const char *msg) {
-  dpm_comm *comm;
-  if (dpm_comm_local_create(3, 5000, &comm, NULL)) return 0;
-  for (int r = 0; r < 3; r++)
-    for (int i = 0; i < 40; i++) st->buf[r][i] = (float)(r * 100 + i);
-  rank_ctx ctx[MAX_RANKS];
-  int ok = run_ranks(comm, 3, mix_rank, st, ctx, -1);
-  /* the group is still usable after a refusal */
-  mix_state fine = {.count = {40, 40, 40}};
-  rank_ctx again[MAX_RANKS];
-  ok &= run_ranks(comm, 3, mix_rank, &fine, again, -1);
-  dpm_comm_destroy(comm);
-  for (int r = 0; r < 3 && ok; r++) {
-    ok = ctx[r].s == want && again[r].s == DPM_OK && fine.buf[r][39] == 0;
-    if (ok && want) ok = strstr(ctx[r].err.msg, msg) != NULL;
-    for (int i = 0; i < 40 && ok && want; i++) ok = st->buf[r][i] == (float)(r * 100 + i);
-    if (!ok)
-      printf("    rank %d: %s: %s\n", r, dpm_status_name(ctx[r].s), ctx[r].err.msg);
-  }
-  return ok;
-}
-
-TEST(comm_mismatched_counts_refused) {
-  mix_state st = {.count = {40, 39, 40}};
-  CHECK(
-      mix_expect(&st, DPM_INVALID,
-                 "allreduce: ranks disagree on the count: rank 0 has 40, rank 1 has 39"));
-  mix_state big = {.count = {17, 17, 1000}};
-  CHECK(mix_expect(&big, DPM_INVALID, "rank 2 has 1000"));
-}
-
-TEST(comm_mismatched_collectives_refused) {
-  mix_state st = {.count = {40, 40, 40}, .kind = {0, 1, 0}};
-  CHECK(
-      mix_expect(&st, DPM_INVALID,
-                 "collective mismatch: rank 0 called allreduce, rank 1 called barrier"));
-  mix_state roots = {.count = {40, 40, 40}, .kind = {2, 2, 2}, .root = {0, 0, 1}};
-  CHECK(mix_expect(&roots, DPM_INVALID, "ranks disagree on the root"));
-  mix_state bad_root = {.count = {40, 40, 40}, .kind = {2, 2, 2}, .root = {3, 3, 3}};
-  CHECK(mix_expect(&bad_root, DPM_INVALID, "root 3 outside the group of 3"));
-  mix_state types = {.count = {20, 20, 20}, .kind = {0, 3, 0}};
-  CHECK(mix_expect(&types, DPM_INVALID,
-                   "allreduce: ranks disagree on the element type: rank 0 passes floats, "
-                   "rank 1 doubles"));
-  mix_state null_buf = {.count = {40, 40, 40}, .null_buf = {0, 1, 0}};
-  CHECK(mix_expect(&null_buf, DPM_INVALID, "rank 1 passed no buffer for 40"));
-  mix_state ok = {.count = {40, 40, 40}};
-  CHECK(mix_expect(&ok, DPM_OK, ""));
-}
+/* Refused disagreements between ranks are the contract suite's
+ * (comm_contract_test.c), for every backend. */
 
 TEST(comm_bad_arguments) {
   dpm_comm *comm = (dpm_comm *)1;

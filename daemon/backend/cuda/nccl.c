@@ -11,9 +11,11 @@
  * other local ranks on the host (a generation barrier under mu and cv,
  * bounded by the timeout, as the local communicator's first round): the
  * last rank in checks that all called the same collective with the same
- * count, bytes and root, and a disagreement is DPM_INVALID on every local
- * rank with nothing enqueued. Then each rank enqueues its NCCL call on its
- * own stream and returns: the result is ordered before whatever the rank
+ * count, bytes and root (the group core's dpm_group_judge, comm/group.h,
+ * compiled into the plugin), and a disagreement is DPM_INVALID on every
+ * local rank with nothing enqueued. The timeout's message and the sticky
+ * failure are the core's too (rank numbers job-wide). Then each rank enqueues its NCCL
+ * call on its own stream and returns: the result is ordered before whatever the rank
  * queues next (comm.h, "Completion"); an event recorded after it tells the
  * watch whether the rank's last collective has finished. A host buffer
  * (the trainer's agreement on its meta and flags) goes through a device
@@ -58,21 +60,13 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/nccl.h"
+#include "comm/group.h"
 #include "comm/store.h"
+#include "common/clock.h"
 
-typedef enum { OP_ALLREDUCE, OP_BROADCAST, OP_BARRIER } nccl_op;
-static const char *const op_names[] = {"allreduce", "broadcast", "barrier"};
+typedef dpm_group_call nccl_call;
 
-/* What one local rank called. */
-typedef struct {
-  nccl_op op;
-  size_t n;         /* elements (allreduce) or bytes (broadcast) */
-  int root;         /* broadcast: the job-wide root */
-  void *buf;        /* the rank's buffer */
-  dpm_comm_dtype t; /* allreduce: the element type (started ones: floats) */
-} nccl_call;
-
-#define NCCL_MSG 384
+#define NCCL_MSG DPM_GROUP_MSG
 
 typedef struct nccl_group nccl_group;
 
@@ -90,7 +84,6 @@ typedef struct {
   size_t bounce_cap;
   int started;    /* started allreduces not yet waited for */
   int here;       /* inside a meeting (under the group's mu) */
-  nccl_call call; /* what it called there */
   char last[128]; /* the collective it enqueued last, for messages */
 } nccl_rank;
 
@@ -100,14 +93,13 @@ struct nccl_group {
   int timeout_ms;
   pthread_mutex_t mu; /* guards the meeting, the verdict and broken's message */
   pthread_cond_t cv;  /* a meeting completed or the group broke */
-  unsigned long gen;  /* meetings completed */
+  unsigned long gen;  /* meetings completed: the next collective's sequence number */
   int arrived;        /* ranks in the current meeting */
   dpm_status verdict; /* of the meeting completed last */
   char verdict_msg[NCCL_MSG];
-  atomic_int broken;      /* set once, under mu */
-  dpm_status broken_code; /* DPM_TIMEOUT or DPM_IO: what broke it */
-  char broken_msg[NCCL_MSG];
-  nccl_rank *ranks; /* [size] */
+  dpm_group_fault fault; /* set once, under mu: DPM_TIMEOUT or DPM_IO */
+  nccl_call *calls;      /* [size] what each rank called at the current meeting */
+  nccl_rank *ranks;      /* [size] */
 };
 
 static nccl_group *group_of(dpm_comm *c) { return (nccl_group *)c; }
@@ -133,113 +125,48 @@ static void abort_all(nccl_group *g) {
   }
 }
 
-/* Under mu: marks the group broken with code and message (the first
- * failure wins) and wakes the ranks in a meeting. */
-static void mark_broken(nccl_group *g, dpm_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void mark_broken(nccl_group *g, dpm_status code, const char *fmt, ...) {
-  if (atomic_load(&g->broken)) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g->broken_msg, sizeof g->broken_msg, fmt, ap);
-  va_end(ap);
-  g->broken_code = code;
-  atomic_store(&g->broken, 1);
-  pthread_cond_broadcast(&g->cv);
-}
-
 /* Breaks the group for a failure of a collective (`what`: "allreduce of 12
  * floats") and aborts every communicator. No rank mutex may be held. */
 static void break_group(nccl_group *g, dpm_status code, const char *what,
                         const char *why) {
   pthread_mutex_lock(&g->mu);
-  mark_broken(g, code, "%s: %s", what, why);
+  if (dpm_group_fail(&g->fault, code, "%s: %s", what, why))
+    pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
   abort_all(g);
 }
 
 /* The error of a call on a broken group. */
 static dpm_status broken_state(nccl_group *g, const char *op, dpm_err *err) {
+  char m[NCCL_MSG + 96];
   pthread_mutex_lock(&g->mu);
-  cuda_errf(err, DPM_STATE, "%s: communicator broken by an earlier failure (%s)", op,
-            g->broken_msg);
+  dpm_group_fault_msg(&g->fault, op, m, sizeof m);
   pthread_mutex_unlock(&g->mu);
-  return DPM_STATE;
+  return cuda_errf(err, DPM_STATE, "%s", m);
 }
 
 /* The failure that broke the group, as the call that met it returns it. */
 static dpm_status broken_now(nccl_group *g, dpm_err *err) {
   pthread_mutex_lock(&g->mu);
-  dpm_status s = cuda_errf(err, g->broken_code, "%s", g->broken_msg);
+  dpm_status s = dpm_group_failure(&g->fault, err);
   pthread_mutex_unlock(&g->mu);
   return s;
 }
 
 /* ---- the local meeting ---------------------------------------------------- */
 
-static dpm_status refuse(nccl_group *g, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static dpm_status refuse(nccl_group *g, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g->verdict_msg, sizeof g->verdict_msg, fmt, ap);
-  va_end(ap);
-  return DPM_INVALID;
-}
-
-/* Run under mu by the last rank in: whether the local ranks agree. */
-static dpm_status judge(nccl_group *g) {
-  const nccl_call *c0 = &g->ranks[0].call;
-  const char *op = op_names[c0->op], *unit = c0->op == OP_ALLREDUCE ? "count" : "bytes";
-  for (int r = 1; r < g->base.size; r++) {
-    const nccl_call *c = &g->ranks[r].call;
-    if (c->op != c0->op)
-      return refuse(g, "collective mismatch: rank 0 called %s, rank %d called %s", op, r,
-                    op_names[c->op]);
-    if (c0->op == OP_ALLREDUCE && c->t != c0->t)
-      return refuse(g,
-                    "allreduce: ranks disagree on the element type: rank 0 passes %ss, "
-                    "rank %d %ss",
-                    dpm_comm_dtype_name(c0->t), r, dpm_comm_dtype_name(c->t));
-    if (c->n != c0->n)
-      return refuse(g, "%s: ranks disagree on the %s: rank 0 has %zu, rank %d has %zu",
-                    op, unit, c0->n, r, c->n);
-    if (c->root != c0->root)
-      return refuse(g, "%s: ranks disagree on the root: rank 0 has %d, rank %d has %d",
-                    op, c0->root, r, c->root);
-  }
-  if (c0->op == OP_BARRIER) return DPM_OK;
-  for (int r = 0; r < g->base.size; r++)
-    if (c0->n && !g->ranks[r].call.buf)
-      return refuse(g, "%s: rank %d passed no buffer for %zu %s", op, r, c0->n, unit);
-  if (c0->op == OP_ALLREDUCE && c0->n > SIZE_MAX / dpm_comm_dtype_size(c0->t))
-    return refuse(g, "allreduce: count %zu is too large", c0->n);
-  if (c0->op == OP_BROADCAST && (c0->root < 0 || c0->root >= g->world))
-    return refuse(g, "broadcast: root %d outside the group of %d", c0->root, g->world);
-  return DPM_OK;
-}
-
-static struct timespec deadline_after(int ms) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  t.tv_sec += ms / 1000;
-  t.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (t.tv_nsec >= 1000000000L) {
-    t.tv_sec++;
-    t.tv_nsec -= 1000000000L;
-  }
-  return t;
-}
+/* Whether local rank r is not in the current meeting (under mu). */
+static int absent_of(void *ctx, int r) { return !((nccl_group *)ctx)->ranks[r].here; }
 
 /* Rank r arrives with `call` and returns once every local rank has, with
  * the verdict; DPM_TIMEOUT when some did not within the timeout (the group
  * then breaks), DPM_STATE on a broken group. */
 static dpm_status meet(nccl_group *g, int r, nccl_call call, dpm_err *err) {
-  const char *op = op_names[call.op];
+  const char *op = dpm_group_op_name(call.op);
   nccl_rank *rk = &g->ranks[r];
   int timed_out = 0;
   pthread_mutex_lock(&g->mu);
-  if (atomic_load(&g->broken)) {
+  if (dpm_group_broken(&g->fault)) {
     pthread_mutex_unlock(&g->mu);
     return broken_state(g, op, err);
   }
@@ -250,38 +177,33 @@ static dpm_status meet(nccl_group *g, int r, nccl_call call, dpm_err *err) {
                      "time)",
                      op, r);
   }
-  rk->call = call;
+  g->calls[r] = call;
   rk->here = 1;
   unsigned long mine = g->gen;
   if (++g->arrived == g->base.size) {
-    g->verdict = judge(g);
+    g->verdict =
+        dpm_group_judge(g->calls, g->base.size, g->rank_base, g->world, g->verdict_msg);
     g->arrived = 0;
     for (int k = 0; k < g->base.size; k++) g->ranks[k].here = 0;
     g->gen++;
     pthread_cond_broadcast(&g->cv);
   } else {
-    struct timespec until = deadline_after(g->timeout_ms);
-    while (g->gen == mine && !atomic_load(&g->broken))
+    struct timespec until = dpm_mono_deadline(g->timeout_ms);
+    while (g->gen == mine && !dpm_group_broken(&g->fault))
       if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && g->gen == mine &&
-          !atomic_load(&g->broken)) {
-        char missing[160];
-        size_t len = 0;
-        missing[0] = 0;
-        for (int k = 0, n = 0; k < g->base.size && len + 16 < sizeof missing; k++)
-          if (!g->ranks[k].here)
-            len += (size_t)snprintf(missing + len, sizeof missing - len, "%s %d",
-                                    n++ ? "," : "", k);
-        mark_broken(g, DPM_TIMEOUT,
-                    "%s: timed out after %d ms; %d of %d local ranks arrived; missing "
-                    "rank(s)%s",
-                    op, g->timeout_ms, g->arrived, g->base.size, missing);
+          !dpm_group_broken(&g->fault)) {
+        char m[NCCL_MSG];
+        dpm_group_timeout_msg(m, op, mine, g->timeout_ms, "local ranks", g->base.size,
+                              g->rank_base, absent_of, g);
+        dpm_group_fail(&g->fault, DPM_TIMEOUT, "%s", m);
+        pthread_cond_broadcast(&g->cv);
         timed_out = 1;
       }
   }
   dpm_status s;
   if (g->gen == mine) { /* the group broke while this rank waited */
     rk->here = 0;
-    s = cuda_errf(err, g->broken_code, "%s", g->broken_msg);
+    s = cuda_errf(err, g->fault.code, "%s", g->fault.msg);
   } else {
     s = g->verdict ? cuda_errf(err, g->verdict, "%s", g->verdict_msg) : DPM_OK;
   }
@@ -294,9 +216,9 @@ static dpm_status meet(nccl_group *g, int r, nccl_call call, dpm_err *err) {
 
 /* What a call moves, for messages: "allreduce of 1234 floats". */
 static void describe(const nccl_call *c, char *out, size_t cap) {
-  if (c->op == OP_ALLREDUCE)
+  if (c->op == DPM_GROUP_ALLREDUCE)
     snprintf(out, cap, "allreduce of %zu %ss", c->n, dpm_comm_dtype_name(c->t));
-  else if (c->op == OP_BROADCAST)
+  else if (c->op == DPM_GROUP_BROADCAST)
     snprintf(out, cap, "broadcast of %zu bytes from rank %d", c->n, c->root);
   else
     snprintf(out, cap, "barrier");
@@ -341,39 +263,40 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
  * caller reads host memory as soon as the call returns. */
 static dpm_status staged(nccl_group *g, int r, const nccl_call *c, dpm_err *err) {
   nccl_rank *rk = &g->ranks[r];
-  size_t bytes = c->op == OP_ALLREDUCE ? c->n * dpm_comm_dtype_size(c->t) : c->n;
+  size_t bytes = c->op == DPM_GROUP_ALLREDUCE ? c->n * dpm_comm_dtype_size(c->t) : c->n;
+  const char *op = dpm_group_op_name(c->op);
   cuda_use(rk->dev);
   cudaError_t e = cudaSuccess;
   if (bytes > rk->bounce_cap) {
-    if (!cuda_wait(rk->dev) && !atomic_load(&g->broken))
-      return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)",
-                       op_names[c->op], rk->dev->index);
+    if (!cuda_wait(rk->dev) && !dpm_group_broken(&g->fault))
+      return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)", op,
+                       rk->dev->index);
     if (rk->bounce) cudaFree(rk->bounce);
     rk->bounce = NULL;
     rk->bounce_cap = 0;
     if ((e = cudaMalloc(&rk->bounce, bytes)) != cudaSuccess)
       return cuda_errf(err, DPM_NOMEM,
-                       "%s: no device memory for %zu bytes on cuda:%d: %s",
-                       op_names[c->op], bytes, rk->dev->index, cudaGetErrorString(e));
+                       "%s: no device memory for %zu bytes on cuda:%d: %s", op, bytes,
+                       rk->dev->index, cudaGetErrorString(e));
     rk->bounce_cap = bytes;
   }
   if ((e = cudaMemcpyAsync(rk->bounce, c->buf, bytes, cudaMemcpyHostToDevice,
                            rk->stream)))
-    return cuda_errf(err, DPM_IO, "%s: copy to cuda:%d: %s", op_names[c->op],
-                     rk->dev->index, cudaGetErrorString(e));
+    return cuda_errf(err, DPM_IO, "%s: copy to cuda:%d: %s", op, rk->dev->index,
+                     cudaGetErrorString(e));
   nccl_call d = *c;
   d.buf = rk->bounce;
   dpm_status s = enqueue(g, r, &d, err);
   if (s) return s;
-  if (!cuda_wait(rk->dev) && !atomic_load(&g->broken))
-    return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)",
-                     op_names[c->op], rk->dev->index);
-  if (atomic_load(&g->broken)) return broken_now(g, err);
+  if (!cuda_wait(rk->dev) && !dpm_group_broken(&g->fault))
+    return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)", op,
+                     rk->dev->index);
+  if (dpm_group_broken(&g->fault)) return broken_now(g, err);
   if ((e = cudaMemcpyAsync(c->buf, rk->bounce, bytes, cudaMemcpyDeviceToHost,
                            rk->stream)) ||
       (e = cudaStreamSynchronize(rk->stream)))
-    return cuda_errf(err, DPM_IO, "%s: copy from cuda:%d: %s", op_names[c->op],
-                     rk->dev->index, cudaGetErrorString(e));
+    return cuda_errf(err, DPM_IO, "%s: copy from cuda:%d: %s", op, rk->dev->index,
+                     cudaGetErrorString(e));
   return DPM_OK;
 }
 
@@ -398,15 +321,15 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
   pthread_mutex_lock(&rk->mu);
   if (!rk->comm) {
     pthread_mutex_unlock(&rk->mu);
-    return broken_state(g, op_names[c->op], err);
+    return broken_state(g, dpm_group_op_name(c->op), err);
   }
   snprintf(rk->last, sizeof rk->last, "%s", what);
   ncclResult_t res;
-  if (c->op == OP_ALLREDUCE)
+  if (c->op == DPM_GROUP_ALLREDUCE)
     res =
         ncclAllReduce(c->buf, c->buf, c->n, c->t == DPM_COMM_F64 ? ncclDouble : ncclFloat,
                       ncclSum, rk->comm, rk->stream);
-  else if (c->op == OP_BROADCAST)
+  else if (c->op == DPM_GROUP_BROADCAST)
     res = ncclBroadcast(c->buf, c->buf, c->n, ncclUint8, c->root, rk->comm, rk->stream);
   else
     res = ncclAllReduce(rk->one, rk->one, 1, ncclFloat, ncclSum, rk->comm, rk->stream);
@@ -443,7 +366,8 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
 static dpm_status nccl_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
                                  size_t count, dpm_err *err) {
   nccl_group *g = group_of(c);
-  nccl_call call = {.op = OP_ALLREDUCE, .n = count, .buf = buf, .t = t};
+  nccl_call call = {
+      .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = t};
   dpm_status s = meet(g, rank, call, err);
   if (s || count == 0) return s;
   return on_host(buf) ? staged(g, rank, &call, err) : enqueue(g, rank, &call, err);
@@ -453,7 +377,7 @@ static dpm_status nccl_start(dpm_comm *c, int rank, float *buf, size_t count,
                              dpm_err *err) {
   nccl_group *g = group_of(c);
   nccl_rank *rk = &g->ranks[rank];
-  if (atomic_load(&g->broken)) return broken_state(g, "allreduce start", err);
+  if (dpm_group_broken(&g->fault)) return broken_state(g, "allreduce start", err);
   if (rk->started == DPM_COMM_MAX_STARTED)
     return cuda_errf(
         err, DPM_INVALID,
@@ -486,14 +410,14 @@ static dpm_status nccl_wait(dpm_comm *c, int rank, dpm_err *err) {
   }
   pthread_mutex_unlock(&rk->mu);
   if (async != ncclSuccess && async != ncclInProgress) break_group(g, DPM_IO, what, why);
-  if (atomic_load(&g->broken)) return broken_state(g, "allreduce wait", err);
+  if (dpm_group_broken(&g->fault)) return broken_state(g, "allreduce wait", err);
   return DPM_OK;
 }
 
 static dpm_status nccl_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
                                  dpm_err *err) {
   nccl_group *g = group_of(c);
-  nccl_call call = {.op = OP_BROADCAST, .n = bytes, .root = root, .buf = buf};
+  nccl_call call = {.op = DPM_GROUP_BROADCAST, .n = bytes, .root = root, .buf = buf};
   dpm_status s = meet(g, rank, call, err);
   if (s || bytes == 0) return s;
   return on_host(buf) ? staged(g, rank, &call, err) : enqueue(g, rank, &call, err);
@@ -503,17 +427,17 @@ static dpm_status nccl_broadcast(dpm_comm *c, int rank, int root, void *buf, siz
  * stream (its watch bounds the wait by the timeout). */
 static dpm_status nccl_barrier(dpm_comm *c, int rank, dpm_err *err) {
   nccl_group *g = group_of(c);
-  nccl_call call = {.op = OP_BARRIER};
+  nccl_call call = {.op = DPM_GROUP_BARRIER, .root = -1};
   dpm_status s = meet(g, rank, call, err);
   if (!s) s = enqueue(g, rank, &call, err);
   if (s) return s;
-  if (!cuda_wait(g->ranks[rank].dev) && !atomic_load(&g->broken))
+  if (!cuda_wait(g->ranks[rank].dev) && !dpm_group_broken(&g->fault))
     return cuda_errf(err, DPM_IO, "barrier: cuda:%d failed (see the device's error)",
                      g->ranks[rank].dev->index);
-  return atomic_load(&g->broken) ? broken_now(g, err) : DPM_OK;
+  return dpm_group_broken(&g->fault) ? broken_now(g, err) : DPM_OK;
 }
 
-static int nccl_broken(dpm_comm *c) { return atomic_load(&group_of(c)->broken); }
+static int nccl_broken(dpm_comm *c) { return dpm_group_broken(&group_of(c)->fault); }
 
 /* ---- the watch ------------------------------------------------------------ */
 
@@ -524,7 +448,7 @@ static int nccl_broken(dpm_comm *c) { return atomic_load(&group_of(c)->broken); 
 static int nccl_watch(void *arg, int64_t waited_ms) {
   nccl_rank *rk = arg;
   nccl_group *g = rk->g;
-  if (atomic_load(&g->broken)) {
+  if (dpm_group_broken(&g->fault)) {
     abort_all(g); /* a no-op once done */
     return 1;
   }
@@ -625,6 +549,7 @@ static void free_group(nccl_group *g, int abort_comms) {
   if (prev >= 0) use_device(prev);
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->mu);
+  free(g->calls);
   free(g->ranks);
   free(g);
 }
@@ -674,7 +599,7 @@ static nccl_group *take_idle(const dpm_comm_config *cfg, int world) {
 
 /* Keeps an unbroken group of one process idle; 0 when it is not kept. */
 static int keep_idle(nccl_group *g) {
-  if (atomic_load(&g->broken) || g->world != g->base.size) return 0;
+  if (dpm_group_broken(&g->fault) || g->world != g->base.size) return 0;
   watch_all(g, 0);
   int kept = 0;
   pthread_mutex_lock(&idle_mu);
@@ -698,7 +623,7 @@ static dpm_status nccl_failure(dpm_comm *c, dpm_err *err) {
 
 static void nccl_destroy(dpm_comm *c) {
   nccl_group *g = group_of(c);
-  if (!keep_idle(g)) free_group(g, atomic_load(&g->broken));
+  if (!keep_idle(g)) free_group(g, dpm_group_broken(&g->fault));
 }
 
 static const dpm_comm_ops nccl_ops = {
@@ -842,15 +767,11 @@ dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err 
   g = calloc(1, sizeof *g);
   if (!g) return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory");
   g->ranks = calloc((size_t)size, sizeof *g->ranks);
-  pthread_condattr_t ca;
-  int cv_ok = 0;
-  if (!pthread_condattr_init(&ca)) {
-    cv_ok = !pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) &&
-            !pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
-  }
-  if (!g->ranks || !cv_ok || pthread_mutex_init(&g->mu, NULL)) {
+  g->calls = calloc((size_t)size, sizeof *g->calls);
+  int cv_ok = dpm_group_cond_init(&g->cv);
+  if (!g->ranks || !g->calls || !cv_ok || pthread_mutex_init(&g->mu, NULL)) {
     if (cv_ok) pthread_cond_destroy(&g->cv);
+    free(g->calls);
     free(g->ranks);
     free(g);
     return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory for %d ranks", size);
@@ -859,6 +780,7 @@ dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err 
   g->rank_base = cfg->rank_base;
   g->world = world;
   g->timeout_ms = cfg->timeout_ms;
+  dpm_group_fault_init(&g->fault, "failure");
   for (int r = 0; r < size; r++) {
     g->ranks[r].g = g;
     pthread_mutex_init(&g->ranks[r].mu, NULL);
