@@ -194,7 +194,6 @@ static void *ar_run(void *arg) {
 
 /* Bus bandwidth in GB/s of `mib` MiB allreduces over n GPUs, or -1. */
 static double allreduce_busbw(int n, size_t mib) {
-  const dpm_cuda_plugin *plugin = dpm_cuda_plugin_get();
   dpm_dev *dev[DPM_COMM_MAX_RANKS];
   void *streams[DPM_COMM_MAX_RANKS];
   ar_rank r[DPM_COMM_MAX_RANKS];
@@ -205,8 +204,8 @@ static double allreduce_busbw(int n, size_t mib) {
   memset(r, 0, sizeof r[0] * (size_t)n);
   for (int d = 0; d < n; d++) {
     if (dpm_dev_get((dpm_device){DPM_DEVICE_CUDA, d}, &dev[d], &err)) goto fail;
-    streams[d] = plugin->stream_of(dpm_dev_state(dev[d]));
-    r[d].buf = dpm_dev_alloc(dev[d], count * sizeof(float), &got[d]);
+    streams[d] = dpm_dev_stream(dev[d]);
+    r[d].buf = dpm_dptr_raw(dpm_dev_alloc(dev[d], count * sizeof(float), &got[d]));
     if (!r[d].buf) {
       snprintf(err.msg, sizeof err.msg, "cuda:%d: out of memory", d);
       goto fail;
@@ -237,12 +236,12 @@ static double allreduce_busbw(int n, size_t mib) {
   }
   dpm_comm_destroy(comm);
   bw = 2.0 * (n - 1) / n * (double)(count * sizeof(float)) / (best * 1e-3) / 1e9;
-  for (int d = 0; d < n; d++) dpm_dev_free(dev[d], r[d].buf, got[d]);
+  for (int d = 0; d < n; d++) dpm_dev_free(dev[d], dpm_dptr_wrap(r[d].buf), got[d]);
   return bw;
 fail:
   fprintf(stderr, "bench: allreduce on %d GPUs: %s\n", n, err.msg);
   for (int d = 0; d < n; d++)
-    if (r[d].buf) dpm_dev_free(dev[d], r[d].buf, got[d]);
+    if (r[d].buf) dpm_dev_free(dev[d], dpm_dptr_wrap(r[d].buf), got[d]);
   return -1;
 }
 

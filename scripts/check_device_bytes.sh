@@ -8,8 +8,9 @@
 # (tensor.c, workspace.c, exec.c: allocation and binding; predictor.c: the
 # host predictor runtime; checkpoint.c: host tensors handed to it), no
 # line may read a tensor's data (t->data, x->data, .t.data, ->t.data,
-# dpm_f32/i32/i64()), unless it only
-# passes or tests the pointer and says so ("pointer only"). The fenced
+# dpm_f32/i32/i64()), unless it only passes or tests the pointer and says
+# so ("pointer only"), and none (nor the communicators, daemon/comm/) may
+# unwrap a device memory handle (dpm_dptr_raw: backend/dptr.h). The fenced
 # backend catches at run time what this misses. Exits 1 naming each line.
 cd "$(dirname "$0")/.." || exit 2
 files=$(ls daemon/ops/*.c daemon/engine/*.c daemon/predictor/*.c daemon/train/*.c \
@@ -18,7 +19,8 @@ files=$(ls daemon/ops/*.c daemon/engine/*.c daemon/predictor/*.c daemon/train/*.
 # shellcheck disable=SC2086 # file list: split intended
 bad=$(grep -nE '(\.|->)t(\.|->)data\b|\bdpm_(f32|i32|i64)\(' $files | grep -v 'pointer only'
   grep -nE '\b(t|x|w|tensor)->data\b' $(echo "$files" | grep -v '^daemon/server/') |
-    grep -v 'pointer only')
+    grep -v 'pointer only'
+  grep -nE '\bdpm_dptr_raw\(' $files daemon/comm/*.c daemon/comm/*.h)
 [ -z "$bad" ] && exit 0
 echo "tensor bytes read outside the backend and kernels (copy through dpm_tensor_read):"
 echo "$bad"

@@ -7,9 +7,10 @@
 # Every check (make test): the unit tests (ASan+UBSan build, one line per
 # test), the race tests (TSan), the GPU checks (gpu-harness: their logic on
 # cpu devices; gpu-run: tests/gpu/run.sh; gpu-rehearsal: the bundle in a
-# sandbox), the source checks (layers, namesakes, device-bytes, citations, spec-doc:
-# docs/SPEC.md up to date), every end-to-end script tests/e2e/*.sh, the
-# fuzz replays and, with clang's libFuzzer or in CI, the fuzz smokes.
+# sandbox), the source checks (layers, cuda-seam, namesakes, device-bytes,
+# citations, spec-doc: docs/SPEC.md up to date), compile-fail (planted host
+# uses of device memory must not compile), every end-to-end script
+# tests/e2e/*.sh, the fuzz replays and, with clang's libFuzzer or in CI, the fuzz smokes.
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
 # below: each trains a model to an accuracy, minutes), the fuzz smokes and
 # the checks that need the builds make check skips (NOT_QUICK: the TSan
@@ -204,6 +205,8 @@ queue gpu-harness build/tests/gpu_test --kind cpu --quick
 queue gpu-run sh tests/gpu/run.sh
 queue gpu-rehearsal sh tests/gpu/rehearsal.sh
 queue layers sh scripts/check_layers.sh
+queue cuda-seam sh scripts/check_cuda_seam.sh
+queue compile-fail sh tests/compile_fail/run.sh
 queue namesakes sh scripts/check_namesakes.sh
 queue spec-doc sh scripts/check_spec_doc.sh
 queue device-bytes sh scripts/check_device_bytes.sh

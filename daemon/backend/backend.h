@@ -35,6 +35,18 @@
 
 typedef enum { DPM_COPY_H2D, DPM_COPY_D2H, DPM_COPY_D2D } dpm_copy_kind;
 
+struct dpm_comm;
+struct dpm_comm_config;
+
+/* What a backend asked its device libraries for so far (dpm_backend.counts):
+ * a warm second model should ask for nothing but its own graphs. */
+typedef struct dpm_backend_counts {
+  unsigned long comm_inits;     /* groups of its own communicator created (warm ones
+                                   taken again: not) */
+  unsigned long staging_blocks; /* pinned host and device staging blocks allocated */
+  unsigned long graphs;         /* step graphs instantiated */
+} dpm_backend_counts;
+
 /* The kernel of one op on one backend. The device an op runs on is
  * op->ctx->dev (NULL: host memory, the cpu backend's kernels). */
 typedef struct dpm_kernel_def {
@@ -118,6 +130,19 @@ typedef struct dpm_backend {
    * it (a capture would swallow the other's kernels). Whoever queues work
    * on such a device holds its claim meanwhile (device.h: dpm_dev_claim). */
   int exclusive;
+  /* Optional extras, each NULL where the backend has none (cpu and fenced
+   * have none). stream: the device's ordering handle (a CUDA stream), on
+   * which the backend's own communicator queues that rank's collectives.
+   * comm_create: that communicator (DPM_COMM_NCCL, comm/comm.h) over
+   * device buffers, cfg->streams holding stream() of each local rank's
+   * device. counts: what the backend asked its libraries for so far.
+   * release: gives back the idle warm groups of its communicator, before
+   * the devices close (dpm_dev_shutdown). Any thread. */
+  void *(*stream)(void *state);
+  dpm_status (*comm_create)(const struct dpm_comm_config *cfg, struct dpm_comm **out,
+                            dpm_err *err);
+  void (*counts)(dpm_backend_counts *out);
+  void (*release)(void);
 } dpm_backend;
 
 extern const dpm_backend dpm_backend_cpu;
@@ -125,5 +150,15 @@ extern const dpm_backend dpm_backend_fenced;
 
 /* The backend of a device kind, or NULL when this build has none. */
 const dpm_backend *dpm_backend_of(dpm_device_kind kind);
+/* Loads the backend of kind where it is a plugin loaded at run time
+ * (backend/cuda_load.h), once per process, and returns how many of its
+ * devices this process can use; line (n bytes) gets the loader's one line
+ * for the log. A built-in backend: its probe's count, line "". Any thread;
+ * no error is fatal (the line says what was found). */
+int dpm_backend_load(dpm_device_kind kind, char *line, size_t n);
+/* Whether devices of kind reduce through their backend's own communicator
+ * (comm_create), known from the kind alone, before anything loads: the
+ * comm factory picks DPM_COMM_NCCL for them. */
+int dpm_backend_brings_comm(dpm_device_kind kind);
 
 #endif

@@ -15,6 +15,10 @@
  * backend in this build"). The probe stays loaded once it has run (it
  * initialised cudart, whose state lives as long as its library).
  *
+ * Only daemon/backend/ includes this header: the rest of the daemon loads
+ * through dpm_backend_load and uses the plugin through its backend's
+ * operations (backend.h; scripts/check_cuda_seam.sh).
+ *
  * Threads: any; the first call loads, under a lock; later calls return
  * what the first found. Errors: none fatal: the text in *line says what
  * was loaded and what the driver said. */

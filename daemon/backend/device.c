@@ -48,6 +48,16 @@ const dpm_backend *dpm_backend_of(dpm_device_kind kind) {
   }
 }
 
+int dpm_backend_load(dpm_device_kind kind, char *line, size_t n) {
+  if (kind == DPM_DEVICE_CUDA) return dpm_cuda_load(line, n);
+  if (line && n) *line = 0;
+  const dpm_backend *be = dpm_backend_of(kind);
+  dpm_err err = {0};
+  return be ? be->probe(&err) : 0;
+}
+
+int dpm_backend_brings_comm(dpm_device_kind kind) { return kind == DPM_DEVICE_CUDA; }
+
 static void *raw_alloc(void *arg, size_t bytes) {
   dpm_dev *dev = arg;
   return dev->be->alloc(dev->state, bytes);
@@ -109,30 +119,31 @@ int dpm_dev_owns(dpm_dev *dev, const void *p) {
   return p && dev->be->owns ? dev->be->owns(dev->state, p) : 0;
 }
 
-void *dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got) {
+dpm_dptr dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got) {
   void *p = dpm_pool_alloc(&dev->pool, bytes, got);
   if (p) dev->be->memset(dev->state, p, 0, *got);
-  return p;
+  return dpm_dptr_wrap(p);
 }
 
-void dpm_dev_free(dpm_dev *dev, void *p, size_t got) {
-  dpm_pool_free(&dev->pool, p, got);
+void dpm_dev_free(dpm_dev *dev, dpm_dptr p, size_t got) {
+  dpm_pool_free(&dev->pool, dpm_dptr_raw(p), got);
 }
 
-void dpm_dev_to_device(dpm_dev *dev, void *dst, const void *src, size_t bytes) {
-  if (bytes) dev->be->copy(dev->state, dst, src, bytes, DPM_COPY_H2D);
+void dpm_dev_to_device(dpm_dev *dev, dpm_dptr dst, const void *src, size_t bytes) {
+  if (bytes) dev->be->copy(dev->state, dpm_dptr_raw(dst), src, bytes, DPM_COPY_H2D);
 }
 
-void dpm_dev_to_host(dpm_dev *dev, void *dst, const void *src, size_t bytes) {
-  if (bytes) dev->be->copy(dev->state, dst, src, bytes, DPM_COPY_D2H);
+void dpm_dev_to_host(dpm_dev *dev, void *dst, dpm_dptr src, size_t bytes) {
+  if (bytes) dev->be->copy(dev->state, dst, dpm_dptr_raw(src), bytes, DPM_COPY_D2H);
 }
 
-void dpm_dev_copy(dpm_dev *dev, void *dst, const void *src, size_t bytes) {
-  if (bytes) dev->be->copy(dev->state, dst, src, bytes, DPM_COPY_D2D);
+void dpm_dev_copy(dpm_dev *dev, dpm_dptr dst, dpm_dptr src, size_t bytes) {
+  if (bytes)
+    dev->be->copy(dev->state, dpm_dptr_raw(dst), dpm_dptr_raw(src), bytes, DPM_COPY_D2D);
 }
 
-void dpm_dev_memset(dpm_dev *dev, void *dst, int value, size_t bytes) {
-  if (bytes) dev->be->memset(dev->state, dst, value, bytes);
+void dpm_dev_memset(dpm_dev *dev, dpm_dptr dst, int value, size_t bytes) {
+  if (bytes) dev->be->memset(dev->state, dpm_dptr_raw(dst), value, bytes);
 }
 
 void dpm_dev_synchronize(dpm_dev *dev) { dev->be->synchronize(dev->state); }
@@ -142,6 +153,10 @@ dpm_status dpm_dev_failure(dpm_dev *dev, dpm_err *err) {
 }
 
 void *dpm_dev_state(dpm_dev *dev) { return dev->state; }
+
+void *dpm_dev_stream(dpm_dev *dev) {
+  return dev->be->stream ? dev->be->stream(dev->state) : NULL;
+}
 
 void dpm_dev_enter(dpm_dev *dev) { dev->be->enter(dev->state); }
 void dpm_dev_leave(dpm_dev *dev) { dev->be->leave(dev->state); }
@@ -211,8 +226,11 @@ int dpm_dev_opened(dpm_dev **out, int max) {
 }
 
 void dpm_dev_shutdown(void) {
-  const dpm_cuda_plugin *cuda = dpm_cuda_plugin_get();
-  if (cuda) cuda->release(); /* warm NCCL groups, before their devices close */
+  /* the backends' warm communicator groups, before their devices close */
+  for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++) {
+    const dpm_backend *be = dpm_backend_of((dpm_device_kind)k);
+    if (be && be->release) be->release();
+  }
   pthread_mutex_lock(&registry_mu);
   for (int i = 0; i < n_opened; i++) {
     dpm_pool_fini(&opened[i]->pool);

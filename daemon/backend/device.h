@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/dptr.h"
 #include "backend/pool.h"
 
 typedef struct dpm_dev dpm_dev;
@@ -30,19 +31,21 @@ int dpm_dev_host_visible(const dpm_dev *dev);
  * host-visible device, whose memory is the host's. */
 int dpm_dev_owns(dpm_dev *dev, const void *p);
 
-/* Zeroed device memory of at least `bytes` bytes from the device's pool;
- * *got is what dpm_dev_free needs back. NULL when out of memory. */
-void *dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got);
-void dpm_dev_free(dpm_dev *dev, void *p, size_t got);
+/* Zeroed device memory of at least `bytes` bytes from the device's pool
+ * (a handle host code cannot dereference: backend/dptr.h); *got is what
+ * dpm_dev_free needs back. A null handle (dpm_dptr_null) when out of
+ * memory. */
+dpm_dptr dpm_dev_alloc(dpm_dev *dev, size_t bytes, size_t *got);
+void dpm_dev_free(dpm_dev *dev, dpm_dptr p, size_t got);
 
 /* Copies (bytes may be 0): host -> device, device -> host, device ->
  * device, and a memset of device memory. When they return, host memory is
  * done with (src of an upload may be reused, dst of a download is filled);
  * on the device they are ordered before whatever is queued on it next. */
-void dpm_dev_to_device(dpm_dev *dev, void *dst, const void *src, size_t bytes);
-void dpm_dev_to_host(dpm_dev *dev, void *dst, const void *src, size_t bytes);
-void dpm_dev_copy(dpm_dev *dev, void *dst, const void *src, size_t bytes);
-void dpm_dev_memset(dpm_dev *dev, void *dst, int value, size_t bytes);
+void dpm_dev_to_device(dpm_dev *dev, dpm_dptr dst, const void *src, size_t bytes);
+void dpm_dev_to_host(dpm_dev *dev, void *dst, dpm_dptr src, size_t bytes);
+void dpm_dev_copy(dpm_dev *dev, dpm_dptr dst, dpm_dptr src, size_t bytes);
+void dpm_dev_memset(dpm_dev *dev, dpm_dptr dst, int value, size_t bytes);
 void dpm_dev_synchronize(dpm_dev *dev);
 /* The device's first failure (backend.h: failure), DPM_OK when none. */
 dpm_status dpm_dev_failure(dpm_dev *dev, dpm_err *err);
@@ -54,6 +57,9 @@ void dpm_dev_leave(dpm_dev *dev);
 
 /* The backend's own state of the device (what its open made). */
 void *dpm_dev_state(dpm_dev *dev);
+/* The device's ordering handle for its backend's own communicator
+ * (backend.h: stream), NULL where the backend has none. */
+void *dpm_dev_stream(dpm_dev *dev);
 
 dpm_pool_stats dpm_dev_stats(dpm_dev *dev);
 /* Claims of exclusive devices (backend.h: exclusive): a job that queues

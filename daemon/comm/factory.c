@@ -1,7 +1,7 @@
 /* The communicator factory (comm.h): which backend a job's replicas need,
  * and the group made for a config, with the rendezvous store it meets
- * through opened for the create (comm/store.h; nccl is the cuda plugin's:
- * backend/cuda_load.h). Its own file so that what only dispatches (comm.c,
+ * through opened for the create (comm/store.h; nccl is a backend's own:
+ * backend.h, comm_create). Its own file so that what only dispatches (comm.c,
  * as in the predictor library) links no backend it does not use.
  * Stateless. */
 #include "comm/comm.h"
@@ -9,7 +9,6 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "backend/cuda_load.h"
 #include "comm/store.h"
 
 static const char *const kind_names[DPM_COMM_KIND_COUNT] = {
@@ -22,7 +21,7 @@ const char *dpm_comm_kind_name(dpm_comm_kind kind) {
 }
 
 dpm_comm_kind dpm_comm_choose(dpm_device_kind device, int shards) {
-  if (device == DPM_DEVICE_CUDA) return DPM_COMM_NCCL;
+  if (dpm_backend_brings_comm(device)) return DPM_COMM_NCCL;
   if (shards <= 1) return DPM_COMM_LOCAL;
   const dpm_backend *b = dpm_backend_of(device);
   return b && !b->host_visible ? DPM_COMM_STAGED : DPM_COMM_GLOO;
@@ -40,10 +39,11 @@ static dpm_status make_local(const dpm_comm_config *cfg, dpm_comm **out, dpm_err
 }
 
 static dpm_status make_nccl(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err) {
-  const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
-  if (!p)
-    return dpm_errf(err, DPM_UNSUPPORTED, "the nccl communicator needs the cuda plugin");
-  return p->comm_create(cfg, out, err);
+  for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++) {
+    const dpm_backend *be = dpm_backend_of((dpm_device_kind)k);
+    if (be && be->comm_create) return be->comm_create(cfg, out, err);
+  }
+  return dpm_errf(err, DPM_UNSUPPORTED, "the nccl communicator needs the cuda plugin");
 }
 
 /* A gloo group wrapped to run on host copies of cfg->devs's buffers. */

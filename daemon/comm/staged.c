@@ -104,9 +104,9 @@ static dpm_status staged_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void
     g->inner->ops->allreduce(g->inner, rank, t, NULL, count, &ignored);
     return host_nomem("allreduce", g->rank_base + rank, bytes, err);
   }
-  dpm_dev_to_host(dev, host, buf, bytes);
+  dpm_dev_to_host(dev, host, dpm_dptr_wrap(buf), bytes);
   dpm_status s = g->inner->ops->allreduce(g->inner, rank, t, host, count, err);
-  if (!s) dpm_dev_to_device(dev, buf, host, bytes);
+  if (!s) dpm_dev_to_device(dev, dpm_dptr_wrap(buf), host, bytes);
   return s;
 }
 
@@ -123,9 +123,11 @@ static dpm_status staged_broadcast(dpm_comm *c, int rank, int root, void *buf,
     return host_nomem("broadcast", g->rank_base + rank, bytes, err);
   }
   int is_root = g->rank_base + rank == root;
-  if (is_root) dpm_dev_to_host(dev, host, buf, bytes); /* only the root's bytes matter */
+  if (is_root)
+    dpm_dev_to_host(dev, host, dpm_dptr_wrap(buf),
+                    bytes); /* only the root's bytes matter */
   dpm_status s = dpm_comm_broadcast(g->inner, rank, root, host, bytes, err);
-  if (!s && !is_root) dpm_dev_to_device(dev, buf, host, bytes);
+  if (!s && !is_root) dpm_dev_to_device(dev, dpm_dptr_wrap(buf), host, bytes);
   return s;
 }
 
@@ -151,7 +153,7 @@ static dpm_status staged_start(dpm_comm *c, int rank, float *buf, size_t count,
   if (staged_buf(g, rank, buf, sizeof(float), count)) {
     pass = room(&e->copy, bytes);
     if (pass) {
-      dpm_dev_to_host(dev, pass, buf, bytes);
+      dpm_dev_to_host(dev, pass, dpm_dptr_wrap(buf), bytes);
       e->dev = buf;
     } else {
       e->nomem = 1; /* inner refuses the missing buffer on every rank */
@@ -180,7 +182,8 @@ static dpm_status staged_wait(dpm_comm *c, int rank, dpm_err *err) {
   size_t bytes = e->count * sizeof(float);
   dpm_status s = dpm_comm_allreduce_wait(g->inner, rank, e->nomem ? &ignored : err);
   if (e->nomem) return host_nomem("allreduce wait", g->rank_base + rank, bytes, err);
-  if (!s && e->dev) dpm_dev_to_device(g->devs[rank], e->dev, e->copy.p, bytes);
+  if (!s && e->dev)
+    dpm_dev_to_device(g->devs[rank], dpm_dptr_wrap(e->dev), e->copy.p, bytes);
   return s;
 }
 

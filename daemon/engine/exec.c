@@ -16,7 +16,7 @@ static const dpm_backend *ctx_backend(const dpm_ctx *ctx) {
 /* Scratch lives on the context's device, like the tensors. */
 static void scratch_free(dpm_ctx *ctx) {
   if (ctx->dev)
-    dpm_dev_free(ctx->dev, ctx->scratch, ctx->scratch_bytes);
+    dpm_dev_free(ctx->dev, dpm_dptr_wrap(ctx->scratch), ctx->scratch_bytes);
   else
     dpm_free(ctx->scratch);
 }
@@ -24,7 +24,8 @@ static void scratch_free(dpm_ctx *ctx) {
 dpm_status dpm_ctx_reserve(dpm_ctx *ctx, size_t bytes) {
   if (bytes <= ctx->scratch_bytes) return DPM_OK;
   size_t got = bytes;
-  void *p = ctx->dev ? dpm_dev_alloc(ctx->dev, bytes, &got) : dpm_alloc(bytes);
+  void *p =
+      ctx->dev ? dpm_dptr_raw(dpm_dev_alloc(ctx->dev, bytes, &got)) : dpm_alloc(bytes);
   if (!p) return DPM_NOMEM;
   scratch_free(ctx);
   ctx->scratch = p;

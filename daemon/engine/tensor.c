@@ -85,7 +85,7 @@ void dpm_free(void *p) { free(p); }
 static void release(dpm_tensor *t) {
   if (!t->capacity) return;
   if (t->dev)
-    dpm_dev_free(t->dev, t->data, t->capacity);
+    dpm_dev_free(t->dev, dpm_dptr_wrap(t->data), t->capacity);
   else
     dpm_free(t->data);
 }
@@ -94,7 +94,8 @@ dpm_status dpm_tensor_resize(dpm_tensor *t, const dpm_shape *s) {
   size_t bytes = dpm_shape_bytes(s), got = bytes ? bytes : DPM_ALIGN;
   if (bytes > t->capacity || !t->data) {
     /* dpm_alloc(0) takes one block: owned, so capacity is never 0 */
-    void *p = t->dev ? dpm_dev_alloc(t->dev, bytes, &got) : dpm_alloc(bytes);
+    void *p =
+        t->dev ? dpm_dptr_raw(dpm_dev_alloc(t->dev, bytes, &got)) : dpm_alloc(bytes);
     if (!p) return DPM_NOMEM;
     release(t);
     t->data = p;
@@ -111,6 +112,10 @@ void dpm_tensor_view(dpm_tensor *t, const dpm_shape *s, void *data) {
   t->capacity = 0;
 }
 
+void dpm_tensor_view_mem(dpm_tensor *t, const dpm_shape *s, dpm_dptr data) {
+  dpm_tensor_view(t, s, dpm_dptr_raw(data));
+}
+
 void dpm_tensor_fini(dpm_tensor *t) {
   release(t);
   memset(t, 0, sizeof *t);
@@ -118,14 +123,14 @@ void dpm_tensor_fini(dpm_tensor *t) {
 
 void dpm_tensor_read(const dpm_tensor *t, void *dst, size_t bytes) {
   if (t->dev)
-    dpm_dev_to_host(t->dev, dst, t->data, bytes);
+    dpm_dev_to_host(t->dev, dst, dpm_tensor_mem(t), bytes);
   else if (bytes)
     memcpy(dst, t->data, bytes);
 }
 
 void dpm_tensor_write(dpm_tensor *t, const void *src, size_t bytes) {
   if (t->dev)
-    dpm_dev_to_device(t->dev, t->data, src, bytes);
+    dpm_dev_to_device(t->dev, dpm_tensor_mem(t), src, bytes);
   else if (bytes)
     memcpy(t->data, src, bytes);
 }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/dptr.h"
 #include "dpm/status.h"
 
 #define DPM_MAX_DIMS 4
@@ -78,6 +79,13 @@ void dpm_tensor_fini(dpm_tensor *t);
 /* Make t a view of `data` (64-byte aligned, shape-sized, owned by the caller
  * and valid while t is used), freeing what t owned. */
 void dpm_tensor_view(dpm_tensor *t, const dpm_shape *s, void *data);
+/* The same for memory on t->dev (from dpm_dev_alloc; backend/dptr.h). */
+void dpm_tensor_view_mem(dpm_tensor *t, const dpm_shape *s, dpm_dptr data);
+/* t's data as the handle host code holds for device memory (dpm_dev_copy
+ * and the like take it); never dereferenced. */
+static inline dpm_dptr dpm_tensor_mem(const dpm_tensor *t) {
+  return dpm_dptr_wrap(t->data);
+}
 static inline int64_t dpm_tensor_numel(const dpm_tensor *t) {
   return dpm_shape_numel(&t->shape);
 }

@@ -52,12 +52,12 @@ dpm_status dpm_ws_ensure(dpm_workspace *ws, const char *name, dpm_blob_kind kind
 }
 
 dpm_status dpm_ws_view_shared(dpm_workspace *ws, const char *name, dpm_blob_kind kind,
-                              const dpm_shape *s, void *data, dpm_blob **out) {
+                              const dpm_shape *s, dpm_dptr data, dpm_blob **out) {
   dpm_blob *b = own(ws, name);
   if (!b) return DPM_NOMEM;
   b->kind = kind;
   b->shared = 1;
-  dpm_tensor_view(&b->t, s, data);
+  dpm_tensor_view_mem(&b->t, s, data);
   *out = b;
   return DPM_OK;
 }

@@ -39,10 +39,11 @@ dpm_blob *dpm_ws_find(const dpm_workspace *ws, const char *name);
 dpm_status dpm_ws_ensure(dpm_workspace *ws, const char *name, dpm_blob_kind kind,
                          const dpm_shape *s, dpm_blob **out);
 /* The blob named `name` of this workspace (created if absent) becomes a
- * view of `data` (engine/tensor.h: dpm_tensor_view) with shape s, marked
- * shared; binding a net at shape s keeps the view. DPM_NOMEM. */
+ * view of `data`, memory of the workspace's device (engine/tensor.h:
+ * dpm_tensor_view_mem), with shape s, marked shared; binding a net at
+ * shape s keeps the view. DPM_NOMEM. */
 dpm_status dpm_ws_view_shared(dpm_workspace *ws, const char *name, dpm_blob_kind kind,
-                              const dpm_shape *s, void *data, dpm_blob **out);
+                              const dpm_shape *s, dpm_dptr data, dpm_blob **out);
 void dpm_ws_fini(dpm_workspace *ws);
 /* Bytes of tensor storage this workspace holds (not its parent's). */
 size_t dpm_ws_bytes(const dpm_workspace *ws);

@@ -102,9 +102,9 @@ dpm_status dpm_bmuf_replica(const dpm_bmuf *b, dpm_workspace *ws, int master,
         return dpm_nomem(err);
       if (!master) continue;
       if (k == DPM_BMUF_G)
-        dpm_dev_copy(ws->dev, st->t.data, p->t.data, bytes); /* pointer only */
+        dpm_dev_copy(ws->dev, dpm_tensor_mem(&st->t), dpm_tensor_mem(&p->t), bytes);
       else
-        dpm_dev_memset(ws->dev, st->t.data, 0, bytes); /* pointer only */
+        dpm_dev_memset(ws->dev, dpm_tensor_mem(&st->t), 0, bytes);
     }
   }
   return DPM_OK;
@@ -139,7 +139,7 @@ dpm_status dpm_bmuf_block(const dpm_bmuf *b, dpm_workspace *ws, dpm_dev *dev,
     for (int i = 0; i < b->n; i++) {
       dpm_blob *p = dpm_ws_find(ws, b->param[i]), *g = dpm_ws_find(ws, b->grad[i]);
       size_t bytes = dpm_shape_bytes(&p->t.shape);
-      dpm_dev_copy(dev, g->t.data, p->t.data, bytes); /* pointer only */
+      dpm_dev_copy(dev, dpm_tensor_mem(&g->t), dpm_tensor_mem(&p->t), bytes);
     }
     dpm_blob *first = dpm_ws_find(ws, b->arena_first);
     dpm_dev_enter(dev);

@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/cuda_load.h"
 #include "backend/device.h"
 #include "common/device.h"
 #include "common/err.h"
@@ -625,10 +624,10 @@ static dpm_status open_device(const dpm_predictor *p, const char *device,
                 dpm_device_hint(device));
   if (d.kind == DPM_DEVICE_CPU) return DPM_OK; /* cpu:N is the host too */
   char line[640] = "";
-  if (d.kind == DPM_DEVICE_CUDA) dpm_cuda_load(line, sizeof line); /* loads once */
+  int usable = dpm_backend_load(d.kind, line, sizeof line); /* loads once */
   dpm_err e = {0};
   if (!dpm_dev_get(d, dev, &e)) return DPM_OK;
-  if (d.kind == DPM_DEVICE_CUDA && !dpm_cuda_plugin_get()) /* say why there is none */
+  if (!usable && *line) /* say why there is none */
     return fail(p, err, e.code, "%s (%s)", e.msg, line);
   return fail(p, err, e.code, "%s", e.msg);
 }

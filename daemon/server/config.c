@@ -61,13 +61,13 @@ typedef struct cfg_key {
 #define AUX(f) offsetof(dpmd_config, f)
 
 static const char *const level_names[] = {"error", "warning", "info", "debug", NULL};
-static const char *const cuda_names[] = {"off", "auto", NULL}; /* index = cfg->cuda */
+static const char *const gpu_modes[] = {"off", "auto", NULL}; /* index = cfg->gpus */
 
 /* One row per key; systemd/dpmd.yaml documents each. */
 /* clang-format off */
 static const cfg_key device_keys[] = {
     {.key = "cpu", .flag = "--devices", .kind = CK_INT, .off = OFF(cpu_devices), .lo = 1, .hi = CFG_MAX_CPU, .auto_cores = 1, .arg = "N|auto", .help = "CPU replicas served, cpu:0..cpu:N-1: 1..1024, or auto (one per core this process may run on)"},
-    {.key = "cuda", .kind = CK_ENUM, .off = OFF(cuda), .choices = cuda_names, .help = "auto: load the CUDA plugin and serve every GPU as cuda:N; off: none"},
+    {.key = "cuda", .kind = CK_ENUM, .off = OFF(gpus), .choices = gpu_modes, .help = "auto: load the CUDA plugin and serve every GPU as cuda:N; off: none"},
     {.key = "fenced", .kind = CK_INT, .off = OFF(fenced_devices), .lo = 0, .hi = 16, .help = "fenced:N test devices, 0..16 (test builds only)"},
     {.key = NULL},
 };
@@ -315,7 +315,7 @@ static int cfg_derive_events(dpmd_config *cfg) {
 static dpm_status cfg_defaults(dpmd_config *cfg, dpm_err *err) {
   memset(cfg, 0, sizeof *cfg);
   cfg->cpu_devices = cores();
-  cfg->cuda = 1;
+  cfg->gpus = 1;
   cfg->max_models = 16;
   cfg->checkpoint_retention = 3;
   cfg->checkpoint_on_shutdown = 1;

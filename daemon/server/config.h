@@ -34,7 +34,7 @@ typedef struct dpmd_config {
                                "none": no events socket); else derived */
   char *state_dir;          /* default /var/lib/dpmd */
   int cpu_devices;          /* CPU replicas served (devices.cpu); default: cores */
-  int cuda;                 /* devices.cuda: 1 auto (load the backend if present), 0 off */
+  int gpus;                 /* devices.cuda: 1 auto (load the backend if present), 0 off */
   int fenced_devices;       /* devices.fenced: fenced:0..N-1, test builds only; default 0 */
   int max_models;           /* default 16 */
   int checkpoint_retention; /* checkpoints kept per model; default 3 (0: all) */

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cuda_load.h"
 #include "common/device.h"
 #include "common/escape.h"
 #include "parallel/crew.h"
@@ -25,7 +24,7 @@ struct dpmd_devices {
   int count[DPM_DEVICE_KIND_COUNT]; /* devices served, by kind */
   int n;                            /* all of them */
   char (*names)[16];                /* [n] "cpu:0" ... "cuda:0" ... "fenced:1" */
-  char cuda[640];                   /* what loading the cuda plugin found */
+  char loaded[640];                 /* what loading the GPU plugin found */
   pthread_mutex_t mu;
   crew_entry *crews;
 };
@@ -40,7 +39,7 @@ static const char *served(const dpmd_devices *dv, dpm_device_kind k, char *buf, 
   return buf;
 }
 
-dpm_status dpmd_devices_create(int cpu, int cuda, int fenced, dpmd_devices **out,
+dpm_status dpmd_devices_create(int cpu, int gpus_on, int fenced, dpmd_devices **out,
                                dpm_err *err) {
   *out = NULL;
   if (cpu < 1 || cpu > MAX_CPU)
@@ -51,10 +50,10 @@ dpm_status dpmd_devices_create(int cpu, int cuda, int fenced, dpmd_devices **out
   dpmd_devices *dv = calloc(1, sizeof *dv);
   if (!dv) return dpm_errf(err, DPM_NOMEM, "out of memory");
   int gpus = 0;
-  if (cuda)
-    gpus = dpm_cuda_load(dv->cuda, sizeof dv->cuda);
+  if (gpus_on)
+    gpus = dpm_backend_load(DPM_DEVICE_CUDA, dv->loaded, sizeof dv->loaded);
   else
-    snprintf(dv->cuda, sizeof dv->cuda, "cuda: off (devices.cuda in the config)");
+    snprintf(dv->loaded, sizeof dv->loaded, "cuda: off (devices.cuda in the config)");
   if (!(dv->names = calloc((size_t)(cpu + gpus + fenced), sizeof *dv->names))) {
     free(dv);
     return dpm_errf(err, DPM_NOMEM, "out of memory");
@@ -72,7 +71,7 @@ dpm_status dpmd_devices_create(int cpu, int cuda, int fenced, dpmd_devices **out
 }
 
 int dpmd_devices_count(const dpmd_devices *dv) { return dv->n; }
-const char *dpmd_devices_cuda(const dpmd_devices *dv) { return dv->cuda; }
+const char *dpmd_devices_loaded(const dpmd_devices *dv) { return dv->loaded; }
 const char *dpmd_devices_name(const dpmd_devices *dv, int i) { return dv->names[i]; }
 
 dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t n,
@@ -86,8 +85,10 @@ dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t
       return dpm_errf(err, DPM_INVALID, "device '%s': expected cpu:N or cuda:N%s",
                       dpm_escape(names[i], b, sizeof b), dpm_device_hint(names[i]));
     if (d.kind == DPM_DEVICE_CUDA && !dv->count[d.kind])
-      return dpm_errf(err, DPM_UNSUPPORTED, "device %s: this dpmd has no CUDA device (%s); it "
-                      "serves cpu:0..cpu:%d", names[i], dv->cuda, dv->count[DPM_DEVICE_CPU] - 1);
+      return dpm_errf(err, DPM_UNSUPPORTED,
+                      "device %s: this dpmd has no CUDA device (%s); it "
+                      "serves cpu:0..cpu:%d",
+                      names[i], dv->loaded, dv->count[DPM_DEVICE_CPU] - 1);
     if (d.index >= dv->count[d.kind])
       return dpm_errf(err, DPM_NOT_FOUND, "device %s: this dpmd serves %s", names[i],
                       served(dv, d.kind, b, sizeof b));

@@ -28,11 +28,11 @@ typedef struct dpmd_devices dpmd_devices;
 /* cpu:0..cpu-1, the GPUs the cuda plugin finds when cuda is 1 (it loads
  * the plugin), and, in test builds, fenced:0..fenced-1 (else fenced must
  * be 0: DPM_INVALID). */
-dpm_status dpmd_devices_create(int cpu, int cuda, int fenced, dpmd_devices **out,
+dpm_status dpmd_devices_create(int cpu, int gpus_on, int fenced, dpmd_devices **out,
                                dpm_err *err);
 /* The one line loading the cuda plugin gave ("cuda: 8 devices (...)",
  * "cuda: no usable CUDA driver or device: ..."), for the log. */
-const char *dpmd_devices_cuda(const dpmd_devices *dv);
+const char *dpmd_devices_loaded(const dpmd_devices *dv);
 /* The device names, for version/ping ("cpu:0", ...). */
 int dpmd_devices_count(const dpmd_devices *dv);
 const char *dpmd_devices_name(const dpmd_devices *dv, int i);

@@ -73,13 +73,13 @@ int main(int argc, char **argv) {
   if (dpmd_store_init(cfg.state_dir, &err) ||
       dpmd_store_lock(cfg.state_dir, &lock, &err) ||
       dpmd_paths_create(&cfg, &paths, &err) ||
-      dpmd_devices_create(cfg.cpu_devices, cfg.cuda, cfg.fenced_devices, &devices,
+      dpmd_devices_create(cfg.cpu_devices, cfg.gpus, cfg.fenced_devices, &devices,
                           &err)) {
     dpmd_error("%s", err.msg);
   } else {
     dpmd_info("dpmd %s: %d cpu device(s), state in %s", DPMD_VERSION, cfg.cpu_devices,
               cfg.state_dir);
-    dpmd_info("%s", dpmd_devices_cuda(devices));
+    dpmd_info("%s", dpmd_devices_loaded(devices));
     if (dpmd_serve(&cfg, devices, paths, failed, sizeof failed, &err))
       dpmd_error("%s", err.msg);
     else if (failed[0])

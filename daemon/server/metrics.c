@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "backend/cuda_load.h"
 #include "backend/device.h"
 #include "io/datacache.h"
 #include "server/devices.h"
@@ -73,16 +72,24 @@ static const family families[] = {
 };
 #undef F
 
-/* The cuda plugin's NCCL groups: a model on GPUs a previous one used takes
- * that one's group, warm, and creates none. */
+/* The groups of a backend's own communicator (the cuda plugin's NCCL): a
+ * model on GPUs a previous one used takes that one's group, warm, and
+ * creates none. Only where a loaded backend counts them. */
 static void nccl_groups(text *t) {
-  const dpm_cuda_plugin *cuda = dpm_cuda_plugin_get();
-  if (!cuda) return;
+  unsigned long inits = 0;
+  int any = 0;
+  for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++) {
+    const dpm_backend *be = dpm_backend_of((dpm_device_kind)k);
+    if (!be || !be->counts) continue;
+    dpm_backend_counts c;
+    be->counts(&c);
+    inits += c.comm_inits;
+    any = 1;
+  }
+  if (!any) return;
   head(t, "dpmd_nccl_inits_total", "counter",
        "NCCL groups created (a warm group taken again by a later model is not counted).");
-  dpm_cuda_counts c;
-  cuda->counts(&c);
-  put(t, "dpmd_nccl_inits_total %lu\n", c.nccl_inits);
+  put(t, "dpmd_nccl_inits_total %lu\n", inits);
 }
 
 /* Each open device's caching allocator (backend/pool.h). */

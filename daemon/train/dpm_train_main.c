@@ -45,7 +45,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/cuda_load.h"
 #include "common/clock.h"
 #include "common/device.h"
 #include "common/err.h"
@@ -322,7 +321,7 @@ static const char *num(char *buf, size_t n, double v, int prec, int json) {
 }
 
 /* Whether the run asks for cuda devices: --devices, else the spec's. */
-static int wants_cuda(const options *o, const dpm_trainer_options *topt,
+static int wants_gpus(const options *o, const dpm_trainer_options *topt,
                       const Dpm__ModelSpec *spec) {
   if (o->devices) return topt->kind == DPM_DEVICE_CUDA;
   const Dpm__ParallelSpec *p = spec->parallel;
@@ -435,8 +434,9 @@ int main(int argc, char **argv) {
   if (o.devices && parse_devices(o.devices, &topt.devices, &topt.kind))
     return usage("--devices takes cpu:0,cpu:1,... or cuda:0,cuda:1,... (one kind, each "
                  "once, from 0)");
-  char cuda[640];
-  dpm_cuda_load(cuda, sizeof cuda); /* its line: once the devices are known */
+  char loaded[640];
+  /* the GPU plugin's line: once the devices are known */
+  dpm_backend_load(DPM_DEVICE_CUDA, loaded, sizeof loaded);
   for (int k = 0; o.net_type && k < 2; k++)
     if (!strcmp(o.net_type, net_types[k])) topt.net_type = k;
   if (o.net_type && topt.net_type < 0) return usage("--net-type is simple or dag");
@@ -452,8 +452,8 @@ int main(int argc, char **argv) {
       return usage(bad);
     }
   }
-  if (o.verbose || (!s && wants_cuda(&o, &topt, spec)))
-    fprintf(stderr, "dpm-train: %s\n", cuda);
+  if (o.verbose || (!s && wants_gpus(&o, &topt, spec)))
+    fprintf(stderr, "dpm-train: %s\n", loaded);
   int shards = topt.fleet.num_shards > 1 ? topt.fleet.num_shards : 1;
   int lead = topt.fleet.shard_id == 0; /* shard 0 reads, writes and prints */
   if (!s) s = dpm_trainer_create(spec, &topt, &t, &err);

@@ -48,9 +48,9 @@ typedef struct replica {
   dpm_ctx ctx;
   dpm_exec step;
   dpm_step_graph graph; /* the step as a CUDA graph, where it can be one */
-  void *arena;          /* the gradients, back to back in plan order, on dev */
+  dpm_dptr arena;       /* the gradients, back to back in plan order, on dev */
   size_t arena_bytes;
-  void *shared; /* memory sharing's arena (parallel/memshare.h), on dev; NULL: none */
+  dpm_dptr shared; /* memory sharing's arena (parallel/memshare.h), on dev; null: none */
   size_t shared_got;
   dpm_blob *data, *label, *lr, *accuracy, **losses;
   /* This replica's rows as floats: gathered at the step's start from the

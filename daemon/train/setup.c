@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda_load.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/idx.h"
@@ -104,11 +103,12 @@ static dpm_status grad_arena(replica *r, const dpm_plan *p, dpm_err *err) {
     total +=
         (dpm_shape_bytes(&dpm_ws_find(&r->ws, p->grads[i])->t.shape) + DPM_ALIGN - 1) /
         DPM_ALIGN * DPM_ALIGN;
-  if (!(r->arena = dpm_dev_alloc(r->dev, total, &r->arena_bytes))) return dpm_nomem(err);
-  char *at = r->arena;
+  r->arena = dpm_dev_alloc(r->dev, total, &r->arena_bytes);
+  if (dpm_dptr_null(r->arena)) return dpm_nomem(err);
+  size_t at = 0;
   for (int i = 0; i < p->n_grads; i++) {
     dpm_tensor *g = &dpm_ws_find(&r->ws, p->grads[i])->t;
-    dpm_tensor_view(g, &g->shape, at);
+    dpm_tensor_view_mem(g, &g->shape, dpm_dptr_at(r->arena, at));
     at += (dpm_shape_bytes(&g->shape) + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN;
   }
   return DPM_OK;
@@ -158,13 +158,13 @@ static dpm_status plan_sharing(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_e
 static dpm_status share_arena(dpm_trainer *t, replica *r, dpm_err *err) {
   const dpm_memshare *ms = &t->memshare;
   if (!ms->n) return DPM_OK;
-  if (!(r->shared = dpm_dev_alloc(r->dev, ms->after, &r->shared_got)))
-    return dpm_nomem(err);
+  r->shared = dpm_dev_alloc(r->dev, ms->after, &r->shared_got);
+  if (dpm_dptr_null(r->shared)) return dpm_nomem(err);
   for (int i = 0; i < ms->n; i++) {
     const dpm_blobinfo *info = dpm_shapes_get(&t->model.shapes, ms->names[i]);
     dpm_blob *b;
     if (dpm_ws_view_shared(&r->ws, ms->names[i], info->kind, &info->shape,
-                           (char *)r->shared + ms->offset[i], &b))
+                           dpm_dptr_at(r->shared, ms->offset[i]), &b))
       return dpm_nomem(err);
   }
   return DPM_OK;
@@ -388,10 +388,8 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
   if (!trainer_reduces(t)) return DPM_OK;
   if (cfg->kind ==
       DPM_COMM_NCCL) { /* NCCL queues each rank's collectives on its stream */
-    const dpm_cuda_plugin *p = dpm_cuda_plugin_get();
     if (!(t->streams = calloc((size_t)t->n, sizeof *t->streams))) return dpm_nomem(err);
-    for (int d = 0; d < t->n; d++)
-      t->streams[d] = p->stream_of(dpm_dev_state(t->r[d].dev));
+    for (int d = 0; d < t->n; d++) t->streams[d] = dpm_dev_stream(t->r[d].dev);
     cfg->streams = t->streams;
   } else if (cfg->kind == DPM_COMM_STAGED) {
     if (!(t->devs = calloc((size_t)t->n, sizeof *t->devs))) return dpm_nomem(err);

@@ -534,8 +534,8 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     dpm_step_graph_fini(&r->graph, r->dev);
     dpm_exec_fini(&r->step);
     dpm_ws_fini(&r->ws);
-    if (r->arena) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
-    if (r->shared) dpm_dev_free(r->dev, r->shared, r->shared_got);
+    if (!dpm_dptr_null(r->arena)) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
+    if (!dpm_dptr_null(r->shared)) dpm_dev_free(r->dev, r->shared, r->shared_got);
     dpm_free(r->input);
     dpm_free(r->bmuf_host);
     dpm_ctx_fini(&r->ctx);

@@ -1116,11 +1116,11 @@ static void check_deterministic(int devices) {
   dpm_spec_free(spec);
 }
 
-/* The plugin's counts (zero on cpu). */
-static dpm_cuda_counts cuda_counts(void) {
-  dpm_cuda_counts c = {0};
-  const dpm_cuda_plugin *cuda = kind == DPM_DEVICE_CUDA ? dpm_cuda_plugin_get() : NULL;
-  if (cuda) cuda->counts(&c);
+/* The backend's counts (zero on cpu, whose backend has none). */
+static dpm_backend_counts backend_counts(void) {
+  dpm_backend_counts c = {0};
+  const dpm_backend *be = dpm_backend_of(kind);
+  if (be && be->counts) be->counts(&c);
   return c;
 }
 
@@ -1146,7 +1146,7 @@ static void check_warm(int devices, int force_comm) {
     ok = !dpm_dev_get((dpm_device){kind, d}, &dev[d], &err);
     if (ok) before[d] = dpm_dev_stats(dev[d]);
   }
-  dpm_cuda_counts c0 = cuda_counts();
+  dpm_backend_counts c0 = backend_counts();
   t0 = now_s();
   dpm_trainer *b = ok ? trainer_forced(spec, kind, devices, force_comm) : NULL;
   ok = b && steps(b, 1);
@@ -1160,8 +1160,8 @@ static void check_warm(int devices, int force_comm) {
       note("%s:%d: %llu raw allocations for the second model", kind_name, d,
            (unsigned long long)(after[d].raw_allocs - before[d].raw_allocs));
   }
-  dpm_cuda_counts c1 = cuda_counts();
-  unsigned long inits = c1.nccl_inits - c0.nccl_inits,
+  dpm_backend_counts c1 = backend_counts();
+  unsigned long inits = c1.comm_inits - c0.comm_inits,
                 staging = c1.staging_blocks - c0.staging_blocks,
                 graphs = c1.graphs - c0.graphs;
   unsigned long want_graphs =

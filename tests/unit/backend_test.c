@@ -104,9 +104,10 @@ TEST(devices_open_once_and_refuse_kinds_without_a_backend) {
     CHECK_HAS(err.msg, "cuda:0: no cuda backend in this build");
   }
   size_t got;
-  float *p = dpm_dev_alloc(a, 40, &got);
+  dpm_dptr d = dpm_dev_alloc(a, 40, &got);
+  float *p = dpm_dptr_raw(d);         /* host-visible: host memory */
   CHECK(p && p[0] == 0 && p[9] == 0); /* zeroed */
-  dpm_dev_free(a, p, got);
+  dpm_dev_free(a, d, got);
 }
 
 /* Exits 0 if reading *p in a child process faults, 1 if the read passed. */
@@ -131,12 +132,13 @@ TEST(fenced_memory_faults_when_host_code_touches_it) {
   CHECK_INT(dpm_dev_get((dpm_device){DPM_DEVICE_FENCED, 0}, &dev, &err), DPM_OK);
   CHECK(!dpm_dev_host_visible(dev));
   size_t got;
-  float *p = dpm_dev_alloc(dev, 64 * sizeof(float), &got);
+  dpm_dptr d = dpm_dev_alloc(dev, 64 * sizeof(float), &got);
+  float *p = dpm_dptr_raw(d); /* unwrapped on purpose: the fault is the test */
   CHECK(p);
   float in[64], out[64];
   for (int i = 0; i < 64; i++) in[i] = (float)i * 0.5f;
-  dpm_dev_to_device(dev, p, in, sizeof in);
-  dpm_dev_to_host(dev, out, p, sizeof out);
+  dpm_dev_to_device(dev, d, in, sizeof in);
+  dpm_dev_to_host(dev, out, d, sizeof out);
   CHECK(!memcmp(in, out, sizeof in));
   CHECK(read_faults(p));
   dpm_dev_enter(dev); /* host code acting as the device: allowed */
@@ -144,7 +146,7 @@ TEST(fenced_memory_faults_when_host_code_touches_it) {
   dpm_dev_leave(dev);
   CHECK(v == 1.5f);
   CHECK(read_faults(p)); /* closed again */
-  dpm_dev_free(dev, p, got);
+  dpm_dev_free(dev, d, got);
 }
 
 #include "common/spec.h"

@@ -75,7 +75,7 @@ TEST(config_defaults) {
     CHECK(STREQ(cfg.state_dir, "/var/lib/dpmd"));
     CHECK(cfg.cpu_devices >= 1 && cfg.cpu_devices <= 1024); /* the cores we may use */
     CHECK(cfg.cpu_devices <= sysconf(_SC_NPROCESSORS_CONF));
-    CHECK_INT(cfg.cuda, 1);
+    CHECK_INT(cfg.gpus, 1);
     CHECK_INT(cfg.max_models, 16);
     CHECK_INT(cfg.checkpoint_retention, 3);
     CHECK_INT(cfg.checkpoint_on_shutdown, 1);
@@ -132,7 +132,7 @@ TEST(config_full_file) {
   CHECK_INT(cfg.events_set, 1);
   CHECK(STREQ(cfg.state_dir, "/srv/dpmd"));
   CHECK_INT(cfg.cpu_devices, 3);
-  CHECK_INT(cfg.cuda, 0);
+  CHECK_INT(cfg.gpus, 0);
   CHECK_INT(cfg.max_models, 2);
   CHECK_INT(cfg.checkpoint_retention, 0);
   CHECK_INT(cfg.checkpoint_on_shutdown, 0);
@@ -179,7 +179,7 @@ TEST(config_full_file) {
   CHECK_INT(parse("listen: [ipc:///x/y/a.sock]\ndevices: {cpu: auto}\n", &cfg, &err),
             DPM_OK);
   CHECK(STREQ(cfg.events, "ipc:///x/y/a.events.sock"));
-  CHECK_INT(cfg.cuda, 1);
+  CHECK_INT(cfg.gpus, 1);
   CHECK(cfg.cpu_devices >= 1);
   dpmd_config_fini(&cfg);
   CHECK_INT(parse("listen: [ipc://rel.sock]\n", &cfg, &err), DPM_OK);
@@ -359,7 +359,7 @@ TEST(config_load_files) {
   CHECK(STREQ(shipped.events, def.events));
   CHECK(STREQ(shipped.state_dir, def.state_dir));
   CHECK_INT(shipped.cpu_devices, def.cpu_devices);
-  CHECK_INT(shipped.cuda, def.cuda);
+  CHECK_INT(shipped.gpus, def.gpus);
   CHECK_INT(shipped.max_models, def.max_models);
   CHECK_INT(shipped.checkpoint_retention, def.checkpoint_retention);
   CHECK_INT(shipped.checkpoint_on_shutdown, def.checkpoint_on_shutdown);

@@ -333,7 +333,7 @@ TEST(memshare_child_workspace_never_takes_shared_blob) {
   dpm_shape s = dpm_shape_make(DPM_F32, 1, (int64_t[]){16});
   void *slot = dpm_alloc(64);
   dpm_blob *a, *b, *c, *d;
-  CHECK(!dpm_ws_view_shared(&parent, "act", DPM_BLOB_ACT, &s, slot, &a));
+  CHECK(!dpm_ws_view_shared(&parent, "act", DPM_BLOB_ACT, &s, dpm_dptr_wrap(slot), &a));
   CHECK(!dpm_ws_ensure(&parent, "w", DPM_BLOB_PARAM, &s, &b));
   CHECK(a->shared && a->t.data == slot && a->t.capacity == 0);
   /* binding at the same shape keeps the view */

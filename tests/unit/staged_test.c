@@ -43,8 +43,9 @@ static int fixture(staged_fixture *f, int timeout_ms) {
     return 0;
   }
   for (int r = 0; r < 2; r++) {
-    f->a[r] = dpm_dev_alloc(f->dev[r], N_A * sizeof(float), &f->got_a[r]);
-    f->b[r] = dpm_dev_alloc(f->dev[r], N_B * sizeof(float), &f->got_b[r]);
+    /* the comm interface takes device buffers as plain pointers */
+    f->a[r] = dpm_dptr_raw(dpm_dev_alloc(f->dev[r], N_A * sizeof(float), &f->got_a[r]));
+    f->b[r] = dpm_dptr_raw(dpm_dev_alloc(f->dev[r], N_B * sizeof(float), &f->got_b[r]));
     if (!f->a[r] || !f->b[r]) return 0;
   }
   return 1;
@@ -53,8 +54,8 @@ static int fixture(staged_fixture *f, int timeout_ms) {
 static void fixture_fini(staged_fixture *f) {
   dpm_comm_destroy(f->comm);
   for (int r = 0; r < 2; r++) {
-    if (f->a[r]) dpm_dev_free(f->dev[r], f->a[r], f->got_a[r]);
-    if (f->b[r]) dpm_dev_free(f->dev[r], f->b[r], f->got_b[r]);
+    if (f->a[r]) dpm_dev_free(f->dev[r], dpm_dptr_wrap(f->a[r]), f->got_a[r]);
+    if (f->b[r]) dpm_dev_free(f->dev[r], dpm_dptr_wrap(f->b[r]), f->got_b[r]);
   }
 }
 
@@ -66,13 +67,13 @@ static float pattern(int k, int r, int i) {
 static void fill(dpm_dev *dev, float *p, int k, int r, int n) {
   float h[N_B];
   for (int i = 0; i < n; i++) h[i] = pattern(k, r, i);
-  dpm_dev_to_device(dev, p, h, (size_t)n * sizeof(float));
+  dpm_dev_to_device(dev, dpm_dptr_wrap(p), h, (size_t)n * sizeof(float));
 }
 
 /* Whether device buffer p holds rank r's pattern k (sum: both ranks'). */
 static int holds(dpm_dev *dev, const float *p, int k, int r, int n, int sum) {
   float h[N_B];
-  dpm_dev_to_host(dev, h, p, (size_t)n * sizeof(float));
+  dpm_dev_to_host(dev, h, dpm_dptr_wrap((void *)p), (size_t)n * sizeof(float));
   for (int i = 0; i < n; i++) {
     float want = sum ? pattern(k, 0, i) + pattern(k, 1, i) : pattern(k, r, i);
     if (h[i] != want) {

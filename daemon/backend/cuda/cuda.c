@@ -46,10 +46,10 @@ static atomic_ulong staging_blocks, graphs;
 
 void cuda_count_staging_block(void) { atomic_fetch_add(&staging_blocks, 1); }
 
-static void cuda_counts(dpm_cuda_counts *out) {
-  *out = (dpm_cuda_counts){.nccl_inits = cuda_nccl_inits(),
-                           .staging_blocks = atomic_load(&staging_blocks),
-                           .graphs = atomic_load(&graphs)};
+static void cuda_counts(dpm_backend_counts *out) {
+  *out = (dpm_backend_counts){.comm_inits = cuda_nccl_inits(),
+                              .staging_blocks = atomic_load(&staging_blocks),
+                              .graphs = atomic_load(&graphs)};
 }
 
 cuda_dev *cuda_dev_of_stream(void *stream) {
@@ -437,16 +437,16 @@ static const dpm_backend cuda_backend = {
     .replay = cuda_replay,
     .graph_free = cuda_graph_free,
     .exclusive = 1,
+    .stream = cuda_stream_of,
+    .comm_create = cuda_nccl_create,
+    .counts = cuda_counts,
+    .release = cuda_nccl_release,
 };
 
 static const dpm_cuda_plugin plugin = {
     .abi = DPM_CUDA_ABI,
     .backend = &cuda_backend,
-    .comm_create = cuda_nccl_create,
-    .stream_of = cuda_stream_of,
     .describe = cuda_describe,
-    .counts = cuda_counts,
-    .release = cuda_nccl_release,
 };
 
 __attribute__((visibility("default"))) const dpm_cuda_plugin *

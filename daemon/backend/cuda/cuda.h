@@ -125,12 +125,12 @@ void cuda_watch_remove(cuda_dev *dev, cuda_watch_fn fn, void *arg);
  * whether the device is free of failures (cuda_check). */
 int cuda_wait(cuda_dev *dev);
 /* The open device whose compute stream is `stream` (a cudaStream_t from
- * stream_of), NULL if none: how the nccl communicator finds the devices
+ * backend.h: stream), NULL if none: how the nccl communicator finds the devices
  * of its ranks' streams to watch them (cuda.c). */
 cuda_dev *cuda_dev_of_stream(void *stream);
 
 /* The plugin's counts of staging blocks allocated and graphs instantiated
- * (cuda.c; plugin.h: counts). Any thread. */
+ * (cuda.c; backend.h: counts). Any thread. */
 void cuda_count_staging_block(void);
 
 /* Staging (staging.c): host <-> device copies through pinned host memory.

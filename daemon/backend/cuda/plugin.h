@@ -7,8 +7,9 @@
  * The shared object exports one symbol, dpm_cuda_plugin_init. The host
  * calls it once with the table of host functions the plugin may use (the
  * plugin links nothing of the engine: -Wl,--no-undefined holds it to CUDA,
- * libc and this table), and gets back the plugin's tables: the cuda
- * backend (backend.h) and the nccl communicator (comm/comm.h).
+ * libc and this table), and gets back the plugin's table: the cuda
+ * backend (backend.h), whose extras (stream, comm_create: the nccl
+ * communicator of comm/comm.h, counts, release) are all the host uses.
  *
  * This header includes no CUDA header: the host side compiles without the
  * toolkit. ABI: DPM_CUDA_ABI changes whenever a struct here or a struct
@@ -28,7 +29,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 
-#define DPM_CUDA_ABI 4
+#define DPM_CUDA_ABI 5
 #define DPM_CUDA_PLUGIN_INIT "dpm_cuda_plugin_init"
 #define DPM_CUDA_PROBE "dpm_cuda_probe"
 
@@ -38,13 +39,6 @@
 typedef int (*dpm_cuda_probe_fn)(char *why, size_t n);
 
 struct dpm_dev;
-
-/* The plugin's counts (dpm_cuda_plugin.counts). */
-typedef struct dpm_cuda_counts {
-  unsigned long nccl_inits;     /* NCCL groups created (warm ones taken again: not) */
-  unsigned long staging_blocks; /* pinned host and device staging blocks allocated */
-  unsigned long graphs;         /* step graphs instantiated */
-} dpm_cuda_counts;
 
 /* What the host lends the plugin. */
 typedef struct dpm_cuda_host {
@@ -57,20 +51,9 @@ typedef struct dpm_cuda_host {
 /* What the plugin offers. */
 typedef struct dpm_cuda_plugin {
   int abi;                    /* DPM_CUDA_ABI */
-  const dpm_backend *backend; /* devices cuda:N */
-  /* A DPM_COMM_NCCL group (comm.h): cfg->streams holds one cudaStream_t per
-   * local rank, the compute stream of that rank's device (from
-   * stream_of). */
-  dpm_status (*comm_create)(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
-  /* The compute stream (a cudaStream_t) of an open cuda device's state. */
-  void *(*stream_of)(void *state);
-  /* "CUDA 13.0 runtime, driver: none" and the like, for logs and status. */
+  const dpm_backend *backend; /* devices cuda:N, with the nccl communicator */
+  /* "CUDA 13.0 runtime, driver: none" and the like, for the loader's line. */
   const char *(*describe)(void);
-  /* What the plugin asked the driver and NCCL for so far (a warm second
-   * model should ask for nothing but its own graphs), and the release of
-   * the idle warm NCCL groups before the devices close. */
-  void (*counts)(dpm_cuda_counts *out);
-  void (*release)(void);
 } dpm_cuda_plugin;
 
 typedef const dpm_cuda_plugin *(*dpm_cuda_plugin_init_fn)(const dpm_cuda_host *host,
