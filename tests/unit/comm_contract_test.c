@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "backend/cuda_load.h"
 #include "backend/device.h"
 #include "comm/comm.h"
 #include "test.h"
@@ -66,7 +65,8 @@ typedef struct {
   int bytes; /* of each buffer: N doubles, whatever the type */
   dpm_comm *comm;
   dpm_dev *dev[CONTRACT_RANKS]; /* device backends: each rank's device */
-  void *buf[CONTRACT_RANKS];    /* each rank's buffer (on its device) */
+  void *buf[CONTRACT_RANKS];    /* each rank's buffer (on its device), as comm takes it */
+  dpm_dptr dbuf[CONTRACT_RANKS]; /* device backends: the same, as the device API takes it */
   size_t got[CONTRACT_RANKS];
 } contract_fixture;
 
@@ -95,8 +95,7 @@ static int fixture(contract_fixture *f, const contract_backend *b, int timeout_m
     return SKIP;
   }
   void *streams[CONTRACT_RANKS] = {0};
-  const dpm_cuda_plugin *p = b->device == DPM_DEVICE_CUDA ? dpm_cuda_plugin_get() : NULL;
-  for (int r = 0; p && r < f->n; r++) streams[r] = p->stream_of(dpm_dev_state(f->dev[r]));
+  for (int r = 0; !host && r < f->n; r++) streams[r] = dpm_dev_stream(f->dev[r]);
   dpm_comm_config cfg = {.kind = b->kind,
                          .size = f->n,
                          .timeout_ms = timeout_ms,
@@ -107,8 +106,8 @@ static int fixture(contract_fixture *f, const contract_backend *b, int timeout_m
     return 0;
   }
   for (int r = 0; r < f->n; r++) {
-    f->buf[r] = host ? calloc(1, (size_t)f->bytes)
-                     : dpm_dev_alloc(f->dev[r], (size_t)f->bytes, &f->got[r]);
+    if (!host) f->dbuf[r] = dpm_dev_alloc(f->dev[r], (size_t)f->bytes, &f->got[r]);
+    f->buf[r] = host ? calloc(1, (size_t)f->bytes) : dpm_dptr_raw(f->dbuf[r]);
     if (!f->buf[r]) return 0;
   }
   return 1;
@@ -119,7 +118,7 @@ static void fixture_fini(contract_fixture *f) {
   for (int r = 0; r < f->n; r++) {
     if (!f->buf[r]) continue;
     if (f->dev[r])
-      dpm_dev_free(f->dev[r], f->buf[r], f->got[r]);
+      dpm_dev_free(f->dev[r], f->dbuf[r], f->got[r]);
     else
       free(f->buf[r]);
   }
@@ -128,13 +127,13 @@ static void fixture_fini(contract_fixture *f) {
 /* Rank r's buffer from host memory h, and back. */
 static void put(contract_fixture *f, int r, const void *h) {
   if (f->dev[r])
-    dpm_dev_to_device(f->dev[r], f->buf[r], h, (size_t)f->bytes);
+    dpm_dev_to_device(f->dev[r], f->dbuf[r], h, (size_t)f->bytes);
   else
     memcpy(f->buf[r], h, (size_t)f->bytes);
 }
 static void take(contract_fixture *f, int r, void *h) {
   if (f->dev[r])
-    dpm_dev_to_host(f->dev[r], h, f->buf[r], (size_t)f->bytes);
+    dpm_dev_to_host(f->dev[r], h, f->dbuf[r], (size_t)f->bytes);
   else
     memcpy(h, f->buf[r], (size_t)f->bytes);
 }
