@@ -1,5 +1,5 @@
 /* Device memory as host code holds it: dpm_dptr, a handle rather than a
- * pointer, like the kernel's __user pointers (../shared/STYLE.md).
+ * pointer, like the Linux kernel's __user pointers.
  *
  * Host code that dereferences one (*d, d[i], d->x), indexes it, does
  * arithmetic on it, or hands it where a pointer goes (memcpy, float *,

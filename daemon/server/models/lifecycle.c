@@ -2,6 +2,7 @@
  * queue, building its trainer, training in chunks, the jobs that run
  * between steps (but checkpoint, checkpoints.c, and resume, reform.c),
  * and its end. Builds on every other file of daemon/server/models/. */
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -340,15 +341,25 @@ static void finish(dpmd_model *m, job *j) {
 }
 
 /* Training threads (this model thread, and the crew workers it creates,
- * which inherit it) run at a lower priority than the loop thread: it then
- * preempts them on waking, and answers while a model keeps every core
- * busy. Lowering needs no privilege; on failure they stay where they are. */
+ * which inherit it) run TRAIN_NICE below the loop thread's priority (nice
+ * values above it, at most 19): it then preempts them on waking, and
+ * answers while a model keeps every core busy. Relative, so that a dpmd
+ * started under nice keeps its loop on top. Lowering needs no privilege;
+ * on failure they stay where they are. */
 #define TRAIN_NICE 5
+
+static void lower_priority(void) {
+  errno = 0;
+  int base = getpriority(PRIO_PROCESS, 0); /* the process's: the loop thread's */
+  if (base == -1 && errno) return;
+  int nice = base + TRAIN_NICE < 19 ? base + TRAIN_NICE : 19;
+  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
+}
 
 static void *model_main(void *arg) {
   dpmd_model *m = arg;
   dpm_err err = {0};
-  setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), TRAIN_NICE);
+  lower_priority();
   if (build(m, &err)) {
     dpmd_error("model %s: %s", m->spec->name, err.msg);
     Dpm__Response rs = DPM__RESPONSE__INIT;
