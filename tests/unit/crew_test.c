@@ -172,7 +172,9 @@ static void started_allreduce(void *arg, int rank) {
 TEST(comm_broken_by_a_timeout_is_renewed_between_runs) {
   dpm_err err = {0};
   dpm_crew *c;
-  dpm_comm_config cfg = {.kind = DPM_COMM_LOCAL, .size = 3, .timeout_ms = 50};
+  /* 400 ms: each break waits it out (3 of them), and the healthy runs in
+   * between must meet within it on a loaded machine (50 ms was missed). */
+  dpm_comm_config cfg = {.kind = DPM_COMM_LOCAL, .size = 3, .timeout_ms = 400};
   comm_job j = {.skip = 1};
   CHECK_INT(dpm_crew_create(3, &c, &err), DPM_OK);
   CHECK_INT(dpm_comm_create(&cfg, &j.comm, &err), DPM_OK);
