@@ -9,11 +9,16 @@
  *     the master replica spends in collectives a step (waiting for the
  *     other shard and the cross-host allreduce not hidden behind backward:
  *     dpm_step_stats.comm_ms, every step's, averaged over the round); what
- *     `dag` takes off `simple`'s is the part it hides.
+ *     `dag` takes off `simple`'s is the part it hides;
+ *   - for the MLP at 2 shards x 1 device, each round also times the same
+ *     allreduce alone (the step's gradient bytes, on a Gloo group of its
+ *     own between the shards, each call after a barrier; median), and
+ *     prints the step's collectives over it.
  * Each shard is this program run again (--shard: /proc/self/exe, so no
  * process forks with threads) holding its trainer for the whole run and
- * stepping when the parent says so (a line "N" on its stdin; it answers
- * "WALL_MS COMM_MS" on stdout); the one-process trainers run in the parent
+ * stepping when the parent says so (a line "step N" on its stdin; it
+ * answers "WALL_MS COMM_MS" on stdout; "alone N": N allreduces alone, it
+ * answers their median); the one-process trainers run in the parent
  * while the shards wait on their pipes. BLAS runs one thread per replica.
  *
  *   build/bench/fleet [--rounds N] */
@@ -52,7 +57,47 @@ static int load_spec(const char *path, Dpm__ModelSpec **spec) {
   return 0;
 }
 
-/* ---- a shard: fleet --shard I/N SPEC NET_TYPE STORE PREFIX ---------------------------- */
+/* Bytes of t's gradients: what a step all-reduces. */
+static size_t grad_bytes(const dpm_trainer *t) {
+  const dpm_plan *p = dpm_trainer_plan(t);
+  size_t b = 0;
+  for (int i = 0; i < p->n_grads; i++)
+    b += dpm_shape_bytes(&dpm_trainer_blob(t, p->grads[i])->shape);
+  return b;
+}
+
+/* The median of `calls` allreduces of t's gradient bytes on a group of
+ * their own between the shards (made at the first call, from this thread:
+ * pinned to the replica's core by the trainer's runs, as the trainer's
+ * group's threads are), each after a barrier; -1 on failure. */
+static double alone_ms(const dpm_trainer *t, int id, int n, char **argv, dpm_comm **c,
+                       int calls, dpm_err *err) {
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "%s/alone", argv[4]);
+  dpm_comm_config cfg = {
+      .kind = DPM_COMM_GLOO, .size = 1, .rank_base = id, .world = n, .timeout_ms = 60000};
+  cfg.rendezvous.store = argv[3];
+  cfg.rendezvous.prefix = prefix;
+  cfg.rendezvous.iface = "lo";
+  if (!*c && dpm_comm_create(&cfg, c, err)) return -1;
+  size_t count = grad_bytes(t) / sizeof(float);
+  float *buf = calloc(count ? count : 1, sizeof *buf);
+  double *ms = calloc((size_t)calls, sizeof *ms);
+  int ok = buf && ms;
+  for (int k = 0; ok && k < calls; k++) {
+    ok = !dpm_comm_barrier(*c, 0, err);
+    double t0 = bench_now_ms();
+    ok = ok && !dpm_comm_allreduce(*c, 0, buf, count, err);
+    ms[k] = bench_now_ms() - t0;
+  }
+  double med = ok ? bench_median(ms, calls) : -1;
+  if (!buf || !ms) dpm_errf(err, DPM_NOMEM, "out of memory");
+  free(buf), free(ms);
+  return med;
+}
+
+/* ---- a shard: fleet --shard I/N SPEC NET_TYPE STORE PREFIX ----------------------------
+ */
 static int shard_main(char **argv) {
   int id = 0, n = 0;
   if (sscanf(argv[0], "%d/%d", &id, &n) != 2) return 2;
@@ -77,8 +122,20 @@ static int shard_main(char **argv) {
   }
   printf("ready\n");
   fflush(stdout);
+  dpm_comm *alone = NULL; /* the allreduce alone: a group of its own, same store */
+  char cmd[16];
   int steps;
-  while (scanf("%d", &steps) == 1 && steps > 0) {
+  while (scanf("%15s %d", cmd, &steps) == 2 && steps > 0) {
+    if (!strcmp(cmd, "alone")) {
+      double ms = alone_ms(t, id, n, argv, &alone, steps, &err);
+      if (ms < 0) {
+        fprintf(stderr, "fleet: shard %d: %s\n", id, err.msg);
+        return 1;
+      }
+      printf("%.6f\n", ms);
+      fflush(stdout);
+      continue;
+    }
     dpm_step_stats st;
     cs = (comm_sum){0};
     double t0 = bench_now_ms();
@@ -89,20 +146,24 @@ static int shard_main(char **argv) {
     printf("%.6f %.6f\n", bench_now_ms() - t0, cs.n ? cs.comm / cs.n : 0.0);
     fflush(stdout);
   }
+  dpm_comm_destroy(alone);
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
   return 0;
 }
 
-/* ---- the parent ------------------------------------------------------------------------ */
+/* ---- the parent
+ * ------------------------------------------------------------------------ */
 typedef struct {
   const char *label;
   int devices, shards, net_type;
-  dpm_trainer *t;     /* one process */
-  comm_sum sum;       /* one process: this call's steps */
-  pid_t pid[2];       /* shards */
+  dpm_trainer *t; /* one process */
+  comm_sum sum;   /* one process: this call's steps */
+  pid_t pid[2];   /* shards */
   FILE *to[2], *from[2];
-  double *ms, *comm;  /* per round: step wall time; the master's collectives a step */
+  double *ms, *comm; /* per round: step wall time; the master's collectives a step */
+  int alone;         /* shards: also time the allreduce alone each round */
+  double *alone_ms;  /* per round: its median (shard 0's) */
   int n;
 } config;
 
@@ -114,7 +175,8 @@ static cpu_set_t all_cpus;
 static int start_shard(config *c, int k, const char *spec_path, const char *store,
                        const char *prefix) {
   int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) return 1; /* no shard holds another's */
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
+    return 1; /* no shard holds another's */
   char id[16], net[16];
   snprintf(id, sizeof id, "%d/%d", k, c->shards);
   snprintf(net, sizeof net, "%d", c->net_type);
@@ -125,8 +187,8 @@ static int start_shard(config *c, int k, const char *spec_path, const char *stor
     dup2(out[1], 1);
     close(in[0]), close(in[1]), close(out[0]), close(out[1]);
     sched_setaffinity(0, sizeof all_cpus, &all_cpus);
-    char *args[] = {"fleet", "--shard", id, (char *)spec_path, net, (char *)store,
-                    (char *)prefix, NULL};
+    char *args[] = {"fleet",       "--shard",      id,  (char *)spec_path, net,
+                    (char *)store, (char *)prefix, NULL};
     execv("/proc/self/exe", args);
     _exit(127);
   }
@@ -141,7 +203,8 @@ static int setup(config *c, const char *spec_path, const Dpm__ModelSpec *spec,
                  const char *store, int slots) {
   c->ms = calloc((size_t)slots, sizeof *c->ms);
   c->comm = calloc((size_t)slots, sizeof *c->comm);
-  if (!c->ms || !c->comm) return 1;
+  c->alone_ms = calloc((size_t)slots, sizeof *c->alone_ms);
+  if (!c->ms || !c->comm || !c->alone_ms) return 1;
   if (c->shards == 1) {
     dpm_trainer_options opt = {.devices = c->devices,
                                .net_type = c->net_type,
@@ -185,7 +248,7 @@ static int step_config(config *c, int steps, double *wall, double *comm) {
     return 0;
   }
   for (int k = 0; k < c->shards; k++) {
-    fprintf(c->to[k], "%d\n", steps);
+    fprintf(c->to[k], "step %d\n", steps);
     fflush(c->to[k]);
   }
   double w[2] = {0}, cm[2] = {0};
@@ -199,6 +262,22 @@ static int step_config(config *c, int steps, double *wall, double *comm) {
   return 0;
 }
 
+/* The shards' allreduce alone, `calls` times: shard 0's median into *ms. */
+static int alone_config(config *c, int calls, double *ms) {
+  for (int k = 0; k < c->shards; k++) {
+    fprintf(c->to[k], "alone %d\n", calls);
+    fflush(c->to[k]);
+  }
+  double m[2] = {0};
+  for (int k = 0; k < c->shards; k++)
+    if (fscanf(c->from[k], "%lf", &m[k]) != 1) {
+      fprintf(stderr, "fleet: %s: shard %d failed\n", c->label, k);
+      return 1;
+    }
+  *ms = m[0];
+  return 0;
+}
+
 static void done(config *cs, int n) {
   for (int c = 0; c < n; c++) {
     dpm_trainer_destroy(cs[c].t);
@@ -209,6 +288,7 @@ static void done(config *cs, int n) {
     }
     free(cs[c].ms);
     free(cs[c].comm);
+    free(cs[c].alone_ms);
   }
 }
 
@@ -221,8 +301,8 @@ static double median_of(const double *v, int n) {
   return m;
 }
 
-static int workload(const char *path, config *cs, int n_cfg, const char *store, int rounds,
-                    int per, int warmup) {
+static int workload(const char *path, config *cs, int n_cfg, const char *store,
+                    int rounds, int per, int warmup) {
   Dpm__ModelSpec *spec = NULL;
   if (load_spec(path, &spec)) return 1;
   int rc = 0;
@@ -232,6 +312,7 @@ static int workload(const char *path, config *cs, int n_cfg, const char *store, 
   for (int r = 0; r < rounds && !rc; r++)
     for (int k = 0, c = r % n_cfg; k < n_cfg && !rc; k++, c = (c + 1) % n_cfg) {
       rc = step_config(&cs[c], per, &wall, &comm);
+      if (!rc && cs[c].alone) rc = alone_config(&cs[c], per, &cs[c].alone_ms[cs[c].n]);
       cs[c].ms[cs[c].n] = wall / per;
       cs[c].comm[cs[c].n++] = comm;
     }
@@ -248,6 +329,12 @@ static int workload(const char *path, config *cs, int n_cfg, const char *store, 
         printf("  collectives %6.2f ms (%4.1f%%)", cm, 100 * cm / med);
       }
       printf("\n");
+      if (cs[c].alone) {
+        double am = median_of(cs[c].alone_ms, cs[c].n),
+               cm = median_of(cs[c].comm, cs[c].n);
+        printf("  %-34s %8.2f ms: the step's collectives are %.2fx it\n",
+               "  the same allreduce alone", am, cm / am);
+      }
     }
   }
   dpm_spec_free(spec);
@@ -255,7 +342,8 @@ static int workload(const char *path, config *cs, int n_cfg, const char *store, 
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "--shard")) return argc == 7 ? shard_main(argv + 2) : 2;
+  if (argc > 1 && !strcmp(argv[1], "--shard"))
+    return argc == 7 ? shard_main(argv + 2) : 2;
   signal(SIGPIPE, SIG_IGN);
   if (sched_getaffinity(0, sizeof all_cpus, &all_cpus)) {
     fprintf(stderr, "fleet: sched_getaffinity: %s\n", strerror(errno));
@@ -276,15 +364,23 @@ int main(int argc, char **argv) {
   config mlp[] = {
       {.label = "MLP, 1 shard x 1 device", .devices = 1, .shards = 1, .net_type = -1},
       {.label = "MLP, 1 shard x 2 devices", .devices = 2, .shards = 1, .net_type = -1},
-      {.label = "MLP, 2 shards x 1 device", .devices = 1, .shards = 2, .net_type = -1}};
-  printf("MLP (examples/fmnist_mlp.yaml, simple), batch 64 per device, %d rounds of 50 steps\n",
+      {.label = "MLP, 2 shards x 1 device",
+       .devices = 1,
+       .shards = 2,
+       .net_type = -1,
+       .alone = 1}};
+  printf("MLP (examples/fmnist_mlp.yaml, simple), batch 64 per device, %d rounds of 50 "
+         "steps\n",
          rounds * 2);
   int rc = workload("examples/fmnist_mlp.yaml", mlp, 3, store, rounds * 2, 50, 50);
   done(mlp, 3);
   if (!rc) {
     config cnn[] = {
         {.label = "CNN, 1 shard x 1 device", .devices = 1, .shards = 1, .net_type = -1},
-        {.label = "CNN, 1 shard x 2 devices, dag", .devices = 2, .shards = 1, .net_type = -1},
+        {.label = "CNN, 1 shard x 2 devices, dag",
+         .devices = 2,
+         .shards = 1,
+         .net_type = -1},
         {.label = "CNN, 2 shards x 1 device, simple",
          .devices = 1,
          .shards = 2,

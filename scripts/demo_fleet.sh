@@ -30,9 +30,14 @@ A=tcp://127.0.0.1:$PA B=tcp://127.0.0.1:$PB
 pids=""
 trap 'for p in $pids; do kill $p 2>/dev/null; wait $p 2>/dev/null; done; rm -rf "$dir"' \
   EXIT INT TERM
-# up ENDPOINT NAME: a dpmd of one cpu device on ENDPOINT, state $dir/NAME
+# up ENDPOINT NAME CPU: a dpmd of one cpu device on ENDPOINT, state $dir/NAME,
+# on CPU CPU of this machine where it has more than one: each daemon's
+# replica on a core of its own (a daemon's cpu:0 is the first core of its
+# CPU set, so two unpinned daemons would share one)
 up() {
-  build/dpmd --listen "$1" --state-dir "$dir/$2" --devices 1 --token-file "$dir/token" \
+  _on=""
+  [ "$(nproc)" -gt 1 ] && _on="taskset -c $3"
+  $_on build/dpmd --listen "$1" --state-dir "$dir/$2" --devices 1 --token-file "$dir/token" \
     --log-level warning &
   pids="$pids $!"
   for _ in $(seq 400); do # a tcp endpoint answers once dpmd listens
@@ -43,8 +48,8 @@ up() {
   echo "dpmd $2 did not start" >&2
   exit 1
 }
-up "$A" a
-up "$B" b
+up "$A" a 0
+up "$B" b 1
 # at ENDPOINT ARGS...: dpmctl at that daemon, echoed
 at() {
   _ep=$1

@@ -7,9 +7,9 @@
  * lock that waits for the workers, so a run costs the two mutex sections it
  * cost before runs could come from several threads.
  *
- * Threads: mu guards fn, arg, the tickets and quit. gen and pending are atomics written under mu (gen) or by the
- * ranks (pending); a worker's acquire of gen orders its reads of fn/arg and
- * of whatever the caller wrote before the run, and the caller's acquire of
+ * Threads: mu guards fn, arg, the tickets and quit. gen and pending are atomics written
+ * under mu (gen) or by the ranks (pending); a worker's acquire of gen orders its reads of
+ * fn/arg and of whatever the caller wrote before the run, and the caller's acquire of
  * pending orders what the ranks wrote before its return. */
 #include "parallel/crew.h"
 
@@ -129,6 +129,15 @@ void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg) {
 }
 
 int dpm_crew_size(const dpm_crew *c) { return c->n; }
+
+int dpm_crew_cpus(const dpm_crew *c, cpu_set_t *set) {
+  CPU_ZERO(set);
+  for (int r = 0; r < c->n; r++) {
+    int core = r ? c->w[r].core : c->core0;
+    if (core >= 0 && core < CPU_SETSIZE) CPU_SET(core, set);
+  }
+  return CPU_COUNT(set);
+}
 
 dpm_status dpm_crew_create(int n, dpm_crew **out, dpm_err *err) {
   return dpm_crew_create_pinned(n, NULL, out, err);

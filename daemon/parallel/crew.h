@@ -25,6 +25,8 @@
 #ifndef DPM_PARALLEL_CREW_H
 #define DPM_PARALLEL_CREW_H
 
+#include <sched.h>
+
 #include "dpm/status.h"
 
 typedef struct dpm_crew dpm_crew;
@@ -49,6 +51,10 @@ dpm_status dpm_crew_create_pinned(int n, const int *cores, dpm_crew **out, dpm_e
 void dpm_crew_run(dpm_crew *c, void (*fn)(void *arg, int rank), void *arg);
 
 int dpm_crew_size(const dpm_crew *c);
+
+/* The cores the crew's ranks are pinned to, into *set; returns how many
+ * (0: no rank is pinned, *set empty). */
+int dpm_crew_cpus(const dpm_crew *c, cpu_set_t *set);
 
 /* Joins the workers. NULL is ignored. */
 void dpm_crew_destroy(dpm_crew *c);

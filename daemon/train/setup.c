@@ -4,6 +4,7 @@
  * it calls train/trainer.c and train/state.c, and neither calls it. */
 #include "train/internal.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,6 +372,24 @@ static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_er
   return DPM_OK;
 }
 
+/* Creates the group with this thread's CPU set narrowed, for the call, to
+ * the cores of the replicas' crew when the group is Gloo's: the threads it
+ * starts (Gloo's I/O loop, the job thread of comm/gloo.c) inherit that set,
+ * so the network work of one shard never preempts the replica of another
+ * shard on the same host. Other groups start no threads of their own, or
+ * place them themselves (NCCL). */
+static dpm_status create_on_cores(dpm_trainer *t, const dpm_comm_config *cfg,
+                                  dpm_err *err) {
+  cpu_set_t cores, was;
+  pthread_t self = pthread_self();
+  int narrowed = cfg->kind == DPM_COMM_GLOO && dpm_crew_cpus(t->crew, &cores) &&
+                 !pthread_getaffinity_np(self, sizeof was, &was) &&
+                 !pthread_setaffinity_np(self, sizeof cores, &cores);
+  dpm_status s = dpm_comm_create(cfg, &t->comm, err);
+  if (narrowed) pthread_setaffinity_np(self, sizeof was, &was);
+  return s;
+}
+
 /* The replicas' group, as the factory chose it at setup (t->comm_cfg.kind,
  * comm.h: dpm_comm_choose): local threads for a process alone (none for one
  * replica), else across the job's processes, this shard's replicas being
@@ -396,7 +415,7 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
     for (int d = 0; d < t->n; d++) t->devs[d] = t->r[d].dev;
     cfg->devs = t->devs;
   }
-  if (dpm_comm_create(cfg, &t->comm, err)) {
+  if (create_on_cores(t, cfg, err)) {
     dpm_err_prefix(err, "%s: ", spec->source);
     return trainer_shard_prefix(t, err);
   }

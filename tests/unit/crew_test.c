@@ -11,8 +11,8 @@
 #include <time.h>
 
 #include "comm/comm.h"
-#include "parallel/crew.h"
 #include "common/spec.h"
+#include "parallel/crew.h"
 #include "test.h"
 #include "train/trainer.h"
 #include "trainer_fixture.h"
@@ -37,6 +37,8 @@ TEST(crew_runs_fn_on_every_rank_once) {
   for (int n = 1; n <= 4; n += 3) {
     CHECK_INT(dpm_crew_create(n, &c, &err), DPM_OK);
     CHECK_INT(dpm_crew_size(c), n);
+    cpu_set_t none;
+    CHECK_INT(dpm_crew_cpus(c, &none), 0); /* not pinned */
     rank_log l = {.caller = pthread_self()};
     for (int i = 0; i < 200; i++) {
       dpm_crew_run(c, log_rank, &l);
@@ -85,6 +87,9 @@ TEST(crew_pins_ranks_to_their_cores) {
   cpu_set_t before;
   pthread_getaffinity_np(self, sizeof before, &before);
   CHECK_INT(dpm_crew_create_pinned(2, cores, &c, &err), DPM_OK);
+  cpu_set_t pinned;
+  CHECK_INT(dpm_crew_cpus(c, &pinned), 2);
+  CHECK(CPU_ISSET(cores[0], &pinned) && CPU_ISSET(cores[1], &pinned));
   for (int i = 0; i < 5; i++) {
     dpm_crew_run(c, where, NULL);
     CHECK_INT(cpu_of[0], cores[0]);

@@ -9,9 +9,13 @@
  * fails its peers' step within the timeout, and the job then refuses to go
  * on. Shards on fenced devices (memory host code cannot touch) run gloo on
  * host copies (comm/staged.c) and train as one process of cpu replicas. */
+#include <dirent.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,12 +74,12 @@ typedef struct {
   dpm_device_kind kind; /* of the replicas (cpu by default) */
   char prefix[64];
   phase what;
-  int steps;        /* STEP, STEP_STOP */
-  int stop_why;     /* STEP_STOP */
-  int chunk;        /* STEP_CHUNKS */
+  int steps;         /* STEP, STEP_STOP */
+  int stop_why;      /* STEP_STOP */
+  int chunk;         /* STEP_CHUNKS */
   dpm_step_stats st; /* STEP, STEP_STOP: the last step's */
-  const char *path; /* LOAD: this shard's path (NULL: none) */
-  dpm_trainer *t;   /* made by CREATE */
+  const char *path;  /* LOAD: this shard's path (NULL: none) */
+  dpm_trainer *t;    /* made by CREATE */
   dpm_status status;
   dpm_err err;
   double ms; /* how long the phase took */
@@ -138,8 +142,12 @@ static int make_job_on(dpm_device_kind kind, shard_run *runs, const Dpm__ModelSp
   static int formation;
   formation++;
   for (int i = 0; i < shards; i++) {
-    runs[i] = (shard_run){.spec = spec, .shard = i, .shards = shards, .devices = devices,
-                          .net_type = -1, .kind = kind};
+    runs[i] = (shard_run){.spec = spec,
+                          .shard = i,
+                          .shards = shards,
+                          .devices = devices,
+                          .net_type = -1,
+                          .kind = kind};
     snprintf(runs[i].prefix, sizeof runs[i].prefix, "unit-%d/%s/%d", (int)getpid(), name,
              formation);
   }
@@ -180,8 +188,9 @@ static void destroy_job(shard_run *runs, int n) {
  * master's stripped name). */
 static dpm_tensor blob_of(dpm_trainer *t, int d, const char *name) {
   char scoped[300], scope[32];
-  if (d) snprintf(scoped, sizeof scoped, "%s/%s",
-                  dpm_device_scope(*dpm_trainer_device(t, d), scope, sizeof scope), name);
+  if (d)
+    snprintf(scoped, sizeof scoped, "%s/%s",
+             dpm_device_scope(*dpm_trainer_device(t, d), scope, sizeof scope), name);
   dpm_tensor h = {0};
   dpm_err err;
   if (dpm_trainer_read_blob(t, d ? scoped : name, &h, &err)) printf("    %s\n", err.msg);
@@ -238,7 +247,8 @@ static void like_one_process_on(dpm_device_kind kind, const char *forward,
   dpm_trainer *one = tf_trainer(spec, shards * devices, NULL);
   CHECK(spec && one && tf_steps(one, steps));
   CHECK(make_job_on(kind, runs, spec, shards, devices, net_type));
-  for (int i = 0; i < shards; i++) /* host copies where host code cannot touch the device */
+  for (int i = 0; i < shards;
+       i++) /* host copies where host code cannot touch the device */
     CHECK(!strcmp(dpm_trainer_comm_backend(runs[i].t),
                   kind == DPM_DEVICE_CPU ? "gloo" : "staged"));
   CHECK(job_identical(runs, shards)); /* the initial broadcast */
@@ -288,6 +298,64 @@ TEST(fleet_fenced_two_shards_of_two_train_like_four_cpu_replicas_simple) {
 }
 TEST(fleet_fenced_two_shards_of_two_train_like_four_cpu_replicas_dag) {
   like_one_process_on(DPM_DEVICE_FENCED, MLP_FORWARD, "dag", 2, 2, 4, 1e-5);
+}
+
+/* The threads of this process, into tids (at most cap); returns how many. */
+static int threads_now(pid_t *tids, int cap) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d)) && n < cap;)
+    if (e->d_name[0] != '.') tids[n++] = (pid_t)atoi(e->d_name);
+  if (d) closedir(d);
+  return n;
+}
+
+/* Two shards of one replica each on one host: each shard's replica is
+ * pinned to a core of its own (its job rank picks it), and the threads its
+ * Gloo group starts (Gloo's I/O loop, the job thread) run on that core
+ * only, so one shard's network work never takes the other's core. */
+TEST(fleet_gloo_threads_run_on_their_replicas_core) {
+  const dpm_device devs[] = {{DPM_DEVICE_CPU, 0}, {DPM_DEVICE_CPU, 1}};
+  int cores[2];
+  dpm_device_cores(devs, 2, cores); /* the shards' replicas' cores */
+  if (cores[0] == cores[1]) return; /* one CPU: nothing to tell apart */
+  /* the shards' threads start from this one's CPU set, which an earlier
+     crew run may have narrowed to one core: give them both */
+  cpu_set_t was, both;
+  pthread_getaffinity_np(pthread_self(), sizeof was, &was);
+  CPU_ZERO(&both);
+  CPU_SET(cores[0], &both);
+  CPU_SET(cores[1], &both);
+  pthread_setaffinity_np(pthread_self(), sizeof both, &both);
+  pid_t before[256], after[256];
+  int nb = threads_now(before, 256);
+  Dpm__ModelSpec *spec = tf_spec(MLP_FORWARD, 8, 7, 0.01, "simple", 65536);
+  shard_run runs[2];
+  CHECK(make_job(runs, spec, 2, 1, "cores"));
+  int na = threads_now(after, 256), started = 0, wider = 0;
+  cpu_set_t seen;
+  CPU_ZERO(&seen);
+  for (int i = 0; i < na; i++) {
+    int old = 0;
+    for (int k = 0; k < nb && !old; k++) old = before[k] == after[i];
+    char path[64], name[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)after[i]);
+    FILE *f = fopen(path, "r");
+    if (f && !fgets(name, sizeof name, f)) name[0] = 0;
+    if (f) fclose(f);
+    if (old || !strncmp(name, "dpm-reader", 10)) continue; /* the readers float */
+    cpu_set_t set;
+    if (sched_getaffinity(after[i], sizeof set, &set)) continue; /* gone */
+    started++;
+    wider += CPU_COUNT(&set) != 1;
+    CPU_OR(&seen, &seen, &set);
+  }
+  destroy_job(runs, 2);
+  dpm_spec_free(spec);
+  pthread_setaffinity_np(pthread_self(), sizeof was, &was);
+  CHECK(started >= 2);            /* each shard's Gloo I/O loop at least */
+  CHECK_INT(wider, 0);            /* none may run on more than one core */
+  CHECK(CPU_EQUAL(&seen, &both)); /* one core per shard */
 }
 
 /* Shard 0 alone reads a checkpoint (the others pass no file); the job then
@@ -350,15 +418,16 @@ TEST(fleet_shards_that_differ_are_refused) {
   CHECK(a && b);
   shard_run runs[2];
   for (int i = 0; i < 2; i++)
-    runs[i] = (shard_run){.spec = i ? b : a, .shard = i, .shards = 2, .devices = 1,
-                          .net_type = -1};
+    runs[i] = (shard_run){
+        .spec = i ? b : a, .shard = i, .shards = 2, .devices = 1, .net_type = -1};
   snprintf(runs[0].prefix, sizeof runs[0].prefix, "unit-%d/differ/lr", (int)getpid());
   memcpy(runs[1].prefix, runs[0].prefix, sizeof runs[0].prefix);
   CHECK(run_all(runs, 2, CREATE));
   CHECK_INT(runs[0].status, DPM_SPEC);
   CHECK_INT(runs[1].status, DPM_SPEC);
   CHECK_HAS(runs[0].err.msg, "shard 0 of 2: t.yaml: another shard's model differs");
-  CHECK_HAS(runs[1].err.msg, "shard 1 of 2: t.yaml: this shard's model differs from shard 0's");
+  CHECK_HAS(runs[1].err.msg,
+            "shard 1 of 2: t.yaml: this shard's model differs from shard 0's");
   CHECK_HAS(runs[1].err.msg, "spec hash");
   CHECK(!runs[0].t && !runs[1].t);
   /* the same spec, another net type: other collectives */
@@ -382,8 +451,12 @@ TEST(fleet_step_fails_when_a_shard_stops) {
   CHECK(spec);
   shard_run runs[2];
   for (int i = 0; i < 2; i++) {
-    runs[i] = (shard_run){.spec = spec, .shard = i, .shards = 2, .devices = 1,
-                          .net_type = -1, .timeout_ms = 1000};
+    runs[i] = (shard_run){.spec = spec,
+                          .shard = i,
+                          .shards = 2,
+                          .devices = 1,
+                          .net_type = -1,
+                          .timeout_ms = 1000};
     snprintf(runs[i].prefix, sizeof runs[i].prefix, "unit-%d/stops", (int)getpid());
   }
   CHECK(run_all(runs, 2, CREATE) && all_ok(runs, 2));
