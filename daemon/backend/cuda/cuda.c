@@ -18,7 +18,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 const dpm_cuda_host *cuda_host;

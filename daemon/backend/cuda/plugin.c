@@ -16,7 +16,6 @@
  * host wait; device to host waits for the compute stream (cuda_wait);
  * device to device and memset are queued on the compute stream. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
