@@ -4,6 +4,7 @@
 #define DPM_BENCH_H
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -23,5 +24,16 @@ static inline double bench_quantile(double *v, int n, double q) {
 
 /* Median of v[0..n) (sorts v). */
 static inline double bench_median(double *v, int n) { return bench_quantile(v, n, 0.5); }
+
+/* Median of a copy of v[0..n): the rounds' order stays for the paired
+ * ratios (v[n / 2] when the copy cannot be made). */
+static inline double bench_median_of(const double *v, int n) {
+  double *w = malloc((size_t)n * sizeof *w);
+  if (!w) return v[n / 2];
+  memcpy(w, v, (size_t)n * sizeof *w);
+  double m = bench_median(w, n);
+  free(w);
+  return m;
+}
 
 #endif

@@ -292,15 +292,6 @@ static void done(config *cs, int n) {
   }
 }
 
-static double median_of(const double *v, int n) {
-  double *w = malloc((size_t)n * sizeof *w);
-  if (!w) return v[n / 2];
-  memcpy(w, v, (size_t)n * sizeof *w);
-  double m = bench_median(w, n);
-  free(w);
-  return m;
-}
-
 static int workload(const char *path, config *cs, int n_cfg, const char *store,
                     int rounds, int per, int warmup) {
   Dpm__ModelSpec *spec = NULL;
@@ -318,20 +309,21 @@ static int workload(const char *path, config *cs, int n_cfg, const char *store,
     }
   if (!rc) {
     int batch = (int)spec->input->batch_size;
-    double one = median_of(cs[0].ms, cs[0].n) / (batch * cs[0].devices * cs[0].shards);
+    double one =
+        bench_median_of(cs[0].ms, cs[0].n) / (batch * cs[0].devices * cs[0].shards);
     for (int c = 0; c < n_cfg; c++) {
-      double med = median_of(cs[c].ms, cs[c].n);
+      double med = bench_median_of(cs[c].ms, cs[c].n);
       int images = batch * cs[c].devices * cs[c].shards;
       printf("  %-34s %8.2f ms/step %7.0f images/s %5.2fx", cs[c].label, med,
              images / (med / 1e3), one * images / med);
       if (cs[c].devices * cs[c].shards > 1) {
-        double cm = median_of(cs[c].comm, cs[c].n);
+        double cm = bench_median_of(cs[c].comm, cs[c].n);
         printf("  collectives %6.2f ms (%4.1f%%)", cm, 100 * cm / med);
       }
       printf("\n");
       if (cs[c].alone) {
-        double am = median_of(cs[c].alone_ms, cs[c].n),
-               cm = median_of(cs[c].comm, cs[c].n);
+        double am = bench_median_of(cs[c].alone_ms, cs[c].n),
+               cm = bench_median_of(cs[c].comm, cs[c].n);
         printf("  %-34s %8.2f ms: the step's collectives are %.2fx it\n",
                "  the same allreduce alone", am, cm / am);
       }
@@ -393,7 +385,8 @@ int main(int argc, char **argv) {
            rounds);
     rc = workload("examples/fmnist_cnn.yaml", cnn, 4, store, rounds, 4, 2);
     if (!rc) {
-      double s = median_of(cnn[2].comm, cnn[2].n), d = median_of(cnn[3].comm, cnn[3].n);
+      double s = bench_median_of(cnn[2].comm, cnn[2].n),
+             d = bench_median_of(cnn[3].comm, cnn[3].n);
       printf("  CNN 2 shards: collectives a step simple %.2f ms, dag %.2f ms: dag hides "
              "%.2f ms (%.0f%% of simple's)\n",
              s, d, s - d, s > 0 ? 100 * (s - d) / s : 0);

@@ -114,22 +114,12 @@ fail:
   return 1;
 }
 
-/* Median of a copy: the rounds' order stays for the paired ratios. */
-static double median_of(const double *v, int n) {
-  double *w = malloc((size_t)n * sizeof *w);
-  if (!w) return v[n / 2];
-  memcpy(w, v, (size_t)n * sizeof *w);
-  double m = bench_median(w, n);
-  free(w);
-  return m;
-}
-
 static void report(config *c, int batch) {
-  double med = median_of(c->ms, c->n);
+  double med = bench_median_of(c->ms, c->n);
   printf("  %-26s %8.3f ms/step %9.0f images/s", c->label, med,
          batch * c->devices / (med / 1e3));
   if (c->devices > 1 && !c->independent) {
-    double comm = median_of(c->comm_ms, c->n);
+    double comm = bench_median_of(c->comm_ms, c->n);
     printf("  collectives %.3f ms (%.1f%%)", comm, 100 * comm / med);
   }
   printf("\n");
@@ -167,14 +157,14 @@ static int workload(const char *path, int batch, config *cs, int n_cfg, int roun
  * of a second, so its ratio pairs measurements taken close together; the
  * quartiles show how far the ratio moves from round to round. */
 static void scaling(const config *cs, int n_cfg) {
-  double one = median_of(cs[0].ms, cs[0].n);
+  double one = bench_median_of(cs[0].ms, cs[0].n);
   double *r = malloc((size_t)cs[0].n * sizeof *r);
   if (!r) return;
   printf("  scaling over 1 replica          medians  per round: median [quartiles]\n");
   for (int c = 1; c < n_cfg; c++) {
     for (int k = 0; k < cs[c].n; k++) r[k] = cs[c].devices * cs[0].ms[k] / cs[c].ms[k];
     printf("  %-28s %7.2fx  %7.2fx [%.2f-%.2f]\n", cs[c].label + 5,
-           cs[c].devices * one / median_of(cs[c].ms, cs[c].n),
+           cs[c].devices * one / bench_median_of(cs[c].ms, cs[c].n),
            bench_quantile(r, cs[c].n, 0.5), bench_quantile(r, cs[c].n, 0.25),
            bench_quantile(r, cs[c].n, 0.75));
   }

@@ -22,10 +22,10 @@ static dpm_status io_err(dpm_err *err, const char *path, const char *what, int e
   return dpm_errf(err, DPM_IO, "%s: %s: %s", shown(path, b, sizeof b), what, strerror(e));
 }
 
-int dpm_write_all(int fd, const void *buf, size_t len) {
+int dpm_pwrite_all(int fd, const void *buf, size_t len, uint64_t off) {
   const char *p = buf;
   while (len) {
-    ssize_t w = write(fd, p, len);
+    ssize_t w = pwrite(fd, p, len, (off_t)off);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) return -1;
     if (w == 0) {
@@ -33,6 +33,7 @@ int dpm_write_all(int fd, const void *buf, size_t len) {
       return -1;
     }
     p += w;
+    off += (uint64_t)w;
     len -= (size_t)w;
   }
   return 0;
@@ -97,7 +98,8 @@ static dpm_status plain_open_dir(const dpm_fs *fs, const char *path, int mkdirs,
     snprintf(dir, sizeof dir, ".");
   else if (slash == path)
     snprintf(dir, sizeof dir, "/");
-  else if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >= (int)sizeof dir)
+  else if (snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path) >=
+           (int)sizeof dir)
     return dpm_errf(err, DPM_INVALID, "%s: path too long", shown(path, b, sizeof b));
   dpm_status s = mkdirs ? dpm_mkdirs(dir, 0755, err) : DPM_OK;
   if (s) return s;
@@ -148,8 +150,8 @@ dpm_status dpm_file_read_all(const dpm_fs *fs, const char *path, size_t max, voi
     if (r <= 0) break;
     n += (size_t)r;
     if (n > max)
-      s = dpm_errf(err, DPM_CORRUPT, "%s: larger than %zu bytes", shown(path, b, sizeof b),
-                   max);
+      s = dpm_errf(err, DPM_CORRUPT, "%s: larger than %zu bytes",
+                   shown(path, b, sizeof b), max);
   }
   close(fd);
   if (s) {
@@ -252,7 +254,8 @@ typedef struct {
 
 static dpm_status write_buffer(int fd, void *arg, dpm_err *err) {
   buffer_arg *a = arg;
-  if (dpm_write_all(fd, a->data, a->len)) return io_err(err, a->path, "write", errno);
+  if (dpm_pwrite_all(fd, a->data, a->len, 0)) /* a new file */
+    return io_err(err, a->path, "write", errno);
   return DPM_OK;
 }
 

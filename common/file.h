@@ -83,7 +83,9 @@ dpm_status dpm_file_open_read(const dpm_fs *fs, const char *path, int *fd, dpm_e
  * regular file; makes it blocking. Closes it and fails otherwise. */
 dpm_status dpm_file_check_regular(int fd, const char *path, dpm_err *err);
 
-/* Writes all of buf at fd's offset, retrying on EINTR; -1 with errno. */
-int dpm_write_all(int fd, const void *buf, size_t len);
+/* Writes all len bytes of buf at offset off of fd (pwrite), retrying on
+ * EINTR and after short writes; -1 with errno (EIO where a write wrote
+ * nothing). */
+int dpm_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 
 #endif

@@ -163,25 +163,6 @@ static const char *find_duplicate(const char **names, int n) {
 
 /* ---- I/O loops ------------------------------------------------------------ */
 
-/* 0 when all n bytes were written, else -1 with errno set. */
-static int pwrite_all(int fd, const void *buf, uint64_t n, uint64_t off) {
-  const uint8_t *p = buf;
-  while (n > 0) {
-    size_t step = n > CKPT_CHUNK ? CKPT_CHUNK : (size_t)n;
-    ssize_t w = pwrite(fd, p, step, (off_t)off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return -1;
-    if (w == 0) {
-      errno = EIO;
-      return -1;
-    }
-    p += w;
-    off += (uint64_t)w;
-    n -= (uint64_t)w;
-  }
-  return 0;
-}
-
 /* 1 when all n bytes were read, 0 at end of file first, -1 with errno. */
 static int pread_all(int fd, void *buf, uint64_t n, uint64_t off) {
   uint8_t *p = buf;
@@ -314,13 +295,13 @@ static dpm_status write_body(int fd, const char *tmp, const dpm_ckpt_entry *e, i
   uint64_t end = p->data_offset;
   uint8_t *q = p->head + CKPT_HEADER_BYTES;
   for (int i = 0; i < n; i++) {
-    if (pwrite_all(fd, zeros, p->offsets[i] - end, end) < 0) goto io_error;
+    if (dpm_pwrite_all(fd, zeros, p->offsets[i] - end, end) < 0) goto io_error;
     const uint8_t *data = e[i].t->data;
     uint32_t crc = 0;
     for (uint64_t done = 0; done < p->nbytes[i];) {
       uint64_t step = p->nbytes[i] - done < CKPT_CHUNK ? p->nbytes[i] - done : CKPT_CHUNK;
       crc = crc_update(crc, data + done, step);
-      if (pwrite_all(fd, data + done, step, p->offsets[i] + done) < 0) goto io_error;
+      if (dpm_pwrite_all(fd, data + done, step, p->offsets[i] + done) < 0) goto io_error;
       done += step;
     }
     put32(q + E_CRC, crc);
@@ -330,7 +311,7 @@ static dpm_status write_body(int fd, const char *tmp, const dpm_ckpt_entry *e, i
   put32(p->head + H_INDEX_CRC,
         crc_update(0, p->head + CKPT_HEADER_BYTES, p->index_bytes));
   put32(p->head + H_HEADER_CRC, crc_update(0, p->head, H_HEADER_CRC));
-  if (pwrite_all(fd, p->head, p->data_offset, 0) < 0) goto io_error;
+  if (dpm_pwrite_all(fd, p->head, p->data_offset, 0) < 0) goto io_error;
   return DPM_OK;
 io_error:
   return dpm_errf(err, DPM_IO, "%s: write: %s", tmp, strerror(errno));

@@ -262,7 +262,7 @@ static void run_join(const call *c) {
   dpmd_info("model %s: joined on %zu device(s) as shard %u of %u, coordinated by %s",
             dpmd_model_name(m), spec->parallel->n_devices, j->shard_id, j->num_shards,
             j->coordinator);
-  dpmd_model_reply_info(m, c->to);
+  dpmd_model_reply_info(m, c->to, NULL);
 }
 
 /* For the coordinator of a fleet job (unless the request came from a

@@ -15,7 +15,6 @@
 #include "common/escape.h"
 #include "server/log.h"
 #include "server/notify.h"
-#include "server/stream.h"
 
 typedef enum { OUT_REPLY, OUT_EVENT, OUT_EXITED } out_kind;
 
@@ -34,10 +33,9 @@ typedef struct outmsg {
 struct dpmd_core {
   dpmd *d; /* its owner */
   pthread_t loop_thread;
-  int rep, pub;        /* nanomsg: raw REP (every listen address), PUB or -1 */
-  uv_async_t wake;     /* model threads -> loop */
-  dpmd_exit_hook hook; /* a model thread has ended (loop thread) */
-  void *hook_arg;
+  int rep, pub;           /* nanomsg: raw REP (every listen address), PUB or -1 */
+  uv_async_t wake;        /* model threads -> loop */
+  dpmd_core_hooks hooks;  /* to the loop's owner (loop thread) */
   pthread_mutex_t mu;     /* guards out, out_tail */
   outmsg *out, *out_tail; /* queued for the loop */
   /* guarded by mu: the models that could not save themselves at shutdown,
@@ -131,10 +129,10 @@ static void deliver(dpmd_core *c, outmsg *o) {
   case OUT_EVENT:
     if (c->pub >= 0 && nn_send(c->pub, o->body, o->len, NN_DONTWAIT) < 0)
       dpmd_debug("event dropped: %s", nn_strerror(nn_errno()));
-    if (c->d->stream) dpmd_stream_add(c->d->stream, o->body, o->len);
+    if (c->hooks.event) c->hooks.event(c->hooks.arg, o->body, o->len);
     break;
   case OUT_EXITED:
-    c->hook(c->hook_arg, o->model);
+    c->hooks.exited(c->hooks.arg, o->model);
     send_reply(c, o);
     break;
   }
@@ -247,15 +245,14 @@ void dpmd_publish(dpmd *d, const char *name, Dpm__Event *ev) {
 /* ---- the core's life -------------------------------------------------------- */
 
 dpm_status dpmd_core_start(dpmd *d, uv_loop_t *loop, int rep, int pub,
-                           dpmd_exit_hook hook, void *hook_arg, dpm_err *err) {
+                           const dpmd_core_hooks *hooks, dpm_err *err) {
   dpmd_core *c = calloc(1, sizeof *c);
   if (!c) return dpm_errf(err, DPM_NOMEM, "out of memory");
   c->d = d;
   c->loop_thread = pthread_self();
   c->rep = rep;
   c->pub = pub;
-  c->hook = hook;
-  c->hook_arg = hook_arg;
+  c->hooks = *hooks;
   c->dropped_log = (dpmd_ratelimit)DPMD_RATELIMIT_INIT;
   pthread_mutex_init(&c->mu, NULL);
   int rc = uv_async_init(loop, &c->wake, on_wake);

@@ -81,7 +81,7 @@ void dpmd_shutdown_failed(dpmd *d, const char *model);
 double dpmd_now(void);                /* CLOCK_REALTIME seconds */
 
 /* A model thread has ended (deleted, failed to build, shut down): on the
- * loop thread, the loop's exit hook (dpmd_core_start) joins and frees it,
+ * loop thread, the loop's exited hook (dpmd_core_start) joins and frees it,
  * then resp (if any) goes to `to` (may be NULL). Model threads only. */
 void dpmd_model_exited(dpmd *d, struct dpmd_model *m, dpmd_reply_to *to,
                        Dpm__Response *resp);
@@ -106,15 +106,23 @@ void dpmd_count_dropped(dpmd *d);
 
 /* ---- the core's life: server.c ---------------------------------------------- */
 
-/* Called on the loop thread for a model whose thread has ended
- * (dpmd_model_exited), before its answer is sent. */
-typedef void (*dpmd_exit_hook)(void *arg, struct dpmd_model *m);
+/* What the core hands to the loop's owner (server.c), on the loop thread:
+ * exited, a model whose thread has ended (dpmd_model_exited), before its
+ * answer is sent; event (NULL: none), each published event ("NAME\n" +
+ * packed Event, the core's again once the call returns) after the PUB
+ * socket took it: the events stream (stream.h) keeps it. */
+typedef struct dpmd_core_hooks {
+  void (*exited)(void *arg, struct dpmd_model *m);
+  void (*event)(void *arg, const uint8_t *msg, size_t len);
+  void *arg;
+} dpmd_core_hooks;
 
 /* Makes d's core on the calling thread, which becomes the loop thread:
  * answers leave by the raw REP socket rep, events by the PUB socket pub (-1:
- * none), and a wake handle on loop brings queued ones to this thread. */
+ * none) and hooks->event, and a wake handle on loop brings queued ones to
+ * this thread. hooks is copied. */
 dpm_status dpmd_core_start(dpmd *d, struct uv_loop_s *loop, int rep, int pub,
-                           dpmd_exit_hook hook, void *hook_arg, dpm_err *err);
+                           const dpmd_core_hooks *hooks, dpm_err *err);
 /* Closes the wake handle (as the loop stops). Messages still queued are
  * dropped by dpmd_core_free, which runs once uv_run has returned. */
 void dpmd_core_close(dpmd *d);

@@ -83,6 +83,12 @@ static void on_model_exited(void *arg, struct dpmd_model *m) {
   maybe_finish(s);
 }
 
+/* A published event reached the loop: the events stream keeps it. */
+static void on_event(void *arg, const uint8_t *msg, size_t len) {
+  server *s = arg;
+  if (s->d.stream) dpmd_stream_add(s->d.stream, msg, len);
+}
+
 static void on_signal(uv_signal_t *sig, int signum) {
   server *s = sig->data;
   dpmd_info("%s: finishing the steps in flight and stopping", strsignal(signum));
@@ -250,7 +256,8 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   if (!st) st = dpmd_kv_create(&s.d.kv, err);
   if (!st) st = dpm_data_cache_create(cfg->data_cache_bytes, &s.d.data, err);
   if (!st) st = bind_all(&s, err);
-  if (!st) st = dpmd_core_start(&s.d, s.loop, s.rep, s.pub, on_model_exited, &s, err);
+  dpmd_core_hooks hooks = {.exited = on_model_exited, .event = on_event, .arg = &s};
+  if (!st) st = dpmd_core_start(&s.d, s.loop, s.rep, s.pub, &hooks, err);
   if (!st) st = dpmd_gather_start(&s.d, &s.d.gather, err);
   if (!st) st = dpmd_stream_create(&s.d, s.loop, &s.d.stream, err);
   if (!st) st = start_handles(&s, err);

@@ -227,8 +227,9 @@ TEST(commands_dispatch_refuses_in_order) {
   dpmd d = {.cfg = &s.cfg, .paths = s.paths};
   dpmd_registry *r = NULL;
   dpm_err err = {0};
-  int ok = !uv_loop_init(&loop) && !dpmd_registry_create(&r, &err) &&
-           !dpmd_core_start(&d, &loop, -1, -1, no_exit, NULL, &err);
+  int ok =
+      !uv_loop_init(&loop) && !dpmd_registry_create(&r, &err) &&
+      !dpmd_core_start(&d, &loop, -1, -1, &(dpmd_core_hooks){.exited = no_exit}, &err);
   uint64_t got[16] = {0};
   if (ok) {
     Dpm__Request unknown = DPM__REQUEST__INIT;

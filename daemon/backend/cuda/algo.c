@@ -4,7 +4,7 @@
  * probe always ends at a free slot. One mutex guards it; a lookup is a
  * hash and a few key compares, cheap enough for every op of every step.
  *
- * Ownership: cuda_algo_cache_new's caller (the device state, cuda.c) owns
+ * Ownership: cuda_algo_cache_new's caller (the backend's open, plugin.c) owns
  * the cache and frees it with cuda_algo_cache_free once no kernel of the
  * device runs. Threads: get and put from any thread. Errors: new returns
  * NULL when out of memory; get and put cannot fail (a full cache stores

@@ -1,38 +1,24 @@
-/* The cuda backend's table and the plugin's entry point (plugin.h): device
- * probe, per-device state (cuda.h) opened once and kept warm, raw memory,
- * copies, waits, and the failures of a device.
- *
- * Memory: raw blocks come from cudaMallocAsync on the compute stream
- * (stream-ordered: a block freed by cudaFreeAsync is reused only after the
- * work queued before the free), or cudaMalloc where the device has no
- * memory pools; the host's caching allocator (backend/pool.h) sits above,
- * so a steady-state step asks for none. The device's memory pool keeps
- * what is freed (release threshold: all), so a second model on the device
- * reuses it without a new cudaMalloc either.
- *
- * Copies: host to device through pinned staging on the copy stream
- * (staging.c), ordered before what the compute stream runs next, without a
- * host wait; device to host waits for the compute stream (cuda_wait);
- * device to device and memset are queued on the compute stream.
+/* A cuda device's state (cuda.h), which every file of the plugin uses: its
+ * streams and library handles, opened once and kept warm; the failures of
+ * a device; the open devices by stream; waits and watches; step graphs.
+ * The backend's table, which adds staging, the algorithm cache, the kernels
+ * and the nccl communicator, is plugin.c's: this file calls none of them.
  *
  * Waits poll the compute stream and call the device's watches (the NCCL
  * groups' timeouts) between polls.
  *
  * Failures: a failed CUDA, cuBLAS, cuDNN or NCCL call is recorded as the
  * device's first failure (sticky: a faulted CUDA context does not recover
- * in this process), logged once, and reported by check, which the trainer
- * calls after each step: the model fails naming the call, and the daemon
- * keeps serving its other models. */
+ * in this process), logged once, and reported by cuda_failure, which the
+ * trainer calls after each step (backend.h: failure): the model fails
+ * naming the call, and the daemon keeps serving its other models. */
 #include "backend/cuda/cuda.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
-
-#include "backend/cuda/nccl.h"
 
 const dpm_cuda_host *cuda_host;
 __thread int cuda_current = -1;
@@ -42,15 +28,9 @@ __thread int cuda_current = -1;
 static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
 static cuda_dev *open_devs[MAX_DEVICES];
 
-static atomic_ulong staging_blocks, graphs;
+static atomic_ulong graphs;
 
-void cuda_count_staging_block(void) { atomic_fetch_add(&staging_blocks, 1); }
-
-static void cuda_counts(dpm_backend_counts *out) {
-  *out = (dpm_backend_counts){.comm_inits = cuda_nccl_inits(),
-                              .staging_blocks = atomic_load(&staging_blocks),
-                              .graphs = atomic_load(&graphs)};
-}
+unsigned long cuda_graphs(void) { return atomic_load(&graphs); }
 
 cuda_dev *cuda_dev_of_stream(void *stream) {
   cuda_dev *found = NULL;
@@ -102,26 +82,9 @@ int cuda_check(cuda_dev *dev, int ok, int code, const char *what) {
   return 0;
 }
 
-/* ---- probe ---------------------------------------------------------------- */
-
-static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
-static int probe_count;
-static char probe_why[256];
-
-int dpm_cuda_probe(char *why, size_t n); /* probe.c */
-
-static void probe_now(void) { probe_count = dpm_cuda_probe(probe_why, sizeof probe_why); }
-
-static int cuda_probe(dpm_err *err) {
-  pthread_once(&probe_once, probe_now);
-  if (!probe_count) cuda_errf(err, DPM_UNSUPPORTED, "%s", probe_why);
-  return probe_count;
-}
-
 /* ---- open and close ------------------------------------------------------- */
 
-static void cuda_close(void *state) {
-  cuda_dev *dev = state;
+void cuda_dev_close(cuda_dev *dev) {
   if (!dev) return;
   pthread_mutex_lock(&open_mu);
   if (dev->index < MAX_DEVICES && open_devs[dev->index] == dev)
@@ -130,8 +93,6 @@ static void cuda_close(void *state) {
   cuda_use(dev);
   if (dev->compute) cudaStreamSynchronize(dev->compute);
   if (dev->copy) cudaStreamSynchronize(dev->copy);
-  cuda_staging_free(dev->staging);
-  cuda_algo_cache_free(dev->algos);
   if (dev->lt_ws) cudaFree(dev->lt_ws);
   if (dev->dnn) cudnnDestroy(dev->dnn);
   if (dev->lt) cublasLtDestroy(dev->lt);
@@ -143,16 +104,28 @@ static void cuda_close(void *state) {
   free(dev);
 }
 
-/* A failed step of open: the reason in err, naming the call. */
+/* Why a device could not open: its first failure, naming the call. */
+static dpm_status cannot_open(const cuda_dev *dev, dpm_err *err) {
+  return cuda_errf(err, DPM_UNSUPPORTED, "cannot open: %s failed (code %d)",
+                   dev->sticky_at, dev->sticky);
+}
+
 static dpm_status open_failed(cuda_dev *dev, dpm_err *err) {
-  dpm_status s = cuda_errf(err, DPM_UNSUPPORTED, "cannot open: %s failed (code %d)",
-                           dev->sticky_at, dev->sticky);
-  cuda_close(dev);
+  dpm_status s = cannot_open(dev, err);
+  cuda_dev_close(dev);
   return s;
 }
 
-static dpm_status cuda_open(int index, void **state, dpm_err *err) {
-  *state = NULL;
+dpm_status cuda_dev_ready(cuda_dev *dev, dpm_err *err) {
+  if (dev->sticky) return cannot_open(dev, err);
+  pthread_mutex_lock(&open_mu);
+  open_devs[dev->index] = dev;
+  pthread_mutex_unlock(&open_mu);
+  return DPM_OK;
+}
+
+dpm_status cuda_dev_open(int index, cuda_dev **out, dpm_err *err) {
+  *out = NULL;
   if (index >= MAX_DEVICES)
     return cuda_errf(err, DPM_UNSUPPORTED, "more than %d cuda devices", MAX_DEVICES);
   cuda_dev *dev = calloc(1, sizeof *dev);
@@ -185,65 +158,8 @@ static dpm_status cuda_open(int index, void **state, dpm_err *err) {
          allocates none of its own while a step is captured as a graph */
       !CUBLAS_OK(dev, cublasSetWorkspace(dev->blas, dev->lt_ws, CUDA_LT_WORKSPACE)))
     return open_failed(dev, err);
-  if (!(dev->algos = cuda_algo_cache_new()) || !(dev->staging = cuda_staging_new(dev))) {
-    cuda_close(dev);
-    return cuda_errf(err, DPM_NOMEM, "out of memory");
-  }
-  if (dev->sticky) return open_failed(dev, err);
-  pthread_mutex_lock(&open_mu);
-  open_devs[index] = dev;
-  pthread_mutex_unlock(&open_mu);
-  *state = dev;
+  *out = dev;
   return DPM_OK;
-}
-
-/* ---- memory and copies ---------------------------------------------------- */
-
-static void *cuda_alloc(void *state, size_t bytes) {
-  cuda_dev *dev = state;
-  cuda_use(dev);
-  void *p = NULL;
-  cudaError_t e =
-      dev->async_alloc ? cudaMallocAsync(&p, bytes, dev->compute) : cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    cudaGetLastError(); /* out of memory is not sticky: the pool may trim and retry */
-    return NULL;
-  }
-  return p;
-}
-
-static void cuda_free(void *state, void *p, size_t bytes) {
-  (void)bytes;
-  cuda_dev *dev = state;
-  cuda_use(dev);
-  if (dev->async_alloc)
-    CUDA_OK(dev, cudaFreeAsync(p, dev->compute));
-  else
-    CUDA_OK(dev, cudaFree(p));
-}
-
-static void cuda_copy(void *state, void *dst, const void *src, size_t bytes,
-                      dpm_copy_kind kind) {
-  cuda_dev *dev = state;
-  cuda_use(dev);
-  switch (kind) {
-  case DPM_COPY_H2D:
-    cuda_upload(dev, dst, src, bytes);
-    break;
-  case DPM_COPY_D2H:
-    cuda_download(dev, dst, src, bytes);
-    break;
-  case DPM_COPY_D2D:
-    CUDA_OK(dev,
-            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dev->compute));
-    break;
-  }
-}
-
-static void cuda_memset(void *state, void *dst, int value, size_t bytes) {
-  cuda_dev *dev = state;
-  cuda_use(dev);
-  CUDA_OK(dev, cudaMemsetAsync(dst, value, bytes, dev->compute));
 }
 
 /* ---- waits and watches ---------------------------------------------------- */
@@ -298,9 +214,7 @@ int cuda_wait(cuda_dev *dev) {
   return !dev->sticky;
 }
 
-static void cuda_synchronize(void *state) { cuda_wait(state); }
-
-static dpm_status cuda_failure(void *state, dpm_err *err) {
+dpm_status cuda_failure(void *state, dpm_err *err) {
   cuda_dev *dev = state;
   pthread_mutex_lock(&dev->err_mu);
   int code = dev->sticky;
@@ -313,30 +227,11 @@ static dpm_status cuda_failure(void *state, dpm_err *err) {
                    dev->index, at, code);
 }
 
-/* Host code never acts as a cuda device (its collectives are NCCL's); the
- * calls only make the device current. */
-static void cuda_enter(void *state) { cuda_use(state); }
-static void cuda_leave(void *state) { (void)state; }
-
-/* Whether p is device memory (cudaMalloc, cudaMallocAsync): a host buffer,
- * pageable or pinned, is not. A pointer the runtime does not know fails
- * the query on older runtimes: its error is cleared (not the device's
- * failure) and the answer is no. */
-static int cuda_owns(void *state, const void *p) {
-  cuda_use(state);
-  struct cudaPointerAttributes a;
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return a.type == cudaMemoryTypeDevice;
-}
-
 /* ---- graphs --------------------------------------------------------------- */
 
 /* A capture that cannot begin is no failure of the device: the step runs
  * eagerly. */
-static dpm_status cuda_capture_begin(void *state, dpm_err *err) {
+dpm_status cuda_capture_begin(void *state, dpm_err *err) {
   cuda_dev *dev = state;
   cuda_use(dev);
   cudaError_t e = cudaStreamBeginCapture(dev->compute, cudaStreamCaptureModeThreadLocal);
@@ -351,7 +246,7 @@ static dpm_status cuda_capture_begin(void *state, dpm_err *err) {
   return DPM_OK;
 }
 
-static void *cuda_capture_end(void *state, dpm_err *err) {
+void *cuda_capture_end(void *state, dpm_err *err) {
   cuda_dev *dev = state;
   cuda_use(dev);
   if (!dev->capturing) {
@@ -385,7 +280,7 @@ static void *cuda_capture_end(void *state, dpm_err *err) {
   return x;
 }
 
-static dpm_status cuda_replay(void *state, void *graph, dpm_err *err) {
+dpm_status cuda_replay(void *state, void *graph, dpm_err *err) {
   cuda_dev *dev = state;
   cuda_use(dev);
   if (!CUDA_OK(dev, cudaGraphLaunch((cudaGraphExec_t)graph, dev->compute)))
@@ -393,70 +288,7 @@ static dpm_status cuda_replay(void *state, void *graph, dpm_err *err) {
   return DPM_OK;
 }
 
-static void cuda_graph_free(void *state, void *graph) {
+void cuda_graph_free(void *state, void *graph) {
   cuda_use(state);
   if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
-}
-
-static void *cuda_stream_of(void *state) { return ((cuda_dev *)state)->compute; }
-
-static const char *cuda_describe(void) {
-  static char text[96];
-  int rt = 0, drv = 0;
-  cudaRuntimeGetVersion(&rt);
-  cudaDriverGetVersion(&drv);
-  snprintf(text, sizeof text, "CUDA runtime %d.%d, driver %s", rt / 1000, rt % 1000 / 10,
-           drv ? "" : "none");
-  if (drv)
-    snprintf(text + strlen(text), sizeof text - strlen(text), "%d.%d", drv / 1000,
-             drv % 1000 / 10);
-  return text;
-}
-
-/* ---- the tables ----------------------------------------------------------- */
-
-static const dpm_backend cuda_backend = {
-    .name = "cuda",
-    .kind = DPM_DEVICE_CUDA,
-    .host_visible = 0,
-    .probe = cuda_probe,
-    .open = cuda_open,
-    .close = cuda_close,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .copy = cuda_copy,
-    .memset = cuda_memset,
-    .synchronize = cuda_synchronize,
-    .failure = cuda_failure,
-    .kernel = cuda_kernel,
-    .enter = cuda_enter,
-    .leave = cuda_leave,
-    .owns = cuda_owns,
-    .capture_begin = cuda_capture_begin,
-    .capture_end = cuda_capture_end,
-    .replay = cuda_replay,
-    .graph_free = cuda_graph_free,
-    .exclusive = 1,
-    .stream = cuda_stream_of,
-    .comm_create = cuda_nccl_create,
-    .counts = cuda_counts,
-    .release = cuda_nccl_release,
-};
-
-static const dpm_cuda_plugin plugin = {
-    .abi = DPM_CUDA_ABI,
-    .backend = &cuda_backend,
-    .describe = cuda_describe,
-};
-
-__attribute__((visibility("default"))) const dpm_cuda_plugin *
-dpm_cuda_plugin_init(const dpm_cuda_host *host, dpm_err *err) {
-  if (!host || host->abi != DPM_CUDA_ABI) {
-    cuda_errf(err, DPM_UNSUPPORTED, "the cuda plugin's ABI is %d, the program's %d",
-              DPM_CUDA_ABI, host ? host->abi : 0);
-    return NULL;
-  }
-  cuda_host = host;
-  cuda_nccl_env();
-  return &plugin;
 }

@@ -5,8 +5,9 @@
  * nvcc); nothing here touches engine functions, only engine structs and
  * static inline helpers, plus the host table (dpm_cuda_host).
  *
- * Device state (cuda_dev), one per open device, made by open (cuda.c) and
- * owned by the host's device registry until close: the device's compute
+ * Device state (cuda_dev), one per open device, made by the backend's open
+ * (plugin.c, from cuda_dev_open and the parts it adds) and owned by the
+ * host's device registry until close: the device's compute
  * stream, on which every kernel, copy and collective of the device is
  * queued in order; a copy stream for staging uploads; cuBLAS, cuBLASLt and
  * cuDNN handles bound to the compute stream; a cuBLASLt workspace; the
@@ -39,7 +40,7 @@
 /* Largest cuDNN workspace an algorithm may ask for. */
 #define CUDA_CONV_WORKSPACE_LIMIT ((size_t)256 << 20)
 
-typedef struct cuda_algo_cache cuda_algo_cache; /* conv.c */
+typedef struct cuda_algo_cache cuda_algo_cache; /* algo.c */
 typedef struct cuda_staging cuda_staging;       /* staging.c */
 typedef int (*cuda_watch_fn)(void *arg, int64_t waited_ms);
 #define CUDA_MAX_WATCHES 16
@@ -59,14 +60,14 @@ typedef struct cuda_dev {
   } watch[CUDA_MAX_WATCHES];
   int n_watch;
   pthread_mutex_t watch_mu;
-  int async_alloc;        /* raw memory from cudaMallocAsync (else cudaMalloc) */
+  int async_alloc; /* raw memory from cudaMallocAsync (else cudaMalloc) */
   pthread_mutex_t err_mu;
-  int sticky;             /* first failure seen on the device (that library's code), 0: none */
-  const char *sticky_at;  /* the call that failed */
-  int capturing;          /* a graph capture is open on compute */
+  int sticky; /* first failure seen on the device (that library's code), 0: none */
+  const char *sticky_at; /* the call that failed */
+  int capturing;         /* a graph capture is open on compute */
 } cuda_dev;
 
-/* The host's table, set by dpm_cuda_plugin_init. */
+/* The host's table, set by dpm_cuda_plugin_init (plugin.c). */
 extern const dpm_cuda_host *cuda_host;
 
 /* Makes dev the calling thread's current CUDA device (kernels launch on
@@ -104,9 +105,10 @@ static inline int cuda_check_code(cuda_dev *dev, int code, int ok, const char *w
   return cuda_check(dev, code == ok, code, what);
 }
 #define CUDA_OK(dev, call) cuda_check_code((dev), (int)(call), (int)cudaSuccess, #call)
-#define CUBLAS_OK(dev, call)                                                      \
+#define CUBLAS_OK(dev, call)                                                             \
   cuda_check_code((dev), (int)(call), (int)CUBLAS_STATUS_SUCCESS, #call)
-#define CUDNN_OK(dev, call) cuda_check_code((dev), (int)(call), (int)CUDNN_STATUS_SUCCESS, #call)
+#define CUDNN_OK(dev, call)                                                              \
+  cuda_check_code((dev), (int)(call), (int)CUDNN_STATUS_SUCCESS, #call)
 
 /* err := code and a formatted message (dpm_errf without the engine). */
 dpm_status cuda_errf(dpm_err *err, dpm_status code, const char *fmt, ...)
@@ -129,9 +131,34 @@ int cuda_wait(cuda_dev *dev);
  * of its ranks' streams to watch them (cuda.c). */
 cuda_dev *cuda_dev_of_stream(void *stream);
 
-/* The plugin's counts of staging blocks allocated and graphs instantiated
- * (cuda.c; backend.h: counts). Any thread. */
-void cuda_count_staging_block(void);
+/* A device's life (cuda.c). cuda_dev_open makes cuda:index's streams,
+ * library handles and cuBLASLt workspace, current on the calling thread;
+ * DPM_UNSUPPORTED naming the call that failed (nothing is left open), or
+ * DPM_NOMEM. The backend's open (plugin.c) then adds the algorithm cache
+ * and staging, and cuda_dev_ready refuses the device if a call on it
+ * failed meanwhile (DPM_UNSUPPORTED, naming it; the caller closes it), or
+ * makes it one of the open devices (cuda_dev_of_stream). cuda_dev_close
+ * takes it off that list, waits for both streams and frees what
+ * cuda_dev_open made and dev itself, once the parts the plugin added are
+ * freed; NULL: nothing. */
+dpm_status cuda_dev_open(int index, cuda_dev **out, dpm_err *err);
+dpm_status cuda_dev_ready(cuda_dev *dev, dpm_err *err);
+void cuda_dev_close(cuda_dev *dev);
+
+/* The device's first failure (cuda_check) as err: DPM_IO naming the call,
+ * or DPM_OK (backend.h: failure; state is a cuda_dev). Any thread. */
+dpm_status cuda_failure(void *state, dpm_err *err);
+
+/* Step graphs on the compute stream (cuda.c; backend.h: capture_begin,
+ * capture_end, replay, graph_free; state is a cuda_dev): a call that fails
+ * while the calling thread captures fails the capture, not the device. */
+dpm_status cuda_capture_begin(void *state, dpm_err *err);
+void *cuda_capture_end(void *state, dpm_err *err);
+dpm_status cuda_replay(void *state, void *graph, dpm_err *err);
+void cuda_graph_free(void *state, void *graph);
+/* Graphs instantiated so far, by every device (backend.h: counts). Any
+ * thread. */
+unsigned long cuda_graphs(void);
 
 /* Staging (staging.c): host <-> device copies through pinned host memory.
  * cuda_upload copies src into a pinned block at once (src is free again
@@ -145,6 +172,9 @@ void cuda_upload(cuda_dev *dev, void *dst, const void *src, size_t bytes);
 void cuda_download(cuda_dev *dev, void *dst, const void *src, size_t bytes);
 cuda_staging *cuda_staging_new(cuda_dev *dev);
 void cuda_staging_free(cuda_staging *s);
+/* Pinned and device staging blocks allocated so far, by every device
+ * (backend.h: counts). Any thread. */
+unsigned long cuda_staging_blocks(void);
 
 /* The kernel of op ID on cuda, defined in one family file (elementwise.c,
  * fc.c, conv.c, ...) as `const dpm_kernel_def DPM_CUDA_KERNEL(ID)`; the
@@ -158,7 +188,7 @@ DPM_OP_MAP(XX)
 
 const dpm_kernel_def *cuda_kernel(dpm_op_id id);
 
-/* The algorithm cache's life (conv.c). */
+/* The algorithm cache's life (algo.c). */
 cuda_algo_cache *cuda_algo_cache_new(void);
 void cuda_algo_cache_free(cuda_algo_cache *c);
 

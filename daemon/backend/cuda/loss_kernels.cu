@@ -33,26 +33,24 @@ __device__ inline int64_t first_row() {
 }
 __device__ inline int64_t row_stride() { return (int64_t)gridDim.x * kRowsPerBlock; }
 
-// Lane 0 combines the warp's 32 partials in part (a shared row of 32);
-// every lane gets the result. part is free again when this returns.
-__device__ inline float warp_sum(float *part, int lane, float v) {
+// Lane 0 combines the warp's 32 partials in part (a shared row of 32)
+// with tree (dpm_tree_sum or dpm_tree_max, elem.h); every lane gets the
+// result. part is free again when this returns.
+template <float (*tree)(float *, int)>
+__device__ inline float warp_tree(float *part, int lane, float v) {
   part[lane] = v;
   __syncwarp();
-  if (lane == 0) dpm_tree_sum(part, kWarp);
+  if (lane == 0) tree(part, kWarp);
   __syncwarp();
   float r = part[0];
   __syncwarp();
   return r;
 }
-
+__device__ inline float warp_sum(float *part, int lane, float v) {
+  return warp_tree<dpm_tree_sum>(part, lane, v);
+}
 __device__ inline float warp_max(float *part, int lane, float v) {
-  part[lane] = v;
-  __syncwarp();
-  if (lane == 0) dpm_tree_max(part, kWarp);
-  __syncwarp();
-  float r = part[0];
-  __syncwarp();
-  return r;
+  return warp_tree<dpm_tree_max>(part, lane, v);
 }
 
 __global__ void softmax_kernel(const float *x, float *y, int64_t n, int64_t d) {

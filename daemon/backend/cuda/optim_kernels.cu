@@ -59,24 +59,24 @@ template <typename T> __device__ int find_tensor(const Pack<T> &pk, int b) {
 
 // ---- per-tensor updates ------------------------------------------------------
 
-struct Sgd {
-  using Desc = optim_sgd_t;
+// What an update reads once per block (U::prepare, by one thread, into
+// shared memory): for SGD and momentum the learning rate alone.
+template <typename D> struct LrBlock {
+  using Desc = D;
   struct Block {
     float lr;
   };
   __device__ static void prepare(const Desc &d, Block &s) { s.lr = *d.lr; }
+};
+
+struct Sgd : LrBlock<optim_sgd_t> {
   __device__ static void update(const Desc &d, const Block &s, int64_t i) {
     float p = d.p[i];
     d.p[i] = __fsub_rn(p, __fmul_rn(s.lr, __fadd_rn(d.g[i], __fmul_rn(d.wd, p))));
   }
 };
 
-struct Momentum {
-  using Desc = optim_momentum_t;
-  struct Block {
-    float lr;
-  };
-  __device__ static void prepare(const Desc &d, Block &s) { s.lr = *d.lr; }
+struct Momentum : LrBlock<optim_momentum_t> {
   __device__ static void update(const Desc &d, const Block &s, int64_t i) {
     float p = d.p[i], mi = d.m[i];
     float mn = __fadd_rn(__fmul_rn(d.mu, mi),
@@ -241,6 +241,7 @@ extern "C" cudaError_t optim_const_launch(void *y, uint64_t bits, int size, int6
   if (size == 8)
     const_kernel<uint64_t><<<blocks, THREADS, 0, stream>>>((uint64_t *)y, bits, n);
   else
-    const_kernel<uint32_t><<<blocks, THREADS, 0, stream>>>((uint32_t *)y, (uint32_t)bits, n);
+    const_kernel<uint32_t>
+        <<<blocks, THREADS, 0, stream>>>((uint32_t *)y, (uint32_t)bits, n);
   return cudaGetLastError();
 }

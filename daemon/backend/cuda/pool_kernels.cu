@@ -35,20 +35,45 @@ __device__ __forceinline__ void covering(const cuda_pool_geom &g, int64_t i, int
   *hi = b < no ? b : no;
 }
 
+/* Output o of the forward ops: its plane, and its window's in-bounds input
+ * rows [y0, y1) and columns [x0, x1). */
+struct pool_window {
+  int64_t plane, y0, y1, x0, x1;
+};
+__device__ __forceinline__ pool_window window_of(const cuda_pool_geom &g, int64_t o) {
+  pool_window w;
+  w.plane = o / (g.wo * g.ho);
+  span(g, o / g.wo % g.ho, g.h, &w.y0, &w.y1);
+  span(g, o % g.wo, g.w, &w.x0, &w.x1);
+  return w;
+}
+
+/* Input i of the gradients: its plane, row and column, and the windows
+ * [oy0, oy1) x [ox0, ox1) that cover it. */
+struct pool_cover {
+  int64_t plane, iy, ix, oy0, oy1, ox0, ox1;
+};
+__device__ __forceinline__ pool_cover cover_of(const cuda_pool_geom &g, int64_t i) {
+  pool_cover c;
+  c.ix = i % g.w;
+  c.iy = i / g.w % g.h;
+  c.plane = i / (g.w * g.h);
+  covering(g, c.iy, g.ho, &c.oy0, &c.oy1);
+  covering(g, c.ix, g.wo, &c.ox0, &c.ox1);
+  return c;
+}
+
 __global__ void max_pool_kernel(cuda_pool_geom g, const float *__restrict__ x,
                                 float *__restrict__ y, int32_t *__restrict__ idx) {
   const int64_t total = g.planes * g.ho * g.wo;
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total;
        o += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t ox = o % g.wo, oy = o / g.wo % g.ho, pl = o / (g.wo * g.ho);
-    const float *xp = x + pl * g.h * g.w;
-    int64_t y0, y1, x0, x1;
-    span(g, oy, g.h, &y0, &y1);
-    span(g, ox, g.w, &x0, &x1);
-    int64_t at = y0 * g.w + x0;
+    const pool_window w = window_of(g, o);
+    const float *xp = x + w.plane * g.h * g.w;
+    int64_t at = w.y0 * g.w + w.x0;
     float m = xp[at];
-    for (int64_t iy = y0; iy < y1; iy++)
-      for (int64_t ix = x0; ix < x1; ix++) {
+    for (int64_t iy = w.y0; iy < w.y1; iy++)
+      for (int64_t ix = w.x0; ix < w.x1; ix++) {
         float v = xp[iy * g.w + ix];
         if (v > m) {
           m = v;
@@ -67,15 +92,12 @@ __global__ void max_pool_grad_kernel(cuda_pool_geom g, const float *__restrict__
   const int64_t total = g.planes * g.h * g.w;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t ix = i % g.w, iy = i / g.w % g.h, pl = i / (g.w * g.h);
-    const int32_t self = (int32_t)(iy * g.w + ix);
-    const int64_t base = pl * g.ho * g.wo;
-    int64_t oy0, oy1, ox0, ox1;
-    covering(g, iy, g.ho, &oy0, &oy1);
-    covering(g, ix, g.wo, &ox0, &ox1);
+    const pool_cover c = cover_of(g, i);
+    const int32_t self = (int32_t)(c.iy * g.w + c.ix);
+    const int64_t base = c.plane * g.ho * g.wo;
     float sum = 0.f;
-    for (int64_t oy = oy0; oy < oy1; oy++)
-      for (int64_t ox = ox0; ox < ox1; ox++) {
+    for (int64_t oy = c.oy0; oy < c.oy1; oy++)
+      for (int64_t ox = c.ox0; ox < c.ox1; ox++) {
         const int64_t o = base + oy * g.wo + ox;
         if (idx[o] == self) sum += dy[o];
       }
@@ -88,15 +110,12 @@ __global__ void avg_pool_kernel(cuda_pool_geom g, const float *__restrict__ x,
   const int64_t total = g.planes * g.ho * g.wo;
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total;
        o += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t ox = o % g.wo, oy = o / g.wo % g.ho, pl = o / (g.wo * g.ho);
-    const float *xp = x + pl * g.h * g.w;
-    int64_t y0, y1, x0, x1;
-    span(g, oy, g.h, &y0, &y1);
-    span(g, ox, g.w, &x0, &x1);
+    const pool_window w = window_of(g, o);
+    const float *xp = x + w.plane * g.h * g.w;
     float sum = 0.f;
-    for (int64_t iy = y0; iy < y1; iy++)
-      for (int64_t ix = x0; ix < x1; ix++) sum += xp[iy * g.w + ix];
-    y[o] = sum / (float)((y1 - y0) * (x1 - x0));
+    for (int64_t iy = w.y0; iy < w.y1; iy++)
+      for (int64_t ix = w.x0; ix < w.x1; ix++) sum += xp[iy * g.w + ix];
+    y[o] = sum / (float)((w.y1 - w.y0) * (w.x1 - w.x0));
   }
 }
 
@@ -105,16 +124,13 @@ __global__ void avg_pool_grad_kernel(cuda_pool_geom g, const float *__restrict__
   const int64_t total = g.planes * g.h * g.w;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t ix = i % g.w, iy = i / g.w % g.h, pl = i / (g.w * g.h);
-    const float *dyp = dy + pl * g.ho * g.wo;
-    int64_t oy0, oy1, ox0, ox1;
-    covering(g, iy, g.ho, &oy0, &oy1);
-    covering(g, ix, g.wo, &ox0, &ox1);
+    const pool_cover c = cover_of(g, i);
+    const float *dyp = dy + c.plane * g.ho * g.wo;
     float sum = 0.f;
-    for (int64_t oy = oy0; oy < oy1; oy++) {
+    for (int64_t oy = c.oy0; oy < c.oy1; oy++) {
       int64_t y0, y1;
       span(g, oy, g.h, &y0, &y1);
-      for (int64_t ox = ox0; ox < ox1; ox++) {
+      for (int64_t ox = c.ox0; ox < c.ox1; ox++) {
         int64_t x0, x1;
         span(g, ox, g.w, &x0, &x1);
         sum += dyp[oy * g.wo + ox] / (float)((y1 - y0) * (x1 - x0));

@@ -43,6 +43,7 @@
  * list's). Not to be called while a graph capture is open on the compute
  * stream. Errors: every CUDA call goes through CUDA_OK (the device's
  * sticky failure); out of memory is not a failure (a fallback is taken). */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,10 @@ static void fence_release(void *arg, void *fence) { event_put(arg, (cudaEvent_t)
 
 /* ---- raw memory of the pools ----------------------------------------------- */
 
+static atomic_ulong blocks; /* cuda_staging_blocks */
+
+unsigned long cuda_staging_blocks(void) { return atomic_load(&blocks); }
+
 static void *host_alloc(void *arg, size_t bytes) {
   (void)arg;
   void *p = NULL;
@@ -120,7 +125,7 @@ static void *host_alloc(void *arg, size_t bytes) {
     cudaGetLastError(); /* out of pinned memory is not a failure: a fallback follows */
     return NULL;
   }
-  cuda_count_staging_block();
+  atomic_fetch_add(&blocks, 1);
   return p;
 }
 
@@ -139,7 +144,7 @@ static void *device_alloc(void *arg, size_t bytes) {
     cudaGetLastError(); /* out of memory: the upload goes without a device block */
     return NULL;
   }
-  cuda_count_staging_block();
+  atomic_fetch_add(&blocks, 1);
   return p;
 }
 

@@ -42,18 +42,13 @@ static const Dpm__Rendezvous *rendezvous_of(const Dpm__ModelSpec *spec) {
   return spec->parallel ? spec->parallel->rendezvous : NULL;
 }
 
-const char *dpmd_fleet_store(const Dpm__ModelSpec *spec) {
-  const Dpm__Rendezvous *rv = rendezvous_of(spec);
-  return rv && rv->store && *rv->store ? rv->store : "daemon";
-}
-
 static int timeout_of(const Dpm__ModelSpec *spec) {
   const Dpm__Rendezvous *rv = rendezvous_of(spec);
   return rv && rv->timeout_ms ? (int)rv->timeout_ms : DEFAULT_TIMEOUT_MS;
 }
 
 static int daemon_store(const Dpm__ModelSpec *spec) {
-  return !strcmp(dpmd_fleet_store(spec), "daemon");
+  return !strcmp(dpmd_rendezvous_store(spec), "daemon");
 }
 
 /* ---- links ------------------------------------------------------------------- */
@@ -436,7 +431,7 @@ dpm_status dpmd_fleet_options(const dpmd *d, dpmd_fleet_link *l,
   if (rv && rv->interface && *rv->interface) r.iface = rv->interface;
   if (dpmd_rendezvous_check(d, spec, err)) return err->code;
   if (!daemon_store(spec)) {
-    r.store = dpmd_fleet_store(spec); /* the spec's: lives as long as the model */
+    r.store = dpmd_rendezvous_store(spec); /* the spec's: lives as long as the model */
     if (!strncmp(r.store, "file://", 7)) {
       /* made here, through the confined paths, so that a refused directory
          fails the options before the trainer starts (the store, comm/store.h,

@@ -89,8 +89,6 @@ typedef struct dpmd_fleet_link dpmd_fleet_link;
 
 /* The spec's shards: 0 when it names none (a job of one daemon). */
 int dpmd_fleet_shards(const Dpm__ModelSpec *spec);
-/* The spec's rendezvous store: parallel.rendezvous.store, or "daemon". */
-const char *dpmd_fleet_store(const Dpm__ModelSpec *spec);
 
 /* Loop thread. The link of the coordinator (shard 0) of spec, a job over
  * dpmd_fleet_shards(spec) >= 1 daemons; gives spec a rendezvous section

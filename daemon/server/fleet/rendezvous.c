@@ -6,7 +6,6 @@
 
 #include "common/escape.h"
 #include "server/config.h"
-#include "server/fleet/fleet.h"
 #include "server/paths.h"
 
 /* The config's entry that allows store: "daemon", "file" for file:///...,
@@ -18,10 +17,15 @@ static int allowed(const dpmd_config *cfg, const char *store) {
   return 0;
 }
 
+const char *dpmd_rendezvous_store(const Dpm__ModelSpec *spec) {
+  const Dpm__Rendezvous *rv = spec->parallel ? spec->parallel->rendezvous : NULL;
+  return rv && rv->store && *rv->store ? rv->store : "daemon";
+}
+
 dpm_status dpmd_rendezvous_check(const dpmd *d, const Dpm__ModelSpec *spec,
                                  dpm_err *err) {
-  if (dpmd_fleet_shards(spec) == 0) return DPM_OK;
-  const char *store = dpmd_fleet_store(spec);
+  if (!spec->parallel || !spec->parallel->n_shards) return DPM_OK; /* meets no one */
+  const char *store = dpmd_rendezvous_store(spec);
   char b[256], list[512];
   if (!allowed(d->cfg, store)) {
     size_t o = 0;

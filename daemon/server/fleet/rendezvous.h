@@ -23,7 +23,9 @@
 #include "proto/dpm.pb-c.h"
 #include "server/dpmd.h"
 
-/* DPM_OK when spec's store (default "daemon") is allowed here; a spec
+/* The spec's rendezvous store: parallel.rendezvous.store, or "daemon". */
+const char *dpmd_rendezvous_store(const Dpm__ModelSpec *spec);
+/* DPM_OK when spec's store is allowed here; a spec
  * without shards names no store and passes. Touches no file. */
 dpm_status dpmd_rendezvous_check(const dpmd *d, const Dpm__ModelSpec *spec, dpm_err *err);
 /* The file access a file store of spec goes through (the daemon's confined

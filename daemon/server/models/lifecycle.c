@@ -150,7 +150,7 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   if (!m->has_first) m->first_train = to->arrived;
   model_rate_restart(m);
   model_set_state(m, DPMD_TRAINING);
-  if (!r->wait) return dpmd_model_reply_info(m, to);
+  if (!r->wait) return dpmd_model_reply_info(m, to, NULL);
   waiter *w = malloc(sizeof *w);
   if (!w) return dpmd_reply_error(m->d, to, DPM_NOMEM, "out of memory");
   w->to = *to;
@@ -164,7 +164,7 @@ void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   dpm_err err = {0};
   if (model_stop_job(m, STOP_PAUSE, &err)) return model_reply_err(m, to, &err);
   model_set_state(m, DPMD_PAUSED);
-  dpmd_model_reply_info(m, to);
+  dpmd_model_reply_info(m, to, NULL);
 }
 
 static dpm_status sync_here(dpmd_model *m, const void *arg, dpm_err *err) {
@@ -180,15 +180,7 @@ void dpmd_job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
     return model_reply_err(m, to, &err);
   if (!model_receives(m)) close(fd);
   if (m->state == DPMD_TRAINING) return model_reply_state(m, to, "pause it first");
-  /* the other shards read nothing: they receive shard 0's state */
-  Dpm__LoadRequest lr = DPM__LOAD_REQUEST__INIT;
-  lr.name = m->spec->name;
-  lr.path = "";
-  Dpm__Request fwd = DPM__REQUEST__INIT;
-  fwd.command_case = DPM__REQUEST__COMMAND_LOAD;
-  fwd.load = &lr;
-  if (model_whole_job(m, &fwd, model_load_here, rq->load->path, &err))
-    return model_reply_err(m, to, &err);
+  if (model_load_job(m, rq->load->path, &err)) return model_reply_err(m, to, &err);
   pthread_mutex_lock(&m->mu);
   m->iter = m->target = m->ckpt_iter = dpm_trainer_iter(m->t);
   if (!model_receives(m)) snprintf(m->ckpt, sizeof m->ckpt, "%s", rq->load->path);
@@ -199,7 +191,7 @@ void dpmd_job_load(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   m->trained_s = 0;
   m->unsaved = 1; /* its own directory does not hold what was loaded */
   if (m->state == DPMD_FAILED) model_set_state(m, DPMD_READY);
-  dpmd_model_reply_info(m, to);
+  dpmd_model_reply_info(m, to, NULL);
 }
 
 void dpmd_job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
@@ -214,7 +206,7 @@ void dpmd_job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   fwd.sync = &nr;
   if (model_whole_job(m, &fwd, sync_here, NULL, &err))
     return model_reply_err(m, to, &err);
-  dpmd_model_reply_info(m, to);
+  dpmd_model_reply_info(m, to, NULL);
 }
 
 void dpmd_job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
@@ -368,7 +360,7 @@ static void *model_main(void *arg) {
     dpmd_model_exited(m->d, m, m->submit_to.header ? &m->submit_to : NULL, &rs);
     return NULL;
   }
-  if (m->submit_to.header) dpmd_model_reply_info(m, &m->submit_to);
+  if (m->submit_to.header) dpmd_model_reply_info(m, &m->submit_to, NULL);
   for (;;) {
     job *j = next_job(m);
     if (!j) {

@@ -139,13 +139,14 @@ void model_set_state(dpmd_model *m, dpmd_state s) {
   }
 }
 
-void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to) {
+void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to, const char *message) {
   Dpm__Response rs = DPM__RESPONSE__INIT;
   Dpm__ModelInfo info;
   dpmd_info_buf buf;
   dpmd_model_info(m, &info, &buf);
   rs.result_case = DPM__RESPONSE__RESULT_MODEL;
   rs.model = &info;
+  if (message) rs.message = (char *)message;
   dpmd_reply(m->d, to, &rs);
 }
 
@@ -176,7 +177,7 @@ void model_release_waiters(dpmd_model *m, const dpm_err *err) {
     if (err)
       model_reply_err(m, &w->to, err);
     else
-      dpmd_model_reply_info(m, &w->to);
+      dpmd_model_reply_info(m, &w->to, NULL);
     free(w);
   }
 }

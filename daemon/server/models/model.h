@@ -134,8 +134,9 @@ typedef struct dpmd_info_buf {
  * model's immutable spec; a fleet job's shard_id, num_shards and
  * coordinator, never its shards: server/fleet/gather.h). Any thread. */
 void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf);
-/* Answer `to` with the model's snapshot. Any thread. */
-void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to);
+/* Answer `to` with the model's snapshot and message (NULL: none). Any
+ * thread. */
+void dpmd_model_reply_info(dpmd_model *m, dpmd_reply_to *to, const char *message);
 const char *dpmd_model_name(const dpmd_model *m);
 /* The model's spec (immutable; an elastic resume replaces it with a new
  * one, and the old stays valid until the model is freed) and its link to a

@@ -24,16 +24,10 @@
 static dpm_status load_newest(dpmd_model *m, dpm_err *err) {
   uint64_t it[64];
   int n = dpmd_store_checkpoints(m->dir, it, 64);
-  Dpm__LoadRequest lr = DPM__LOAD_REQUEST__INIT;
-  lr.name = m->spec->name;
-  lr.path = "";
-  Dpm__Request fwd = DPM__REQUEST__INIT;
-  fwd.command_case = DPM__REQUEST__COMMAND_LOAD;
-  fwd.load = &lr;
   for (int i = 0; i < n; i++) {
     char path[PATH_MAX];
     if (dpmd_store_checkpoint_path(m->dir, it[i], path, sizeof path)) continue;
-    dpm_status s = model_whole_job(m, &fwd, model_load_here, path, err);
+    dpm_status s = model_load_job(m, path, err);
     if (!s) {
       pthread_mutex_lock(&m->mu);
       snprintf(m->ckpt, sizeof m->ckpt, "%s", path);
@@ -204,16 +198,8 @@ void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
       model_fail(m, &err);
       return model_reply_err(m, to, &err);
     }
-    if (!note[0]) return dpmd_model_reply_info(m, to);
-    dpmd_info("model %s: %s", m->spec->name, note);
-    Dpm__Response rs = DPM__RESPONSE__INIT;
-    Dpm__ModelInfo info;
-    dpmd_info_buf buf;
-    dpmd_model_info(m, &info, &buf);
-    rs.result_case = DPM__RESPONSE__RESULT_MODEL;
-    rs.model = &info;
-    rs.message = note;
-    return dpmd_reply(m->d, to, &rs);
+    if (note[0]) dpmd_info("model %s: %s", m->spec->name, note);
+    return dpmd_model_reply_info(m, to, note[0] ? note : NULL);
   }
   if (m->state != DPMD_PAUSED) return model_reply_state(m, to, "not paused");
   /* the whole job goes on towards the same target; a shard that cannot
@@ -230,9 +216,9 @@ void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
       model_fail(m, &err);
       return model_reply_err(m, to, &err);
     }
-    return dpmd_model_reply_info(m, to);
+    return dpmd_model_reply_info(m, to, NULL);
   }
   model_rate_restart(m);
   model_set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
-  dpmd_model_reply_info(m, to);
+  dpmd_model_reply_info(m, to, NULL);
 }

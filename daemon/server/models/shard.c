@@ -52,9 +52,20 @@ dpm_status model_whole_job(dpmd_model *m, Dpm__Request *fwd,
   return s;
 }
 
-dpm_status model_load_here(dpmd_model *m, const void *path, dpm_err *err) {
+/* This shard's part of a load: path at shard 0, shard 0's state elsewhere. */
+static dpm_status load_here(dpmd_model *m, const void *path, dpm_err *err) {
   return dpm_trainer_load(m->t, dpmd_paths_files(m->d->paths),
                           model_receives(m) ? NULL : path, err);
+}
+
+dpm_status model_load_job(dpmd_model *m, const char *path, dpm_err *err) {
+  Dpm__LoadRequest lr = DPM__LOAD_REQUEST__INIT;
+  lr.name = m->spec->name;
+  lr.path = ""; /* the other shards read nothing */
+  Dpm__Request fwd = DPM__REQUEST__INIT;
+  fwd.command_case = DPM__REQUEST__COMMAND_LOAD;
+  fwd.load = &lr;
+  return model_whole_job(m, &fwd, load_here, path, err);
 }
 
 /* A restored fleet job's shard. The coordinator (DIR/shard says 0) comes

@@ -26,9 +26,10 @@ dpm_status model_stop_job(dpmd_model *m, int why, dpm_err *err);
 dpm_status model_whole_job(dpmd_model *m, Dpm__Request *fwd,
                            dpm_status (*fn)(dpmd_model *m, const void *arg, dpm_err *err),
                            const void *arg, dpm_err *err);
-/* This shard's part of a load: path (the client's files) at shard 0,
- * shard 0's state elsewhere. */
-dpm_status model_load_here(dpmd_model *m, const void *path, dpm_err *err);
+/* Loads path (the client's files) into the model on the whole job
+ * (model_whole_job): shard 0 reads it; the coordinator sends every other
+ * shard a load that names no file, and they receive shard 0's state. */
+dpm_status model_load_job(dpmd_model *m, const char *path, dpm_err *err);
 /* Brings back a restored fleet job's shard (DIR/shard): the coordinator
  * paused with no trainer, another shard dropped with its files. */
 dpm_status model_restore_fleet(dpmd_model *m, dpm_err *err);
