@@ -37,7 +37,9 @@ echo "$l" | sed -n 2p | grep -q "^m1  *ready  *30/30  *[0-9.]*  *[0-9.]*  *[0-9]
 base=$(ps -o ni= -p $$ | tr -d ' ')
 train=$((base + 5 < 19 ? base + 5 : 19))
 expect "nice of dpmd's loop thread" "$(ps -o ni= -p "$DPMD_PID" | tr -d ' ')" "$base"
-expect "dpmd threads at nice $train" "$(ps -L -o ni= -p "$DPMD_PID" | grep -c "^ *$train\$")" 3
+# (run at nice 19 already, there is nothing lower to tell them apart by)
+[ "$train" = "$base" ] ||
+  expect "dpmd threads at nice $train" "$(ps -L -o ni= -p "$DPMD_PID" | grep -c "^ *$train\$")" 3
 
 # blob_hash NAME BLOB DEVICE: FNV-1a of the tensor's bytes on that device
 blob_hash() { json_str "$(ctl get-blob "$1" "$2" --device "$3")" fnv1a64; }
