@@ -221,9 +221,7 @@ static void check_ops(dpm_dev *gpu) {
     if (d <= OPCASE_OP_TOL)
       for (int k = 0; k < rg.n_ops; k++) covered[rg.ops[k]] = 1;
     if (opcase_fd_applies(c)) {
-      double tol = c->fd_tol > 0 ? c->fd_tol : OPCASE_FD_TOL;
-      double g = oprun_gradcheck(&h, c, &rg, c->fd_eps > 0 ? c->fd_eps : OPCASE_FD_EPS,
-                                 OPCASE_FD_ELEMS, tol);
+      double tol, g = oprun_gradcheck_case(&h, c, &rg, &tol);
       fd_cases++;
       if (!(g / tol <= fd_worst)) fd_worst = g / tol;
       if (!(g <= tol)) {

@@ -227,3 +227,10 @@ double oprun_gradcheck(oprun *h, const opcase *c, const oprun_result *r, double 
   }
   return worst;
 }
+
+double oprun_gradcheck_case(oprun *h, const opcase *c, const oprun_result *r,
+                            double *tol) {
+  *tol = c->fd_tol > 0 ? c->fd_tol : OPCASE_FD_TOL;
+  return oprun_gradcheck(h, c, r, c->fd_eps > 0 ? c->fd_eps : OPCASE_FD_EPS,
+                         c->fd_elems > 0 ? c->fd_elems : OPCASE_FD_ELEMS, *tol);
+}

@@ -74,6 +74,11 @@ void oprun_result_fini(oprun_result *r);
 double oprun_gradcheck(oprun *h, const opcase *c, const oprun_result *r, double eps,
                        int max_elems, double tol);
 
+/* oprun_gradcheck with the case's own step, tolerance and elements (or the
+ * table's defaults); its tolerance in *tol. */
+double oprun_gradcheck_case(oprun *h, const opcase *c, const oprun_result *r,
+                            double *tol);
+
 /* A host copy of a bound tensor (free it). */
 void *oprun_read(const dpm_tensor *t);
 

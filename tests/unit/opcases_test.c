@@ -32,17 +32,14 @@ TEST(optest_table_gradcheck_on_the_cpu) {
   for (int i = 0; i < n; i++) {
     const opcase *c = &cases[i];
     if (!opcase_fd_applies(c)) continue;
-    double tol = c->fd_tol > 0 ? c->fd_tol : OPCASE_FD_TOL;
     oprun h;
     oprun_result r;
     dpm_err err = {0};
-    double g = -1;
+    double tol = OPCASE_FD_TOL, g = -1;
     if (oprun_case(c, NULL, &r, &h, &err))
       printf("    %s: %s\n", label(c), err.msg);
     else
-      g = oprun_gradcheck(&h, c, &r, c->fd_eps > 0 ? c->fd_eps : OPCASE_FD_EPS,
-                          OPCASE_FD_ELEMS, tol),
-      oprun_fini(&h);
+      g = oprun_gradcheck_case(&h, c, &r, &tol), oprun_fini(&h);
     oprun_result_fini(&r);
     checked++;
     dpm_test_margin(__FILE__, __LINE__, g, tol);

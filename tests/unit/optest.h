@@ -70,11 +70,9 @@ dpm_tensor ot_tensor(dpm_shape s, const float *v);
  * value if the op could not run (message printed). */
 double ot_gradcheck(const ot_case *c, double eps, int max_elems);
 
-/* The step for an op that is linear in each single input element (FC,
- * Conv): the central difference then has no truncation error, and a large
- * step divides the float rounding of Y (~ 2^-24 |Y| per element) down:
- * FC's checks use 3% of their 1e-3 with it, 58% with a step of 1e-2. */
-#define OT_LINEAR_EPS 0.25
+/* The step for an op that is linear in each single input element
+ * (tests/opcases/cases.h). */
+#define OT_LINEAR_EPS OPCASE_LINEAR_EPS
 
 /* dpm_shape shorthands for tests. */
 dpm_shape ot_f32(int ndim, ...);
