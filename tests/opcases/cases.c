@@ -38,11 +38,13 @@
     .name = label_, .op = op_, .args = args_, .n_in = n_in_, .n_out = n_out_,            \
     __VA_ARGS__                                                                          \
   }
-/* An op whose outputs are copies, sums or averages of its inputs (or, with
- * fd_eps OPCASE_LINEAR_EPS, linear in each input element): the central
- * difference is exact up to float rounding in Y, on any device, so the
- * check is as tight as the CPU's hand-written ones. */
+/* An op whose outputs are copies, sums or averages of its inputs, or
+ * products with LINEAR's step: the central difference is exact up to float
+ * rounding in Y, on any device, so the check is as tight as the CPU's
+ * hand-written ones. */
 #define EXACT_FD .fd_tol = 1e-3, .fd_elems = 200
+/* Linear in each single input element (FC, Conv): the large step. */
+#define LINEAR .fd_eps = OPCASE_LINEAR_EPS
 #define AWAY OPCASE_AWAY
 #define SPACED OPCASE_SPACED
 #define POS OPCASE_POS
@@ -64,18 +66,20 @@ static opcase cases[] = {
   CASE("Reshape", "Reshape", "shape=-1,5", 1, 1, .in = {IN(T3(3, 5, 2))}),
   CASE("Concat axis 1", "Concat", NULL, 3, 1, .in = {IN(T4(2, 3, 2, 3)), IN(T4(2, 1, 2, 3)), IN(T4(2, 5, 2, 3))}, EXACT_FD),
   CASE("Concat axis 3", "Concat", "axis=3", 2, 1, .in = {IN(T4(3, 1, 2, 1)), IN(T4(3, 1, 2, 4))}),
-  CASE("FC", "FC", "dim_out=17", 3, 1, .in = {IN(MAT(9, 13)), IN(MAT(17, 13)), IN(VEC(17))}),
-  CASE("FC 4-D input", "FC", "dim_out=33", 3, 1, .in = {IN(T4(3, 2, 3, 1)), IN(MAT(33, 6)), IN(VEC(33))}),
+  CASE("FC", "FC", "dim_out=17", 3, 1, .in = {IN(MAT(9, 13)), IN(MAT(17, 13)), IN(VEC(17))}, EXACT_FD, LINEAR),
+  CASE("FC 4-D input", "FC", "dim_out=33", 3, 1, .in = {IN(T4(3, 2, 3, 1)), IN(MAT(33, 6)), IN(VEC(33))}, EXACT_FD, LINEAR),
   CASE("FC fused Relu", "FC", "dim_out=12", 3, 1, .in = {IN(MAT(7, 20)), IN(MAT(12, 20)), IN(VEC(12))}, .fuse = DPM_FUSE_RELU),
   /* db's channel sums in 3 parts of 64 rows (cuda_chan_parts) */
-  CASE("FC batch 200", "FC", "dim_out=17", 3, 1, .in = {IN(MAT(200, 13)), IN(MAT(17, 13)), IN(VEC(17))}),
-  CASE("FC without input grad", "FC", "dim_out=9", 3, 1, .in = {NOGRAD(MAT(6, 11), 0), IN(MAT(9, 11)), IN(VEC(9))}),
-  CASE("Conv 3x3 pad 1", "Conv", "dim_out=4 kernel=3 pad=1", 3, 1, .in = {IN(T4(2, 3, 7, 5)), IN(T4(4, 3, 3, 3)), IN(VEC(4))}, EXACT_FD, .fd_eps = OPCASE_LINEAR_EPS),
-  CASE("Conv 3x3 stride 2", "Conv", "dim_out=5 kernel=3 pad=1 stride=2", 3, 1, .in = {IN(T4(2, 3, 9, 8)), IN(T4(5, 3, 3, 3)), IN(VEC(5))}),
+  CASE("FC batch 200", "FC", "dim_out=17", 3, 1, .in = {IN(MAT(200, 13)), IN(MAT(17, 13)), IN(VEC(17))}, EXACT_FD, LINEAR),
+  CASE("FC without input grad", "FC", "dim_out=9", 3, 1, .in = {NOGRAD(MAT(6, 11), 0), IN(MAT(9, 11)), IN(VEC(9))}, EXACT_FD, LINEAR),
+  CASE("Conv 3x3 pad 1", "Conv", "dim_out=4 kernel=3 pad=1", 3, 1, .in = {IN(T4(2, 3, 7, 5)), IN(T4(4, 3, 3, 3)), IN(VEC(4))}, EXACT_FD, LINEAR),
+  CASE("Conv 3x3 stride 2", "Conv", "dim_out=5 kernel=3 pad=1 stride=2", 3, 1, .in = {IN(T4(2, 3, 9, 8)), IN(T4(5, 3, 3, 3)), IN(VEC(5))}, EXACT_FD, LINEAR),
   CASE("Conv 5x5 fused Relu", "Conv", "dim_out=6 kernel=5 pad=2", 3, 1, .in = {IN(T4(2, 2, 8, 8)), IN(T4(6, 2, 5, 5)), IN(VEC(6))}, .fuse = DPM_FUSE_RELU),
-  CASE("Conv first layer", "Conv", "dim_out=8 kernel=5 pad=2", 3, 1, .in = {NOGRAD(T4(3, 1, 12, 12), 0), IN(T4(8, 1, 5, 5)), IN(VEC(8))}),
+  CASE("Conv first layer", "Conv", "dim_out=8 kernel=5 pad=2", 3, 1, .in = {NOGRAD(T4(3, 1, 12, 12), 0), IN(T4(8, 1, 5, 5)), IN(VEC(8))}, EXACT_FD, LINEAR),
   CASE("MaxPool 2x2", "MaxPool", "kernel=2 stride=2", 1, 1, .in = {INV(T4(2, 3, 5, 7), SPACED)}, EXACT_FD),
   CASE("MaxPool 3x3 pad 1", "MaxPool", "kernel=3 stride=2 pad=1", 1, 1, .in = {INV(T4(1, 2, 6, 5), SPACED)}, EXACT_FD),
+  CASE("MaxPool 3x3 overlapping", "MaxPool", "kernel=3", 1, 1, .in = {INV(T4(2, 1, 4, 5), SPACED)}, EXACT_FD),
+  CASE("MaxPool 2x2 stride 3 (gaps)", "MaxPool", "kernel=2 stride=3", 1, 1, .in = {INV(T4(1, 1, 7, 8), SPACED)}, EXACT_FD),
   /* the fused ReluGradient: dX masked where the pool's input is not > 0 */
   CASE("MaxPool grad fused Relu", "MaxPool", "kernel=2 stride=2", 1, 1, .in = {INV(T4(2, 3, 6, 6), SPACED)}, .gfuse = DPM_FUSE_RELU_GRAD),
   CASE("AveragePool 2x2", "AveragePool", "kernel=2 stride=2", 1, 1, .in = {IN(T4(2, 3, 5, 7))}, EXACT_FD),
@@ -103,9 +107,17 @@ static opcase cases[] = {
     // clang-format on
 };
 
+/* A case's seed from its label (FNV-1a), so that adding a case leaves the
+ * others' values as they were. */
+static unsigned seed_of(const char *label) {
+  uint32_t h = 2166136261u;
+  for (const char *p = label; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+  return h;
+}
+
 const opcase *opcase_table(int *n) {
   *n = (int)(sizeof cases / sizeof *cases);
-  for (int k = 0; k < *n; k++) cases[k].seed = 11u + (unsigned)k;
+  for (int k = 0; k < *n; k++) cases[k].seed = seed_of(cases[k].name);
   return cases;
 }
 

@@ -52,7 +52,8 @@ typedef struct opcase_in {
 } opcase_in;
 
 typedef struct opcase {
-  const char *name; /* row label ("Conv 3x3 stride 2"); NULL: op */
+  const char *name; /* row label ("Conv 3x3 stride 2"), unique in the table;
+                       NULL (hand-written cases): op */
   const char *op;   /* "Conv" */
   const char *args; /* "kernel=3 stride=2 pad=1", or NULL */
   int n_in;
@@ -72,7 +73,8 @@ typedef struct opcase {
   unsigned seed;  /* the inputs' values, the output weights, the op's rng */
 } opcase;
 
-/* The table: *n cases, each with a seed of its own. */
+/* The table: *n cases, each with a seed of its own (from its label: a
+ * case added leaves the others' values alone). */
 const opcase *opcase_table(int *n);
 
 /* Why op `id` has no case in the table but a check of its own in the

@@ -55,7 +55,8 @@ TEST(optest_table_gradcheck_on_the_cpu) {
   CHECK_INT(bad, 0);
 }
 
-/* Every op of the op table has a case, or a check of its own on devices. */
+/* Every op of the op table has a case, or a check of its own on devices;
+ * every case has a label of its own (its seed comes from it). */
 TEST(optest_table_covers_every_op) {
   int n, count, missing = 0;
   int has[DPM_OP_COUNT] = {0};
@@ -63,6 +64,8 @@ TEST(optest_table_covers_every_op) {
   for (int i = 0; i < n; i++) {
     const dpm_op_def *def = dpm_op_find(cases[i].op);
     CHECK(def != NULL);
+    CHECK(cases[i].name != NULL);
+    for (int j = 0; j < i; j++) CHECK(strcmp(cases[i].name, cases[j].name) != 0);
     has[def->id] = 1;
     /* the gradient ops run in the case's gradient net */
     oprun_result r;
