@@ -10,8 +10,8 @@
  * (tests/unit/optest.h), which give their inputs' values (f, i) instead of
  * a kind of values.
  *
- * The table is built once, on the first opcase_table call; single-threaded
- * (the harnesses are). */
+ * opcase_table fills in the cases' seeds; single-threaded (the harnesses
+ * are). */
 #ifndef DPM_TESTS_OPCASES_CASES_H
 #define DPM_TESTS_OPCASES_CASES_H
 

@@ -23,7 +23,10 @@ dpm_status ot_forward(const ot_case *c, dpm_tensor *out, dpm_err *err) {
       const dpm_tensor *y = h.fx.ops[0].out[k];
       memset(&out[k], 0, sizeof out[k]);
       s = dpm_tensor_resize(&out[k], &y->shape);
-      if (!s) dpm_tensor_read(y, out[k].data, dpm_shape_bytes(&y->shape));
+      if (!s)
+        dpm_tensor_read(y, out[k].data, dpm_shape_bytes(&y->shape));
+      else /* out of memory: none is left to the caller */
+        for (int j = 0; j <= k; j++) dpm_tensor_fini(&out[j]);
     }
   }
   oprun_fini(&h);

@@ -67,7 +67,7 @@ dpm_tensor ot_tensor(dpm_shape s, const float *v);
  * nodes produce. Inputs with more than `max_elems` elements are checked on a
  * random subset of that size. Returns the largest relative error
  * |a - n| / max(|a|, |n|, 1e-2) over all checked elements, or a negative
- * value if the op could not run (message printed). */
+ * value if the op could not run or has no gradient (message printed). */
 double ot_gradcheck(const ot_case *c, double eps, int max_elems);
 
 /* The step for an op that is linear in each single input element
