@@ -65,7 +65,9 @@ ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC)) \
 SPEC_SRC := $(wildcard common/*.c client/lib/*.c)
 LIB_SRC  := $(ENGINE_SRC) $(SPEC_SRC) $(PROTO_C) $(ONNX_C)
 CTL_SRC  := $(wildcard client/dpmctl/*.c)
-TEST_SRC := $(wildcard tests/unit/*.c)
+# The unit tests, with the op cases that they and the GPU checks run
+# (tests/opcases/).
+TEST_SRC := $(wildcard tests/unit/*.c tests/opcases/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
@@ -313,7 +315,7 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # tests/run.sh's NOT_QUICK) run in make test.
 CHECK_NEEDS := $(BUILD)/tests/unit $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
                $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
-               $(BUILD)/tests/gpu_test $(BUILD)/tests/spec_doc \
+               $(BUILD)/tests/gpu_test $(BUILD)/asan-bin/gpu_test $(BUILD)/tests/spec_doc \
                $(if $(CUDA_PLUGIN),$(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
                $(DPM_LIBS)
 TEST_NEEDS := $(CHECK_NEEDS) $(BUILD)/tests/race $(BUILD)/tsan-bin/dpmd \

@@ -6,7 +6,7 @@
 #
 # Every check (make test): the unit tests (ASan+UBSan build, one line per
 # test), the race tests (TSan), the GPU checks (gpu-harness: their logic on
-# cpu devices; gpu-run: tests/gpu/run.sh; gpu-rehearsal: the bundle in a
+# fenced devices; gpu-run: tests/gpu/run.sh; gpu-rehearsal: the bundle in a
 # sandbox), the source checks (layers, cuda-seam, namesakes, device-bytes,
 # citations, spec-doc: docs/SPEC.md up to date), compile-fail (planted host
 # uses of device memory must not compile), every end-to-end script
@@ -196,12 +196,13 @@ for t in tests/e2e/*.sh; do
   t=$(basename "$t" .sh)
   in_list "$t" "$SLOW $BY_HAND" || queue "$t" sh "tests/e2e/$t.sh"
 done
-# The GPU checks' harness, every check with cpu devices in place of cuda
-# ones; then tests/gpu/run.sh itself (the bundle, build/gpu-bundle), which
+# The GPU checks' harness, every check (the op table's cases among them,
+# tests/opcases/cases.c) on fenced devices in place of cuda ones, in the
+# test build; then tests/gpu/run.sh itself (the bundle, build/gpu-bundle), which
 # on a host without a GPU checks that the bundle is intact and that its
 # programs and plugin load, and on one runs everything; then the bundle
 # rehearsed in a sandbox laid out as a bare CUDA host (tests/gpu/rehearsal.sh).
-queue gpu-harness build/tests/gpu_test --kind cpu --quick
+queue gpu-harness build/asan-bin/gpu_test --kind fenced --quick
 queue gpu-run sh tests/gpu/run.sh
 queue gpu-rehearsal sh tests/gpu/rehearsal.sh
 queue layers sh scripts/check_layers.sh

@@ -4,9 +4,21 @@
 # bench/gpu.c is built with every bench/*.c by `make all`.
 $(BUILD)/obj/tests/gpu/%.o: INC = -Iinclude -Idaemon -Itests/unit -I.
 
-$(BUILD)/tests/gpu_test: $(BUILD)/obj/tests/gpu/gpu_test.o $(BUILD)/libdpm.a
+# It runs the op table of tests/opcases/ (cases.c, and oprun.c to run them).
+OPCASES_SRC := $(wildcard tests/opcases/*.c)
+
+$(BUILD)/tests/gpu_test: $(BUILD)/obj/tests/gpu/gpu_test.o $(call obj,obj,$(OPCASES_SRC)) \
+  $(BUILD)/libdpm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The same program in the test build (ASan, the fenced backend): its checks
+# on fenced devices (tests/run.sh: gpu-harness), --kind fenced.
+$(BUILD)/asan/tests/gpu/%.o: INC = -Iinclude -Idaemon -Itests/unit -I.
+$(BUILD)/asan-bin/gpu_test: $(BUILD)/asan/tests/gpu/gpu_test.o \
+  $(call obj,asan,$(OPCASES_SRC)) $(BUILD)/libdpm-asan.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ASAN) -o $@ $^ $(LDLIBS)
 
 # make gpu-bundle: build/gpu-bundle/, what the GPU checks need on a bare
 # CUDA host (tests/gpu/bundle.sh says what is in it; run it with

@@ -1,5 +1,5 @@
-/* Op test harness: one op in a one-node net, run forward, and checked
- * against central finite differences through the engine's own autodiff. */
+/* Op test harness (optest.h): the one-node nets of tests/opcases/oprun.c on
+ * the host, and ops run outside any net. */
 #include "optest.h"
 
 #include <math.h>
@@ -9,89 +9,27 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "engine/autodiff.h"
 #include "engine/exec.h"
 #include "engine/rng.h"
 #include "test.h"
-
-typedef struct {
-  dpm_net net, grad;
-  dpm_shapes shapes;
-  dpm_workspace ws;
-  dpm_ctx ctx;
-  dpm_exec fx, gx;
-  dpm_node *node;
-} harness;
-
-static void harness_fini(harness *h) {
-  dpm_exec_fini(&h->fx);
-  dpm_exec_fini(&h->gx);
-  dpm_ws_fini(&h->ws);
-  dpm_ctx_fini(&h->ctx);
-  dpm_shapes_fini(&h->shapes);
-  dpm_net_fini(&h->net);
-  dpm_net_fini(&h->grad);
-}
-
-static void fill_input(const ot_case *c, int k, dpm_tensor *t) {
-  const ot_input *in = &c->in[k];
-  int64_t n = dpm_tensor_numel(t);
-  uint64_t rng[2];
-  dpm_rng_seed(rng, c->seed * 1000003u + (unsigned)k + 1);
-  if (t->shape.dtype == DPM_F32) {
-    for (int64_t i = 0; i < n; i++)
-      dpm_f32(t)[i] = in->f ? in->f[i] : (float)(2 * dpm_rng_uniform(rng) - 1);
-  } else if (t->shape.dtype == DPM_I32) {
-    for (int64_t i = 0; i < n; i++) dpm_i32(t)[i] = in->i ? in->i[i] : 0;
-  }
-}
-
-/* Build, infer, allocate and fill the one-node net. */
-static dpm_status setup(harness *h, const ot_case *c, dpm_err *err) {
-  const dpm_op_def *def = dpm_op_find(c->op);
-  if (!def) return dpm_errf(err, DPM_NOT_FOUND, "unknown op '%s'", c->op);
-  char names[2][DPM_OP_MAX_IO][48];
-  const char *in[DPM_OP_MAX_IO], *out[DPM_OP_MAX_IO];
-  int n_out = c->n_out;
-  for (int k = 0; k < c->n_in; k++)
-    snprintf(names[0][k], 48, "in%d", k), in[k] = names[0][k];
-  for (int k = 0; k < c->n_out; k++)
-    snprintf(names[1][k], 48, "out%d", k), out[k] = names[1][k];
-  for (int a = 0; def->aux && def->aux[a]; a++, n_out++)
-    snprintf(names[1][n_out], 48, "out0%s", def->aux[a]), out[n_out] = names[1][n_out];
-  if (!(h->node = dpm_net_add(&h->net, def, c->n_in, in, n_out, out, err)))
-    return err->code;
-  h->node->is_test = c->is_test;
-  h->node->fuse = c->fuse;
-  if (dpm_node_set_args(h->node, c->args, err) || dpm_node_check_required(h->node, err))
-    return err->code;
-  for (int k = 0; k < c->n_in; k++)
-    if (dpm_shapes_set(&h->shapes, in[k], &c->in[k].shape, DPM_BLOB_DATA))
-      return DPM_NOMEM;
-  if (dpm_net_infer(&h->net, &h->shapes, -1, "test", err)) return err->code;
-  if (dpm_exec_bind(&h->fx, &h->net, &h->shapes, &h->ws, &h->ctx, err)) return err->code;
-  for (int k = 0; k < c->n_in; k++) fill_input(c, k, h->fx.ops[0].in[k]);
-  return DPM_OK;
-}
-
-static void run_forward(harness *h, const ot_case *c) {
-  dpm_rng_seed(h->ctx.rng, c->seed + 7);
-  dpm_exec_run(&h->fx);
-}
+#include "tests/opcases/oprun.h"
 
 dpm_status ot_forward(const ot_case *c, dpm_tensor *out, dpm_err *err) {
-  harness h = {0};
-  dpm_status s = setup(&h, c, err);
+  oprun h;
+  dpm_status s = oprun_setup(&h, c, NULL, err);
   if (!s) {
-    run_forward(&h, c);
+    oprun_forward(&h, c);
     for (int k = 0; k < c->n_out && !s; k++) {
       const dpm_tensor *y = h.fx.ops[0].out[k];
       memset(&out[k], 0, sizeof out[k]);
       s = dpm_tensor_resize(&out[k], &y->shape);
-      if (!s) memcpy(out[k].data, y->data, dpm_shape_bytes(&y->shape));
+      if (!s)
+        dpm_tensor_read(y, out[k].data, dpm_shape_bytes(&y->shape));
+      else /* out of memory: none is left to the caller */
+        for (int j = 0; j <= k; j++) dpm_tensor_fini(&out[j]);
     }
   }
-  harness_fini(&h);
+  oprun_fini(&h);
   return s;
 }
 
@@ -211,99 +149,22 @@ dpm_tensor ot_tensor(dpm_shape s, const float *v) {
   return t;
 }
 
-/* L = sum over visible float outputs of R . Y, in double. */
-static double weighted_loss(harness *h, const ot_case *c, float *const *r) {
-  double L = 0;
-  for (int k = 0; k < c->n_out; k++) {
-    const dpm_tensor *y = h->fx.ops[0].out[k];
-    if (y->shape.dtype != DPM_F32) continue;
-    int64_t n = dpm_tensor_numel(y);
-    for (int64_t i = 0; i < n; i++) L += (double)r[k][i] * dpm_f32(y)[i];
-  }
-  return L;
-}
-
-static double fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("    gradcheck: ");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  return -1;
-}
-
 double ot_gradcheck(const ot_case *c, double eps, int max_elems) {
-  harness h = {0};
+  oprun h;
+  oprun_result r;
   dpm_err err = {0};
-  double worst = 0;
-  float *r[DPM_OP_MAX_IO] = {0};
-  char gnames[2][DPM_OP_MAX_IO][48];
-  const char *gout[DPM_OP_MAX_IO] = {0}, *gin[DPM_OP_MAX_IO] = {0};
-  if (setup(&h, c, &err)) {
-    worst = fail("%s", err.msg);
-    goto done;
+  if (oprun_case(c, NULL, &r, &h, &err)) {
+    printf("    gradcheck: %s\n", err.msg);
+    oprun_result_fini(&r);
+    return -1;
   }
-  run_forward(&h, c);
-  uint64_t rng[2];
-  dpm_rng_seed(rng, c->seed + 99);
-  for (int k = 0; k < c->n_out; k++) {
-    dpm_tensor *y = h.fx.ops[0].out[k];
-    if (y->shape.dtype != DPM_F32) continue;
-    snprintf(gnames[0][k], 48, "out%d_grad", k);
-    gout[k] = gnames[0][k];
-    dpm_shapes_set(&h.shapes, gout[k], &y->shape, DPM_BLOB_GRAD);
-    int64_t n = dpm_tensor_numel(y);
-    r[k] = malloc((size_t)(n ? n : 1) * sizeof(float));
-    for (int64_t i = 0; i < n; i++) r[k][i] = (float)(2 * dpm_rng_uniform(rng) - 1);
-  }
-  for (int k = 0; k < c->n_in; k++)
-    if (c->in[k].shape.dtype == DPM_F32 && !c->in[k].no_grad)
-      snprintf(gnames[1][k], 48, "in%d_grad", k), gin[k] = gnames[1][k];
-  if (dpm_autodiff_node(h.node, gout, gin, &h.grad, &err) ||
-      dpm_net_infer(&h.grad, &h.shapes, DPM_BLOB_GRAD, "test", &err) ||
-      dpm_exec_bind(&h.gx, &h.grad, &h.shapes, &h.ws, &h.ctx, &err)) {
-    worst = fail("%s", err.msg);
-    goto done;
-  }
-  for (int k = 0; k < c->n_out; k++)
-    if (gout[k]) {
-      dpm_blob *b = dpm_ws_find(&h.ws, gout[k]);
-      memcpy(b->t.data, r[k], dpm_shape_bytes(&b->t.shape));
-    }
-  dpm_exec_run(&h.gx);
-  for (int k = 0; k < c->n_in; k++) {
-    if (!gin[k]) continue;
-    dpm_blob *gb = dpm_ws_find(&h.ws, gin[k]);
-    if (!gb) {
-      worst = fail("no gradient written for input %d", k);
-      goto done;
-    }
-    float *x = dpm_f32(h.fx.ops[0].in[k]);
-    int64_t n = dpm_tensor_numel(h.fx.ops[0].in[k]);
-    int checks = n <= max_elems ? (int)n : max_elems;
-    for (int m = 0; m < checks; m++) {
-      int64_t i = n <= max_elems ? m : (int64_t)dpm_rng_below(rng, (uint64_t)n);
-      float keep = x[i];
-      x[i] = keep + (float)eps;
-      run_forward(&h, c);
-      double lp = weighted_loss(&h, c, r);
-      x[i] = keep - (float)eps;
-      run_forward(&h, c);
-      double lm = weighted_loss(&h, c, r);
-      x[i] = keep;
-      double num = (lp - lm) / (2 * eps), ana = dpm_f32(&gb->t)[i];
-      double den = fmax(fmax(fabs(num), fabs(ana)), 1e-2);
-      double rel = fabs(num - ana) / den;
-      if (rel > 1e-3 && rel > worst)
-        printf("    %s input %d element %lld: analytic %.6g numeric %.6g\n", c->op, k,
-               (long long)i, ana, num);
-      if (rel > worst) worst = rel;
-    }
-  }
-done:
-  for (int k = 0; k < DPM_OP_MAX_IO; k++) free(r[k]);
-  harness_fini(&h);
+  double worst = -1;
+  if (!h.has_grad)
+    printf("    gradcheck: op %s has no gradient to check\n", c->op);
+  else
+    worst = oprun_gradcheck(&h, c, &r, eps, max_elems, 1e-3);
+  oprun_fini(&h);
+  oprun_result_fini(&r);
   return worst;
 }
 

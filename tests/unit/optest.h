@@ -1,6 +1,7 @@
 /* Op test harness: run one operator forward on given inputs, and check its
  * gradient against central finite differences. Ops run on the host, through
- * the cpu backend's kernels (backend/backend.h).
+ * the cpu backend's kernels (backend/backend.h). The op table's cases
+ * (tests/opcases/cases.c) run through it in tests/unit/opcases_test.c.
  *
  * An op under test takes ALL its node inputs explicitly (data and params:
  * FC gets X, W, b) and is given the number of outputs the spec would list;
@@ -9,26 +10,15 @@
 #define DPM_OPTEST_H
 
 #include "engine/op.h"
+#include "tests/opcases/cases.h"
 
-#define OT_MAX_IN 8
-
-typedef struct ot_input {
-  dpm_shape shape;
-  const float *f;   /* values of a float input; NULL: uniform in [-1, 1) */
-  const int32_t *i; /* values of an int32 input; NULL: zeros */
-  int no_grad;      /* 1: do not check this input's gradient */
-} ot_input;
-
-typedef struct ot_case {
-  const char *op;   /* "Conv" */
-  const char *args; /* "kernel=3 stride=2 pad=1" */
-  int n_in;
-  ot_input in[OT_MAX_IN];
-  int n_out;     /* spec-visible outputs */
-  int is_test;   /* run in test mode */
-  unsigned fuse; /* DPM_FUSE_* flags for the node (fused kernels) */
-  unsigned seed; /* for random inputs (and the harness's output weights) */
-} ot_case;
+/* A hand-written case is an op case (tests/opcases/cases.h: op, args, n_in,
+ * in[] with shape and given values f / i or random f32 from seed, n_out,
+ * is_test, fuse, seed); it runs through the same one-node net as the op
+ * table's cases (tests/opcases/oprun.h), on the host. */
+#define OT_MAX_IN OPCASE_MAX_IN
+typedef opcase_in ot_input;
+typedef opcase ot_case;
 
 /* Run the op forward. On success out[0..n_out) hold the spec-visible outputs
  * (caller calls dpm_tensor_fini on each). On failure (unknown op, bad args,
@@ -77,14 +67,12 @@ dpm_tensor ot_tensor(dpm_shape s, const float *v);
  * nodes produce. Inputs with more than `max_elems` elements are checked on a
  * random subset of that size. Returns the largest relative error
  * |a - n| / max(|a|, |n|, 1e-2) over all checked elements, or a negative
- * value if the op could not run (message printed). */
+ * value if the op could not run or has no gradient (message printed). */
 double ot_gradcheck(const ot_case *c, double eps, int max_elems);
 
-/* The step for an op that is linear in each single input element (FC,
- * Conv): the central difference then has no truncation error, and a large
- * step divides the float rounding of Y (~ 2^-24 |Y| per element) down:
- * FC's checks use 3% of their 1e-3 with it, 58% with a step of 1e-2. */
-#define OT_LINEAR_EPS 0.25
+/* The step for an op that is linear in each single input element
+ * (tests/opcases/cases.h). */
+#define OT_LINEAR_EPS OPCASE_LINEAR_EPS
 
 /* dpm_shape shorthands for tests. */
 dpm_shape ot_f32(int ndim, ...);
