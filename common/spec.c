@@ -14,6 +14,7 @@
 #include "common/device.h"
 #include "common/suggest.h"
 #include "common/validate.h"
+#include "common/workcount.h"
 #include "common/ytree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -1229,6 +1230,7 @@ static void spec_hash_append(ProtobufCBuffer *b, size_t len, const uint8_t *data
 
 uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
   if (!spec) return 0;
+  DPM_WORK_DONE(DPM_WORK_SPEC_HASH);
   spec_hash_buf hb = {.base = {.append = spec_hash_append}, .h = 0xcbf29ce484222325ull};
   /* Shallow copies with the position fields cleared (spec.h). */
   Dpm__ModelSpec top = *spec;

@@ -12,6 +12,7 @@
 
 #include "common/device.h"
 #include "common/escape.h"
+#include "common/workcount.h"
 
 typedef struct {
   char where[200]; /* "SOURCE:LINE: " or "SOURCE: ", escaped */
@@ -339,6 +340,7 @@ dpm_status dpm_checkpoint_policy_validate(const Dpm__CheckpointPolicy *p, dpm_er
 dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err) {
   dpm_err ignored;
   if (!err) err = &ignored;
+  DPM_WORK_DONE(DPM_WORK_SPEC_VALIDATE);
   vctx c = {.err = err};
   char b[80];
   if (!spec) return dpm_errf(err, DPM_SPEC, "no spec");
