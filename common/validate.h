@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "common/device.h"
 #include "dpm/status.h"
 #include "proto/dpm.pb-c.h"
 
@@ -54,6 +55,15 @@ int dpm_store_url_valid(const char *url);
 int dpm_interface_name_valid(const char *name);
 
 dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err);
+/* The same validation, with the spec's devices typed: devs (NULL: not
+ * wanted) has room for parallel.devices (at most DPM_MAX_DEVICES: more are
+ * refused before devs is touched) and receives each name parsed, in order.
+ * given: devs holds them parsed already (by whoever checked the names
+ * first, with its own messages: dpmd's device check), so they are not
+ * parsed again and only the list's rules (one kind, each once) are
+ * checked. common/checked_spec.h is its one caller outside this file. */
+dpm_status dpm_spec_validate_devices(const Dpm__ModelSpec *spec, dpm_device *devs,
+                                     int given, dpm_err *err);
 /* "N" (every N iterations) or "Ns" (every N seconds), N a whole number;
  * "0" and "0s": never. Fills *p (an initialised CheckpointPolicy). Returns 0,
  * or -1 for anything else. */
