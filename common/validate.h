@@ -1,6 +1,8 @@
 /* The one validation of a model spec, on its protobuf form: what dpmd
  * accepts at submit (and at restore), what dpm-train and the trainer accept,
- * and what the YAML front end checks last. Every value a client could send
+ * and what the YAML front end checks last. It runs once where a spec enters
+ * a process; dpm_spec_check (checked_spec.h) runs it and carries the result
+ * typed to the later stages, which do not run it again. Every value a client could send
  * is checked here before anything is built: enum values, ranges, devices in
  * canonical form, names, losses, the eval section, the checkpoint policy.
  * What needs the op table and shapes (op types, arguments, blob wiring, a
