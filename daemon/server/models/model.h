@@ -83,9 +83,10 @@ const char *dpmd_state_name(dpmd_state s);
 typedef struct dpmd_model dpmd_model;
 
 /* Starts a model: takes ownership of spec (checked: common/checked_spec.h;
- * name and devices already applied; its name is the model's name) and of fleet (its shard
- * of a job over several daemons, server/fleet/fleet.h; NULL for a job of this daemon
- * alone) and begins building it on its thread. restore: bring it back from
+ * name and devices already applied; its name is the model's name) and of
+ * fleet (its shard of a job over several daemons, server/fleet/fleet.h;
+ * NULL for a job of this daemon alone) and begins building it on its
+ * thread. restore: bring it back from
  * its directory (last good checkpoint, paused) instead of answering a
  * submit; then `to` is NULL. The model answers `to` (may be NULL: a shard
  * joining a job) once built (or failed: it then exits, dpmd_model_exited).
