@@ -5,6 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/workcount.h"
+
 static const char *const kind_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "cuda", "fenced"};
 static const char *const scope_names[DPM_DEVICE_KIND_COUNT] = {"cpu", "gpu", "fenced"};
 
@@ -13,6 +15,7 @@ const char *dpm_device_kind_name(dpm_device_kind k) {
 }
 
 int dpm_device_parse(const char *s, dpm_device *out) {
+  DPM_WORK_DONE(DPM_WORK_DEVICE_PARSE);
   const char *colon = s ? strchr(s, ':') : NULL;
   if (!colon) return -1;
   for (int k = 0; k < DPM_DEVICE_KIND_COUNT; k++) {

@@ -11,9 +11,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/checked_spec.h"
 #include "common/device.h"
 #include "common/suggest.h"
 #include "common/validate.h"
+#include "common/workcount.h"
 #include "common/ytree.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -730,10 +732,9 @@ out:
   return st;
 }
 
-static const spec_choice mode_choices[] = {
-    {"sync", DPM__PARALLEL_MODE__PARALLEL_SYNC},
-    {"bmuf", DPM__PARALLEL_MODE__PARALLEL_BMUF},
-    {NULL, 0}};
+static const spec_choice mode_choices[] = {{"sync", DPM__PARALLEL_MODE__PARALLEL_SYNC},
+                                           {"bmuf", DPM__PARALLEL_MODE__PARALLEL_BMUF},
+                                           {NULL, 0}};
 
 /* parallel.bmuf (Caffe2's Parallelize_BMUF arguments, dpm.proto BmufSpec). */
 static const spec_field bmuf_fields[] = {
@@ -939,19 +940,20 @@ static dpm_status spec_read_name(spec_ctx *c, const spec_field *f, const dpm_yno
 }
 
 /* checkpoint_every: N (iterations) or "Ns" (seconds); 0 turns it off. */
-static dpm_status spec_read_checkpoint(spec_ctx *c, const spec_field *f, const dpm_ynode *v,
-                                       void *msg) {
+static dpm_status spec_read_checkpoint(spec_ctx *c, const spec_field *f,
+                                       const dpm_ynode *v, void *msg) {
   char got[80];
   (void)f;
-  dpm_status st = spec_scalar(c, "checkpoint_every", v, "a number of iterations or seconds");
+  dpm_status st =
+      spec_scalar(c, "checkpoint_every", v, "a number of iterations or seconds");
   if (st != DPM_OK) return st;
   Dpm__CheckpointPolicy *p = spec_new(&dpm__checkpoint_policy__descriptor);
   if (!p) return spec_nomem(c);
   ((Dpm__ModelSpec *)msg)->checkpoint = p;
   if (dpm_checkpoint_every_parse(v->str, p))
-    return spec_fail(c, v,
-                     "'checkpoint_every' must be iterations (1000) or seconds (600s), got %s",
-                     spec_got(v, got, sizeof got));
+    return spec_fail(
+        c, v, "'checkpoint_every' must be iterations (1000) or seconds (600s), got %s",
+        spec_got(v, got, sizeof got));
   return DPM_OK;
 }
 
@@ -971,8 +973,10 @@ static const spec_field model_fields[] = {
     F_SUB(Dpm__ModelSpec, update, update_section),
     F_SUB(Dpm__ModelSpec, eval, eval_section),
     F_SUB(Dpm__ModelSpec, parallel, parallel_section),
-    {.key = "checkpoint_every", .kind = SF_CUSTOM,
-     .off = offsetof(Dpm__ModelSpec, checkpoint), .fn = spec_read_checkpoint},
+    {.key = "checkpoint_every",
+     .kind = SF_CUSTOM,
+     .off = offsetof(Dpm__ModelSpec, checkpoint),
+     .fn = spec_read_checkpoint},
 };
 static const spec_section model_section =
     SECTION("", dpm__model_spec, model_fields, spec_check_model);
@@ -1111,8 +1115,9 @@ void dpm_spec_describe(dpm_spec_key_fn fn, void *ctx) {
   spec_describe_section(&model_section, fn, ctx);
 }
 
-dpm_status dpm_spec_parse(const char *text, size_t len, const char *source,
-                          Dpm__ModelSpec **out, dpm_err *err) {
+/* The YAML read into a spec, every key typed, nothing validated yet. */
+static dpm_status spec_parse_text(const char *text, size_t len, const char *source,
+                                  Dpm__ModelSpec **out, dpm_err *err) {
   spec_ctx c = {.src = source ? source : "<spec>", .err = err};
   dpm_ynode *root = NULL;
   Dpm__ModelSpec *spec = NULL;
@@ -1143,7 +1148,6 @@ dpm_status dpm_spec_parse(const char *text, size_t len, const char *source,
   if ((st = spec_read_section(&c, &model_section, "spec", root, spec)) != DPM_OK)
     goto done;
   if (source && !(spec->source = strdup(source))) st = spec_nomem(&c);
-  if (st == DPM_OK) st = dpm_spec_validate(spec, err);
 done:
   dpm_ytree_free(root);
   if (st != DPM_OK) {
@@ -1154,10 +1158,21 @@ done:
   return DPM_OK;
 }
 
-dpm_status dpm_spec_load(const char *path, Dpm__ModelSpec **out, dpm_err *err) {
+dpm_status dpm_spec_parse(const char *text, size_t len, const char *source,
+                          Dpm__ModelSpec **out, dpm_err *err) {
+  dpm_status st = spec_parse_text(text, len, source, out, err);
+  if (st == DPM_OK && (st = dpm_spec_validate(*out, err)) != DPM_OK) {
+    dpm_spec_free(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+/* The bytes of the file at path into *out (*out_len of them; NULL when
+ * none; the caller frees), at most DPM_SPEC_MAX_BYTES. */
+static dpm_status spec_read_file(const char *path, char **out, size_t *out_len,
+                                 dpm_err *err) {
   char ebuf[128];
-  if (!path || !out) return dpm_errf(err, DPM_INVALID, "dpm_spec_load: NULL argument");
-  *out = NULL;
   FILE *f = fopen(path, "rb");
   if (!f)
     return dpm_errf(err, DPM_IO, "%s: cannot open: %s", path,
@@ -1198,13 +1213,39 @@ dpm_status dpm_spec_load(const char *path, Dpm__ModelSpec **out, dpm_err *err) {
     return dpm_errf(err, DPM_IO, "%s: cannot read: %s", path,
                     strerror_r(saved, ebuf, sizeof ebuf));
   }
-  dpm_status st;
-  if (len > DPM_SPEC_MAX_BYTES)
-    st = dpm_errf(err, DPM_SPEC, "%s: spec is larger than %u MiB", path,
-                  DPM_SPEC_MAX_BYTES >> 20);
-  else
-    st = dpm_spec_parse(buf ? buf : "", len, path, out, err);
+  if (len > DPM_SPEC_MAX_BYTES) {
+    free(buf);
+    return dpm_errf(err, DPM_SPEC, "%s: spec is larger than %u MiB", path,
+                    DPM_SPEC_MAX_BYTES >> 20);
+  }
+  *out = buf;
+  *out_len = len;
+  return DPM_OK;
+}
+
+dpm_status dpm_spec_load(const char *path, Dpm__ModelSpec **out, dpm_err *err) {
+  if (!path || !out) return dpm_errf(err, DPM_INVALID, "dpm_spec_load: NULL argument");
+  *out = NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  dpm_status st = spec_read_file(path, &buf, &len, err);
+  if (st == DPM_OK) st = dpm_spec_parse(buf ? buf : "", len, path, out, err);
   free(buf);
+  return st;
+}
+
+dpm_status dpm_spec_load_checked(const char *path, dpm_checked_spec **out, dpm_err *err) {
+  if (!path || !out)
+    return dpm_errf(err, DPM_INVALID, "dpm_spec_load_checked: NULL argument");
+  *out = NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  Dpm__ModelSpec *spec = NULL;
+  dpm_status st = spec_read_file(path, &buf, &len, err);
+  if (st == DPM_OK) st = spec_parse_text(buf ? buf : "", len, path, &spec, err);
+  free(buf);
+  if (st == DPM_OK && (st = dpm_spec_check(spec, NULL, out, err)) != DPM_OK)
+    dpm_spec_free(spec);
   return st;
 }
 
@@ -1229,6 +1270,7 @@ static void spec_hash_append(ProtobufCBuffer *b, size_t len, const uint8_t *data
 
 uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
   if (!spec) return 0;
+  DPM_WORK_DONE(DPM_WORK_SPEC_HASH);
   spec_hash_buf hb = {.base = {.append = spec_hash_append}, .h = 0xcbf29ce484222325ull};
   /* Shallow copies with the position fields cleared (spec.h). */
   Dpm__ModelSpec top = *spec;
@@ -1236,8 +1278,8 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
   Dpm__UpdateSpec up;
   Dpm__EvalSpec ev;
   top.source = NULL;
-  top.name = NULL;     /* a model may be renamed ...          */
-  top.parallel = NULL; /* ... or moved to other devices (spec.h) */
+  top.name = NULL;       /* a model may be renamed ...          */
+  top.parallel = NULL;   /* ... or moved to other devices (spec.h) */
   top.checkpoint = NULL; /* when to checkpoint is not the model */
   top.n_forward = 0;
   top.forward = NULL;

@@ -50,6 +50,13 @@
  * spec->source). A file that cannot be opened or read is DPM_IO. */
 dpm_status dpm_spec_load(const char *path, Dpm__ModelSpec **out, dpm_err *err);
 
+/* dpm_spec_load for a program that runs the spec it reads (dpm-train):
+ * the spec is checked once into *out (common/checked_spec.h: validated,
+ * hashed, devices parsed) instead of validated alone; the same errors. */
+struct dpm_checked_spec;
+dpm_status dpm_spec_load_checked(const char *path, struct dpm_checked_spec **out,
+                                 dpm_err *err);
+
 /* Parses text[0..len) (need not be NUL-terminated). source names the text in
  * messages and is copied to spec->source; NULL means "<spec>" in messages
  * and no spec->source. */

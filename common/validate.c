@@ -3,6 +3,7 @@
  * descriptors. */
 #include "common/validate.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,13 +13,15 @@
 
 #include "common/device.h"
 #include "common/escape.h"
+#include "common/workcount.h"
 
 typedef struct {
   char where[200]; /* "SOURCE:LINE: " or "SOURCE: ", escaped */
   dpm_err *err;
 } vctx;
 
-static dpm_status fail(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static dpm_status fail(vctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static dpm_status fail(vctx *c, const char *fmt, ...) {
   char msg[400];
   va_list ap;
@@ -45,8 +48,8 @@ static int enum_ok(const ProtobufCEnumDescriptor *d, int v) {
 int dpm_model_name_valid(const char *name) {
   size_t n = name ? strlen(name) : 0;
   return n > 0 && n <= DPM_SPEC_MAX_NAME && name[0] != '.' &&
-         strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
-             n;
+         strspn(name,
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
 }
 
 int dpm_blob_name_valid(const char *name) {
@@ -193,7 +196,8 @@ static dpm_status lr(vctx *c, const Dpm__LrSpec *l) {
 static dpm_status update(vctx *c, const Dpm__UpdateSpec *u) {
   if (!enum_ok(&dpm__optimizer__descriptor, u->optimizer))
     return fail(c, "update.optimizer: unknown optimizer %d", (int)u->optimizer);
-  if (!in_range(u->momentum, 0, 1, 1)) return fail(c, "update.momentum must be in [0, 1)");
+  if (!in_range(u->momentum, 0, 1, 1))
+    return fail(c, "update.momentum must be in [0, 1)");
   if (!in_range(u->weight_decay, 0, INFINITY, 0))
     return fail(c, "update.weight_decay must be a finite number >= 0");
   if (!in_range(u->beta1, 0, 1, 1) || !in_range(u->beta2, 0, 1, 1))
@@ -212,40 +216,60 @@ static dpm_status eval(vctx *c, const Dpm__EvalSpec *e) {
   return DPM_OK;
 }
 
-static dpm_status parallel(vctx *c, const Dpm__ParallelSpec *p) {
+/* parallel.devices: each name parsed once into devs[i] (given: devs holds
+ * them parsed already, and only the list's rules are checked), canonical,
+ * of one kind, each once. */
+static dpm_status devices(vctx *c, const Dpm__ParallelSpec *p, dpm_device *devs,
+                          int given) {
   char b[80];
   if (p->n_devices > DPM_MAX_DEVICES)
     return fail(c, "parallel.devices: more than %d devices", DPM_MAX_DEVICES);
+  if (!p->n_devices) return DPM_OK;
+  char seen[DPM_DEVICE_KIND_COUNT][DPM_MAX_DEVICE_INDEX + 1];
+  memset(seen, 0, sizeof seen);
+  dpm_device first = {0};
   for (size_t i = 0; i < p->n_devices; i++) {
-    dpm_device d, e;
-    if (dpm_device_parse(p->devices[i], &d))
+    dpm_device d;
+    if (given)
+      assert((unsigned)(d = devs[i]).kind < DPM_DEVICE_KIND_COUNT &&
+             (unsigned)d.index <= DPM_MAX_DEVICE_INDEX);
+    else if (dpm_device_parse(p->devices[i], &d))
       return fail(c, "parallel.devices: %s is not a device (cpu:N or cuda:N, N 0..%d)%s",
                   show(p->devices[i], b, sizeof b), DPM_MAX_DEVICE_INDEX,
                   dpm_device_hint(p->devices[i]));
-    for (size_t j = 0; j < i; j++) {
-      dpm_device_parse(p->devices[j], &e);
-      if (e.kind != d.kind)
-        return fail(c, "parallel.devices: one kind of device per model, got %s and %s",
-                    p->devices[j], p->devices[i]);
-      if (e.index == d.index)
-        return fail(c, "parallel.devices: %s is listed twice", p->devices[i]);
-    }
+    if (!i) first = d;
+    if (d.kind != first.kind)
+      return fail(c, "parallel.devices: one kind of device per model, got %s and %s",
+                  p->devices[0], p->devices[i]);
+    if (seen[d.kind][d.index]++)
+      return fail(c, "parallel.devices: %s is listed twice", p->devices[i]);
+    if (devs) devs[i] = d;
   }
+  return DPM_OK;
+}
+
+static dpm_status parallel(vctx *c, const Dpm__ParallelSpec *p, dpm_device *devs,
+                           int given) {
+  if (devices(c, p, devs, given)) return c->err->code;
   if (!enum_ok(&dpm__net_type__descriptor, p->net_type))
-    return fail(c, "parallel.net_type: unknown net type %d (dag, simple)", (int)p->net_type);
+    return fail(c, "parallel.net_type: unknown net type %d (dag, simple)",
+                (int)p->net_type);
   if (!enum_ok(&dpm__parallel_mode__descriptor, p->mode))
     return fail(c, "parallel.mode: unknown mode %d (sync, bmuf)", (int)p->mode);
   const Dpm__BmufSpec *bm = p->bmuf;
   if (p->mode == DPM__PARALLEL_MODE__PARALLEL_BMUF && p->combine_spatial_bn)
-    return fail(c, "parallel.combine_spatial_bn all-reduces every step, parallel.mode bmuf "
-                   "once per block: choose one");
+    return fail(c,
+                "parallel.combine_spatial_bn all-reduces every step, parallel.mode bmuf "
+                "once per block: choose one");
   if (bm && p->mode != DPM__PARALLEL_MODE__PARALLEL_BMUF)
     return fail(c, "parallel.bmuf is given but parallel.mode is not bmuf");
-  if (bm && bm->has_block_momentum && !(bm->block_momentum >= 0 && bm->block_momentum < 1))
+  if (bm && bm->has_block_momentum &&
+      !(bm->block_momentum >= 0 && bm->block_momentum < 1))
     return fail(c, "parallel.bmuf.block_momentum must be in [0, 1), got %g",
                 bm->block_momentum);
   if (bm && !(isfinite(bm->block_learning_rate) && bm->block_learning_rate > 0))
-    return fail(c, "parallel.bmuf.block_learning_rate must be a finite number > 0, got %g",
+    return fail(c,
+                "parallel.bmuf.block_learning_rate must be a finite number > 0, got %g",
                 bm->block_learning_rate);
   if (bm && bm->local_steps < 1)
     return fail(c, "parallel.bmuf.local_steps must be >= 1, got %u", bm->local_steps);
@@ -267,8 +291,8 @@ static dpm_status parallel(vctx *c, const Dpm__ParallelSpec *p) {
     if (r->interface && !dpm_interface_name_valid(r->interface))
       return fail(c, "parallel.rendezvous.interface is not a network interface name");
     if (r->timeout_ms < 1 || r->timeout_ms > DPM_SPEC_MAX_TIMEOUT_MS)
-      return fail(c, "parallel.rendezvous.timeout_ms %u is outside [1, %u]", r->timeout_ms,
-                  DPM_SPEC_MAX_TIMEOUT_MS);
+      return fail(c, "parallel.rendezvous.timeout_ms %u is outside [1, %u]",
+                  r->timeout_ms, DPM_SPEC_MAX_TIMEOUT_MS);
   }
   return DPM_OK;
 }
@@ -336,9 +360,11 @@ dpm_status dpm_checkpoint_policy_validate(const Dpm__CheckpointPolicy *p, dpm_er
   return DPM_OK;
 }
 
-dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err) {
+dpm_status dpm_spec_validate_devices(const Dpm__ModelSpec *spec, dpm_device *devs,
+                                     int given, dpm_err *err) {
   dpm_err ignored;
   if (!err) err = &ignored;
+  DPM_WORK_DONE(DPM_WORK_SPEC_VALIDATE);
   vctx c = {.err = err};
   char b[80];
   if (!spec) return dpm_errf(err, DPM_SPEC, "no spec");
@@ -346,9 +372,8 @@ dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err) {
   if (!dpm_model_name_valid(spec->name))
     return fail(&c, "name %s: use 1-%d of A-Z a-z 0-9 . _ -, not starting with '.'",
                 show(spec->name, b, sizeof b), DPM_SPEC_MAX_NAME);
-  uint64_t devices = spec->parallel && spec->parallel->n_devices
-                         ? spec->parallel->n_devices
-                         : 1;
+  uint64_t devices =
+      spec->parallel && spec->parallel->n_devices ? spec->parallel->n_devices : 1;
   if (spec->input) at(&c, spec, spec->input->has_line, spec->input->line);
   if (input(&c, spec->input, devices)) return err->code;
   at(&c, spec, 0, 0);
@@ -362,8 +387,12 @@ dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err) {
     if (eval(&c, spec->eval)) return err->code;
   }
   at(&c, spec, 0, 0);
-  if (spec->parallel && parallel(&c, spec->parallel)) return err->code;
+  if (spec->parallel && parallel(&c, spec->parallel, devs, given)) return err->code;
   if (dpm_checkpoint_policy_validate(spec->checkpoint, err))
     return dpm_err_prefix(err, "%s", c.where);
   return DPM_OK;
+}
+
+dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err) {
+  return dpm_spec_validate_devices(spec, NULL, 0, err);
 }

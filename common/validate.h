@@ -1,6 +1,8 @@
 /* The one validation of a model spec, on its protobuf form: what dpmd
  * accepts at submit (and at restore), what dpm-train and the trainer accept,
- * and what the YAML front end checks last. Every value a client could send
+ * and what the YAML front end checks last. It runs once where a spec enters
+ * a process; dpm_spec_check (checked_spec.h) runs it and carries the result
+ * typed to the later stages, which do not run it again. Every value a client could send
  * is checked here before anything is built: enum values, ranges, devices in
  * canonical form, names, losses, the eval section, the checkpoint policy.
  * What needs the op table and shapes (op types, arguments, blob wiring, a
@@ -14,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "common/device.h"
 #include "dpm/status.h"
 #include "proto/dpm.pb-c.h"
 
@@ -54,6 +57,15 @@ int dpm_store_url_valid(const char *url);
 int dpm_interface_name_valid(const char *name);
 
 dpm_status dpm_spec_validate(const Dpm__ModelSpec *spec, dpm_err *err);
+/* The same validation, with the spec's devices typed: devs (NULL: not
+ * wanted) has room for parallel.devices (at most DPM_MAX_DEVICES: more are
+ * refused before devs is touched) and receives each name parsed, in order.
+ * given: devs holds them parsed already (by whoever checked the names
+ * first, with its own messages: dpmd's device check), so they are not
+ * parsed again and only the list's rules (one kind, each once) are
+ * checked. common/checked_spec.h is its one caller outside this file. */
+dpm_status dpm_spec_validate_devices(const Dpm__ModelSpec *spec, dpm_device *devs,
+                                     int given, dpm_err *err);
 /* "N" (every N iterations) or "Ns" (every N seconds), N a whole number;
  * "0" and "0s": never. Fills *p (an initialised CheckpointPolicy). Returns 0,
  * or -1 for anything else. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked_spec.h"
 #include "common/commands.h"
 #include "common/escape.h"
 #include "common/spec.h"
@@ -194,25 +195,38 @@ static void run_version(const call *c) {
 /* What a submit and a join check before a model starts: a free name, room
  * for it, the daemon's devices, the spec, its rendezvous store (allowed
  * here, a file store's directory where a client's files may lie); then
- * room in the registry. */
-static dpm_status admit(const call *c, const Dpm__ModelSpec *spec, dpm_err *err) {
+ * room in the registry. The spec (network bytes) is checked here, once
+ * (common/checked_spec.h), its device names parsed once by the device
+ * check: *out takes *spec from the request (*spec NULL then). */
+static dpm_status admit(const call *c, Dpm__ModelSpec **spec, dpm_checked_spec **out,
+                        dpm_err *err) {
   dpmd *d = c->d;
-  if (dpmd_registry_find(c->models, spec->name))
-    return dpm_errf(err, DPM_EXISTS, "a model named %s exists", spec->name);
+  const Dpm__ModelSpec *s = *spec;
+  dpm_device *devs = NULL;
+  *out = NULL;
+  if (dpmd_registry_find(c->models, s->name))
+    return dpm_errf(err, DPM_EXISTS, "a model named %s exists", s->name);
   if (dpmd_registry_count(c->models) >= d->cfg->max_models)
     return dpm_errf(err, DPM_DENIED, "this dpmd holds at most %d models (max_models)",
                     d->cfg->max_models);
-  if (dpmd_devices_check(d->devices, spec->parallel->devices, spec->parallel->n_devices,
+  if (dpmd_devices_check(d->devices, s->parallel->devices, s->parallel->n_devices, &devs,
                          err))
-    return dpm_err_prefix(err, "%s: ", spec->name);
-  if (dpm_spec_validate(spec, err) || dpmd_rendezvous_check(d, spec, err))
+    return dpm_err_prefix(err, "%s: ", s->name);
+  dpm_status st = dpm_spec_check(*spec, devs, out, err);
+  free(devs);
+  if (st) return st;
+  *spec = NULL;
+  if (dpmd_rendezvous_check(d, s, err) || dpmd_registry_reserve(c->models, err)) {
+    dpm_checked_spec_free(*out);
+    *out = NULL;
     return err->code;
-  return dpmd_registry_reserve(c->models, err);
+  }
+  return DPM_OK;
 }
 
 /* Starts the model of spec (taken) with fleet (taken; NULL: none); the
  * model answers `to` once built when it is not NULL. */
-static dpmd_model *start(const call *c, Dpm__ModelSpec *spec, dpmd_fleet_link *fleet,
+static dpmd_model *start(const call *c, dpm_checked_spec *spec, dpmd_fleet_link *fleet,
                          dpmd_reply_to *to) {
   dpm_err err = {0};
   dpmd_model *m;
@@ -228,13 +242,18 @@ static dpmd_model *start(const call *c, Dpm__ModelSpec *spec, dpmd_fleet_link *f
 static void run_submit(const call *c) {
   dpmd *d = c->d;
   Dpm__ModelSpec *spec = c->rq->submit->spec; /* overrides applied (check_submit) */
+  dpm_checked_spec *checked;
   dpm_err err = {0};
   dpmd_fleet_link *fleet = NULL;
   int shards = dpmd_fleet_shards(spec);
-  if (admit(c, spec, &err) || (shards && dpmd_fleet_coordinate(spec, &fleet, &err)))
+  /* a fleet job's formation first: it makes the spec's rendezvous explicit,
+   * before the spec is checked and then never changes */
+  if ((shards && dpmd_fleet_coordinate(spec, &fleet, &err)) ||
+      admit(c, &c->rq->submit->spec, &checked, &err)) {
+    dpmd_fleet_link_free(fleet);
     return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
-  c->rq->submit->spec = NULL; /* the model owns it now */
-  dpmd_model *m = start(c, spec, fleet, c->to);
+  }
+  dpmd_model *m = start(c, checked, fleet, c->to); /* the model owns the spec now */
   if (!m) return;
   if (shards)
     dpmd_info("model %s: submitted on %zu device(s) as shard 0 of %d, forming %s",
@@ -251,13 +270,15 @@ static void run_submit(const call *c) {
 static void run_join(const call *c) {
   dpmd *d = c->d;
   Dpm__JoinRequest *j = c->rq->join;
-  Dpm__ModelSpec *spec = j->spec;
+  const Dpm__ModelSpec *spec = j->spec;
+  dpm_checked_spec *checked = NULL;
   dpm_err err = {0};
   dpmd_fleet_link *fleet = NULL;
-  if (admit(c, spec, &err) || dpmd_fleet_join(j, &fleet, &err))
+  if (admit(c, &j->spec, &checked, &err) || dpmd_fleet_join(j, &fleet, &err)) {
+    dpm_checked_spec_free(checked);
     return dpmd_reply_error(d, c->to, err.code, "%s", err.msg);
-  j->spec = NULL; /* the model owns it now */
-  dpmd_model *m = start(c, spec, fleet, NULL);
+  }
+  dpmd_model *m = start(c, checked, fleet, NULL); /* the model owns the spec now */
   if (!m) return;
   dpmd_info("model %s: joined on %zu device(s) as shard %u of %u, coordinated by %s",
             dpmd_model_name(m), spec->parallel->n_devices, j->shard_id, j->num_shards,

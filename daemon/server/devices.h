@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "common/device.h"
 #include "dpm/status.h"
 
 struct dpm_crew;
@@ -36,13 +37,18 @@ const char *dpmd_devices_loaded(const dpmd_devices *dv);
 /* The device names, for version/ping ("cpu:0", ...). */
 int dpmd_devices_count(const dpmd_devices *dv);
 const char *dpmd_devices_name(const dpmd_devices *dv, int i);
-/* Checks a model's device list: known, distinct, one kind. */
+/* Checks a model's device list as a client sent it: canonical names
+ * (DPM_INVALID), each once (DPM_INVALID), served here (DPM_UNSUPPORTED for
+ * cuda without a GPU, DPM_NOT_FOUND). Each name is parsed once, into *out
+ * (n devices, malloc'd: the caller frees it; NULL on failure), which the
+ * spec's check takes (common/checked_spec.h) instead of parsing them
+ * again. */
 dpm_status dpmd_devices_check(const dpmd_devices *dv, char *const *names, size_t n,
-                              dpm_err *err);
-/* The crew of a device group (names as checked by dpmd_devices_check, in
- * the model's order), created on first use with rank r pinned to the core
- * of names[r]; every later model on the same group shares it. */
-dpm_status dpmd_devices_crew(dpmd_devices *dv, char *const *names, size_t n,
+                              dpm_device **out, dpm_err *err);
+/* The crew of a device group (a checked spec's devices, in the model's
+ * order), created on first use with rank r pinned to the core of devs[r];
+ * every later model on the same group shares it. */
+dpm_status dpmd_devices_crew(dpmd_devices *dv, const dpm_device *devs, size_t n,
                              struct dpm_crew **out, dpm_err *err);
 /* How many crews exist (for metrics and tests). */
 int dpmd_devices_crews(dpmd_devices *dv);

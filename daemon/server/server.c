@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "common/checked_spec.h"
 #include "common/clock.h"
 #include "common/spec.h"
 #include "io/datacache.h"
@@ -161,6 +162,7 @@ static void restore_models(server *s) {
   for (int i = 0; i < n; i++) {
     char dir[4096];
     Dpm__ModelSpec *spec = NULL;
+    dpm_checked_spec *checked = NULL;
     dpm_err err = {.code = DPM_NOMEM, .msg = "out of memory"};
     dpmd_model *m;
     int ok = 0;
@@ -169,9 +171,10 @@ static void restore_models(server *s) {
     else if (!dpmd_registry_reserve(s->models, &err) &&
              !dpmd_store_load_spec(dir, &spec, &err)) {
       free(spec->name); /* the model is its directory's name */
-      if (!(spec->name = strdup(names[i])))
+      /* a file's bytes: checked here, once, as a submit's are */
+      if (!(spec->name = strdup(names[i])) || dpm_spec_check(spec, NULL, &checked, &err))
         dpm_spec_free(spec);
-      else if ((ok = !dpmd_model_new(&s->d, spec, 1, NULL, NULL, &m, &err)))
+      else if ((ok = !dpmd_model_new(&s->d, checked, 1, NULL, NULL, &m, &err)))
         dpmd_registry_add(s->models, dpmd_model_name(m), m);
       /* else dpmd_model_new freed the spec */
     }

@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/checked_spec.h"
 #include "common/clock.h"
 #include "common/device.h"
 #include "common/err.h"
@@ -263,8 +264,8 @@ static const char *fleet_options(const options *o, const Dpm__ModelSpec *spec,
     return "--shard I/N needs --job NAME (the same on every shard, new for every run) "
            "or --prefix P";
   }
-  t->fleet.rendezvous = (dpm_comm_rendezvous){
-      .store = store, .prefix = prefix_buf, .iface = iface};
+  t->fleet.rendezvous =
+      (dpm_comm_rendezvous){.store = store, .prefix = prefix_buf, .iface = iface};
   return NULL;
 }
 
@@ -322,12 +323,11 @@ static const char *num(char *buf, size_t n, double v, int prec, int json) {
 
 /* Whether the run asks for cuda devices: --devices, else the spec's. */
 static int wants_gpus(const options *o, const dpm_trainer_options *topt,
-                      const Dpm__ModelSpec *spec) {
+                      const dpm_checked_spec *spec) {
   if (o->devices) return topt->kind == DPM_DEVICE_CUDA;
-  const Dpm__ParallelSpec *p = spec->parallel;
-  for (size_t i = 0; p && i < p->n_devices; i++)
-    if (!strncmp(p->devices[i], "cuda", 4)) return 1;
-  return 0;
+  size_t n;
+  const dpm_device *devs = dpm_checked_spec_devices(spec, &n);
+  return n && devs[0].kind == DPM_DEVICE_CUDA; /* one kind per model */
 }
 
 static const char *const net_types[] = {
@@ -416,7 +416,8 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
                      "peak RSS %s MB\n",
            done * images / (train_ms / 1e3),
            num(m, sizeof m, done ? ms[done / 2] : NAN, 4, o->json),
-           num(a, sizeof a, acc, 4, o->json), num(r, sizeof r, peak_rss_mb(), 1, o->json));
+           num(a, sizeof a, acc, 4, o->json),
+           num(r, sizeof r, peak_rss_mb(), 1, o->json));
   }
   free(ms);
   return s;
@@ -440,15 +441,16 @@ int main(int argc, char **argv) {
   for (int k = 0; o.net_type && k < 2; k++)
     if (!strcmp(o.net_type, net_types[k])) topt.net_type = k;
   if (o.net_type && topt.net_type < 0) return usage("--net-type is simple or dag");
-  Dpm__ModelSpec *spec = NULL;
+  dpm_checked_spec *spec = NULL;
   dpm_err err = {0};
   dpm_trainer *t = NULL;
   char prefix[256];
-  dpm_status s = dpm_spec_load(o.spec, &spec, &err);
+  dpm_status s = dpm_spec_load_checked(o.spec, &spec, &err);
   if (!s && o.shard) {
-    const char *bad = fleet_options(&o, spec, &topt, prefix, sizeof prefix);
+    const char *bad =
+        fleet_options(&o, dpm_checked_spec_pb(spec), &topt, prefix, sizeof prefix);
     if (bad) {
-      dpm_spec_free(spec);
+      dpm_checked_spec_free(spec);
       return usage(bad);
     }
   }
@@ -456,7 +458,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dpm-train: %s\n", loaded);
   int shards = topt.fleet.num_shards > 1 ? topt.fleet.num_shards : 1;
   int lead = topt.fleet.shard_id == 0; /* shard 0 reads, writes and prints */
-  if (!s) s = dpm_trainer_create(spec, &topt, &t, &err);
+  if (!s) s = dpm_trainer_create_checked(spec, &topt, &t, &err);
   /* in a job of several shards every shard loads together: shard 0 reads
      the file (or, without --resume, tells the others there is none) */
   if (!s && (o.resume || shards > 1))
@@ -470,10 +472,11 @@ int main(int argc, char **argv) {
     int n_in = split(in_list, in, DPM_OP_MAX_IO),
         n_out = split(out_list, out, DPM_OP_MAX_IO);
     s = dpm_trainer_export_format(t, o.format, (const char *const *)in, n_in,
-                                  (const char *const *)out, n_out, NULL, o.predictor, &err);
+                                  (const char *const *)out, n_out, NULL, o.predictor,
+                                  &err);
   }
   if (s) fprintf(stderr, "dpm-train: %s\n", err.msg);
   dpm_trainer_destroy(t);
-  dpm_spec_free(spec);
+  dpm_checked_spec_free(spec);
   return s ? 1 : 0;
 }

@@ -1,4 +1,5 @@
-/* dpm_trainer_create: devices, the model and its plan, the memory count,
+/* dpm_trainer_create_checked (and dpm_trainer_create, which checks a
+ * protobuf spec first): devices, the model and its plan, the memory count,
  * the reader, the replicas and their group, the initial broadcast; the
  * phases it records (dpm_trainer_phases). The top of the trainer's files:
  * it calls train/trainer.c and train/state.c, and neither calls it. */
@@ -10,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/checked_spec.h"
 #include "common/clock.h"
 #include "common/err.h"
 #include "common/idx.h"
-#include "common/spec.h"
 #include "common/validate.h"
 #include "ops/collective.h"
 #include "parallel/sync_bn.h"
@@ -66,23 +67,24 @@ static dpm_reader_config reader_config(const dpm_trainer *t, const Dpm__InputSpe
   };
 }
 
-/* The replicas' devices, parsed once: the options' (a count of one kind),
- * else the spec's (canonical: common/validate.h checked them), else cpu:0;
- * each of a kind this build has a backend for. */
-static dpm_status parse_devices(dpm_trainer *t, const Dpm__ModelSpec *spec,
-                                dpm_err *err) {
-  const Dpm__ParallelSpec *p = spec->parallel;
-  int named = p ? (int)p->n_devices : 0;
-  t->n = t->opt.devices > 0 ? t->opt.devices : named ? named : 1;
+/* The replicas' devices: the options' (a count of one kind), else the
+ * checked spec's (parsed at its check), else cpu:0; each of a kind this
+ * build has a backend for. */
+static dpm_status replica_devices(dpm_trainer *t, const dpm_checked_spec *cs,
+                                  dpm_err *err) {
+  size_t named;
+  const dpm_device *devs = dpm_checked_spec_devices(cs, &named);
+  t->n = t->opt.devices > 0 ? t->opt.devices : named ? (int)named : 1;
   if (!(t->dev = calloc((size_t)t->n, sizeof *t->dev))) return dpm_nomem(err);
   for (int i = 0; i < t->n; i++) {
     char name[32];
-    t->dev[i] = (dpm_device){t->opt.devices > 0 ? t->opt.kind : DPM_DEVICE_CPU, i};
-    if (t->opt.devices <= 0 && named && dpm_device_parse(p->devices[i], &t->dev[i]))
-      return dpm_errf(err, DPM_SPEC, "device '%s' is not a device", p->devices[i]);
+    t->dev[i] = t->opt.devices > 0 ? (dpm_device){t->opt.kind, i}
+                : named            ? devs[i]
+                                   : (dpm_device){DPM_DEVICE_CPU, i};
     if (!dpm_backend_of(t->dev[i].kind))
       return dpm_errf(err, DPM_UNSUPPORTED, "%s: device %s: this build has no %s backend",
-                      spec->source, dpm_device_format(t->dev[i], name, sizeof name),
+                      dpm_checked_spec_pb(cs)->source,
+                      dpm_device_format(t->dev[i], name, sizeof name),
                       dpm_device_kind_name(t->dev[i].kind));
   }
   return DPM_OK;
@@ -454,7 +456,7 @@ static uint64_t plan_digest(const dpm_trainer *t) {
 static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   meta *m = &t->meta;
   memset(m, 0, sizeof *m);
-  m->word[AGREE_MODEL] = dpm_spec_hash(spec);
+  m->word[AGREE_MODEL] = t->spec_hash;
   m->word[AGREE_PLAN] = plan_digest(t);
   m->word[AGREE_DEVICES] = (uint64_t)t->n;
   m->word[AGREE_SHARDS] = (uint64_t)t->shards;
@@ -493,10 +495,11 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   return trainer_shard_prefix(t, err);
 }
 
-static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
+static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err) {
+  const Dpm__ModelSpec *spec = dpm_checked_spec_pb(cs);
   const Dpm__ParallelSpec *par = spec->parallel;
   double t0 = dpm_mono_ns() / 1e6;
-  if (parse_devices(t, spec, err)) return err->code;
+  if (replica_devices(t, cs, err)) return err->code;
   t->math = (par && par->allow_tf32 ? DPM_MATH_TF32 : 0) |
             (par && par->deterministic ? DPM_MATH_DETERMINISTIC : 0);
   t->graphs = par ? par->cuda_graphs : 1;
@@ -614,18 +617,18 @@ static dpm_status setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   return s;
 }
 
-dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
-                              dpm_trainer **out, dpm_err *err) {
+dpm_status dpm_trainer_create_checked(const dpm_checked_spec *cs,
+                                      const dpm_trainer_options *opt, dpm_trainer **out,
+                                      dpm_err *err) {
   *out = NULL;
   double t0 = dpm_mono_ns() / 1e6;
-  if (dpm_spec_validate(spec, err)) return err->code;
+  const Dpm__ModelSpec *spec = dpm_checked_spec_pb(cs);
   dpm_trainer *t = calloc(1, sizeof *t);
   if (!t) return dpm_nomem(err);
-  lap(t, DPM_PHASE_VALIDATE, &t0);
   t->opt = opt ? *opt : (dpm_trainer_options){.net_type = -1};
   if (!t->opt.comm_timeout_ms) t->opt.comm_timeout_ms = 60000;
   t->seed = spec->input->seed;
-  t->spec_hash = dpm_spec_hash(spec);
+  t->spec_hash = dpm_checked_spec_hash(cs);
   if (spec->eval && spec->eval->images) {
     t->eval_batch = (int)spec->eval->batch_size;
     t->scale = spec->input->scale;
@@ -635,11 +638,25 @@ dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_opti
       return dpm_nomem(err);
     }
   }
-  dpm_status s = setup(t, spec, err);
+  lap(t, DPM_PHASE_VALIDATE, &t0); /* nothing left to validate: the spec was checked */
+  dpm_status s = setup(t, cs, err);
   if (s) {
     dpm_trainer_destroy(t);
     return s;
   }
   *out = t;
   return DPM_OK;
+}
+
+dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
+                              dpm_trainer **out, dpm_err *err) {
+  *out = NULL;
+  double t0 = dpm_mono_ns() / 1e6;
+  dpm_checked_spec *cs;
+  if (dpm_spec_check_borrowed(spec, &cs, err)) return err->code;
+  double checked = dpm_mono_ns() / 1e6 - t0;
+  dpm_status s = dpm_trainer_create_checked(cs, opt, out, err);
+  if (!s) (*out)->phase_ms[DPM_PHASE_VALIDATE] += checked;
+  dpm_checked_spec_free(cs);
+  return s;
 }

@@ -52,9 +52,10 @@
  * threads, interleave step by step. The reader has a prefetch thread of its
  * own. dpm_trainer_interrupt may be called from any thread.
  *
- * Errors: create validates the whole spec (common/validate.h, then the
- * engine) and counts every byte it will allocate before allocating any
- * (DPM_SPEC with file:line and op; DPM_DENIED over max_bytes); a missing
+ * Errors: create takes a checked spec (common/checked_spec.h: validated
+ * once, where it entered the process), validates what the engine owns (op
+ * types, arguments, wiring, shapes) and counts every byte it will allocate before
+ * allocating any (DPM_SPEC with file:line and op; DPM_DENIED over max_bytes); a missing
  * data or eval file is DPM_IO; step
  * fails with DPM_NUMERIC when the loss is not finite and with a collective's
  * error (DPM_TIMEOUT) if a replica stalls (the crew then renews its broken
@@ -168,7 +169,17 @@ typedef struct dpm_trainer_memory {
   uint64_t total;
 } dpm_trainer_memory;
 
-/* opt may be NULL (defaults). */
+/* A trainer for a checked spec (common/checked_spec.h): its devices are
+ * the check's, its hash (checkpoints, the shards' agreement) the check's;
+ * nothing of it is validated, hashed or parsed again. cs need not outlive
+ * the trainer. opt may be NULL (defaults). */
+struct dpm_checked_spec;
+dpm_status dpm_trainer_create_checked(const struct dpm_checked_spec *cs,
+                                      const dpm_trainer_options *opt, dpm_trainer **out,
+                                      dpm_err *err);
+/* The same for a protobuf spec the caller holds (tests, benchmarks): it is
+ * checked first (dpm_spec_check_borrowed), the check's time counted as the
+ * validate phase. */
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err);
 /* Run up to n steps (fewer if interrupted); *last describes the last one. */
@@ -256,13 +267,13 @@ int dpm_trainer_devices(const dpm_trainer *t);
 const char *dpm_trainer_comm_backend(const dpm_trainer *t);
 
 /* Where the time from create to the end of the first step went, in ms:
- * create's spec validation, the graph (model, plan, memory count), the
- * training set (reader: from the data cache or the file), the replicas'
- * allocation (workspaces, bound steps, crew), the seeded parameter init,
- * the communicator (and a fleet's agreement), the broadcast of the initial
- * parameters; then the first step's wait for its batch and the step. The
- * last two are 0 until the first step ran. Owned by the trainer; read it
- * on the thread that drives it. */
+ * create's spec validation (dpm_trainer_create's check; about 0 for a
+ * checked spec, whose check ran where it entered the process), the graph (model, plan,
+ * memory count), the training set (reader: from the data cache or the file), the
+ * replicas' allocation (workspaces, bound steps, crew), the seeded parameter init, the
+ * communicator (and a fleet's agreement), the broadcast of the initial parameters; then
+ * the first step's wait for its batch and the step. The last two are 0 until the first
+ * step ran. Owned by the trainer; read it on the thread that drives it. */
 enum {
   DPM_PHASE_VALIDATE,
   DPM_PHASE_GRAPH,

@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <pthread.h>
 
+#include "common/checked_spec.h"
 #include "server/fleet/fleet.h"
 #include "server/models/model.h"
 #include "server/ratelimit.h"
@@ -41,11 +42,13 @@ typedef struct waiter { /* a train --wait to answer when the run ends */
 
 struct dpmd_model {
   dpmd *d;
-  /* owned; immutable once the thread runs, except that an elastic resume
-   * (model thread) replaces it with the job's new shards: the old one
-   * stays in retired_specs until the model is freed */
-  Dpm__ModelSpec *_Atomic spec;
-  Dpm__ModelSpec **retired_specs;
+  /* owned: the spec as admitted, checked once (common/checked_spec.h);
+   * immutable once the thread runs, except that an elastic resume (model
+   * thread) replaces it with the job's new shards: the old one stays in
+   * retired_specs until the model is freed */
+  dpm_checked_spec *_Atomic checked;
+  const Dpm__ModelSpec *_Atomic spec; /* checked's protobuf spec, for reading */
+  dpm_checked_spec **retired_specs;
   int n_retired_specs;
   /* owned: its shard of a fleet job, NULL: none. Set by the model thread
    * only (restored, re-formed: a new link), read by any; a replaced link

@@ -40,10 +40,11 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   dpm_status s = DPM_OK;
   if (coordinator) s = dpmd_fleet_form(m->d, l, m->spec, err);
   if (!s && l) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
-  if (!s)
-    s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
+  size_t n;
+  const dpm_device *devs = dpm_checked_spec_devices(m->checked, &n);
+  if (!s) s = dpmd_devices_crew(m->d->devices, devs, n, &opt.crew, err);
   dpm_trainer *t = NULL;
-  if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
+  if (!s) s = dpm_trainer_create_checked(m->checked, &opt, &t, err);
   if (s && coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
   if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
   if (s) return s;
@@ -432,17 +433,19 @@ void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to) {
   push(m, j);
 }
 
-dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore,
+dpm_status dpmd_model_new(dpmd *d, dpm_checked_spec *checked, int restore,
                           dpmd_fleet_link *fleet, dpmd_reply_to *to, dpmd_model **out,
                           dpm_err *err) {
   *out = NULL;
+  const Dpm__ModelSpec *spec = dpm_checked_spec_pb(checked);
   dpmd_model *m = calloc(1, sizeof *m);
   if (!m) {
-    dpm_spec_free(spec);
+    dpm_checked_spec_free(checked);
     dpmd_fleet_link_free(fleet);
     return dpm_errf(err, DPM_NOMEM, "out of memory");
   }
   m->d = d;
+  m->checked = checked;
   m->spec = spec;
   m->fleet = fleet;
   m->restore = restore;
@@ -481,8 +484,8 @@ void dpmd_model_free(dpmd_model *m) {
   dpmd_fleet_link_free(m->fleet); /* after the trainer, whose communicator used it */
   for (int i = 0; i < m->n_retired; i++) dpmd_fleet_link_free(m->retired[i]);
   free(m->retired);
-  for (int i = 0; i < m->n_retired_specs; i++) dpm_spec_free(m->retired_specs[i]);
+  for (int i = 0; i < m->n_retired_specs; i++) dpm_checked_spec_free(m->retired_specs[i]);
   free(m->retired_specs);
-  dpm_spec_free(m->spec);
+  dpm_checked_spec_free(m->checked);
   free(m);
 }

@@ -82,17 +82,19 @@ const char *dpmd_state_name(dpmd_state s);
 
 typedef struct dpmd_model dpmd_model;
 
-/* Starts a model: takes ownership of spec (name and devices already
- * applied; spec->name is the model's name) and of fleet (its shard of a job
- * over several daemons, server/fleet/fleet.h; NULL for a job of this daemon
- * alone) and begins building it on its thread. restore: bring it back from
+/* Starts a model: takes ownership of spec (checked: common/checked_spec.h;
+ * name and devices already applied; its name is the model's name) and of
+ * fleet (its shard of a job over several daemons, server/fleet/fleet.h;
+ * NULL for a job of this daemon alone) and begins building it on its
+ * thread. restore: bring it back from
  * its directory (last good checkpoint, paused) instead of answering a
  * submit; then `to` is NULL. The model answers `to` (may be NULL: a shard
  * joining a job) once built (or failed: it then exits, dpmd_model_exited).
  * DPM_NOMEM when its thread cannot start (spec and fleet freed, `to` not
  * answered). */
 struct dpmd_fleet_link;
-dpm_status dpmd_model_new(dpmd *d, Dpm__ModelSpec *spec, int restore,
+struct dpm_checked_spec;
+dpm_status dpmd_model_new(dpmd *d, struct dpm_checked_spec *spec, int restore,
                           struct dpmd_fleet_link *fleet, dpmd_reply_to *to,
                           dpmd_model **out, dpm_err *err);
 /* Requests a model holds queued at most; more are refused (DPM_DENIED). */

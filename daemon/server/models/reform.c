@@ -49,24 +49,25 @@ static dpm_status load_newest(dpmd_model *m, dpm_err *err) {
  * checkpoint (load_newest), and the run goes on towards its target. A
  * failure leaves the model failed (no trainer) with the reason; resume
  * tries again. */
-static dpm_status reform(dpmd_model *m, Dpm__ModelSpec *elastic, dpm_err *err) {
+static dpm_status reform(dpmd_model *m, dpm_checked_spec *elastic, dpm_err *err) {
   dpm_err derr = {0};
   if (dpmd_fleet_delete(m->d, m->fleet, m->spec, &derr))
     dpmd_warn("model %s: re-forming: %s", m->spec->name, derr.msg);
   if (elastic) { /* the job's new shards from now on (saved: a restart keeps them) */
-    Dpm__ModelSpec **rs =
+    dpm_checked_spec **rs =
         realloc(m->retired_specs, (size_t)(m->n_retired_specs + 1) * sizeof *rs);
     if (!rs) {
-      dpm_spec_free(elastic);
+      dpm_checked_spec_free(elastic);
       return dpm_errf(err, DPM_NOMEM, "out of memory");
     }
     m->retired_specs = rs;
-    if (dpmd_store_save_spec(m->dir, elastic, err)) {
-      dpm_spec_free(elastic);
+    if (dpmd_store_save_spec(m->dir, dpm_checked_spec_pb(elastic), err)) {
+      dpm_checked_spec_free(elastic);
       return err->code;
     }
-    m->retired_specs[m->n_retired_specs++] = m->spec;
-    m->spec = elastic;
+    m->retired_specs[m->n_retired_specs++] = m->checked;
+    m->checked = elastic;
+    m->spec = dpm_checked_spec_pb(elastic);
   }
   pthread_mutex_lock(&m->mu);
   dpm_trainer *old = m->t;
@@ -77,18 +78,20 @@ static dpm_status reform(dpmd_model *m, Dpm__ModelSpec *elastic, dpm_err *err) {
   dpmd_fleet_link *l, **r = realloc(m->retired, (size_t)(m->n_retired + 1) * sizeof *r);
   if (!r) return dpm_errf(err, DPM_NOMEM, "out of memory");
   m->retired = r;
-  if (dpmd_fleet_coordinate(m->spec, &l, err)) return err->code;
+  /* the spec's rendezvous is explicit since its submit (commands.c):
+   * coordinating changes nothing in the checked spec */
+  if (dpmd_fleet_coordinate((Dpm__ModelSpec *)m->spec, &l, err)) return err->code;
   m->retired[m->n_retired++] = m->fleet;
   m->fleet = l;
   model_set_state(m, DPMD_BUILDING);
-  const Dpm__ParallelSpec *par = m->spec->parallel;
+  size_t n;
+  const dpm_device *devs = dpm_checked_spec_devices(m->checked, &n);
   dpm_trainer_options opt = model_trainer_options(m);
   dpm_status s = dpmd_fleet_form(m->d, l, m->spec, err);
   if (!s) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
-  if (!s)
-    s = dpmd_devices_crew(m->d->devices, par->devices, par->n_devices, &opt.crew, err);
+  if (!s) s = dpmd_devices_crew(m->d->devices, devs, n, &opt.crew, err);
   dpm_trainer *t = NULL;
-  if (!s) s = dpm_trainer_create(m->spec, &opt, &t, err);
+  if (!s) s = dpm_trainer_create_checked(m->checked, &opt, &t, err);
   if (s) {
     dpmd_fleet_abort(m->d, l, m->spec);
     return s;
@@ -114,11 +117,11 @@ static dpm_status reform(dpmd_model *m, Dpm__ModelSpec *elastic, dpm_err *err) {
 
 /* A copy of m's spec over the shards of an elastic resume (r), with the
  * per-device batch that keeps the global batch (or, allowed, the old one:
- * *note says the global batch changed). DPM_INVALID: not this job's
- * coordinator first, a bad or repeated endpoint, a batch that does not
- * divide. */
+ * *note says the global batch changed), checked (its devices as m's were
+ * parsed). DPM_INVALID: not this job's coordinator first, a bad or repeated
+ * endpoint, a batch that does not divide; DPM_SPEC: the copy's check. */
 static dpm_status elastic_spec(dpmd_model *m, const Dpm__ResumeRequest *r,
-                               Dpm__ModelSpec **out, char *note, size_t cap,
+                               dpm_checked_spec **out, char *note, size_t cap,
                                dpm_err *err) {
   const Dpm__ParallelSpec *p = m->spec->parallel;
   if (r->n_shards > DPM_SPEC_MAX_SHARDS)
@@ -169,7 +172,11 @@ static dpm_status elastic_spec(dpmd_model *m, const Dpm__ResumeRequest *r,
     snprintf(note, cap, "the global batch is now %llu (was %llu): %u per device",
              (unsigned long long)nb * q->n_devices * q->n_shards,
              (unsigned long long)batch * p->n_devices * p->n_shards, nb);
-  *out = s;
+  size_t n;
+  if (dpm_spec_check(s, dpm_checked_spec_devices(m->checked, &n), out, err)) {
+    dpm_spec_free(s);
+    return err->code;
+  }
   return DPM_OK;
 }
 
@@ -181,7 +188,7 @@ static int needs_reform(const dpmd_model *m) {
 
 void dpmd_job_resume(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__ResumeRequest *r = rq->resume;
-  Dpm__ModelSpec *elastic = NULL;
+  dpm_checked_spec *elastic = NULL;
   char note[160] = "";
   dpm_err err = {0};
   if (r->n_shards) { /* elastic: the coordinator re-forms the job over r's shards */

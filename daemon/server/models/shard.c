@@ -91,7 +91,9 @@ dpm_status model_restore_fleet(dpmd_model *m, dpm_err *err) {
                     m->spec->name, shard, m->spec->parallel->shards[0]);
   }
   dpmd_fleet_link *l;
-  if (dpmd_fleet_coordinate(m->spec, &l, err)) return err->code;
+  /* its spec.pb was saved with the rendezvous explicit (commands.c made it
+   * so before the submit's check): coordinating changes nothing in it */
+  if (dpmd_fleet_coordinate((Dpm__ModelSpec *)m->spec, &l, err)) return err->code;
   m->fleet = l;
   uint64_t it[1];
   int n = dpmd_store_checkpoints(m->dir, it, 1);
