@@ -68,7 +68,8 @@ TEST(spec_checked_once_on_the_submit_path) {
   free(cfg.events); /* publishes none */
   cfg.events = NULL;
   dpmd d = {.cfg = &cfg, .paths = paths, .devices = dv};
-  ok = ok && !dpmd_core_start(&d, &loop, -1, -1, exited, r, &err);
+  ok = ok && !dpmd_core_start(&d, &loop, -1, -1,
+                              &(dpmd_core_hooks){.exited = exited, .arg = r}, &err);
 
   /* the client's side: the YAML parsed (and checked) there, then the bytes */
   Dpm__ModelSpec *spec = NULL;
