@@ -28,7 +28,7 @@
  *
  * Device memory is touched only through the backend: device-to-device
  * copies, the communicator (between dpm_dev_enter/leave, as the collective
- * kernels do) and dpm_tensor_read/write of host copies for the arithmetic
+ * ops do: engine/collective.h) and dpm_tensor_read/write of host copies for the arithmetic
  * (4 floats per parameter element per block), so the same code serves
  * every backend.
  *
