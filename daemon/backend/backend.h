@@ -6,10 +6,11 @@
  * device goes through its table: raw memory (under the caching allocator,
  * backend/pool.h), copies between host and device and within a device, a
  * memset, an ordering handle with synchronise (a CUDA stream; nothing on
- * CPU), and the kernel of each op id (dpm_kernel_def). Only backends and
- * kernels touch device bytes; the trainer, readers' staging, checkpoints,
- * get-blob, sync and predictor extraction copy through here
- * (backend/device.h).
+ * CPU), and the kernel of each op id (dpm_kernel_def) but the collectives,
+ * which the engine runs through the communicator (engine/collective.h).
+ * Only backends and kernels touch device bytes; the trainer, readers'
+ * staging, checkpoints, get-blob, sync and predictor extraction copy
+ * through here (backend/device.h).
  *
  * Ops and kernels: an op's semantics (arity, arguments, shape inference,
  * gradient, the fusions its kernels implement) are its dpm_op_def
@@ -100,13 +101,21 @@ typedef struct dpm_backend {
   dpm_status (*failure)(void *state, dpm_err *err);
   /* The kernel of op `id` (< DPM_OP_COUNT) on this backend, static; NULL:
    * the op is not supported here (a net using it is refused when it is
-   * bound, naming op and device: dpm_exec_kernel, engine/exec.h). A
-   * returned def always has run. */
+   * bound, naming op and device: dpm_exec_kernel, engine/exec.h), and for
+   * the collectives (DPM_COLLECTIVE_OP_MAP: the engine's). A returned def
+   * always has run. */
   const dpm_kernel_def *(*kernel)(dpm_op_id id);
   /* Host code acting as the device (the local communicator's data movement
    * on buffers of this device) runs between enter and leave. */
   void (*enter)(void *state);
   void (*leave)(void *state);
+  /* Optional: runs fn(op), host code acting as the device for op (a
+   * collective: engine/collective.h), in the device's order as a kernel
+   * would run: recorded instead, and run by each replay, while the calling
+   * thread captures a step graph. NULL: fn runs at once between enter and
+   * leave (a stream-ordered communicator queues its own work, which a
+   * capture then takes: cuda). */
+  void (*run_host)(void *state, void (*fn)(const dpm_op *op), const dpm_op *op);
   /* Whether p points into this device's memory (a communicator over host
    * copies passes host buffers through as they are: comm/staged.c). NULL:
    * never, for host-visible backends, whose memory is the host's. Any

@@ -161,6 +161,16 @@ void *dpm_dev_stream(dpm_dev *dev) {
 void dpm_dev_enter(dpm_dev *dev) { dev->be->enter(dev->state); }
 void dpm_dev_leave(dpm_dev *dev) { dev->be->leave(dev->state); }
 
+void dpm_dev_run_host(dpm_dev *dev, void (*fn)(const dpm_op *op), const dpm_op *op) {
+  if (dev->be->run_host) {
+    dev->be->run_host(dev->state, fn, op);
+    return;
+  }
+  dpm_dev_enter(dev);
+  fn(op);
+  dpm_dev_leave(dev);
+}
+
 dpm_pool_stats dpm_dev_stats(dpm_dev *dev) { return dpm_pool_stats_of(&dev->pool); }
 
 static int by_id(const void *a, const void *b) {

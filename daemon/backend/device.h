@@ -54,6 +54,9 @@ dpm_status dpm_dev_failure(dpm_dev *dev, dpm_err *err);
  * device's kernels are its backend's (dpm_dev_backend(dev)->kernel). */
 void dpm_dev_enter(dpm_dev *dev);
 void dpm_dev_leave(dpm_dev *dev);
+/* Runs fn(op), host code acting as dev for op, in dev's order
+ * (backend.h: run_host; without one, between enter and leave). */
+void dpm_dev_run_host(dpm_dev *dev, void (*fn)(const dpm_op *op), const dpm_op *op);
 
 /* The backend's own state of the device (what its open made). */
 void *dpm_dev_state(dpm_dev *dev);

@@ -9,8 +9,9 @@
  * dpm_tensor_read, dpm_tensor_write); offsets are dpm_dptr_at. The fenced
  * backend catches at run time what a cast past this would still do.
  *
- * dpm_dptr_raw, the address inside, is for backends, kernels and the
- * engine's binding of tensors to memory (tensor.c, workspace.c, exec.c);
+ * dpm_dptr_raw, the address inside, is for backends, kernels, the
+ * engine's binding of tensors to memory (tensor.c, workspace.c, exec.c)
+ * and its collectives' buffers handed to the communicator (collective.c);
  * scripts/check_device_bytes.sh refuses it anywhere else in the daemon.
  * Pure values: any thread. */
 #ifndef DPM_BACKEND_DPTR_H

@@ -6,6 +6,7 @@
 
 #include "backend/device.h"
 #include "common/err.h"
+#include "engine/collective.h"
 
 /* The backend whose kernels run on ctx: its device's, or the CPU's for
  * host code (no device). */
@@ -66,7 +67,8 @@ size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t, const dpm_backen
 
 dpm_status dpm_exec_kernel(const dpm_backend *be, const dpm_op_def *def,
                            const char *device, const dpm_kernel_def **out, dpm_err *err) {
-  if ((*out = be->kernel(def->id))) return DPM_OK;
+  if ((*out = dpm_collective_kernel(def->id)) || (*out = be->kernel(def->id)))
+    return DPM_OK;
   return dpm_errf(err, DPM_UNSUPPORTED, "op %s is not supported on device %s", def->name,
                   device);
 }

@@ -3,7 +3,8 @@
  * dpm_exec_bind allocates (or resizes) every output blob from an inferred
  * shape table, resolves every input and binds each op to its kernel on the
  * context's device (through the device's backend; the cpu backend's for a
- * context without a device: host code such as the predictor runtime), so
+ * context without a device: host code such as the predictor runtime; the
+ * engine's own for the collectives, on any device: engine/collective.h), so
  * running cannot fail. Binding again after a shape change (a partial eval
  * batch) is cheap: tensors keep their capacity. Owned by one device worker;
  * dpm_exec_kernel and dpm_net_scratch are pure and safe from any thread. */
@@ -29,9 +30,10 @@ void dpm_ctx_fini(dpm_ctx *ctx);
  * (the largest of any op; an op be has no kernel for needs none). */
 size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t,
                        const struct dpm_backend *be);
-/* The kernel of op def on backend be, into *out. `device` names the device
- * for the message: DPM_UNSUPPORTED "op Conv is not supported on device
- * cuda:0" when be has none (*out NULL). */
+/* The kernel of op def on backend be, into *out: the engine's for a
+ * collective (engine/collective.h), whatever the backend, else be's.
+ * `device` names the device for the message: DPM_UNSUPPORTED "op Conv is
+ * not supported on device cuda:0" when be has none (*out NULL). */
 dpm_status dpm_exec_kernel(const struct dpm_backend *be, const dpm_op_def *def,
                            const char *device, const struct dpm_kernel_def **out,
                            dpm_err *err);

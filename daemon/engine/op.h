@@ -7,7 +7,8 @@
  * device: arity, argument schema, parameters it creates, hidden outputs,
  * shape inference, gradient maker and the fusions its kernels implement. Its
  * code is a kernel per backend, looked up by id (dpm_kernel_def,
- * backend/backend.h; the CPU's in daemon/backend/cpu/). The engine names the
+ * backend/backend.h; the CPU's in daemon/backend/cpu/), or the engine's
+ * for the collectives (engine/collective.h). The engine names the
  * ops it emits by id; specs and predictor files name them by text
  * (dpm_op_find).
  *

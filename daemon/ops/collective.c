@@ -13,9 +13,10 @@
  *   Broadcast(b...) -> b...        copy the master's (rank 0) values
  *
  * Here: arguments, shape inference (reduced blobs are f32, of an even
- * element count with dtype f64; every blob keeps its shape); the kernels
- * are each backend's (CPU: backend/cpu/collective.c, which also says how a
- * failure reaches the runner). */
+ * element count with dtype f64; every blob keeps its shape). No backend has
+ * a kernel for them: the engine runs them through the communicator on any
+ * device (engine/collective.h, which also says how a failure reaches the
+ * runner). */
 #include "ops/collective.h"
 
 #include "engine/op.h"

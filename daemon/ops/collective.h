@@ -1,6 +1,6 @@
 /* The positions and values of Allreduce's argument, which its semantics
- * (ops/collective.c) define and each backend's kernels (CPU:
- * backend/cpu/collective.c; cuda/collective.c) read. */
+ * (ops/collective.c) define and the engine's kernel (engine/collective.c)
+ * reads. */
 #ifndef DPM_OPS_COLLECTIVE_H
 #define DPM_OPS_COLLECTIVE_H
 

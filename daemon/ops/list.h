@@ -10,12 +10,18 @@
  * compile; specs and predictor files name them by text (dpm_op_find). The
  * order is that of dpm_op_all(); an op is added by one line here, its def in
  * a family file and its CPU kernel, DPM_CPU_KERNEL(ID), in the family's file
- * of daemon/backend/cpu/ (backend/cpu/kernels.h). Pure macros: no includes,
- * nothing to link. */
+ * of daemon/backend/cpu/ (backend/cpu/kernels.h). The list is two: the ops
+ * with a kernel per backend (DPM_KERNEL_OP_MAP), then the collectives
+ * (DPM_COLLECTIVE_OP_MAP), which the engine runs through the communicator
+ * on every backend (engine/collective.h) and which no backend has a kernel
+ * for. Pure macros: no includes, nothing to link. */
 #ifndef DPM_OPS_LIST_H
 #define DPM_OPS_LIST_H
 
-#define DPM_OP_MAP(XX)                                                                   \
+#define DPM_OP_MAP(XX) DPM_KERNEL_OP_MAP(XX) DPM_COLLECTIVE_OP_MAP(XX)
+
+/* Ops that every backend runs as its own kernels. */
+#define DPM_KERNEL_OP_MAP(XX)                                                            \
   /* elementwise.c */                                                                    \
   XX(RELU, "Relu")                                                                       \
   XX(RELU_GRADIENT, "ReluGradient")                                                      \
@@ -71,7 +77,11 @@
   XX(MOMENTUM_SGD, "MomentumSGD")                                                        \
   XX(ADAM, "Adam")                                                                       \
   XX(LEARNING_RATE, "LearningRate")                                                      \
-  XX(ITER, "Iter")                                                                       \
+  XX(ITER, "Iter")
+
+/* Ops that the engine runs through the replicas' communicator, on any
+ * backend (engine/collective.h): no backend has a kernel for them. */
+#define DPM_COLLECTIVE_OP_MAP(XX)                                                        \
   /* collective.c */                                                                     \
   XX(ALLREDUCE, "Allreduce")                                                             \
   XX(ALLREDUCE_START, "AllreduceStart")                                                  \

@@ -28,9 +28,9 @@
  *
  * Device memory is touched only through the backend: device-to-device
  * copies, the communicator (between dpm_dev_enter/leave, as the collective
- * kernels do) and dpm_tensor_read/write of host copies for the arithmetic
- * (4 floats per parameter element per block), so the same code serves
- * every backend.
+ * ops do: engine/collective.h) and dpm_tensor_read/write of host copies for the
+ * arithmetic (4 floats per parameter element per block), so the same code serves every
+ * backend.
  *
  * Ownership: a dpm_bmuf owns its name arrays and the state names; the
  * other names are borrowed from the model and the plan, which must outlive

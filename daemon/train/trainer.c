@@ -35,7 +35,8 @@ void trainer_release(dpm_trainer *t) {
 }
 
 /* The communicator moves the bytes of device buffers: it acts as the
- * device (backend.h: enter/leave), as the collective kernels do. */
+ * device (backend.h: enter/leave), as the collective ops do
+ * (engine/collective.h). */
 static dpm_status sync_blobs(replica *r, const char *const *names, int n) {
   dpm_dev_enter(r->dev);
   for (int i = 0; i < n && !r->status; i++) {

@@ -47,13 +47,13 @@ static void cpu_memset(void *state, void *dst, int value, size_t bytes) {
 
 static void cpu_synchronize(void *state) { (void)state; }
 
-/* Every op's kernel, indexed by its id. */
-static const dpm_kernel_def *const kernels[] = {
+/* Every op's kernel, indexed by its id; NULL for the collectives (the
+ * engine's: engine/collective.h). */
+static const dpm_kernel_def *const kernels[DPM_OP_COUNT] = {
 #define XX(id, name) [DPM_OP_##id] = &DPM_CPU_KERNEL(id),
-    DPM_OP_MAP(XX)
+    DPM_KERNEL_OP_MAP(XX)
 #undef XX
 };
-_Static_assert(sizeof kernels / sizeof *kernels == DPM_OP_COUNT, "one kernel per op id");
 
 static const dpm_kernel_def *cpu_kernel(dpm_op_id id) {
   assert((unsigned)id < DPM_OP_COUNT);

@@ -3,7 +3,8 @@
  * kernel of every op of its family in the op list (ops/list.h) as
  * `const dpm_kernel_def DPM_CPU_KERNEL(ID)`, declared here; the cpu backend
  * (cpu.c) tables them by op id. The CPU is the reference backend: every op
- * has a CPU kernel, and one missing fails to link. FC and Conv run their
+ * of DPM_KERNEL_OP_MAP has a CPU kernel, and one missing fails to link (the
+ * collectives are the engine's: engine/collective.h). FC and Conv run their
  * matrix products through backend/cpu/gemm.h. */
 #ifndef DPM_BACKEND_CPU_KERNELS_H
 #define DPM_BACKEND_CPU_KERNELS_H
@@ -14,7 +15,7 @@
 #define DPM_CPU_KERNEL(ID) dpm_cpu_kernel_##ID
 
 #define XX(id, name) extern const dpm_kernel_def DPM_CPU_KERNEL(id);
-DPM_OP_MAP(XX)
+DPM_KERNEL_OP_MAP(XX)
 #undef XX
 
 #endif

@@ -180,10 +180,11 @@ unsigned long cuda_staging_blocks(void);
  * fc.c, conv.c, ...) as `const dpm_kernel_def DPM_CUDA_KERNEL(ID)`; the
  * table (kernels.c) refers to them weakly, so an op whose family file
  * lacks it has none (refused at bind, naming op and device) and the test
- * that every op has a cuda kernel fails. */
+ * that every op of DPM_KERNEL_OP_MAP has a cuda kernel fails (the
+ * collectives are the engine's: engine/collective.h). */
 #define DPM_CUDA_KERNEL(ID) dpm_cuda_kernel_##ID
 #define XX(id, name) extern const dpm_kernel_def DPM_CUDA_KERNEL(id);
-DPM_OP_MAP(XX)
+DPM_KERNEL_OP_MAP(XX)
 #undef XX
 
 const dpm_kernel_def *cuda_kernel(dpm_op_id id);

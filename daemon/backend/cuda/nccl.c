@@ -366,6 +366,7 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
 static dpm_status nccl_allreduce(dpm_comm *c, int rank, dpm_comm_dtype t, void *buf,
                                  size_t count, dpm_err *err) {
   nccl_group *g = group_of(c);
+  cuda_use(g->ranks[rank].dev); /* the rank's device current on this thread */
   nccl_call call = {
       .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = t};
   dpm_status s = meet(g, rank, call, err);
@@ -417,6 +418,7 @@ static dpm_status nccl_wait(dpm_comm *c, int rank, dpm_err *err) {
 static dpm_status nccl_broadcast(dpm_comm *c, int rank, int root, void *buf, size_t bytes,
                                  dpm_err *err) {
   nccl_group *g = group_of(c);
+  cuda_use(g->ranks[rank].dev); /* the rank's device current on this thread */
   nccl_call call = {.op = DPM_GROUP_BROADCAST, .n = bytes, .root = root, .buf = buf};
   dpm_status s = meet(g, rank, call, err);
   if (s || bytes == 0) return s;

@@ -5,7 +5,8 @@
  *
  * The kernels are the cpu backend's, looked up by op id and each wrapped
  * so that it runs inside the window below; an op the CPU has no kernel for
- * has none here either.
+ * has none here either. Host work for an op (the engine's collectives:
+ * backend.h, run_host) runs as a kernel does.
  *
  * Every fenced device allocates from one arena of virtual memory that is
  * readable and writable only while a backend call runs (a kernel, a part
@@ -31,11 +32,12 @@
  * A fenced device also behaves as a CUDA device with one stream would, in
  * the two ways that host code can get wrong without a GPU:
  * - Step graphs (backend.h: capture_begin .. replay): while a thread
- *   captures, the kernels, device-to-device copies and memsets it queues
- *   on the device are recorded, not run, each kernel with the buffers it
- *   names (its tensors' data, its context's scratch and communicator);
- *   a copy between host and device, a wait, host code acting as the device
- *   or an allocation inside the capture fails the capture. A replay runs
+ *   captures, the kernels (and host work for an op: run_host),
+ *   device-to-device copies and memsets it queues on the device are
+ *   recorded, not run, each kernel with the buffers it names (its tensors'
+ *   data, its context's scratch and communicator); a copy between host and
+ *   device, a wait, other host code acting as the device (enter) or an
+ *   allocation inside the capture fails the capture. A replay runs
  *   the recording, and fails the device when an op now names other buffers
  *   than it did at capture (the CUDA graph would use the old ones: freed
  *   memory).
@@ -66,12 +68,12 @@ typedef struct extent {
 } extent;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t *arena;   /* NULL until the first device opens */
-static size_t used;      /* bump pointer: [0, used) has been handed out */
-static extent *holes;    /* freed extents below used */
-static int inside;       /* backend calls in flight (no key) */
-static int open_devices; /* the arena is unmapped when the last closes */
-static int pkey = -1;    /* the arena's protection key, or -1: mprotect */
+static uint8_t *arena;          /* NULL until the first device opens */
+static size_t used;             /* bump pointer: [0, used) has been handed out */
+static extent *holes;           /* freed extents below used */
+static int inside;              /* backend calls in flight (no key) */
+static int open_devices;        /* the arena is unmapped when the last closes */
+static int pkey = -1;           /* the arena's protection key, or -1: mprotect */
 static _Thread_local int depth; /* this thread's calls in flight (key) */
 
 static void window(int delta) {
@@ -113,6 +115,8 @@ typedef enum { REC_RUN, REC_PART, REC_D2D, REC_MEMSET } rec_kind;
 typedef struct rec {
   rec_kind kind;
   const dpm_op *op; /* REC_RUN, REC_PART: the op (its exec outlives the graph) */
+  void (*fn)(const dpm_op *op); /* REC_RUN: what runs it (its CPU kernel's run, or
+                                   host work: fenced_run_host) */
   int part;
   const void *ptr[REC_PTRS]; /* the buffers it named: inputs, outputs, scratch, comm */
   void *dst;                 /* REC_D2D, REC_MEMSET */
@@ -368,41 +372,51 @@ static const dpm_kernel_def *cpu_kernel_of(const dpm_node *n) {
   return dpm_backend_cpu.kernel(n->def->id);
 }
 
-/* Runs op (part < 0) or one part of it now, as the device's job. */
-static void run_now(fdev *d, const dpm_op *op, int part) {
+/* Runs fn(op) (part < 0) or one part of op's CPU kernel now, as the
+ * device's job. */
+static void run_now(fdev *d, const dpm_op *op, void (*fn)(const dpm_op *op), int part) {
   pthread_mutex_lock(&mu);
   int ok = job_begin(d, op);
   pthread_mutex_unlock(&mu);
   if (!ok) return;
   enter();
   if (part < 0)
-    cpu_kernel_of(op->node)->run(op);
+    fn(op);
   else
     cpu_kernel_of(op->node)->run_part(op, part);
   leave();
   job_end(d);
 }
 
-/* op (part < 0) or one part of it, queued: recorded by the caller's
+/* fn(op) (part < 0) or one part of op, queued: recorded by the caller's
  * capture, or run. */
-static void queue_op(const dpm_op *op, int part) {
+static void queue_op(const dpm_op *op, void (*fn)(const dpm_op *op), int part) {
   fdev *d = fdev_of(op);
-  rec r = {.kind = part < 0 ? REC_RUN : REC_PART, .op = op, .part = part};
+  rec r = {.kind = part < 0 ? REC_RUN : REC_PART, .op = op, .fn = fn, .part = part};
   op_ptrs(op, r.ptr);
   char what[64];
   snprintf(what, sizeof what, "a kernel (op %s)", op->node->def->name);
   pthread_mutex_lock(&mu);
   int taken = taken_by_capture(d, &r, what);
   pthread_mutex_unlock(&mu);
-  if (!taken) run_now(d, op, part);
+  if (!taken) run_now(d, op, fn, part);
 }
 
-static void fenced_run(const dpm_op *op) { queue_op(op, -1); }
+static void fenced_run(const dpm_op *op) {
+  queue_op(op, cpu_kernel_of(op->node)->run, -1);
+}
 
 /* Shapes only: no device bytes, so outside the window. */
 static int fenced_parts(const dpm_op *op) { return cpu_kernel_of(op->node)->parts(op); }
 
-static void fenced_run_part(const dpm_op *op, int part) { queue_op(op, part); }
+static void fenced_run_part(const dpm_op *op, int part) { queue_op(op, NULL, part); }
+
+/* Host work for op (a collective) runs as a kernel would: recorded inside a
+ * capture, else now, inside the window, as the device's job. */
+static void fenced_run_host(void *state, void (*fn)(const dpm_op *op), const dpm_op *op) {
+  (void)state; /* op's device's */
+  queue_op(op, fn, -1);
+}
 
 static size_t fenced_scratch(const dpm_node *n, const dpm_shape *in) {
   const dpm_kernel_def *k = cpu_kernel_of(n);
@@ -523,7 +537,7 @@ static dpm_status fenced_replay(void *state, void *graph, dpm_err *err) {
       pthread_mutex_unlock(&mu);
       break;
     }
-    run_now(d, r->op, r->kind == REC_RUN ? -1 : r->part);
+    run_now(d, r->op, r->fn, r->kind == REC_RUN ? -1 : r->part);
   }
   return fenced_failure(d, err);
 }
@@ -562,6 +576,7 @@ const dpm_backend dpm_backend_fenced = {
     .kernel = fenced_kernel,
     .enter = fenced_enter,
     .leave = fenced_leave,
+    .run_host = fenced_run_host,
     .owns = fenced_owns,
     .failure = fenced_failure,
     .capture_begin = fenced_capture_begin,
