@@ -50,10 +50,7 @@
  * for a started allreduce, has promised to leave the buffer alone); the
  * Gloo context is used by the one running the job only; started, waited
  * and the fifo are touched by the rank's own calls only. */
-#include <errno.h>
-#include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>

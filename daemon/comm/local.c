@@ -30,9 +30,7 @@
  * microseconds in a VM, several times per training step. The published
  * buffer pointers are read between the two rounds, when nobody can write
  * them; the fault and seq change under mu only. */
-#include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -47,7 +47,6 @@
  * never touched again. A rank's mutex and the queue's mu are never held
  * together. broken is set once, under the queue's mu. A rank's bounce
  * buffer (host buffers, below) is its own thread's. */
-#include <errno.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdarg.h>
