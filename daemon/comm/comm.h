@@ -29,9 +29,9 @@
  * calls are sequential, and a group runs one collective at a time. Calls
  * for different ranks run concurrently by design: that is how a collective
  * meets. A second call for a rank already inside one is refused with
- * DPM_INVALID where the backend can tell (local does), and hangs the group
- * until its timeout otherwise. dpm_comm_size and dpm_comm_backend are safe
- * from any thread.
+ * DPM_INVALID where the backend can tell (local, gloo and nccl do), and
+ * hangs the group until its timeout otherwise. dpm_comm_size and
+ * dpm_comm_backend are safe from any thread.
  *
  * Completion: when a call returns DPM_OK its result is ready for the rank's
  * next work on its device: in memory for CPU backends; for stream-ordered

@@ -2,12 +2,12 @@
  * process running `size` of them as threads; contract in comm.h, summation
  * order at dpm_comm_gloo_create.
  *
- * Every collective is a job. Job k is every local rank's k-th call (a
- * blocking collective or a started allreduce): a rank arriving records
- * what it called in the job's slot (a ring of GLOO_JOBS); the last local
- * rank to arrive checks that the local ranks agree and publishes the job
- * (ready = k + 1). Jobs run in order, one at a time (turn, running): a
- * blocking job whose turn it is when published runs on the rank that
+ * Every collective is a job of the group core's job queue (group.h). Job k
+ * is every local rank's k-th call (a blocking collective or a started
+ * allreduce): a rank arriving records what it called in the job's slot (a
+ * ring of GLOO_JOBS); the last local rank to arrive checks that the local
+ * ranks agree and publishes the job (ready = k + 1). Jobs run in order, one at a time
+ * (turn, running): a blocking job whose turn it is when published runs on the rank that
  * published it (no thread wake-ups on the way); every other job (a started
  * allreduce, or a blocking one behind started ones) is handed to the
  * backend's thread. Running a job:
@@ -39,21 +39,18 @@
  * first failure, and jobs already published finish with that error
  * instead of running.
  *
- * The agreement of the local ranks (dpm_group_judge), the timeout messages
- * and the sticky failure are the group core's (group.h).
+ * The job queue, the agreement of the local ranks (dpm_group_judge), the
+ * timeout messages and the sticky failure are the group core's (group.h).
  *
  * Threads: ranks arrive lock-free (their own slot entries, one atomic
- * increment); the last arriver publishes under mu, and takes the job or
- * signals cv_thread; whoever ran a job publishes done under mu and wakes
- * the ranks asleep on cv. Job buffers are read only between ready and
- * done, while every rank of the job waits for it (or, for a started
- * allreduce, has promised to leave the buffer alone); the Gloo context is
- * used by the one running the job only; next, started, waited and the fifo
- * are touched by the rank's own calls only. */
-#include <errno.h>
-#include <limits.h>
+ * increment); the last arriver publishes under the queue's mu, and takes
+ * the job or signals cv_thread; whoever ran a job publishes done under mu
+ * and wakes the ranks asleep on the queue's cv. Job buffers are read only
+ * between ready and done, while every rank of the job waits for it (or,
+ * for a started allreduce, has promised to leave the buffer alone); the
+ * Gloo context is used by the one running the job only; started, waited
+ * and the fifo are touched by the rank's own calls only. */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,28 +66,16 @@
 /* Slots of jobs: a rank may be DPM_COMM_MAX_STARTED started allreduces and
  * one blocking call ahead of the slowest local rank's leaving. */
 #define GLOO_JOBS (2 * DPM_COMM_MAX_STARTED)
-/* Bytes of a job's message. */
-#define GLOO_MSG DPM_GROUP_MSG
 /* Elements summed per pass of the local reduction (a chunk of each buffer
  * stays in L1 between its reading and its writing). */
 #define SUM_CHUNK 1024
 
-/* Rank r's state in a job. */
-enum { ABSENT, ARRIVED, LEFT };
-
-/* One job: every local rank's k-th call. */
+/* What a job keeps beside its queue slot: its run. Its message is the
+ * slot's (the verdict's, then the result's). */
 typedef struct {
-  atomic_ulong uses;     /* jobs that used this slot and were left by every rank */
-  atomic_ulong ready;    /* k + 1 once every local rank arrived at job k (judged) */
-  atomic_ulong done;     /* k + 1 once the thread finished job k */
-  atomic_int arrived;    /* local ranks that arrived */
-  atomic_int left;       /* local ranks that left */
-  dpm_status verdict;    /* the local ranks' agreement, set before ready */
-  dpm_status status;     /* the job's result, set before done */
-  char msg[GLOO_MSG];    /* the verdict's, then the result's, message */
-  dpm_group_call *calls; /* [size] what each local rank called */
-  atomic_uchar *here;    /* [size] ABSENT, ARRIVED, LEFT */
-} gloo_job;
+  atomic_ulong done; /* k + 1 once job k has run */
+  dpm_status status; /* the job's result, set before done */
+} gloo_run;
 
 typedef struct {
   dpm_comm base;            /* first: handed out as dpm_comm */
@@ -100,24 +85,16 @@ typedef struct {
   int proc;                 /* this one's: rank_base / size */
   int rank_base;            /* the job-wide rank of local rank 0 */
   dpm_gloo *net;            /* the Gloo context; NULL with one process */
-  pthread_mutex_t mu;       /* guards publishing, turn and running, broken's message,
-                               sleeping */
-  pthread_cond_t cv;        /* ranks sleep here: broadcast (when any sleeps) once a
-                               job is done, a slot is free, or the group breaks */
+  dpm_group_queue q;        /* the jobs; its mu guards turn, running and stop too,
+                               and ranks sleep on its cv until a job is done */
   pthread_cond_t cv_thread; /* the thread sleeps here: signalled when a job is
                                handed to it, or it must stop */
-  int sleepers;             /* under mu: ranks asleep on cv */
-  unsigned long turn;       /* under mu: the first job not done (jobs run in order) */
-  int running;              /* under mu: job `turn` is running (thread or inline) */
-  dpm_group_fault fault;    /* set by the first failure (under mu), never cleared */
-  unsigned long broken_job; /* under mu: the job whose local timeout broke the
-                               group (its ranks get DPM_TIMEOUT); else ULONG_MAX */
-  int stop;                 /* under mu: destroy asks the thread to end */
-  gloo_job *jobs;           /* [GLOO_JOBS] */
-  unsigned long *next;      /* [size] each rank's next job */
+  unsigned long turn;       /* under q.mu: the first job not done (jobs run in order) */
+  int running;              /* under q.mu: job `turn` is running (thread or inline) */
+  int stop;                 /* under q.mu: destroy asks the thread to end */
+  gloo_run runs[GLOO_JOBS]; /* beside the queue's slots */
   unsigned long *fifo;      /* [size * DPM_COMM_MAX_STARTED] started jobs, oldest first */
   unsigned long *started, *waited; /* [size] started allreduces, and waited for */
-  atomic_uchar *inside;            /* [size] 1 while the rank is in a call */
   dpm_group_header *headers;       /* [nproc] the thread's exchange (a job's
                                       sequence number is its k) */
   pthread_t thread;
@@ -126,80 +103,12 @@ typedef struct {
 
 static gloo_comm *gloo_of(dpm_comm *c) { return (gloo_comm *)c; }
 
-/* Sleep until *w >= want (a counter that only grows). Returns whether it
- * got there; 0 also once `until` (NULL: none) passed or, with
- * stop_on_broken, the group broke. */
-static int await(gloo_comm *g, atomic_ulong *w, unsigned long want,
-                 const struct timespec *until, int stop_on_broken) {
-  if (atomic_load(w) >= want) return 1;
-  pthread_mutex_lock(&g->mu);
-  g->sleepers++;
-  while (atomic_load(w) < want && !(stop_on_broken && dpm_group_broken(&g->fault)))
-    if (until ? pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT
-              : pthread_cond_wait(&g->cv, &g->mu) != 0)
-      break;
-  g->sleepers--;
-  pthread_mutex_unlock(&g->mu);
-  return atomic_load(w) >= want;
-}
-
-/* A message into msg (GLOO_MSG bytes, truncated). */
-static void msgf(char *msg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void msgf(char *msg, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, GLOO_MSG, fmt, ap);
-  va_end(ap);
-}
-
-/* Under mu: the first failure breaks the group, with its message. */
-static void break_locked(gloo_comm *g, dpm_status code, const char *msg) {
-  if (dpm_group_fail(&g->fault, code, "%s", msg)) pthread_cond_broadcast(&g->cv);
-}
-
-/* Under mu: a later call's message into msg (GLOO_MSG bytes). */
-static void broken_msg(gloo_comm *g, const char *op, char *msg) {
-  dpm_group_fault_msg(&g->fault, op, msg, GLOO_MSG);
-}
-
 static dpm_status broken_state(gloo_comm *g, const char *op, dpm_err *err) {
-  char m[GLOO_MSG];
-  pthread_mutex_lock(&g->mu);
-  broken_msg(g, op, m);
-  pthread_mutex_unlock(&g->mu);
-  return dpm_errf(err, DPM_STATE, "%s", m);
+  char m[DPM_GROUP_ERR];
+  return dpm_errf(err, dpm_group_state(&g->q, op, m), "%s", m);
 }
 
-/* Whether rank r's state in a job is below a state (ABSENT: not arrived;
- * LEFT: not left), for dpm_group_timeout_msg. */
-typedef struct {
-  gloo_job *j;
-  int state;
-} gloo_absence;
-
-static int absent_of(void *ctx, int r) {
-  gloo_absence *a = ctx;
-  return atomic_load(&a->j->here[r]) < a->state;
-}
-
-/* Under mu: the timeout of job k's `op` (ranks not at `state` in j) breaks
- * the group. */
-static void time_out(gloo_comm *g, gloo_job *j, int state, const char *op,
-                     unsigned long k) {
-  char m[GLOO_MSG], who[48];
-  gloo_absence a = {j, state};
-  snprintf(who, sizeof who, "ranks of process %d", g->proc);
-  dpm_group_timeout_msg(m, op, k, g->timeout_ms, who, g->base.size, g->rank_base,
-                        absent_of, &a);
-  break_locked(g, DPM_TIMEOUT, m);
-}
-
-/* ---- jobs: arriving, finishing, leaving ---------------------------------- */
-
-/* Under mu: wake the ranks asleep on cv, if any. */
-static void wake_ranks(gloo_comm *g) {
-  if (g->sleepers) pthread_cond_broadcast(&g->cv);
-}
+/* ---- jobs: arriving, finishing ------------------------------------------- */
 
 /* Rank `rank` arrives at its next job with `call`; *job is its number.
  * Waits (until `until`) for the job's slot to be free. The last local rank
@@ -210,114 +119,66 @@ static void wake_ranks(gloo_comm *g) {
 static dpm_status arrive(gloo_comm *g, int rank, dpm_group_call call, const char *op,
                          const struct timespec *until, int can_run, int *run,
                          unsigned long *job, dpm_err *err) {
+  char m[DPM_GROUP_ERR];
+  int last;
   *run = 0;
-  unsigned long k = g->next[rank];
-  gloo_job *j = &g->jobs[k % GLOO_JOBS];
-  if (!await(g, &j->uses, k / GLOO_JOBS, until, 1)) {
-    pthread_mutex_lock(&g->mu);
-    if (!dpm_group_broken(&g->fault)) { /* the ranks that did not leave job k - JOBS */
-      char what[96];
-      snprintf(what, sizeof what, "%s (the collective %d calls earlier not yet left)", op,
-               GLOO_JOBS);
-      time_out(g, j, LEFT, what, k - GLOO_JOBS);
-      dpm_errf(err, DPM_TIMEOUT, "%s", g->fault.msg);
-      pthread_mutex_unlock(&g->mu);
-      return DPM_TIMEOUT;
-    }
-    pthread_mutex_unlock(&g->mu);
-    return broken_state(g, op, err);
-  }
-  g->next[rank] = k + 1;
-  j->calls[rank] = call;
-  atomic_store(&j->here[rank], ARRIVED);
-  if (atomic_fetch_add(&j->arrived, 1) + 1 == g->base.size) {
-    dpm_status v =
-        dpm_group_judge(j->calls, g->base.size, g->rank_base, g->world, j->msg);
-    pthread_mutex_lock(&g->mu);
-    if (!dpm_group_broken(
-            &g->fault)) { /* else never published: the ranks' finish sees broken */
-      j->verdict = v;
-      atomic_store(&j->ready, k + 1);
+  dpm_status s = dpm_group_arrive(&g->q, rank, &call, op, until, job, &last, m);
+  if (s) return dpm_errf(err, s, "%s", m);
+  if (last) {
+    pthread_mutex_lock(&g->q.mu);
+    if (dpm_group_publish_locked(&g->q, *job)) { /* else: the ranks' finish sees broken */
       /* the other ranks wait for done, which wakes them */
-      if (can_run && g->turn == k && !g->running)
+      if (can_run && g->turn == *job && !g->running)
         g->running = *run = 1;
       else
         pthread_cond_signal(&g->cv_thread);
     }
-    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_unlock(&g->q.mu);
   }
-  *job = k;
   return DPM_OK;
 }
 
-/* The last local rank to leave job j frees its slot. */
-static void leave(gloo_comm *g, gloo_job *j, int rank) {
-  atomic_store(&j->here[rank], LEFT);
-  if (atomic_fetch_add(&j->left, 1) + 1 < g->base.size) return;
-  atomic_store(&j->arrived, 0);
-  atomic_store(&j->left, 0);
-  for (int r = 0; r < g->base.size; r++) atomic_store(&j->here[r], ABSENT);
-  pthread_mutex_lock(&g->mu);
-  atomic_fetch_add(&j->uses, 1);
-  wake_ranks(g);
-  pthread_mutex_unlock(&g->mu);
-}
-
 /* Rank `rank` waits for job k's result: first, until `until`, for every
- * local rank to arrive (breaking the group otherwise), then for the thread. */
+ * local rank to arrive (breaking the group otherwise), then for the thread;
+ * then it leaves the job. */
 static dpm_status finish(gloo_comm *g, int rank, unsigned long k, const char *op,
                          const struct timespec *until, dpm_err *err) {
-  gloo_job *j = &g->jobs[k % GLOO_JOBS];
-  if (!await(g, &j->ready, k + 1, until, 1)) {
-    pthread_mutex_lock(&g->mu);
-    if (atomic_load(&j->ready) < k + 1) { /* never published: give up */
-      dpm_status s = DPM_STATE;
-      char m[GLOO_MSG];
-      if (!dpm_group_broken(&g->fault) || g->broken_job == k) {
-        if (!dpm_group_broken(&g->fault)) g->broken_job = k;
-        time_out(g, j, ARRIVED, op, k);
-        s = DPM_TIMEOUT;
-        msgf(m, "%s", g->fault.msg);
-      } else {
-        broken_msg(g, op, m);
-      }
-      pthread_mutex_unlock(&g->mu);
-      return dpm_errf(err, s, "%s", m);
-    }
-    pthread_mutex_unlock(&g->mu);
-  }
-  await(g, &j->done, k + 1, NULL, 0); /* a ready job is always finished */
-  dpm_status s = j->status ? dpm_errf(err, j->status, "%s", j->msg) : DPM_OK;
-  leave(g, j, rank);
+  char m[DPM_GROUP_ERR];
+  dpm_status s = dpm_group_ready(&g->q, k, until, op, m);
+  if (s) return dpm_errf(err, s, "%s", m);
+  gloo_run *x = &g->runs[dpm_group_slot(&g->q, k)];
+  dpm_group_await(&g->q, &x->done, k + 1, NULL, 0); /* a ready job is always finished */
+  s = x->status ? dpm_errf(err, x->status, "%s", dpm_group_job_of(&g->q, k)->msg)
+                : DPM_OK;
+  dpm_group_leave(&g->q, k, rank);
   return s;
 }
 
 /* One call per rank at a time (comm.h): 1 if the rank may enter. */
 static int enter(gloo_comm *g, int rank, const char *op, dpm_err *err) {
-  if (!atomic_exchange(&g->inside[rank], 1)) return 1;
-  dpm_errf(err, DPM_INVALID,
-           "%s: rank %d is already inside a collective (one call per rank at a time)", op,
-           g->rank_base + rank);
+  char m[DPM_GROUP_MSG];
+  if (!dpm_group_enter(&g->q, rank, op, m)) return 1;
+  dpm_errf(err, DPM_INVALID, "%s", m);
   return 0;
 }
 
-static void run_job(gloo_comm *g, gloo_job *j, unsigned long k);
-static void complete(gloo_comm *g, gloo_job *j, unsigned long k);
+static void run_job(gloo_comm *g, unsigned long k);
+static void complete(gloo_comm *g, unsigned long k);
 
 static dpm_status blocking(gloo_comm *g, int rank, dpm_group_call call, dpm_err *err) {
   const char *op = dpm_group_op_name(call.op);
-  if (dpm_group_broken(&g->fault)) return broken_state(g, op, err);
+  if (dpm_group_broken(&g->q.fault)) return broken_state(g, op, err);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
-  struct timespec until = dpm_mono_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->q.timeout_ms);
   unsigned long k;
   int run;
   dpm_status s = arrive(g, rank, call, op, &until, 1, &run, &k, err);
   if (!s && run) { /* this rank took the job: run it here */
-    run_job(g, &g->jobs[k % GLOO_JOBS], k);
-    complete(g, &g->jobs[k % GLOO_JOBS], k);
+    run_job(g, k);
+    complete(g, k);
   }
   if (!s) s = finish(g, rank, k, op, &until, err);
-  atomic_store(&g->inside[rank], 0);
+  dpm_group_exit(&g->q, rank);
   return s;
 }
 
@@ -347,13 +208,13 @@ static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
                              dpm_err *err) {
   gloo_comm *g = gloo_of(c);
   const char *op = "allreduce start";
-  if (dpm_group_broken(&g->fault)) return broken_state(g, op, err);
+  if (dpm_group_broken(&g->q.fault)) return broken_state(g, op, err);
   if (g->started[rank] - g->waited[rank] == DPM_COMM_MAX_STARTED)
     return dpm_errf(err, DPM_INVALID,
                     "%s: rank %d already has %d started allreduces not waited for", op,
                     g->rank_base + rank, DPM_COMM_MAX_STARTED);
   if (!enter(g, rank, op, err)) return DPM_INVALID;
-  struct timespec until = dpm_mono_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->q.timeout_ms);
   unsigned long k;
   dpm_group_call call = {
       .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
@@ -364,7 +225,7 @@ static dpm_status gloo_start(dpm_comm *c, int rank, float *buf, size_t count,
             g->started[rank] % DPM_COMM_MAX_STARTED] = k;
     g->started[rank]++;
   }
-  atomic_store(&g->inside[rank], 0);
+  dpm_group_exit(&g->q, rank);
   return s;
 }
 
@@ -377,9 +238,9 @@ static dpm_status gloo_wait(dpm_comm *c, int rank, dpm_err *err) {
   unsigned long k = g->fifo[(size_t)rank * DPM_COMM_MAX_STARTED +
                             g->waited[rank] % DPM_COMM_MAX_STARTED];
   g->waited[rank]++;
-  struct timespec until = dpm_mono_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->q.timeout_ms);
   dpm_status s = finish(g, rank, k, "allreduce", &until, err);
-  atomic_store(&g->inside[rank], 0);
+  dpm_group_exit(&g->q, rank);
   return s;
 }
 
@@ -410,7 +271,7 @@ static void add_into_double(void *restrict vt, const void *restrict va, size_t m
 
 /* Local sum in rank order into rank 0's buffer, Gloo across processes, the
  * result into the other local buffers; elements of the job's type. */
-static dpm_status run_allreduce(gloo_comm *g, gloo_job *j, dpm_err *err) {
+static dpm_status run_allreduce(gloo_comm *g, const dpm_group_job *j, dpm_err *err) {
   size_t n = j->calls[0].n;
   dpm_comm_dtype t = j->calls[0].t;
   size_t es = dpm_comm_dtype_size(t);
@@ -432,7 +293,7 @@ static dpm_status run_allreduce(gloo_comm *g, gloo_job *j, dpm_err *err) {
   return DPM_OK;
 }
 
-static dpm_status run_broadcast(gloo_comm *g, gloo_job *j, dpm_err *err) {
+static dpm_status run_broadcast(gloo_comm *g, const dpm_group_job *j, dpm_err *err) {
   int root = j->calls[0].root, size = g->base.size;
   int rp = root / size, src = rp == g->proc ? root % size : 0;
   size_t n = j->calls[0].n;
@@ -446,17 +307,19 @@ static dpm_status run_broadcast(gloo_comm *g, gloo_job *j, dpm_err *err) {
   return DPM_OK;
 }
 
-/* Job k, ready: its status and message into j. */
-static void run_job(gloo_comm *g, gloo_job *j, unsigned long k) {
+/* Job k, ready: its status into its run, its message into its slot. */
+static void run_job(gloo_comm *g, unsigned long k) {
+  dpm_group_job *j = dpm_group_job_of(&g->q, k);
+  gloo_run *x = &g->runs[dpm_group_slot(&g->q, k)];
   const dpm_group_call *c0 = &j->calls[0];
   const char *op = j->verdict ? "collective" : dpm_group_op_name(c0->op);
   dpm_err e = {0};
   dpm_status s;
-  if (dpm_group_broken(&g->fault)) {
-    pthread_mutex_lock(&g->mu);
-    broken_msg(g, op, j->msg);
-    pthread_mutex_unlock(&g->mu);
-    j->status = DPM_STATE;
+  if (dpm_group_broken(&g->q.fault)) {
+    pthread_mutex_lock(&g->q.mu);
+    dpm_group_fault_msg(&g->q.fault, op, j->msg, sizeof j->msg);
+    pthread_mutex_unlock(&g->q.mu);
+    x->status = DPM_STATE;
     return;
   }
   if (g->net) {
@@ -466,80 +329,67 @@ static void run_job(gloo_comm *g, gloo_job *j, unsigned long k) {
   }
   if (j->verdict ||
       (g->net && dpm_group_agree(g->headers, g->nproc, describe, g, j->msg))) {
-    j->status = DPM_INVALID; /* j->msg says why */
+    x->status = DPM_INVALID; /* j->msg says why */
     return;
   }
   s = c0->op == DPM_GROUP_ALLREDUCE   ? run_allreduce(g, j, &e)
       : c0->op == DPM_GROUP_BROADCAST ? run_broadcast(g, j, &e)
                                       : DPM_OK; /* the exchange was the barrier */
   if (!s) {
-    j->status = DPM_OK;
+    x->status = DPM_OK;
     return;
   }
 failed: /* the Gloo context is spent: so is the group */
-  pthread_mutex_lock(&g->mu);
-  break_locked(g, s, e.msg);
-  pthread_mutex_unlock(&g->mu);
-  msgf(j->msg, "%s", e.msg);
-  j->status = s;
+  dpm_group_break(&g->q, s, e.msg);
+  snprintf(j->msg, sizeof j->msg, "%s", e.msg);
+  x->status = s;
 }
 
 /* Job k has run: the next one's turn; its ranks may take the result. */
-static void complete(gloo_comm *g, gloo_job *j, unsigned long k) {
-  pthread_mutex_lock(&g->mu);
+static void complete(gloo_comm *g, unsigned long k) {
+  pthread_mutex_lock(&g->q.mu);
   g->running = 0;
   g->turn = k + 1;
-  atomic_store(&j->done, k + 1);
-  wake_ranks(g);
-  if (atomic_load(&g->jobs[(k + 1) % GLOO_JOBS].ready) >= k + 2)
+  atomic_store(&g->runs[dpm_group_slot(&g->q, k)].done, k + 1);
+  if (atomic_load(&g->q.sleepers)) pthread_cond_broadcast(&g->q.cv);
+  if (atomic_load(&dpm_group_job_of(&g->q, k + 1)->ready) >= k + 2)
     pthread_cond_signal(&g->cv_thread);
-  pthread_mutex_unlock(&g->mu);
+  pthread_mutex_unlock(&g->q.mu);
 }
 
 /* Runs every job its ranks did not take, in order, one at a time. */
 static void *thread_main(void *arg) {
   gloo_comm *g = arg;
   for (;;) {
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->q.mu);
     unsigned long k = g->turn;
-    gloo_job *j = &g->jobs[k % GLOO_JOBS];
-    while (!g->stop && (g->running || atomic_load(&j->ready) < k + 1)) {
-      pthread_cond_wait(&g->cv_thread, &g->mu);
+    while (!g->stop &&
+           (g->running || atomic_load(&dpm_group_job_of(&g->q, k)->ready) < k + 1)) {
+      pthread_cond_wait(&g->cv_thread, &g->q.mu);
       k = g->turn;
-      j = &g->jobs[k % GLOO_JOBS];
     }
     int stop = g->stop;
     g->running = !stop;
-    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_unlock(&g->q.mu);
     if (stop) return NULL;
-    run_job(g, j, k);
-    complete(g, j, k);
+    run_job(g, k);
+    complete(g, k);
   }
 }
 
 /* ---- the group ------------------------------------------------------------- */
 
-static int gloo_broken(dpm_comm *c) { return dpm_group_broken(&gloo_of(c)->fault); }
+static int gloo_broken(dpm_comm *c) { return dpm_group_broken(&gloo_of(c)->q.fault); }
 
 static dpm_status gloo_failure(dpm_comm *c, dpm_err *err) {
-  gloo_comm *g = gloo_of(c);
-  pthread_mutex_lock(&g->mu);
-  dpm_status s = dpm_group_failure(&g->fault, err);
-  pthread_mutex_unlock(&g->mu);
-  return s;
+  return dpm_group_queue_failure(&gloo_of(c)->q, err);
 }
 
+/* Frees g and its arrays (not the queue, the condition variable, the net). */
 static void free_all(gloo_comm *g) {
-  for (int k = 0; g->jobs && k < GLOO_JOBS; k++) {
-    free(g->jobs[k].calls);
-    free(g->jobs[k].here);
-  }
-  free(g->jobs);
-  free(g->next);
   free(g->fifo);
   free(g->started);
   free(g->waited);
-  free(g->inside);
   free(g->headers);
   free(g);
 }
@@ -547,16 +397,15 @@ static void free_all(gloo_comm *g) {
 static void gloo_destroy(dpm_comm *c) {
   gloo_comm *g = gloo_of(c);
   if (g->have_thread) {
-    pthread_mutex_lock(&g->mu);
+    pthread_mutex_lock(&g->q.mu);
     g->stop = 1;
     pthread_cond_signal(&g->cv_thread);
-    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_unlock(&g->q.mu);
     pthread_join(g->thread, NULL);
   }
   dpm_gloo_destroy(g->net);
   pthread_cond_destroy(&g->cv_thread);
-  pthread_cond_destroy(&g->cv);
-  pthread_mutex_destroy(&g->mu);
+  dpm_group_queue_fini(&g->q);
   free_all(g);
 }
 
@@ -602,26 +451,18 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
   int size = cfg->size, nproc = world / size;
   gloo_comm *g = calloc(1, sizeof *g);
   if (!g) return dpm_errf(err, DPM_NOMEM, "gloo comm: out of memory");
-  g->next = calloc((size_t)size, sizeof *g->next);
   g->fifo = calloc((size_t)size * DPM_COMM_MAX_STARTED, sizeof *g->fifo);
   g->started = calloc((size_t)size, sizeof *g->started);
   g->waited = calloc((size_t)size, sizeof *g->waited);
-  g->inside = calloc((size_t)size, sizeof *g->inside);
   g->headers = calloc((size_t)nproc, sizeof *g->headers);
-  int jobs_ok = (g->jobs = calloc(GLOO_JOBS, sizeof *g->jobs)) != NULL;
-  for (int k = 0; jobs_ok && k < GLOO_JOBS; k++) {
-    g->jobs[k].calls = calloc((size_t)size, sizeof *g->jobs[k].calls);
-    g->jobs[k].here = calloc((size_t)size, sizeof *g->jobs[k].here);
-    jobs_ok = g->jobs[k].calls && g->jobs[k].here;
-  }
-  int cv_ok = dpm_group_cond_init(&g->cv),
-      tcv_ok = !pthread_cond_init(&g->cv_thread, NULL);
-  int mu_ok = !pthread_mutex_init(&g->mu, NULL);
-  if (!g->next || !g->fifo || !g->started || !g->waited || !g->inside || !g->headers ||
-      !jobs_ok || !mu_ok || !cv_ok || !tcv_ok) {
-    if (mu_ok) pthread_mutex_destroy(&g->mu);
-    if (cv_ok) pthread_cond_destroy(&g->cv);
-    if (tcv_ok) pthread_cond_destroy(&g->cv_thread);
+  char who[48];
+  snprintf(who, sizeof who, "ranks of process %d", cfg->rank_base / size);
+  int arrays_ok = g->fifo && g->started && g->waited && g->headers;
+  int q_ok = arrays_ok && dpm_group_queue_init(&g->q, GLOO_JOBS, size, cfg->rank_base,
+                                               world, cfg->timeout_ms, 0, who, "failure");
+  int tcv_ok = q_ok && !pthread_cond_init(&g->cv_thread, NULL);
+  if (!tcv_ok) {
+    if (q_ok) dpm_group_queue_fini(&g->q);
     free_all(g);
     return dpm_errf(err, DPM_NOMEM, "gloo comm: out of memory for %d ranks", size);
   }
@@ -631,8 +472,6 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
   g->nproc = nproc;
   g->proc = cfg->rank_base / size;
   g->rank_base = cfg->rank_base;
-  g->broken_job = ULONG_MAX;
-  dpm_group_fault_init(&g->fault, "failure");
   if (nproc > 1) {
     dpm_gloo_config gc = {.rank = g->proc,
                           .size = nproc,
@@ -648,8 +487,7 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
   if (s) {
     dpm_gloo_destroy(g->net);
     pthread_cond_destroy(&g->cv_thread);
-    pthread_cond_destroy(&g->cv);
-    pthread_mutex_destroy(&g->mu);
+    dpm_group_queue_fini(&g->q);
     free_all(g);
     return s;
   }

@@ -18,21 +18,19 @@
  * timeout message, which numbers blocking collectives and started
  * allreduces apart).
  *
- * Started allreduces (dpm_comm_allreduce_start/_wait) are jobs in a ring of
- * slots, summed in chunks claimed by the waiting ranks; see "Started
- * allreduces" below.
+ * Started allreduces (dpm_comm_allreduce_start/_wait) are jobs of the group
+ * core's job queue (group.h), summed in chunks claimed by the waiting
+ * ranks; see "Started allreduces" below.
  *
  * Threads: a rank arrives lock-free (its own slot of calls, bufs and here,
  * then one atomic increment of arrived); the last to arrive judges the
- * round and bumps gen under mu, and the others watch gen, spinning, then
- * sleeping on cv under mu. So a round between quick ranks makes no system
- * call: a futex wake-up costs tens of microseconds in a VM, several times
- * per training step. The published buffer pointers are read between the two
- * rounds, when nobody can write them; the fault and seq change under mu
- * only. */
-#include <errno.h>
+ * round and bumps gen under the queue's mu, and the others watch gen,
+ * spinning, then sleeping on the queue's cv (dpm_group_await). So a round
+ * between quick ranks makes no system call: a futex wake-up costs tens of
+ * microseconds in a VM, several times per training step. The published
+ * buffer pointers are read between the two rounds, when nobody can write
+ * them; the fault and seq change under mu only. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,46 +46,34 @@
 
 /* Started allreduces in flight per group: job k lives in slot k % LOCAL_JOBS. */
 #define LOCAL_JOBS DPM_COMM_MAX_STARTED
-/* Added to a job's arrivals by a rank that gives up on it: never published. */
-#define LOCAL_POISON (1 << 20)
 
-/* One started allreduce, every rank's k-th start. */
+/* What a started allreduce keeps beside its queue slot: its chunks. Set by
+ * the judge before the job is published (dpm_group_publish). */
 typedef struct {
-  atomic_ulong uses;  /* jobs that used this slot and were left by every rank */
-  atomic_ulong ready; /* k + 1 once job k is judged and published */
-  atomic_int arrived; /* ranks that started it (+ LOCAL_POISON per rank that gave up) */
-  atomic_int left;    /* ranks whose wait for it is over */
-  atomic_ulong next;  /* chunks claimed */
-  atomic_ulong done;  /* chunks summed */
-  unsigned long chunks;
-  dpm_status verdict; /* set with chunks by the judge, before ready */
-  char msg[DPM_GROUP_MSG];
-  dpm_group_call *calls; /* [size] the count and buffer each rank passed */
-  void **bufs;           /* [size] */
-} local_job;
+  atomic_ulong next;    /* chunks claimed */
+  atomic_ulong done;    /* chunks summed */
+  unsigned long chunks; /* chunks of the job; 0 when refused */
+  void **bufs;          /* [size] each rank's buffer, from the calls */
+} local_sum;
 
 typedef struct {
-  dpm_comm base;         /* first: handed out as dpm_comm */
-  int timeout_ms;        /* bound on the first round of each collective */
-  pthread_mutex_t mu;    /* guards sleepers' changes, verdict and broken's writes */
-  pthread_cond_t cv;     /* signalled when a round completes or breaks */
-  atomic_ulong gen;      /* rounds completed; bumped under mu */
-  int spin;              /* spin before sleeping: ranks <= CPUs */
-  atomic_int sleepers;   /* ranks asleep on cv (await) */
-  atomic_int arrived;    /* ranks arrived at the current round */
-  dpm_group_fault fault; /* set by a timeout, never cleared; written under mu */
-  unsigned long seq;     /* blocking collectives judged: the sequence number of the
-                            next one (written by the judge under mu) */
-  dpm_status verdict;    /* of the round completed last: DPM_OK or DPM_INVALID */
+  dpm_comm base;      /* first: handed out as dpm_comm */
+  dpm_group_queue q;  /* the started allreduces; its mu, cv, sleepers and fault
+                         serve the rounds too (timeout_ms: the first round's bound) */
+  atomic_ulong gen;   /* rounds completed; bumped under q.mu */
+  atomic_int arrived; /* ranks arrived at the current round */
+  unsigned long seq;  /* blocking collectives judged: the sequence number of the
+                         next one (written by the judge under q.mu) */
+  dpm_status verdict; /* of the round completed last: DPM_OK or DPM_INVALID */
   char verdict_msg[DPM_GROUP_MSG];
   dpm_group_call *calls; /* [size] what each rank called at the current round */
   int *phase;            /* [size] 0: the call's first round; 1: its second */
   atomic_uchar *here;    /* [size] 1 once the rank arrived at the current round */
   void **bufs;           /* [size] each rank's buffer, set in first rounds */
   /* started allreduces (see "Started allreduces" below) */
-  local_job *jobs;       /* [LOCAL_JOBS] */
-  atomic_ulong *started; /* [size] allreduces each rank started */
-  atomic_ulong *waited;  /* [size] of those, the ones it waited for */
+  local_sum sums[LOCAL_JOBS]; /* beside the queue's slots */
+  unsigned long *waited;      /* [size] started allreduces each rank waited for
+                                 (the rank's own; started: q.next) */
 } local_comm;
 
 static local_comm *local_of(dpm_comm *c) { return (local_comm *)c; }
@@ -103,91 +89,16 @@ static dpm_status judge(local_comm *g) {
   return dpm_group_judge(g->calls, size, 0, size, g->verdict_msg);
 }
 
-/* Whether rank r is missing, for a timeout's message: from the current
- * round (meet), from job k (a job's wait), or from the waits for job k (a
- * start that needs k's slot). */
-typedef int (*local_absent_fn)(local_comm *g, int r, unsigned long k);
-
-static int absent_from_round(local_comm *g, int r, unsigned long k) {
-  (void)k;
-  return !atomic_load(&g->here[r]);
+/* Whether rank r is missing from the current round, for a timeout's
+ * message. */
+static int absent_from_round(void *ctx, int r) {
+  return !atomic_load(&((local_comm *)ctx)->here[r]);
 }
-static int absent_from_job(local_comm *g, int r, unsigned long k) {
-  return atomic_load(&g->started[r]) <= k;
-}
-static int absent_from_waits(local_comm *g, int r, unsigned long k) {
-  return atomic_load(&g->waited[r]) <= k;
-}
-
-/* An absent function with its arguments, for dpm_group_timeout_msg. */
-typedef struct {
-  local_comm *g;
-  local_absent_fn absent;
-  unsigned long k;
-} local_absence;
-
-static int absent_of(void *ctx, int r) {
-  local_absence *a = ctx;
-  return a->absent(a->g, r, a->k);
-}
-
-/* Under mu: mark the group broken, recording which ranks did not arrive at
- * `op`, collective number seq, and wake every sleeper. */
-static void break_group(local_comm *g, const char *op, local_absent_fn absent,
-                        unsigned long k, unsigned long seq) {
-  char m[DPM_GROUP_MSG];
-  local_absence a = {g, absent, k};
-  dpm_group_timeout_msg(m, op, seq, g->timeout_ms, "ranks", g->base.size, 0, absent_of,
-                        &a);
-  dpm_group_fail(&g->fault, DPM_TIMEOUT, "%s", m);
-  pthread_cond_broadcast(&g->cv);
-}
-
-/* A wake-up from a condition variable costs tens of microseconds, which is
- * most of a small collective: when every rank could have a CPU of its own, a
- * waiting rank first watches gen for up to SPIN_NS, yielding its CPU every
- * 64 checks so that a peer (or another process) sharing it runs. Measured on
- * 2 shared cores, 256 KiB allreduce over 2 ranks: ~10 us with the spin,
- * ~25-60 us without; a spin without the yields doubled the time when the
- * machine was loaded. */
-#define SPIN_NS 200000
 
 /* The error of a call on a group that a timeout broke earlier. */
 static dpm_status broken_state(local_comm *g, const char *op, dpm_err *err) {
-  char m[DPM_GROUP_MSG + 96];
-  pthread_mutex_lock(&g->mu);
-  dpm_group_fault_msg(&g->fault, op, m, sizeof m);
-  pthread_mutex_unlock(&g->mu);
-  return dpm_errf(err, DPM_STATE, "%s", m);
-}
-
-/* Wake the ranks asleep in await, after the store they wait for. */
-static void wake_sleepers(local_comm *g) {
-  if (!atomic_load(&g->sleepers)) return;
-  pthread_mutex_lock(&g->mu);
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
-/* Wait until *w >= want (a counter that only grows): spinning first when
- * the ranks have CPUs of their own, then asleep on cv. Returns 1 once
- * there, 0 when the group broke or `until` (NULL: no deadline) passed. */
-static int await(local_comm *g, atomic_ulong *w, unsigned long want,
-                 const struct timespec *until) {
-  struct timespec start = {0};
-  for (unsigned i = 1; g->spin; i++) {
-    if (atomic_load(w) >= want) return 1;
-    if (dpm_group_broken(&g->fault) || !dpm_spin_step(i, &start, SPIN_NS)) break;
-  }
-  pthread_mutex_lock(&g->mu);
-  atomic_fetch_add(&g->sleepers, 1);
-  while (atomic_load(w) < want && !dpm_group_broken(&g->fault))
-    if (until ? pthread_cond_timedwait(&g->cv, &g->mu, until) == ETIMEDOUT
-              : pthread_cond_wait(&g->cv, &g->mu) != 0)
-      break;
-  atomic_fetch_sub(&g->sleepers, 1);
-  pthread_mutex_unlock(&g->mu);
-  return atomic_load(w) >= want;
+  char m[DPM_GROUP_ERR];
+  return dpm_errf(err, dpm_group_state(&g->q, op, m), "%s", m);
 }
 
 /* One round: rank arrives with `call` (and, in a first round, its buffer)
@@ -197,42 +108,46 @@ static int await(local_comm *g, atomic_ulong *w, unsigned long want,
 static dpm_status meet(local_comm *g, int rank, dpm_group_call call, int phase, int timed,
                        dpm_err *err) {
   const char *op = dpm_group_op_name(call.op);
-  if (dpm_group_broken(&g->fault)) return broken_state(g, op, err);
+  if (dpm_group_broken(&g->q.fault)) return broken_state(g, op, err);
   if (atomic_exchange(&g->here[rank], 1))
     return dpm_errf(
         err, DPM_INVALID,
         "%s: rank %d is already inside a collective (one call per rank at a time)", op,
         rank);
-  struct timespec until = dpm_mono_deadline(g->timeout_ms);
+  struct timespec until = dpm_mono_deadline(g->q.timeout_ms);
   g->calls[rank] = call;
   g->phase[rank] = phase;
   if (phase == 0) g->bufs[rank] = call.buf;
   unsigned long mine = atomic_load(&g->gen); /* gen waits for this rank */
   if (atomic_fetch_add(&g->arrived, 1) + 1 == g->base.size) {
-    pthread_mutex_lock(&g->mu); /* the last one in: judge and publish */
-    if (!dpm_group_broken(&g->fault)) {
+    pthread_mutex_lock(&g->q.mu); /* the last one in: judge and publish */
+    if (!dpm_group_broken(&g->q.fault)) {
       g->verdict = judge(g);
       atomic_store(&g->arrived, 0);
       for (int r = 0; r < g->base.size; r++) atomic_store(&g->here[r], 0);
       atomic_fetch_add(&g->gen, 1);
-      if (atomic_load(&g->sleepers)) pthread_cond_broadcast(&g->cv);
+      if (atomic_load(&g->q.sleepers)) pthread_cond_broadcast(&g->q.cv);
     }
-    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_unlock(&g->q.mu);
   } else {
-    while (!await(g, &g->gen, mine + 1, timed ? &until : NULL) &&
-           !dpm_group_broken(&g->fault)) {
-      pthread_mutex_lock(&g->mu); /* the deadline passed */
+    while (!dpm_group_await(&g->q, &g->gen, mine + 1, timed ? &until : NULL, 1) &&
+           !dpm_group_broken(&g->q.fault)) {
+      pthread_mutex_lock(&g->q.mu); /* the deadline passed */
       /* (with every rank in, the last one is on its way to publish) */
-      if (atomic_load(&g->gen) == mine && !dpm_group_broken(&g->fault) &&
-          atomic_load(&g->arrived) < g->base.size)
-        break_group(g, op, absent_from_round, 0, g->seq);
-      pthread_mutex_unlock(&g->mu);
+      if (atomic_load(&g->gen) == mine && !dpm_group_broken(&g->q.fault) &&
+          atomic_load(&g->arrived) < g->base.size) {
+        char m[DPM_GROUP_MSG];
+        dpm_group_timeout_msg(m, op, g->seq, g->q.timeout_ms, g->q.who, g->base.size, 0,
+                              absent_from_round, g);
+        dpm_group_break_locked(&g->q, DPM_TIMEOUT, m);
+      }
+      pthread_mutex_unlock(&g->q.mu);
     }
   }
   /* Both messages were written before gen moved or broken was set, and
    * stay until every rank, this one included, is in the next round. */
   if (atomic_load(&g->gen) == mine) /* the round broke while this rank was in it */
-    return dpm_errf(err, DPM_TIMEOUT, "%s", g->fault.msg);
+    return dpm_errf(err, DPM_TIMEOUT, "%s", g->q.fault.msg);
   return g->verdict ? dpm_errf(err, g->verdict, "%s", g->verdict_msg) : DPM_OK;
 }
 
@@ -331,118 +246,88 @@ static dpm_status local_barrier(dpm_comm *c, int rank, dpm_err *err) {
 
 /* ---- Started allreduces -------------------------------------------------
  *
- * Job k is every rank's k-th start. A start records the rank's buffer and
- * count in the job's slot and counts the rank in; the last rank in judges
- * (the same count everywhere, dpm_group_judge) and publishes the job (ready =
- * k + 1). The summing happens in the waits: each waiting rank claims chunks
- * of LOCAL_CHUNK floats and sums each in rank order into every buffer
- * (reduce_slice), so a rank that waits while its peers still compute sums
- * all that they have started, and a slower rank finds its sums done. A wait
- * returns once every chunk is summed; the last rank to leave resets the
- * slot for job k + LOCAL_JOBS (uses). A rank that gives up on a job not
- * every rank has started (its timeout, or a group broken elsewhere) first
- * adds LOCAL_POISON to the arrivals, so that the job can never be published
- * and no peer writes the buffer of a rank that has returned. */
+ * Job k of the queue is every rank's k-th start. A start arrives at the
+ * job with the rank's buffer and count (dpm_group_arrive); the last rank in
+ * (judged: the same count everywhere) sets the job's chunks and publishes
+ * it. The summing happens in the waits: each waiting rank, once the job is
+ * published (dpm_group_ready), claims chunks of LOCAL_CHUNK floats and sums
+ * each in rank order into every buffer (reduce_slice), so a rank that
+ * waits while its peers still compute sums all that they have started, and
+ * a slower rank finds its sums done. A wait returns once every chunk is
+ * summed, leaving the job; the last to leave frees the slot for job k +
+ * LOCAL_JOBS. A rank that gives up on a job not every rank has started
+ * (its timeout, or a group broken elsewhere) breaks the group, and the job
+ * is never published: no peer writes the buffer of a rank that returned. */
 
 /* Floats a waiting rank claims at a time: 32 KiB, a few microseconds. */
 #define LOCAL_CHUNK 8192
 
-/* The status of a rank that gives up: the group is broken, by this rank
- * (its timeout, recorded as `op` missing `absent` ranks) or another. */
-static dpm_status give_up(local_comm *g, const char *op, local_absent_fn absent,
-                          unsigned long k, dpm_err *err) {
-  pthread_mutex_lock(&g->mu);
-  if (!dpm_group_broken(&g->fault)) break_group(g, op, absent, k, k);
-  dpm_errf(err, DPM_TIMEOUT, "%s", g->fault.msg);
-  pthread_mutex_unlock(&g->mu);
-  return DPM_TIMEOUT;
-}
-
-static void publish(local_comm *g, local_job *j, unsigned long k) {
-  j->verdict = dpm_group_judge(j->calls, g->base.size, 0, g->base.size, j->msg);
-  j->chunks = j->verdict ? 0 : (j->calls[0].n + LOCAL_CHUNK - 1) / LOCAL_CHUNK;
-  atomic_store(&j->ready, k + 1);
-  wake_sleepers(g);
-}
-
 static dpm_status local_start(dpm_comm *c, int rank, float *buf, size_t count,
                               dpm_err *err) {
   local_comm *g = local_of(c);
-  unsigned long k = atomic_load(&g->started[rank]);
-  if (dpm_group_broken(&g->fault)) return broken_state(g, "allreduce start", err);
-  if (k - atomic_load(&g->waited[rank]) == LOCAL_JOBS)
+  const char *op = "allreduce start";
+  unsigned long k = g->q.next[rank];
+  if (dpm_group_broken(&g->q.fault)) return broken_state(g, op, err);
+  if (k - g->waited[rank] == LOCAL_JOBS)
     return dpm_errf(err, DPM_INVALID,
-                    "allreduce start: rank %d already has %d started allreduces not "
-                    "waited for",
+                    "%s: rank %d already has %d started allreduces not waited for", op,
                     rank, LOCAL_JOBS);
-  local_job *j = &g->jobs[k % LOCAL_JOBS];
-  struct timespec until = dpm_mono_deadline(g->timeout_ms);
-  if (!await(g, &j->uses, k / LOCAL_JOBS, &until))
-    return give_up(g, "allreduce start (an earlier allreduce not yet waited for)",
-                   absent_from_waits, k - LOCAL_JOBS, err);
-  j->calls[rank] = (dpm_group_call){
+  struct timespec until = dpm_mono_deadline(g->q.timeout_ms);
+  dpm_group_call call = {
       .op = DPM_GROUP_ALLREDUCE, .root = -1, .n = count, .buf = buf, .t = DPM_COMM_F32};
-  j->bufs[rank] = buf;
-  atomic_store(&g->started[rank], k + 1);
-  if (atomic_fetch_add(&j->arrived, 1) + 1 == c->size) publish(g, j, k);
+  char m[DPM_GROUP_ERR];
+  int last;
+  dpm_status s = dpm_group_arrive(&g->q, rank, &call, op, &until, &k, &last, m);
+  if (s) return dpm_errf(err, s, "%s", m);
+  if (last) {
+    const dpm_group_job *j = dpm_group_job_of(&g->q, k);
+    local_sum *x = &g->sums[dpm_group_slot(&g->q, k)];
+    for (int r = 0; r < c->size; r++) x->bufs[r] = j->calls[r].buf;
+    atomic_store(&x->next, 0);
+    atomic_store(&x->done, 0);
+    x->chunks = j->verdict ? 0 : (count + LOCAL_CHUNK - 1) / LOCAL_CHUNK;
+    dpm_group_publish(&g->q, k);
+  }
   return DPM_OK;
 }
 
 /* Sum the job's unclaimed chunks, then wait for the peers' claimed ones. */
-static void sum_chunks(local_comm *g, local_job *j) {
-  size_t n = j->calls[0].n;
-  for (unsigned long ch; (ch = atomic_fetch_add(&j->next, 1)) < j->chunks;) {
+static void sum_chunks(local_comm *g, local_sum *x, size_t n) {
+  for (unsigned long ch; (ch = atomic_fetch_add(&x->next, 1)) < x->chunks;) {
     size_t lo = ch * LOCAL_CHUNK, hi = n - lo > LOCAL_CHUNK ? lo + LOCAL_CHUNK : n;
-    reduce_slice(DPM_COMM_F32, j->bufs, g->base.size, lo, hi);
-    atomic_fetch_add(&j->done, 1);
+    reduce_slice(DPM_COMM_F32, x->bufs, g->base.size, lo, hi);
+    atomic_fetch_add(&x->done, 1);
   }
-  dpm_spin_until(&j->done, j->chunks); /* the peers' claimed chunks */
+  dpm_spin_until(&x->done, x->chunks); /* the peers' claimed chunks */
 }
 
 static dpm_status local_wait(dpm_comm *c, int rank, dpm_err *err) {
   local_comm *g = local_of(c);
-  unsigned long k = atomic_load(&g->waited[rank]);
-  if (k == atomic_load(&g->started[rank]))
+  unsigned long k = g->waited[rank];
+  if (k == g->q.next[rank])
     return dpm_errf(err, DPM_INVALID, "allreduce wait: rank %d has no started allreduce",
                     rank);
-  local_job *j = &g->jobs[k % LOCAL_JOBS];
-  atomic_store(&g->waited[rank], k + 1);
-  struct timespec until = dpm_mono_deadline(g->timeout_ms);
-  if (!await(g, &j->ready, k + 1, &until)) {
-    if (atomic_fetch_add(&j->arrived, LOCAL_POISON) != c->size)
-      return give_up(g, "allreduce", absent_from_job, k, err);
-    dpm_spin_until(&j->ready, k + 1); /* all were in: the judge is publishing it */
-  }
-  dpm_status s = j->verdict ? dpm_errf(err, j->verdict, "%s", j->msg) : DPM_OK;
-  if (!s && c->size > 1) sum_chunks(g, j);
-  if (atomic_fetch_add(&j->left, 1) + 1 == c->size) {
-    atomic_store(&j->arrived, 0);
-    atomic_store(&j->next, 0);
-    atomic_store(&j->done, 0);
-    atomic_store(&j->left, 0);
-    atomic_fetch_add(&j->uses, 1);
-    wake_sleepers(g);
-  }
+  g->waited[rank] = k + 1;
+  struct timespec until = dpm_mono_deadline(g->q.timeout_ms);
+  char m[DPM_GROUP_ERR];
+  dpm_status s = dpm_group_ready(&g->q, k, &until, "allreduce", m);
+  if (s) return dpm_errf(err, s, "%s", m);
+  const dpm_group_job *j = dpm_group_job_of(&g->q, k);
+  s = j->verdict ? dpm_errf(err, j->verdict, "%s", j->msg) : DPM_OK;
+  if (!s && c->size > 1) sum_chunks(g, &g->sums[dpm_group_slot(&g->q, k)], j->calls[0].n);
+  dpm_group_leave(&g->q, k, rank);
   return s;
 }
 
-static int local_broken(dpm_comm *c) { return dpm_group_broken(&local_of(c)->fault); }
+static int local_broken(dpm_comm *c) { return dpm_group_broken(&local_of(c)->q.fault); }
 
 static dpm_status local_failure(dpm_comm *c, dpm_err *err) {
-  local_comm *g = local_of(c);
-  pthread_mutex_lock(&g->mu);
-  dpm_status s = dpm_group_failure(&g->fault, err);
-  pthread_mutex_unlock(&g->mu);
-  return s;
+  return dpm_group_queue_failure(&local_of(c)->q, err);
 }
 
+/* Frees g and what it holds but the queue. */
 static void free_all(local_comm *g) {
-  for (int k = 0; g->jobs && k < LOCAL_JOBS; k++) {
-    free(g->jobs[k].calls);
-    free(g->jobs[k].bufs);
-  }
-  free(g->jobs);
-  free(g->started);
+  for (int k = 0; k < LOCAL_JOBS; k++) free(g->sums[k].bufs);
   free(g->waited);
   free(g->calls);
   free(g->phase);
@@ -453,8 +338,7 @@ static void free_all(local_comm *g) {
 
 static void local_destroy(dpm_comm *c) {
   local_comm *g = local_of(c);
-  pthread_cond_destroy(&g->cv);
-  pthread_mutex_destroy(&g->mu);
+  dpm_group_queue_fini(&g->q);
   free_all(g);
 }
 
@@ -485,26 +369,18 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
   g->phase = calloc((size_t)size, sizeof *g->phase);
   g->here = calloc((size_t)size, sizeof *g->here);
   g->bufs = calloc((size_t)size, sizeof *g->bufs);
-  g->started = calloc((size_t)size, sizeof *g->started);
   g->waited = calloc((size_t)size, sizeof *g->waited);
-  int jobs_ok = (g->jobs = calloc(LOCAL_JOBS, sizeof *g->jobs)) != NULL;
-  for (int k = 0; jobs_ok && k < LOCAL_JOBS; k++) {
-    g->jobs[k].calls = calloc((size_t)size, sizeof *g->jobs[k].calls);
-    g->jobs[k].bufs = calloc((size_t)size, sizeof *g->jobs[k].bufs);
-    jobs_ok = g->jobs[k].calls && g->jobs[k].bufs;
-  }
-  int mu_ok = !pthread_mutex_init(&g->mu, NULL), cv_ok = dpm_group_cond_init(&g->cv);
-  if (!g->calls || !g->phase || !g->here || !g->bufs || !g->started || !g->waited ||
-      !jobs_ok || !mu_ok || !cv_ok) {
-    if (mu_ok) pthread_mutex_destroy(&g->mu);
-    if (cv_ok) pthread_cond_destroy(&g->cv);
+  int sums_ok = 1;
+  for (int k = 0; sums_ok && k < LOCAL_JOBS; k++)
+    sums_ok = (g->sums[k].bufs = calloc((size_t)size, sizeof *g->sums[k].bufs)) != NULL;
+  int spin = size > 1 && size <= sysconf(_SC_NPROCESSORS_ONLN);
+  if (!g->calls || !g->phase || !g->here || !g->bufs || !g->waited || !sums_ok ||
+      !dpm_group_queue_init(&g->q, LOCAL_JOBS, size, 0, size, timeout_ms, spin, "ranks",
+                            "timeout")) {
     free_all(g);
     return dpm_errf(err, DPM_NOMEM, "local comm: out of memory for %d ranks", size);
   }
   g->base = (dpm_comm){.ops = &local_comm_ops, .size = size};
-  g->timeout_ms = timeout_ms;
-  dpm_group_fault_init(&g->fault, "timeout");
-  g->spin = size > 1 && size <= sysconf(_SC_NPROCESSORS_ONLN);
   *out = &g->base;
   return DPM_OK;
 }

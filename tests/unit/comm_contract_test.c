@@ -66,7 +66,8 @@ typedef struct {
   dpm_comm *comm;
   dpm_dev *dev[CONTRACT_RANKS]; /* device backends: each rank's device */
   void *buf[CONTRACT_RANKS];    /* each rank's buffer (on its device), as comm takes it */
-  dpm_dptr dbuf[CONTRACT_RANKS]; /* device backends: the same, as the device API takes it */
+  dpm_dptr
+      dbuf[CONTRACT_RANKS]; /* device backends: the same, as the device API takes it */
   size_t got[CONTRACT_RANKS];
 } contract_fixture;
 
@@ -434,4 +435,59 @@ static int timeout_breaks(contract_fixture *f) {
 
 TEST(contract_timeout_names_the_missing_rank_and_breaks_the_group) {
   CHECK(on_every_backend(150, 2, timeout_breaks));
+}
+
+/* A started allreduce that a rank never starts, caught by a blocking
+ * collective's timeout: the barrier's ranks get DPM_TIMEOUT, and the wait
+ * that follows fails with DPM_STATE quoting it (it did not time out
+ * itself: the group was broken before). A backend whose start meets the
+ * ranks (nccl) times out in the start instead, and its barrier fails with
+ * DPM_STATE. */
+typedef struct {
+  contract_fixture *f;
+  int rank;
+  dpm_status start, barrier, wait;
+  dpm_err e_start, e_barrier, e_wait;
+} start_barrier_rank;
+
+static void *start_barrier_main(void *arg) {
+  start_barrier_rank *sr = arg;
+  contract_fixture *f = sr->f;
+  sr->start =
+      dpm_comm_allreduce_start(f->comm, sr->rank, f->buf[sr->rank], N, &sr->e_start);
+  sr->barrier = dpm_comm_barrier(f->comm, sr->rank, &sr->e_barrier);
+  sr->wait =
+      sr->start ? DPM_STATE : dpm_comm_allreduce_wait(f->comm, sr->rank, &sr->e_wait);
+  return NULL;
+}
+
+static int started_then_timeout(contract_fixture *f) {
+  int missing = f->n - 1, ok = 1;
+  start_barrier_rank sr[CONTRACT_RANKS];
+  pthread_t th[CONTRACT_RANKS];
+  fill(f, &dtypes[0]);
+  for (int r = 0; r < missing; r++) {
+    sr[r] = (start_barrier_rank){.f = f, .rank = r};
+    if (pthread_create(&th[r], NULL, start_barrier_main, &sr[r])) return 0;
+  }
+  for (int r = 0; r < missing; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < missing && ok; r++) {
+    const start_barrier_rank *x = &sr[r];
+    if (x->start) /* the start met the ranks and timed out; the barrier came later */
+      ok = x->start == DPM_TIMEOUT && x->barrier == DPM_STATE;
+    else
+      ok = x->barrier == DPM_TIMEOUT && strstr(x->e_barrier.msg, "barrier: timed out") &&
+           x->wait == DPM_STATE &&
+           strstr(x->e_wait.msg, "allreduce: communicator broken by an earlier") &&
+           strstr(x->e_wait.msg, "barrier: timed out");
+    if (!ok)
+      printf("    %s rank %d: start %s (%s), barrier %s (%s), wait %s (%s)\n", bname(f),
+             r, dpm_status_name(x->start), x->e_start.msg, dpm_status_name(x->barrier),
+             x->e_barrier.msg, dpm_status_name(x->wait), x->e_wait.msg);
+  }
+  return ok;
+}
+
+TEST(contract_started_allreduce_caught_by_a_timeout_fails_as_broken) {
+  CHECK(on_every_backend(150, 2, started_then_timeout));
 }

@@ -8,16 +8,17 @@
  * (config.blocking = 0): a call that would block returns ncclInProgress
  * and is polled here (ncclCommGetAsyncError) against the group's timeout,
  * so no thread is ever stuck inside NCCL. Every collective first meets the
- * other local ranks on the host (a generation barrier under mu and cv,
- * bounded by the timeout, as the local communicator's first round): the
+ * other local ranks on the host, as a job of the group core's job queue
+ * (comm/group.h, compiled into the plugin; bounded by the timeout): the
  * last rank in checks that all called the same collective with the same
- * count, bytes and root (the group core's dpm_group_judge, comm/group.h,
- * compiled into the plugin), and a disagreement is DPM_INVALID on every
- * local rank with nothing enqueued. The timeout's message and the sticky
- * failure are the core's too (rank numbers job-wide). Then each rank enqueues its NCCL
- * call on its own stream and returns: the result is ordered before whatever the rank
- * queues next (comm.h, "Completion"); an event recorded after it tells the
- * watch whether the rank's last collective has finished. A host buffer
+ * count, bytes and root (dpm_group_judge) and publishes the verdict, every
+ * rank leaves the job once it has read it, and a disagreement is
+ * DPM_INVALID on every local rank with nothing enqueued. The timeout's
+ * message and the sticky failure are the core's too (rank numbers
+ * job-wide). Then each rank enqueues its NCCL call on its own stream and
+ * returns: the result is ordered before whatever the rank queues next
+ * (comm.h, "Completion"); an event recorded after it tells the watch
+ * whether the rank's last collective has finished. A host buffer
  * (the trainer's agreement on its meta and flags) goes through a device
  * bounce buffer of the rank's, and that call waits for its stream, since
  * its caller reads the result in host memory as soon as it returns.
@@ -43,10 +44,9 @@
  * Threads: rank r's calls come from one thread at a time; a rank's
  * communicator is used under its rank's mutex (calls, polls, and the abort,
  * which may come from another rank's watch), so an aborted communicator is
- * never touched again. A rank's mutex and the group's mu are never held
- * together. broken is set once, under mu. A rank's bounce buffer (host
- * buffers, below) is its own thread's. */
-#include <errno.h>
+ * never touched again. A rank's mutex and the queue's mu are never held
+ * together. broken is set once, under the queue's mu. A rank's bounce
+ * buffer (host buffers, below) is its own thread's. */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -66,7 +66,10 @@
 
 typedef dpm_group_call nccl_call;
 
-#define NCCL_MSG DPM_GROUP_MSG
+/* Jobs of the meeting's queue: a rank leaves job k before it arrives at
+ * k + 1, and arrives there only once every rank arrived at k, so job k + 2
+ * never waits for k's slot. */
+#define NCCL_JOBS 2
 
 typedef struct nccl_group nccl_group;
 
@@ -83,23 +86,15 @@ typedef struct {
   void *bounce;        /* device copy of a host buffer (grow-only), bounce_cap bytes */
   size_t bounce_cap;
   int started;    /* started allreduces not yet waited for */
-  int here;       /* inside a meeting (under the group's mu) */
   char last[128]; /* the collective it enqueued last, for messages */
 } nccl_rank;
 
 struct nccl_group {
-  dpm_comm base;        /* first: handed out as dpm_comm */
-  int rank_base, world; /* the job-wide rank of local rank 0; ranks in the job */
-  int timeout_ms;
-  pthread_mutex_t mu; /* guards the meeting, the verdict and broken's message */
-  pthread_cond_t cv;  /* a meeting completed or the group broke */
-  unsigned long gen;  /* meetings completed: the next collective's sequence number */
-  int arrived;        /* ranks in the current meeting */
-  dpm_status verdict; /* of the meeting completed last */
-  char verdict_msg[NCCL_MSG];
-  dpm_group_fault fault; /* set once, under mu: DPM_TIMEOUT or DPM_IO */
-  nccl_call *calls;      /* [size] what each rank called at the current meeting */
-  nccl_rank *ranks;      /* [size] */
+  dpm_comm base;     /* first: handed out as dpm_comm */
+  dpm_group_queue q; /* the meetings (job k: the collective numbered k), the job
+                        ranks (rank_base, world), the timeout and the fault
+                        (DPM_TIMEOUT or DPM_IO) */
+  nccl_rank *ranks;  /* [size] */
 };
 
 static nccl_group *group_of(dpm_comm *c) { return (nccl_group *)c; }
@@ -129,87 +124,48 @@ static void abort_all(nccl_group *g) {
  * floats") and aborts every communicator. No rank mutex may be held. */
 static void break_group(nccl_group *g, dpm_status code, const char *what,
                         const char *why) {
-  pthread_mutex_lock(&g->mu);
-  if (dpm_group_fail(&g->fault, code, "%s: %s", what, why))
-    pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
+  char m[DPM_GROUP_MSG];
+  snprintf(m, sizeof m, "%s: %s", what, why);
+  dpm_group_break(&g->q, code, m);
   abort_all(g);
 }
 
 /* The error of a call on a broken group. */
 static dpm_status broken_state(nccl_group *g, const char *op, dpm_err *err) {
-  char m[NCCL_MSG + 96];
-  pthread_mutex_lock(&g->mu);
-  dpm_group_fault_msg(&g->fault, op, m, sizeof m);
-  pthread_mutex_unlock(&g->mu);
-  return cuda_errf(err, DPM_STATE, "%s", m);
+  char m[DPM_GROUP_ERR];
+  return cuda_errf(err, dpm_group_state(&g->q, op, m), "%s", m);
 }
 
 /* The failure that broke the group, as the call that met it returns it. */
 static dpm_status broken_now(nccl_group *g, dpm_err *err) {
-  pthread_mutex_lock(&g->mu);
-  dpm_status s = dpm_group_failure(&g->fault, err);
-  pthread_mutex_unlock(&g->mu);
-  return s;
+  return dpm_group_queue_failure(&g->q, err);
 }
 
 /* ---- the local meeting ---------------------------------------------------- */
 
-/* Whether local rank r is not in the current meeting (under mu). */
-static int absent_of(void *ctx, int r) { return !((nccl_group *)ctx)->ranks[r].here; }
-
-/* Rank r arrives with `call` and returns once every local rank has, with
- * the verdict; DPM_TIMEOUT when some did not within the timeout (the group
- * then breaks), DPM_STATE on a broken group. */
+/* Rank r arrives with `call` at its next job and returns once every local
+ * rank has, with the verdict; DPM_TIMEOUT when some did not within the
+ * timeout (the group then breaks, its communicators aborted), DPM_STATE on
+ * a broken group. */
 static dpm_status meet(nccl_group *g, int r, nccl_call call, dpm_err *err) {
   const char *op = dpm_group_op_name(call.op);
-  nccl_rank *rk = &g->ranks[r];
-  int timed_out = 0;
-  pthread_mutex_lock(&g->mu);
-  if (dpm_group_broken(&g->fault)) {
-    pthread_mutex_unlock(&g->mu);
-    return broken_state(g, op, err);
+  char m[DPM_GROUP_ERR];
+  if (dpm_group_broken(&g->q.fault)) return broken_state(g, op, err);
+  if (dpm_group_enter(&g->q, r, op, m)) return cuda_errf(err, DPM_INVALID, "%s", m);
+  struct timespec until = dpm_mono_deadline(g->q.timeout_ms);
+  unsigned long k;
+  int last;
+  dpm_status s = dpm_group_arrive(&g->q, r, &call, op, &until, &k, &last, m);
+  if (!s && last) dpm_group_publish(&g->q, k);
+  if (!s) s = dpm_group_ready(&g->q, k, &until, op, m);
+  if (!s) {
+    const dpm_group_job *j = dpm_group_job_of(&g->q, k);
+    if ((s = j->verdict)) snprintf(m, sizeof m, "%s", j->msg);
+    dpm_group_leave(&g->q, k, r);
   }
-  if (rk->here) {
-    pthread_mutex_unlock(&g->mu);
-    return cuda_errf(err, DPM_INVALID,
-                     "%s: rank %d is already inside a collective (one call per rank at a "
-                     "time)",
-                     op, r);
-  }
-  g->calls[r] = call;
-  rk->here = 1;
-  unsigned long mine = g->gen;
-  if (++g->arrived == g->base.size) {
-    g->verdict =
-        dpm_group_judge(g->calls, g->base.size, g->rank_base, g->world, g->verdict_msg);
-    g->arrived = 0;
-    for (int k = 0; k < g->base.size; k++) g->ranks[k].here = 0;
-    g->gen++;
-    pthread_cond_broadcast(&g->cv);
-  } else {
-    struct timespec until = dpm_mono_deadline(g->timeout_ms);
-    while (g->gen == mine && !dpm_group_broken(&g->fault))
-      if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT && g->gen == mine &&
-          !dpm_group_broken(&g->fault)) {
-        char m[NCCL_MSG];
-        dpm_group_timeout_msg(m, op, mine, g->timeout_ms, "local ranks", g->base.size,
-                              g->rank_base, absent_of, g);
-        dpm_group_fail(&g->fault, DPM_TIMEOUT, "%s", m);
-        pthread_cond_broadcast(&g->cv);
-        timed_out = 1;
-      }
-  }
-  dpm_status s;
-  if (g->gen == mine) { /* the group broke while this rank waited */
-    rk->here = 0;
-    s = cuda_errf(err, g->fault.code, "%s", g->fault.msg);
-  } else {
-    s = g->verdict ? cuda_errf(err, g->verdict, "%s", g->verdict_msg) : DPM_OK;
-  }
-  pthread_mutex_unlock(&g->mu);
-  if (timed_out) abort_all(g);
-  return s;
+  dpm_group_exit(&g->q, r);
+  if (s == DPM_TIMEOUT) abort_all(g); /* the meeting's timeout broke the group */
+  return s ? cuda_errf(err, s, "%s", m) : DPM_OK;
 }
 
 /* ---- enqueueing ----------------------------------------------------------- */
@@ -231,7 +187,7 @@ static ncclResult_t settle(nccl_group *g, nccl_rank *rk, ncclResult_t res, int *
   int64_t start = now_ms();
   *late = 0;
   while (res == ncclInProgress) {
-    if (now_ms() - start > g->timeout_ms) {
+    if (now_ms() - start > g->q.timeout_ms) {
       *late = 1;
       return res;
     }
@@ -268,7 +224,7 @@ static dpm_status staged(nccl_group *g, int r, const nccl_call *c, dpm_err *err)
   cuda_use(rk->dev);
   cudaError_t e = cudaSuccess;
   if (bytes > rk->bounce_cap) {
-    if (!cuda_wait(rk->dev) && !dpm_group_broken(&g->fault))
+    if (!cuda_wait(rk->dev) && !dpm_group_broken(&g->q.fault))
       return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)", op,
                        rk->dev->index);
     if (rk->bounce) cudaFree(rk->bounce);
@@ -288,10 +244,10 @@ static dpm_status staged(nccl_group *g, int r, const nccl_call *c, dpm_err *err)
   d.buf = rk->bounce;
   dpm_status s = enqueue(g, r, &d, err);
   if (s) return s;
-  if (!cuda_wait(rk->dev) && !dpm_group_broken(&g->fault))
+  if (!cuda_wait(rk->dev) && !dpm_group_broken(&g->q.fault))
     return cuda_errf(err, DPM_IO, "%s: cuda:%d failed (see the device's error)", op,
                      rk->dev->index);
-  if (dpm_group_broken(&g->fault)) return broken_now(g, err);
+  if (dpm_group_broken(&g->q.fault)) return broken_now(g, err);
   if ((e = cudaMemcpyAsync(c->buf, rk->bounce, bytes, cudaMemcpyDeviceToHost,
                            rk->stream)) ||
       (e = cudaStreamSynchronize(rk->stream)))
@@ -353,7 +309,7 @@ static dpm_status enqueue(nccl_group *g, int r, const nccl_call *c, dpm_err *err
   if (res == ncclSuccess) return DPM_OK;
   if (aborted) return broken_now(g, err);
   if (late) {
-    snprintf(why, sizeof why, "nccl did not take the call within %d ms", g->timeout_ms);
+    snprintf(why, sizeof why, "nccl did not take the call within %d ms", g->q.timeout_ms);
     break_group(g, DPM_TIMEOUT, what, why);
   } else {
     break_group(g, DPM_IO, what, why);
@@ -378,7 +334,7 @@ static dpm_status nccl_start(dpm_comm *c, int rank, float *buf, size_t count,
                              dpm_err *err) {
   nccl_group *g = group_of(c);
   nccl_rank *rk = &g->ranks[rank];
-  if (dpm_group_broken(&g->fault)) return broken_state(g, "allreduce start", err);
+  if (dpm_group_broken(&g->q.fault)) return broken_state(g, "allreduce start", err);
   if (rk->started == DPM_COMM_MAX_STARTED)
     return cuda_errf(
         err, DPM_INVALID,
@@ -411,7 +367,7 @@ static dpm_status nccl_wait(dpm_comm *c, int rank, dpm_err *err) {
   }
   pthread_mutex_unlock(&rk->mu);
   if (async != ncclSuccess && async != ncclInProgress) break_group(g, DPM_IO, what, why);
-  if (dpm_group_broken(&g->fault)) return broken_state(g, "allreduce wait", err);
+  if (dpm_group_broken(&g->q.fault)) return broken_state(g, "allreduce wait", err);
   return DPM_OK;
 }
 
@@ -433,13 +389,13 @@ static dpm_status nccl_barrier(dpm_comm *c, int rank, dpm_err *err) {
   dpm_status s = meet(g, rank, call, err);
   if (!s) s = enqueue(g, rank, &call, err);
   if (s) return s;
-  if (!cuda_wait(g->ranks[rank].dev) && !dpm_group_broken(&g->fault))
+  if (!cuda_wait(g->ranks[rank].dev) && !dpm_group_broken(&g->q.fault))
     return cuda_errf(err, DPM_IO, "barrier: cuda:%d failed (see the device's error)",
                      g->ranks[rank].dev->index);
-  return dpm_group_broken(&g->fault) ? broken_now(g, err) : DPM_OK;
+  return dpm_group_broken(&g->q.fault) ? broken_now(g, err) : DPM_OK;
 }
 
-static int nccl_broken(dpm_comm *c) { return dpm_group_broken(&group_of(c)->fault); }
+static int nccl_broken(dpm_comm *c) { return dpm_group_broken(&group_of(c)->q.fault); }
 
 /* ---- the watch ------------------------------------------------------------ */
 
@@ -450,7 +406,7 @@ static int nccl_broken(dpm_comm *c) { return dpm_group_broken(&group_of(c)->faul
 static int nccl_watch(void *arg, int64_t waited_ms) {
   nccl_rank *rk = arg;
   nccl_group *g = rk->g;
-  if (dpm_group_broken(&g->fault)) {
+  if (dpm_group_broken(&g->q.fault)) {
     abort_all(g); /* a no-op once done */
     return 1;
   }
@@ -461,7 +417,7 @@ static int nccl_watch(void *arg, int64_t waited_ms) {
   if (rk->comm) {
     ncclResult_t q = ncclCommGetAsyncError(rk->comm, &async);
     if (q != ncclSuccess) async = q;
-    late = waited_ms > g->timeout_ms && cudaEventQuery(rk->done) == cudaErrorNotReady;
+    late = waited_ms > g->q.timeout_ms && cudaEventQuery(rk->done) == cudaErrorNotReady;
     snprintf(what, sizeof what, "%s", rk->last[0] ? rk->last : "collective");
     if (async != ncclSuccess && async != ncclInProgress) {
       const char *detail = ncclGetLastError(rk->comm);
@@ -475,7 +431,7 @@ static int nccl_watch(void *arg, int64_t waited_ms) {
     return 1;
   }
   if (late) {
-    snprintf(why, sizeof why, "nccl timed out after %d ms", g->timeout_ms);
+    snprintf(why, sizeof why, "nccl timed out after %d ms", g->q.timeout_ms);
     break_group(g, DPM_TIMEOUT, what, why);
     return 1;
   }
@@ -507,19 +463,19 @@ static dpm_status settle_all(nccl_group *g, const char *what, dpm_err *err) {
         pending++;
       } else if (st != ncclSuccess) {
         const char *detail = ncclGetLastError(rk->comm);
-        return cuda_errf(err, DPM_IO, "%s: rank %d: %s%s%s", what, g->rank_base + r,
+        return cuda_errf(err, DPM_IO, "%s: rank %d: %s%s%s", what, g->q.rank_base + r,
                          ncclGetErrorString(st), detail && *detail ? ": " : "",
                          detail ? detail : "");
       }
     }
     if (!pending) return DPM_OK;
-    if (now_ms() - start > g->timeout_ms)
+    if (now_ms() - start > g->q.timeout_ms)
       return cuda_errf(
           err, DPM_TIMEOUT,
           "%s: %d of %d local ranks not ready after %d ms (job ranks %d..%d of "
           "%d)",
-          what, pending, g->base.size, g->timeout_ms, g->rank_base,
-          g->rank_base + g->base.size - 1, g->world);
+          what, pending, g->base.size, g->q.timeout_ms, g->q.rank_base,
+          g->q.rank_base + g->base.size - 1, g->q.world);
     nap_us(1000);
   }
 }
@@ -549,9 +505,7 @@ static void free_group(nccl_group *g, int abort_comms) {
     pthread_mutex_destroy(&rk->mu);
   }
   if (prev >= 0) use_device(prev);
-  pthread_cond_destroy(&g->cv);
-  pthread_mutex_destroy(&g->mu);
-  free(g->calls);
+  dpm_group_queue_fini(&g->q);
   free(g->ranks);
   free(g);
 }
@@ -593,7 +547,7 @@ static nccl_group *take_idle(const dpm_comm_config *cfg, int world) {
   }
   pthread_mutex_unlock(&idle_mu);
   if (found) {
-    found->timeout_ms = cfg->timeout_ms;
+    found->q.timeout_ms = cfg->timeout_ms;
     watch_all(found, 1);
   }
   return found;
@@ -601,7 +555,7 @@ static nccl_group *take_idle(const dpm_comm_config *cfg, int world) {
 
 /* Keeps an unbroken group of one process idle; 0 when it is not kept. */
 static int keep_idle(nccl_group *g) {
-  if (dpm_group_broken(&g->fault) || g->world != g->base.size) return 0;
+  if (dpm_group_broken(&g->q.fault) || g->q.world != g->base.size) return 0;
   watch_all(g, 0);
   int kept = 0;
   pthread_mutex_lock(&idle_mu);
@@ -625,7 +579,7 @@ static dpm_status nccl_failure(dpm_comm *c, dpm_err *err) {
 
 static void nccl_destroy(dpm_comm *c) {
   nccl_group *g = group_of(c);
-  if (!keep_idle(g)) free_group(g, dpm_group_broken(&g->fault));
+  if (!keep_idle(g)) free_group(g, dpm_group_broken(&g->q.fault));
 }
 
 static const dpm_comm_ops nccl_ops = {
@@ -696,11 +650,11 @@ static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, int determin
   ncclGroupStart();
   for (int r = 0; r < g->base.size; r++) {
     use_device(g->ranks[r].device);
-    ncclResult_t res = ncclCommInitRankConfig(&g->ranks[r].comm, g->world, *id,
-                                              g->rank_base + r, &config);
+    ncclResult_t res = ncclCommInitRankConfig(&g->ranks[r].comm, g->q.world, *id,
+                                              g->q.rank_base + r, &config);
     if (res != ncclSuccess && res != ncclInProgress && first == ncclSuccess) {
       first = res;
-      failed_rank = g->rank_base + r;
+      failed_rank = g->q.rank_base + r;
     }
   }
   ncclResult_t end = ncclGroupEnd();
@@ -709,7 +663,7 @@ static dpm_status init_comms(nccl_group *g, const ncclUniqueId *id, int determin
     return cuda_errf(err, DPM_IO,
                      "nccl init: ncclCommInitRankConfig (rank %d of %d) failed: "
                      "%s",
-                     failed_rank, g->world, ncclGetErrorString(first));
+                     failed_rank, g->q.world, ncclGetErrorString(first));
   return settle_all(g, "nccl init", err);
 }
 
@@ -769,20 +723,13 @@ dpm_status cuda_nccl_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err 
   g = calloc(1, sizeof *g);
   if (!g) return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory");
   g->ranks = calloc((size_t)size, sizeof *g->ranks);
-  g->calls = calloc((size_t)size, sizeof *g->calls);
-  int cv_ok = dpm_group_cond_init(&g->cv);
-  if (!g->ranks || !g->calls || !cv_ok || pthread_mutex_init(&g->mu, NULL)) {
-    if (cv_ok) pthread_cond_destroy(&g->cv);
-    free(g->calls);
+  if (!g->ranks || !dpm_group_queue_init(&g->q, NCCL_JOBS, size, cfg->rank_base, world,
+                                         cfg->timeout_ms, 0, "local ranks", "failure")) {
     free(g->ranks);
     free(g);
     return cuda_errf(err, DPM_NOMEM, "nccl comm: out of memory for %d ranks", size);
   }
   g->base = (dpm_comm){.ops = &nccl_ops, .size = size};
-  g->rank_base = cfg->rank_base;
-  g->world = world;
-  g->timeout_ms = cfg->timeout_ms;
-  dpm_group_fault_init(&g->fault, "failure");
   for (int r = 0; r < size; r++) {
     g->ranks[r].g = g;
     pthread_mutex_init(&g->ranks[r].mu, NULL);
