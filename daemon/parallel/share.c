@@ -85,7 +85,7 @@ void dpm_share_run(dpm_share *s, int rank, const dpm_op *op) {
 /* One part of peer q's op of `round`: 1 when taken and run, 0 when none is
  * left, -1 when q has not opened the round yet. */
 static int take(share_slot *q, uint32_t round) {
-  uint64_t c = atomic_load_explicit(&q->claim, memory_order_acquire);
+  unsigned long long c = atomic_load_explicit(&q->claim, memory_order_acquire);
   for (;;) {
     uint32_t r = (uint32_t)(c >> 32), k = (uint32_t)c;
     if (r != round) return r == round - 1 ? -1 : 0;
