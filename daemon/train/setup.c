@@ -378,8 +378,9 @@ static dpm_status fleet_check(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_er
  * the cores of the replicas' crew when the group is Gloo's: the threads it
  * starts (Gloo's I/O loop, the job thread of comm/gloo.c) inherit that set,
  * so the network work of one shard never preempts the replica of another
- * shard on the same host. Other groups start no threads of their own, or
- * place them themselves (NCCL). */
+ * shard on the same host (the I/O loop, under SCHED_IDLE, yields to
+ * its own replicas: comm/gloo_shim.cc). Other groups start no threads of their
+ * own, or place them themselves (NCCL). */
 static dpm_status create_on_cores(dpm_trainer *t, const dpm_comm_config *cfg,
                                   dpm_err *err) {
   cpu_set_t cores, was;

@@ -313,7 +313,9 @@ static int threads_now(pid_t *tids, int cap) {
 /* Two shards of one replica each on one host: each shard's replica is
  * pinned to a core of its own (its job rank picks it), and the threads its
  * Gloo group starts (Gloo's I/O loop, the job thread) run on that core
- * only, so one shard's network work never takes the other's core. */
+ * only, so one shard's network work never takes the other's core; the I/O
+ * loops run under SCHED_IDLE, never preempting a replica
+ * (comm/gloo_shim.cc). */
 TEST(fleet_gloo_threads_run_on_their_replicas_core) {
   const dpm_device devs[] = {{DPM_DEVICE_CPU, 0}, {DPM_DEVICE_CPU, 1}};
   int cores[2];
@@ -332,7 +334,7 @@ TEST(fleet_gloo_threads_run_on_their_replicas_core) {
   Dpm__ModelSpec *spec = tf_spec(MLP_FORWARD, 8, 7, 0.01, "simple", 65536);
   shard_run runs[2];
   CHECK(make_job(runs, spec, 2, 1, "cores"));
-  int na = threads_now(after, 256), started = 0, wider = 0;
+  int na = threads_now(after, 256), started = 0, wider = 0, idle = 0;
   cpu_set_t seen;
   CPU_ZERO(&seen);
   for (int i = 0; i < na; i++) {
@@ -348,12 +350,14 @@ TEST(fleet_gloo_threads_run_on_their_replicas_core) {
     if (sched_getaffinity(after[i], sizeof set, &set)) continue; /* gone */
     started++;
     wider += CPU_COUNT(&set) != 1;
+    idle += sched_getscheduler(after[i]) == SCHED_IDLE;
     CPU_OR(&seen, &seen, &set);
   }
   destroy_job(runs, 2);
   dpm_spec_free(spec);
   pthread_setaffinity_np(pthread_self(), sizeof was, &was);
   CHECK(started >= 2);            /* each shard's Gloo I/O loop at least */
+  CHECK(idle >= 2);               /* each I/O loop under SCHED_IDLE */
   CHECK_INT(wider, 0);            /* none may run on more than one core */
   CHECK(CPU_EQUAL(&seen, &both)); /* one core per shard */
 }
