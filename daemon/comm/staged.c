@@ -13,7 +13,7 @@
  * wait waits for inner's oldest and copies that one back. Each rank keeps
  * a FIFO of DPM_COMM_MAX_STARTED slots, each with its own host buffer, and
  * one buffer for the blocking calls; buffers are 64-byte aligned
- * (dpm_alloc) and only grow, so once a step has run every buffer has the
+ * (whole cache lines, as the local sums read them) and only grow, so once a step has run every buffer has the
  * capacity the next needs and nothing is allocated.
  *
  * Only dpm_dev_* copies touch a device's bytes; the host copies are the
@@ -33,7 +33,6 @@
 
 #include "backend/device.h"
 #include "comm/comm.h"
-#include "engine/tensor.h"
 
 /* A grow-only host buffer. */
 typedef struct {
@@ -73,12 +72,15 @@ static int staged_buf(staged_comm *g, int r, const void *buf, size_t bytes_per,
   return n <= SIZE_MAX / bytes_per && dpm_dev_owns(g->devs[r], buf);
 }
 
-/* b with room for at least `bytes` bytes; NULL when out of memory (b kept). */
+/* b with room for at least `bytes` bytes, 64-byte aligned, its old
+ * contents not kept (every use copies in first); NULL when out of memory
+ * (b kept). */
 static void *room(host_buf *b, size_t bytes) {
   if (b->cap >= bytes && b->p) return b->p;
-  void *p = dpm_alloc(bytes);
+  if (bytes > SIZE_MAX - 63) return NULL;
+  void *p = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
   if (!p) return NULL;
-  dpm_free(b->p);
+  free(b->p);
   b->p = p;
   b->cap = bytes;
   return p;
@@ -197,8 +199,8 @@ static void staged_destroy(dpm_comm *c) {
   staged_comm *g = staged_of(c);
   dpm_comm_destroy(g->inner);
   for (int r = 0; g->ranks && r < g->base.size; r++) {
-    dpm_free(g->ranks[r].now.p);
-    for (int k = 0; k < DPM_COMM_MAX_STARTED; k++) dpm_free(g->ranks[r].fifo[k].copy.p);
+    free(g->ranks[r].now.p);
+    for (int k = 0; k < DPM_COMM_MAX_STARTED; k++) free(g->ranks[r].fifo[k].copy.p);
   }
   free(g->ranks);
   free(g->devs);
