@@ -331,7 +331,7 @@ test-build: deps
 test: deps test-build onnx-venv $(TEST_NEEDS)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh)
 
-check: deps test-build onnx-venv $(CHECK_NEEDS) $(TEST_FUZZ_REPLAY)
+check: deps test-build $(CHECK_NEEDS) $(TEST_FUZZ_REPLAY)
 	$(if $(TEST_RUN),@:,OPENBLAS_NUM_THREADS=1 ./tests/run.sh --quick)
 
 bench: deps $(BENCHES) $(BUILD)/dpm-train

@@ -13,8 +13,10 @@
 # tests/e2e/*.sh, the fuzz replays and, with clang's libFuzzer or in CI, the fuzz smokes.
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
 # below: each trains a model to an accuracy, minutes), the fuzz smokes and
-# the checks that need the builds make check skips (NOT_QUICK: the TSan
-# build, the GPU bundle); for the edit loop.
+# NOT_QUICK: the checks that need the builds make check skips (the TSan
+# build, the GPU bundle, the ONNX checker's virtualenv) and the fleet
+# scenarios of several daemons or namespaces beyond fleet_loopback (10-22 s
+# each); for the edit loop.
 # NAME...: only the checks of these names (unit, race, layers, dpmd_verbs,
 # "fuzz-replay spec", ...).
 #
@@ -40,9 +42,11 @@ export MAKEFLAGS
 # epochs on two replicas of 64, 6 min 17 s alone (0.9293 of its 0.925).
 SLOW="cnn_bn_reaches_0925 cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088
   bmuf_mlp"
-# Checks that need the ThreadSanitizer build or the GPU bundle, which make
-# check does not build: make test only.
-NOT_QUICK="race dpmd_restore_race gpu-run gpu-rehearsal"
+# make test only: checks that need the ThreadSanitizer build, the GPU
+# bundle or the ONNX virtualenv, which make check does not build, and the
+# fleet scenarios beyond fleet_loopback.
+NOT_QUICK="race dpmd_restore_race gpu-run gpu-rehearsal onnx_export fleet_faults
+  fleet_equivalence fleet_netns"
 # End-to-end scripts run only when named (tests/run.sh NAME): none now.
 BY_HAND=""
 # The checks that take longest start first, in this order (the rest in
