@@ -23,7 +23,7 @@
 # Each check runs in the background with its output in a file; as it ends
 # the runner prints "ok   NAME (S s)" or "FAIL NAME (S s)" and the last 20
 # lines of its output (the unit tests print their own lines), in the order
-# they end. -j N (or TEST_JOBS=N) checks run at once: 2 by default (1 on one
+# they end, and keeps the whole output in build/tests/logs/NAME.log. -j N (or TEST_JOBS=N) checks run at once: 2 by default (1 on one
 # CPU). The slow ones start first, so that the short ones fill the other
 # slot. Scripts keep out of each other's way: each has its own mktemp
 # directory (state dir, ipc sockets, logs; tests/dpmd_lib.sh), tcp ports
@@ -142,10 +142,13 @@ start() {
 }
 setsid=$(command -v setsid || :)
 
-# report ID: prints and counts a check that ended.
+# report ID: prints and counts a check that ended; its whole output stays
+# in build/tests/logs/NAME.log (an accuracy check's epochs, for one).
 report() {
   read -r _rc _secs <"$R/$1.done"
   _name=$(cat "$R/$1.name")
+  mkdir -p build/tests/logs
+  cp "$R/$1.out" "build/tests/logs/$(printf '%s' "$_name" | tr ' /' '--').log"
   if [ "$_name" = unit ]; then # its own lines and closing line
     cp "$R/$1.out" build/tests/unit.log
     cat "$R/$1.out"
