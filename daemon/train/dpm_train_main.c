@@ -1,13 +1,16 @@
 /* dpm-train: train a spec in process, without a daemon.
  *
  *   dpm-train SPEC.yaml [--devices cpu:0,cpu:1] [--net-type simple|dag]
- *             [--epochs N | --iters N] [--json] [--verbose] [--resume FILE]
+ *             [--epochs N | --iters N] [--eval-every N] [--json] [--verbose]
+ *             [--resume FILE]
  *             [--checkpoint FILE] [--extract-predictor DIR --inputs A[,B]
  *             --outputs X[,Y] [--format dpm|onnx]]
  *             [--shard I/N (--job NAME | --prefix P) [--store URL]
  *              [--interface IF]]
  *
- * Evaluates on the spec's eval data after each epoch. With --json it prints
+ * Evaluates on the spec's eval data after each epoch (after every Nth and
+ * the last with --eval-every N; the others report no accuracy: null in
+ * JSON, n/a in text). With --json it prints
  * one JSON object per line: per epoch {"epoch","steps","loss",
  * "test_accuracy","images_per_s"}, last a summary {"images_per_s",
  * "step_ms_median","test_accuracy","peak_rss_mb"}. An epoch cut short by
@@ -58,7 +61,7 @@
 typedef struct {
   const char *spec, *devices, *net_type, *resume, *checkpoint, *predictor, *inputs,
       *outputs, *format, *shard, *store, *prefix, *job, *iface;
-  long epochs, iters;
+  long epochs, iters, eval_every;
   int json, verbose;
 } options;
 
@@ -76,6 +79,8 @@ static const struct {
     {"--epochs", offsetof(options, epochs), 'l', "epochs to train (default 1)"},
     {"--iters", offsetof(options, iters), 'l',
      "steps to train instead of epochs (not with --epochs)"},
+    {"--eval-every", offsetof(options, eval_every), 'l',
+     "evaluate after every Nth epoch and the last (default 1)"},
     {"--json", offsetof(options, json), 'b', "one JSON object per line"},
     {"--verbose", offsetof(options, verbose), 'b', "also the CUDA plugin's line"},
     {"--resume", offsetof(options, resume), 's', "load this checkpoint first"},
@@ -194,6 +199,7 @@ static int parse(int argc, char **argv, options *o) {
   if (!o->spec) return usage("no spec given");
   if (o->epochs && o->iters) return usage("give --epochs N or --iters N, not both");
   if (!o->iters && !o->epochs) o->epochs = 1;
+  if (!o->eval_every) o->eval_every = 1;
   if (!o->predictor != !o->inputs || !o->predictor != !o->outputs)
     return usage("--extract-predictor needs --inputs and --outputs");
   if (o->format && !o->predictor) return usage("--format goes with --extract-predictor");
@@ -387,7 +393,11 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
       if (!quiet) progress_show(&pr, e + 1, i + 1, steps, loss_sum / (double)(i + 1));
     }
     if (!quiet) progress_end(&pr);
-    if (s || ((s = dpm_trainer_eval(t, &eval_loss, &acc, err)) && s != DPM_STATE)) break;
+    if (s) break;
+    acc = NAN;
+    if (((e + 1) % o->eval_every == 0 || e + 1 == epochs) &&
+        (s = dpm_trainer_eval(t, &eval_loss, &acc, err)) && s != DPM_STATE)
+      break;
     s = DPM_OK;
     train_ms += epoch_ms;
     double ips = steps * images / (epoch_ms / 1e3);

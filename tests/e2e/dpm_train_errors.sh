@@ -26,6 +26,22 @@ YAML
 out=$(build/dpm-train "$dir/noeval.yaml" --iters 10 --json) || die "no-eval spec failed"
 echo "$out" | tail -1 | grep -q '"test_accuracy":null' || die "no-eval summary: $out"
 echo "$out" | grep -q nan && die "nan in JSON: $out"
+# --eval-every 2: epochs 2 and 3 (the last) evaluate, epoch 1 reports null
+cat > "$dir/every.yaml" <<'YAML'
+name: every
+input: {reader: synthetic, batch_size: 32, num_examples: 256, shape: [1, 28, 28], num_classes: 10}
+forward:
+  - {op: FC, in: [data], out: pred, dim_out: 10}
+  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}
+  - {op: Accuracy, in: [softmax, label], out: accuracy}
+losses: [loss]
+YAML
+sed -n '/^eval:/,/^  batch_size/p' examples/fmnist_mlp.yaml >> "$dir/every.yaml"
+out=$(build/dpm-train "$dir/every.yaml" --epochs 3 --eval-every 2 --json) || die "--eval-every: $out"
+echo "$out" | grep '"epoch":1,' | grep -q '"test_accuracy":null' || die "--eval-every epoch 1: $out"
+for e in 2 3; do
+  echo "$out" | grep '"epoch":'$e, | grep -q '"test_accuracy":0\.[0-9]' || die "--eval-every epoch $e: $out"
+done
 # usage errors name the argument; --epochs with --iters is refused
 msg=$(build/dpm-train examples/fmnist_mlp.yaml --iters 1 --bogus 2>&1); rc=$?
 [ $rc -eq 2 ] || die "unknown option: want exit 2, got $rc"
