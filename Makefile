@@ -23,11 +23,15 @@ GLOO_LIBS   := -lgloo -lhiredis -lstdc++
 ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(GLOO_CFLAGS) -MMD -MP
 LDLIBS   = $(PKG_LIBS) $(GLOO_LIBS) -lpthread -lm
 # The ASan build is the test build: it also has the fenced test backend
-# (daemon/backend/fenced/, devices fenced:N).
-ASAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+# (daemon/backend/fenced/, devices fenced:N). The sanitizer builds carry
+# line tables only (-g1, clang's -gline-tables-only): their reports still
+# name each frame's file:line, inlined ones too, and they compile in about
+# 70% of the CPU time of full debug info (the 25 largest sources under
+# ASan: 25.3 s against 35.3 s). The programs keep -g.
+ASAN     := -O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer \
             -fno-sanitize-recover=undefined -DDPM_TEST_BUILD
 # The race tests (tests/race) run under ThreadSanitizer.
-TSAN     := -O1 -g -fsanitize=thread -fno-omit-frame-pointer
+TSAN     := -O1 -g1 -fsanitize=thread -fno-omit-frame-pointer
 
 # The CUDA backend: a plugin (build/libdpm_cuda.so) that the programs
 # dlopen (daemon/backend/cuda_load.h), built whenever nvcc is found; CUDA=0

@@ -38,15 +38,16 @@ endif
 
 FUZZ_SAN    := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                -fno-omit-frame-pointer
-# The project's flags, then clang's: -O1 for speed with sanitizers, and no
+# The project's flags, then clang's: -O1 for speed with sanitizers, line
+# tables only (as the gcc sanitizer builds: the Makefile's ASAN), and no
 # -Werror (clang warns where gcc does not; the gcc build keeps -Werror).
-FUZZ_CFLAGS  = $(ALL_CFLAGS) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Wno-error \
-               -Wno-missing-field-initializers
+FUZZ_CFLAGS  = $(ALL_CFLAGS) -O1 -gline-tables-only $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+               -Wno-error -Wno-missing-field-initializers
 # The C++ of the library (the Gloo shim) likewise, with clang++, less the
 # two checks whose handlers only clang++'s link brings (the targets link
 # with clang).
-FUZZ_CXXFLAGS = $(ALL_CXXFLAGS) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link -Wno-error \
-                -fno-sanitize=function,vptr
+FUZZ_CXXFLAGS = $(ALL_CXXFLAGS) -O1 -gline-tables-only $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+                -Wno-error -fno-sanitize=function,vptr
 FUZZ_LIB_OBJ := $(call obj,fuzz/obj,$(LIB_SRC))
 FUZZ_BINS    := $(addprefix $(BUILD)/fuzz/,$(FUZZ_ALL))
 FUZZ_REPLAY  := $(addprefix $(BUILD)/fuzz/replay-,$(FUZZ_ALL))
