@@ -264,16 +264,22 @@ if [ $rc -eq 0 ]; then r=ok; else r=FAIL; fi
 row "gpu_test --quick (rows above)" $r \
   "exit $rc$([ $rc -eq 124 ] && echo ": timed out after $LIMIT_GPU_TEST s"), $(($(date +%s) - t0)) s"
 
-t0=$(date +%s) acc=""
+# The epoch's mean training loss is the tight check (cpu:0 0.56893, an H200
+# 0.56897); the test accuracy of the epoch's last iterate only a loose one:
+# at the example's constant learning rate it swings by 0.04 within 70 steps
+# (cpu:0, steps 900-970: 0.813-0.853; an H200 at step 937: 0.7927).
+t0=$(date +%s) acc="" loss=""
 r=FAIL
 if logged "dpm-train" $LIMIT_TRAIN "$W/bin/dpm-train" "$W/examples/fmnist_mlp.yaml" \
   --devices $dev --epochs 1 --json --checkpoint "$W/mlp.ckpt" --extract-predictor "$W/pred" \
   --inputs data --outputs softmax; then
+  loss=$(json_field "$(grep '^{"epoch"' "$W/last" | tail -1)" loss)
   acc=$(json_field "$(grep '^{' "$W/last" | tail -1)" test_accuracy)
-  at_least "${acc:-0}" 0.80 && [ -s "$W/mlp.ckpt" ] && [ -s "$W/pred/predictor.pb" ] && r=ok
+  at_least 0.60 "${loss:-1}" && at_least "${acc:-0}" 0.75 && [ -s "$W/mlp.ckpt" ] &&
+    [ -s "$W/pred/predictor.pb" ] && r=ok
 fi
 row "dpm-train MLP 1 epoch on $dev" $r \
-  "test accuracy ${acc:-none} (>= 0.80), checkpoint + predictor, $(($(date +%s) - t0)) s"
+  "loss ${loss:-none} (<= 0.60), test accuracy ${acc:-none} (>= 0.75), checkpoint + predictor, $(($(date +%s) - t0)) s"
 
 t0=$(date +%s)
 export DPM_ENDPOINT="ipc://$W/dpmd.sock"
