@@ -442,6 +442,8 @@ static const struct {
     [DPM__DTYPE__DTYPE_F32] = {"f32", 4},
     [DPM__DTYPE__DTYPE_I32] = {"i32", 4},
     [DPM__DTYPE__DTYPE_I64] = {"i64", 8},
+    [DPM__DTYPE__DTYPE_BF16] = {"bf16", 2},
+    [DPM__DTYPE__DTYPE_F16] = {"f16", 2},
 };
 
 /* The element size of dtype t and its name; 0 for one this build does not

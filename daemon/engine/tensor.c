@@ -10,7 +10,8 @@
 static const struct {
   const char *name;
   size_t size;
-} dtypes[] = {[DPM_F32] = {"f32", 4}, [DPM_I32] = {"i32", 4}, [DPM_I64] = {"i64", 8}};
+} dtypes[] = {[DPM_F32] = {"f32", 4},  [DPM_I32] = {"i32", 4}, [DPM_I64] = {"i64", 8},
+             [DPM_BF16] = {"bf16", 2}, [DPM_F16] = {"f16", 2}};
 _Static_assert(sizeof dtypes / sizeof *dtypes == DPM_DTYPE_COUNT, "dtype table");
 
 const char *dpm_dtype_name(dpm_dtype t) { return dtypes[t].name; }
