@@ -1334,7 +1334,8 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
     pr.has_line = pr.has_compute = 0;
     pr.line = 0;
     pr.compute = DPM__COMPUTE_TYPE__COMPUTE_FP32;
-    top.precision = &pr;
+    /* nothing else set: as if there were no section */
+    top.precision = protobuf_c_message_get_packed_size(&pr.base) ? &pr : NULL;
   }
   protobuf_c_message_pack_to_buffer(&top.base, &hb.base);
   for (size_t i = 0; i < spec->n_forward; i++) {

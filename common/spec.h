@@ -87,7 +87,8 @@ void dpm_spec_describe(dpm_spec_key_fn fn, void *ctx);
 /* 64-bit FNV-1a over the protobuf encoding of the spec with its position
  * fields cleared: precisely, over the packed ModelSpec with `source`,
  * `name`, `parallel`, `checkpoint`, `forward`, `input.shard_id`,
- * `input.num_shards`, `precision.compute` and every `line` field left out, followed by each
+ * `input.num_shards`, `precision.compute` (and `precision` when nothing else
+ * in it is set) and every `line` field left out, followed by each
  * packed forward Operator in order with `line` and `column` left out.
  * Moving the file, editing comments, re-indenting, renaming the model,
  * changing its devices, shards or net type, when it checkpoints or its
