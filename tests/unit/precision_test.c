@@ -387,6 +387,18 @@ TEST(cnn_bf16_tracks_f32) {
   CHECK_WITHIN(track_f32(CNN_FORWARD, 8, "compute: bf16", 8), 2e-2);
 }
 
+/* SpatialBN computes in f32 between a bf16 Conv and a bf16 FC. */
+#define BN_FORWARD                                                                       \
+  "  - {op: Conv, in: [data], out: c1, dim_out: 4, kernel: 3, pad: 1}\n"                  \
+  "  - {op: SpatialBN, in: [c1], out: b1}\n"                                             \
+  "  - {op: Relu, in: [b1], out: b1}\n"                                                  \
+  "  - {op: MaxPool, in: [b1], out: p1, kernel: 2, stride: 2}\n"                         \
+  "  - {op: FC, in: [p1], out: pred, dim_out: 10}\n"
+
+TEST(cnn_bn_bf16_tracks_f32) {
+  CHECK_WITHIN(track_f32(BN_FORWARD, 8, "compute: bf16", 8), 2e-2);
+}
+
 /* ---- checkpoints ----------------------------------------------------------- */
 
 static int same_blob(dpm_trainer *x, dpm_trainer *y, const char *name) {
