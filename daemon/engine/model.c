@@ -280,10 +280,8 @@ static dpm_status forward_op(builder *b, int i) {
     if (!strstr(b->err->msg, "op #")) op_fail(b, i, line, o->type);
     return b->err->code;
   }
-  if (b->prec && dpm_precision_node(b->prec, &b->m->train, &b->m->shapes, b->m->source,
-                                    b->err))
-    return b->err->code;
-  n = &b->m->train.nodes[b->m->train.n - 1]; /* the casts may have moved it */
+  if (b->prec) /* infers n with its Casts */
+    return dpm_precision_node(b->prec, &b->m->train, &b->m->shapes, b->m->source, b->err);
   return dpm_node_infer(n, &b->m->shapes, DPM_BLOB_ACT, b->m->source, b->err);
 }
 

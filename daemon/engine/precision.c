@@ -107,7 +107,8 @@ static dpm_status add_cast(dpm_net *net, dpm_shapes *t, const char *src, dpm_dty
   return dpm_node_infer(c, t, DPM_BLOB_ACT, source, err);
 }
 
-dpm_status dpm_precision_node(dpm_precision *p, dpm_net *net, dpm_shapes *t,
+/* The casts of the last node's inputs; the node moves after them. */
+static dpm_status cast_inputs(dpm_precision *p, dpm_net *net, dpm_shapes *t,
                               const char *source, dpm_err *err) {
   int at = net->n - 1, added = 0;
   dpm_shape in[DPM_OP_MAX_IO];
@@ -140,4 +141,52 @@ dpm_status dpm_precision_node(dpm_precision *p, dpm_net *net, dpm_shapes *t,
     net->nodes[at + added] = op;
   }
   return DPM_OK;
+}
+
+/* An output of the net's last node (its inputs cast) that an earlier op
+ * wrote with another floating type (an op in place on a blob of the other
+ * type): the op writes a fresh blob instead, and a Cast after it writes the
+ * blob back in its own type. Infers the node, then those Casts. */
+static dpm_status infer_keeping_types(dpm_net *net, dpm_shapes *t, const char *source,
+                                      dpm_err *err) {
+  int at = net->n - 1;
+  dpm_node *n = &net->nodes[at];
+  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
+  memset(out, 0, sizeof out);
+  dpm_err ignored = {0};
+  int renamed[DPM_OP_MAX_IO], nr = 0;
+  char back[DPM_OP_MAX_IO][300];
+  dpm_dtype to[DPM_OP_MAX_IO];
+  /* shapes its infer rejects: left for dpm_node_infer to report */
+  if (dpm_node_input_shapes(n, t, in) < 0 && !n->def->infer(n, in, out, &ignored))
+    for (int k = 0; k < n->n_out; k++) {
+      const dpm_blobinfo *b = n->out[k] ? dpm_shapes_get(t, n->out[k]) : NULL;
+      if (!b || b->version == 0 || !dpm_dtype_is_float(b->shape.dtype) ||
+          !dpm_dtype_is_float(out[k].dtype) || b->shape.dtype == out[k].dtype)
+        continue;
+      char name[300];
+      fresh_name(t, n->out[k], out[k].dtype, name, sizeof name);
+      char *copy = strdup(name);
+      if (!copy) return dpm_nomem(err);
+      snprintf(back[nr], sizeof back[nr], "%s", n->out[k]);
+      to[nr] = b->shape.dtype;
+      renamed[nr++] = k;
+      free(n->out[k]);
+      n->out[k] = copy;
+    }
+  if (dpm_node_infer(n, t, DPM_BLOB_ACT, source, err)) return err->code;
+  for (int j = 0; j < nr; j++) {
+    char src[300];
+    snprintf(src, sizeof src, "%s", net->nodes[at].out[renamed[j]]);
+    dpm_dtype from = dpm_shapes_get(t, src)->shape.dtype;
+    if (add_cast(net, t, src, from, back[j], to[j], net->nodes[at].line, source, err))
+      return err->code;
+  }
+  return DPM_OK;
+}
+
+dpm_status dpm_precision_node(dpm_precision *p, dpm_net *net, dpm_shapes *t,
+                              const char *source, dpm_err *err) {
+  if (cast_inputs(p, net, t, source, err)) return err->code;
+  return infer_keeping_types(net, t, source, err);
 }

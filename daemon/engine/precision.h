@@ -13,6 +13,9 @@
  *   PASS  nothing when its floating inputs share a type, else each 16-bit
  *         one is cast to f32;
  * the Casts go right before the op, which reads their outputs instead.
+ * An op that would change the type of a blob an earlier op wrote (in place
+ * on it: SpatialBN x -> x with x bf16) writes a fresh blob of its type
+ * instead, and a Cast after it writes the blob back in its type.
  * A cast of a blob is made once and reused while the blob keeps the value
  * it had (a blob written again is cast again, under a new name).
  *
@@ -42,10 +45,10 @@ typedef struct dpm_precision {
 void dpm_precision_init(dpm_precision *p, dpm_dtype low);
 void dpm_precision_fini(dpm_precision *p);
 
-/* Rewrite the last node of net as above, types from t; each Cast is
- * inferred into t, the node itself is left for the caller to infer. Casts
- * are named by the node's line (source: the spec file). Errors: DPM_NOMEM,
- * or a Cast's inference error (a blob of a type Cast does not take). */
+/* Rewrite the last node of net as above, types from t, and infer it and
+ * its Casts into t (as dpm_node_infer: kind ACT). The Casts carry the
+ * node's spec line (source: the spec file). Errors: DPM_NOMEM, or the
+ * node's inference error (dpm_node_infer's). */
 dpm_status dpm_precision_node(dpm_precision *p, dpm_net *net, dpm_shapes *t,
                               const char *source, dpm_err *err);
 
