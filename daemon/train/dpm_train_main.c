@@ -98,7 +98,8 @@ static const struct {
      "network interface for the collectives (default: the spec's)"},
     {"--dump-plan", offsetof(options, dump_plan), 'b',
      "print one replica's step (forward with the precision rewrite's Casts, backward, "
-     "collectives, update), each op with its blobs' types and shapes, and exit"},
+     "collectives, update), each op with its blobs' types and shapes, and the memory "
+     "count, and exit"},
 };
 #define N_FLAGS (sizeof flags / sizeof *flags)
 
@@ -441,6 +442,10 @@ static void dump_plan(const dpm_trainer *t) {
   printf("# %s: precision.compute %s; %d ops, forward first %d\n", m->name,
          m->compute == DPM_F32 ? "fp32" : dpm_dtype_name(m->compute), p->step.n,
          p->n_forward);
+  const dpm_trainer_memory *mem = dpm_trainer_memory_of(t);
+  printf("# memory (every replica): tensors %.2f MB (%.2f MB without sharing), kernels' "
+         "scratch %.2f MB\n",
+         mem->tensors / 1e6, mem->tensors_unshared / 1e6, mem->scratch / 1e6);
   for (int i = 0; i < p->step.n; i++) {
     const dpm_node *n = &p->step.nodes[i];
     printf("%d %s", i, n->def->name);
