@@ -439,11 +439,13 @@ static const struct {
   const char *name;
   size_t size;
 } dtypes[] = {
+    /* clang-format off */
     [DPM__DTYPE__DTYPE_F32] = {"f32", 4},
     [DPM__DTYPE__DTYPE_I32] = {"i32", 4},
     [DPM__DTYPE__DTYPE_I64] = {"i64", 8},
     [DPM__DTYPE__DTYPE_BF16] = {"bf16", 2},
     [DPM__DTYPE__DTYPE_F16] = {"f16", 2},
+    /* clang-format on */
 };
 
 /* The element size of dtype t and its name; 0 for one this build does not

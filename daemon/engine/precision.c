@@ -60,8 +60,8 @@ static dpm_status remember(dpm_precision *p, const char *src, int version,
     p->cap = cap;
   }
   dpm_precision_cast *c = &p->casts[p->n];
-  *c = (dpm_precision_cast){.src = strdup(src), .dst = strdup(dst), .version = version,
-                            .to = to};
+  *c = (dpm_precision_cast){
+      .src = strdup(src), .dst = strdup(dst), .version = version, .to = to};
   if (!c->src || !c->dst) {
     free(c->src);
     free(c->dst);

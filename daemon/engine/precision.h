@@ -36,7 +36,7 @@
 typedef struct dpm_precision_cast dpm_precision_cast;
 
 typedef struct dpm_precision {
-  dpm_dtype low; /* DPM_BF16 or DPM_F16 */
+  dpm_dtype low;             /* DPM_BF16 or DPM_F16 */
   dpm_precision_cast *casts; /* casts made so far, to reuse */
   int n, cap;
 } dpm_precision;

@@ -7,8 +7,8 @@
  * rounds to nearest even (engine/lowp.h); widening is exact. The gradient
  * is the cast back: Cast(dY) from `to` to `from`, so a parameter's
  * gradient arrives in f32 whatever type its working copy has. */
-#include "engine/op.h"
 #include "ops/cast.h"
+#include "engine/op.h"
 #include "ops/families.h"
 
 /* The choices of `from` and `to`, by index (dpm_arg.i). */

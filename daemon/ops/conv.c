@@ -35,8 +35,7 @@ static const dpm_param_def conv_params[] = {
 /* Checks the data input X and returns its geometry in *g. */
 static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
                           dpm_err *err) {
-  if (dpm_expect_float(x, "input", err) ||
-      dpm_expect_ndim(x, 4, 4, "input", err))
+  if (dpm_expect_float(x, "input", err) || dpm_expect_ndim(x, 4, 4, "input", err))
     return err->code;
   *g = conv_geom_of(nd, x);
   if (g->k > g->h + 2 * g->p || g->k > g->w + 2 * g->p)

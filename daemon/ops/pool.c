@@ -30,8 +30,7 @@ static const char *const max_aux[] = {"_idx", NULL};
 /* Checks X and returns the output shape (N, C, Ho, Wo) in *y. */
 static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, dpm_shape *y,
                           dpm_err *err) {
-  if (dpm_expect_float(x, "input", err) ||
-      dpm_expect_ndim(x, 4, 4, "input", err))
+  if (dpm_expect_float(x, "input", err) || dpm_expect_ndim(x, 4, 4, "input", err))
     return err->code;
   pool_geom g = pool_geom_of(nd, x);
   if (g.p >= g.k)

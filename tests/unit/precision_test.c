@@ -27,6 +27,7 @@
 #include "ops/cast.h"
 #include "ops/precision.h"
 #include "optest.h"
+#include "predictor/predictor_extract.h"
 #include "test.h"
 #include "trainer_fixture.h"
 
@@ -67,8 +68,8 @@ TEST(precision_policy_covers_every_op) {
  * 16-bit value survives the round trip unchanged. */
 static int cast_round_trip(dpm_dtype t) {
   const char *name = dpm_dtype_name(t);
-  float v[] = {0.f, -0.f, 1.f / 3, -2.5f, 1e-3f, 3.0e38f, 65520.f, 1e-8f,
-               INFINITY, NAN, 0.1f, -7.75f};
+  float v[] = {0.f,     -0.f,  1.f / 3,  -2.5f, 1e-3f, 3.0e38f,
+               65520.f, 1e-8f, INFINITY, NAN,   0.1f,  -7.75f};
   int n = (int)(sizeof v / sizeof *v), ok = 1;
   dpm_tensor x = ot_tensor(ot_f32(1, n), v), y = {0}, back = {0}, again = {0};
   char args[64];
@@ -89,7 +90,8 @@ static int cast_round_trip(dpm_dtype t) {
   for (int i = 0; ok && i < n; i++) {
     float w = widen1(t, dpm_u16(&y)[i]), got = dpm_f32(&back)[i];
     ok = memcmp(&w, &got, sizeof w) == 0;
-    if (!ok) printf("    f32 of %s %04x: %g, expected %g\n", name, dpm_u16(&y)[i], got, w);
+    if (!ok)
+      printf("    f32 of %s %04x: %g, expected %g\n", name, dpm_u16(&y)[i], got, w);
   }
   snprintf(args, sizeof args, "from=f32 to=%s", name);
   in[0] = &back;
@@ -352,12 +354,11 @@ TEST(precision_rewrite_inserts_casts) {
  * Add writes a fresh f32 blob and a Cast writes it back into the bf16 one;
  * the model trains. */
 TEST(precision_rewrite_keeps_in_place_types) {
-  Dpm__ModelSpec *spec = prec_spec(
-      "  - {op: FC, in: [data], out: a, dim_out: 16}\n"
-      "  - {op: Softmax, in: [a], out: s}\n"
-      "  - {op: Add, in: [a, s], out: a}\n"
-      "  - {op: FC, in: [a], out: pred, dim_out: 10}\n",
-      8, "compute: bf16");
+  Dpm__ModelSpec *spec = prec_spec("  - {op: FC, in: [data], out: a, dim_out: 16}\n"
+                                   "  - {op: Softmax, in: [a], out: s}\n"
+                                   "  - {op: Add, in: [a, s], out: a}\n"
+                                   "  - {op: FC, in: [a], out: pred, dim_out: 10}\n",
+                                   8, "compute: bf16");
   dpm_trainer *t = tf_trainer(spec, 1, NULL);
   CHECK(t);
   const dpm_model *m = dpm_trainer_model(t);
@@ -393,8 +394,9 @@ static double track_f32(const char *forward, int batch, const char *precision, i
     }
     double rel = fabs(a.loss - b.loss) / fabs(b.loss);
     if (rel > worst) worst = rel;
-    if (getenv("PREC_VERBOSE") || i == n - 1) printf("    step %d: loss %.5f (%s) %.5f (f32)\n", i + 1, a.loss,
-                           precision, b.loss);
+    if (getenv("PREC_VERBOSE") || i == n - 1)
+      printf("    step %d: loss %.5f (%s) %.5f (f32)\n", i + 1, a.loss, precision,
+             b.loss);
   }
   dpm_trainer_destroy(lt);
   dpm_trainer_destroy(ft);
@@ -415,7 +417,7 @@ TEST(cnn_bf16_tracks_f32) {
 
 /* SpatialBN computes in f32 between a bf16 Conv and a bf16 FC. */
 #define BN_FORWARD                                                                       \
-  "  - {op: Conv, in: [data], out: c1, dim_out: 4, kernel: 3, pad: 1}\n"                  \
+  "  - {op: Conv, in: [data], out: c1, dim_out: 4, kernel: 3, pad: 1}\n"                 \
   "  - {op: SpatialBN, in: [c1], out: b1}\n"                                             \
   "  - {op: Relu, in: [b1], out: b1}\n"                                                  \
   "  - {op: MaxPool, in: [b1], out: p1, kernel: 2, stride: 2}\n"                         \
@@ -441,15 +443,16 @@ static int same_blob(dpm_trainer *x, dpm_trainer *y, const char *name) {
 }
 
 /* The masters and optimizer state of the MLP. */
-static const char *const mlp_blobs[] = {
-    "fc1_w", "fc1_b", "fc2_w", "fc2_b", "pred_w", "pred_b", "fc1_w_momentum",
-    "pred_b_momentum", "iter"};
+static const char *const mlp_blobs[] = {"fc1_w",          "fc1_b",           "fc2_w",
+                                        "fc2_b",          "pred_w",          "pred_b",
+                                        "fc1_w_momentum", "pred_b_momentum", "iter"};
 #define N_MLP_BLOBS (int)(sizeof mlp_blobs / sizeof *mlp_blobs)
 
 /* A checkpoint of a model in precision `from` loads into one in `to`:
  * the f32 masters and state, bit for bit; the loaded one then trains. */
 static int cross_load(const char *from, const char *to, const char *file) {
-  Dpm__ModelSpec *fs = prec_spec(MLP_FORWARD, 8, from), *ts = prec_spec(MLP_FORWARD, 8, to);
+  Dpm__ModelSpec *fs = prec_spec(MLP_FORWARD, 8, from),
+                 *ts = prec_spec(MLP_FORWARD, 8, to);
   char *path = tf_temp_path(file);
   dpm_trainer *a = tf_trainer(fs, 1, NULL), *b = tf_trainer(ts, 1, NULL);
   dpm_err err = {0};
@@ -475,6 +478,41 @@ TEST(checkpoint_bf16_loads_into_f32) {
 }
 TEST(checkpoint_f32_loads_into_bf16) {
   CHECK(cross_load("", "compute: bf16", "f32-to-bf16.ckpt"));
+}
+
+/* The predictor of a bf16 model is its f32 model (no Casts, the f32
+ * masters): byte for byte the predictor of the f32 model that loaded its
+ * checkpoint. */
+TEST(bf16_predictor_is_the_f32_model) {
+  Dpm__ModelSpec *ls = prec_spec(MLP_FORWARD, 8, "compute: bf16"),
+                 *fs = prec_spec(MLP_FORWARD, 8, "");
+  char *path = tf_temp_path("bf16-predictor.ckpt");
+  dpm_trainer *lt = tf_trainer(ls, 1, NULL), *ft = tf_trainer(fs, 1, NULL);
+  dpm_err err = {0};
+  const char *in[] = {"data"}, *out[] = {"softmax"};
+  uint8_t *lb = NULL, *fb = NULL;
+  size_t ll = 0, fl = 0;
+  dpm_status s = lt && ft && path && tf_steps(lt, 2) ? DPM_OK : DPM_INTERNAL;
+  if (!s) s = dpm_trainer_checkpoint(lt, NULL, path, &err);
+  if (!s) s = dpm_trainer_load(ft, NULL, path, &err);
+  if (!s)
+    s = dpm_predictor_extract(dpm_trainer_model(lt), dpm_trainer_workspace(lt, 0), in, 1,
+                              out, 1, &lb, &ll, &err);
+  if (!s)
+    s = dpm_predictor_extract(dpm_trainer_model(ft), dpm_trainer_workspace(ft, 0), in, 1,
+                              out, 1, &fb, &fl, &err);
+  int same = !s && ll == fl && !memcmp(lb, fb, ll);
+  if (s) printf("    %s\n", err.msg);
+  free(lb);
+  free(fb);
+  dpm_trainer_destroy(lt);
+  dpm_trainer_destroy(ft);
+  dpm_spec_free(ls);
+  dpm_spec_free(fs);
+  if (path) unlink(path);
+  free(path);
+  CHECK_INT(s, DPM_OK);
+  CHECK(same);
 }
 
 /* 3 steps, checkpoint, load into a fresh bf16 trainer, 3 more: bit for bit
