@@ -10,8 +10,8 @@
  *         (backend/cpu/lowp_run.h on the CPU).
  *   FP32  computes in f32: 16-bit inputs are cast up. The softmax family,
  *         the loss, Accuracy, SpatialBN (statistics and parameters), the
- *         optimizers, fills and counters (PyTorch autocast's fp32 list:
- *         ../shared/FIELD.md 1.1).
+ *         optimizers, fills and counters (after PyTorch autocast's fp32
+ *         list).
  *   PASS  computes in its inputs' type, which its outputs take: element-wise
  *         ops, pooling, Dropout, Concat, Flatten, Reshape. Inputs of
  *         different floating types are all cast to f32 first.
