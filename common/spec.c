@@ -618,6 +618,29 @@ static const spec_section update_section = {.path = "update",
                                                 offsetof(Dpm__UpdateSpec, has_line),
                                             .line_off = offsetof(Dpm__UpdateSpec, line)};
 
+/* ---- precision --------------------------------------------------------- */
+
+static const spec_choice compute_choices[] = {{"fp32", DPM__COMPUTE_TYPE__COMPUTE_FP32},
+                                              {"bf16", DPM__COMPUTE_TYPE__COMPUTE_BF16},
+                                              {"fp16", DPM__COMPUTE_TYPE__COMPUTE_FP16},
+                                              {NULL, 0}};
+/* Masters stay fp32: a bf16 master loses updates smaller than 2^-8 of the
+ * weight unless it is rounded stochastically (docs/SPEC.md). */
+static const spec_choice master_choices[] = {{"fp32", DPM__MASTER_TYPE__MASTER_FP32},
+                                             {NULL, 0}};
+
+static const spec_field precision_fields[] = {
+    F_ENUM(Dpm__PrecisionSpec, compute, compute_choices),
+    F_ENUM(Dpm__PrecisionSpec, master, master_choices),
+};
+static const spec_section precision_section = {
+    .path = "precision",
+    .desc = &dpm__precision_spec__descriptor,
+    .fields = precision_fields,
+    .n_fields = ARRAY_LEN(precision_fields),
+    .has_line_off = offsetof(Dpm__PrecisionSpec, has_line),
+    .line_off = offsetof(Dpm__PrecisionSpec, line)};
+
 /* ---- eval -------------------------------------------------------------- */
 
 static const spec_field eval_fields[] = {
@@ -973,6 +996,7 @@ static const spec_field model_fields[] = {
     F_SUB(Dpm__ModelSpec, update, update_section),
     F_SUB(Dpm__ModelSpec, eval, eval_section),
     F_SUB(Dpm__ModelSpec, parallel, parallel_section),
+    F_SUB(Dpm__ModelSpec, precision, precision_section),
     {.key = "checkpoint_every",
      .kind = SF_CUSTOM,
      .off = offsetof(Dpm__ModelSpec, checkpoint),
@@ -1277,6 +1301,7 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
   Dpm__InputSpec in;
   Dpm__UpdateSpec up;
   Dpm__EvalSpec ev;
+  Dpm__PrecisionSpec pr;
   top.source = NULL;
   top.name = NULL;       /* a model may be renamed ...          */
   top.parallel = NULL;   /* ... or moved to other devices (spec.h) */
@@ -1303,6 +1328,14 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
     ev.has_line = 0;
     ev.line = 0;
     top.eval = &ev;
+  }
+  if (spec->precision) { /* how it computes, not what it holds: masters are fp32 */
+    pr = *spec->precision;
+    pr.has_line = pr.has_compute = 0;
+    pr.line = 0;
+    pr.compute = DPM__COMPUTE_TYPE__COMPUTE_FP32;
+    /* nothing else set: as if there were no section */
+    top.precision = protobuf_c_message_get_packed_size(&pr.base) ? &pr : NULL;
   }
   protobuf_c_message_pack_to_buffer(&top.base, &hb.base);
   for (size_t i = 0; i < spec->n_forward; i++) {

@@ -87,12 +87,14 @@ void dpm_spec_describe(dpm_spec_key_fn fn, void *ctx);
 /* 64-bit FNV-1a over the protobuf encoding of the spec with its position
  * fields cleared: precisely, over the packed ModelSpec with `source`,
  * `name`, `parallel`, `checkpoint`, `forward`, `input.shard_id`,
- * `input.num_shards` and every `line` field left out, followed by each
+ * `input.num_shards`, `precision.compute` (and `precision` when nothing else
+ * in it is set) and every `line` field left out, followed by each
  * packed forward Operator in order with `line` and `column` left out.
  * Moving the file, editing comments, re-indenting, renaming the model,
- * changing its devices, shards or net type or when it checkpoints keeps
- * the hash (a checkpoint loads into the same model on other devices and
- * hosts); any other change to a value
+ * changing its devices, shards or net type, when it checkpoints or its
+ * compute precision keeps the hash (a checkpoint loads into the same model
+ * on other devices and hosts, and into it computing in bf16 or fp32: the
+ * checkpoint holds the fp32 masters either way); any other change to a value
  * (including writing a default explicitly) changes it. Checkpoints store it
  * to recognise the spec they belong to. Returns 0 for NULL. */
 uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec);

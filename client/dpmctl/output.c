@@ -439,9 +439,13 @@ static const struct {
   const char *name;
   size_t size;
 } dtypes[] = {
+    /* clang-format off */
     [DPM__DTYPE__DTYPE_F32] = {"f32", 4},
     [DPM__DTYPE__DTYPE_I32] = {"i32", 4},
     [DPM__DTYPE__DTYPE_I64] = {"i64", 8},
+    [DPM__DTYPE__DTYPE_BF16] = {"bf16", 2},
+    [DPM__DTYPE__DTYPE_F16] = {"f16", 2},
+    /* clang-format on */
 };
 
 /* The element size of dtype t and its name; 0 for one this build does not
@@ -452,17 +456,33 @@ static size_t dtype_info(Dpm__DType t, const char **name) {
   return dtypes[t].size;
 }
 
+/* Whether dtype t holds floating-point values (printed with %g). */
+static int dtype_is_float(Dpm__DType t) {
+  return t == DPM__DTYPE__DTYPE_F32 || t == DPM__DTYPE__DTYPE_BF16 ||
+         t == DPM__DTYPE__DTYPE_F16;
+}
+
+/* The value of IEEE binary16 bits h (exact in a double). */
+static double f16_value(uint16_t h) {
+  int e = (h >> 10) & 31, m = h & 1023;
+  double sign = h & 0x8000 ? -1 : 1;
+  if (e == 0) return sign * ldexp(m, -24);
+  if (e == 31) return m ? NAN : sign * INFINITY;
+  return sign * ldexp(m + 1024, e - 25);
+}
+
 /* Element i of little-endian data of a known dtype. */
 static double element(const uint8_t *d, Dpm__DType dtype, size_t i, int64_t *as_int) {
   uint64_t u = 0;
-  size_t size = dtype == DPM__DTYPE__DTYPE_I64 ? 8 : 4;
+  size_t size = dtypes[dtype].size;
   for (size_t b = 0; b < size; b++) u |= (uint64_t)d[i * size + b] << (8 * b);
-  if (dtype == DPM__DTYPE__DTYPE_F32) {
-    uint32_t w = (uint32_t)u;
+  if (dtype_is_float(dtype)) {
+    /* bf16: the high half of an f32 */
+    uint32_t w = dtype == DPM__DTYPE__DTYPE_BF16 ? (uint32_t)u << 16 : (uint32_t)u;
     float x;
     memcpy(&x, &w, sizeof x);
     *as_int = 0;
-    return x;
+    return dtype == DPM__DTYPE__DTYPE_F16 ? f16_value((uint16_t)u) : x;
   }
   *as_int = dtype == DPM__DTYPE__DTYPE_I32 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
   return (double)*as_int;
@@ -512,7 +532,7 @@ int ctl_print_blob(const ctl_ctx *ctx, const Dpm__TensorProto *t, const char *ou
     for (size_t i = 0; i < have && i < 16; i++) {
       int64_t iv;
       double v = element(data, t->dtype, i, &iv);
-      if (t->dtype == DPM__DTYPE__DTYPE_F32)
+      if (dtype_is_float(t->dtype))
         dpm_json_float(&j, NULL, (float)v);
       else
         dpm_json_int(&j, NULL, iv);
@@ -548,7 +568,7 @@ int ctl_print_blob(const ctl_ctx *ctx, const Dpm__TensorProto *t, const char *ou
     for (size_t i = 0; i < have && i < 8; i++) {
       int64_t iv;
       double v = element(data, t->dtype, i, &iv);
-      if (t->dtype == DPM__DTYPE__DTYPE_F32)
+      if (dtype_is_float(t->dtype))
         printf(" %g", v);
       else
         printf(" %" PRId64, iv);

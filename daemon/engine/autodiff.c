@@ -87,7 +87,7 @@ static dpm_status forward_pass(ad *a, dpm_err *err) {
       int j = dpm_strmap_get(&a->idx, nd->in[k]);
       const dpm_blobinfo *b = dpm_shapes_get(a->t, nd->in[k]);
       a->vin[i][k] = a->cur[j];
-      a->rq[i][k] = a->curq[j] && b && b->shape.dtype == DPM_F32;
+      a->rq[i][k] = a->curq[j] && b && dpm_dtype_is_float(b->shape.dtype);
       needs |= a->rq[i][k];
     }
     int diff = nd->def->grad && !(nd->def->flags & DPM_OP_NO_GRAD);
@@ -151,6 +151,11 @@ dpm_status dpm_grad_emit(dpm_grad *g, dpm_op_id op, int n_in, const char *const 
   n->line = g->fwd->line;
   n->is_test = g->fwd->is_test;
   return a->fwd ? check_versions(a, n, err) : DPM_OK;
+}
+
+dpm_node *dpm_grad_last(dpm_grad *g) {
+  ad *a = g->impl;
+  return &a->out->nodes[a->out->n - 1];
 }
 
 /* Sum a blob's pending contributions into one name (kept in a->temp). */

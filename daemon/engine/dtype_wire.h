@@ -18,7 +18,9 @@
 _Static_assert((int)DPM__DTYPE__DTYPE_F32 == (int)DPM_F32, "DTYPE_F32 is DPM_F32");
 _Static_assert((int)DPM__DTYPE__DTYPE_I32 == (int)DPM_I32, "DTYPE_I32 is DPM_I32");
 _Static_assert((int)DPM__DTYPE__DTYPE_I64 == (int)DPM_I64, "DTYPE_I64 is DPM_I64");
-_Static_assert(DPM_DTYPE_COUNT == 3, "a new dpm_dtype needs its DTYPE_ value in "
+_Static_assert((int)DPM__DTYPE__DTYPE_BF16 == (int)DPM_BF16, "DTYPE_BF16 is DPM_BF16");
+_Static_assert((int)DPM__DTYPE__DTYPE_F16 == (int)DPM_F16, "DTYPE_F16 is DPM_F16");
+_Static_assert(DPM_DTYPE_COUNT == 5, "a new dpm_dtype needs its DTYPE_ value in "
                                      "proto/dpm.proto and its check above");
 
 static inline Dpm__DType dpm_dtype_to_wire(dpm_dtype t) { return (Dpm__DType)(int)t; }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/lowp_run.h"
 #include "backend/device.h"
 #include "common/err.h"
 #include "engine/collective.h"
@@ -51,14 +52,39 @@ static dpm_status bind_blob(dpm_workspace *ws, const dpm_shapes *t, const char *
   return DPM_OK;
 }
 
+/* Shapes of node n's outputs from t (NULL name or unknown: zero shape). */
+static void output_shapes(const dpm_node *n, const dpm_shapes *t, dpm_shape *out) {
+  for (int k = 0; k < n->n_out; k++) {
+    const dpm_blobinfo *b = n->out[k] ? dpm_shapes_get(t, n->out[k]) : NULL;
+    if (b)
+      out[k] = b->shape;
+    else
+      memset(&out[k], 0, sizeof out[k]);
+  }
+}
+
+int dpm_node_low(const dpm_node *n, const dpm_shapes *t) {
+  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
+  dpm_node_input_shapes(n, t, in);
+  output_shapes(n, t, out);
+  return dpm_cpu_lowp_wanted(n, in, out);
+}
+
 size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t, const dpm_backend *be) {
   size_t scratch = 0;
   for (int i = 0; i < net->n; i++) {
     const dpm_node *n = &net->nodes[i];
     const dpm_kernel_def *k = be->kernel(n->def->id);
-    if (!k || !k->scratch) continue;
-    dpm_shape in[DPM_OP_MAX_IO];
+    if (!k) continue;
+    dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
     dpm_node_input_shapes(n, t, in);
+    output_shapes(n, t, out);
+    if (be == &dpm_backend_cpu && dpm_cpu_lowp_wanted(n, in, out)) {
+      size_t s = dpm_cpu_lowp_scratch(k, n, in, out);
+      if (s > scratch) scratch = s;
+      continue;
+    }
+    if (!k->scratch) continue;
     size_t s = k->scratch(n, in);
     if (s > scratch) scratch = s;
   }
@@ -90,6 +116,15 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
     memset(op, 0, sizeof *op);
     *op = (dpm_op){.node = n, .n_in = n->n_in, .n_out = n->n_out, .ctx = ctx};
     if (dpm_exec_kernel(be, n->def, dev, &op->kernel, err)) return err->code;
+    if (n->def->id != DPM_OP_CAST && dpm_node_low(n, t)) {
+      if (be != &dpm_backend_cpu)
+        return dpm_errf(err, DPM_UNSUPPORTED,
+                        "op %s on bf16/f16 tensors is not supported on device %s in "
+                        "this build (precision.compute runs on cpu devices only)",
+                        n->def->name, dev);
+      op->inner = op->kernel;
+      op->kernel = &dpm_cpu_lowp_kernel;
+    }
     for (int k = 0; k < n->n_in; k++)
       if (n->in[k] && bind_blob(ws, t, n->in[k], &op->in[k], err)) return err->code;
     for (int k = 0; k < n->n_out; k++)

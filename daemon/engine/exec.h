@@ -30,6 +30,11 @@ void dpm_ctx_fini(dpm_ctx *ctx);
  * (the largest of any op; an op be has no kernel for needs none). */
 size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t,
                        const struct dpm_backend *be);
+/* Whether node n reads or writes a bf16/f16 blob (types from t) and is not
+ * a Cast: on the cpu backend it runs through the low-precision wrapper
+ * (backend/cpu/lowp_run.h), which no other backend has (bind refuses it,
+ * naming op and device). */
+int dpm_node_low(const dpm_node *n, const dpm_shapes *t);
 /* The kernel of op def on backend be, into *out: the engine's for a
  * collective (engine/collective.h), whatever the backend, else be's.
  * `device` names the device for the message: DPM_UNSUPPORTED "op Conv is

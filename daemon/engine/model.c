@@ -12,6 +12,7 @@
 #include "common/suggest.h"
 #include "engine/autodiff.h"
 #include "engine/fuse.h"
+#include "engine/precision.h"
 #include "engine/rng.h"
 
 /* Parameter initialisers: spec name -> fill op, and the float arguments
@@ -102,6 +103,7 @@ typedef struct {
   unsigned char *weight; /* [n_weight], indexed like m->shapes.v: 1 for a param
                             whose def is a weight (dpm_param_def.is_weight) */
   int n_weight;
+  dpm_precision *prec; /* precision.compute bf16/fp16: the rewrite; NULL: f32 */
 } builder;
 
 static dpm_status op_fail(builder *b, int index, unsigned line, const char *type) {
@@ -278,6 +280,8 @@ static dpm_status forward_op(builder *b, int i) {
     if (!strstr(b->err->msg, "op #")) op_fail(b, i, line, o->type);
     return b->err->code;
   }
+  if (b->prec) /* infers n with its Casts */
+    return dpm_precision_node(b->prec, &b->m->train, &b->m->shapes, b->m->source, b->err);
   return dpm_node_infer(n, &b->m->shapes, DPM_BLOB_ACT, b->m->source, b->err);
 }
 
@@ -428,10 +432,34 @@ static dpm_status find_outputs(builder *b) {
   return DPM_OK;
 }
 
+/* The type precision.compute names: f32 (the default) or a 16-bit one. */
+static dpm_dtype compute_type(const Dpm__ModelSpec *spec) {
+  static const dpm_dtype types[] = {
+      [DPM__COMPUTE_TYPE__COMPUTE_FP32] = DPM_F32,
+      [DPM__COMPUTE_TYPE__COMPUTE_BF16] = DPM_BF16,
+      [DPM__COMPUTE_TYPE__COMPUTE_FP16] = DPM_F16,
+  };
+  unsigned c = spec->precision ? (unsigned)spec->precision->compute : 0;
+  return c < sizeof types / sizeof *types ? types[c] : DPM_DTYPE_COUNT;
+}
+
 dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int batch,
                            float loss_scale, dpm_model *m, dpm_err *err) {
   memset(m, 0, sizeof *m);
   builder b = {.m = m, .spec = spec, .err = err};
+  dpm_precision prec;
+  dpm_dtype compute = compute_type(spec);
+  if (compute == DPM_DTYPE_COUNT)
+    return dpm_errf(err, DPM_SPEC, "%s: precision: unknown compute type %d",
+                    spec->source ? spec->source : "spec", (int)spec->precision->compute);
+  if (spec->precision && spec->precision->master != DPM__MASTER_TYPE__MASTER_FP32)
+    return dpm_errf(err, DPM_SPEC, "%s: precision: master weights must be fp32",
+                    spec->source ? spec->source : "spec");
+  if (compute != DPM_F32) {
+    dpm_precision_init(&prec, compute);
+    b.prec = &prec;
+  }
+  m->compute = compute;
   m->batch = batch;
   m->input_scale = spec->input ? spec->input->scale : 1.0;
   memcpy(m->chw, chw, sizeof m->chw);
@@ -461,6 +489,7 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
     dpm_net_fuse(&m->test, &n);
   }
   free(b.weight);
+  if (b.prec) dpm_precision_fini(b.prec);
   if (s) dpm_model_fini(m);
   return s;
 }

@@ -7,6 +7,8 @@
  *          an op's weight_decay is the spec's for a weight (its op's
  *          dpm_param_def.is_weight) and 0 for the other params, unless
  *          update.weight_decay_bias
+ *          with precision.compute bf16/fp16, the forward ops carry the
+ *          Casts of the precision rewrite (engine/precision.h)
  *   test   the forward ops in test mode (SpatialBN on running statistics,
  *          Dropout off), shaped per eval batch by dpm_model_test_shapes
  *
@@ -37,6 +39,8 @@ typedef struct dpm_model {
   char **losses;      /* spec losses */
   int n_losses;
   char *accuracy; /* first Accuracy output, or NULL */
+  dpm_dtype compute; /* precision.compute: DPM_F32, or DPM_BF16/DPM_F16 with the
+                        forward ops rewritten (engine/precision.h) */
 } dpm_model;
 
 /* Build from spec for `batch` examples per device, data of shape chw, with

@@ -368,6 +368,12 @@ dpm_status dpm_expect_dtype(const dpm_shape *s, dpm_dtype t, const char *what,
                   dpm_dtype_name(s->dtype));
 }
 
+dpm_status dpm_expect_float(const dpm_shape *s, const char *what, dpm_err *err) {
+  if (dpm_dtype_is_float(s->dtype)) return DPM_OK;
+  return dpm_errf(err, DPM_SHAPE, "%s must be f32, bf16 or f16, got %s", what,
+                  dpm_dtype_name(s->dtype));
+}
+
 dpm_status dpm_expect_ndim(const dpm_shape *s, int lo, int hi, const char *what,
                            dpm_err *err) {
   if (s->ndim >= lo && s->ndim <= hi) return DPM_OK;

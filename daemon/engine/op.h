@@ -169,6 +169,9 @@ typedef struct dpm_op {
   /* node->def's kernel on ctx->dev (backend/backend.h; the CPU's when dev
    * is NULL): kernel->run(op) runs the op. */
   const struct dpm_kernel_def *kernel;
+  /* With kernel the CPU's low-precision wrapper (backend/cpu/lowp_run.h):
+   * the op's own kernel, which it runs on f32 copies; NULL else. */
+  const struct dpm_kernel_def *inner;
 } dpm_op;
 
 /* ---- gradients ---------------------------------------------------------- */
@@ -190,6 +193,10 @@ typedef struct dpm_grad {
  * name it reads was overwritten in place since the forward op ran. */
 dpm_status dpm_grad_emit(dpm_grad *g, dpm_op_id op, int n_in, const char *const *in,
                          int n_out, const char *const *out, dpm_err *err);
+
+/* The node the last dpm_grad_emit of g appended (valid until the next
+ * one), for a maker that adjusts its arguments. */
+dpm_node *dpm_grad_last(dpm_grad *g);
 
 /* ---- the op definition -------------------------------------------------- */
 
@@ -277,6 +284,8 @@ dpm_status dpm_node_check_required(const dpm_node *node, dpm_err *err);
 /* Small shape-inference helpers for op files. */
 dpm_status dpm_expect_dtype(const dpm_shape *s, dpm_dtype t, const char *what,
                             dpm_err *err);
+/* A floating type: f32, bf16 or f16 (what runs in the compute precision). */
+dpm_status dpm_expect_float(const dpm_shape *s, const char *what, dpm_err *err);
 dpm_status dpm_expect_ndim(const dpm_shape *s, int lo, int hi, const char *what,
                            dpm_err *err);
 

@@ -10,7 +10,11 @@
 static const struct {
   const char *name;
   size_t size;
-} dtypes[] = {[DPM_F32] = {"f32", 4}, [DPM_I32] = {"i32", 4}, [DPM_I64] = {"i64", 8}};
+} dtypes[] = {[DPM_F32] = {"f32", 4},
+              [DPM_I32] = {"i32", 4},
+              [DPM_I64] = {"i64", 8},
+              [DPM_BF16] = {"bf16", 2},
+              [DPM_F16] = {"f16", 2}};
 _Static_assert(sizeof dtypes / sizeof *dtypes == DPM_DTYPE_COUNT, "dtype table");
 
 const char *dpm_dtype_name(dpm_dtype t) { return dtypes[t].name; }
@@ -38,7 +42,8 @@ size_t dpm_shape_bytes(const dpm_shape *s) {
 
 dpm_status dpm_shape_check(const dpm_shape *s, uint64_t *bytes, dpm_err *err) {
   uint64_t n = 1;
-  int ok = (unsigned)s->dtype < DPM_DTYPE_COUNT && s->ndim >= 0 && s->ndim <= DPM_MAX_DIMS;
+  int ok =
+      (unsigned)s->dtype < DPM_DTYPE_COUNT && s->ndim >= 0 && s->ndim <= DPM_MAX_DIMS;
   if (ok) n = dtypes[s->dtype].size;
   for (int i = 0; ok && i < s->ndim; i++)
     ok = s->d[i] >= 0 && !__builtin_mul_overflow(n, (uint64_t)s->d[i], &n) &&

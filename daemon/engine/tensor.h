@@ -1,4 +1,4 @@
-/* Tensors: dense float32/int32/int64 arrays of up to 4 dimensions (NCHW),
+/* Tensors: dense float32/bf16/f16/int32/int64 arrays of up to 4 dimensions (NCHW),
  * 64-byte aligned, on a device (backend/device.h) or in host memory.
  *
  * Device: a tensor with `dev` set lives in that device's memory, taken from
@@ -28,7 +28,16 @@
  * blobs stay far inside 64 bits. */
 #define DPM_MAX_TENSOR_BYTES ((uint64_t)1 << 40)
 
-typedef enum { DPM_F32, DPM_I32, DPM_I64, DPM_DTYPE_COUNT } dpm_dtype;
+/* DPM_BF16 and DPM_F16 hold 16-bit patterns (engine/lowp.h): the working
+ * copies and activations of a model whose precision.compute is bf16/fp16. */
+typedef enum { DPM_F32, DPM_I32, DPM_I64, DPM_BF16, DPM_F16, DPM_DTYPE_COUNT } dpm_dtype;
+
+/* 1 for the floating types (f32, bf16, f16): the ones gradients flow through. */
+static inline int dpm_dtype_is_float(dpm_dtype t) {
+  return t == DPM_F32 || t == DPM_BF16 || t == DPM_F16;
+}
+/* 1 for the 16-bit floating types. */
+static inline int dpm_dtype_is_low(dpm_dtype t) { return t == DPM_BF16 || t == DPM_F16; }
 
 /* Shape and element type; ndim 0 is a scalar (one element). */
 typedef struct dpm_shape {
@@ -92,6 +101,7 @@ static inline int64_t dpm_tensor_numel(const dpm_tensor *t) {
 static inline float *dpm_f32(const dpm_tensor *t) { return (float *)t->data; }
 static inline int32_t *dpm_i32(const dpm_tensor *t) { return (int32_t *)t->data; }
 static inline int64_t *dpm_i64(const dpm_tensor *t) { return (int64_t *)t->data; }
+static inline uint16_t *dpm_u16(const dpm_tensor *t) { return (uint16_t *)t->data; }
 
 /* 64-byte aligned allocation (zeroed); free with dpm_free. */
 void *dpm_alloc(size_t bytes);

@@ -68,7 +68,7 @@ _Static_assert(E_ZERO2 + 4 == CKPT_ENTRY_BYTES, "entry layout");
  * valid), independent of the enums' values. */
 static const dpm_blob_kind file_kinds[] = {DPM_BLOB_PARAM, DPM_BLOB_COMPUTED,
                                            DPM_BLOB_OPTIM, DPM_BLOB_COUNTER};
-static const dpm_dtype file_dtypes[] = {DPM_F32, DPM_I32, DPM_I64};
+static const dpm_dtype file_dtypes[] = {DPM_F32, DPM_I32, DPM_I64, DPM_BF16, DPM_F16};
 #define ARRAY_LEN(a) ((int)(sizeof(a) / sizeof *(a)))
 _Static_assert(ARRAY_LEN(file_dtypes) == DPM_DTYPE_COUNT, "dtype codes");
 

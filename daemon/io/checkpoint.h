@@ -58,13 +58,15 @@
  *   off size  field
  *     0   2   u16 name_len  1 .. DPM_CKPT_MAX_NAME
  *     2   1   u8 kind       1 param, 2 computed, 3 optimizer state, 4 counter
- *     3   1   u8 dtype      1 f32 (IEEE-754 binary32), 2 i32, 3 i64
+ *     3   1   u8 dtype      1 f32 (IEEE-754 binary32), 2 i32, 3 i64,
+ *                           4 bf16, 5 f16 (16-bit patterns; a model's
+ *                           checkpoint holds f32 masters, never these)
  *     4   1   u8 ndim       0 .. 4 (0: a scalar, one element)
  *     5   3   zero
  *     8  32   u64 dims[4]   dims[i] for i < ndim in 1 .. 2^63-1 (outermost
  *                           first, row-major data); the others zero
  *    40   8   u64 offset    where the tensor's data starts
- *    48   8   u64 nbytes    product(dims) x dtype size (4, 4, 8)
+ *    48   8   u64 nbytes    product(dims) x dtype size (4, 4, 8, 2, 2)
  *    56   4   u32 data_crc  CRC of the nbytes data bytes
  *    60   4   zero
  *    64   name_len bytes    the name: no bytes below 0x20 and no 0x7F,

@@ -35,8 +35,7 @@ static const dpm_param_def conv_params[] = {
 /* Checks the data input X and returns its geometry in *g. */
 static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
                           dpm_err *err) {
-  if (dpm_expect_dtype(x, DPM_F32, "input", err) ||
-      dpm_expect_ndim(x, 4, 4, "input", err))
+  if (dpm_expect_float(x, "input", err) || dpm_expect_ndim(x, 4, 4, "input", err))
     return err->code;
   *g = conv_geom_of(nd, x);
   if (g->k > g->h + 2 * g->p || g->k > g->w + 2 * g->p)
@@ -49,14 +48,16 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
   return DPM_OK;
 }
 
-static dpm_shape w_shape(const conv_geom *g) {
-  return dpm_shape_make(DPM_F32, 4, (int64_t[]){g->m, g->c, g->k, g->k});
+/* Shapes of W, b and Y of type t: f32 for the params (the masters), X's
+ * type for what the op reads and writes. */
+static dpm_shape w_shape(const conv_geom *g, dpm_dtype t) {
+  return dpm_shape_make(t, 4, (int64_t[]){g->m, g->c, g->k, g->k});
 }
-static dpm_shape b_shape(const conv_geom *g) {
-  return dpm_shape_make(DPM_F32, 1, (int64_t[]){g->m});
+static dpm_shape b_shape(const conv_geom *g, dpm_dtype t) {
+  return dpm_shape_make(t, 1, (int64_t[]){g->m});
 }
-static dpm_shape y_shape(const conv_geom *g) {
-  return dpm_shape_make(DPM_F32, 4, (int64_t[]){g->n, g->m, g->ho, g->wo});
+static dpm_shape y_shape(const conv_geom *g, dpm_dtype t) {
+  return dpm_shape_make(t, 4, (int64_t[]){g->n, g->m, g->ho, g->wo});
 }
 
 /* Fails unless blob `what` has exactly the shape `want`. */
@@ -72,8 +73,8 @@ static dpm_status conv_param_shapes(const dpm_node *nd, const dpm_shape *data_in
                                     dpm_shape *param, dpm_err *err) {
   conv_geom g;
   if (check_x(nd, &data_in[0], &g, err)) return err->code;
-  param[0] = w_shape(&g);
-  param[1] = b_shape(&g);
+  param[0] = w_shape(&g, DPM_F32);
+  param[1] = b_shape(&g, DPM_F32);
   return DPM_OK;
 }
 
@@ -81,10 +82,12 @@ static dpm_status conv_param_shapes(const dpm_node *nd, const dpm_shape *data_in
 static dpm_status conv_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                              dpm_err *err) {
   conv_geom g;
-  if (check_x(nd, &in[0], &g, err) || expect_shape(&in[1], w_shape(&g), "weight", err) ||
-      expect_shape(&in[2], b_shape(&g), "bias", err))
+  dpm_dtype t = in[0].dtype;
+  if (check_x(nd, &in[0], &g, err) ||
+      expect_shape(&in[1], w_shape(&g, t), "weight", err) ||
+      expect_shape(&in[2], b_shape(&g, t), "bias", err))
     return err->code;
-  out[0] = y_shape(&g);
+  out[0] = y_shape(&g, t);
   return DPM_OK;
 }
 
@@ -92,11 +95,13 @@ static dpm_status conv_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape 
 static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                                   dpm_err *err) {
   conv_geom g;
-  if (check_x(nd, &in[0], &g, err) || expect_shape(&in[1], w_shape(&g), "weight", err) ||
-      expect_shape(&in[2], y_shape(&g), "output gradient", err))
+  dpm_dtype t = in[0].dtype;
+  if (check_x(nd, &in[0], &g, err) ||
+      expect_shape(&in[1], w_shape(&g, t), "weight", err) ||
+      expect_shape(&in[2], y_shape(&g, t), "output gradient", err))
     return err->code;
-  out[0] = w_shape(&g);
-  out[1] = b_shape(&g);
+  out[0] = w_shape(&g, t);
+  out[1] = b_shape(&g, t);
   out[2] = in[0];
   return DPM_OK;
 }

@@ -24,7 +24,7 @@ static const char *const dropout_aux[] = {"_mask", NULL};
 /* Dropout(X) -> Y, Y_mask */
 static dpm_status dropout_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                                 dpm_err *err) {
-  if (dpm_expect_dtype(&in[0], DPM_F32, "input", err)) return err->code;
+  if (dpm_expect_float(&in[0], "input", err)) return err->code;
   if (nd->arg[DROPOUT_ARG_RATIO].f >= 1)
     return dpm_errf(err, DPM_SPEC, "ratio must be below 1, got %g",
                     nd->arg[DROPOUT_ARG_RATIO].f);
@@ -36,7 +36,7 @@ static dpm_status dropout_infer(const dpm_node *nd, const dpm_shape *in, dpm_sha
 static dpm_status dropout_grad_infer(const dpm_node *nd, const dpm_shape *in,
                                      dpm_shape *out, dpm_err *err) {
   (void)nd;
-  if (dpm_expect_dtype(&in[0], DPM_F32, "output gradient", err)) return err->code;
+  if (dpm_expect_float(&in[0], "output gradient", err)) return err->code;
   if (!dpm_shape_equal(&in[0], &in[1]))
     return dpm_errf(err, DPM_SHAPE, "mask must have the output gradient's shape");
   out[0] = in[0];

@@ -8,7 +8,7 @@
 static dpm_status infer_same(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                              dpm_err *err) {
   (void)n;
-  if (dpm_expect_dtype(&in[0], DPM_F32, "input", err)) return err->code;
+  if (dpm_expect_float(&in[0], "input", err)) return err->code;
   out[0] = in[0];
   return DPM_OK;
 }
@@ -33,12 +33,12 @@ static dpm_status emit_from_output(dpm_grad *g, dpm_op_id op, dpm_err *err) {
 
 /* ---- Add, Sum ------------------------------------------------------------ */
 
-/* Every input is f32 and of the shape of the first. */
+/* Every input is floating and of the shape (and type) of the first. */
 static dpm_status infer_sum(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                             dpm_err *err) {
   char a[64], b[64];
   for (int k = 0; k < n->n_in; k++) {
-    if (dpm_expect_dtype(&in[k], DPM_F32, "input", err)) return err->code;
+    if (dpm_expect_float(&in[k], "input", err)) return err->code;
     if (!dpm_shape_equal(&in[k], &in[0]))
       return dpm_errf(err, DPM_SHAPE, "input %d is %s, input 0 is %s: shapes differ", k,
                       dpm_shape_str(&in[k], a, sizeof a),

@@ -24,9 +24,10 @@ static const dpm_param_def fc_params[] = {
     {NULL},
 };
 
-/* X must be f32 with 2 to 4 dimensions. */
+/* X must be floating (f32, or bf16/f16 in a low-precision model) with 2 to
+ * 4 dimensions. */
 static dpm_status check_x(const dpm_shape *x, dpm_err *err) {
-  if (dpm_expect_dtype(x, DPM_F32, "input", err)) return err->code;
+  if (dpm_expect_float(x, "input", err)) return err->code;
   return dpm_expect_ndim(x, 2, DPM_MAX_DIMS, "input", err);
 }
 
@@ -39,17 +40,20 @@ static dpm_status fc_param_shapes(const dpm_node *n, const dpm_shape *data_in,
   return DPM_OK;
 }
 
-/* Y's shape from X's and W's; W must be what fc_param_shapes gives for X. */
+/* Y's shape from X's and W's; W must be what fc_param_shapes gives for X,
+ * in X's type (the params are f32 masters; a low-precision model reads
+ * their working copies), and Y is of X's type. */
 static dpm_status infer_y(const dpm_node *n, const dpm_shape *x, const dpm_shape *w,
                           dpm_shape *y, dpm_err *err) {
   dpm_shape want[2];
   char a[64], b[64], c[64];
   if (fc_param_shapes(n, x, want, err)) return err->code;
+  want[0].dtype = x->dtype;
   if (!dpm_shape_equal(w, &want[0]))
     return dpm_errf(err, DPM_SHAPE, "weight is %s, expected %s for input %s",
                     dpm_shape_str(w, a, sizeof a), dpm_shape_str(&want[0], b, sizeof b),
                     dpm_shape_str(x, c, sizeof c));
-  *y = dpm_shape_make(DPM_F32, 2, (int64_t[]){x->d[0], w->d[0]});
+  *y = dpm_shape_make(x->dtype, 2, (int64_t[]){x->d[0], w->d[0]});
   return DPM_OK;
 }
 
@@ -58,9 +62,10 @@ static dpm_status fc_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *ou
                            dpm_err *err) {
   char a[64];
   if (infer_y(n, &in[0], &in[1], &out[0], err)) return err->code;
-  if (in[2].dtype != DPM_F32 || in[2].ndim != 1 || in[2].d[0] != in[1].d[0])
-    return dpm_errf(err, DPM_SHAPE, "bias is %s, expected f32[%lld]",
-                    dpm_shape_str(&in[2], a, sizeof a), (long long)in[1].d[0]);
+  if (in[2].dtype != in[0].dtype || in[2].ndim != 1 || in[2].d[0] != in[1].d[0])
+    return dpm_errf(err, DPM_SHAPE, "bias is %s, expected %s[%lld]",
+                    dpm_shape_str(&in[2], a, sizeof a), dpm_dtype_name(in[0].dtype),
+                    (long long)in[1].d[0]);
   return DPM_OK;
 }
 
@@ -74,7 +79,7 @@ static dpm_status fc_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
     return dpm_errf(err, DPM_SHAPE, "output gradient is %s, expected %s",
                     dpm_shape_str(&in[2], a, sizeof a), dpm_shape_str(&y, b, sizeof b));
   out[0] = in[1];
-  out[1] = dpm_shape_make(DPM_F32, 1, in[1].d);
+  out[1] = dpm_shape_make(in[1].dtype, 1, in[1].d);
   out[2] = in[0];
   return DPM_OK;
 }

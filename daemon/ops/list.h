@@ -34,6 +34,8 @@
   XX(SCALE, "Scale")                                                                     \
   XX(COPY, "Copy")                                                                       \
   XX(STOP_GRADIENT, "StopGradient")                                                      \
+  /* cast.c */                                                                           \
+  XX(CAST, "Cast")                                                                       \
   /* shape.c */                                                                          \
   XX(FLATTEN, "Flatten")                                                                 \
   XX(FLATTEN_GRADIENT, "FlattenGradient")                                                \

@@ -71,8 +71,12 @@ static dpm_shape channels(const dpm_shape *x) {
 static dpm_status bn_param_shapes(const dpm_node *nd, const dpm_shape *data_in,
                                   dpm_shape *param, dpm_err *err) {
   (void)nd;
-  if (check_x(&data_in[0], err)) return err->code;
-  for (int k = 0; k < 4; k++) param[k] = channels(&data_in[0]);
+  /* a 16-bit input is cast to f32 before the op runs (engine/precision.h);
+     the params are f32 either way */
+  dpm_shape x = data_in[0];
+  if (dpm_dtype_is_low(x.dtype)) x.dtype = DPM_F32;
+  if (check_x(&x, err)) return err->code;
+  for (int k = 0; k < 4; k++) param[k] = channels(&x);
   return DPM_OK;
 }
 

@@ -30,8 +30,7 @@ static const char *const max_aux[] = {"_idx", NULL};
 /* Checks X and returns the output shape (N, C, Ho, Wo) in *y. */
 static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, dpm_shape *y,
                           dpm_err *err) {
-  if (dpm_expect_dtype(x, DPM_F32, "input", err) ||
-      dpm_expect_ndim(x, 4, 4, "input", err))
+  if (dpm_expect_float(x, "input", err) || dpm_expect_ndim(x, 4, 4, "input", err))
     return err->code;
   pool_geom g = pool_geom_of(nd, x);
   if (g.p >= g.k)
@@ -44,7 +43,7 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, dpm_shape *y,
   if (g.h * g.w > INT32_MAX)
     return dpm_errf(err, DPM_SHAPE,
                     "input planes are too large for int32 argmax indices");
-  *y = dpm_shape_make(DPM_F32, 4, (int64_t[]){x->d[0], x->d[1], g.ho, g.wo});
+  *y = dpm_shape_make(x->dtype, 4, (int64_t[]){x->d[0], x->d[1], g.ho, g.wo});
   return DPM_OK;
 }
 

@@ -109,14 +109,16 @@ static dpm_status concat_infer(const dpm_node *n, const dpm_shape *in, dpm_shape
                                dpm_err *err) {
   int axis = (int)n->arg[0].i;
   char a[64], b[64];
-  if (dpm_expect_dtype(&in[0], DPM_F32, "input 0", err)) return err->code;
+  if (dpm_expect_float(&in[0], "input 0", err)) return err->code;
   if (axis >= in[0].ndim)
     return dpm_errf(err, DPM_SHAPE, "axis %d is beyond the %d dimensions of input 0 %s",
                     axis, in[0].ndim, dpm_shape_str(&in[0], a, sizeof a));
   out[0] = in[0];
   for (int k = 1; k < n->n_in; k++) {
     dpm_shape s = in[k];
-    if (dpm_expect_dtype(&s, DPM_F32, "every input", err)) return err->code;
+    if (s.dtype != in[0].dtype)
+      return dpm_errf(err, DPM_SHAPE, "every input must be %s like input 0, got %s",
+                      dpm_dtype_name(in[0].dtype), dpm_dtype_name(s.dtype));
     s.d[axis] = in[0].d[axis];
     if (!dpm_shape_equal(&s, &in[0]))
       return dpm_errf(err, DPM_SHAPE, "input %d %s does not match input 0 %s off axis %d",

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "common/err.h"
+#include "engine/exec.h"
 
 static int reads(const dpm_node *n, const char *blob) {
   for (int k = 0; k < n->n_in; k++)
@@ -150,7 +151,8 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_t
   p->shared_op = p->help_at = -1;
   const dpm_kernel_def *last =
       be && last_train >= 0 ? be->kernel(p->step.nodes[last_train].def->id) : NULL;
-  if (!s && devices > 1 && p->n_buckets && last && last->parts && last->run_part) {
+  if (!s && devices > 1 && p->n_buckets && last && last->parts && last->run_part &&
+      !dpm_node_low(&p->step.nodes[last_train], &m->shapes)) { /* lowp_run.h: no parts */
     p->shared_op = last_train; /* backward's last op, which splits */
     p->help_at = first_wait;
   }

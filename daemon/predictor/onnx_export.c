@@ -27,6 +27,8 @@ static const int32_t onnx_dtype[DPM_DTYPE_COUNT] = {
     [DPM_F32] = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT,
     [DPM_I32] = ONNX__TENSOR_PROTO__DATA_TYPE__INT32,
     [DPM_I64] = ONNX__TENSOR_PROTO__DATA_TYPE__INT64,
+    [DPM_F16] = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
+    /* DPM_BF16: 0 (UNDEFINED); this build's onnx.proto has no BFLOAT16 */
 };
 
 typedef struct ox {

@@ -136,46 +136,90 @@ static const dpm_op_def *inference_form(const extractor *x, const dpm_node *src)
   return NULL;
 }
 
-/* The test net with each fused node followed by the op it absorbed, and
- * training ops in their inference form. */
+/* Casts of a low-precision model (engine/precision.h), dropped from a
+ * predictor: a reader of a Cast's output reads its input instead, so the
+ * predictor is the f32 model of the same spec, on the f32 masters. */
+typedef struct {
+  const char **from, **to; /* [n]: a Cast's output, the blob it stands for */
+  int n;
+} uncast;
+
+/* The blob a predictor op reads for test-net blob `name`. */
+static const char *uncast_name(const uncast *u, const char *name) {
+  for (int j = u->n - 1; name && j >= 0; j--)
+    if (!strcmp(u->from[j], name)) return u->to[j];
+  return name;
+}
+
+/* Forget the stand-ins of blob `name`, which an op writes. */
+static void uncast_written(uncast *u, const char *name) {
+  for (int j = 0; name && j < u->n; j++)
+    if (!strcmp(u->from[j], name)) u->from[j] = "";
+}
+
+static dpm_status expand_node(extractor *x, const dpm_node *src);
+
+/* The test net with each fused node followed by the op it absorbed,
+ * training ops in their inference form, and no Casts (uncast above). */
 static dpm_status expand(extractor *x) {
   const dpm_net *test = &x->m->test;
-  for (int i = 0; i < test->n; i++) {
+  uncast u = {.from = calloc((size_t)test->n + 1, sizeof *u.from),
+              .to = calloc((size_t)test->n + 1, sizeof *u.to)};
+  dpm_status s = u.from && u.to ? DPM_OK : dpm_nomem(x->err);
+  for (int i = 0; i < test->n && !s; i++) {
     const dpm_node *src = &test->nodes[i];
-    const dpm_op_def *inf = inference_form(x, src);
-    if (inf) {
-      dpm_node *n = dpm_net_add(&x->net, inf, 1, (const char *const *)src->in, 1,
-                                (const char *const *)src->out, x->err);
-      if (!n) return x->err->code;
-      n->index = src->index;
-      n->line = src->line;
-      n->is_test = 1;
+    if (src->def->id == DPM_OP_CAST) {
+      const char *in = uncast_name(&u, src->in[0]);
+      uncast_written(&u, src->out[0]);
+      u.from[u.n] = src->out[0];
+      u.to[u.n++] = in;
       continue;
     }
-    dpm_node *n = dpm_net_add_copy(&x->net, src, x->err);
-    if (!n) return x->err->code;
-    n->fuse = 0;
-    n->is_test = 1;
-    unsigned left = src->fuse;
-    for (size_t u = 0; u < sizeof unfusions / sizeof *unfusions; u++) {
-      if (!(left & unfusions[u].flag)) continue;
-      left &= ~unfusions[u].flag;
-      const dpm_op_def *def = dpm_op_get(unfusions[u].op);
-      if (!src->out[0])
-        return dpm_errf(x->err, DPM_INTERNAL, "cannot expand fused %s", src->def->name);
-      const char *io[] = {src->out[0]};
-      dpm_node *r = dpm_net_add(&x->net, def, 1, io, 1, io, x->err);
-      if (!r) return x->err->code;
-      r->index = src->index;
-      r->line = src->line;
-      r->is_test = 1;
-    }
-    if (left)
-      return dpm_errf(x->err, DPM_INTERNAL,
-                      "op %s carries fusion %#x, which a predictor "
-                      "cannot express",
-                      src->def->name, left);
+    dpm_node copy = *src;
+    for (int k = 0; k < src->n_in; k++) copy.in[k] = (char *)uncast_name(&u, src->in[k]);
+    for (int k = 0; k < src->n_out; k++) uncast_written(&u, src->out[k]);
+    s = expand_node(x, &copy);
   }
+  free(u.from);
+  free(u.to);
+  return s;
+}
+
+/* One test-net node, expanded as above. */
+static dpm_status expand_node(extractor *x, const dpm_node *src) {
+  const dpm_op_def *inf = inference_form(x, src);
+  if (inf) {
+    dpm_node *n = dpm_net_add(&x->net, inf, 1, (const char *const *)src->in, 1,
+                              (const char *const *)src->out, x->err);
+    if (!n) return x->err->code;
+    n->index = src->index;
+    n->line = src->line;
+    n->is_test = 1;
+    return DPM_OK;
+  }
+  dpm_node *n = dpm_net_add_copy(&x->net, src, x->err);
+  if (!n) return x->err->code;
+  n->fuse = 0;
+  n->is_test = 1;
+  unsigned left = src->fuse;
+  for (size_t u = 0; u < sizeof unfusions / sizeof *unfusions; u++) {
+    if (!(left & unfusions[u].flag)) continue;
+    left &= ~unfusions[u].flag;
+    const dpm_op_def *def = dpm_op_get(unfusions[u].op);
+    if (!src->out[0])
+      return dpm_errf(x->err, DPM_INTERNAL, "cannot expand fused %s", src->def->name);
+    const char *io[] = {src->out[0]};
+    dpm_node *r = dpm_net_add(&x->net, def, 1, io, 1, io, x->err);
+    if (!r) return x->err->code;
+    r->index = src->index;
+    r->line = src->line;
+    r->is_test = 1;
+  }
+  if (left)
+    return dpm_errf(x->err, DPM_INTERNAL,
+                    "op %s carries fusion %#x, which a predictor "
+                    "cannot express",
+                    src->def->name, left);
   return DPM_OK;
 }
 

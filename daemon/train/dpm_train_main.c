@@ -62,7 +62,7 @@ typedef struct {
   const char *spec, *devices, *net_type, *resume, *checkpoint, *predictor, *inputs,
       *outputs, *format, *shard, *store, *prefix, *job, *iface;
   long epochs, iters, eval_every;
-  int json, verbose;
+  int json, verbose, dump_plan;
 } options;
 
 /* Command-line options: one table, parsed in one loop. */
@@ -101,6 +101,10 @@ static const struct {
      "file:///DIR | redis://HOST:PORT (default: the spec's)"},
     {"--interface", offsetof(options, iface), 's',
      "network interface for the collectives (default: the spec's)"},
+    {"--dump-plan", offsetof(options, dump_plan), 'b',
+     "print one replica's step (forward with the precision rewrite's Casts, backward, "
+     "collectives, update), each op with its blobs' types and shapes, and the memory "
+     "count, and exit"},
 };
 #define N_FLAGS (sizeof flags / sizeof *flags)
 
@@ -433,6 +437,37 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   return s;
 }
 
+/* One blob of a dumped op: "name:bf16[64,256]" (shape unknown: the name). */
+static void dump_blob(const dpm_shapes *t, const char *name, const char *sep) {
+  const dpm_blobinfo *b = dpm_shapes_get(t, name);
+  char s[96] = "";
+  if (b) dpm_shape_str(&b->shape, s, sizeof s);
+  printf("%s%s%s%s", sep, name, b ? ":" : "", s);
+}
+
+/* The step plan, one op a line: "12 FC fc1 <- data_bf16:bf16[64,784] ...". */
+static void dump_plan(const dpm_trainer *t) {
+  const dpm_plan *p = dpm_trainer_plan(t);
+  const dpm_model *m = dpm_trainer_model(t);
+  printf("# %s: precision.compute %s; %d ops, forward first %d\n", m->name,
+         m->compute == DPM_F32 ? "fp32" : dpm_dtype_name(m->compute), p->step.n,
+         p->n_forward);
+  const dpm_trainer_memory *mem = dpm_trainer_memory_of(t);
+  printf("# memory (every replica): tensors %.2f MB (%.2f MB without sharing), kernels' "
+         "scratch %.2f MB\n",
+         mem->tensors / 1e6, mem->tensors_unshared / 1e6, mem->scratch / 1e6);
+  for (int i = 0; i < p->step.n; i++) {
+    const dpm_node *n = &p->step.nodes[i];
+    printf("%d %s", i, n->def->name);
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k]) dump_blob(&m->shapes, n->out[k], k ? ", " : " ");
+    printf(" <-");
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k]) dump_blob(&m->shapes, n->in[k], k ? ", " : " ");
+    printf("\n");
+  }
+}
+
 int main(int argc, char **argv) {
   options o = {0};
   int rc = parse(argc, argv, &o);
@@ -469,6 +504,12 @@ int main(int argc, char **argv) {
   int shards = topt.fleet.num_shards > 1 ? topt.fleet.num_shards : 1;
   int lead = topt.fleet.shard_id == 0; /* shard 0 reads, writes and prints */
   if (!s) s = dpm_trainer_create_checked(spec, &topt, &t, &err);
+  if (!s && o.dump_plan) {
+    dump_plan(t);
+    dpm_trainer_destroy(t);
+    dpm_checked_spec_free(spec);
+    return 0;
+  }
   /* in a job of several shards every shard loads together: shard 0 reads
      the file (or, without --resume, tells the others there is none) */
   if (!s && (o.resume || shards > 1))

@@ -496,11 +496,34 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   return trainer_shard_prefix(t, err);
 }
 
+/* precision.compute bf16/fp16 runs on cpu devices only: the 16-bit ops run
+ * through the CPU's f32 kernels (backend/cpu/lowp_run.h), which no other
+ * backend has. */
+static dpm_status precision_check(const dpm_trainer *t, const Dpm__ModelSpec *spec,
+                                  dpm_err *err) {
+  static const char *const names[] = {[DPM__COMPUTE_TYPE__COMPUTE_FP32] = "fp32",
+                                      [DPM__COMPUTE_TYPE__COMPUTE_BF16] = "bf16",
+                                      [DPM__COMPUTE_TYPE__COMPUTE_FP16] = "fp16"};
+  const Dpm__PrecisionSpec *p = spec->precision;
+  if (!p || p->compute == DPM__COMPUTE_TYPE__COMPUTE_FP32 ||
+      t->dev[0].kind == DPM_DEVICE_CPU)
+    return DPM_OK;
+  char at[32] = "";
+  if (p->has_line) snprintf(at, sizeof at, "%u:", p->line);
+  return dpm_errf(err, DPM_UNSUPPORTED,
+                  "%s:%s precision.compute %s: not supported on %s devices in this "
+                  "build (cpu devices only)",
+                  spec->source ? spec->source : "spec", at,
+                  (unsigned)p->compute < sizeof names / sizeof *names ? names[p->compute]
+                                                                      : "?",
+                  dpm_device_kind_name(t->dev[0].kind));
+}
+
 static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err) {
   const Dpm__ModelSpec *spec = dpm_checked_spec_pb(cs);
   const Dpm__ParallelSpec *par = spec->parallel;
   double t0 = dpm_mono_ns() / 1e6;
-  if (replica_devices(t, cs, err)) return err->code;
+  if (replica_devices(t, cs, err) || precision_check(t, spec, err)) return err->code;
   t->math = (par && par->allow_tf32 ? DPM_MATH_TF32 : 0) |
             (par && par->deterministic ? DPM_MATH_DETERMINISTIC : 0);
   t->graphs = par ? par->cuda_graphs : 1;

@@ -137,6 +137,8 @@ const char *opcase_own_check(dpm_op_id id) {
   case DPM_OP_ALLREDUCE_WAIT:
   case DPM_OP_BROADCAST:
     return "collectives: the multi-device trainer checks";
+  case DPM_OP_CAST:
+    return "Cast: bitwise against engine/lowp.h (unit precision_test); cpu only";
   default:
     return NULL;
   }

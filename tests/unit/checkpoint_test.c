@@ -436,7 +436,7 @@ TEST(ckpt_refuses_bad_entries) {
       {e0 + 2, 1, 0, NULL, "tensor 'conv1_w': invalid blob kind 0"},
       {e0 + 2, 1, 5, NULL, "tensor 'conv1_w': invalid blob kind 5"},
       {e0 + 3, 1, 0, NULL, "tensor 'conv1_w': invalid dtype 0"},
-      {e0 + 3, 1, 4, NULL, "tensor 'conv1_w': invalid dtype 4"},
+      {e0 + 3, 1, 6, NULL, "tensor 'conv1_w': invalid dtype 6"},
       {e0 + 4, 1, 5, NULL, "tensor 'conv1_w': 5 dims, at most 4"},
       {e0 + 4, 1, 3, NULL, "tensor 'conv1_w': nonzero reserved bytes"}, /* dims[3] set */
       {e0 + 8, 8, 0, NULL, "tensor 'conv1_w': a dim is 0 or the size overflows"},

@@ -126,7 +126,7 @@ TEST(op_fc_rejects_bad_shapes) {
   CHECK(ot_rejects_status(&c, DPM_SHAPE, "bias is f32[1,3], expected f32[3]"));
   c.in[2].shape = ot_f32(1, 3);
   c.in[0].shape = ot_i32(2, 5, 7);
-  CHECK(ot_rejects_status(&c, DPM_SHAPE, "input must be f32, got i32"));
+  CHECK(ot_rejects_status(&c, DPM_SHAPE, "input must be f32, bf16 or f16, got i32"));
 }
 
 TEST(op_fc_rejects_bad_arguments) {

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/lowp_run.h"
 #include "engine/exec.h"
+#include "engine/lowp.h"
 #include "engine/rng.h"
 #include "test.h"
 #include "tests/opcases/oprun.h"
@@ -111,6 +113,24 @@ dpm_status ot_run_fused(const char *name, const char *args, int is_test, unsigne
   dpm_shape is[DPM_OP_MAX_IO], os[DPM_OP_MAX_IO];
   memset(os, 0, sizeof os);
   for (int k = 0; k < n_in; k++) is[k] = in[k]->shape;
+  /* names by tensor ("b0", "b1", ...: one tensor, one name), so that the
+     low-precision wrapper sees which blobs an in-place op shares */
+  char names[2 * DPM_OP_MAX_IO][8];
+  const dpm_tensor *named[2 * DPM_OP_MAX_IO];
+  int n_named = 0;
+  for (int k = 0; k < n_in + n_out; k++) {
+    const dpm_tensor *t = k < n_in ? in[k] : out[k - n_in];
+    int j = 0;
+    while (j < n_named && named[j] != t) j++;
+    if (j == n_named) {
+      named[n_named] = t;
+      snprintf(names[n_named++], sizeof names[0], "b%d", j);
+    }
+    if (k < n_in)
+      node.in[k] = names[j];
+    else
+      node.out[k - n_in] = names[j];
+  }
   if (dpm_node_set_defaults(&node, err) || dpm_node_set_args(&node, args, err) ||
       dpm_node_check_required(&node, err) || node.def->infer(&node, is, os, err))
     return dpm_err_prefix(err, "op %s: ", name);
@@ -120,6 +140,11 @@ dpm_status ot_run_fused(const char *name, const char *args, int is_test, unsigne
   dpm_rng_seed(ctx.rng, 1);
   dpm_op op = {.node = &node, .n_in = n_in, .n_out = n_out, .ctx = &ctx, .kernel = k};
   dpm_status s = k->scratch ? dpm_ctx_reserve(&ctx, k->scratch(&node, is)) : DPM_OK;
+  if (dpm_cpu_lowp_wanted(&node, is, os)) { /* as dpm_exec_bind binds it */
+    op.inner = k;
+    op.kernel = &dpm_cpu_lowp_kernel;
+    s = dpm_ctx_reserve(&ctx, dpm_cpu_lowp_scratch(k, &node, is, os));
+  }
   for (int k = 0; k < n_in; k++) op.in[k] = in[k];
   for (int k = 0; k < n_out && !s; k++) {
     op.out[k] = out[k];
@@ -129,7 +154,7 @@ dpm_status ot_run_fused(const char *name, const char *args, int is_test, unsigne
     dpm_ctx_fini(&ctx);
     return dpm_errf(err, s, "op %s: out of memory", name);
   }
-  k->run(&op);
+  op.kernel->run(&op);
   dpm_ctx_fini(&ctx);
   return DPM_OK;
 }
@@ -145,6 +170,8 @@ dpm_tensor ot_tensor(dpm_shape s, const float *v) {
     if (s.dtype == DPM_F32) dpm_f32(&t)[i] = v[i];
     if (s.dtype == DPM_I32) dpm_i32(&t)[i] = (int32_t)v[i];
     if (s.dtype == DPM_I64) dpm_i64(&t)[i] = (int64_t)v[i];
+    if (s.dtype == DPM_BF16) dpm_u16(&t)[i] = dpm_bf16_from_f32_1(v[i]);
+    if (s.dtype == DPM_F16) dpm_u16(&t)[i] = dpm_f16_from_f32_1(v[i]);
   }
   return t;
 }

@@ -1,0 +1,36 @@
+/* Ops over bf16/f16 tensors on the CPU (a model whose precision.compute is
+ * bf16 or fp16; engine/precision.h): correct, not fast. The CPU has no
+ * 16-bit arithmetic here, so an op that reads or writes a 16-bit tensor
+ * (other than Cast, which converts) runs its f32 kernel on f32 copies:
+ * every 16-bit tensor of the op is widened (exactly) into scratch, the f32
+ * kernel runs on the copies, and the copies of its outputs are rounded
+ * back to their type (to nearest even). So an FC or Conv in bf16 multiplies
+ * bf16 values and accumulates in f32, rounding its output once; an
+ * element-wise op computes in f32 and rounds once.
+ *
+ * The executor (engine/exec.c) binds such an op to dpm_cpu_lowp_kernel
+ * with its own kernel as dpm_op.inner, and sizes its scratch with
+ * dpm_cpu_lowp_scratch. Thread-safety as any kernel's: one op on one
+ * worker. */
+#ifndef DPM_BACKEND_CPU_LOWP_RUN_H
+#define DPM_BACKEND_CPU_LOWP_RUN_H
+
+#include "backend/backend.h"
+
+extern const dpm_kernel_def dpm_cpu_lowp_kernel;
+
+/* Whether node n, whose input and output types are in[] and out[], runs
+ * through dpm_cpu_lowp_kernel: a 16-bit tensor among them, and not a Cast. */
+int dpm_cpu_lowp_wanted(const dpm_node *n, const dpm_shape *in, const dpm_shape *out);
+
+/* Scratch bytes of node n through the wrapper around `inner`: inner's at
+ * the f32 shapes, then an f32 copy of each distinct 16-bit blob of n
+ * (in[k] and out[k] are n's shapes; a blob named twice is copied once). */
+size_t dpm_cpu_lowp_scratch(const dpm_kernel_def *inner, const dpm_node *n,
+                            const dpm_shape *in, const dpm_shape *out);
+
+/* n values between f32 and type t (f32, bf16 or f16; backend/cpu/cast.c). */
+void dpm_cpu_widen(float *dst, const void *src, dpm_dtype t, size_t n);
+void dpm_cpu_narrow(void *dst, const float *src, dpm_dtype t, size_t n);
+
+#endif
