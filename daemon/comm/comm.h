@@ -218,6 +218,24 @@ typedef struct dpm_comm_rendezvous {
   const char *iface;        /* network interface to bind; NULL: the host name's address */
 } dpm_comm_rendezvous;
 
+/* How a float allreduce's data crosses processes (precision.allreduce of
+ * the spec). F32: as it is. BF16 (gloo and staged groups): each process's
+ * sum of its local ranks is rounded to bf16 (to nearest even) for the
+ * transfer, and the processes' bf16 values are summed in fp32, in process
+ * order, by the process that owns each segment of the vector; the fp32
+ * sums go back to every process (dpm_gloo_allreduce_bf16, comm/gloo_shim.h:
+ * an alltoallv of bf16 segments, the sum, an allgatherv of fp32 ones), so
+ * every rank of the job ends with the same bits:
+ *   result[i] = ((bf16(s0[i]) + bf16(s1[i])) + bf16(s2[i])) + ...
+ * where s_p is process p's local sum (fp32, local rank order). Gloo's own
+ * ring cannot do this: it sums in the type it sends. 6 bytes cross per
+ * element and process instead of the ring's 8 (at any number of
+ * processes: (P-1)/P of the vector each way). Within one process nothing
+ * crosses: local and loop groups, and a gloo group of one process, sum in
+ * fp32 whatever the wire; doubles (dpm_comm_allreduce_f64) always cross
+ * as they are. nccl groups refuse BF16 (DPM_UNSUPPORTED). */
+typedef enum { DPM_COMM_WIRE_F32, DPM_COMM_WIRE_BF16, DPM_COMM_WIRE_COUNT } dpm_comm_wire;
+
 typedef struct dpm_comm_config {
   dpm_comm_kind kind;
   int size;       /* ranks this process runs (its replicas), 1..DPM_COMM_MAX_RANKS */
@@ -235,6 +253,7 @@ typedef struct dpm_comm_config {
   struct dpm_dev *const *devs; /* staged: each local rank's open device */
   int deterministic;           /* nccl: only reductions that repeat bitwise for the same
                                   topology (no in-switch NVLS or CollNet reduction) */
+  dpm_comm_wire wire;          /* gloo, staged: how float sums cross processes */
 } dpm_comm_config;
 
 /* A new communicator for cfg. DPM_UNSUPPORTED for a backend this build
@@ -288,7 +307,9 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * order depends only on the topology (processes, ranks per process) and
  * the count, so results are bitwise identical on every rank and
  * reproducible from run to run, but may differ in the last bits from the
- * rank-order sum of one process alone.
+ * rank-order sum of one process alone. With cfg->wire BF16 the processes'
+ * sums cross as bf16 and are summed in fp32 in process order instead (see
+ * dpm_comm_wire).
  *
  * Collectives run in order, one at a time (the cross-process step, with
  * the local sum and copies): a blocking one on the last local rank to
