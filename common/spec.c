@@ -625,6 +625,24 @@ static const spec_field eval_fields[] = {
     F_STR(Dpm__EvalSpec, labels, .required = 1),
     F_U32(Dpm__EvalSpec, batch_size, 1),
 };
+/* ---- precision --------------------------------------------------------- */
+
+static const spec_choice allreduce_choices[] = {
+    {"fp32", DPM__ALLREDUCE_TYPE__ALLREDUCE_FP32},
+    {"bf16", DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16},
+    {NULL, 0}};
+
+static const spec_field precision_fields[] = {
+    F_ENUM(Dpm__PrecisionSpec, allreduce, allreduce_choices),
+};
+static const spec_section precision_section = {
+    .path = "precision",
+    .desc = &dpm__precision_spec__descriptor,
+    .fields = precision_fields,
+    .n_fields = ARRAY_LEN(precision_fields),
+    .has_line_off = offsetof(Dpm__PrecisionSpec, has_line),
+    .line_off = offsetof(Dpm__PrecisionSpec, line)};
+
 static const spec_section eval_section = {.path = "eval",
                                           .desc = &dpm__eval_spec__descriptor,
                                           .fields = eval_fields,
@@ -973,6 +991,7 @@ static const spec_field model_fields[] = {
     F_SUB(Dpm__ModelSpec, update, update_section),
     F_SUB(Dpm__ModelSpec, eval, eval_section),
     F_SUB(Dpm__ModelSpec, parallel, parallel_section),
+    F_SUB(Dpm__ModelSpec, precision, precision_section),
     {.key = "checkpoint_every",
      .kind = SF_CUSTOM,
      .off = offsetof(Dpm__ModelSpec, checkpoint),
@@ -1277,6 +1296,7 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
   Dpm__InputSpec in;
   Dpm__UpdateSpec up;
   Dpm__EvalSpec ev;
+  Dpm__PrecisionSpec pr;
   top.source = NULL;
   top.name = NULL;       /* a model may be renamed ...          */
   top.parallel = NULL;   /* ... or moved to other devices (spec.h) */
@@ -1303,6 +1323,14 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
     ev.has_line = 0;
     ev.line = 0;
     top.eval = &ev;
+  }
+  if (spec->precision) { /* how gradients travel, not what the model holds */
+    pr = *spec->precision;
+    pr.has_line = pr.has_allreduce = 0;
+    pr.line = 0;
+    pr.allreduce = DPM__ALLREDUCE_TYPE__ALLREDUCE_FP32;
+    /* nothing else set: as if there were no section */
+    top.precision = protobuf_c_message_get_packed_size(&pr.base) ? &pr : NULL;
   }
   protobuf_c_message_pack_to_buffer(&top.base, &hb.base);
   for (size_t i = 0; i < spec->n_forward; i++) {

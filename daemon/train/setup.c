@@ -398,7 +398,9 @@ static dpm_status create_on_cores(dpm_trainer *t, const dpm_comm_config *cfg,
  * replica), else across the job's processes, this shard's replicas being
  * ranks shard*n .. shard*n+n-1 of n*shards (formed at the fleet's
  * rendezvous: this waits for every shard, up to comm_timeout_ms). A nccl
- * group gets each replica's stream, a staged one its devices. */
+ * group gets each replica's stream, a staged one its devices; gloo and
+ * staged groups send float gradients as bf16 with precision.allreduce bf16
+ * (comm.h: dpm_comm_wire; within one process nothing is rounded). */
 static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   dpm_comm_config *cfg = &t->comm_cfg;
   cfg->size = t->n;
@@ -406,6 +408,10 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
   cfg->world = trainer_ranks(t);
   cfg->timeout_ms = t->opt.comm_timeout_ms;
   cfg->deterministic = (t->math & DPM_MATH_DETERMINISTIC) != 0;
+  cfg->wire =
+      spec->precision && spec->precision->allreduce == DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16
+          ? DPM_COMM_WIRE_BF16
+          : DPM_COMM_WIRE_F32;
   if (t->shards > 1) cfg->rendezvous = t->opt.fleet.rendezvous;
   if (!trainer_reduces(t)) return DPM_OK;
   if (cfg->kind ==
