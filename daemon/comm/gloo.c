@@ -13,10 +13,10 @@
  * backend's thread. Running a job:
  *   1. with other processes, swap a header with each of them
  *      (dpm_gloo_exchange of the group core's dpm_group_header: the
- *      collective, its count or bytes, its root, its dtype and the job's
- *      number; judged by dpm_group_agree), so that every rank of the job refuses a
- * disagreement alike, with DPM_INVALID, before any data moves (Gloo itself cannot survive
- *      mismatched sizes); the exchange also is the job-wide barrier;
+ *      collective, its count or bytes, its root, its dtype, a float sum's
+ *      wire and the job's number; judged by dpm_group_agree), so that every rank of the
+ * job refuses a disagreement alike, with DPM_INVALID, before any data moves (Gloo itself
+ * cannot survive mismatched sizes); the exchange also is the job-wide barrier;
  *   2. allreduce: sum the local buffers in rank order into local rank 0's,
  *      all-reduce that across the processes (Gloo's ring; float sums on a
  *      bf16 wire: dpm_gloo_allreduce_bf16), and copy the
@@ -328,6 +328,7 @@ static void run_job(gloo_comm *g, unsigned long k) {
   }
   if (g->net) {
     dpm_group_header mine = dpm_group_header_of(c0, !j->verdict, k);
+    if (c0->op == DPM_GROUP_ALLREDUCE && c0->t == DPM_COMM_F32) mine.wire = g->wire;
     s = dpm_gloo_exchange(g->net, op, &mine, sizeof mine, g->headers, &e);
     if (s) goto failed;
   }

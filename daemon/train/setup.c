@@ -432,7 +432,9 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
 }
 
 /* The collectives of one step, in order, with their sizes: what every rank
- * of the job must run alike (net type, buckets, computed broadcasts). */
+ * of the job must run alike (net type, buckets, computed broadcasts), and
+ * how float sums cross processes (precision.allreduce: a bf16 wire and an
+ * fp32 one move other messages). */
 static uint64_t plan_digest(const dpm_trainer *t) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < t->plan.step.n; i++) {
@@ -447,6 +449,7 @@ static uint64_t plan_digest(const dpm_trainer *t) {
     for (int k = 0; k < nd->n_in; k++)
       fnv(&h, dpm_shape_bytes(&dpm_shapes_get(&t->model.shapes, nd->in[k])->shape));
   }
+  fnv(&h, (uint64_t)t->comm_cfg.wire);
   if (t->bm.on) { /* bmuf: the block's all-reduce and when it runs */
     fnv(&h, (uint64_t)t->bm.local_steps);
     fnv(&h, t->bm.arena_span);

@@ -87,8 +87,8 @@ typedef struct {
   char prefix[128];
   gt_rank_fn fn;
   const void *arg;
-  int absent; /* a process that never comes (-1: none) */
-  dpm_comm_wire wire;
+  int absent;          /* a process that never comes (-1: none) */
+  unsigned bf16_procs; /* processes whose float sums cross as bf16 (bit p) */
 } gt_spec;
 
 static gt_shared *gt_map(void) {
@@ -135,7 +135,7 @@ static void gt_child(const gt_spec *sp, gt_shared *sh, int p) {
       .world = sp->nproc * sp->size,
       .timeout_ms = sp->timeout_ms,
       .rendezvous = {.store = sp->store, .prefix = sp->prefix, .iface = "lo"},
-      .wire = sp->wire,
+      .wire = sp->bf16_procs >> p & 1 ? DPM_COMM_WIRE_BF16 : DPM_COMM_WIRE_F32,
   };
   dpm_comm *comm = NULL;
   dpm_err err = {0};
@@ -601,8 +601,44 @@ TEST(gloo_bf16_wire_sums_rounded_inputs_in_fp32_2x1_3x1_2x2) {
   for (int t = 0; t < 3 && ok; t++) {
     memset(sh, 0, sizeof *sh);
     gt_spec sp = gt_file_spec(dir, topo[t][0], topo[t][1], 5000, bf16_rank);
-    sp.wire = DPM_COMM_WIRE_BF16;
+    sp.bf16_procs = ~0u;
     ok = gt_run(&sp, sh) && gt_created(&sp, sh) && gt_all_same(&sp, sh, 2);
+  }
+  munmap(sh, sizeof *sh);
+  gt_clean(dir);
+  CHECK(ok);
+}
+
+/* One float allreduce with a message, then a double one (doubles cross as
+ * they are whatever the wire). */
+static void wire_mismatch_rank(gt_rank *r) {
+  dpm_err e = {0};
+  float f[4] = {1, 2, 3, 4};
+  r->out->s = dpm_comm_allreduce(r->comm, r->rank, f, 4, &e);
+  snprintf(r->out->msg, sizeof r->out->msg, "%s", e.msg);
+  double d[3] = {1, 2, 3};
+  r->out->s2 = dpm_comm_allreduce_f64(r->comm, r->rank, d, 3, &e);
+  if (!r->out->s2) r->out->bad += d[2] != 3.0 * r->world;
+}
+
+/* Processes whose wires differ refuse the float sum on every rank, naming
+ * the setting, before any data moves (never a hang); the group goes on. */
+TEST(gloo_bf16_wire_mismatch_is_invalid_everywhere) {
+  char dir[64];
+  CHECK(gt_dir(dir, sizeof dir));
+  gt_shared *sh = gt_map();
+  CHECK(sh);
+  gt_spec sp = gt_file_spec(dir, 2, 1, 5000, wire_mismatch_rank);
+  sp.bf16_procs = 2u; /* process 1 only */
+  int ok = gt_run(&sp, sh) && gt_created(&sp, sh);
+  for (int r = 0; r < 2 && ok; r++) {
+    gt_slot *o = &sh->rank[r];
+    ok = o->done && o->s == DPM_INVALID &&
+         strstr(o->msg, "disagree on the wire (precision.allreduce)") &&
+         o->s2 == DPM_OK && !o->bad;
+    if (!ok)
+      printf("    rank %d: done %d, %s (%s), then %s, %d wrong\n", r, o->done,
+             dpm_status_name(o->s), o->msg, dpm_status_name(o->s2), o->bad);
   }
   munmap(sh, sizeof *sh);
   gt_clean(dir);
