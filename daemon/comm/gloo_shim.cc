@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -227,8 +228,9 @@ struct dpm_gloo {
   std::vector<char> xposted; // [size]
   // allreduce_bf16's scratch, grown only: the whole vector in bf16, and
   // every process's bf16 copy of this one's segment
-  std::vector<uint16_t> wire, gathered;
-  std::vector<float> widened; // [kSumChunk] one copy widened, summed from
+  std::vector<uint16_t> wire, gathered; // gathered: every process's whole copy
+                                        // (up to kGatherAll processes)
+  std::vector<float> widened;           // [kSumChunk] one copy widened, summed from
 };
 
 namespace {
@@ -446,6 +448,10 @@ template <class T> static void ring_sum(dpm_gloo *g, T *buf, size_t count) {
 
 // Elements of a segment widened and added per pass in allreduce_bf16.
 constexpr size_t kSumChunk = 1024;
+// Processes up to which allreduce_bf16 gathers every bf16 copy everywhere
+// ((P-1) x 2 bytes per element sent, fewer than the segments' (P-1)/P x 6
+// up to 3 processes) instead of summing segments at their owners.
+constexpr int kGatherAll = 3;
 
 // First element of process q's segment of count elements over size processes.
 static size_t segment_start(size_t count, int size, int q) {
@@ -453,9 +459,37 @@ static size_t segment_start(size_t count, int size, int q) {
   return each * (size_t)q + std::min((size_t)q, extra);
 }
 
+// out[i] = ((x0[i] + x1[i]) + x2[i]) + ... in fp32: the bf16 rows x_q =
+// rows + q * stride (q < nrows) widened, m elements. w: kSumChunk floats.
+static void sum_rows(float *out, const uint16_t *rows, size_t stride, int nrows, size_t m,
+                     float *w) {
+  for (size_t at = 0; at < m; at += kSumChunk) {
+    size_t n = std::min(kSumChunk, m - at);
+    dpm_f32_from_bf16(out + at, rows + at, n);
+    for (int q = 1; q < nrows; q++) {
+      dpm_f32_from_bf16(w, rows + (size_t)q * stride + at, n);
+      for (size_t i = 0; i < n; i++) out[at + i] += w[i];
+    }
+  }
+}
+
 // allreduce_bf16 on a context of several processes (throws as Gloo does).
 static void bf16_sum(dpm_gloo *g, float *buf, size_t count) {
   int me = g->rank, size = g->size;
+  if (g->wire.size() < count) g->wire.resize(count);
+  if (g->widened.size() < kSumChunk) g->widened.resize(kSumChunk);
+  dpm_bf16_from_f32(g->wire.data(), buf, count);
+  if (size <= kGatherAll) { // every process gets every copy and sums them all
+    if (g->gathered.size() < (size_t)size * count)
+      g->gathered.resize((size_t)size * count);
+    gloo::AllgatherOptions o(g->ctx);
+    o.setInput(g->wire.data(), count);
+    o.setOutput(g->gathered.data(), (size_t)size * count);
+    o.setTimeout(Ms(g->timeout_ms));
+    gloo::allgather(o);
+    sum_rows(buf, g->gathered.data(), count, size, count, g->widened.data());
+    return;
+  }
   std::vector<int64_t> split((size_t)size), mine((size_t)size);
   std::vector<size_t> seg((size_t)size);
   for (int q = 0; q < size; q++)
@@ -465,10 +499,7 @@ static void bf16_sum(dpm_gloo *g, float *buf, size_t count) {
     split[(size_t)q] = (int64_t)seg[(size_t)q];
     mine[(size_t)q] = (int64_t)m;
   }
-  if (g->wire.size() < count) g->wire.resize(count);
   if (g->gathered.size() < (size_t)size * m) g->gathered.resize((size_t)size * m);
-  if (g->widened.size() < kSumChunk) g->widened.resize(kSumChunk);
-  dpm_bf16_from_f32(g->wire.data(), buf, count);
 
   gloo::AlltoallvOptions a(g->ctx);
   a.setInput(g->wire.data(), split);
@@ -476,16 +507,8 @@ static void bf16_sum(dpm_gloo *g, float *buf, size_t count) {
   a.setTimeout(Ms(g->timeout_ms));
   gloo::alltoallv(a);
 
-  // this process's segment: process 0's copy, plus each next one's, in fp32
-  float *out = buf + lo, *w = g->widened.data();
-  for (size_t at = 0; at < m; at += kSumChunk) {
-    size_t n = std::min(kSumChunk, m - at);
-    dpm_f32_from_bf16(out + at, g->gathered.data() + at, n);
-    for (int q = 1; q < size; q++) {
-      dpm_f32_from_bf16(w, g->gathered.data() + (size_t)q * m + at, n);
-      for (size_t i = 0; i < n; i++) out[at + i] += w[i];
-    }
-  }
+  // this process's segment: every process's copy of it, summed in order
+  sum_rows(buf + lo, g->gathered.data(), m, size, m, g->widened.data());
 
   // no input: the output's own segment is this process's part
   gloo::AllgathervOptions b(g->ctx);

@@ -28,7 +28,7 @@
 #include "comm/comm.h"
 #include "test.h"
 
-#define GT_PROCS 3
+#define GT_PROCS 4
 #define GT_LOCAL 2
 #define GT_RANKS (GT_PROCS * GT_LOCAL)
 /* A child still running this long after its start has hung: killed, failed. */
@@ -589,16 +589,18 @@ static void bf16_rank(gt_rank *r) {
 }
 
 /* precision.allreduce bf16 (comm.h: dpm_comm_wire): every rank of 2, 3
- * processes of one rank and 2 of two gets exactly the fp32 sum, in process
- * order, of the processes' bf16-rounded sums, the same bits everywhere. */
-TEST(gloo_bf16_wire_sums_rounded_inputs_in_fp32_2x1_3x1_2x2) {
-  static const int topo[][2] = {{2, 1}, {3, 1}, {2, 2}};
+ * processes of one rank and 2 of two (every bf16 copy gathered everywhere)
+ * and 4 of one (segments summed by their owners) gets exactly the fp32
+ * sum, in process order, of the processes' bf16-rounded sums, the same
+ * bits everywhere. */
+TEST(gloo_bf16_wire_sums_rounded_inputs_in_fp32_2x1_3x1_2x2_4x1) {
+  static const int topo[][2] = {{2, 1}, {3, 1}, {2, 2}, {4, 1}};
   char dir[64];
   CHECK(gt_dir(dir, sizeof dir));
   gt_shared *sh = gt_map();
   CHECK(sh);
   int ok = 1;
-  for (int t = 0; t < 3 && ok; t++) {
+  for (int t = 0; t < 4 && ok; t++) {
     memset(sh, 0, sizeof *sh);
     gt_spec sp = gt_file_spec(dir, topo[t][0], topo[t][1], 5000, bf16_rank);
     sp.bf16_procs = ~0u;
