@@ -222,18 +222,19 @@ typedef struct dpm_comm_rendezvous {
  * the spec). F32: as it is. BF16 (gloo and staged groups): each process's
  * sum of its local ranks is rounded to bf16 (to nearest even) for the
  * transfer, and the processes' bf16 values are summed in fp32, in process
- * order, by the process that owns each segment of the vector; the fp32
- * sums go back to every process (dpm_gloo_allreduce_bf16, comm/gloo_shim.h:
- * an alltoallv of bf16 segments, the sum, an allgatherv of fp32 ones), so
- * every rank of the job ends with the same bits:
+ * order, so every rank of the job ends with the same bits:
  *   result[i] = ((bf16(s0[i]) + bf16(s1[i])) + bf16(s2[i])) + ...
  * where s_p is process p's local sum (fp32, local rank order). Gloo's own
- * ring cannot do this: it sums in the type it sends. 6 bytes cross per
- * element and process instead of the ring's 8 (at any number of
- * processes: (P-1)/P of the vector each way). Within one process nothing
- * crosses: local and loop groups, and a gloo group of one process, sum in
- * fp32 whatever the wire; doubles (dpm_comm_allreduce_f64) always cross
- * as they are. nccl groups refuse BF16 (DPM_UNSUPPORTED). */
+ * ring cannot do this (it sums in the type it sends), so the transfer is
+ * dpm_gloo_allreduce_bf16's (comm/gloo_shim.h): up to 3 processes an
+ * allgather of the bf16 vectors, each process summing them all (2 bytes
+ * per element sent at 2 processes where the ring sends 4); beyond, an
+ * alltoallv of bf16 segments to their owners and an allgatherv of the fp32
+ * sums. Within one process nothing crosses: local and loop groups, and a
+ * gloo group of one process, sum in fp32 whatever the wire; doubles
+ * (dpm_comm_allreduce_f64) always cross as they are. Processes whose wires
+ * differ are refused before data moves (DPM_INVALID on every rank). nccl
+ * groups refuse BF16 (DPM_UNSUPPORTED). */
 typedef enum { DPM_COMM_WIRE_F32, DPM_COMM_WIRE_BF16, DPM_COMM_WIRE_COUNT } dpm_comm_wire;
 
 typedef struct dpm_comm_config {

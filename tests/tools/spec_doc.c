@@ -34,7 +34,7 @@ static const doc key_docs[] = {
     {"eval", "Test data for `dpmctl eval` and dpm-train's per-epoch evaluation (IDX files, like input's)."},
     {"parallel", "Devices, the gradient reduction and, for a job over several daemons, how they meet."},
     {"precision", "Number formats of the training (README \"Precision\")."},
-    {"precision.allreduce", "bf16: gradients cross processes (the Gloo path of a job over several daemons) rounded to bf16, summed in fp32: every replica ends with the same sums, 6 bytes per element on the wire instead of 8; within one process nothing is rounded. Not for CUDA (nccl) jobs."},
+    {"precision.allreduce", "bf16: gradients cross processes (the Gloo path of a job over several daemons) rounded to bf16 and are summed in fp32, every replica ending with the same sums; half the bytes at 2 shards. Within one process nothing is rounded. Not for CUDA (nccl) jobs."},
     {"checkpoint_every", "Periodic checkpoints of a model served by dpmd; overrides the daemon's checkpoint_every."},
     {"input.reader", "idx: an IDX image file and its label file (Bring your own data); synthetic: generated examples, no files."},
     {"input.images", "idx: the image file, `.gz` or raw; a relative path is taken from dpmctl's directory."},
