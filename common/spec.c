@@ -980,6 +980,17 @@ static dpm_status spec_check_model(spec_ctx *c, const dpm_ynode *map, void *msg)
   if (spec->n_losses == 0)
     return spec_fail(c, dpm_ymap_get(map, "losses"),
                      "'losses' must name at least one blob");
+  /* bmuf's one all-reduce sums parameters, which a bf16 wire would round */
+  if (spec->precision &&
+      spec->precision->allreduce == DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16 &&
+      spec->parallel && spec->parallel->mode == DPM__PARALLEL_MODE__PARALLEL_BMUF) {
+    const dpm_ynode *pr = dpm_ymap_get(map, "precision");
+    const dpm_ynode *at = pr ? dpm_ymap_get(pr, "allreduce") : NULL;
+    return spec_fail(c, at ? at : pr,
+                     "'allreduce' bf16 rounds what the shards sum, and parallel.mode "
+                     "bmuf sums parameters, not gradients (each block would round "
+                     "them to 8 bits): use fp32 with bmuf");
+  }
   return DPM_OK;
 }
 

@@ -578,4 +578,6 @@ TEST(spec_precision_allreduce) {
   EXPECT(MINI "precision: {allreduce: fp16}\n",
          "t.yaml:5:24: ", "'allreduce' must be one of: fp32, bf16; got 'fp16'");
   EXPECT(MINI "precision: {alreduce: bf16}\n", "t.yaml:5:13: ", "alreduce");
+  EXPECT(MINI "parallel: {mode: bmuf}\nprecision: {allreduce: bf16}\n",
+         "t.yaml:6:24: ", "parallel.mode bmuf sums parameters");
 }
