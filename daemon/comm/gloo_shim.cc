@@ -226,11 +226,11 @@ struct dpm_gloo {
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> xrecv; // [size]
   std::unique_ptr<gloo::transport::UnboundBuffer> xsend;
   std::vector<char> xposted; // [size]
-  // allreduce_bf16's scratch, grown only: the whole vector in bf16, and
-  // every process's bf16 copy of this one's segment
-  std::vector<uint16_t> wire, gathered; // gathered: every process's whole copy
-                                        // (up to kGatherAll processes)
-  std::vector<float> widened;           // [kSumChunk] one copy widened, summed from
+  // allreduce_bf16's scratch, grown only: the vector in bf16 (wire); every
+  // process's bf16 copy of the whole vector (up to kGatherAll processes) or
+  // of this process's segment (gathered); one chunk of a copy widened
+  std::vector<uint16_t> wire, gathered;
+  std::vector<float> widened; // [kSumChunk]
 };
 
 namespace {
