@@ -629,9 +629,15 @@ static const spec_choice compute_choices[] = {{"fp32", DPM__COMPUTE_TYPE__COMPUT
 static const spec_choice master_choices[] = {{"fp32", DPM__MASTER_TYPE__MASTER_FP32},
                                              {NULL, 0}};
 
+static const spec_choice allreduce_choices[] = {
+    {"fp32", DPM__ALLREDUCE_TYPE__ALLREDUCE_FP32},
+    {"bf16", DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16},
+    {NULL, 0}};
+
 static const spec_field precision_fields[] = {
     F_ENUM(Dpm__PrecisionSpec, compute, compute_choices),
     F_ENUM(Dpm__PrecisionSpec, master, master_choices),
+    F_ENUM(Dpm__PrecisionSpec, allreduce, allreduce_choices),
 };
 static const spec_section precision_section = {
     .path = "precision",
@@ -985,6 +991,17 @@ static dpm_status spec_check_model(spec_ctx *c, const dpm_ynode *map, void *msg)
   if (spec->n_losses == 0)
     return spec_fail(c, dpm_ymap_get(map, "losses"),
                      "'losses' must name at least one blob");
+  /* bmuf's one all-reduce sums parameters, which a bf16 wire would round */
+  if (spec->precision &&
+      spec->precision->allreduce == DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16 &&
+      spec->parallel && spec->parallel->mode == DPM__PARALLEL_MODE__PARALLEL_BMUF) {
+    const dpm_ynode *pr = dpm_ymap_get(map, "precision");
+    const dpm_ynode *at = pr ? dpm_ymap_get(pr, "allreduce") : NULL;
+    return spec_fail(c, at ? at : pr,
+                     "'allreduce' bf16 rounds what the shards sum, and parallel.mode "
+                     "bmuf sums parameters, not gradients (each block would round "
+                     "them to 8 bits): use fp32 with bmuf");
+  }
   return DPM_OK;
 }
 
@@ -1329,11 +1346,13 @@ uint64_t dpm_spec_hash(const Dpm__ModelSpec *spec) {
     ev.line = 0;
     top.eval = &ev;
   }
-  if (spec->precision) { /* how it computes, not what it holds: masters are fp32 */
+  if (spec->precision) { /* how it computes and how gradients travel, not what
+                           the model holds: masters are fp32 */
     pr = *spec->precision;
-    pr.has_line = pr.has_compute = 0;
+    pr.has_line = pr.has_compute = pr.has_allreduce = 0;
     pr.line = 0;
     pr.compute = DPM__COMPUTE_TYPE__COMPUTE_FP32;
+    pr.allreduce = DPM__ALLREDUCE_TYPE__ALLREDUCE_FP32;
     /* nothing else set: as if there were no section */
     top.precision = protobuf_c_message_get_packed_size(&pr.base) ? &pr : NULL;
   }

@@ -218,6 +218,25 @@ typedef struct dpm_comm_rendezvous {
   const char *iface;        /* network interface to bind; NULL: the host name's address */
 } dpm_comm_rendezvous;
 
+/* How a float allreduce's data crosses processes (precision.allreduce of
+ * the spec). F32: as it is. BF16 (gloo and staged groups): each process's
+ * sum of its local ranks is rounded to bf16 (to nearest even) for the
+ * transfer, and the processes' bf16 values are summed in fp32, in process
+ * order, so every rank of the job ends with the same bits:
+ *   result[i] = ((bf16(s0[i]) + bf16(s1[i])) + bf16(s2[i])) + ...
+ * where s_p is process p's local sum (fp32, local rank order). Gloo's own
+ * ring cannot do this (it sums in the type it sends), so the transfer is
+ * dpm_gloo_allreduce_bf16's (comm/gloo_shim.h): up to 3 processes an
+ * allgather of the bf16 vectors, each process summing them all (2 bytes
+ * per element sent at 2 processes where the ring sends 4); beyond, an
+ * alltoallv of bf16 segments to their owners and an allgatherv of the fp32
+ * sums. Within one process nothing crosses: local and loop groups, and a
+ * gloo group of one process, sum in fp32 whatever the wire; doubles
+ * (dpm_comm_allreduce_f64) always cross as they are. Processes whose wires
+ * differ are refused before data moves (DPM_INVALID on every rank). nccl
+ * groups refuse BF16 (DPM_UNSUPPORTED). */
+typedef enum { DPM_COMM_WIRE_F32, DPM_COMM_WIRE_BF16, DPM_COMM_WIRE_COUNT } dpm_comm_wire;
+
 typedef struct dpm_comm_config {
   dpm_comm_kind kind;
   int size;       /* ranks this process runs (its replicas), 1..DPM_COMM_MAX_RANKS */
@@ -235,6 +254,7 @@ typedef struct dpm_comm_config {
   struct dpm_dev *const *devs; /* staged: each local rank's open device */
   int deterministic;           /* nccl: only reductions that repeat bitwise for the same
                                   topology (no in-switch NVLS or CollNet reduction) */
+  dpm_comm_wire wire;          /* gloo, staged: how float sums cross processes */
 } dpm_comm_config;
 
 /* A new communicator for cfg. DPM_UNSUPPORTED for a backend this build
@@ -288,7 +308,9 @@ dpm_status dpm_comm_local_create(int size, int timeout_ms, dpm_comm **out, dpm_e
  * order depends only on the topology (processes, ranks per process) and
  * the count, so results are bitwise identical on every rank and
  * reproducible from run to run, but may differ in the last bits from the
- * rank-order sum of one process alone.
+ * rank-order sum of one process alone. With cfg->wire BF16 the processes'
+ * sums cross as bf16 and are summed in fp32 in process order instead (see
+ * dpm_comm_wire).
  *
  * Collectives run in order, one at a time (the cross-process step, with
  * the local sum and copies): a blocking one on the last local rank to

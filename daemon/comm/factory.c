@@ -60,13 +60,15 @@ static dpm_status make_staged(const dpm_comm_config *cfg, dpm_comm **out, dpm_er
 static const struct {
   dpm_status (*make)(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *err);
   int meets; /* across processes, the group meets through the rendezvous store */
+  int bf16;  /* takes DPM_COMM_WIRE_BF16 (rounds what crosses processes, or nothing
+                crosses) */
 } kinds[DPM_COMM_KIND_COUNT] = {
-    [DPM_COMM_LOCAL] = {make_local, 0},
-    [DPM_COMM_GLOO] = {dpm_comm_gloo_create, 1},
-    [DPM_COMM_NCCL] = {make_nccl, 1},
-    [DPM_COMM_STAGED] = {make_staged, 1},
+    [DPM_COMM_LOCAL] = {make_local, 0, 1},
+    [DPM_COMM_GLOO] = {dpm_comm_gloo_create, 1, 1},
+    [DPM_COMM_NCCL] = {make_nccl, 1, 0},
+    [DPM_COMM_STAGED] = {make_staged, 1, 1},
 #ifdef DPM_TEST_BUILD
-    [DPM_COMM_LOOP] = {dpm_comm_loop_create, 0},
+    [DPM_COMM_LOOP] = {dpm_comm_loop_create, 0, 1},
 #endif
 };
 
@@ -74,6 +76,11 @@ dpm_status dpm_comm_create(const dpm_comm_config *cfg, dpm_comm **out, dpm_err *
   *out = NULL;
   if (cfg->kind < 0 || cfg->kind >= DPM_COMM_KIND_COUNT || !kinds[cfg->kind].make)
     return dpm_errf(err, DPM_INVALID, "communicator kind %d", (int)cfg->kind);
+  if (cfg->wire == DPM_COMM_WIRE_BF16 && !kinds[cfg->kind].bf16)
+    return dpm_errf(err, DPM_UNSUPPORTED,
+                    "precision.allreduce bf16: the %s communicator sums and sends fp32 "
+                    "only (bf16 transfer is gloo's, for CPU devices)",
+                    dpm_comm_kind_name(cfg->kind));
   dpm_comm_config c = *cfg;
   c.store = NULL;
   int world = cfg->world ? cfg->world : cfg->size;

@@ -13,12 +13,13 @@
  * backend's thread. Running a job:
  *   1. with other processes, swap a header with each of them
  *      (dpm_gloo_exchange of the group core's dpm_group_header: the
- *      collective, its count or bytes, its root, its dtype and the job's
- *      number; judged by dpm_group_agree), so that every rank of the job refuses a
- * disagreement alike, with DPM_INVALID, before any data moves (Gloo itself cannot survive
- *      mismatched sizes); the exchange also is the job-wide barrier;
+ *      collective, its count or bytes, its root, its dtype, a float sum's
+ *      wire and the job's number; judged by dpm_group_agree), so that every rank of the
+ * job refuses a disagreement alike, with DPM_INVALID, before any data moves (Gloo itself
+ * cannot survive mismatched sizes); the exchange also is the job-wide barrier;
  *   2. allreduce: sum the local buffers in rank order into local rank 0's,
- *      all-reduce that across the processes (Gloo's ring), and copy the
+ *      all-reduce that across the processes (Gloo's ring; float sums on a
+ *      bf16 wire: dpm_gloo_allreduce_bf16), and copy the
  *      result into the other local buffers; broadcast: Gloo's broadcast
  *      from the root's process into local rank 0's buffer (the root's own
  *      there), then copies to the other local buffers;
@@ -84,6 +85,7 @@ typedef struct {
   int nproc;                /* processes in the job (world / size) */
   int proc;                 /* this one's: rank_base / size */
   int rank_base;            /* the job-wide rank of local rank 0 */
+  dpm_comm_wire wire;       /* how float sums cross processes */
   dpm_gloo *net;            /* the Gloo context; NULL with one process */
   dpm_group_queue q;        /* the jobs; its mu guards turn, running and stop too,
                                and ranks sleep on its cv until a job is done */
@@ -286,7 +288,9 @@ static dpm_status run_allreduce(gloo_comm *g, const dpm_group_job *j, dpm_err *e
       add_into(b0 + a * es, (const char *)j->calls[r].buf + a * es, m);
   }
   if (g->net) {
-    dpm_status s = dpm_gloo_allreduce(g->net, "allreduce", t, b0, n, err);
+    dpm_status s = t == DPM_COMM_F32 && g->wire == DPM_COMM_WIRE_BF16
+                       ? dpm_gloo_allreduce_bf16(g->net, "allreduce", (float *)b0, n, err)
+                       : dpm_gloo_allreduce(g->net, "allreduce", t, b0, n, err);
     if (s) return s;
   }
   for (int r = 1; r < size; r++) memcpy(j->calls[r].buf, b0, n * es);
@@ -324,6 +328,7 @@ static void run_job(gloo_comm *g, unsigned long k) {
   }
   if (g->net) {
     dpm_group_header mine = dpm_group_header_of(c0, !j->verdict, k);
+    if (c0->op == DPM_GROUP_ALLREDUCE && c0->t == DPM_COMM_F32) mine.wire = g->wire;
     s = dpm_gloo_exchange(g->net, op, &mine, sizeof mine, g->headers, &e);
     if (s) goto failed;
   }
@@ -437,6 +442,8 @@ static dpm_status check_config(const dpm_comm_config *cfg, int world, dpm_err *e
   if (cfg->timeout_ms <= 0)
     return dpm_errf(err, DPM_INVALID, "gloo comm: timeout %d ms must be positive",
                     cfg->timeout_ms);
+  if ((unsigned)cfg->wire >= DPM_COMM_WIRE_COUNT)
+    return dpm_errf(err, DPM_INVALID, "gloo comm: wire format %d", (int)cfg->wire);
   return DPM_OK;
 }
 
@@ -472,6 +479,7 @@ dpm_status dpm_comm_gloo_create(const dpm_comm_config *cfg, dpm_comm **out,
   g->nproc = nproc;
   g->proc = cfg->rank_base / size;
   g->rank_base = cfg->rank_base;
+  g->wire = cfg->wire;
   if (nproc > 1) {
     dpm_gloo_config gc = {.rank = g->proc,
                           .size = nproc,

@@ -37,8 +37,11 @@
 #include <thread>
 #include <vector>
 
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -53,6 +56,7 @@
 #include "comm/gloo_shim.h"
 extern "C" {
 #include "comm/store.h"
+#include "engine/lowp.h"
 }
 
 namespace {
@@ -222,6 +226,11 @@ struct dpm_gloo {
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> xrecv; // [size]
   std::unique_ptr<gloo::transport::UnboundBuffer> xsend;
   std::vector<char> xposted; // [size]
+  // allreduce_bf16's scratch, grown only: the vector in bf16 (wire); every
+  // process's bf16 copy of the whole vector (up to kGatherAll processes) or
+  // of this process's segment (gathered); one chunk of a copy widened
+  std::vector<uint16_t> wire, gathered;
+  std::vector<float> widened; // [kSumChunk]
 };
 
 namespace {
@@ -437,6 +446,77 @@ template <class T> static void ring_sum(dpm_gloo *g, T *buf, size_t count) {
   gloo::allreduce(o);
 }
 
+// Elements of a segment widened and added per pass in allreduce_bf16.
+constexpr size_t kSumChunk = 1024;
+// Processes up to which allreduce_bf16 gathers every bf16 copy everywhere
+// ((P-1) x 2 bytes per element sent, fewer than the segments' (P-1)/P x 6
+// up to 3 processes) instead of summing segments at their owners.
+constexpr int kGatherAll = 3;
+
+// First element of process q's segment of count elements over size processes.
+static size_t segment_start(size_t count, int size, int q) {
+  size_t each = count / (size_t)size, extra = count % (size_t)size;
+  return each * (size_t)q + std::min((size_t)q, extra);
+}
+
+// out[i] = ((x0[i] + x1[i]) + x2[i]) + ... in fp32: the bf16 rows x_q =
+// rows + q * stride (q < nrows) widened, m elements. w: kSumChunk floats.
+static void sum_rows(float *out, const uint16_t *rows, size_t stride, int nrows, size_t m,
+                     float *w) {
+  for (size_t at = 0; at < m; at += kSumChunk) {
+    size_t n = std::min(kSumChunk, m - at);
+    dpm_f32_from_bf16(out + at, rows + at, n);
+    for (int q = 1; q < nrows; q++) {
+      dpm_f32_from_bf16(w, rows + (size_t)q * stride + at, n);
+      for (size_t i = 0; i < n; i++) out[at + i] += w[i];
+    }
+  }
+}
+
+// allreduce_bf16 on a context of several processes (throws as Gloo does).
+static void bf16_sum(dpm_gloo *g, float *buf, size_t count) {
+  int me = g->rank, size = g->size;
+  if (g->wire.size() < count) g->wire.resize(count);
+  if (g->widened.size() < kSumChunk) g->widened.resize(kSumChunk);
+  dpm_bf16_from_f32(g->wire.data(), buf, count);
+  if (size <= kGatherAll) { // every process gets every copy and sums them all
+    if (g->gathered.size() < (size_t)size * count)
+      g->gathered.resize((size_t)size * count);
+    gloo::AllgatherOptions o(g->ctx);
+    o.setInput(g->wire.data(), count);
+    o.setOutput(g->gathered.data(), (size_t)size * count);
+    o.setTimeout(Ms(g->timeout_ms));
+    gloo::allgather(o);
+    sum_rows(buf, g->gathered.data(), count, size, count, g->widened.data());
+    return;
+  }
+  std::vector<int64_t> split((size_t)size), mine((size_t)size);
+  std::vector<size_t> seg((size_t)size);
+  for (int q = 0; q < size; q++)
+    seg[(size_t)q] = segment_start(count, size, q + 1) - segment_start(count, size, q);
+  size_t lo = segment_start(count, size, me), m = seg[(size_t)me];
+  for (int q = 0; q < size; q++) {
+    split[(size_t)q] = (int64_t)seg[(size_t)q];
+    mine[(size_t)q] = (int64_t)m;
+  }
+  if (g->gathered.size() < (size_t)size * m) g->gathered.resize((size_t)size * m);
+
+  gloo::AlltoallvOptions a(g->ctx);
+  a.setInput(g->wire.data(), split);
+  a.setOutput(g->gathered.data(), mine);
+  a.setTimeout(Ms(g->timeout_ms));
+  gloo::alltoallv(a);
+
+  // this process's segment: every process's copy of it, summed in order
+  sum_rows(buf + lo, g->gathered.data(), m, size, m, g->widened.data());
+
+  // no input: the output's own segment is this process's part
+  gloo::AllgathervOptions b(g->ctx);
+  b.setOutput(buf, std::vector<size_t>(seg.begin(), seg.end()));
+  b.setTimeout(Ms(g->timeout_ms));
+  gloo::allgatherv(b);
+}
+
 extern "C" {
 
 void dpm_gloo_describe(const dpm_gloo *g, int q, char *buf, size_t cap) {
@@ -624,6 +704,22 @@ dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, dpm_comm_dtype t, voi
     std::string ring = a;
     if (g->size > 2) ring += " or " + std::string(b);
     return caught(g, op, err, ring);
+  }
+  return DPM_OK;
+}
+
+dpm_status dpm_gloo_allreduce_bf16(dpm_gloo *g, const char *op, float *buf, size_t count,
+                                   dpm_err *err) {
+  if (g->spent) return spent(g, op, err);
+  if (count > SIZE_MAX / sizeof(float) / 2)
+    return dpm_errf(err, DPM_INVALID, "%s: count %zu is too large", op, count);
+  if (count && !buf) return dpm_errf(err, DPM_INVALID, "%s: no buffer", op);
+  if (g->size == 1 || count == 0) return DPM_OK;
+  NoSigpipe no_sigpipe;
+  try {
+    bf16_sum(g, buf, count);
+  } catch (...) {
+    return caught(g, op, err); // every process talks to every other one
   }
   return DPM_OK;
 }

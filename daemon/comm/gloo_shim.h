@@ -77,6 +77,23 @@ dpm_status dpm_gloo_exchange(dpm_gloo *g, const char *op, const void *mine, size
 dpm_status dpm_gloo_allreduce(dpm_gloo *g, const char *op, dpm_comm_dtype t, void *buf,
                               size_t count, dpm_err *err);
 
+/* Sum count floats across the processes, in place, sending bf16 where
+ * dpm_gloo_allreduce sends floats, and summing in fp32: each process
+ * rounds its buf to bf16 (engine/lowp.h, to nearest even), and every
+ * element of the result is those bf16 values widened (exactly) and summed
+ * in fp32 in process order, ((x0 + x1) + x2) + ..., the same bits on every
+ * process. Up to 3 processes every process gets every bf16 copy (an
+ * allgather: (P-1) x 2 bytes per element sent) and sums them all; beyond,
+ * the vector is cut into one segment per process (process p owns elements
+ * [p*count/P, (p+1)*count/P), as evenly as whole elements allow), an
+ * alltoallv hands each owner every copy of its segment, the owner sums
+ * them, and an allgatherv of the fp32 segments gives every process the
+ * result ((P-1)/P x 6 bytes per element). The ring sends 2 (P-1)/P x 4.
+ * Scratch (the bf16 copies) is kept on the context and only grows. Same
+ * rules as dpm_gloo_allreduce. */
+dpm_status dpm_gloo_allreduce_bf16(dpm_gloo *g, const char *op, float *buf, size_t count,
+                                   dpm_err *err);
+
 /* Copy bytes from process root's buf into every other process's buf. */
 dpm_status dpm_gloo_broadcast(dpm_gloo *g, const char *op, int root, void *buf,
                               size_t bytes, dpm_err *err);

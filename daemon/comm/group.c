@@ -120,6 +120,12 @@ dpm_status dpm_group_agree(const dpm_group_header *h, int nproc,
                     describe(ctx, p, b, sizeof b),
                     h[p].dtype < DPM_COMM_DTYPE_COUNT ? dpm_comm_dtype_name(h[p].dtype)
                                                       : "an unknown type");
+    if (h[p].wire != h0->wire)
+      return refuse(msg,
+                    "%s: processes disagree on the wire (precision.allreduce): %s sends "
+                    "%s, %s %s",
+                    op, describe(ctx, 0, a, sizeof a), h0->wire ? "bf16" : "fp32",
+                    describe(ctx, p, b, sizeof b), h[p].wire ? "bf16" : "fp32");
   }
   return DPM_OK;
 }

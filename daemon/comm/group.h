@@ -84,7 +84,8 @@ typedef struct {
   uint64_t n;     /* count or bytes; 0 for a barrier */
   uint64_t seq;   /* the collective's sequence number in the group */
   uint32_t dtype; /* allreduce: dpm_comm_dtype; else 0 */
-  uint32_t zero;  /* 0 (padding, sent as such) */
+  uint32_t wire;  /* float allreduce: the sender's dpm_comm_wire (set by the
+                     backend); else 0 */
 } dpm_group_header;
 
 /* The header of call c (agreed: whether the local ranks agreed on it). */

@@ -1,6 +1,9 @@
-/* bf16 and f16 conversions (engine/lowp.h): the scalar definitions. */
+/* bf16 and f16 conversions (engine/lowp.h): the scalar definitions, and
+ * the slice kernels (scalar loops; AVX2 and F16C where the CPU has them). */
 #include "engine/lowp.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint32_t bits_of(float f) {
@@ -52,15 +55,151 @@ float dpm_f32_from_f16_1(uint16_t h) {
   return float_of(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-void dpm_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
+/* ---- slices: the scalar loops, and AVX2 / F16C kernels ------------------ */
+
+static void bf16_from_f32_generic(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = dpm_bf16_from_f32_1(src[i]);
 }
-void dpm_f32_from_bf16(float *dst, const uint16_t *src, size_t n) {
+static void f32_from_bf16_generic(float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = dpm_f32_from_bf16_1(src[i]);
 }
-void dpm_f16_from_f32(uint16_t *dst, const float *src, size_t n) {
+static void f16_from_f32_generic(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = dpm_f16_from_f32_1(src[i]);
 }
-void dpm_f32_from_f16(float *dst, const uint16_t *src, size_t n) {
+static void f32_from_f16_generic(float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = dpm_f32_from_f16_1(src[i]);
+}
+
+/* One set of slice kernels. */
+typedef struct {
+  void (*bf16_from_f32)(uint16_t *, const float *, size_t);
+  void (*f32_from_bf16)(float *, const uint16_t *, size_t);
+  void (*f16_from_f32)(uint16_t *, const float *, size_t);
+  void (*f32_from_f16)(float *, const uint16_t *, size_t);
+} kernel_set;
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define VEC_FN __attribute__((target("avx2,f16c"))) static
+
+/* 8 bf16 patterns from the low 16 bits of each 32-bit lane, in order. */
+__attribute__((target("avx2"), always_inline)) static inline __m128i narrow_8(__m256i v) {
+  __m256i p = _mm256_packus_epi32(v, v); /* per 128-bit lane: v0-3 v0-3 | v4-7 v4-7 */
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08)); /* v0-3 v4-7 */
+}
+
+/* dpm_bf16_from_f32_1 on 8 lanes at a time: the same integer steps. */
+VEC_FN void bf16_from_f32_avx2(uint16_t *dst, const float *src, size_t n) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x00400000);
+  const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i u = _mm256_loadu_si256((const __m256i *)(src + i));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, odd));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+    _mm_storeu_si128((__m128i *)(dst + i), narrow_8(_mm256_srli_epi32(r, 16)));
+  }
+  bf16_from_f32_generic(dst + i, src + i, n - i);
+}
+
+VEC_FN void f32_from_bf16_avx2(float *dst, const uint16_t *src, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+    _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(h, 16));
+  }
+  f32_from_bf16_generic(dst + i, src + i, n - i);
+}
+
+/* F16C's conversion rounds to nearest even (as asked, whatever MXCSR
+ * says), makes subnormals and infinities as dpm_f16_from_f32_1 does, and
+ * quiets a NaN keeping its top mantissa bits: the same bits. */
+VEC_FN void f16_from_f32_avx2(uint16_t *dst, const float *src, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128((__m128i *)(dst + i), h);
+  }
+  f16_from_f32_generic(dst + i, src + i, n - i);
+}
+
+/* F16C's widening is exact but quiets a signalling NaN; dpm_f32_from_f16_1
+ * keeps a NaN's bits as they are, so NaN lanes take those bits. */
+VEC_FN void f32_from_f16_avx2(float *dst, const uint16_t *src, size_t n) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fff), inf = _mm256_set1_epi32(0x7c00);
+  const __m256i sign = _mm256_set1_epi32(0x8000), man = _mm256_set1_epi32(0x3ff);
+  const __m256i exp = _mm256_set1_epi32(0x7f800000);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+    __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    __m256i w = _mm256_cvtepu16_epi32(h);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(w, abs_mask), inf);
+    __m256i bits = _mm256_or_si256(
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(w, sign), 16), exp),
+        _mm256_slli_epi32(_mm256_and_si256(w, man), 13));
+    _mm256_storeu_si256((__m256i *)(dst + i), _mm256_blendv_epi8(f, bits, nan));
+  }
+  f32_from_f16_generic(dst + i, src + i, n - i);
+}
+
+static int cpu_has_vector(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+#else
+static int cpu_has_vector(void) { return 0; }
+#define bf16_from_f32_avx2 bf16_from_f32_generic
+#define f32_from_bf16_avx2 f32_from_bf16_generic
+#define f16_from_f32_avx2 f16_from_f32_generic
+#define f32_from_f16_avx2 f32_from_f16_generic
+#endif
+
+static const kernel_set kernels[] = {
+    [DPM_LOWP_GENERIC] = {bf16_from_f32_generic, f32_from_bf16_generic,
+                          f16_from_f32_generic, f32_from_f16_generic},
+    [DPM_LOWP_VECTOR] = {bf16_from_f32_avx2, f32_from_bf16_avx2, f16_from_f32_avx2,
+                         f32_from_f16_avx2},
+};
+
+/* The dpm_lowp_kernels in use: set at load (before any thread exists),
+ * then only by dpm_lowp_use. */
+static atomic_int current;
+/* Whether the vector kernels may run: the CPU has AVX2 and F16C and
+ * DPM_CPU_KERNELS is not "generic". Set at load, then read only. */
+static int vector_allowed;
+
+__attribute__((constructor)) static void choose_kernels(void) {
+  const char *env = getenv("DPM_CPU_KERNELS");
+  vector_allowed = cpu_has_vector() && !(env && !strcmp(env, "generic"));
+  atomic_store(&current, vector_allowed ? DPM_LOWP_VECTOR : DPM_LOWP_GENERIC);
+}
+
+dpm_lowp_kernels dpm_lowp_current(void) {
+  return (dpm_lowp_kernels)atomic_load_explicit(&current, memory_order_relaxed);
+}
+
+void dpm_lowp_use(dpm_lowp_kernels k) {
+  atomic_store(&current, vector_allowed && k == DPM_LOWP_VECTOR ? DPM_LOWP_VECTOR
+                                                                : DPM_LOWP_GENERIC);
+}
+
+static const kernel_set *now(void) { return &kernels[dpm_lowp_current()]; }
+
+void dpm_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
+  now()->bf16_from_f32(dst, src, n);
+}
+void dpm_f32_from_bf16(float *dst, const uint16_t *src, size_t n) {
+  now()->f32_from_bf16(dst, src, n);
+}
+void dpm_f16_from_f32(uint16_t *dst, const float *src, size_t n) {
+  now()->f16_from_f32(dst, src, n);
+}
+void dpm_f32_from_f16(float *dst, const uint16_t *src, size_t n) {
+  now()->f32_from_f16(dst, src, n);
 }

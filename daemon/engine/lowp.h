@@ -11,7 +11,11 @@
  *
  * The slice functions convert n values from src to dst (which must not
  * overlap). Pure functions of their inputs: thread-safe, no allocation, and
- * the same bits on every CPU whatever instructions they use. */
+ * the same bits on every CPU whatever instructions they use: on x86-64
+ * CPUs with AVX2 and F16C (checked once, at load) they run vector kernels
+ * (8 values an instruction), elsewhere, and in processes started with the
+ * environment variable DPM_CPU_KERNELS=generic (read once, at load), loops
+ * over the functions of one value. */
 #ifndef DPM_ENGINE_LOWP_H
 #define DPM_ENGINE_LOWP_H
 
@@ -27,5 +31,13 @@ void dpm_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 void dpm_f32_from_bf16(float *dst, const uint16_t *src, size_t n);
 void dpm_f16_from_f32(uint16_t *dst, const float *src, size_t n);
 void dpm_f32_from_f16(float *dst, const uint16_t *src, size_t n);
+
+/* Which slice kernels run: the loops over the one-value functions, or the
+ * vector kernels (the default where the CPU has AVX2 and F16C). Tests and
+ * benchmarks switch (before starting threads that convert); without AVX2
+ * and F16C, or with DPM_CPU_KERNELS=generic, it stays generic. */
+typedef enum { DPM_LOWP_GENERIC, DPM_LOWP_VECTOR } dpm_lowp_kernels;
+dpm_lowp_kernels dpm_lowp_current(void);
+void dpm_lowp_use(dpm_lowp_kernels k);
 
 #endif

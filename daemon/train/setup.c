@@ -398,7 +398,9 @@ static dpm_status create_on_cores(dpm_trainer *t, const dpm_comm_config *cfg,
  * replica), else across the job's processes, this shard's replicas being
  * ranks shard*n .. shard*n+n-1 of n*shards (formed at the fleet's
  * rendezvous: this waits for every shard, up to comm_timeout_ms). A nccl
- * group gets each replica's stream, a staged one its devices. */
+ * group gets each replica's stream, a staged one its devices; gloo and
+ * staged groups send float gradients as bf16 with precision.allreduce bf16
+ * (comm.h: dpm_comm_wire; within one process nothing is rounded). */
 static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err) {
   dpm_comm_config *cfg = &t->comm_cfg;
   cfg->size = t->n;
@@ -406,6 +408,10 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
   cfg->world = trainer_ranks(t);
   cfg->timeout_ms = t->opt.comm_timeout_ms;
   cfg->deterministic = (t->math & DPM_MATH_DETERMINISTIC) != 0;
+  cfg->wire =
+      spec->precision && spec->precision->allreduce == DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16
+          ? DPM_COMM_WIRE_BF16
+          : DPM_COMM_WIRE_F32;
   if (t->shards > 1) cfg->rendezvous = t->opt.fleet.rendezvous;
   if (!trainer_reduces(t)) return DPM_OK;
   if (cfg->kind ==
@@ -426,7 +432,9 @@ static dpm_status make_comm(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err 
 }
 
 /* The collectives of one step, in order, with their sizes: what every rank
- * of the job must run alike (net type, buckets, computed broadcasts). */
+ * of the job must run alike (net type, buckets, computed broadcasts), and
+ * how float sums cross processes (precision.allreduce: a bf16 wire and an
+ * fp32 one move other messages). */
 static uint64_t plan_digest(const dpm_trainer *t) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < t->plan.step.n; i++) {
@@ -441,6 +449,7 @@ static uint64_t plan_digest(const dpm_trainer *t) {
     for (int k = 0; k < nd->n_in; k++)
       fnv(&h, dpm_shape_bytes(&dpm_shapes_get(&t->model.shapes, nd->in[k])->shape));
   }
+  fnv(&h, (uint64_t)t->comm_cfg.wire);
   if (t->bm.on) { /* bmuf: the block's all-reduce and when it runs */
     fnv(&h, (uint64_t)t->bm.local_steps);
     fnv(&h, t->bm.arena_span);

@@ -300,6 +300,84 @@ TEST(fleet_fenced_two_shards_of_two_train_like_four_cpu_replicas_dag) {
   like_one_process_on(DPM_DEVICE_FENCED, MLP_FORWARD, "dag", 2, 2, 4, 1e-5);
 }
 
+/* precision.allreduce: bf16 on spec (a section of its own, freed with it). */
+static int wire_bf16(Dpm__ModelSpec *spec) {
+  Dpm__PrecisionSpec *p = malloc(sizeof *p);
+  if (!p) return 0;
+  dpm__precision_spec__init(p);
+  p->has_allreduce = 1;
+  p->allreduce = DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16;
+  spec->precision = p;
+  return 1;
+}
+
+/* precision.allreduce bf16 (comm.h: dpm_comm_wire): k shards of n replicas
+ * on `kind` devices send their gradient sums as bf16; every replica of
+ * every shard starts and stays bitwise identical, and the parameters are
+ * near, but not equal to, one process's of k*n cpu replicas (which rounds
+ * nothing: within one process nothing crosses, so the same spec there
+ * trains as fp32 bitwise). */
+static void bf16_wire_on(dpm_device_kind kind, const char *forward, const char *net_type,
+                         int shards, int devices, int steps) {
+  Dpm__ModelSpec *spec = tf_spec(forward, 8, 7, 0.01, net_type, 65536);
+  Dpm__ModelSpec *bf = tf_spec(forward, 8, 7, 0.01, net_type, 65536);
+  CHECK(spec && bf && wire_bf16(bf));
+  shard_run runs[4];
+  dpm_trainer *one = tf_trainer(spec, shards * devices, NULL);
+  dpm_trainer *one_bf = tf_trainer(bf, shards * devices, NULL);
+  CHECK(one && tf_steps(one, steps) && one_bf && tf_steps(one_bf, steps));
+  CHECK(state_diff(one, one_bf, 0, 1) == 0);
+  CHECK(make_job_on(kind, runs, bf, shards, devices, net_type));
+  CHECK(job_identical(runs, shards));
+  for (int i = 0; i < shards; i++) runs[i].steps = steps;
+  CHECK(run_all(runs, shards, STEP) && all_ok(runs, shards));
+  CHECK(job_identical(runs, shards));
+  double rel = state_diff(one, runs[0].t, 0, 0);
+  printf("    %d shards x %d %s replicas, bf16 wire, vs 1 x %d (%s): max |a-b| / max |a| "
+         "= %.2g\n",
+         shards, devices, dpm_device_kind_name(kind), shards * devices, net_type, rel);
+  CHECK(rel > 0); /* the gradients were rounded */
+  CHECK_WITHIN(rel,
+               1e-3); /* bf16 keeps 8 bits: ~4e-3 of each sum, a fraction of a step */
+  destroy_job(runs, shards);
+  dpm_trainer_destroy(one);
+  dpm_trainer_destroy(one_bf);
+  dpm_spec_free(spec);
+  dpm_spec_free(bf);
+}
+
+TEST(fleet_bf16_wire_two_shards_identical_simple) {
+  bf16_wire_on(DPM_DEVICE_CPU, MLP_FORWARD, "simple", 2, 1, 6);
+}
+TEST(fleet_bf16_wire_two_shards_of_two_identical_dag) {
+  bf16_wire_on(DPM_DEVICE_CPU, MLP_FORWARD, "dag", 2, 2, 4);
+}
+TEST(fleet_bf16_wire_cnn_fenced_two_shards_identical) {
+  bf16_wire_on(DPM_DEVICE_FENCED, CNN_FORWARD, "dag", 2, 1, 3);
+}
+
+/* A shard whose wire differs from the others' is refused when the shards
+ * first meet (their agreement's first float sum), on every shard. */
+TEST(fleet_bf16_wire_must_be_every_shards) {
+  Dpm__ModelSpec *a = tf_spec(MLP_FORWARD, 8, 7, 0.01, "dag", 65536);
+  Dpm__ModelSpec *b = tf_spec(MLP_FORWARD, 8, 7, 0.01, "dag", 65536);
+  CHECK(a && b && wire_bf16(b));
+  shard_run runs[2];
+  for (int i = 0; i < 2; i++)
+    runs[i] = (shard_run){
+        .spec = i ? b : a, .shard = i, .shards = 2, .devices = 1, .net_type = -1};
+  snprintf(runs[0].prefix, sizeof runs[0].prefix, "unit-%d/differ/wire", (int)getpid());
+  memcpy(runs[1].prefix, runs[0].prefix, sizeof runs[0].prefix);
+  CHECK(run_all(runs, 2, CREATE));
+  CHECK_INT(runs[0].status, DPM_INVALID);
+  CHECK_INT(runs[1].status, DPM_INVALID);
+  CHECK_HAS(runs[0].err.msg, "disagree on the wire (precision.allreduce)");
+  CHECK_HAS(runs[1].err.msg, "disagree on the wire (precision.allreduce)");
+  CHECK(!runs[0].t && !runs[1].t);
+  dpm_spec_free(a);
+  dpm_spec_free(b);
+}
+
 /* The threads of this process, into tids (at most cap); returns how many. */
 static int threads_now(pid_t *tids, int cap) {
   DIR *d = opendir("/proc/self/task");

@@ -28,7 +28,7 @@
 #include "comm/comm.h"
 #include "test.h"
 
-#define GT_PROCS 3
+#define GT_PROCS 4
 #define GT_LOCAL 2
 #define GT_RANKS (GT_PROCS * GT_LOCAL)
 /* A child still running this long after its start has hung: killed, failed. */
@@ -87,7 +87,8 @@ typedef struct {
   char prefix[128];
   gt_rank_fn fn;
   const void *arg;
-  int absent; /* a process that never comes (-1: none) */
+  int absent;          /* a process that never comes (-1: none) */
+  unsigned bf16_procs; /* processes whose float sums cross as bf16 (bit p) */
 } gt_spec;
 
 static gt_shared *gt_map(void) {
@@ -134,6 +135,7 @@ static void gt_child(const gt_spec *sp, gt_shared *sh, int p) {
       .world = sp->nproc * sp->size,
       .timeout_ms = sp->timeout_ms,
       .rendezvous = {.store = sp->store, .prefix = sp->prefix, .iface = "lo"},
+      .wire = sp->bf16_procs >> p & 1 ? DPM_COMM_WIRE_BF16 : DPM_COMM_WIRE_F32,
   };
   dpm_comm *comm = NULL;
   dpm_err err = {0};
@@ -439,7 +441,7 @@ static void f64_mismatch_rank(gt_rank *r) {
   float f[8] = {0};
   int floats = r->nproc > 1 ? r->proc == 1 : r->rank == 1;
   dpm_status s = floats ? dpm_comm_allreduce(r->comm, r->rank, f, 8, &e)
-                              : dpm_comm_allreduce_f64(r->comm, r->rank, d, 8, &e);
+                        : dpm_comm_allreduce_f64(r->comm, r->rank, d, 8, &e);
   r->out->s = s;
   snprintf(r->out->msg, sizeof r->out->msg, "%s", e.msg);
   for (int i = 0; i < 8; i++) d[i] = r->jrank + 1;
@@ -509,6 +511,155 @@ static void bc_rank(gt_rank *r) {
   dpm_status s = dpm_comm_barrier(r->comm, r->rank, &e);
   r->out->t1 = now_ms();
   if (s) fail_with(r, s, &e);
+}
+
+/* ---- a bf16 wire ------------------------------------------------------- */
+
+static float bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) <= 0x7f800000u)
+    u += 0x7fffu + ((u >> 16) & 1u); /* no NaNs here */
+  u &= 0xffff0000u;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* What a bf16-wire allreduce of messy_values(seed base + job rank) must
+ * give, worked out here: each process's local sum in fp32 (local rank
+ * order), rounded to bf16 (to nearest even), then those summed in fp32 in
+ * process order. Elements differing from it go to bad; also counts those
+ * where the fp32 wire's order of the same sums (no rounding) would give
+ * other bits, so the test knows the rounding showed. */
+static void bf16_expect(const gt_rank *r, const float *got, size_t n, uint64_t base,
+                        int *bad, int *rounded) {
+  float *x = malloc(n * sizeof *x), *s = malloc(n * sizeof *s);
+  float *want = malloc(n * sizeof *want), *plain = malloc(n * sizeof *plain);
+  for (int p = 0; p < r->nproc; p++) {
+    for (int l = 0; l < r->size; l++) {
+      messy_values(x, n, base + (uint64_t)(p * r->size + l));
+      for (size_t i = 0; i < n; i++) s[i] = l ? s[i] + x[i] : x[i];
+    }
+    for (size_t i = 0; i < n; i++) {
+      want[i] = p ? want[i] + bf16_round(s[i]) : bf16_round(s[i]);
+      plain[i] = p ? plain[i] + s[i] : s[i];
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    *bad += memcmp(&got[i], &want[i], sizeof *got) != 0;
+    *rounded += memcmp(&want[i], &plain[i], sizeof *got) != 0;
+  }
+  free(x), free(s), free(want), free(plain);
+}
+
+static const size_t bf16_counts[] = {0, 1, 2, 17, 100003};
+#define BF16_N (sizeof bf16_counts / sizeof *bf16_counts)
+
+/* Float allreduces on a bf16 wire (blocking, of every count, and a started
+ * one) against bf16_expect; a double allreduce among them stays exact. */
+static void bf16_rank(gt_rank *r) {
+  dpm_err e = {0};
+  dpm_status s = DPM_OK;
+  int rounded = 0;
+  r->out->s = DPM_OK;
+  for (size_t c = 0; c < BF16_N && !s; c++) {
+    size_t n = bf16_counts[c];
+    uint64_t base = 1 + 100 * c;
+    float *b = n ? malloc(n * sizeof *b) : NULL;
+    messy_values(b, n, base + (uint64_t)r->jrank);
+    if ((s = dpm_comm_allreduce(r->comm, r->rank, b, n, &e))) fail_with(r, s, &e);
+    if (!s) bf16_expect(r, b, n, base, &r->out->bad, &rounded);
+    if (c == BF16_N - 1) r->out->hash[0] = fnv(b, n * sizeof *b);
+    free(b);
+  }
+  double d[9];
+  big_values(d, 9, r->jrank, 3);
+  if (!s && (s = dpm_comm_allreduce_f64(r->comm, r->rank, d, 9, &e))) fail_with(r, s, &e);
+  if (!s) r->out->bad += big_bad(d, 9, r->world, 3);
+  float *a = malloc(MESSY_N * sizeof *a);
+  messy_values(a, MESSY_N, 7000 + (uint64_t)r->jrank);
+  if (!s && (s = dpm_comm_allreduce_start(r->comm, r->rank, a, MESSY_N, &e)))
+    fail_with(r, s, &e);
+  if (!s && (s = dpm_comm_allreduce_wait(r->comm, r->rank, &e))) fail_with(r, s, &e);
+  if (!s) bf16_expect(r, a, MESSY_N, 7000, &r->out->bad, &rounded);
+  r->out->hash[1] = fnv(a, MESSY_N * sizeof *a);
+  free(a);
+  /* the rounding must show: most of these messy sums lose bits in bf16 */
+  if (!s && rounded < MESSY_N / 2) r->out->bad += 1000000;
+}
+
+/* precision.allreduce bf16 (comm.h: dpm_comm_wire): every rank of 2, 3
+ * processes of one rank and 2 of two (every bf16 copy gathered everywhere)
+ * and 4 of one (segments summed by their owners) gets exactly the fp32
+ * sum, in process order, of the processes' bf16-rounded sums, the same
+ * bits everywhere. */
+TEST(gloo_bf16_wire_sums_rounded_inputs_in_fp32_2x1_3x1_2x2_4x1) {
+  static const int topo[][2] = {{2, 1}, {3, 1}, {2, 2}, {4, 1}};
+  char dir[64];
+  CHECK(gt_dir(dir, sizeof dir));
+  gt_shared *sh = gt_map();
+  CHECK(sh);
+  int ok = 1;
+  for (int t = 0; t < 4 && ok; t++) {
+    memset(sh, 0, sizeof *sh);
+    gt_spec sp = gt_file_spec(dir, topo[t][0], topo[t][1], 5000, bf16_rank);
+    sp.bf16_procs = ~0u;
+    ok = gt_run(&sp, sh) && gt_created(&sp, sh) && gt_all_same(&sp, sh, 2);
+  }
+  munmap(sh, sizeof *sh);
+  gt_clean(dir);
+  CHECK(ok);
+}
+
+/* One float allreduce with a message, then a double one (doubles cross as
+ * they are whatever the wire). */
+static void wire_mismatch_rank(gt_rank *r) {
+  dpm_err e = {0};
+  float f[4] = {1, 2, 3, 4};
+  r->out->s = dpm_comm_allreduce(r->comm, r->rank, f, 4, &e);
+  snprintf(r->out->msg, sizeof r->out->msg, "%s", e.msg);
+  double d[3] = {1, 2, 3};
+  r->out->s2 = dpm_comm_allreduce_f64(r->comm, r->rank, d, 3, &e);
+  if (!r->out->s2) r->out->bad += d[2] != 3.0 * r->world;
+}
+
+/* Processes whose wires differ refuse the float sum on every rank, naming
+ * the setting, before any data moves (never a hang); the group goes on. */
+TEST(gloo_bf16_wire_mismatch_is_invalid_everywhere) {
+  char dir[64];
+  CHECK(gt_dir(dir, sizeof dir));
+  gt_shared *sh = gt_map();
+  CHECK(sh);
+  gt_spec sp = gt_file_spec(dir, 2, 1, 5000, wire_mismatch_rank);
+  sp.bf16_procs = 2u; /* process 1 only */
+  int ok = gt_run(&sp, sh) && gt_created(&sp, sh);
+  for (int r = 0; r < 2 && ok; r++) {
+    gt_slot *o = &sh->rank[r];
+    ok = o->done && o->s == DPM_INVALID &&
+         strstr(o->msg, "disagree on the wire (precision.allreduce)") &&
+         o->s2 == DPM_OK && !o->bad;
+    if (!ok)
+      printf("    rank %d: done %d, %s (%s), then %s, %d wrong\n", r, o->done,
+             dpm_status_name(o->s), o->msg, dpm_status_name(o->s2), o->bad);
+  }
+  munmap(sh, sizeof *sh);
+  gt_clean(dir);
+  CHECK(ok);
+}
+
+/* A wire the backend cannot keep is refused, naming the setting. */
+TEST(gloo_bf16_wire_refused_by_nccl_and_unknown_wires) {
+  dpm_comm *comm = NULL;
+  dpm_err err = {0};
+  dpm_comm_config cfg = {
+      .kind = DPM_COMM_NCCL, .size = 1, .timeout_ms = 100, .wire = DPM_COMM_WIRE_BF16};
+  CHECK_INT(dpm_comm_create(&cfg, &comm, &err), DPM_UNSUPPORTED);
+  CHECK_HAS(err.msg, "precision.allreduce bf16");
+  CHECK(comm == NULL);
+  cfg = (dpm_comm_config){.kind = DPM_COMM_GLOO, .size = 1, .timeout_ms = 100, .wire = 7};
+  CHECK_INT(dpm_comm_create(&cfg, &comm, &err), DPM_INVALID);
+  CHECK_HAS(err.msg, "wire format 7");
+  CHECK(comm == NULL);
 }
 
 TEST(gloo_broadcast_from_every_root_and_barrier) {

@@ -553,3 +553,31 @@ TEST(spec_robust_mutation) {
   free(buf);
   CHECK(parsed_ok > 0); /* some mutations (in comments, values) still parse */
 }
+
+/* precision.allreduce: fp32 by default, bf16 when asked, anything else an
+ * error at its line and column; outside the spec hash (how gradients
+ * travel, not what the model is). */
+TEST(spec_precision_allreduce) {
+  Dpm__ModelSpec *a = NULL, *b = NULL, *c = NULL;
+  const char *t0 = MINI "input: {images: i, labels: l}\n";
+  const char *t1 = MINI "input: {images: i, labels: l}\nprecision:\n  allreduce: bf16\n";
+  const char *t2 = MINI "input: {images: i, labels: l}\nprecision: {allreduce: fp32}\n";
+  CHECK_INT(dpm_spec_parse(t1, strlen(t1), "a.yaml", &a, NULL), DPM_OK);
+  CHECK_INT(dpm_spec_parse(t2, strlen(t2), "b.yaml", &b, NULL), DPM_OK);
+  CHECK_INT(dpm_spec_parse(t0, strlen(t0), "c.yaml", &c, NULL), DPM_OK);
+  CHECK(a->precision && a->precision->has_allreduce);
+  CHECK_INT(a->precision->allreduce, DPM__ALLREDUCE_TYPE__ALLREDUCE_BF16);
+  CHECK_INT(a->precision->line, 7); /* its mapping's first key */
+  CHECK_INT(b->precision->allreduce, DPM__ALLREDUCE_TYPE__ALLREDUCE_FP32);
+  CHECK(c->precision == NULL);
+  CHECK(dpm_spec_hash(a) == dpm_spec_hash(c));
+  CHECK(dpm_spec_hash(b) == dpm_spec_hash(c));
+  dpm_spec_free(a);
+  dpm_spec_free(b);
+  dpm_spec_free(c);
+  EXPECT(MINI "precision: {allreduce: fp16}\n",
+         "t.yaml:5:24: ", "'allreduce' must be one of: fp32, bf16; got 'fp16'");
+  EXPECT(MINI "precision: {alreduce: bf16}\n", "t.yaml:5:13: ", "alreduce");
+  EXPECT(MINI "parallel: {mode: bmuf}\nprecision: {allreduce: bf16}\n",
+         "t.yaml:6:24: ", "parallel.mode bmuf sums parameters");
+}
