@@ -93,6 +93,15 @@ typedef struct dpm_step_stats {
   int stopped;     /* a job of several shards: the job's rank 0 stopped it before
                       this shard's next step, with this reason (dpm_trainer_stop);
                       0: not stopped */
+  /* With update.accumulate_steps, clip_grad_norm or a loss scale (else NaN,
+   * 1, 0, 0): the last update's gradients' global L2 norm (reduced,
+   * unscaled, before clipping), the loss scale for the next update, whether
+   * the last update was skipped (a gradient not finite under a loss scale)
+   * and how many were, all told, by this trainer. */
+  double grad_norm;
+  double loss_scale;
+  int skipped;
+  uint64_t skipped_total;
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {
@@ -144,6 +153,12 @@ typedef struct dpm_trainer_options {
    * local group on one cpu or fenced device. Results are those of one
    * replica without it. */
   int force_comm;
+  /* Tests of the loss scale (train/update.c): on updates test_inf_first ..
+   * test_inf_first + test_inf_count - 1 (1-based; 0: never), replica
+   * test_inf_rank's first gradient value becomes +inf before the
+   * reduction. */
+  uint64_t test_inf_first, test_inf_count;
+  int test_inf_rank;
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;
