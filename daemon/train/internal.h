@@ -30,11 +30,18 @@ typedef enum { JOB_STEP, JOB_SYNC, JOB_META, JOB_GO, JOB_BMUF } job_kind;
  * on (the AGREE_ words); at load, shard 0's verdict on the checkpoint (the
  * LOAD_ words and msg). Host memory, one copy per replica. */
 typedef struct meta {
-  uint64_t word[6];
+  uint64_t word[8];
   char msg[sizeof((dpm_err *)0)->msg]; /* load: shard 0's error message */
 } meta;
 enum { AGREE_MODEL, AGREE_PLAN, AGREE_DEVICES, AGREE_SHARDS, AGREE_EXAMPLES };
-enum { LOAD_STATUS, LOAD_ITER, LOAD_EPOCH, LOAD_INDEX, LOAD_NOTHING };
+enum {
+  LOAD_STATUS,
+  LOAD_ITER,
+  LOAD_EPOCH,
+  LOAD_INDEX,
+  LOAD_NOTHING,
+  LOAD_SCALER /* .. +2: the loss scaler (state.c: LOSS_SCALER) */
+};
 /* What a JOB_GO run broadcasts from the job's rank 0 before each grant of
  * steps of a job of several shards: its decision (0: step; else stop, with
  * the reason rank 0's driver gave to dpm_trainer_stop), its iteration,
@@ -175,6 +182,8 @@ dpm_status trainer_update_setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_
 /* update.c: once the plan is built: finds the loss gradients' seeds and
  * sets them to seed_base x the loss scale. */
 dpm_status trainer_update_plan(dpm_trainer *t, dpm_err *err);
+/* update.c: the seeds set to seed_base x t->ls_scale (after a load). */
+void trainer_update_seeds(dpm_trainer *t);
 /* update.c: replica r's gradient views and accumulation buffer (once its
  * step is bound); freed by trainer_update_fini. */
 dpm_status trainer_update_replica(dpm_trainer *t, replica *r, dpm_err *err);

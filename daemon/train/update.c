@@ -81,9 +81,13 @@ dpm_status trainer_update_plan(dpm_trainer *t, dpm_err *err) {
   if (t->gathered && t->n_seed_ops != m->n_losses)
     return dpm_errf(err, DPM_INTERNAL, "%s: found %d of the %d losses' gradient seeds",
                     m->source, t->n_seed_ops, m->n_losses);
-  for (int k = 0; k < t->n_seed_ops; k++)
-    net->nodes[t->seed_op[k]].arg[C_VALUE].f = (double)t->seed_base * t->ls_scale;
+  trainer_update_seeds(t);
   return DPM_OK;
+}
+
+void trainer_update_seeds(dpm_trainer *t) {
+  for (int k = 0; k < t->n_seed_ops; k++)
+    t->plan.step.nodes[t->seed_op[k]].arg[C_VALUE].f = (double)t->seed_base * t->ls_scale;
 }
 
 dpm_status trainer_update_replica(dpm_trainer *t, replica *r, dpm_err *err) {
@@ -198,8 +202,7 @@ dpm_status trainer_update_after(dpm_trainer *t, dpm_err *err) {
       t->ls_good = 0;
     }
   }
-  for (int k = 0; k < t->n_seed_ops; k++)
-    t->plan.step.nodes[t->seed_op[k]].arg[C_VALUE].f = (double)t->seed_base * t->ls_scale;
+  trainer_update_seeds(t);
   if (t->ls_run >= t->ls_max_skipped)
     return dpm_errf(err, DPM_NUMERIC,
                     "%llu updates in a row skipped for gradients that are not finite "

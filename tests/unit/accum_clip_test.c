@@ -15,6 +15,7 @@
 
 #include "common/spec.h"
 #include "test.h"
+#include "trainer_fixture.h"
 #include "train/trainer.h"
 
 /* FC 12 -> Relu -> FC 4 on synthetic 1x4x5 examples in order (no
@@ -329,4 +330,53 @@ TEST(accum_clip_loss_scale_spec_errors) {
   CHECK_INT(dpm_spec_loss_scale("0.5", &s), DPM_LOSS_SCALE_STATIC);
   CHECK(s == 0.5);
   CHECK_INT(dpm_spec_loss_scale(NULL, &s), DPM_LOSS_SCALE_NONE);
+}
+
+/* A checkpoint between updates resumes exactly: accumulation (2
+ * micro-batches), clipping and a dynamic loss scale whose state is not
+ * its initial one (an inf at update 2, growth_interval 2): 3 + 3 updates
+ * through a checkpoint end bitwise where 6 do, with the same scale; a
+ * model without a loss scale refuses the file. */
+TEST(accum_loss_scale_resume_exact) {
+  const char *opt = "momentum_sgd, momentum: 0.9";
+  Dpm__ModelSpec *spec = spec_of(8, opt, ", accumulate_steps: 2, clip_grad_norm: 5",
+                                 "loss_scale: dynamic, growth_interval: 2");
+  Dpm__ModelSpec *other = spec_of(8, opt, ", accumulate_steps: 2, clip_grad_norm: 5", NULL);
+  dpm_trainer_options o = {.test_inf_first = 2, .test_inf_count = 1, .test_inf_rank = 1};
+  char *path = tf_temp_path("accum_resume.ckpt");
+  dpm_trainer *a = trainer_of(spec, 2, &o), *b = trainer_of(spec, 2, &o), *c = NULL,
+              *d = trainer_of(other, 2, NULL);
+  values *v = calloc(2, sizeof *v);
+  dpm_step_stats sa, sb;
+  double scale_a[6] = {0}, scale_c[6] = {0}; /* after each update */
+  dpm_err err = {0};
+  int ok = path && a && b && d && v;
+  for (int u = 0; ok && u < 6; u++)
+    if ((ok = !dpm_trainer_step(a, 1, &sa, &err))) scale_a[u] = sa.loss_scale;
+  ok = ok && !dpm_trainer_step(b, 3, &sb, &err) &&
+       !dpm_trainer_checkpoint(b, NULL, path, &err);
+  if (ok) c = trainer_of(spec, 2, NULL);
+  ok = ok && c && !dpm_trainer_load(c, NULL, path, &err);
+  for (int u = 3; ok && u < 6; u++)
+    if ((ok = !dpm_trainer_step(c, 1, &sb, &err))) scale_c[u] = sb.loss_scale;
+  ok = ok && read_all(a, "cpu_1/", "", &v[0]) && read_all(c, "cpu_1/", "", &v[1]);
+  if (!ok) printf("    %s\n", err.msg);
+  dpm_status refused = ok ? dpm_trainer_load(d, NULL, path, &err) : DPM_OK;
+  dpm_trainer_destroy(a);
+  dpm_trainer_destroy(b);
+  dpm_trainer_destroy(c);
+  dpm_trainer_destroy(d);
+  dpm_spec_free(spec);
+  dpm_spec_free(other);
+  free(path);
+  int same = ok && !moved(&v[0], &v[1]);
+  free(v);
+  CHECK(ok);
+  CHECK_INT(sa.skipped_total, 1);
+  /* 65536, halved at 2, doubled after 3-4 and 5-6; the resumed run's
+     counter carries on (from 0 it would double after 4-5) */
+  CHECK(sa.loss_scale == 131072);
+  for (int u = 3; u < 6; u++) CHECK(scale_c[u] == scale_a[u]);
+  CHECK(same);
+  CHECK_INT(refused, DPM_SPEC); /* another spec: its hash differs */
 }
