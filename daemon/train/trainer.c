@@ -278,18 +278,28 @@ double trainer_scalar(const dpm_blob *b) {
   return v;
 }
 
-static void stats(dpm_trainer *t, dpm_step_stats *st) {
-  double loss = 0, acc = 0;
+/* The losses summed and the accuracies of the replicas' last step, into
+ * loss[0] and loss[1] (added to them). */
+static void add_losses(dpm_trainer *t, double loss[2]) {
   trainer_claim(t); /* the reads queue copies on the devices */
   for (int d = 0; d < t->n; d++) {
-    for (int l = 0; l < t->model.n_losses; l++) loss += trainer_scalar(t->r[d].losses[l]);
-    if (t->r[d].accuracy) acc += trainer_scalar(t->r[d].accuracy);
+    for (int l = 0; l < t->model.n_losses; l++)
+      loss[0] += trainer_scalar(t->r[d].losses[l]);
+    if (t->r[d].accuracy) loss[1] += trainer_scalar(t->r[d].accuracy);
   }
+  trainer_release(t);
+}
+
+/* The last update's figures; sum: the loss and accuracy of its micro-batches
+ * before the last (update.accumulate_steps; else zeros), averaged in. */
+static void stats(dpm_trainer *t, dpm_step_stats *st, double sum[2]) {
+  add_losses(t, sum);
+  trainer_claim(t);
   st->lr = trainer_scalar(t->r[0].lr);
   trainer_release(t);
   st->iter = t->iter;
-  st->loss = loss / t->n;
-  st->accuracy = t->r[0].accuracy ? acc / t->n : NAN;
+  st->loss = sum[0] / ((double)t->n * t->accum);
+  st->accuracy = t->r[0].accuracy ? sum[1] / ((double)t->n * t->accum) : NAN;
   st->grad_norm = t->gathered ? t->r[0].norm : NAN;
   st->loss_scale = t->ls_scale;
   st->skipped = t->gathered && t->ls_kind != DPM_LOSS_SCALE_NONE && t->r[0].nonfinite;
@@ -359,7 +369,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       }
       t->granted = granted;
     }
-    double t0 = dpm_mono_ns() / 1e6;
+    double t0 = dpm_mono_ns() / 1e6, sum[2] = {0, 0};
     uint64_t comm0 = t->r[0].ctx.comm_ns;
     /* an update: accum micro-batches (train/update.c), the last reduces and
        updates; nothing stops between them */
@@ -373,6 +383,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       feed(t, b, ahead, preloaded);
       if (trainer_dispatch(t, JOB_STEP, err)) return err->code;
       preloaded = ahead != NULL;
+      if (t->micro + 1 < t->accum) add_losses(t, sum);
     }
     t->micro = 0;
     t->iter++;
@@ -380,7 +391,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     /* bmuf: the block update follows a block's last step, in the same call */
     if (t->bm.on && t->iter % (uint64_t)t->bm.local_steps == 0 && bmuf_block(t, err))
       return err->code;
-    stats(t, &st);
+    stats(t, &st, sum);
     st.steps_done = i + 1;
     st.step_ms = dpm_mono_ns() / 1e6 - t0;
     if (!t->stepped) {

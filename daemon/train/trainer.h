@@ -83,9 +83,9 @@ typedef struct dpm_step_stats {
   uint64_t iter;   /* completed steps */
   int steps_done;  /* steps run by this call (fewer if interrupted) */
   double loss;     /* of the last step: the losses summed, averaged over this
-                      shard's replicas */
-  double accuracy; /* of the last step's global batch (this shard's part of it);
-                      NaN without Accuracy */
+                      shard's replicas (and an update's micro-batches) */
+  double accuracy; /* of the last step's global batch (this shard's part of it;
+                      an update's micro-batches); NaN without Accuracy */
   double lr;       /* learning rate used by the last step */
   double step_ms;  /* wall time of the last step */
   double comm_ms;  /* of it, the master replica's time in collectives: waiting for

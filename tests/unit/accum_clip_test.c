@@ -380,3 +380,61 @@ TEST(accum_loss_scale_resume_exact) {
   CHECK(same);
   CHECK_INT(refused, DPM_SPEC); /* another spec: its hash differs */
 }
+
+/* Where the gathered step cannot run, the trainer refuses the spec,
+ * naming why: parallel.mode bmuf, and devices whose memory is not the
+ * host's (fenced). An update's loss is its micro-batches' mean. */
+TEST(accum_refused_where_it_cannot_run) {
+  char yaml[1024];
+  snprintf(yaml, sizeof yaml,
+           "name: t\n"
+           "input: {reader: synthetic, batch_size: 4, num_examples: 64, shape: [1, 4, 5],"
+           " num_classes: 4}\n"
+           "forward:\n"
+           "  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
+           "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+           "losses: [loss]\n"
+           "update: {accumulate_steps: 2}\n"
+           "parallel: {mode: bmuf, bmuf: {local_steps: 2}}\n");
+  Dpm__ModelSpec *spec = NULL;
+  dpm_err err = {0};
+  CHECK_INT(dpm_spec_parse(yaml, strlen(yaml), "t.yaml", &spec, &err), DPM_OK);
+  dpm_trainer_options o = {.devices = 2, .net_type = -1, .comm_timeout_ms = 20000};
+  dpm_trainer *t = NULL;
+  dpm_status s = dpm_trainer_create(spec, &o, &t, &err);
+  dpm_spec_free(spec);
+  dpm_trainer_destroy(t);
+  CHECK_INT(s, DPM_SPEC);
+  CHECK_HAS(err.msg, "t.yaml:7: ");
+  CHECK_HAS(err.msg, "parallel.mode bmuf");
+  spec = spec_of(8, "sgd", ", clip_grad_norm: 1", NULL);
+  CHECK(spec);
+  o = (dpm_trainer_options){
+      .devices = 1, .kind = DPM_DEVICE_FENCED, .net_type = -1, .comm_timeout_ms = 20000};
+  s = dpm_trainer_create(spec, &o, &t, &err);
+  dpm_spec_free(spec);
+  dpm_trainer_destroy(t);
+  CHECK_INT(s, DPM_SPEC);
+  CHECK_HAS(err.msg, "memory is not the host's");
+}
+
+/* An update's loss is the mean of its micro-batches' losses: 2 x 8 with
+ * plain SGD at lr 0 (nothing moves) reports the mean of two steps of 8. */
+TEST(accum_loss_is_micro_batch_mean) {
+  Dpm__ModelSpec *acc = spec_of(8, "sgd", ", accumulate_steps: 2", NULL),
+                 *one = spec_of(8, "sgd", "", NULL);
+  CHECK(acc && one);
+  acc->update->lr->base_lr = one->update->lr->base_lr = 0;
+  dpm_trainer *a = trainer_of(acc, 1, NULL), *b = trainer_of(one, 1, NULL);
+  dpm_step_stats sa, s1, s2;
+  dpm_err err = {0};
+  int ok = a && b && !dpm_trainer_step(a, 1, &sa, &err) &&
+           !dpm_trainer_step(b, 1, &s1, &err) && !dpm_trainer_step(b, 1, &s2, &err);
+  dpm_trainer_destroy(a);
+  dpm_trainer_destroy(b);
+  dpm_spec_free(acc);
+  dpm_spec_free(one);
+  CHECK(ok);
+  CHECK(s1.loss != s2.loss);
+  CHECK_WITHIN(fabs(sa.loss - (s1.loss + s2.loss) / 2), 1e-6);
+}
