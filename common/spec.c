@@ -656,7 +656,8 @@ static dpm_status spec_read_loss_scale(spec_ctx *c, const spec_field *f,
   dpm_status st = spec_scalar(c, f->key, v, "none, dynamic or a positive number");
   if (st != DPM_OK) return st;
   if (dpm_spec_loss_scale(v->str, &scale) < 0)
-    return spec_fail(c, v, "'loss_scale' must be none, dynamic or a positive number, got %s",
+    return spec_fail(c, v,
+                     "'loss_scale' must be none, dynamic or a positive number, got %s",
                      spec_got(v, got, sizeof got));
   char **out = AT(msg, f->off, char *);
   if (!(*out = strdup(v->str))) return spec_nomem(c);

@@ -369,7 +369,8 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   int64_t per_epoch = dpm_trainer_steps_per_epoch(t);
   int64_t total = o->iters ? o->iters : o->epochs * per_epoch;
   int64_t epochs = o->iters ? (o->iters + per_epoch - 1) / per_epoch : o->epochs;
-  double images = (double)dpm_trainer_batch(t) * dpm_trainer_devices(t) * shards;
+  double images = (double)dpm_trainer_batch(t) * dpm_trainer_devices(t) * shards *
+                  dpm_trainer_accumulate_steps(t);
   double *ms = malloc((size_t)(total ? total : 1) * sizeof *ms), acc = NAN, train_ms = 0;
   int64_t done = 0;
   dpm_status s = ms ? DPM_OK : dpm_nomem(err);

@@ -139,22 +139,22 @@ struct dpm_trainer {
   int eval_batch;
   char *eval_images, *eval_labels;
   double scale;
-  dpm_bmuf bm;      /* parallel.mode bmuf (parallel/bmuf.h) */
+  dpm_bmuf bm; /* parallel.mode bmuf (parallel/bmuf.h) */
   /* update.accumulate_steps, update.clip_grad_norm and precision.loss_scale
    * (train/update.c); gathered: any of them is on, and steps run the plan's
    * ranges (dpm_plan reduce_at ...) with the host's work between them. */
   int gathered;
-  int accum;            /* micro-batches per update (1: none) */
-  int micro;            /* JOB_STEP: the micro-batch in flight, 0..accum-1 */
-  double clip;          /* the norm limit; 0: no clipping */
-  int ls_kind;          /* DPM_LOSS_SCALE_* (common/spec.h) */
-  double ls_scale;      /* the loss scale now (1: none) */
-  uint64_t ls_good;     /* dynamic: clean updates since the scale last changed */
-  uint64_t ls_run;      /* skipped updates in a row */
-  uint64_t ls_skipped;  /* skipped updates, all told (not checkpointed) */
+  int accum;           /* micro-batches per update (1: none) */
+  int micro;           /* JOB_STEP: the micro-batch in flight, 0..accum-1 */
+  double clip;         /* the norm limit; 0: no clipping */
+  int ls_kind;         /* DPM_LOSS_SCALE_* (common/spec.h) */
+  double ls_scale;     /* the loss scale now (1: none) */
+  uint64_t ls_good;    /* dynamic: clean updates since the scale last changed */
+  uint64_t ls_run;     /* skipped updates in a row */
+  uint64_t ls_skipped; /* skipped updates, all told (not checkpointed) */
   uint32_t ls_growth_interval, ls_max_skipped;
-  float seed_base;      /* the loss gradients' seed without the loss scale */
-  int seed_op[8];       /* plan.step indices of the loss gradients' seeds */
+  float seed_base; /* the loss gradients' seed without the loss scale */
+  int seed_op[8];  /* plan.step indices of the loss gradients' seeds */
   int n_seed_ops;
   dpm_ctx eval_ctx; /* the eval net's context on the master: its own scratch, so a
                        step's graph never names a scratch an eval moved */

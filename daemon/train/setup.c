@@ -529,8 +529,8 @@ static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err
   if (!s) s = input_shape(t->opt.fs, spec->input, chw, err);
   /* accumulation: each micro-batch's loss gradient carries 1/K */
   if (!s)
-    s = dpm_model_build(spec, chw, batch, loss_scale(devices, t->shards) / (float)t->accum,
-                        &t->model, err);
+    s = dpm_model_build(spec, chw, batch,
+                        loss_scale(devices, t->shards) / (float)t->accum, &t->model, err);
   /* SpatialBN's statistics over every replica of the job (parallel/sync_bn.h) */
   if (!s && par && par->combine_spatial_bn && trainer_ranks(t) > 1)
     s = dpm_sync_bn(&t->model, err);

@@ -256,8 +256,8 @@ static dpm_status fleet_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
       m->word[LOAD_EPOCH] = c.meta.reader_epoch;
       m->word[LOAD_INDEX] = c.meta.reader_index;
       if (scaler_entries(t))
-        memcpy(&m->word[LOAD_SCALER],
-               dpm_i64(dpm_ckpt_find(&c, LOSS_SCALER, NULL)), 3 * sizeof(uint64_t));
+        memcpy(&m->word[LOAD_SCALER], dpm_i64(dpm_ckpt_find(&c, LOSS_SCALER, NULL)),
+               3 * sizeof(uint64_t));
     }
   }
   dpm_status s = trainer_dispatch(t, JOB_META, err);

@@ -377,7 +377,8 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       const dpm_batch *b;
       if (dpm_reader_next(t->reader, &b, err)) return err->code;
       if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = dpm_mono_ns() / 1e6 - t0;
-      const dpm_batch *ahead = NULL; /* on devices: the next step's, uploaded by this one */
+      /* on devices: the next step's, uploaded by this one */
+      const dpm_batch *ahead = NULL;
       if (t->pipeline && i + 1 < n && dpm_reader_peek(t->reader, &ahead, err))
         return err->code;
       feed(t, b, ahead, preloaded);
@@ -544,6 +545,7 @@ int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
          ((int64_t)t->model.batch * t->n * t->shards * t->accum);
 }
 int dpm_trainer_batch(const dpm_trainer *t) { return t->model.batch; }
+int dpm_trainer_accumulate_steps(const dpm_trainer *t) { return t->accum; }
 uint64_t dpm_trainer_iter(const dpm_trainer *t) { return t->iter; }
 const dpm_model *dpm_trainer_model(const dpm_trainer *t) { return &t->model; }
 const dpm_plan *dpm_trainer_plan(const dpm_trainer *t) { return &t->plan; }

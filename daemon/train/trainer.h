@@ -304,9 +304,11 @@ enum {
 extern const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES];
 const double *dpm_trainer_phases(const dpm_trainer *t);
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t);
-/* Steps in one epoch of the training data; examples per device per step. */
+/* Steps (updates) in one epoch of the training data; examples per device
+ * per micro-batch; micro-batches per update (update.accumulate_steps). */
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t);
 int dpm_trainer_batch(const dpm_trainer *t);
+int dpm_trainer_accumulate_steps(const dpm_trainer *t);
 uint64_t dpm_trainer_iter(const dpm_trainer *t);
 const dpm_model *dpm_trainer_model(const dpm_trainer *t);
 const dpm_plan *dpm_trainer_plan(const dpm_trainer *t);

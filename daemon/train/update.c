@@ -39,8 +39,9 @@ dpm_status trainer_update_setup(dpm_trainer *t, const Dpm__ModelSpec *spec,
   t->ls_growth_interval = pr ? pr->growth_interval : 2000;
   t->ls_max_skipped = pr ? pr->max_skipped : 1000;
   if (t->ls_kind < 0) /* a checked spec never has one */
-    return dpm_errf(err, DPM_SPEC, "%s: precision.loss_scale '%s' is not none, dynamic "
-                                   "or a positive number",
+    return dpm_errf(err, DPM_SPEC,
+                    "%s: precision.loss_scale '%s' is not none, dynamic "
+                    "or a positive number",
                     spec->source, pr->loss_scale);
   t->gathered = t->accum > 1 || t->clip > 0 || t->ls_kind != DPM_LOSS_SCALE_NONE;
   if (!t->gathered) return DPM_OK;
@@ -69,7 +70,8 @@ dpm_status trainer_update_plan(dpm_trainer *t, dpm_err *err) {
     snprintf(name, sizeof name, "%s_grad", m->losses[l]);
     for (int i = 0; i < net->n; i++) {
       const dpm_node *nd = &net->nodes[i];
-      if (nd->def->id != DPM_OP_CONSTANT_FILL || nd->n_out != 1 || strcmp(nd->out[0], name))
+      if (nd->def->id != DPM_OP_CONSTANT_FILL || nd->n_out != 1 ||
+          strcmp(nd->out[0], name))
         continue;
       if (t->n_seed_ops == (int)(sizeof t->seed_op / sizeof *t->seed_op))
         return dpm_errf(err, DPM_UNSUPPORTED, "%s: a loss scale over more than %d losses",
@@ -105,7 +107,8 @@ dpm_status trainer_update_replica(dpm_trainer *t, replica *r, dpm_err *err) {
     r->grad_n[i] = (size_t)dpm_shape_numel(&b->t.shape);
     total += r->grad_n[i];
   }
-  if (t->accum > 1 && !(r->acc = calloc(total + 1, sizeof *r->acc))) return dpm_nomem(err);
+  if (t->accum > 1 && !(r->acc = calloc(total + 1, sizeof *r->acc)))
+    return dpm_nomem(err);
   return DPM_OK;
 }
 

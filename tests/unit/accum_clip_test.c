@@ -15,8 +15,8 @@
 
 #include "common/spec.h"
 #include "test.h"
-#include "trainer_fixture.h"
 #include "train/trainer.h"
+#include "trainer_fixture.h"
 
 /* FC 12 -> Relu -> FC 4 on synthetic 1x4x5 examples in order (no
  * shuffle), `opt` ("momentum_sgd, momentum: 0.9" ...) at lr 0.1;
@@ -85,7 +85,8 @@ static dpm_trainer *trainer_of(const Dpm__ModelSpec *spec, int devices,
   opt.comm_timeout_ms = 20000;
   dpm_trainer *t = NULL;
   dpm_err err = {0};
-  if (spec && dpm_trainer_create(spec, &opt, &t, &err)) printf("    create: %s\n", err.msg);
+  if (spec && dpm_trainer_create(spec, &opt, &t, &err))
+    printf("    create: %s\n", err.msg);
   return t;
 }
 
@@ -165,9 +166,10 @@ static void clip_by_hand(int devices, double limit) {
   values *v = calloc(4, sizeof *v); /* p0, g, p1 (clipped run), p1 (plain run) */
   dpm_step_stats sa, sb;
   dpm_err err = {0};
-  int ok = a && b && v && read_all(a, "", "", &v[0]) && !dpm_trainer_step(a, 1, &sa, &err) &&
-           read_all(a, "", "_grad", &v[1]) && read_all(a, "", "", &v[3]) &&
-           !dpm_trainer_step(b, 1, &sb, &err) && read_all(b, "", "", &v[2]);
+  int ok = a && b && v && read_all(a, "", "", &v[0]) &&
+           !dpm_trainer_step(a, 1, &sa, &err) && read_all(a, "", "_grad", &v[1]) &&
+           read_all(a, "", "", &v[3]) && !dpm_trainer_step(b, 1, &sb, &err) &&
+           read_all(b, "", "", &v[2]);
   if (!ok) printf("    %s\n", err.msg);
   dpm_trainer_destroy(a);
   dpm_trainer_destroy(b);
@@ -185,8 +187,8 @@ static void clip_by_hand(int devices, double limit) {
     for (int k = 0; k < v[0].n[p]; k++)
       want.v[p][k] = (float)(v[0].v[p][k] - 0.1 * coef * v[1].v[p][k]);
   }
-  printf("    %d replica(s), limit %g: norm %.9g (hand %.9g), coef %.6g\n", devices, limit,
-         sb.grad_norm, norm, coef);
+  printf("    %d replica(s), limit %g: norm %.9g (hand %.9g), coef %.6g\n", devices,
+         limit, sb.grad_norm, norm, coef);
   CHECK_WITHIN(fabs(sb.grad_norm - norm) / norm, 1e-6);
   CHECK(isnan(sa.grad_norm)); /* no clipping: no norm */
   CHECK_WITHIN(rel_diff(&v[2], &want), 1e-6);
@@ -209,8 +211,8 @@ TEST(clip_grad_norm_by_hand_two_replicas) { clip_by_hand(2, 0.01); }
 TEST(loss_scale_static_power_of_two_bitwise) {
   for (int devices = 1; devices <= 2; devices++) {
     Dpm__ModelSpec *none = spec_of(8, "momentum_sgd, momentum: 0.9", "", NULL),
-                   *scaled = spec_of(8, "momentum_sgd, momentum: 0.9", "",
-                                     "loss_scale: 1024");
+                   *scaled =
+                       spec_of(8, "momentum_sgd, momentum: 0.9", "", "loss_scale: 1024");
     values *v = calloc(2, sizeof *v);
     int ok = v && train(none, devices, 10, &v[0]) && train(scaled, devices, 10, &v[1]);
     dpm_spec_free(none);
@@ -278,7 +280,8 @@ TEST(loss_scale_dynamic_skips_halves_grows) {
 TEST(loss_scale_max_skipped_fails) {
   Dpm__ModelSpec *spec =
       spec_of(8, "sgd", "", "loss_scale: dynamic, growth_interval: 3, max_skipped: 6");
-  dpm_trainer_options o = {.test_inf_first = 1, .test_inf_count = 1000, .test_inf_rank = 0};
+  dpm_trainer_options o = {
+      .test_inf_first = 1, .test_inf_count = 1000, .test_inf_rank = 0};
   dpm_trainer *t = trainer_of(spec, 1, &o);
   dpm_spec_free(spec);
   CHECK(t);
@@ -309,16 +312,17 @@ TEST(accum_clip_loss_scale_spec_errors) {
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     char yaml[1024];
-    snprintf(yaml, sizeof yaml,
-             "name: t\n"
-             "input: {reader: synthetic, batch_size: 4, num_examples: 64, shape: [1, 4, 5],"
-             " num_classes: 4}\n"
-             "forward:\n"
-             "  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
-             "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
-             "losses: [loss]\n"
-             "%s",
-             cases[c].yaml);
+    snprintf(
+        yaml, sizeof yaml,
+        "name: t\n"
+        "input: {reader: synthetic, batch_size: 4, num_examples: 64, shape: [1, 4, 5],"
+        " num_classes: 4}\n"
+        "forward:\n"
+        "  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
+        "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+        "losses: [loss]\n"
+        "%s",
+        cases[c].yaml);
     Dpm__ModelSpec *spec = NULL;
     dpm_err err = {0};
     CHECK_INT(dpm_spec_parse(yaml, strlen(yaml), "t.yaml", &spec, &err), DPM_SPEC);
@@ -341,7 +345,8 @@ TEST(accum_loss_scale_resume_exact) {
   const char *opt = "momentum_sgd, momentum: 0.9";
   Dpm__ModelSpec *spec = spec_of(8, opt, ", accumulate_steps: 2, clip_grad_norm: 5",
                                  "loss_scale: dynamic, growth_interval: 2");
-  Dpm__ModelSpec *other = spec_of(8, opt, ", accumulate_steps: 2, clip_grad_norm: 5", NULL);
+  Dpm__ModelSpec *other =
+      spec_of(8, opt, ", accumulate_steps: 2, clip_grad_norm: 5", NULL);
   dpm_trainer_options o = {.test_inf_first = 2, .test_inf_count = 1, .test_inf_rank = 1};
   char *path = tf_temp_path("accum_resume.ckpt");
   dpm_trainer *a = trainer_of(spec, 2, &o), *b = trainer_of(spec, 2, &o), *c = NULL,

@@ -229,7 +229,8 @@ void model_take_trainer(dpmd_model *m, dpm_trainer *t) {
   m->memory_bytes = dpm_trainer_memory_of(t)->total;
   memcpy(m->trainer_ms, dpm_trainer_phases(t), sizeof m->trainer_ms);
   pthread_mutex_unlock(&m->mu);
-  m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
+  m->global_batch =
+      dpm_trainer_batch(t) * dpm_trainer_devices(t) * dpm_trainer_accumulate_steps(t);
 }
 
 /* What every trainer of the model is built with (the crew and a fleet's
