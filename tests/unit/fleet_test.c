@@ -303,7 +303,8 @@ TEST(fleet_two_shards_accumulate_clip_loss_scale) {
                            .test_inf_rank = 1};
   dpm_trainer *one = NULL;
   dpm_step_stats st;
-  CHECK(!dpm_trainer_create(spec, &o, &one, &err) && !dpm_trainer_step(one, 5, &st, &err));
+  CHECK(!dpm_trainer_create(spec, &o, &one, &err) &&
+        !dpm_trainer_step(one, 5, &st, &err));
   shard_run runs[2]; /* as make_job's, with shard 1's inf */
   for (int i = 0; i < 2; i++) {
     runs[i] = (shard_run){.spec = spec,
@@ -326,8 +327,9 @@ TEST(fleet_two_shards_accumulate_clip_loss_scale) {
   }
   CHECK_INT(st.skipped_total, 1);
   double rel = state_diff(one, runs[0].t, 0, 1);
-  printf("    2 shards x 1 replica vs 1 x 2, accumulation + clipping + loss scale: %.2g\n",
-         rel);
+  printf(
+      "    2 shards x 1 replica vs 1 x 2, accumulation + clipping + loss scale: %.2g\n",
+      rel);
   CHECK(rel == 0);
   destroy_job(runs, 2);
   dpm_trainer_destroy(one);
