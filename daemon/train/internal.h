@@ -80,14 +80,15 @@ typedef struct replica {
   float *bmuf_host;      /* parallel.mode bmuf: host copies for the block update */
   dpm_status status;     /* of the last job */
   dpm_err err;
-  /* The gathered step (train/update.c): the plan's gradients as host
-   * floats (views of the workspace's blobs), the sum of an update's earlier
-   * micro-batches' gradients (update.accumulate_steps > 1; else NULL), and
-   * the last update's outcome: the gradients' global L2 norm (unscaled,
-   * before clipping) and whether any was not finite (the update skipped). */
-  float **grad;
+  /* The gathered step (train/update.c): the plan's gradients (the
+   * workspace's tensors) and their sizes, a host copy of them all (stage),
+   * the sum of an update's earlier micro-batches' gradients
+   * (update.accumulate_steps > 1; else NULL), and the last update's
+   * outcome: the gradients' global L2 norm (unscaled, before clipping) and
+   * whether any was not finite (the update skipped). */
+  dpm_tensor **grad;
   size_t *grad_n;
-  float *acc;
+  float *stage, *acc;
   double norm;
   int nonfinite;
 } replica;

@@ -284,6 +284,13 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
                         &dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
   add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
   add_bytes(&per, t->bm.state_bytes); /* parallel.mode bmuf: the block state */
+  /* accumulation, clipping, a loss scale: the gradients' host copy, and with
+     accumulation the sum of an update's earlier micro-batches' gradients
+     (train/update.c) */
+  for (int i = 0; t->gathered && i < t->plan.n_grads; i++)
+    add_bytes(&per,
+              (t->accum > 1 ? 2 : 1) *
+                  dpm_shape_bytes(&dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape));
   mem->tensors_unshared =
       __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
   /* shared blobs (all counted above) take their arena instead */
@@ -526,6 +533,7 @@ static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err
       par && par->device_batch ? (int)par->device_batch : (int)spec->input->batch_size;
   int64_t chw[3];
   dpm_status s = trainer_update_setup(t, spec, err);
+  if (t->gathered) t->graphs = 0; /* host work between the step's ranges (update.c) */
   if (!s) s = input_shape(t->opt.fs, spec->input, chw, err);
   /* accumulation: each micro-batch's loss gradient carries 1/K */
   if (!s)

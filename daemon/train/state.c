@@ -100,7 +100,9 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
     if (dpm_tensor_resize(h, &scaler_shape)) {
       s = dpm_nomem(err);
     } else {
-      scaler_words(t, (uint64_t *)dpm_i64(h));
+      uint64_t w[3];
+      scaler_words(t, w);
+      dpm_tensor_write(h, w, sizeof w);
       e[n - 1] = (dpm_ckpt_entry){.name = LOSS_SCALER, .kind = DPM_BLOB_COUNTER, .t = h};
     }
   }
@@ -256,8 +258,8 @@ static dpm_status fleet_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
       m->word[LOAD_EPOCH] = c.meta.reader_epoch;
       m->word[LOAD_INDEX] = c.meta.reader_index;
       if (scaler_entries(t))
-        memcpy(&m->word[LOAD_SCALER], dpm_i64(dpm_ckpt_find(&c, LOSS_SCALER, NULL)),
-               3 * sizeof(uint64_t));
+        dpm_tensor_read(dpm_ckpt_find(&c, LOSS_SCALER, NULL), &m->word[LOAD_SCALER],
+                        3 * sizeof(uint64_t));
     }
   }
   dpm_status s = trainer_dispatch(t, JOB_META, err);
@@ -299,8 +301,11 @@ dpm_status dpm_trainer_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
   if (s) return s;
   write_master(t, &c);
   t->iter = c.meta.iter;
-  if (scaler_entries(t))
-    scaler_set(t, (const uint64_t *)dpm_i64(dpm_ckpt_find(&c, LOSS_SCALER, NULL)));
+  if (scaler_entries(t)) {
+    uint64_t w[3];
+    dpm_tensor_read(dpm_ckpt_find(&c, LOSS_SCALER, NULL), w, sizeof w);
+    scaler_set(t, w);
+  }
   s = dpm_trainer_sync(t, err);
   if (!s) s = write_replicas(t, &c, err);
   dpm_ckpt_fini(&c);

@@ -379,7 +379,8 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = dpm_mono_ns() / 1e6 - t0;
       /* on devices: the next step's, uploaded by this one */
       const dpm_batch *ahead = NULL;
-      if (t->pipeline && i + 1 < n && dpm_reader_peek(t->reader, &ahead, err))
+      if (t->pipeline && t->accum == 1 && i + 1 < n &&
+          dpm_reader_peek(t->reader, &ahead, err))
         return err->code;
       feed(t, b, ahead, preloaded);
       if (trainer_dispatch(t, JOB_STEP, err)) return err->code;

@@ -1,6 +1,11 @@
 /* The gathered step: gradient accumulation (update.accumulate_steps),
  * global-norm clipping (update.clip_grad_norm) and loss scaling
- * (precision.loss_scale), on replicas whose memory is the host's.
+ * (precision.loss_scale).
+ *
+ * The gradients cross to the host and back through the backend's copies
+ * (engine/tensor.h), so the pass runs on any device whose step is not
+ * captured as a graph (setup turns graphs off); cuda is refused until
+ * tested there.
  *
  * An update is accum micro-batches. Each runs forward and backward (the
  * plan's [0, reduce_at)); the first accum-1 add their gradients into the
@@ -25,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "common/spec.h"
 #include "ops/fill.h"
 
@@ -48,8 +52,9 @@ dpm_status trainer_update_setup(dpm_trainer *t, const Dpm__ModelSpec *spec,
   const char *why = NULL;
   if (spec->parallel && spec->parallel->mode == DPM__PARALLEL_MODE__PARALLEL_BMUF)
     why = "parallel.mode bmuf (its replicas update on their own)";
-  else if (!dpm_backend_of(t->dev[0].kind)->host_visible)
-    why = "replicas on devices whose memory is not the host's (cpu only in this build)";
+  else if (t->dev[0].kind == DPM_DEVICE_CUDA)
+    why = "cuda replicas in this build (the host pass between backward and the update "
+          "is tested on cpu and fenced devices only)";
   if (why) {
     unsigned line = up && up->has_line ? up->line : pr && pr->has_line ? pr->line : 0;
     return dpm_errf(err, DPM_SPEC,
@@ -103,10 +108,11 @@ dpm_status trainer_update_replica(dpm_trainer *t, replica *r, dpm_err *err) {
     dpm_blob *b = dpm_ws_find(&r->ws, p->grads[i]);
     if (!b || b->t.shape.dtype != DPM_F32)
       return dpm_errf(err, DPM_INTERNAL, "gradient '%s' is not a f32 blob", p->grads[i]);
-    r->grad[i] = b->t.data;
+    r->grad[i] = &b->t;
     r->grad_n[i] = (size_t)dpm_shape_numel(&b->t.shape);
     total += r->grad_n[i];
   }
+  if (!(r->stage = calloc(total + 1, sizeof *r->stage))) return dpm_nomem(err);
   if (t->accum > 1 && !(r->acc = calloc(total + 1, sizeof *r->acc)))
     return dpm_nomem(err);
   return DPM_OK;
@@ -115,66 +121,86 @@ dpm_status trainer_update_replica(dpm_trainer *t, replica *r, dpm_err *err) {
 void trainer_update_fini(replica *r) {
   free(r->grad);
   free(r->grad_n);
+  free(r->stage);
   free(r->acc);
 }
 
-/* acc = g (the update's first micro-batch), acc += g (the next ones) or
- * g += acc, acc = 0 (to_grads: the last), over every gradient. */
-static void accumulate(const dpm_plan *p, replica *r, int first, int to_grads) {
-  float *a = r->acc;
+/* Every gradient into r->stage, back to back in plan order (gather), or
+ * back from it (scatter): copies through the backend (engine/tensor.h). */
+static size_t gather(const dpm_plan *p, replica *r) {
+  size_t at = 0;
   for (int i = 0; i < p->n_grads; i++) {
-    float *g = r->grad[i];
-    size_t n = r->grad_n[i];
-    if (to_grads) {
-      for (size_t k = 0; k < n; k++) g[k] += a[k];
-      memset(a, 0, n * sizeof *a);
-    } else if (first) {
-      memcpy(a, g, n * sizeof *a);
-    } else {
-      for (size_t k = 0; k < n; k++) a[k] += g[k];
-    }
-    a += n;
+    dpm_tensor_read(r->grad[i], r->stage + at, r->grad_n[i] * sizeof *r->stage);
+    at += r->grad_n[i];
   }
+  return at;
+}
+
+static void scatter(const dpm_plan *p, replica *r) {
+  size_t at = 0;
+  for (int i = 0; i < p->n_grads; i++) {
+    dpm_tensor_write(r->grad[i], r->stage + at, r->grad_n[i] * sizeof *r->stage);
+    at += r->grad_n[i];
+  }
+}
+
+/* The tests' inf (dpm_trainer_options.test_inf_first) in the update about
+ * to be reduced, on the replica it names. */
+static int inject_inf(const dpm_trainer *t, const replica *r) {
+  const dpm_trainer_options *o = &t->opt;
+  return o->test_inf_first && t->iter + 1 >= o->test_inf_first &&
+         t->iter + 1 < o->test_inf_first + o->test_inf_count &&
+         r->rank == o->test_inf_rank;
+}
+
+/* Before the reduction: a micro-batch before the last adds its gradients
+ * to r->acc (the first copies them); the last adds r->acc to its own. */
+static void accumulate(const dpm_trainer *t, replica *r) {
+  const dpm_plan *p = &t->plan;
+  int last = t->micro + 1 == t->accum, inf = last && inject_inf(t, r);
+  if (t->accum == 1 && !inf) return;
+  size_t n = gather(p, r);
+  float *g = r->stage, *a = r->acc;
+  if (t->micro == 0 && !last)
+    memcpy(a, g, n * sizeof *a);
+  else if (!last)
+    for (size_t k = 0; k < n; k++) a[k] += g[k];
+  else if (t->accum > 1)
+    for (size_t k = 0; k < n; k++) g[k] += a[k];
+  if (inf && n) g[0] = INFINITY;
+  if (last) scatter(p, r);
 }
 
 /* Unscale, check, norm and clip the reduced gradients (the file's comment). */
 static void unscale_clip(const dpm_trainer *t, replica *r) {
   const dpm_plan *p = &t->plan;
   float inv = (float)(1.0 / t->ls_scale); /* GradScaler: in double, then fp32 */
+  size_t n = gather(p, r);
+  float *g = r->stage;
   double ss = 0;
   int bad = 0;
-  for (int i = 0; i < p->n_grads; i++) {
-    float *g = r->grad[i];
-    for (size_t k = 0; k < r->grad_n[i]; k++) {
-      float v = g[k] * inv;
-      g[k] = v;
-      bad |= !isfinite(v);
-      ss += (double)v * v;
-    }
+  for (size_t k = 0; k < n; k++) {
+    float v = g[k] * inv;
+    g[k] = v;
+    bad |= !isfinite(v);
+    ss += (double)v * v;
   }
   r->norm = sqrt(ss);
   r->nonfinite = bad;
-  if (t->clip <= 0 || (bad && t->ls_kind != DPM_LOSS_SCALE_NONE)) return;
-  double c = t->clip / (r->norm + 1e-6);
-  float coef = (float)(c < 1 ? c : 1);
-  for (int i = 0; i < p->n_grads; i++) {
-    float *g = r->grad[i];
-    for (size_t k = 0; k < r->grad_n[i]; k++) g[k] *= coef;
+  if (bad && t->ls_kind != DPM_LOSS_SCALE_NONE) return; /* the update is skipped */
+  if (t->clip > 0) {
+    double c = t->clip / (r->norm + 1e-6);
+    float coef = (float)(c < 1 ? c : 1);
+    for (size_t k = 0; k < n; k++) g[k] *= coef;
   }
+  if (t->clip > 0 || inv != 1) scatter(p, r);
 }
 
 void trainer_gathered_step(dpm_trainer *t, replica *r) {
   const dpm_plan *p = &t->plan;
   dpm_exec_run_range(&r->step, 0, p->reduce_at);
-  if (t->micro + 1 < t->accum) {
-    accumulate(p, r, t->micro == 0, 0);
-    return;
-  }
-  if (t->accum > 1) accumulate(p, r, 0, 1);
-  if (t->opt.test_inf_first && t->iter + 1 >= t->opt.test_inf_first &&
-      t->iter + 1 < t->opt.test_inf_first + t->opt.test_inf_count &&
-      r->rank == t->opt.test_inf_rank && p->n_grads && r->grad_n[0])
-    r->grad[0][0] = INFINITY;
+  accumulate(t, r);
+  if (t->micro + 1 < t->accum) return;
   dpm_exec_run_range(&r->step, p->reduce_at, p->update_at);
   if (r->ctx.status) return; /* a failed collective: the gradients are not the job's */
   unscale_clip(t, r);

@@ -76,11 +76,14 @@ static int read_all(dpm_trainer *t, const char *scope, const char *suffix, value
   return ok;
 }
 
+/* The kind of device trainer_of's replicas run on. */
+static dpm_device_kind kind_now = DPM_DEVICE_CPU;
+
 static dpm_trainer *trainer_of(const Dpm__ModelSpec *spec, int devices,
                                const dpm_trainer_options *extra) {
   dpm_trainer_options opt = extra ? *extra : (dpm_trainer_options){0};
   opt.devices = devices;
-  opt.kind = DPM_DEVICE_CPU;
+  opt.kind = kind_now;
   opt.net_type = -1;
   opt.comm_timeout_ms = 20000;
   dpm_trainer *t = NULL;
@@ -153,6 +156,13 @@ static void accumulate_like_big_batch(int devices) {
 
 TEST(accumulate_4x16_like_1x64_one_replica) { accumulate_like_big_batch(1); }
 TEST(accumulate_4x16_like_1x64_two_replicas) { accumulate_like_big_batch(2); }
+/* on fenced devices, which catch any host access to device memory: the
+   host pass crosses through the backend's copies */
+TEST(fenced_accumulate_4x16_like_1x64_two_replicas) {
+  kind_now = DPM_DEVICE_FENCED;
+  accumulate_like_big_batch(2);
+  kind_now = DPM_DEVICE_CPU;
+}
 
 /* One plain SGD update with clip_grad_norm `limit` against the unclipped
  * update's gradients g read back: norm = sqrt(sum g^2), p1 = p0 - lr *
@@ -230,7 +240,14 @@ TEST(loss_scale_static_power_of_two_bitwise) {
 /* Dynamic, growth_interval 3, 2 replicas, an inf injected on replica 1 at
  * update 2: update 2 is skipped on both replicas (params and momentum
  * bitwise as before it), the scale halves; 3 clean updates double it. */
-TEST(loss_scale_dynamic_skips_halves_grows) {
+static void dynamic_skips_halves_grows(void);
+TEST(loss_scale_dynamic_skips_halves_grows) { dynamic_skips_halves_grows(); }
+TEST(fenced_loss_scale_dynamic_skips_halves_grows) {
+  kind_now = DPM_DEVICE_FENCED;
+  dynamic_skips_halves_grows();
+  kind_now = DPM_DEVICE_CPU;
+}
+static void dynamic_skips_halves_grows(void) {
   Dpm__ModelSpec *spec = spec_of(8, "momentum_sgd, momentum: 0.9", "",
                                  "loss_scale: dynamic, growth_interval: 3");
   dpm_trainer_options o = {.test_inf_first = 2, .test_inf_count = 1, .test_inf_rank = 1};
@@ -245,7 +262,8 @@ TEST(loss_scale_dynamic_skips_halves_grows) {
   int ok = v != NULL;
   for (int u = 1; ok && u <= 6; u++) {
     for (int d = 0; ok && u == 2 && d < 2; d++) {
-      const char *scope = d ? "cpu_1/" : "cpu_0/";
+      char scope[32];
+      snprintf(scope, sizeof scope, "%s_%d/", dpm_device_kind_name(kind_now), d);
       ok = read_all(t, scope, "", &v[0]) && read_all(t, scope, "_momentum", &v[1]);
       if (d == 0) memcpy(&v[2], &v[0], 2 * sizeof *v);
     }
@@ -256,7 +274,8 @@ TEST(loss_scale_dynamic_skips_halves_grows) {
       ok = 0;
     }
     for (int d = 0; ok && u == 2 && d < 2; d++) {
-      const char *scope = d ? "cpu_1/" : "cpu_0/";
+      char scope[32];
+      snprintf(scope, sizeof scope, "%s_%d/", dpm_device_kind_name(kind_now), d);
       values p, m;
       ok = read_all(t, scope, "", &p) && read_all(t, scope, "_momentum", &m);
       if (ok && (moved(&p, &v[2]) || moved(&m, &v[3]))) {
@@ -270,7 +289,7 @@ TEST(loss_scale_dynamic_skips_halves_grows) {
   CHECK_INT(dpm_trainer_iter(t), 6); /* a skipped update counts as an iteration */
   /* the clean updates moved the params */
   values after;
-  CHECK(read_all(t, "cpu_0/", "", &after) && moved(&after, &v[2]));
+  CHECK(read_all(t, "", "", &after) && moved(&after, &v[2]));
   dpm_trainer_destroy(t);
   free(v);
 }
@@ -387,8 +406,8 @@ TEST(accum_loss_scale_resume_exact) {
 }
 
 /* Where the gathered step cannot run, the trainer refuses the spec,
- * naming why: parallel.mode bmuf, and devices whose memory is not the
- * host's (fenced). An update's loss is its micro-batches' mean. */
+ * naming why: parallel.mode bmuf (cuda, refused too, needs a GPU to
+ * reach the check). */
 TEST(accum_refused_where_it_cannot_run) {
   char yaml[1024];
   snprintf(yaml, sizeof yaml,
@@ -412,15 +431,6 @@ TEST(accum_refused_where_it_cannot_run) {
   CHECK_INT(s, DPM_SPEC);
   CHECK_HAS(err.msg, "t.yaml:7: ");
   CHECK_HAS(err.msg, "parallel.mode bmuf");
-  spec = spec_of(8, "sgd", ", clip_grad_norm: 1", NULL);
-  CHECK(spec);
-  o = (dpm_trainer_options){
-      .devices = 1, .kind = DPM_DEVICE_FENCED, .net_type = -1, .comm_timeout_ms = 20000};
-  s = dpm_trainer_create(spec, &o, &t, &err);
-  dpm_spec_free(spec);
-  dpm_trainer_destroy(t);
-  CHECK_INT(s, DPM_SPEC);
-  CHECK_HAS(err.msg, "memory is not the host's");
 }
 
 /* An update's loss is the mean of its micro-batches' losses: 2 x 8 with
@@ -442,4 +452,21 @@ TEST(accum_loss_is_micro_batch_mean) {
   CHECK(ok);
   CHECK(s1.loss != s2.loss);
   CHECK_WITHIN(fabs(sa.loss - (s1.loss + s2.loss) / 2), 1e-6);
+}
+
+/* The gathered step's host buffers are counted against the model's
+ * memory: a copy of the gradients (304 values here) per replica, and with
+ * accumulation their sum. */
+TEST(accum_buffer_counted) {
+  Dpm__ModelSpec *acc = spec_of(8, "sgd", ", accumulate_steps: 2", NULL),
+                 *one = spec_of(8, "sgd", "", NULL);
+  dpm_trainer *a = trainer_of(acc, 2, NULL), *b = trainer_of(one, 2, NULL);
+  uint64_t ta = a ? dpm_trainer_memory_of(a)->tensors : 0,
+           tb = b ? dpm_trainer_memory_of(b)->tensors : 0;
+  dpm_trainer_destroy(a);
+  dpm_trainer_destroy(b);
+  dpm_spec_free(acc);
+  dpm_spec_free(one);
+  CHECK(ta && tb);
+  CHECK_INT(ta - tb, 2 * 2 * 304 * sizeof(float));
 }
