@@ -75,7 +75,8 @@ static const struct {
      "simple | dag (default: the spec's)"},
     {"--epochs", offsetof(options, epochs), 'l', "epochs to train (default 1)"},
     {"--iters", offsetof(options, iters), 'l',
-     "steps to train instead of epochs (not with --epochs)"},
+     "steps (updates: K batches each with update.accumulate_steps K) to train "
+     "instead of epochs (not with --epochs)"},
     {"--json", offsetof(options, json), 'b', "one JSON object per line"},
     {"--verbose", offsetof(options, verbose), 'b', "also the CUDA plugin's line"},
     {"--resume", offsetof(options, resume), 's', "load this checkpoint first"},
