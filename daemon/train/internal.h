@@ -180,8 +180,9 @@ double trainer_scalar(const dpm_blob *b);
  * (before the plan is built: t->gathered shapes it), refusing what cannot
  * run them; DPM_SPEC naming the spec's line. */
 dpm_status trainer_update_setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err);
-/* update.c: once the plan is built: finds the loss gradients' seeds and
- * sets them to seed_base x the loss scale. */
+/* update.c: once the plan is built, with a loss scale: finds the loss
+ * gradients' seeds (at most 8 losses) and sets them to seed_base x the
+ * loss scale. */
 dpm_status trainer_update_plan(dpm_trainer *t, dpm_err *err);
 /* update.c: the seeds set to seed_base x t->ls_scale (after a load). */
 void trainer_update_seeds(dpm_trainer *t);

@@ -65,11 +65,13 @@ dpm_status trainer_update_setup(dpm_trainer *t, const Dpm__ModelSpec *spec,
   return DPM_OK;
 }
 
-/* The loss gradients' seeds: each ConstantFill writing LOSS_grad. */
+/* The loss gradients' seeds: each ConstantFill writing LOSS_grad (with a
+ * loss scale; else they stay as built). */
 dpm_status trainer_update_plan(dpm_trainer *t, dpm_err *err) {
   const dpm_model *m = &t->model;
   dpm_net *net = &t->plan.step;
   t->n_seed_ops = 0;
+  if (t->ls_kind == DPM_LOSS_SCALE_NONE) return DPM_OK;
   for (int l = 0; l < m->n_losses; l++) {
     char name[300];
     snprintf(name, sizeof name, "%s_grad", m->losses[l]);
@@ -85,7 +87,7 @@ dpm_status trainer_update_plan(dpm_trainer *t, dpm_err *err) {
       t->seed_op[t->n_seed_ops++] = i;
     }
   }
-  if (t->gathered && t->n_seed_ops != m->n_losses)
+  if (t->n_seed_ops != m->n_losses)
     return dpm_errf(err, DPM_INTERNAL, "%s: found %d of the %d losses' gradient seeds",
                     m->source, t->n_seed_ops, m->n_losses);
   trainer_update_seeds(t);
