@@ -1,8 +1,9 @@
 # Accumulation, clipping and a dynamic loss scale through dpmd: status
 # --json and the step events carry grad_norm, loss_scale and
 # skipped_steps; metrics export them (skipped steps as a counter); the
-# loss scale grows after growth_interval clean updates; a checkpoint
-# loaded back restores the scale; a spec mistake names file:line.
+# loss scale grows after growth_interval clean updates, up to 2^127 (no
+# doubling to an fp32 overflow); a checkpoint loaded back restores the
+# scale and its counter; a spec mistake names file:line.
 # Usage: sh tests/e2e/update_status.sh (from the repo root; DPMD picks the
 # daemon binary, default build/asan-bin/dpmd).
 . tests/e2e_lib.sh
@@ -53,6 +54,21 @@ after=$(json_field "$(ctl status u)" loss_scale)
 # 21 updates: grown 10 times; resumed with the counter at 1: one more update grows it
 expect "loss_scale before the checkpoint" "$before" 67108864
 expect "loss_scale after load + 1 update" "$after" 134217728
+# the step events carry the norm and the scale (enough updates that watch
+# subscribes while they run)
+ctl train u --iters 2000 >/dev/null
+build/dpmctl --json watch u --until-done >"$T/watch.out" 2>&1 || die "watch exited $?: $(cat "$T/watch.out")"
+grep -q '"kind":"progress".*"grad_norm":[0-9].*"loss_scale":[0-9].*"skipped_steps":0' "$T/watch.out" ||
+  die "no progress event with grad_norm, loss_scale, skipped_steps: $(cat "$T/watch.out")"
+echo "  watch: $(grep -c '"kind":"progress"' "$T/watch.out") progress events"
+# 2000 more clean updates double the scale up to 2^127: the next doubling
+# would overflow fp32 and is not taken
+s=$(ctl status u)
+expect "state after 2000 updates" "$(json_str "$s" state)" ready
+expect "iter after 2000 updates" "$(json_field "$s" iter)" 2022
+ls=$(echo "$s" | sed -n 's/.*"loss_scale":\([-0-9.e+]*\).*/\1/p')
+awk -v v="$ls" 'BEGIN { exit !(v == 2^127) }' || die "loss_scale $ls, expected 2^127: $s"
+echo "  after 2000 more: loss_scale $ls (2^127), skipped_steps $(json_field "$s" skipped_steps)"
 sed 's/accumulate_steps: 2/accumulate_steps: 0/' "$T/u.yaml" >"$T/bad.yaml"
 out=$(refused 1 SPEC submit "$T/bad.yaml" --name bad --devices cpu:0)
 mentions "bad.yaml:9:" "$out"
