@@ -197,7 +197,9 @@ dpm_status dpm_trainer_create_checked(const struct dpm_checked_spec *cs,
  * validate phase. */
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err);
-/* Run up to n steps (fewer if interrupted); *last describes the last one. */
+/* Run up to n steps (fewer if interrupted); *last describes the last one.
+ * A step is one update: with update.accumulate_steps K, K micro-batches,
+ * and an interrupt takes effect between updates, never inside one. */
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err);
 /* Ask a running dpm_trainer_step to return after the step in flight. Safe
  * from any thread (and from a signal handler). In a job of several shards
