@@ -609,16 +609,60 @@ static const spec_field update_fields[] = {
     F_NUM(Dpm__UpdateSpec, beta2, {0, 1, 0, 1}),
     F_NUM(Dpm__UpdateSpec, epsilon, {0, INFINITY, 1, 0}),
     F_SUB(Dpm__UpdateSpec, lr, lr_section),
+    F_U32(Dpm__UpdateSpec, accumulate_steps, 1),
+    F_NUM(Dpm__UpdateSpec, clip_grad_norm, {0, INFINITY, 0, 1}),
 };
+
+static dpm_status spec_check_update(spec_ctx *c, const dpm_ynode *map, void *msg) {
+  const Dpm__UpdateSpec *up = msg;
+  if (up->accumulate_steps > DPM_SPEC_MAX_ACCUMULATE)
+    return spec_fail(c, dpm_ymap_get(map, "accumulate_steps"),
+                     "'accumulate_steps' must be 1..%u, got %u", DPM_SPEC_MAX_ACCUMULATE,
+                     up->accumulate_steps);
+  return DPM_OK;
+}
+
 static const spec_section update_section = {.path = "update",
                                             .desc = &dpm__update_spec__descriptor,
                                             .fields = update_fields,
                                             .n_fields = ARRAY_LEN(update_fields),
                                             .has_line_off =
                                                 offsetof(Dpm__UpdateSpec, has_line),
-                                            .line_off = offsetof(Dpm__UpdateSpec, line)};
+                                            .line_off = offsetof(Dpm__UpdateSpec, line),
+                                            .check = spec_check_update};
 
 /* ---- precision --------------------------------------------------------- */
+
+int dpm_spec_loss_scale(const char *text, double *scale) {
+  *scale = 1;
+  if (!text || !strcmp(text, "none")) return DPM_LOSS_SCALE_NONE;
+  if (!strcmp(text, "dynamic")) {
+    *scale = DPM_LOSS_SCALE_INIT;
+    return DPM_LOSS_SCALE_DYNAMIC;
+  }
+  char *end;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || *end || errno || !isfinite(v) || v <= 0) return -1;
+  *scale = v;
+  return DPM_LOSS_SCALE_STATIC;
+}
+
+/* loss_scale: none, dynamic or a positive number, kept as written. */
+static dpm_status spec_read_loss_scale(spec_ctx *c, const spec_field *f,
+                                       const dpm_ynode *v, void *msg) {
+  char got[80];
+  double scale;
+  dpm_status st = spec_scalar(c, f->key, v, "none, dynamic or a positive number");
+  if (st != DPM_OK) return st;
+  if (dpm_spec_loss_scale(v->str, &scale) < 0)
+    return spec_fail(c, v,
+                     "'loss_scale' must be none, dynamic or a positive number, got %s",
+                     spec_got(v, got, sizeof got));
+  char **out = AT(msg, f->off, char *);
+  if (!(*out = strdup(v->str))) return spec_nomem(c);
+  return DPM_OK;
+}
 
 static const spec_choice compute_choices[] = {{"fp32", DPM__COMPUTE_TYPE__COMPUTE_FP32},
                                               {"bf16", DPM__COMPUTE_TYPE__COMPUTE_BF16},
@@ -637,6 +681,9 @@ static const spec_choice allreduce_choices[] = {
 static const spec_field precision_fields[] = {
     F_ENUM(Dpm__PrecisionSpec, compute, compute_choices),
     F_ENUM(Dpm__PrecisionSpec, master, master_choices),
+    F_FN(Dpm__PrecisionSpec, loss_scale, spec_read_loss_scale),
+    F_U32(Dpm__PrecisionSpec, growth_interval, 1),
+    F_U32(Dpm__PrecisionSpec, max_skipped, 1),
     F_ENUM(Dpm__PrecisionSpec, allreduce, allreduce_choices),
 };
 static const spec_section precision_section = {
@@ -1068,6 +1115,8 @@ static const char *spec_custom_type(const spec_field *f) {
            "each once";
   if (f->fn == spec_read_checkpoint)
     return "iterations (1000) or seconds (600s); 0 turns it off";
+  if (f->fn == spec_read_loss_scale)
+    return "none (default), dynamic, or a positive number (a static scale)";
   return "see the text";
 }
 

@@ -45,6 +45,16 @@
 
 /* Largest spec accepted, in bytes. */
 #define DPM_SPEC_MAX_BYTES (16u << 20)
+/* Largest update.accumulate_steps accepted. */
+#define DPM_SPEC_MAX_ACCUMULATE 65536u
+
+/* precision.loss_scale, read (GradScaler's semantics, docs/SPEC.md). */
+enum { DPM_LOSS_SCALE_NONE, DPM_LOSS_SCALE_STATIC, DPM_LOSS_SCALE_DYNAMIC };
+#define DPM_LOSS_SCALE_INIT 65536.0 /* dynamic: the first scale, 2^16 */
+/* The kind of loss scale `text` names ("none" or NULL, "dynamic", a
+ * positive number) and its (first) scale in *scale (1 for none); -1 when
+ * text is none of these. Pure. */
+int dpm_spec_loss_scale(const char *text, double *scale);
 
 /* Reads the file at path and parses it (source = path in messages and in
  * spec->source). A file that cannot be opened or read is DPM_IO. */

@@ -70,6 +70,9 @@ void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
   if (m->has_lr) dpm_json_num(j, "lr", m->lr);
   if (m->has_images_per_s) dpm_json_num(j, "images_per_s", m->images_per_s);
   if (m->has_step_ms) dpm_json_num(j, "step_ms", m->step_ms);
+  if (m->has_grad_norm) dpm_json_num(j, "grad_norm", m->grad_norm);
+  if (m->has_loss_scale) dpm_json_num(j, "loss_scale", m->loss_scale);
+  if (m->has_skipped_steps) dpm_json_uint(j, "skipped_steps", m->skipped_steps);
   if (m->error) dpm_json_str(j, "error", m->error);
   if (m->checkpoint) dpm_json_str(j, "checkpoint", m->checkpoint);
   if (m->has_checkpoint_iter) dpm_json_uint(j, "checkpoint_iter", m->checkpoint_iter);
@@ -610,6 +613,9 @@ void ctl_print_event(const ctl_ctx *ctx, const Dpm__Event *ev) {
     if (m->has_loss) dpm_json_num(&j, "loss", m->loss);
     if (m->has_accuracy) dpm_json_num(&j, "accuracy", m->accuracy);
     if (m->has_images_per_s) dpm_json_num(&j, "images_per_s", m->images_per_s);
+    if (m->has_grad_norm) dpm_json_num(&j, "grad_norm", m->grad_norm);
+    if (m->has_loss_scale) dpm_json_num(&j, "loss_scale", m->loss_scale);
+    if (m->has_skipped_steps) dpm_json_uint(&j, "skipped_steps", m->skipped_steps);
     if (ev->message)
       dpm_json_str(&j, "message", ev->message);
     else if (m->error && ev->kind == DPM__EVENT_KIND__EVENT_ERROR)

@@ -105,9 +105,10 @@ static dpm_status computed_broadcast(dpm_plan *p, const dpm_model *m, dpm_err *e
 }
 
 dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_type type,
-                          size_t bucket_bytes, int broadcast_computed,
+                          size_t bucket_bytes, int broadcast_computed, int gathered,
                           const dpm_backend *be, dpm_plan *p, dpm_err *err) {
   memset(p, 0, sizeof *p);
+  if (gathered) type = DPM_NET_SIMPLE; /* no reduction starts inside backward */
   int n_opt;
   update_op *u = optimizer_ops(m, &n_opt);
   if (!u) return dpm_nomem(err);
@@ -125,7 +126,7 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_t
    * the backend fuses the updates into one launch (run_many): then they
    * run together after backward. */
   const dpm_kernel_def *opt = n_opt && be ? be->kernel(u[0].node->def->id) : NULL;
-  int early = !reduce && !(opt && opt->run_many);
+  int early = !reduce && !(opt && opt->run_many) && !gathered;
   for (int j = 0; j < m->train.n && !s; j++) {
     s = add(p, &m->train.nodes[j], err);
     last_train = p->step.n - 1;
@@ -140,11 +141,14 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_t
   /* The last bucket is ready only when backward ends: nothing is left to
    * overlap, so it is reduced in place, after the started ones. */
   int first_wait = p->step.n; /* the first collective that waits for the peers */
+  p->reduce_at = p->step.n;
   for (b = 0; reduce && b < p->n_buckets && !s; b++)
     s = collective(p,
                    dag && b < p->n_buckets - 1 ? DPM_OP_ALLREDUCE_WAIT : DPM_OP_ALLREDUCE,
                    p->grads, b ? p->bucket_end[b - 1] : 0, p->bucket_end[b], err);
+  p->update_at = p->step.n;
   for (int i = 0; !early && i < n_opt && !s; i++) s = add(p, u[i].node, err);
+  p->update_end = p->step.n;
   if (!s && reduce && broadcast_computed) s = computed_broadcast(p, m, err);
   if (!s) s = add(p, iter, err);
   p->n_forward = m->n_forward;
@@ -152,7 +156,8 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_t
   const dpm_kernel_def *last =
       be && last_train >= 0 ? be->kernel(p->step.nodes[last_train].def->id) : NULL;
   if (!s && devices > 1 && p->n_buckets && last && last->parts && last->run_part &&
-      !dpm_node_low(&p->step.nodes[last_train], &m->shapes)) { /* lowp_run.h: no parts */
+      !dpm_node_low(&p->step.nodes[last_train], &m->shapes) /* lowp_run.h: no parts */ &&
+      !gathered) {
     p->shared_op = last_train; /* backward's last op, which splits */
     p->help_at = first_wait;
   }

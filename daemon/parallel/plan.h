@@ -15,6 +15,12 @@
  *                final, overlapping the rest of backward; AllreduceWait of
  *                every bucket, then the optimizer ops
  *
+ * With `gathered` (update.accumulate_steps, clip_grad_norm or a loss
+ * scale), every gradient is final before any collective or update: the
+ * plan is simple's on any net type (one device: the updates after
+ * backward), with nothing shared, and the trainer runs it in the ranges
+ * reduce_at, update_at and update_end mark (train/trainer.c).
+ *
  * and, with broadcast_computed_params, a Broadcast of the computed
  * parameters (BN running statistics) from the master at the end.
  *
@@ -51,6 +57,12 @@ typedef struct dpm_plan {
   int n_synced;
   int shared_op; /* step.nodes index of the op peers may take parts of; -1: none */
   int help_at;   /* step.nodes index before which a replica helps its peers */
+  /* step.nodes [0, reduce_at): forward, LearningRate, backward (and, one
+   * device without `gathered`, updates as gradients finish); [reduce_at,
+   * update_at): the reduction's collectives; [update_at, update_end): the
+   * optimizer ops after them (none where they ran earlier); then the
+   * computed params' Broadcast and Iter. */
+  int reduce_at, update_at, update_end;
 } dpm_plan;
 
 /* Build the plan for `devices` replicas whose kernels are backend be's (it
@@ -59,9 +71,10 @@ typedef struct dpm_plan {
  * (and broadcasts computed params) when reduce is set; devices > 1 needs
  * it, and one device may have it (a group of one: the checks of a
  * multi-device path on one device). bucket_bytes bounds a dag bucket (a
- * bucket holds at least one gradient and at most DPM_OP_MAX_IO). */
+ * bucket holds at least one gradient and at most DPM_OP_MAX_IO). gathered:
+ * see above. */
 dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_type type,
-                          size_t bucket_bytes, int broadcast_computed,
+                          size_t bucket_bytes, int broadcast_computed, int gathered,
                           const struct dpm_backend *be, dpm_plan *p, dpm_err *err);
 void dpm_plan_fini(dpm_plan *p);
 

@@ -49,12 +49,13 @@ typedef struct {
   const char *name, *help;
   int has_off, val_off; /* offsets into Dpm__ModelInfo; has_off < 0: always */
   int is_u64;
-  double scale; /* to the metric's unit */
+  double scale;     /* to the metric's unit */
+  const char *type; /* NULL: gauge */
 } family;
 
 // clang-format off
 #define F(n, h, field, u, k) {n, h, offsetof(Dpm__ModelInfo, has_##field), \
-                              offsetof(Dpm__ModelInfo, field), u, k}
+                              offsetof(Dpm__ModelInfo, field), u, k, NULL}
 // clang-format on
 static const family families[] = {
     F("dpm_model_iteration", "Completed training steps.", iter, 1, 1),
@@ -69,6 +70,17 @@ static const family families[] = {
       tensor_bytes_unshared, 1, 1),
     F("dpm_model_memory_bytes", "Bytes counted against max_model_bytes.", memory_bytes, 1,
       1),
+    F("dpm_model_grad_norm",
+      "Global L2 norm of the last update's gradients (clipping, accumulation or a loss "
+      "scale on).",
+      grad_norm, 0, 1),
+    F("dpm_model_loss_scale", "Loss scale for the next update (precision.loss_scale).",
+      loss_scale, 0, 1),
+    {"dpm_model_skipped_steps_total",
+     "Updates skipped for gradients that were not finite (precision.loss_scale), since "
+     "the model was built or last loaded.",
+     offsetof(Dpm__ModelInfo, has_skipped_steps), offsetof(Dpm__ModelInfo, skipped_steps),
+     1, 1, "counter"},
 };
 #undef F
 
@@ -199,7 +211,8 @@ char *dpmd_metrics_text(const dpmd *d, const dpmd_registry *models,
   for (int i = 0; !t.failed && i < n_models; i++)
     dpmd_model_info(dpmd_registry_at(models, i), &info[i], &buf[i]);
   for (size_t f = 0; !t.failed && f < sizeof families / sizeof *families; f++) {
-    head(&t, families[f].name, "gauge", families[f].help);
+    head(&t, families[f].name, families[f].type ? families[f].type : "gauge",
+         families[f].help);
     for (int i = 0; i < n_models; i++) {
       const char *p = (const char *)&info[i];
       if (!*(const protobuf_c_boolean *)(p + families[f].has_off)) continue;

@@ -78,7 +78,8 @@ static const struct {
      "simple | dag (default: the spec's)"},
     {"--epochs", offsetof(options, epochs), 'l', "epochs to train (default 1)"},
     {"--iters", offsetof(options, iters), 'l',
-     "steps to train instead of epochs (not with --epochs)"},
+     "steps (updates: K batches each with update.accumulate_steps K) to train "
+     "instead of epochs (not with --epochs)"},
     {"--eval-every", offsetof(options, eval_every), 'l',
      "evaluate after every Nth epoch and the last (default 1)"},
     {"--json", offsetof(options, json), 'b', "one JSON object per line"},
@@ -379,7 +380,8 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   int64_t per_epoch = dpm_trainer_steps_per_epoch(t);
   int64_t total = o->iters ? o->iters : o->epochs * per_epoch;
   int64_t epochs = o->iters ? (o->iters + per_epoch - 1) / per_epoch : o->epochs;
-  double images = (double)dpm_trainer_batch(t) * dpm_trainer_devices(t) * shards;
+  double images = (double)dpm_trainer_batch(t) * dpm_trainer_devices(t) * shards *
+                  dpm_trainer_accumulate_steps(t);
   double *ms = malloc((size_t)(total ? total : 1) * sizeof *ms), acc = NAN, train_ms = 0;
   int64_t done = 0;
   dpm_status s = ms ? DPM_OK : dpm_nomem(err);

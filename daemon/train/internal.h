@@ -30,11 +30,18 @@ typedef enum { JOB_STEP, JOB_SYNC, JOB_META, JOB_GO, JOB_BMUF } job_kind;
  * on (the AGREE_ words); at load, shard 0's verdict on the checkpoint (the
  * LOAD_ words and msg). Host memory, one copy per replica. */
 typedef struct meta {
-  uint64_t word[6];
+  uint64_t word[8];
   char msg[sizeof((dpm_err *)0)->msg]; /* load: shard 0's error message */
 } meta;
 enum { AGREE_MODEL, AGREE_PLAN, AGREE_DEVICES, AGREE_SHARDS, AGREE_EXAMPLES };
-enum { LOAD_STATUS, LOAD_ITER, LOAD_EPOCH, LOAD_INDEX, LOAD_NOTHING };
+enum {
+  LOAD_STATUS,
+  LOAD_ITER,
+  LOAD_EPOCH,
+  LOAD_INDEX,
+  LOAD_NOTHING,
+  LOAD_SCALER /* .. +2: the loss scaler (state.c: LOSS_SCALER) */
+};
 /* What a JOB_GO run broadcasts from the job's rank 0 before each grant of
  * steps of a job of several shards: its decision (0: step; else stop, with
  * the reason rank 0's driver gave to dpm_trainer_stop), its iteration,
@@ -73,6 +80,17 @@ typedef struct replica {
   float *bmuf_host;      /* parallel.mode bmuf: host copies for the block update */
   dpm_status status;     /* of the last job */
   dpm_err err;
+  /* The gathered step (train/update.c): the plan's gradients (the
+   * workspace's tensors) and their sizes, a host copy of them all (stage),
+   * the sum of an update's earlier micro-batches' gradients
+   * (update.accumulate_steps > 1; else NULL), and the last update's
+   * outcome: the gradients' global L2 norm (unscaled, before clipping) and
+   * whether any was not finite (the update skipped). */
+  dpm_tensor **grad;
+  size_t *grad_n;
+  float *stage, *acc;
+  double norm;
+  int nonfinite;
 } replica;
 
 struct dpm_trainer {
@@ -122,7 +140,23 @@ struct dpm_trainer {
   int eval_batch;
   char *eval_images, *eval_labels;
   double scale;
-  dpm_bmuf bm;      /* parallel.mode bmuf (parallel/bmuf.h) */
+  dpm_bmuf bm; /* parallel.mode bmuf (parallel/bmuf.h) */
+  /* update.accumulate_steps, update.clip_grad_norm and precision.loss_scale
+   * (train/update.c); gathered: any of them is on, and steps run the plan's
+   * ranges (dpm_plan reduce_at ...) with the host's work between them. */
+  int gathered;
+  int accum;           /* micro-batches per update (1: none) */
+  int micro;           /* JOB_STEP: the micro-batch in flight, 0..accum-1 */
+  double clip;         /* the norm limit; 0: no clipping */
+  int ls_kind;         /* DPM_LOSS_SCALE_* (common/spec.h) */
+  double ls_scale;     /* the loss scale now (1: none) */
+  uint64_t ls_good;    /* dynamic: clean updates since the scale last changed */
+  uint64_t ls_run;     /* skipped updates in a row */
+  uint64_t ls_skipped; /* skipped updates, all told (not checkpointed) */
+  uint32_t ls_growth_interval, ls_max_skipped;
+  float seed_base; /* the loss gradients' seed without the loss scale */
+  int seed_op[8];  /* plan.step indices of the loss gradients' seeds */
+  int n_seed_ops;
   dpm_ctx eval_ctx; /* the eval net's context on the master: its own scratch, so a
                        step's graph never names a scratch an eval moved */
 };
@@ -142,6 +176,29 @@ dpm_status trainer_broadcast(dpm_trainer *t, const char *const *names, int n,
 dpm_status trainer_shard_prefix(const dpm_trainer *t, dpm_err *err);
 /* trainer.c: a scalar (loss, accuracy, learning rate) read back from a device. */
 double trainer_scalar(const dpm_blob *b);
+/* update.c: reads the spec's accumulation, clipping and loss scale into t
+ * (before the plan is built: t->gathered shapes it), refusing what cannot
+ * run them; DPM_SPEC naming the spec's line. */
+dpm_status trainer_update_setup(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err);
+/* update.c: once the plan is built, with a loss scale: finds the loss
+ * gradients' seeds (at most 8 losses) and sets them to seed_base x the
+ * loss scale. */
+dpm_status trainer_update_plan(dpm_trainer *t, dpm_err *err);
+/* update.c: the seeds set to seed_base x t->ls_scale (after a load). */
+void trainer_update_seeds(dpm_trainer *t);
+/* update.c: replica r's gradient views and accumulation buffer (once its
+ * step is bound); freed by trainer_update_fini. */
+dpm_status trainer_update_replica(dpm_trainer *t, replica *r, dpm_err *err);
+void trainer_update_fini(replica *r);
+/* update.c, on r's worker: one micro-batch of a gathered step; the
+ * update's last reduces, unscales, checks, clips and (unless a gradient is
+ * not finite with a loss scale on) updates. */
+void trainer_gathered_step(dpm_trainer *t, replica *r);
+/* update.c, driving thread, after an update's last micro-batch: the loss
+ * scale's bookkeeping (backoff, growth, the seeds), and DPM_NUMERIC once
+ * max_skipped updates in a row were skipped. */
+dpm_status trainer_update_after(dpm_trainer *t, dpm_err *err);
+
 /* trainer.c: the eval reader's config (setup.c checks the eval files
  * with it; the first eval makes the reader). */
 dpm_reader_config trainer_eval_config(const dpm_trainer *t);

@@ -221,6 +221,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   if (!s) dpm_step_graph_init(&r->graph, r->dev, &t->plan.step, t->graphs);
   if (!s && trainer_reduces(t)) s = grad_arena(r, &t->plan, err);
   if (!s) s = dpm_bmuf_replica(&t->bm, &r->ws, r->rank == 0, &r->bmuf_host, err);
+  if (!s) s = trainer_update_replica(t, r, err);
   if (s) return s;
   r->data = dpm_ws_find(&r->ws, m->data);
   if (!(r->input = dpm_alloc(dpm_shape_bytes(&r->data->t.shape)))) return dpm_nomem(err);
@@ -283,6 +284,13 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
                         &dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape)));
   add_bytes(&per, aligned(dpm_shape_bytes(&dpm_shapes_get(&m->shapes, m->data)->shape)));
   add_bytes(&per, t->bm.state_bytes); /* parallel.mode bmuf: the block state */
+  /* accumulation, clipping, a loss scale: the gradients' host copy, and with
+     accumulation the sum of an update's earlier micro-batches' gradients
+     (train/update.c) */
+  for (int i = 0; t->gathered && i < t->plan.n_grads; i++)
+    add_bytes(&per,
+              (t->accum > 1 ? 2 : 1) *
+                  dpm_shape_bytes(&dpm_shapes_get(&m->shapes, t->plan.grads[i])->shape));
   mem->tensors_unshared =
       __builtin_mul_overflow(per, (uint64_t)devices, &b) ? UINT64_MAX : b;
   /* shared blobs (all counted above) take their arena instead */
@@ -556,9 +564,13 @@ static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err
   int batch =
       par && par->device_batch ? (int)par->device_batch : (int)spec->input->batch_size;
   int64_t chw[3];
-  dpm_status s = input_shape(t->opt.fs, spec->input, chw, err);
+  dpm_status s = trainer_update_setup(t, spec, err);
+  if (t->gathered) t->graphs = 0; /* host work between the step's ranges (update.c) */
+  if (!s) s = input_shape(t->opt.fs, spec->input, chw, err);
+  /* accumulation: each micro-batch's loss gradient carries 1/K */
   if (!s)
-    s = dpm_model_build(spec, chw, batch, loss_scale(devices, t->shards), &t->model, err);
+    s = dpm_model_build(spec, chw, batch,
+                        loss_scale(devices, t->shards) / (float)t->accum, &t->model, err);
   /* SpatialBN's statistics over every replica of the job (parallel/sync_bn.h) */
   if (!s && par && par->combine_spatial_bn && trainer_ranks(t) > 1)
     s = dpm_sync_bn(&t->model, err);
@@ -569,7 +581,8 @@ static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err
     s = dpm_plan_build(
         &t->model, bmuf ? 1 : trainer_ranks(t), !bmuf && trainer_reduces(t), type,
         par ? par->bucket_bytes : 4 << 20, par ? par->broadcast_computed_params : 1,
-        replicas_backend(t), &t->plan, err);
+        t->gathered, replicas_backend(t), &t->plan, err);
+  if (!s) s = trainer_update_plan(t, err);
   if (!s)
     s = dpm_bmuf_init(&t->bm, par, &t->model, trainer_ranks(t),
                       par ? par->broadcast_computed_params : 1, &t->plan, err);

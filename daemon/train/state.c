@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/spec.h"
 #include "io/checkpoint.h"
 
 /* ---- sync and checkpoints ------------------------------------------------ */
@@ -51,16 +52,40 @@ static char *replica_name(int d, const char *name) {
   return s;
 }
 
+/* With a loss scale (precision.loss_scale), a checkpoint also holds the
+ * scaler as LOSS_SCALER, a counter of 3 i64: the scale's IEEE-754 double
+ * bits, the clean updates since it last changed, and the skipped updates
+ * in a row: resume is exact. */
+#define LOSS_SCALER "precision/loss_scaler"
+static int scaler_entries(const dpm_trainer *t) {
+  return t->ls_kind != DPM_LOSS_SCALE_NONE;
+}
+
+static void scaler_words(const dpm_trainer *t, uint64_t w[3]) {
+  memcpy(&w[0], &t->ls_scale, sizeof w[0]);
+  w[1] = t->ls_good;
+  w[2] = t->ls_run;
+}
+
+static void scaler_set(dpm_trainer *t, const uint64_t w[3]) {
+  memcpy(&t->ls_scale, &w[0], sizeof t->ls_scale);
+  t->ls_good = w[1];
+  t->ls_run = w[2];
+  trainer_update_seeds(t);
+}
+
+static const dpm_shape scaler_shape = {.dtype = DPM_I64, .ndim = 1, .d = {3}};
+
 dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *path,
                                   dpm_err *err) {
   const dpm_plan *p = &t->plan;
-  int n = p->n_synced + replica_entries(t);
+  int n = p->n_synced + replica_entries(t) + scaler_entries(t);
   dpm_ckpt_entry *e = calloc((size_t)n + 1, sizeof *e);
   dpm_tensor *staged = calloc((size_t)n + 1, sizeof *staged);
   char **names = calloc((size_t)n + 1, sizeof *names); /* replica_D/NAME, owned */
   dpm_status s = e && staged && names ? DPM_OK : dpm_nomem(err);
   trainer_claim(t);
-  for (int i = 0; !s && i < n; i++) {
+  for (int i = 0; !s && i < n - scaler_entries(t); i++) {
     int d = i < p->n_synced ? 0 : 1 + (i - p->n_synced) / t->bm.n_local;
     const char *name = d ? t->bm.local[(i - p->n_synced) % t->bm.n_local] : p->synced[i];
     dpm_blob *b = dpm_ws_find(&t->r[d].ws, name);
@@ -70,6 +95,17 @@ dpm_status dpm_trainer_checkpoint(dpm_trainer *t, const dpm_fs *fs, const char *
     e[i] = (dpm_ckpt_entry){.name = d ? names[i] : b->name, .kind = b->kind, .t = h};
   }
   trainer_release(t);
+  if (!s && scaler_entries(t)) { /* the last entry */
+    dpm_tensor *h = &staged[n - 1];
+    if (dpm_tensor_resize(h, &scaler_shape)) {
+      s = dpm_nomem(err);
+    } else {
+      uint64_t w[3];
+      scaler_words(t, w);
+      dpm_tensor_write(h, w, sizeof w);
+      e[n - 1] = (dpm_ckpt_entry){.name = LOSS_SCALER, .kind = DPM_BLOB_COUNTER, .t = h};
+    }
+  }
   if (s) goto out;
   dpm_reader_pos pos = dpm_reader_position(t->reader);
   dpm_ckpt_meta meta = {.spec_hash = t->spec_hash,
@@ -113,9 +149,16 @@ static dpm_status fits(const dpm_trainer *t, const dpm_ckpt *c, const char *path
                     "parameters and optimizer state; it was written on %u devices, this "
                     "model has %d",
                     path, c->meta.devices, t->n);
-  if (c->n != t->plan.n_synced + replica_entries(t))
+  if (c->n != t->plan.n_synced + replica_entries(t) + scaler_entries(t))
     return dpm_errf(err, DPM_SHAPE, "%s: holds %d blobs, the model has %d", path, c->n,
-                    t->plan.n_synced + replica_entries(t));
+                    t->plan.n_synced + replica_entries(t) + scaler_entries(t));
+  if (scaler_entries(t)) {
+    dpm_blob_kind kind;
+    const dpm_tensor *x = dpm_ckpt_find(c, LOSS_SCALER, &kind);
+    if (!x || kind != DPM_BLOB_COUNTER || !dpm_shape_equal(&x->shape, &scaler_shape))
+      return dpm_errf(err, DPM_SHAPE, "%s: no loss scaler ('%s', i64 [3])", path,
+                      LOSS_SCALER);
+  }
   for (int i = 0; i < replica_entries(t); i++) {
     int d = 1 + i / t->bm.n_local;
     const dpm_blob *b = dpm_ws_find(&t->r[d].ws, t->bm.local[i % t->bm.n_local]);
@@ -214,6 +257,9 @@ static dpm_status fleet_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
       m->word[LOAD_ITER] = c.meta.iter;
       m->word[LOAD_EPOCH] = c.meta.reader_epoch;
       m->word[LOAD_INDEX] = c.meta.reader_index;
+      if (scaler_entries(t))
+        dpm_tensor_read(dpm_ckpt_find(&c, LOSS_SCALER, NULL), &m->word[LOAD_SCALER],
+                        3 * sizeof(uint64_t));
     }
   }
   dpm_status s = trainer_dispatch(t, JOB_META, err);
@@ -236,6 +282,7 @@ static dpm_status fleet_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
     }
     if (!s) {
       t->iter = got->word[LOAD_ITER];
+      if (scaler_entries(t)) scaler_set(t, &got->word[LOAD_SCALER]);
       s = dpm_trainer_sync(t, err);
     }
     /* bmuf: shard 0's replicas take their own state; the other shards' the
@@ -254,6 +301,11 @@ dpm_status dpm_trainer_load(dpm_trainer *t, const dpm_fs *fs, const char *path,
   if (s) return s;
   write_master(t, &c);
   t->iter = c.meta.iter;
+  if (scaler_entries(t)) {
+    uint64_t w[3];
+    dpm_tensor_read(dpm_ckpt_find(&c, LOSS_SCALER, NULL), w, sizeof w);
+    scaler_set(t, w);
+  }
   s = dpm_trainer_sync(t, err);
   if (!s) s = write_replicas(t, &c, err);
   dpm_ckpt_fini(&c);

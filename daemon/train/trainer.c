@@ -13,6 +13,7 @@
 #include "common/err.h"
 #include "common/escape.h"
 #include "common/idx.h"
+#include "common/spec.h"
 #include "engine/rng.h"
 #include "predictor/onnx_export.h"
 #include "predictor/predictor_extract.h"
@@ -88,6 +89,10 @@ static void load_input(dpm_trainer *t, replica *r, const uint8_t *const *rows,
  * for them at the reduction. */
 static void run_step(dpm_trainer *t, replica *r) {
   const dpm_plan *p = &t->plan;
+  if (t->gathered) { /* accumulation, clipping, a loss scale (train/update.c) */
+    trainer_gathered_step(t, r);
+    return;
+  }
   if (!t->share) {
     dpm_exec_run(&r->step);
     return;
@@ -260,6 +265,7 @@ static void feed(dpm_trainer *t, const dpm_batch *b, const dpm_batch *ahead,
     }
     uint64_t s = t->seed ^ 0x5eedull;
     s = dpm_splitmix64(&s) ^ t->iter;
+    if (t->accum > 1) s = dpm_splitmix64(&s) ^ (uint64_t)t->micro; /* its micro-batch */
     s = dpm_splitmix64(&s) ^ (uint64_t)(t->shard * t->n + d);
     dpm_rng_seed(r->ctx.rng, s);
   }
@@ -272,18 +278,32 @@ double trainer_scalar(const dpm_blob *b) {
   return v;
 }
 
-static void stats(dpm_trainer *t, dpm_step_stats *st) {
-  double loss = 0, acc = 0;
+/* The losses summed and the accuracies of the replicas' last step, into
+ * loss[0] and loss[1] (added to them). */
+static void add_losses(dpm_trainer *t, double loss[2]) {
   trainer_claim(t); /* the reads queue copies on the devices */
   for (int d = 0; d < t->n; d++) {
-    for (int l = 0; l < t->model.n_losses; l++) loss += trainer_scalar(t->r[d].losses[l]);
-    if (t->r[d].accuracy) acc += trainer_scalar(t->r[d].accuracy);
+    for (int l = 0; l < t->model.n_losses; l++)
+      loss[0] += trainer_scalar(t->r[d].losses[l]);
+    if (t->r[d].accuracy) loss[1] += trainer_scalar(t->r[d].accuracy);
   }
+  trainer_release(t);
+}
+
+/* The last update's figures; sum: the loss and accuracy of its micro-batches
+ * before the last (update.accumulate_steps; else zeros), averaged in. */
+static void stats(dpm_trainer *t, dpm_step_stats *st, double sum[2]) {
+  add_losses(t, sum);
+  trainer_claim(t);
   st->lr = trainer_scalar(t->r[0].lr);
   trainer_release(t);
   st->iter = t->iter;
-  st->loss = loss / t->n;
-  st->accuracy = t->r[0].accuracy ? acc / t->n : NAN;
+  st->loss = sum[0] / ((double)t->n * t->accum);
+  st->accuracy = t->r[0].accuracy ? sum[1] / ((double)t->n * t->accum) : NAN;
+  st->grad_norm = t->gathered ? t->r[0].norm : NAN;
+  st->loss_scale = t->ls_scale;
+  st->skipped = t->gathered && t->ls_kind != DPM_LOSS_SCALE_NONE && t->r[0].nonfinite;
+  st->skipped_total = t->ls_skipped;
 }
 
 /* Steps in a grant: about GRANT_MS at a pace of step_ms, 1..GRANT_MAX,
@@ -349,22 +369,31 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       }
       t->granted = granted;
     }
-    double t0 = dpm_mono_ns() / 1e6;
-    const dpm_batch *b;
-    if (dpm_reader_next(t->reader, &b, err)) return err->code;
-    if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = dpm_mono_ns() / 1e6 - t0;
-    const dpm_batch *ahead = NULL; /* on devices: the next step's, uploaded by this one */
-    if (t->pipeline && i + 1 < n && dpm_reader_peek(t->reader, &ahead, err))
-      return err->code;
-    feed(t, b, ahead, preloaded);
+    double t0 = dpm_mono_ns() / 1e6, sum[2] = {0, 0};
     uint64_t comm0 = t->r[0].ctx.comm_ns;
-    if (trainer_dispatch(t, JOB_STEP, err)) return err->code;
-    preloaded = ahead != NULL;
+    /* an update: accum micro-batches (train/update.c), the last reduces and
+       updates; nothing stops between them */
+    for (t->micro = 0; t->micro < t->accum; t->micro++) {
+      const dpm_batch *b;
+      if (dpm_reader_next(t->reader, &b, err)) return err->code;
+      if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = dpm_mono_ns() / 1e6 - t0;
+      /* on devices: the next step's, uploaded by this one */
+      const dpm_batch *ahead = NULL;
+      if (t->pipeline && t->accum == 1 && i + 1 < n &&
+          dpm_reader_peek(t->reader, &ahead, err))
+        return err->code;
+      feed(t, b, ahead, preloaded);
+      if (trainer_dispatch(t, JOB_STEP, err)) return err->code;
+      preloaded = ahead != NULL;
+      if (t->micro + 1 < t->accum) add_losses(t, sum);
+    }
+    t->micro = 0;
     t->iter++;
+    if (t->gathered && trainer_update_after(t, err)) return err->code;
     /* bmuf: the block update follows a block's last step, in the same call */
     if (t->bm.on && t->iter % (uint64_t)t->bm.local_steps == 0 && bmuf_block(t, err))
       return err->code;
-    stats(t, &st);
+    stats(t, &st, sum);
     st.steps_done = i + 1;
     st.step_ms = dpm_mono_ns() / 1e6 - t0;
     if (!t->stepped) {
@@ -513,9 +542,11 @@ const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t) {
   return &t->memory;
 }
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
-  return dpm_reader_size(t->reader) / ((int64_t)t->model.batch * t->n * t->shards);
+  return dpm_reader_size(t->reader) /
+         ((int64_t)t->model.batch * t->n * t->shards * t->accum);
 }
 int dpm_trainer_batch(const dpm_trainer *t) { return t->model.batch; }
+int dpm_trainer_accumulate_steps(const dpm_trainer *t) { return t->accum; }
 uint64_t dpm_trainer_iter(const dpm_trainer *t) { return t->iter; }
 const dpm_model *dpm_trainer_model(const dpm_trainer *t) { return &t->model; }
 const dpm_plan *dpm_trainer_plan(const dpm_trainer *t) { return &t->plan; }
@@ -541,6 +572,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     dpm_free(r->bmuf_host);
     dpm_ctx_fini(&r->ctx);
     free(r->losses);
+    trainer_update_fini(r);
   }
   dpm_ctx_fini(&t->eval_ctx);
   trainer_release(t);

@@ -83,9 +83,9 @@ typedef struct dpm_step_stats {
   uint64_t iter;   /* completed steps */
   int steps_done;  /* steps run by this call (fewer if interrupted) */
   double loss;     /* of the last step: the losses summed, averaged over this
-                      shard's replicas */
-  double accuracy; /* of the last step's global batch (this shard's part of it);
-                      NaN without Accuracy */
+                      shard's replicas (and an update's micro-batches) */
+  double accuracy; /* of the last step's global batch (this shard's part of it;
+                      an update's micro-batches); NaN without Accuracy */
   double lr;       /* learning rate used by the last step */
   double step_ms;  /* wall time of the last step */
   double comm_ms;  /* of it, the master replica's time in collectives: waiting for
@@ -93,6 +93,15 @@ typedef struct dpm_step_stats {
   int stopped;     /* a job of several shards: the job's rank 0 stopped it before
                       this shard's next step, with this reason (dpm_trainer_stop);
                       0: not stopped */
+  /* With update.accumulate_steps, clip_grad_norm or a loss scale (else NaN,
+   * 1, 0, 0): the last update's gradients' global L2 norm (reduced,
+   * unscaled, before clipping), the loss scale for the next update, whether
+   * the last update was skipped (a gradient not finite under a loss scale)
+   * and how many were, all told, by this trainer. */
+  double grad_norm;
+  double loss_scale;
+  int skipped;
+  uint64_t skipped_total;
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {
@@ -144,6 +153,12 @@ typedef struct dpm_trainer_options {
    * local group on one cpu or fenced device. Results are those of one
    * replica without it. */
   int force_comm;
+  /* Tests of the loss scale (train/update.c): on updates test_inf_first ..
+   * test_inf_first + test_inf_count - 1 (1-based; 0: never), replica
+   * test_inf_rank's first gradient value becomes +inf before the
+   * reduction. */
+  uint64_t test_inf_first, test_inf_count;
+  int test_inf_rank;
   /* called on the driving thread every progress_every steps (0: never) */
   void (*progress)(void *arg, const dpm_step_stats *st);
   void *progress_arg;
@@ -182,7 +197,9 @@ dpm_status dpm_trainer_create_checked(const struct dpm_checked_spec *cs,
  * validate phase. */
 dpm_status dpm_trainer_create(const Dpm__ModelSpec *spec, const dpm_trainer_options *opt,
                               dpm_trainer **out, dpm_err *err);
-/* Run up to n steps (fewer if interrupted); *last describes the last one. */
+/* Run up to n steps (fewer if interrupted); *last describes the last one.
+ * A step is one update: with update.accumulate_steps K, K micro-batches,
+ * and an interrupt takes effect between updates, never inside one. */
 dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err *err);
 /* Ask a running dpm_trainer_step to return after the step in flight. Safe
  * from any thread (and from a signal handler). In a job of several shards
@@ -289,9 +306,11 @@ enum {
 extern const char *const dpm_trainer_phase_names[DPM_TRAINER_PHASES];
 const double *dpm_trainer_phases(const dpm_trainer *t);
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t);
-/* Steps in one epoch of the training data; examples per device per step. */
+/* Steps (updates) in one epoch of the training data; examples per device
+ * per micro-batch; micro-batches per update (update.accumulate_steps). */
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t);
 int dpm_trainer_batch(const dpm_trainer *t);
+int dpm_trainer_accumulate_steps(const dpm_trainer *t);
 uint64_t dpm_trainer_iter(const dpm_trainer *t);
 const dpm_model *dpm_trainer_model(const dpm_trainer *t);
 const dpm_plan *dpm_trainer_plan(const dpm_trainer *t);

@@ -79,6 +79,8 @@ typedef struct {
   int chunk;         /* STEP_CHUNKS */
   dpm_step_stats st; /* STEP, STEP_STOP: the last step's */
   const char *path;  /* LOAD: this shard's path (NULL: none) */
+  uint64_t inf_at;   /* CREATE: the update whose gradient the master makes inf
+                        (dpm_trainer_options.test_inf_first; 0: none) */
   dpm_trainer *t;    /* made by CREATE */
   dpm_status status;
   dpm_err err;
@@ -104,6 +106,8 @@ static void *run_phase(void *arg) {
     opt.fleet.num_shards = r->shards;
     opt.fleet.rendezvous.store = store_url();
     opt.fleet.rendezvous.prefix = r->prefix;
+    opt.test_inf_first = r->inf_at;
+    opt.test_inf_count = 1;
     r->status = dpm_trainer_create(r->spec, &opt, &r->t, &r->err);
   } else if (r->what == STEP_CHUNKS) {
     memset(&r->st, 0, sizeof r->st);
@@ -268,6 +272,68 @@ static void like_one_process_on(dpm_device_kind kind, const char *forward,
 static void like_one_process(const char *forward, const char *net_type, int shards,
                              int devices, int steps, double tol) {
   like_one_process_on(DPM_DEVICE_CPU, forward, net_type, shards, devices, steps, tol);
+}
+
+/* Accumulation, clipping and a dynamic loss scale over 2 shards (Gloo):
+ * an inf in shard 1's gradients before the reduction skips the same
+ * update on both shards; every replica stays identical, and the job ends
+ * bitwise where one process of 2 replicas with the inf on replica 1
+ * does. */
+TEST(fleet_two_shards_accumulate_clip_loss_scale) {
+  char yaml[2048];
+  snprintf(yaml, sizeof yaml,
+           "name: t\n"
+           "input: {reader: synthetic, batch_size: 4, num_examples: 512,"
+           " shape: [1, 28, 28], num_classes: 10, scale: 0.0039, seed: 5}\n"
+           "forward:\n%s"
+           "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+           "losses: [loss]\n"
+           "update: {optimizer: momentum_sgd, momentum: 0.9, lr: {base: 0.05},"
+           " accumulate_steps: 2, clip_grad_norm: 0.5}\n"
+           "precision: {loss_scale: dynamic, growth_interval: 2}\n",
+           MLP_FORWARD);
+  Dpm__ModelSpec *spec = NULL;
+  dpm_err err = {0};
+  CHECK_INT(dpm_spec_parse(yaml, strlen(yaml), "t.yaml", &spec, &err), DPM_OK);
+  dpm_trainer_options o = {.devices = 2,
+                           .net_type = -1,
+                           .comm_timeout_ms = 20000,
+                           .test_inf_first = 2,
+                           .test_inf_count = 1,
+                           .test_inf_rank = 1};
+  dpm_trainer *one = NULL;
+  dpm_step_stats st;
+  CHECK(!dpm_trainer_create(spec, &o, &one, &err) &&
+        !dpm_trainer_step(one, 5, &st, &err));
+  shard_run runs[2]; /* as make_job's, with shard 1's inf */
+  for (int i = 0; i < 2; i++) {
+    runs[i] = (shard_run){.spec = spec,
+                          .shard = i,
+                          .shards = 2,
+                          .devices = 1,
+                          .net_type = -1,
+                          .kind = DPM_DEVICE_CPU,
+                          .inf_at = i == 1 ? 2 : 0};
+    snprintf(runs[i].prefix, sizeof runs[i].prefix, "unit-%d/gathered", (int)getpid());
+  }
+  CHECK(run_all(runs, 2, CREATE) && all_ok(runs, 2));
+  for (int i = 0; i < 2; i++) runs[i].steps = 5;
+  CHECK(run_all(runs, 2, STEP) && all_ok(runs, 2));
+  CHECK(job_identical(runs, 2));
+  for (int i = 0; i < 2; i++) {
+    CHECK_INT(runs[i].st.skipped_total, 1);
+    /* 2^16, halved at 2, doubled after 3-4 */
+    CHECK(runs[i].st.loss_scale == 65536 && runs[i].st.grad_norm > 0);
+  }
+  CHECK_INT(st.skipped_total, 1);
+  double rel = state_diff(one, runs[0].t, 0, 1);
+  printf(
+      "    2 shards x 1 replica vs 1 x 2, accumulation + clipping + loss scale: %.2g\n",
+      rel);
+  CHECK(rel == 0);
+  destroy_job(runs, 2);
+  dpm_trainer_destroy(one);
+  dpm_spec_free(spec);
 }
 
 TEST(fleet_two_shards_train_like_two_replicas_simple) {

@@ -223,7 +223,7 @@ static int plan_shares_on(const dpm_backend *be, const char *forward, int device
   int64_t chw[3] = {1, 28, 28};
   int ok = spec && !dpm_model_build(spec, chw, 8, 1.0f, &m, &err);
   if (ok && !(ok = !dpm_plan_build(&m, devices, devices > 1, !strcmp(net_type, "dag"),
-                                   1 << 20, 1, be, &p, &err)))
+                                   1 << 20, 1, 0, be, &p, &err)))
     dpm_model_fini(&m);
   if (!ok) {
     printf("    %s\n", err.msg);

@@ -2,12 +2,14 @@
  * accessors and snapshot, the events it publishes, its failure, the
  * replies every job uses, taking a built trainer and the images/s window.
  * Calls no other file of daemon/server/models/. */
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/escape.h"
+#include "common/spec.h"
 #include "engine/workspace.h"
 #include "server/log.h"
 #include "server/models/internal.h"
@@ -55,6 +57,15 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
     info->step_ms = m->last.step_ms;
     info->has_images_per_s = 1;
     info->images_per_s = m->images_per_s;
+    info->has_grad_norm = !isnan(m->last.grad_norm);
+    info->grad_norm = m->last.grad_norm;
+    double scale;
+    if (m->spec->precision && dpm_spec_loss_scale(m->spec->precision->loss_scale,
+                                                  &scale) > DPM_LOSS_SCALE_NONE) {
+      info->has_loss_scale = info->has_skipped_steps = 1;
+      info->loss_scale = m->last.loss_scale;
+      info->skipped_steps = m->last.skipped_total;
+    }
   }
   if (m->error[0]) info->error = strcpy(buf->error, m->error);
   if (m->ckpt[0]) {
@@ -218,7 +229,8 @@ void model_take_trainer(dpmd_model *m, dpm_trainer *t) {
   m->memory_bytes = dpm_trainer_memory_of(t)->total;
   memcpy(m->trainer_ms, dpm_trainer_phases(t), sizeof m->trainer_ms);
   pthread_mutex_unlock(&m->mu);
-  m->global_batch = dpm_trainer_batch(t) * dpm_trainer_devices(t);
+  m->global_batch =
+      dpm_trainer_batch(t) * dpm_trainer_devices(t) * dpm_trainer_accumulate_steps(t);
 }
 
 /* What every trainer of the model is built with (the crew and a fleet's
