@@ -14,15 +14,12 @@
  *
  *   build/bench/gloo [--rounds N]   (N: rounds at 64 MiB; default 9; more
  *                                    at the smaller sizes) */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench.h"
+#include "bench/two_procs.h"
 #include "bench/gloo_bare.h"
 #include "comm/comm.h"
 
@@ -124,34 +121,5 @@ static int run(int proc, const char *dir, int rounds64) {
 }
 
 int main(int argc, char **argv) {
-  int rounds = 9;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--rounds") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
-      rounds = atoi(argv[++i]);
-    } else {
-      fprintf(stderr, "usage: %s [--rounds N]\n", argv[0]);
-      return 2;
-    }
-  }
-  char dir[] = "/tmp/dpm-bench-gloo-XXXXXX";
-  if (!mkdtemp(dir)) {
-    perror("gloo bench: mkdtemp");
-    return 1;
-  }
-  fflush(stdout);
-  pid_t child = fork();
-  if (child < 0) {
-    perror("gloo bench: fork");
-    return 1;
-  }
-  if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    _exit(run(1, dir, rounds));
-  }
-  int rc = run(0, dir, rounds), status = 0;
-  waitpid(child, &status, 0);
-  char cmd[64];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) fprintf(stderr, "gloo bench: could not remove %s\n", dir);
-  return rc || !WIFEXITED(status) || WEXITSTATUS(status);
+  return bench_two_procs("gloo", argc, argv, 9, run);
 }

@@ -12,15 +12,12 @@
  * not a test.
  *
  *   build/bench/gloo_wire [--rounds N]   (N: rounds per size; default 21) */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "bench.h"
+#include "bench/two_procs.h"
 #include "comm/comm.h"
 
 #define TIMEOUT_MS 60000
@@ -104,34 +101,5 @@ static int run(int proc, const char *dir, int rounds) {
 }
 
 int main(int argc, char **argv) {
-  int rounds = 21;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--rounds") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
-      rounds = atoi(argv[++i]);
-    } else {
-      fprintf(stderr, "usage: %s [--rounds N]\n", argv[0]);
-      return 2;
-    }
-  }
-  char dir[] = "/tmp/dpm-bench-wire-XXXXXX";
-  if (!mkdtemp(dir)) {
-    perror("gloo_wire bench: mkdtemp");
-    return 1;
-  }
-  fflush(stdout);
-  pid_t child = fork();
-  if (child < 0) {
-    perror("gloo_wire bench: fork");
-    return 1;
-  }
-  if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    _exit(run(1, dir, rounds));
-  }
-  int rc = run(0, dir, rounds), status = 0;
-  waitpid(child, &status, 0);
-  char cmd[64];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  if (system(cmd)) fprintf(stderr, "gloo_wire bench: could not remove %s\n", dir);
-  return rc || !WIFEXITED(status) || WEXITSTATUS(status);
+  return bench_two_procs("gloo_wire", argc, argv, 21, run);
 }
