@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "bench.h"
-#include "bench/two_procs.h"
 #include "bench/gloo_bare.h"
+#include "bench/two_procs.h"
 #include "comm/comm.h"
 
 #define TIMEOUT_MS 60000
@@ -120,6 +120,4 @@ static int run(int proc, const char *dir, int rounds64) {
   return fail;
 }
 
-int main(int argc, char **argv) {
-  return bench_two_procs("gloo", argc, argv, 9, run);
-}
+int main(int argc, char **argv) { return bench_two_procs("gloo", argc, argv, 9, run); }

@@ -7,8 +7,8 @@
  *
  * Figures per size: median ms of each wire, the bytes each process sends
  * (fp32 ring: 2 (P-1)/P x 4 per element; bf16 at 2 processes: 2, the
- * allgather of gloo_shim.h), and fp32 / bf16 time; best times in brackets. Timing is process 0's, each
- * call started right after a barrier of its own group. Prints figures;
+ * allgather of gloo_shim.h), and fp32 / bf16 time; best times in brackets. Timing is
+ * process 0's, each call started right after a barrier of its own group. Prints figures;
  * not a test.
  *
  *   build/bench/gloo_wire [--rounds N]   (N: rounds per size; default 21) */
