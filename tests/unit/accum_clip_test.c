@@ -18,6 +18,17 @@
 #include "train/trainer.h"
 #include "trainer_fixture.h"
 
+/* A one-FC net on synthetic data, for the spec checks: the keys under test
+   follow it. */
+#define TINY_NET                                                                         \
+  "name: t\n"                                                                            \
+  "input: {reader: synthetic, batch_size: 4, num_examples: 64, shape: [1, 4, 5],"        \
+  " num_classes: 4}\n"                                                                   \
+  "forward:\n"                                                                           \
+  "  - {op: FC, in: [data], out: pred, dim_out: 4}\n"                                    \
+  "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"                 \
+  "losses: [loss]\n"
+
 /* FC 12 -> Relu -> FC 4 on synthetic 1x4x5 examples in order (no
  * shuffle), `opt` ("momentum_sgd, momentum: 0.9" ...) at lr 0.1;
  * `update_extra` goes into update, `precision` (if any) is the precision
@@ -335,17 +346,7 @@ TEST(accum_clip_loss_scale_spec_errors) {
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     char yaml[1024];
-    snprintf(
-        yaml, sizeof yaml,
-        "name: t\n"
-        "input: {reader: synthetic, batch_size: 4, num_examples: 64, shape: [1, 4, 5],"
-        " num_classes: 4}\n"
-        "forward:\n"
-        "  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
-        "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
-        "losses: [loss]\n"
-        "%s",
-        cases[c].yaml);
+    snprintf(yaml, sizeof yaml, TINY_NET "%s", cases[c].yaml);
     Dpm__ModelSpec *spec = NULL;
     dpm_err err = {0};
     CHECK_INT(dpm_spec_parse(yaml, strlen(yaml), "t.yaml", &spec, &err), DPM_SPEC);
@@ -415,15 +416,8 @@ TEST(accum_loss_scale_resume_exact) {
 TEST(accum_refused_where_it_cannot_run) {
   char yaml[1024];
   snprintf(yaml, sizeof yaml,
-           "name: t\n"
-           "input: {reader: synthetic, batch_size: 4, num_examples: 64, shape: [1, 4, 5],"
-           " num_classes: 4}\n"
-           "forward:\n"
-           "  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
-           "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
-           "losses: [loss]\n"
-           "update: {accumulate_steps: 2}\n"
-           "parallel: {mode: bmuf, bmuf: {local_steps: 2}}\n");
+           TINY_NET "update: {accumulate_steps: 2}\n"
+                    "parallel: {mode: bmuf, bmuf: {local_steps: 2}}\n");
   Dpm__ModelSpec *spec = NULL;
   dpm_err err = {0};
   CHECK_INT(dpm_spec_parse(yaml, strlen(yaml), "t.yaml", &spec, &err), DPM_OK);
