@@ -13,6 +13,7 @@
 
 #include "common/checked_spec.h"
 #include "common/device.h"
+#include "common/shards.h"
 #include "common/suggest.h"
 #include "common/validate.h"
 #include "common/workcount.h"
@@ -292,6 +293,27 @@ static dpm_status spec_read_uints(spec_ctx *c, const char *key, const dpm_ynode 
   return DPM_OK;
 }
 
+/* A list of numbers, each within r. */
+static dpm_status spec_read_nums(spec_ctx *c, const char *key, const dpm_ynode *v,
+                                 const spec_range *r, double **out, size_t *n) {
+  char got[80];
+  if (v->kind != DPM_YNODE_SEQ)
+    return spec_fail(c, v, "'%s' must be a list of numbers, got %s", key,
+                     spec_got(v, got, sizeof got));
+  double *a = calloc(v->n ? v->n : 1, sizeof *a);
+  if (!a) return spec_nomem(c);
+  for (size_t i = 0; i < v->n; i++) {
+    dpm_status st = spec_read_num(c, key, v->items[i], r, &a[i]);
+    if (st != DPM_OK) {
+      free(a);
+      return st;
+    }
+  }
+  *out = a;
+  *n = v->n;
+  return DPM_OK;
+}
+
 /* A new, initialised message of type d (free with free_unpacked). */
 static void *spec_new(const ProtobufCMessageDescriptor *d) {
   ProtobufCMessage *m = malloc(d->sizeof_message);
@@ -311,6 +333,7 @@ typedef enum {
   SF_STRS,   /* n_ + char ** */
   SF_U32S,   /* n_ + uint32_t *, each >= ilo */
   SF_U64S,   /* n_ + uint64_t *, each >= ilo */
+  SF_NUMS,   /* n_ + double *, each within range */
   SF_SUB,    /* message pointer, read with section sub */
   SF_CUSTOM, /* read by fn */
 } spec_kind;
@@ -376,6 +399,11 @@ struct spec_section {
   }
 #define F_UINTS(T, k, K, lo)                                                             \
   { .key = #k, .kind = K, .off = offsetof(T, k), .aux = offsetof(T, n_##k), .ilo = lo }
+#define F_NUMS(T, k, ...)                                                                \
+  {                                                                                      \
+    .key = #k, .kind = SF_NUMS, .off = offsetof(T, k), .aux = offsetof(T, n_##k),        \
+    .range = __VA_ARGS__                                                                 \
+  }
 #define F_SUB(T, k, s)                                                                   \
   { .key = #k, .kind = SF_SUB, .off = offsetof(T, k), .sub = &s }
 #define F_FN(T, k, f, ...)                                                               \
@@ -426,6 +454,9 @@ static dpm_status spec_read_field(spec_ctx *c, const spec_field *f, const dpm_yn
     return spec_read_uints(
         c, f->key, v, f->ilo, f->kind == SF_U32S ? UINT32_MAX : UINT64_MAX,
         f->kind == SF_U64S, AT(msg, f->off, void *), AT(msg, f->aux, size_t));
+  case SF_NUMS:
+    return spec_read_nums(c, f->key, v, &f->range, AT(msg, f->off, double *),
+                          AT(msg, f->aux, size_t));
   case SF_SUB: {
     void *sub = spec_new(f->sub->desc);
     if (!sub) return spec_nomem(c);
@@ -486,7 +517,115 @@ static dpm_status spec_read_section(spec_ctx *c, const spec_section *s, const ch
 static const spec_choice reader_choices[] = {
     {"idx", DPM__READER_KIND__READER_IDX},
     {"synthetic", DPM__READER_KIND__READER_SYNTHETIC},
+    {"tar", DPM__READER_KIND__READER_TAR},
+    {"lmdb", DPM__READER_KIND__READER_LMDB},
+    {"folder", DPM__READER_KIND__READER_FOLDER},
     {NULL, 0}};
+static const spec_choice bad_sample_choices[] = {
+    {"fail", DPM__BAD_SAMPLE__BAD_SAMPLE_FAIL},
+    {"skip", DPM__BAD_SAMPLE__BAD_SAMPLE_SKIP},
+    {NULL, 0}};
+
+/* shards: a list of file names, each of which may hold one brace range
+ * (common/shards.h), expanded here; at most DPM_SPEC_MAX_SHARD_FILES in all. */
+static dpm_status spec_read_shards(spec_ctx *c, const spec_field *f, const dpm_ynode *v,
+                                   void *msg) {
+  char **pat = NULL, ***names = AT(msg, f->off, char **);
+  size_t npat = 0, *n = AT(msg, f->aux, size_t);
+  dpm_status st = spec_read_strs(c, f->key, v, &pat, &npat);
+  for (size_t i = 0; st == DPM_OK && i < npat; i++) {
+    char **one = NULL;
+    size_t k = 0;
+    dpm_err e = {0};
+    if (dpm_shards_expand(pat[i], DPM_SPEC_MAX_SHARD_FILES - *n, &one, &k, &e)) {
+      st = spec_fail(c, v->kind == DPM_YNODE_SEQ ? v->items[i] : v, "'%s': %s", f->key,
+                     e.msg);
+      break;
+    }
+    char **grown = realloc(*names, (*n + k) * sizeof *grown);
+    if (!grown) {
+      spec_free_strs(one, k);
+      st = spec_nomem(c);
+      break;
+    }
+    memcpy(grown + *n, one, k * sizeof *one);
+    free(one);
+    *names = grown;
+    *n += k;
+  }
+  spec_free_strs(pat, npat);
+  return st;
+}
+
+/* What each image reader needs: tar its shards, lmdb and folder a path;
+ * and all three an image section with a crop. ev: the eval section's keys. */
+static dpm_status spec_check_image_source(spec_ctx *c, const dpm_ynode *map,
+                                          const char *section, int reader,
+                                          size_t n_shards, const char *path) {
+  if (reader == DPM__READER_KIND__READER_TAR && !n_shards)
+    return spec_fail(c, map, "missing key 'shards' in %s (reader tar)", section);
+  if ((reader == DPM__READER_KIND__READER_LMDB ||
+       reader == DPM__READER_KIND__READER_FOLDER) &&
+      !path)
+    return spec_fail(c, map, "missing key 'path' in %s (reader %s)", section,
+                     reader == DPM__READER_KIND__READER_LMDB ? "lmdb" : "folder");
+  return DPM_OK;
+}
+
+static int spec_image_reader(int reader) {
+  return reader == DPM__READER_KIND__READER_TAR || reader == DPM__READER_KIND__READER_LMDB ||
+         reader == DPM__READER_KIND__READER_FOLDER;
+}
+
+static dpm_status spec_check_image(spec_ctx *c, const dpm_ynode *map, void *msg) {
+  Dpm__ImageSpec *im = msg;
+  if (!im->has_crop) return spec_fail(c, map, "missing key 'crop' in input.image");
+  if (im->channels != 1 && im->channels != 3)
+    return spec_fail(c, dpm_ymap_get(map, "channels"),
+                     "'channels' must be 1 (gray) or 3 (RGB), got %u", im->channels);
+  if (im->area_min > im->area_max)
+    return spec_fail(c, dpm_ymap_get(map, "area_min"),
+                     "'area_min' %g is above area_max %g", im->area_min, im->area_max);
+  if (im->aspect_min > im->aspect_max)
+    return spec_fail(c, dpm_ymap_get(map, "aspect_min"),
+                     "'aspect_min' %g is above aspect_max %g", im->aspect_min,
+                     im->aspect_max);
+  if (im->has_resize && im->resize < im->crop)
+    return spec_fail(c, dpm_ymap_get(map, "resize"),
+                     "'resize' %u must be at least crop %u", im->resize, im->crop);
+  static const char *const keys[2] = {"mean", "std"};
+  size_t counts[2] = {im->n_mean, im->n_std};
+  for (int k = 0; k < 2; k++)
+    if (counts[k] && counts[k] != 1 && counts[k] != im->channels)
+      return spec_fail(c, dpm_ymap_get(map, keys[k]),
+                       "'%s' must hold 1 or channels (%u) numbers, got %zu", keys[k],
+                       im->channels, counts[k]);
+  return DPM_OK;
+}
+
+static const spec_field image_fields[] = {
+    F_U32(Dpm__ImageSpec, channels, 1),
+    F_U32(Dpm__ImageSpec, crop, 1),
+    F_U32(Dpm__ImageSpec, resize, 1),
+    F_BOOL(Dpm__ImageSpec, random_crop),
+    F_NUM(Dpm__ImageSpec, area_min, {0, 1, 1, 0}),
+    F_NUM(Dpm__ImageSpec, area_max, {0, 1, 1, 0}),
+    F_NUM(Dpm__ImageSpec, aspect_min, {0, INFINITY, 1, 0}),
+    F_NUM(Dpm__ImageSpec, aspect_max, {0, INFINITY, 1, 0}),
+    F_BOOL(Dpm__ImageSpec, mirror),
+    F_NUMS(Dpm__ImageSpec, mean, {-65536, 65536, 0, 0}),
+    F_NUMS(Dpm__ImageSpec, std, {0, 65536, 1, 0}),
+    F_U32(Dpm__ImageSpec, decode_threads, 1),
+    F_U64(Dpm__ImageSpec, max_pixels, 1),
+};
+static const spec_section image_section = {.path = "input.image",
+                                           .desc = &dpm__image_spec__descriptor,
+                                           .fields = image_fields,
+                                           .n_fields = ARRAY_LEN(image_fields),
+                                           .has_line_off =
+                                               offsetof(Dpm__ImageSpec, has_line),
+                                           .line_off = offsetof(Dpm__ImageSpec, line),
+                                           .check = spec_check_image};
 
 /* shard_id < num_shards, reported at shard_id (or num_shards) */
 static dpm_status spec_check_shards(spec_ctx *c, const dpm_ynode *map, uint32_t shard_id,
@@ -505,6 +644,13 @@ static dpm_status spec_check_input(spec_ctx *c, const dpm_ynode *map, void *msg)
       return spec_fail(c, map, "missing key 'images' in input (reader idx)");
     if (!in->labels)
       return spec_fail(c, map, "missing key 'labels' in input (reader idx)");
+  }
+  if (spec_image_reader(in->reader)) {
+    dpm_status st =
+        spec_check_image_source(c, map, "input", in->reader, in->n_shards, in->path);
+    if (st != DPM_OK) return st;
+    if (!in->image)
+      return spec_fail(c, map, "missing key 'image' in input (the crop, at least)");
   }
   const dpm_ynode *outs = dpm_ymap_get(map, "outputs");
   if (!outs) { /* default: [data, label] */
@@ -539,6 +685,10 @@ static const spec_field input_fields[] = {
     F_U32(Dpm__InputSpec, num_examples, 1),
     F_UINTS(Dpm__InputSpec, shape, SF_U32S, 1),
     F_U32(Dpm__InputSpec, num_classes, 1),
+    F_FN(Dpm__InputSpec, shards, spec_read_shards, .aux = offsetof(Dpm__InputSpec, n_shards)),
+    F_STR(Dpm__InputSpec, path),
+    F_SUB(Dpm__InputSpec, image, image_section),
+    F_ENUM(Dpm__InputSpec, on_bad_sample, bad_sample_choices),
 };
 static const spec_section input_section = {.path = "input",
                                            .desc = &dpm__input_spec__descriptor,
@@ -696,10 +846,26 @@ static const spec_section precision_section = {
 
 /* ---- eval -------------------------------------------------------------- */
 
+static dpm_status spec_check_eval(spec_ctx *c, const dpm_ynode *map, void *msg) {
+  Dpm__EvalSpec *ev = msg;
+  if (ev->reader == DPM__READER_KIND__READER_IDX) {
+    if (!ev->images) return spec_fail(c, map, "missing key 'images' in eval");
+    if (!ev->labels) return spec_fail(c, map, "missing key 'labels' in eval");
+    return DPM_OK;
+  }
+  if (!spec_image_reader(ev->reader))
+    return spec_fail(c, dpm_ymap_get(map, "reader"),
+                     "'reader' in eval must be idx, tar, lmdb or folder");
+  return spec_check_image_source(c, map, "eval", ev->reader, ev->n_shards, ev->path);
+}
+
 static const spec_field eval_fields[] = {
-    F_STR(Dpm__EvalSpec, images, .required = 1),
-    F_STR(Dpm__EvalSpec, labels, .required = 1),
+    F_STR(Dpm__EvalSpec, images),
+    F_STR(Dpm__EvalSpec, labels),
     F_U32(Dpm__EvalSpec, batch_size, 1),
+    F_ENUM(Dpm__EvalSpec, reader, reader_choices),
+    F_FN(Dpm__EvalSpec, shards, spec_read_shards, .aux = offsetof(Dpm__EvalSpec, n_shards)),
+    F_STR(Dpm__EvalSpec, path),
 };
 static const spec_section eval_section = {.path = "eval",
                                           .desc = &dpm__eval_spec__descriptor,
@@ -707,7 +873,8 @@ static const spec_section eval_section = {.path = "eval",
                                           .n_fields = ARRAY_LEN(eval_fields),
                                           .has_line_off =
                                               offsetof(Dpm__EvalSpec, has_line),
-                                          .line_off = offsetof(Dpm__EvalSpec, line)};
+                                          .line_off = offsetof(Dpm__EvalSpec, line),
+                                          .check = spec_check_eval};
 
 /* ---- parallel ---------------------------------------------------------- */
 
@@ -1117,6 +1284,8 @@ static const char *spec_custom_type(const spec_field *f) {
     return "iterations (1000) or seconds (600s); 0 turns it off";
   if (f->fn == spec_read_loss_scale)
     return "none (default), dynamic, or a positive number (a static scale)";
+  if (f->fn == spec_read_shards)
+    return "a list of files (or one); a name may hold one range {000000..000146}";
   return "see the text";
 }
 
@@ -1186,6 +1355,12 @@ static void spec_describe_section(const spec_section *s, dpm_spec_key_fn fn, voi
       snprintf(k.type, sizeof k.type, "a list of integers >= %llu",
                (unsigned long long)f->ilo);
       break;
+    case SF_NUMS: {
+      char r[64];
+      spec_range_text(&f->range, r, sizeof r);
+      snprintf(k.type, sizeof k.type, "a list of numbers, each a %s", r);
+      break;
+    }
     case SF_SUB:
       snprintf(k.type, sizeof k.type, "a mapping (see %s)", f->sub->path);
       if (n_subs < sizeof subs / sizeof *subs) subs[n_subs++] = f->sub;

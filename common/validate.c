@@ -85,13 +85,77 @@ static dpm_status path(vctx *c, const char *what, const char *p) {
   return DPM_OK;
 }
 
+static int image_reader(Dpm__ReaderKind k) {
+  return k == DPM__READER_KIND__READER_TAR || k == DPM__READER_KIND__READER_LMDB ||
+         k == DPM__READER_KIND__READER_FOLDER;
+}
+
+/* An image reader's files: tar its shards, lmdb and folder one path. */
+static dpm_status image_files(vctx *c, const char *sec, Dpm__ReaderKind k, char **shards,
+                              size_t n_shards, const char *p) {
+  char what[40];
+  if (k != DPM__READER_KIND__READER_TAR) {
+    snprintf(what, sizeof what, "%s.path", sec);
+    return path(c, what, p);
+  }
+  if (n_shards < 1 || n_shards > DPM_SPEC_MAX_SHARD_FILES)
+    return fail(c, "%s.shards must name 1..%d files, got %zu", sec,
+                DPM_SPEC_MAX_SHARD_FILES, n_shards);
+  snprintf(what, sizeof what, "%s.shards", sec);
+  for (size_t i = 0; i < n_shards; i++)
+    if (path(c, what, shards[i])) return c->err->code;
+  return DPM_OK;
+}
+
+static int finite_in(const double *v, size_t n, double lo, double hi) {
+  for (size_t i = 0; i < n; i++)
+    if (!(isfinite(v[i]) && v[i] >= lo && v[i] <= hi)) return 0;
+  return 1;
+}
+
+static dpm_status image(vctx *c, const Dpm__ImageSpec *im) {
+  if (!im) return fail(c, "input.image: missing (an image reader needs its crop)");
+  if (im->channels != 1 && im->channels != 3)
+    return fail(c, "input.image.channels must be 1 or 3, got %u", im->channels);
+  if (im->crop < 1 || im->crop > DPM_SPEC_MAX_CROP)
+    return fail(c, "input.image.crop must be 1..%d, got %u", DPM_SPEC_MAX_CROP, im->crop);
+  if (im->has_resize && (im->resize < im->crop || im->resize > DPM_SPEC_MAX_CROP))
+    return fail(c, "input.image.resize must be crop..%d, got %u", DPM_SPEC_MAX_CROP,
+                im->resize);
+  if (!(im->area_min > 0 && im->area_min <= im->area_max && im->area_max <= 1))
+    return fail(c, "input.image: need 0 < area_min <= area_max <= 1");
+  if (!(im->aspect_min > 0 && im->aspect_min <= im->aspect_max && isfinite(im->aspect_max)))
+    return fail(c, "input.image: need 0 < aspect_min <= aspect_max, finite");
+  if ((im->n_mean && im->n_mean != 1 && im->n_mean != im->channels) ||
+      (im->n_std && im->n_std != 1 && im->n_std != im->channels))
+    return fail(c, "input.image.mean and std must hold 1 or channels numbers");
+  if (!finite_in(im->mean, im->n_mean, -65536, 65536) ||
+      !finite_in(im->std, im->n_std, 1e-6, 65536))
+    return fail(c, "input.image: mean must be finite, std finite and > 0");
+  if (im->decode_threads < 1 || im->decode_threads > DPM_SPEC_MAX_DECODE_THREADS)
+    return fail(c, "input.image.decode_threads must be 1..%d, got %u",
+                DPM_SPEC_MAX_DECODE_THREADS, im->decode_threads);
+  if (im->max_pixels < 1 || im->max_pixels > DPM_SPEC_MAX_IMAGE_PIXELS)
+    return fail(c, "input.image.max_pixels must be 1..%llu",
+                (unsigned long long)DPM_SPEC_MAX_IMAGE_PIXELS);
+  return DPM_OK;
+}
+
 static dpm_status input(vctx *c, const Dpm__InputSpec *in, uint64_t devices) {
   if (!in) return fail(c, "no input section");
   if (!enum_ok(&dpm__reader_kind__descriptor, in->reader))
-    return fail(c, "input.reader: unknown reader %d (idx, synthetic)", (int)in->reader);
+    return fail(c, "input.reader: unknown reader %d (idx, synthetic, tar, lmdb, folder)",
+                (int)in->reader);
   if (in->reader == DPM__READER_KIND__READER_IDX &&
       (path(c, "input.images", in->images) || path(c, "input.labels", in->labels)))
     return c->err->code;
+  if (image_reader(in->reader) &&
+      (image_files(c, "input", in->reader, in->shards, in->n_shards, in->path) ||
+       image(c, in->image)))
+    return c->err->code;
+  if (!enum_ok(&dpm__bad_sample__descriptor, in->on_bad_sample))
+    return fail(c, "input.on_bad_sample: unknown value %d (fail, skip)",
+                (int)in->on_bad_sample);
   if (in->batch_size < 1 || in->batch_size > DPM_SPEC_MAX_BATCH)
     return fail(c, "input.batch_size must be 1..%u, got %u", DPM_SPEC_MAX_BATCH,
                 in->batch_size);
@@ -208,8 +272,15 @@ static dpm_status update(vctx *c, const Dpm__UpdateSpec *u) {
 }
 
 static dpm_status eval(vctx *c, const Dpm__EvalSpec *e) {
-  if (path(c, "eval.images", e->images) || path(c, "eval.labels", e->labels))
+  if (!enum_ok(&dpm__reader_kind__descriptor, e->reader) ||
+      e->reader == DPM__READER_KIND__READER_SYNTHETIC)
+    return fail(c, "eval.reader: must be idx, tar, lmdb or folder");
+  if (image_reader(e->reader)) {
+    if (image_files(c, "eval", e->reader, e->shards, e->n_shards, e->path))
+      return c->err->code;
+  } else if (path(c, "eval.images", e->images) || path(c, "eval.labels", e->labels)) {
     return c->err->code;
+  }
   if (e->batch_size < 1 || e->batch_size > DPM_SPEC_MAX_BATCH)
     return fail(c, "eval.batch_size must be 1..%u, got %u", DPM_SPEC_MAX_BATCH,
                 e->batch_size);
@@ -385,6 +456,8 @@ dpm_status dpm_spec_validate_devices(const Dpm__ModelSpec *spec, dpm_device *dev
   if (spec->eval) {
     at(&c, spec, spec->eval->has_line, spec->eval->line);
     if (eval(&c, spec->eval)) return err->code;
+    if (image_reader(spec->eval->reader) && !(spec->input && spec->input->image))
+      return fail(&c, "eval.reader: an image reader takes its crop from input.image");
   }
   at(&c, spec, 0, 0);
   if (spec->parallel && parallel(&c, spec->parallel, devs, given)) return err->code;

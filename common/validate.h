@@ -31,6 +31,10 @@
 #define DPM_SPEC_MAX_CLASSES (1u << 24) /* num_classes */
 #define DPM_SPEC_MAX_SHARDS 256         /* parallel.shards: daemons of a job */
 #define DPM_SPEC_MAX_TIMEOUT_MS 3600000 /* parallel.rendezvous.timeout_ms */
+#define DPM_SPEC_MAX_SHARD_FILES 100000 /* input.shards, eval.shards (expanded) */
+#define DPM_SPEC_MAX_CROP 4096          /* input.image.crop and resize */
+#define DPM_SPEC_MAX_DECODE_THREADS 64  /* input.image.decode_threads */
+#define DPM_SPEC_MAX_IMAGE_PIXELS (1ull << 30) /* input.image.max_pixels */
 /* input.scale: finite, > 0 (a predictor's input_scale must be) and at most
  * 256: a pixel byte (0..255) times it stays under 2^16, so the squares BN
  * and the losses take of inputs stay under 2^32 and their sums over any

@@ -73,6 +73,7 @@ void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
   if (m->has_grad_norm) dpm_json_num(j, "grad_norm", m->grad_norm);
   if (m->has_loss_scale) dpm_json_num(j, "loss_scale", m->loss_scale);
   if (m->has_skipped_steps) dpm_json_uint(j, "skipped_steps", m->skipped_steps);
+  if (m->has_skipped_samples) dpm_json_uint(j, "skipped_samples", m->skipped_samples);
   if (m->error) dpm_json_str(j, "error", m->error);
   if (m->checkpoint) dpm_json_str(j, "checkpoint", m->checkpoint);
   if (m->has_checkpoint_iter) dpm_json_uint(j, "checkpoint_iter", m->checkpoint_iter);
@@ -616,6 +617,7 @@ void ctl_print_event(const ctl_ctx *ctx, const Dpm__Event *ev) {
     if (m->has_grad_norm) dpm_json_num(&j, "grad_norm", m->grad_norm);
     if (m->has_loss_scale) dpm_json_num(&j, "loss_scale", m->loss_scale);
     if (m->has_skipped_steps) dpm_json_uint(&j, "skipped_steps", m->skipped_steps);
+    if (m->has_skipped_samples) dpm_json_uint(&j, "skipped_samples", m->skipped_samples);
     if (ev->message)
       dpm_json_str(&j, "message", ev->message);
     else if (m->error && ev->kind == DPM__EVENT_KIND__EVENT_ERROR)

@@ -114,11 +114,40 @@ void dpm_data_cache_destroy(dpm_data_cache *c) {
   free(c);
 }
 
+/* The whole file open at fd, its bytes as they are (DPM_DATA_BYTES). */
+static dpm_status read_bytes(int fd, const char *path, const data_key *k, dpm_idx *out,
+                             dpm_err *err) {
+  if (k->size < 0 || (uint64_t)k->size > DPM_DATA_MAX_FILE)
+    return dpm_errf(err, DPM_CORRUPT, "%s: larger than %llu bytes", path,
+                    (unsigned long long)DPM_DATA_MAX_FILE);
+  size_t size = (size_t)k->size;
+  uint8_t *data = malloc(size ? size : 1);
+  if (!data) return dpm_errf(err, DPM_NOMEM, "%s: cannot hold %zu bytes", path, size);
+  for (size_t got = 0; got < size;) {
+    ssize_t r = pread(fd, data + got, size - got, (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      free(data);
+      return r < 0 ? dpm_errf(err, DPM_IO, "%s: read: %s", path, strerror(errno))
+                   : dpm_errf(err, DPM_IO, "%s: changed while it was being read", path);
+    }
+    got += (size_t)r;
+  }
+  *out = (dpm_idx){.ndim = DPM_DATA_BYTES, .dim = {k->size}, .data = data, .size = size};
+  return DPM_OK;
+}
+
+static const char *kind_name(int ndim) {
+  return ndim == DPM_DATA_BYTES ? "bytes" : ndim == 1 ? "IDX labels" : "IDX images";
+}
+
 /* Reads the file open at fd (whose key is k) into e; checks that the file
  * did not change meanwhile. */
 static dpm_status read_entry(int fd, const char *path, int ndim, const data_key *k,
                              dpm_data_entry *e, dpm_err *err) {
-  if (dpm_idx_load_fd(fd, path, ndim, &e->idx, err)) return err->code;
+  if (ndim == DPM_DATA_BYTES ? read_bytes(fd, path, k, &e->idx, err)
+                             : dpm_idx_load_fd(fd, path, ndim, &e->idx, err))
+    return err->code;
   struct stat st;
   data_key after;
   if (fstat(fd, &st) != 0)
@@ -202,9 +231,9 @@ dpm_status dpm_data_cache_get(dpm_data_cache *c, const dpm_fs *fs, const char *p
     pthread_mutex_lock(&c->mu);
     if ((e = find(c, &k))) {
       c->hits++;
-      if (ndim && e->idx.ndim != ndim) { /* the same file, asked for as the other kind */
-        s = dpm_errf(err, DPM_CORRUPT, "%s: a %d-D IDX file where a %d-D one is expected",
-                     path, e->idx.ndim, ndim);
+      if (ndim && e->idx.ndim != ndim) { /* the same file, asked for as another kind */
+        s = dpm_errf(err, DPM_CORRUPT, "%s: held as %s, asked for as %s", path,
+                     kind_name(e->idx.ndim), kind_name(ndim));
         e->refs--;
         evict(c);
         e = NULL;

@@ -1,5 +1,5 @@
-/* The dataset cache: decoded IDX files (common/idx.h) kept read-only in
- * memory and shared by every reader of the same file. dpmd makes one and
+/* The dataset cache: decoded IDX files (common/idx.h), and the tar shards
+ * of the image readers as they are, kept read-only in memory and shared by every reader of the same file. dpmd makes one and
  * every model's readers (training and eval sets) take their files from it,
  * so a second model on Fashion-MNIST does not gunzip its 47 MB again.
  *
@@ -58,8 +58,14 @@ dpm_status dpm_data_cache_create(uint64_t max_bytes, dpm_data_cache **out, dpm_e
 /* Frees every entry; no hold may remain. NULL is a no-op. */
 void dpm_data_cache_destroy(dpm_data_cache *c);
 
+/* ndim of a file held as its bytes (an image reader's tar shard): the
+ * entry's dpm_idx has data and size (dim[0] = size), nothing decoded. */
+#define DPM_DATA_BYTES (-1)
+#define DPM_DATA_MAX_FILE (1ull << 40) /* bytes of a file held as it is */
+
 /* A hold on path's contents (an IDX file of rank ndim: 1 labels, 3 images,
- * 0 either), opened through fs (NULL: plain paths). */
+ * 0 either; or DPM_DATA_BYTES: the file as it is), opened through fs (NULL:
+ * plain paths). */
 dpm_status dpm_data_cache_get(dpm_data_cache *c, const dpm_fs *fs, const char *path,
                               int ndim, dpm_data_entry **out, dpm_err *err);
 /* The file's contents; valid until the hold is released. */

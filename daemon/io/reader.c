@@ -29,6 +29,7 @@
 #include "engine/tensor.h"
 #include "common/idx.h"
 #include "io/datacache.h"
+#include "io/images.h"
 
 #define READER_MAX_SLOT_BYTES (1ll << 30) /* floats in one batch buffer */
 #define READER_MAX_SIDE 65536
@@ -38,6 +39,8 @@ typedef struct reader_slot {
   dpm_batch batch;     /* what next() hands out; data/rows/label allocated once */
   uint8_t *pixels;     /* raw synthetic: the examples that rows point to */
   int end;             /* a one-pass reader ran out: next() yields NULL */
+  dpm_status st;       /* image readers: the batch failed (next() returns err) */
+  dpm_err err;
   dpm_reader_pos next; /* position of the batch after this one */
 } reader_slot;
 
@@ -58,6 +61,8 @@ struct dpm_reader {
   dpm_data_cache *cache; /* idx: where the files' holds come from (NULL: private) */
   dpm_data_entry *held[2]; /* idx: holds on the image and label files */
   const uint8_t *images, *labels; /* idx: their data */
+  dpm_images *decode;    /* image readers: the source and the decode pool */
+  uint64_t *ex;          /* image readers: the examples of the batch being filled */
   float scale;           /* pixel -> (float)pixel * scale, as the predictor does */
 
   /* Producer-private. */
@@ -155,6 +160,17 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
       perm_start(&r->perm, cfg->seed, pos.epoch, r->n, r->order);
     perm_extend(&r->perm, (int64_t)(lo + cnt));
   }
+  s->batch.n = (int)cnt;
+  s->next = reader_advance(r, pos);
+  s->st = DPM_OK;
+  if (r->decode) { /* decoded into data by the pool; raw rows point at it */
+    for (uint64_t k = 0; k < cnt; k++) r->ex[k] = cfg->shuffle ? r->order[lo + k] : lo + k;
+    s->st = dpm_images_fill(r->decode, pos.epoch, r->ex, (int)cnt, s->batch.data,
+                            s->batch.label, &s->err);
+    for (uint64_t k = 0; cfg->raw && k < cnt; k++)
+      s->batch.rows[k] = (const uint8_t *)(s->batch.data + k * (uint64_t)r->chw);
+    return;
+  }
   for (uint64_t k = 0; k < cnt; k++) {
     uint64_t ex = cfg->shuffle ? r->order[lo + k] : lo + k;
     const uint8_t *src;
@@ -171,8 +187,6 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
     else
       dpm_reader_convert(r, src, s->batch.data + k * (uint64_t)r->chw, (size_t)r->chw);
   }
-  s->batch.n = (int)cnt;
-  s->next = reader_advance(r, pos);
 }
 
 void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, size_t n) {
@@ -182,6 +196,11 @@ void dpm_reader_convert(const dpm_reader *r, const uint8_t *src, float *dst, siz
 
 void dpm_reader_gather(const dpm_reader *r, const uint8_t *const *rows, int n,
                        float *dst) {
+  if (r->decode) { /* rows are decoded float images */
+    for (int k = 0; k < n; k++)
+      memcpy(dst + (size_t)k * (size_t)r->chw, rows[k], (size_t)r->chw * sizeof(float));
+    return;
+  }
   for (int k = 0; k < n; k++)
     dpm_reader_convert(r, rows[k], dst + (size_t)k * (size_t)r->chw, (size_t)r->chw);
 }
@@ -203,7 +222,7 @@ static void *reader_main(void *arg) {
     if (gen != r->gen) continue; /* a seek happened meanwhile: discard */
     r->count++;
     r->prod_pos = s->next;
-    if (s->end) r->done = 1;
+    if (s->end || s->st) r->done = 1; /* a failed batch ends the stream */
     pthread_cond_signal(&r->not_empty);
   }
   pthread_mutex_unlock(&r->mu);
@@ -211,7 +230,9 @@ static void *reader_main(void *arg) {
 }
 
 /* Checks cfg and finds the data set's size and example shape: for idx
- * files from their headers alone (through cfg->fs), nothing loaded. */
+ * files from their headers alone (through cfg->fs), nothing loaded; image
+ * readers take *n from the caller (their source's index) and the shape
+ * from their crop. */
 static dpm_status reader_geometry(const dpm_reader_config *cfg, int64_t *n, int *c,
                                   int *h, int *w, dpm_err *err) {
   if (!isfinite(cfg->scale))
@@ -261,9 +282,12 @@ static dpm_status reader_geometry(const dpm_reader_config *cfg, int64_t *n, int 
     *c = cfg->channels;
     *h = cfg->height;
     *w = cfg->width;
+  } else if (DPM_READER_IMAGE_KIND(cfg->kind)) {
+    *c = cfg->image.aug.channels;
+    *h = *w = cfg->image.aug.crop;
   } else {
-    return dpm_errf(err, DPM_INVALID, "reader: unknown kind %d (0 idx, 1 synthetic)",
-                    cfg->kind);
+    return dpm_errf(err, DPM_INVALID,
+                    "reader: unknown kind %d (0 idx, 1 synthetic, 2-4 images)", cfg->kind);
   }
   int64_t chw = (int64_t)*c * *h * *w, per_shard = *n / cfg->num_shards;
   if (cfg->batch > per_shard)
@@ -286,16 +310,19 @@ static int reader_slots(const dpm_reader_config *cfg) {
 }
 
 dpm_status dpm_reader_bytes(const dpm_reader_config *cfg, uint64_t *bytes, dpm_err *err) {
-  int64_t n;
+  int64_t n = 0;
   int c, h, w;
+  uint64_t decode = 0; /* image readers: index, order, decode threads' buffers */
+  int images = DPM_READER_IMAGE_KIND(cfg->kind);
+  if (images && dpm_images_bytes(cfg, &decode, &n, err)) return err->code;
   if (reader_geometry(cfg, &n, &c, &h, &w, err)) return err->code;
   uint64_t chw = (uint64_t)c * (uint64_t)h * (uint64_t)w, b = (uint64_t)cfg->batch;
   uint64_t slot = b * sizeof(int32_t) + 3 * DPM_ALIGN; /* labels; alignment */
-  if (!cfg->raw)
+  if (!cfg->raw || images)
     slot += b * chw * sizeof(float);
-  else
+  if (cfg->raw)
     slot += b * sizeof(uint8_t *) + (cfg->kind == DPM_READER_SYNTHETIC ? b * chw : 0);
-  uint64_t total = (uint64_t)reader_slots(cfg) * slot; /* each term well below 2^62 */
+  uint64_t total = decode + (uint64_t)reader_slots(cfg) * slot; /* well below 2^62 */
   if (cfg->kind == DPM_READER_IDX) total += (uint64_t)n * (chw + 1);
   if (cfg->shuffle) total += (uint64_t)n * sizeof(uint32_t);
   if (cfg->kind == DPM_READER_SYNTHETIC && !cfg->raw) total += chw;
@@ -306,6 +333,10 @@ dpm_status dpm_reader_bytes(const dpm_reader_config *cfg, uint64_t *bytes, dpm_e
 /* Checks the config and fills r->n and the shape (loading idx files). */
 static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
   dpm_reader_config *cfg = &r->cfg;
+  if (DPM_READER_IMAGE_KIND(cfg->kind) &&
+      (dpm_images_open(cfg, &r->decode, &r->n, err) ||
+       !(r->ex = malloc((size_t)(cfg->batch > 0 ? cfg->batch : 1) * sizeof *r->ex))))
+    return r->decode ? dpm_errf(err, DPM_NOMEM, "reader: out of memory") : err->code;
   if (reader_geometry(cfg, &r->n, &r->c, &r->h, &r->w, err)) return err->code;
   if (cfg->kind == DPM_READER_IDX) {
     if (cfg->num_classes <= 0) cfg->num_classes = 10;
@@ -323,6 +354,7 @@ static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
     r->labels = lab->data;
   }
   cfg->images = cfg->labels = NULL; /* not kept: the caller owns them */
+  cfg->image.paths = NULL;
   cfg->fs = NULL;
   cfg->cache = NULL;
   r->chw = (int64_t)r->c * r->h * r->w;
@@ -341,6 +373,8 @@ static void reader_free(dpm_reader *r) {
     }
   free(r->slots);
   free(r->order);
+  free(r->ex);
+  dpm_images_close(r->decode);
   free(r->scratch);
   for (int i = 0; i < 2; i++) dpm_data_cache_release(r->cache, r->held[i]);
   pthread_cond_destroy(&r->not_empty);
@@ -376,11 +410,12 @@ dpm_status dpm_reader_create(const dpm_reader_config *cfg, dpm_reader **out,
     s->batch.h = r->h;
     s->batch.w = r->w;
     size_t px = (size_t)r->cfg.batch * (size_t)r->chw;
-    if (!r->cfg.raw)
-      s->batch.data = dpm_alloc(px * sizeof(float));
-    else if (!(s->batch.rows = calloc((size_t)r->cfg.batch, sizeof *s->batch.rows)))
+    if (!r->cfg.raw || r->decode)
+      ok = (s->batch.data = dpm_alloc(px * sizeof(float))) != NULL;
+    if (ok && r->cfg.raw &&
+        !(s->batch.rows = calloc((size_t)r->cfg.batch, sizeof *s->batch.rows)))
       ok = 0;
-    else if (r->cfg.kind == DPM_READER_SYNTHETIC)
+    else if (ok && r->cfg.raw && r->cfg.kind == DPM_READER_SYNTHETIC)
       ok = (s->pixels = dpm_alloc(px)) != NULL;
     s->batch.label = dpm_alloc((size_t)r->cfg.batch * sizeof(int32_t));
     ok = ok && (s->batch.data || s->batch.rows) && s->batch.label;
@@ -421,6 +456,12 @@ dpm_status dpm_reader_next(dpm_reader *r, const dpm_batch **out, dpm_err *err) {
   }
   while (r->count == 0) pthread_cond_wait(&r->not_empty, &r->mu);
   reader_slot *s = &r->slots[r->head];
+  if (s->st) { /* a failed batch stays queued: next() keeps failing until a seek */
+    dpm_status st = s->st;
+    if (err) *err = s->err;
+    pthread_mutex_unlock(&r->mu);
+    return st;
+  }
   if (!s->end) { /* the end marker stays queued: next() keeps yielding NULL */
     r->holding = 1;
     r->next_pos = s->next;
@@ -437,9 +478,11 @@ dpm_status dpm_reader_peek(dpm_reader *r, const dpm_batch **out, dpm_err *err) {
      the consumer's batch is at or below `low`, so the producer is awake) */
   while (r->count <= r->holding) pthread_cond_wait(&r->not_empty, &r->mu);
   reader_slot *s = &r->slots[(r->head + r->holding) % r->nslots];
-  *out = s->end ? NULL : &s->batch;
+  dpm_status st = s->st;
+  if (st && err) *err = s->err;
+  *out = s->end || st ? NULL : &s->batch;
   pthread_mutex_unlock(&r->mu);
-  return DPM_OK;
+  return st;
 }
 
 dpm_reader_pos dpm_reader_position(const dpm_reader *r) {
@@ -484,6 +527,10 @@ void dpm_reader_shape(const dpm_reader *r, int *c, int *h, int *w) {
 }
 
 int64_t dpm_reader_size(const dpm_reader *r) { return r ? r->n : 0; }
+
+uint64_t dpm_reader_skipped(const dpm_reader *r) {
+  return r ? dpm_images_skipped(r->decode) : 0;
+}
 
 void dpm_reader_destroy(dpm_reader *r) {
   if (!r) return;

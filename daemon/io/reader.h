@@ -2,7 +2,10 @@
  * global batch that the device workers slice.
  *
  * Data: kind 0 reads an IDX image file and its label file (gzip or raw; see
- * common/idx.h), kept as uint8 in memory; kind 1 generates a synthetic set that
+ * common/idx.h), kept as uint8 in memory; kinds 2-4 read encoded images
+ * (WebDataset tar shards, an LMDB of Datum records, a folder per class)
+ * through the decode pool of io/images.h, which writes float images into
+ * the batch (their raw rows point at those floats); kind 1 generates a synthetic set that
  * is a pure function of the seed (uniform noise plus a class-dependent band,
  * labels uniform in [0, num_classes)), computed on the fly, so it costs no
  * memory. Pixels become floats (pixel * scale) in the producer thread, or,
@@ -50,9 +53,28 @@
 #include <stdint.h>
 
 #include "dpm/status.h"
+#include "io/augment.h"
 
 struct dpm_fs;
-enum { DPM_READER_IDX = 0, DPM_READER_SYNTHETIC = 1 };
+/* The kinds; tar, lmdb and folder are the image readers (io/images.h). */
+enum {
+  DPM_READER_IDX = 0,
+  DPM_READER_SYNTHETIC = 1,
+  DPM_READER_TAR = 2,
+  DPM_READER_LMDB = 3,
+  DPM_READER_FOLDER = 4
+};
+#define DPM_READER_IMAGE_KIND(k) ((k) >= DPM_READER_TAR && (k) <= DPM_READER_FOLDER)
+
+/* The image readers' files and pipeline. */
+typedef struct dpm_reader_images {
+  const char *const *paths; /* tar: the shards; lmdb, folder: one path */
+  int n_paths;
+  dpm_augment_cfg aug;      /* crop, resize, train (random crop), mean, std, ... */
+  int decode_threads;       /* 1..64: the producer and decode_threads - 1 workers */
+  int64_t max_pixels;       /* images declaring more are refused */
+  int skip_bad;             /* on_bad_sample: 1 skip, 0 fail */
+} dpm_reader_images;
 #define DPM_READER_MAX_PREFETCH 64
 #define DPM_READER_RAW_QUEUE 32 /* batches an idx raw reader queues, at least */
 
@@ -88,6 +110,7 @@ typedef struct dpm_reader_config {
    * DPM_READER_RAW_QUEUE batches whatever prefetch says; 0: the producer
    * converts (dpm_batch.data). */
   int raw;
+  dpm_reader_images image; /* tar, lmdb, folder (io/images.h) */
 } dpm_reader_config;
 
 /* A position in the stream: the epoch and the index (in that epoch's order)
@@ -147,6 +170,9 @@ dpm_status dpm_reader_seek(dpm_reader *r, dpm_reader_pos pos, dpm_err *err);
 dpm_status dpm_reader_rewind(dpm_reader *r);
 /* Image shape of every batch (c = 1 for IDX files). */
 void dpm_reader_shape(const dpm_reader *r, int *c, int *h, int *w);
+/* Image readers: bad samples skipped so far (io/images.h); 0 for other
+ * kinds. Any thread. */
+uint64_t dpm_reader_skipped(const dpm_reader *r);
 /* Examples in the whole data set (all shards). */
 int64_t dpm_reader_size(const dpm_reader *r);
 /* Stop and join the producer (it never waits on the consumer to exit) and

@@ -28,8 +28,50 @@ static void lap(dpm_trainer *t, int p, double *t0) {
 
 /* ---- setup --------------------------------------------------------------- */
 
+/* The reader kind of a spec's reader (the enums share their values). */
+static int reader_kind(Dpm__ReaderKind k) {
+  static const int kinds[] = {
+      [DPM__READER_KIND__READER_IDX] = DPM_READER_IDX,
+      [DPM__READER_KIND__READER_SYNTHETIC] = DPM_READER_SYNTHETIC,
+      [DPM__READER_KIND__READER_TAR] = DPM_READER_TAR,
+      [DPM__READER_KIND__READER_LMDB] = DPM_READER_LMDB,
+      [DPM__READER_KIND__READER_FOLDER] = DPM_READER_FOLDER};
+  return kinds[k]; /* a checked spec's kind is one of these */
+}
+
+/* The image pipeline of input.image: train, a random-resized crop and the
+ * mirror as the spec says; else (and for eval) resize and centre crop.
+ * resize defaults to crop x 8/7 (256 for 224); one mean or std serves
+ * every channel; none: 0 and 1. Paths are set by the caller. */
+static dpm_reader_images image_config(const Dpm__InputSpec *in, int train) {
+  const Dpm__ImageSpec *im = in->image;
+  dpm_reader_images ri = {.decode_threads = (int)im->decode_threads,
+                          .max_pixels = (int64_t)im->max_pixels,
+                          .skip_bad = in->on_bad_sample == DPM__BAD_SAMPLE__BAD_SAMPLE_SKIP};
+  dpm_augment_cfg *a = &ri.aug;
+  a->train = train && im->random_crop;
+  a->mirror = train && im->mirror;
+  a->crop = (int)im->crop;
+  a->resize = im->has_resize ? (int)im->resize : (int)((im->crop * 8 + 6) / 7);
+  a->channels = (int)im->channels;
+  a->area_min = im->area_min;
+  a->area_max = im->area_max;
+  a->aspect_min = im->aspect_min;
+  a->aspect_max = im->aspect_max;
+  for (int c = 0; c < 3; c++) {
+    a->mean[c] = (float)(im->n_mean ? im->mean[im->n_mean == 1 ? 0 : c] : 0);
+    a->std[c] = (float)(im->n_std ? im->std[im->n_std == 1 ? 0 : c] : 1);
+  }
+  return ri;
+}
+
 static dpm_status input_shape(const dpm_fs *fs, const Dpm__InputSpec *in, int64_t chw[3],
                               dpm_err *err) {
+  if (in->image && reader_kind(in->reader) >= DPM_READER_TAR) {
+    chw[0] = in->image->channels;
+    chw[1] = chw[2] = in->image->crop;
+    return DPM_OK;
+  }
   if (in->reader == DPM__READER_KIND__READER_IDX) {
     dpm_idx x;
     if (dpm_idx_peek(fs, in->images, 3, &x, err)) return err->code;
@@ -44,9 +86,16 @@ static dpm_status input_shape(const dpm_fs *fs, const Dpm__InputSpec *in, int64_
 
 static dpm_reader_config reader_config(const dpm_trainer *t, const Dpm__InputSpec *in,
                                        int batch) {
+  dpm_reader_images img = {0};
+  if (DPM_READER_IMAGE_KIND(reader_kind(in->reader))) {
+    img = image_config(in, 1);
+    img.paths = in->reader == DPM__READER_KIND__READER_TAR
+                    ? (const char *const *)in->shards
+                    : (const char *const *)&in->path;
+    img.n_paths = in->reader == DPM__READER_KIND__READER_TAR ? (int)in->n_shards : 1;
+  }
   return (dpm_reader_config){
-      .kind = in->reader == DPM__READER_KIND__READER_IDX ? DPM_READER_IDX
-                                                         : DPM_READER_SYNTHETIC,
+      .kind = reader_kind(in->reader),
       .images = in->images,
       .labels = in->labels,
       .fs = t->opt.fs,
@@ -64,6 +113,7 @@ static dpm_reader_config reader_config(const dpm_trainer *t, const Dpm__InputSpe
       .height = in->n_shape == 3 ? (int)in->shape[1] : 28,
       .width = in->n_shape == 3 ? (int)in->shape[2] : 28,
       .num_classes = (int)in->num_classes,
+      .image = img,
   };
 }
 
@@ -304,7 +354,7 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
               dpm_net_scratch(&t->plan.step, &m->shapes, dpm_backend_of(t->dev[d].kind)));
   if (dpm_reader_bytes(rc, &mem->reader, err)) return err->code;
   mem->eval = 0;
-  if (t->eval_images) {
+  if (t->has_eval) {
     dpm_reader_config ec = trainer_eval_config(t);
     dpm_shapes test = {0};
     dpm_status s = dpm_reader_bytes(&ec, &mem->eval, err);
@@ -536,6 +586,32 @@ static dpm_status precision_check(const dpm_trainer *t, const Dpm__ModelSpec *sp
                   dpm_device_kind_name(t->dev[0].kind));
 }
 
+/* The eval section's reader, copied into t (the spec is not kept): its
+ * files, and for an image reader the centre crop of input.image. Nonzero
+ * when memory runs out. */
+static int eval_config(dpm_trainer *t, const Dpm__ModelSpec *spec) {
+  const Dpm__EvalSpec *ev = spec->eval;
+  t->has_eval = 1;
+  t->eval_kind = reader_kind(ev->reader);
+  t->eval_batch = (int)ev->batch_size;
+  t->scale = spec->input->scale;
+  t->num_classes = (int)spec->input->num_classes;
+  if (!DPM_READER_IMAGE_KIND(t->eval_kind))
+    return !(t->eval_images = strdup(ev->images)) ||
+           !(t->eval_labels = strdup(ev->labels ? ev->labels : ""));
+  int n = ev->reader == DPM__READER_KIND__READER_TAR ? (int)ev->n_shards : 1;
+  if (!(t->eval_paths = calloc((size_t)n, sizeof *t->eval_paths))) return 1;
+  for (; t->n_eval_paths < n; t->n_eval_paths++)
+    if (!(t->eval_paths[t->n_eval_paths] =
+              strdup(ev->reader == DPM__READER_KIND__READER_TAR ? ev->shards[t->n_eval_paths]
+                                                                : ev->path)))
+      return 1;
+  t->eval_image = image_config(spec->input, 0);
+  t->eval_image.paths = (const char *const *)t->eval_paths;
+  t->eval_image.n_paths = n;
+  return 0;
+}
+
 static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err) {
   const Dpm__ModelSpec *spec = dpm_checked_spec_pb(cs);
   const Dpm__ParallelSpec *par = spec->parallel;
@@ -675,14 +751,9 @@ dpm_status dpm_trainer_create_checked(const dpm_checked_spec *cs,
   if (!t->opt.comm_timeout_ms) t->opt.comm_timeout_ms = 60000;
   t->seed = spec->input->seed;
   t->spec_hash = dpm_checked_spec_hash(cs);
-  if (spec->eval && spec->eval->images) {
-    t->eval_batch = (int)spec->eval->batch_size;
-    t->scale = spec->input->scale;
-    if (!(t->eval_images = strdup(spec->eval->images)) ||
-        !(t->eval_labels = strdup(spec->eval->labels ? spec->eval->labels : ""))) {
-      dpm_trainer_destroy(t);
-      return dpm_nomem(err);
-    }
+  if (spec->eval && eval_config(t, spec)) {
+    dpm_trainer_destroy(t);
+    return dpm_nomem(err);
   }
   lap(t, DPM_PHASE_VALIDATE, &t0); /* nothing left to validate: the spec was checked */
   dpm_status s = setup(t, cs, err);

@@ -304,6 +304,7 @@ static void stats(dpm_trainer *t, dpm_step_stats *st, double sum[2]) {
   st->loss_scale = t->ls_scale;
   st->skipped = t->gathered && t->ls_kind != DPM_LOSS_SCALE_NONE && t->r[0].nonfinite;
   st->skipped_total = t->ls_skipped;
+  st->samples_skipped = dpm_reader_skipped(t->reader);
 }
 
 /* Steps in a grant: about GRANT_MS at a pace of step_ms, 1..GRANT_MAX,
@@ -419,7 +420,7 @@ void dpm_trainer_interrupt(dpm_trainer *t) { atomic_store(&t->interrupted, 1); }
 
 /* The eval reader's config (made at the first eval). */
 dpm_reader_config trainer_eval_config(const dpm_trainer *t) {
-  return (dpm_reader_config){.kind = DPM_READER_IDX,
+  return (dpm_reader_config){.kind = t->eval_kind,
                              .images = t->eval_images,
                              .labels = t->eval_labels,
                              .fs = t->opt.fs,
@@ -427,14 +428,16 @@ dpm_reader_config trainer_eval_config(const dpm_trainer *t) {
                              .scale = t->scale,
                              .batch = t->eval_batch,
                              .num_shards = 1,
-                             .prefetch = 2};
+                             .prefetch = 2,
+                             .num_classes = t->num_classes,
+                             .image = t->eval_image};
 }
 
 dpm_status dpm_trainer_eval(dpm_trainer *t, double *loss, double *accuracy,
                             dpm_err *err) {
   const dpm_model *m = &t->model;
   replica *r = &t->r[0];
-  if (!t->eval_images) return dpm_errf(err, DPM_STATE, "%s: no eval data", m->source);
+  if (!t->has_eval) return dpm_errf(err, DPM_STATE, "%s: no eval data", m->source);
   if (!t->eval_reader) {
     dpm_reader_config rc = trainer_eval_config(t);
     if (dpm_reader_create(&rc, &t->eval_reader, err)) return err->code;
@@ -586,6 +589,8 @@ void dpm_trainer_destroy(dpm_trainer *t) {
   dpm_model_fini(&t->model);
   free(t->eval_images);
   free(t->eval_labels);
+  for (int i = 0; i < t->n_eval_paths; i++) free(t->eval_paths[i]);
+  free(t->eval_paths);
   free(t->dev);
   free(t->streams);
   free(t->devs);

@@ -102,6 +102,9 @@ typedef struct dpm_step_stats {
   double loss_scale;
   int skipped;
   uint64_t skipped_total;
+  /* An image reader: bad samples skipped (on_bad_sample: skip) since the
+   * reader was made; else 0. */
+  uint64_t samples_skipped;
 } dpm_step_stats;
 
 typedef struct dpm_trainer_options {

@@ -311,7 +311,8 @@ TEST(spec_error_range_and_enum) {
          "'optimizer' must be one of: sgd, momentum_sgd, adam; got 'adagrad'");
   EXPECT(MINI "update: {lr: {policy: cosine}}\n",
          "t.yaml:5:23: ", "one of: fixed, step, multistep, exp, inv, poly");
-  EXPECT(MINI "input: {reader: lmdb}\n", "t.yaml:5:17: ", "one of: idx, synthetic");
+  EXPECT(MINI "input: {reader: leveldb}\n", "t.yaml:5:17: ",
+         "one of: idx, synthetic, tar, lmdb, folder");
   EXPECT(MINI "input: {images: i, labels: l, shard_id: 2, num_shards: 2}\n",
          "t.yaml:5:41: ", "'shard_id' must be less than num_shards (2), got 2");
   EXPECT(MINI "update: {lr: {stepvalues: [10, 5]}}\n",

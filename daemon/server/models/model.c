@@ -66,6 +66,8 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
       info->loss_scale = m->last.loss_scale;
       info->skipped_steps = m->last.skipped_total;
     }
+    info->has_skipped_samples = m->spec->input->reader >= DPM__READER_KIND__READER_TAR;
+    info->skipped_samples = m->last.samples_skipped;
   }
   if (m->error[0]) info->error = strcpy(buf->error, m->error);
   if (m->ckpt[0]) {
