@@ -5,7 +5,7 @@
 CC       ?= gcc
 CXX      ?= g++
 BUILD    := build
-PKGS     := libprotobuf-c yaml-0.1 zlib openblas libuv nanomsg
+PKGS     := libprotobuf-c yaml-0.1 zlib openblas libuv nanomsg lmdb libpng libjpeg
 # Deferred (=): on a fresh machine the packages exist only once `deps` ran.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)

@@ -7,7 +7,7 @@ set -e
 PKGS="gcc g++ make pkg-config libprotobuf-c-dev protobuf-c-compiler libyaml-dev
 libopenblas-dev zlib1g-dev libuv1-dev libnanomsg-dev dataset-fashion-mnist systemd
 clang libclang-rt-14-dev libgloo-dev libhiredis-dev redis-server python3-venv
-bubblewrap"
+bubblewrap liblmdb-dev libpng-dev libjpeg62-turbo-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
