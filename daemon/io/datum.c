@@ -63,7 +63,8 @@ dpm_status dpm_datum_parse(const uint8_t *p, size_t n, dpm_datum *out, dpm_err *
       i += (size_t)v;
       break;
     case 5: /* 32-bit */
-      if (field != 6 && field <= 7) return bad(err, "a fixed32 where another type belongs");
+      if (field != 6 && field <= 7)
+        return bad(err, "a fixed32 where another type belongs");
       if (n - i < 4) return bad(err, "a truncated fixed32");
       if (field == 6) out->has_float_data = 1;
       i += 4;
@@ -73,4 +74,40 @@ dpm_status dpm_datum_parse(const uint8_t *p, size_t n, dpm_datum *out, dpm_err *
     }
   }
   return DPM_OK;
+}
+
+/* ---- writing ------------------------------------------------------------------- */
+
+static size_t put_varint(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  do {
+    p[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return n;
+}
+
+size_t dpm_datum_write(uint8_t *out, size_t cap, int channels, int height, int width,
+                       const void *data, size_t len, int32_t label, int encoded) {
+  uint8_t head[80];
+  size_t h = 0;
+  const int dims[3] = {channels, height, width};
+  for (int f = 0; f < 3; f++)
+    if (dims[f] > 0) {
+      head[h++] = (uint8_t)((f + 1) << 3);
+      h += put_varint(head + h, (uint64_t)dims[f]);
+    }
+  head[h++] = 4 << 3 | 2;
+  h += put_varint(head + h, len);
+  uint8_t tail[24];
+  size_t t = 0;
+  tail[t++] = 5 << 3;
+  t += put_varint(tail + t, (uint64_t)(int64_t)label); /* negative: 10 bytes */
+  tail[t++] = 7 << 3;
+  tail[t++] = encoded ? 1 : 0;
+  if (cap < h || cap - h < len || cap - h - len < t) return 0;
+  memcpy(out, head, h);
+  if (len) memcpy(out + h, data, len);
+  memcpy(out + h + len, tail, t);
+  return h + len + t;
 }

@@ -34,5 +34,10 @@ typedef struct dpm_datum {
 
 /* Parses the n bytes at p into *out (zeroed first). */
 dpm_status dpm_datum_parse(const uint8_t *p, size_t n, dpm_datum *out, dpm_err *err);
+/* Writes a Datum of channels, height, width (each written when > 0), data
+ * (len bytes), label and encoded into out (cap bytes); its length, or 0
+ * when cap is too small. At most len + 40 bytes. */
+size_t dpm_datum_write(uint8_t *out, size_t cap, int channels, int height, int width,
+                       const void *data, size_t len, int32_t label, int encoded);
 
 #endif

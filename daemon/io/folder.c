@@ -50,9 +50,12 @@ static int by_name(const void *a, const void *b) {
 static int image_ext(const char *name, dpm_sample_encoding *enc) {
   const char *dot = strrchr(name, '.');
   if (!dot) return 0;
-  if (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg")) *enc = DPM_SAMPLE_JPEG;
-  else if (!strcasecmp(dot, ".png")) *enc = DPM_SAMPLE_PNG;
-  else return 0;
+  if (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg"))
+    *enc = DPM_SAMPLE_JPEG;
+  else if (!strcasecmp(dot, ".png"))
+    *enc = DPM_SAMPLE_PNG;
+  else
+    return 0;
   return 1;
 }
 
@@ -126,7 +129,8 @@ static dpm_status one_class(dpm_source *s, const char *root, const char *cls, in
     struct stat sb;
     src_item it = {.label = label, .enc = (uint8_t)enc};
     if (fstatat(cfd, files.v[i], &sb, AT_SYMLINK_NOFOLLOW)) {
-      st = dpm_errf(err, DPM_IO, "%s: %s", dpm_escape(path, b, sizeof b), strerror(errno));
+      st =
+          dpm_errf(err, DPM_IO, "%s: %s", dpm_escape(path, b, sizeof b), strerror(errno));
       break;
     }
     if (!S_ISREG(sb.st_mode)) {
@@ -161,7 +165,8 @@ dpm_status dpm_folder_index(dpm_source *s, const dpm_source_config *cfg, dpm_err
       st = dpm_errf(err, DPM_IO, "%s/%s: %s", dpm_escape(root, b, sizeof b), all.v[i],
                     strerror(errno));
     else if (S_ISLNK(sb.st_mode))
-      st = dpm_errf(err, DPM_DENIED, "%s: class folder %s is a symbolic link (not followed)",
+      st = dpm_errf(err, DPM_DENIED,
+                    "%s: class folder %s is a symbolic link (not followed)",
                     dpm_escape(root, b, sizeof b), all.v[i]);
     else if (S_ISDIR(sb.st_mode))
       classes.v[classes.n++] = all.v[i];

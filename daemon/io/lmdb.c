@@ -9,9 +9,9 @@
  * read-ahead. One read transaction walks every record with a cursor, in key
  * order; each value is parsed as a Datum (io/datum.h) and the index keeps
  * where its image bytes lie in data.mdb: the value's address minus the
- * map's address, plus the data field's offset in the value (liblmdb maps
- * the file from offset 0; a value is contiguous in the map, in its page or
- * in its run of overflow pages). The environment is closed before open
+ * map's address (map_base), plus the data field's offset in the value
+ * (liblmdb maps the file from offset 0; a value is contiguous in the map,
+ * in its page or in its run of overflow pages). The environment is closed before open
  * returns: reads are preads of data.mdb (io/source.c), which see a changed
  * file as any shard's, and no thread touches liblmdb or its map again.
  *
@@ -24,6 +24,7 @@
  * index pass runs would fault (SIGBUS) in the map. */
 #include <errno.h>
 #include <lmdb.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,19 @@ static dpm_status lmdb_err(const char *path, const char *what, int rc, dpm_err *
   char b[256];
   return dpm_errf(err, DPM_CORRUPT, "%s: %s: %s", dpm_escape(path, b, sizeof b), what,
                   mdb_strerror(rc));
+}
+
+/* The address at which liblmdb mapped the file, from a value in the map:
+ * the value lies in a page of psize bytes (its leaf page, or the first of
+ * its overflow pages) whose header starts with the page's number, so the
+ * map starts pgno pages before that page. liblmdb's page header layout
+ * (pgno_t first) is that of every 0.9 release; every record must agree on
+ * the result, which the caller checks. */
+static uintptr_t map_base(const uint8_t *val, unsigned psize) {
+  uintptr_t page = (uintptr_t)val / psize * psize;
+  size_t pgno;
+  memcpy(&pgno, (const void *)page, sizeof pgno);
+  return page - (uintptr_t)pgno * psize;
 }
 
 static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -91,7 +105,8 @@ dpm_status dpm_lmdb_index(dpm_source *s, const dpm_source_config *cfg, dpm_err *
   int nosubdir = gl >= 4 && !strcmp(given + gl - 4, ".mdb");
   if (snprintf(path, sizeof path, nosubdir ? "%s" : "%s/data.mdb", given) >=
       (int)sizeof path)
-    return dpm_errf(err, DPM_INVALID, "%s: path too long", dpm_escape(given, b, sizeof b));
+    return dpm_errf(err, DPM_INVALID, "%s: path too long",
+                    dpm_escape(given, b, sizeof b));
   int fd;
   struct stat sb;
   dpm_status st = dpm_file_open_read(s->fs, path, &fd, err);
@@ -108,22 +123,20 @@ dpm_status dpm_lmdb_index(dpm_source *s, const dpm_source_config *cfg, dpm_err *
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
   MDB_dbi dbi;
-  MDB_envinfo info;
   int rc;
-  if ((rc = mdb_env_create(&env)))
-    return lmdb_err(path, "mdb_env_create", rc, err);
-  if ((rc = mdb_env_open(env, proc, MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR | MDB_NORDAHEAD,
-                         0)))
+  if ((rc = mdb_env_create(&env))) return lmdb_err(path, "mdb_env_create", rc, err);
+  if ((rc = mdb_env_open(env, proc,
+                         MDB_RDONLY | MDB_NOLOCK | MDB_NOSUBDIR | MDB_NORDAHEAD, 0)))
     st = lmdb_err(path, "not an LMDB data file", rc, err);
-  else if ((rc = mdb_env_info(env, &info)))
-    st = lmdb_err(path, "mdb_env_info", rc, err);
   else if ((rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)))
     st = lmdb_err(path, "mdb_txn_begin", rc, err);
   else if ((rc = mdb_dbi_open(txn, NULL, 0, &dbi)))
     st = lmdb_err(path, "mdb_dbi_open", rc, err);
   else if ((rc = mdb_cursor_open(txn, dbi, &cur)))
     st = lmdb_err(path, "mdb_cursor_open", rc, err);
-  const uint8_t *map = info.me_mapaddr;
+  MDB_stat ms;
+  if (!st && (rc = mdb_env_stat(env, &ms))) st = lmdb_err(path, "mdb_env_stat", rc, err);
+  uintptr_t map = 0; /* the map's address, found from the first record */
   MDB_val k, v;
   for (MDB_cursor_op op = MDB_FIRST; !st; op = MDB_NEXT) {
     rc = mdb_cursor_get(cur, &k, &v, op);
@@ -133,13 +146,16 @@ dpm_status dpm_lmdb_index(dpm_source *s, const dpm_source_config *cfg, dpm_err *
       break;
     }
     const uint8_t *val = v.mv_data;
-    if (val < map || (uint64_t)(val - map) > (uint64_t)sb.st_size ||
-        v.mv_size > (uint64_t)sb.st_size - (uint64_t)(val - map)) {
+    uintptr_t base = map_base(val, ms.ms_psize);
+    if (!map) map = base;
+    uint64_t off = (uintptr_t)val - map;
+    if (base != map || (uintptr_t)val < map || off > (uint64_t)sb.st_size ||
+        v.mv_size > (uint64_t)sb.st_size - off) {
       st = dpm_errf(err, DPM_CORRUPT, "%s: a record lies outside the file",
                     dpm_escape(path, b, sizeof b));
       break;
     }
-    src_item it = datum_item(val, v.mv_size, (uint64_t)(val - map));
+    src_item it = datum_item(val, v.mv_size, off);
     st = dpm_src_add_item(s, k.mv_data, k.mv_size, it, err);
   }
   if (cur) mdb_cursor_close(cur);

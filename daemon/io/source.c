@@ -61,8 +61,8 @@ const char *dpm_source_bad_text(dpm_bad_reason r) {
 /* ---- building ---------------------------------------------------------------- */
 
 static uint64_t index_bytes(const dpm_source *s) {
-  return (uint64_t)s->cap_shards * sizeof *s->shards + (uint64_t)s->cap * sizeof *s->items +
-         s->keys_cap + s->path_bytes;
+  return (uint64_t)s->cap_shards * sizeof *s->shards +
+         (uint64_t)s->cap * sizeof *s->items + s->keys_cap + s->path_bytes;
 }
 
 static dpm_status too_big(const dpm_source *s, const char *path, dpm_err *err) {
@@ -142,7 +142,8 @@ dpm_status dpm_src_add_item(dpm_source *s, const char *key, size_t keylen, src_i
   s->keys_len += klen + 1;
   it.shard = (uint32_t)(s->n_shards - 1);
   if (!it.bad && (int64_t)it.len > s->max_sample_bytes) it.bad = DPM_BAD_TOO_LARGE;
-  if (!it.bad && (it.label < 0 || it.label >= s->num_classes)) it.bad = DPM_BAD_LABEL_RANGE;
+  if (!it.bad && (it.label < 0 || it.label >= s->num_classes))
+    it.bad = DPM_BAD_LABEL_RANGE;
   if (it.bad)
     s->n_bad++;
   else
@@ -179,8 +180,7 @@ dpm_status dpm_source_open(const dpm_source_config *cfg, dpm_source **out, dpm_e
   for (int i = 0; i < cfg->n_paths; i++)
     if (!cfg->paths[i] || !*cfg->paths[i])
       return dpm_errf(err, DPM_INVALID, "%s: path %d is empty", kinds[cfg->kind].name, i);
-  if (cfg->num_classes < 1)
-    return dpm_errf(err, DPM_INVALID, "num_classes must be >= 1");
+  if (cfg->num_classes < 1) return dpm_errf(err, DPM_INVALID, "num_classes must be >= 1");
   if (cfg->max_samples < 0 || cfg->max_sample_bytes < 0 || cfg->max_index_bytes < 0)
     return dpm_errf(err, DPM_INVALID, "source bounds must be >= 0");
   dpm_source *s = calloc(1, sizeof *s);
@@ -257,8 +257,8 @@ dpm_status dpm_src_pread(const src_shard *sh, int fd, uint64_t off, void *dst, s
                     strerror(errno));
   }
   if ((uint64_t)st.st_size != sh->size || st.st_mtim.tv_sec != sh->mtime_s ||
-      st.st_mtim.tv_nsec != sh->mtime_ns || st.st_ino != sh->ino || st.st_dev != sh->dev ||
-      off > sh->size || len > sh->size - off)
+      st.st_mtim.tv_nsec != sh->mtime_ns || st.st_ino != sh->ino ||
+      st.st_dev != sh->dev || off > sh->size || len > sh->size - off)
     return dpm_src_changed(sh, err);
   for (size_t done = 0; done < len;) {
     ssize_t n = pread(fd, (char *)dst + done, len - done, (off_t)(off + done));

@@ -96,21 +96,21 @@ typedef enum {
   DPM_BAD_REASONS
 } dpm_bad_reason;
 
-#define DPM_SOURCE_MAX_SAMPLES_DEFAULT 100000000ll      /* samples */
+#define DPM_SOURCE_MAX_SAMPLES_DEFAULT 100000000ll       /* samples */
 #define DPM_SOURCE_MAX_SAMPLE_BYTES_DEFAULT (64ll << 20) /* 64 MiB */
 #define DPM_SOURCE_MAX_INDEX_BYTES_DEFAULT (4ll << 30)   /* 4 GiB */
 #define DPM_SOURCE_MAX_PATHS 1000000                     /* tar shards */
 
 typedef struct dpm_source_config {
   dpm_source_kind kind;
-  const char *const *paths;  /* tar: the shards, in order; lmdb, folder: one */
-  int n_paths;               /* >= 1 (lmdb and folder: exactly 1) */
-  const struct dpm_fs *fs;   /* how files are opened; NULL: plain paths */
-  int num_classes;           /* >= 1: labels must be below it */
+  const char *const *paths; /* tar: the shards, in order; lmdb, folder: one */
+  int n_paths;              /* >= 1 (lmdb and folder: exactly 1) */
+  const struct dpm_fs *fs;  /* how files are opened; NULL: plain paths */
+  int num_classes;          /* >= 1: labels must be below it */
   /* Bounds; 0: the defaults above. */
-  int64_t max_samples;       /* samples in the index */
-  int64_t max_sample_bytes;  /* encoded bytes of one sample */
-  int64_t max_index_bytes;   /* memory the index may take */
+  int64_t max_samples;      /* samples in the index */
+  int64_t max_sample_bytes; /* encoded bytes of one sample */
+  int64_t max_index_bytes;  /* memory the index may take */
 } dpm_source_config;
 
 typedef struct dpm_source dpm_source;
@@ -124,20 +124,20 @@ typedef struct dpm_source_buf {
 
 /* One sample as read. data points into the dpm_source_buf passed to read. */
 typedef struct dpm_sample {
-  const uint8_t *data;          /* the encoded bytes (RAW: CHW pixels) */
+  const uint8_t *data; /* the encoded bytes (RAW: CHW pixels) */
   size_t len;
   dpm_sample_encoding encoding;
-  int channels, height, width;  /* RAW only; else 0 */
+  int channels, height, width; /* RAW only; else 0 */
   int32_t label;
 } dpm_sample;
 
 /* Where one shard's samples lie, for a caller that holds whole shards in
  * memory (the data cache) and slices samples out of them. */
 typedef struct dpm_source_shard_info {
-  const char *path;   /* as the shard is named in messages; the source's */
-  uint64_t size;      /* bytes of the shard file, as at open */
-  int64_t first;      /* its first sample's index */
-  int64_t count;      /* its samples: first .. first + count - 1 */
+  const char *path; /* as the shard is named in messages; the source's */
+  uint64_t size;    /* bytes of the shard file, as at open */
+  int64_t first;    /* its first sample's index */
+  int64_t count;    /* its samples: first .. first + count - 1 */
 } dpm_source_shard_info;
 
 /* Index the container(s) of cfg (one sequential pass). */
@@ -150,10 +150,10 @@ const char *dpm_source_kind_name(dpm_source_kind kind);
 /* The kind named name into *kind; -1 if none is. */
 int dpm_source_kind_parse(const char *name, dpm_source_kind *kind);
 
-int64_t dpm_source_size(const dpm_source *src);     /* samples, bad ones included */
-int dpm_source_num_classes(const dpm_source *src);  /* cfg's num_classes */
-int64_t dpm_source_num_bad(const dpm_source *src);  /* samples flagged bad */
-uint64_t dpm_source_bytes(const dpm_source *src);   /* encoded bytes of all samples */
+int64_t dpm_source_size(const dpm_source *src);         /* samples, bad ones included */
+int dpm_source_num_classes(const dpm_source *src);      /* cfg's num_classes */
+int64_t dpm_source_num_bad(const dpm_source *src);      /* samples flagged bad */
+uint64_t dpm_source_bytes(const dpm_source *src);       /* encoded bytes of all samples */
 uint64_t dpm_source_index_bytes(const dpm_source *src); /* memory the index takes */
 /* Sample i's label (-1 when it has none), and its bad reason. */
 int32_t dpm_source_label(const dpm_source *src, int64_t i);

@@ -20,22 +20,22 @@
 #include "io/source.h"
 
 typedef struct src_shard {
-  char *path;     /* for messages and the folder read (owned) */
+  char *path;      /* for messages and the folder read (owned) */
   const char *rel; /* folder: "CLASS/FILE" inside path; else NULL */
-  int fd;         /* open for reading, or -1 (folder: opened per read) */
-  uint64_t size;  /* as at open */
+  int fd;          /* open for reading, or -1 (folder: opened per read) */
+  uint64_t size;   /* as at open */
   int64_t mtime_s, mtime_ns;
   uint64_t ino, dev;
   int64_t first, count; /* its samples */
 } src_shard;
 
 typedef struct src_item {
-  uint64_t off, len;  /* the sample's bytes within its shard */
-  uint64_t key;       /* offset of its key (NUL-terminated) in the key pool */
+  uint64_t off, len; /* the sample's bytes within its shard */
+  uint64_t key;      /* offset of its key (NUL-terminated) in the key pool */
   uint32_t shard;
-  int32_t label;      /* -1: none */
-  uint8_t enc;        /* dpm_sample_encoding */
-  uint8_t bad;        /* dpm_bad_reason */
+  int32_t label;                    /* -1: none */
+  uint8_t enc;                      /* dpm_sample_encoding */
+  uint8_t bad;                      /* dpm_bad_reason */
   uint16_t channels, height, width; /* RAW */
 } src_item;
 

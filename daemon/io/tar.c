@@ -26,10 +26,11 @@
 #include "common/escape.h"
 #include "common/file.h"
 #include "io/source_index.h"
+#include "io/tar.h"
 
 #define BLOCK 512
 #define WINDOW (64 * 1024)
-#define MAX_NAME 4096      /* a member name (GNU long name, pax path) */
+#define MAX_NAME 4096       /* a member name (GNU long name, pax path) */
 #define MAX_PAX (64 * 1024) /* a pax extended header's payload */
 #define MAX_CLS 32          /* a .cls member's bytes */
 
@@ -37,8 +38,8 @@ typedef struct tar_walk {
   dpm_source *s;
   const char *path; /* the shard, for messages */
   int fd;
-  uint64_t size;    /* of the shard */
-  uint8_t *win;     /* WINDOW bytes of the shard from win_off */
+  uint64_t size; /* of the shard */
+  uint8_t *win;  /* WINDOW bytes of the shard from win_off */
   uint64_t win_off;
   size_t win_len;
   /* the sample being grouped */
@@ -50,10 +51,11 @@ typedef struct tar_walk {
   uint8_t cls_bad;
 } tar_walk;
 
-static dpm_status corrupt(const tar_walk *w, uint64_t off, const char *what, dpm_err *err) {
+static dpm_status corrupt(const tar_walk *w, uint64_t off, const char *what,
+                          dpm_err *err) {
   char b[256];
-  return dpm_errf(err, DPM_CORRUPT, "%s: offset %llu: %s", dpm_escape(w->path, b, sizeof b),
-                  (unsigned long long)off, what);
+  return dpm_errf(err, DPM_CORRUPT, "%s: offset %llu: %s",
+                  dpm_escape(w->path, b, sizeof b), (unsigned long long)off, what);
 }
 
 /* Points *p at n (<= WINDOW) bytes of the shard at off, which lie inside it. */
@@ -205,8 +207,10 @@ static dpm_status pax(tar_walk *w, uint64_t at, const uint8_t *p, size_t n, char
   size_t i = 0;
   while (i < n) {
     size_t len = 0, j = i;
-    while (j < n && p[j] >= '0' && p[j] <= '9' && len < n) len = len * 10 + (p[j++] - '0');
-    if (j >= n || p[j] != ' ' || len <= j - i + 1 || len > n - i || p[i + len - 1] != '\n')
+    while (j < n && p[j] >= '0' && p[j] <= '9' && len < n)
+      len = len * 10 + (p[j++] - '0');
+    if (j >= n || p[j] != ' ' || len <= j - i + 1 || len > n - i ||
+        p[i + len - 1] != '\n')
       return corrupt(w, at, "malformed pax extended header", err);
     const uint8_t *kv = p + j + 1, *end = p + i + len - 1;
     const uint8_t *eq = memchr(kv, '=', (size_t)(end - kv));
@@ -351,4 +355,38 @@ dpm_status dpm_tar_index(dpm_source *s, const dpm_source_config *cfg, dpm_err *e
   free(w);
   free(win);
   return st;
+}
+
+/* ---- writing (io/tar.h) ------------------------------------------------------- */
+
+int dpm_tar_header(uint8_t h[DPM_TAR_BLOCK], const char *name, uint64_t size,
+                   uint64_t mtime) {
+  memset(h, 0, DPM_TAR_BLOCK);
+  size_t n = strlen(name);
+  const char *base = name;
+  if (n > 100) { /* split at a '/' into prefix (<= 155) and name (<= 100) */
+    const char *cut = NULL;
+    for (const char *p = name; *p; p++)
+      if (*p == '/' && p - name <= 155 && n - (size_t)(p - name) - 1 <= 100 && p > name)
+        cut = p;
+    if (!cut || !cut[1]) return -1;
+    memcpy(h + 345, name, (size_t)(cut - name));
+    base = cut + 1;
+  }
+  if (!*base || size >= (1ull << 33)) return -1;
+  memcpy(h, base, strlen(base));
+  snprintf((char *)h + 100, 8, "%07o", 0644);
+  snprintf((char *)h + 108, 8, "%07o", 0);
+  snprintf((char *)h + 116, 8, "%07o", 0);
+  snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+  snprintf((char *)h + 136, 12, "%011llo", (unsigned long long)(mtime & 077777777777ull));
+  h[156] = '0';
+  memcpy(h + 257, "ustar", 6); /* POSIX magic "ustar\0", version "00" */
+  memcpy(h + 263, "00", 2);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < DPM_TAR_BLOCK; i++) sum += h[i];
+  snprintf((char *)h + 148, 8, "%06o", sum); /* six digits, NUL, then the space */
+  h[155] = ' ';
+  return 0;
 }

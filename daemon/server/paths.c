@@ -17,11 +17,11 @@
 typedef struct root_set {
   const char *const *v; /* absolute paths from the config */
   int n;
-  const char *what;     /* for messages: "the state dir or an allowed path" */
+  const char *what; /* for messages: "the state dir or an allowed path" */
 } root_set;
 
 struct dpmd_paths {
-  dpm_fs data, files;                   /* ctx: this */
+  dpm_fs data, files;                    /* ctx: this */
   const char **data_roots, **file_roots; /* the config's strings */
   root_set data_set, file_set;
   struct stat state, models; /* the state dir and STATE/models */
@@ -107,8 +107,8 @@ static dpm_status walk(const dpmd_paths *paths, const root_set *rs, const char *
   if (find_root(rs, path, &at, &p, err)) return err->code;
   if ((fd = open(rs->v[at], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
     char b[256];
-    return dpm_errf(err, DPM_IO, "%s: cannot open: %s", dpm_escape(rs->v[at], b, sizeof b),
-                    strerror(errno));
+    return dpm_errf(err, DPM_IO, "%s: cannot open: %s",
+                    dpm_escape(rs->v[at], b, sizeof b), strerror(errno));
   }
   for (;;) {
     while (*p == '/') p++;
@@ -273,8 +273,10 @@ dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *
     dpmd_paths_destroy(p);
     return s;
   }
-  p->data = (dpm_fs){
-      .open_read = data_read, .open_dir = data_dir, .open_read_dir = data_read_dir, .ctx = p};
+  p->data = (dpm_fs){.open_read = data_read,
+                     .open_dir = data_dir,
+                     .open_read_dir = data_read_dir,
+                     .ctx = p};
   p->files = (dpm_fs){.open_read = files_read,
                       .open_dir = files_dir,
                       .open_read_dir = files_read_dir,
