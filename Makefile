@@ -5,7 +5,7 @@
 CC       ?= gcc
 CXX      ?= g++
 BUILD    := build
-PKGS     := libprotobuf-c yaml-0.1 zlib openblas libuv nanomsg
+PKGS     := libprotobuf-c yaml-0.1 zlib openblas libuv nanomsg lmdb libpng libjpeg
 # Deferred (=): on a fresh machine the packages exist only once `deps` ran.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -21,7 +21,9 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(PKG_CF
 GLOO_CFLAGS := -I/usr/include/hiredis
 GLOO_LIBS   := -lgloo -lhiredis -lstdc++
 ALL_CXXFLAGS = -std=c++17 $(WARN) $(CFLAGS) $(INC) -I$(BUILD) $(GLOO_CFLAGS) -MMD -MP
-LDLIBS   = $(PKG_LIBS) $(GLOO_LIBS) -lpthread -lm
+# libjpeg-turbo (libjpeg62-turbo-dev) ships libjpeg.pc, but older releases
+# do not: it is linked by name.
+LDLIBS   = $(PKG_LIBS) -ljpeg $(GLOO_LIBS) -lpthread -lm
 # The ASan build is the test build: it also has the fenced test backend
 # (daemon/backend/fenced/, devices fenced:N). The sanitizer builds carry
 # line tables only (-g1, clang's -gline-tables-only): their reports still

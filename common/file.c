@@ -109,7 +109,28 @@ static dpm_status plain_open_dir(const dpm_fs *fs, const char *path, int mkdirs,
   return DPM_OK;
 }
 
-const dpm_fs dpm_fs_plain = {.open_read = plain_open_read, .open_dir = plain_open_dir};
+static dpm_status plain_open_read_dir(const dpm_fs *fs, const char *path, int *dirfd,
+                                      dpm_err *err) {
+  (void)fs;
+  *dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return *dirfd < 0 ? io_err(err, path, "cannot open directory", errno) : DPM_OK;
+}
+
+const dpm_fs dpm_fs_plain = {.open_read = plain_open_read,
+                             .open_dir = plain_open_dir,
+                             .open_read_dir = plain_open_read_dir};
+
+dpm_status dpm_file_open_dir_read(const dpm_fs *fs, const char *path, int *dirfd,
+                                  dpm_err *err) {
+  if (!fs) fs = &dpm_fs_plain;
+  *dirfd = -1;
+  if (!fs->open_read_dir) {
+    char b[256];
+    return dpm_errf(err, DPM_UNSUPPORTED, "%s: this file system lists no directories",
+                    shown(path, b, sizeof b));
+  }
+  return fs->open_read_dir(fs, path, dirfd, err);
+}
 
 /* ---- reading and writing ----------------------------------------------------- */
 

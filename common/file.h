@@ -38,6 +38,12 @@ struct dpm_fs {
    * to let anyone write is DPM_DENIED. */
   dpm_status (*open_dir)(const dpm_fs *fs, const char *path, int mkdirs, int *dirfd,
                          char *base, size_t cap, dpm_err *err);
+  /* The directory at path, open for reading its entries (O_RDONLY |
+   * O_DIRECTORY), into *dirfd: the image folder reader walks below it with
+   * openat(O_NOFOLLOW). NULL: the fs lists no directories (DPM_UNSUPPORTED
+   * from dpm_file_open_dir_read). */
+  dpm_status (*open_read_dir)(const dpm_fs *fs, const char *path, int *dirfd,
+                              dpm_err *err);
   void *ctx; /* the implementation's */
 };
 
@@ -79,6 +85,9 @@ dpm_status dpm_file_read_all(const dpm_fs *fs, const char *path, size_t max, voi
                              size_t *len, dpm_err *err);
 /* Opens path for reading through fs (NULL: plain). */
 dpm_status dpm_file_open_read(const dpm_fs *fs, const char *path, int *fd, dpm_err *err);
+/* Opens directory path for listing through fs (NULL: plain). */
+dpm_status dpm_file_open_dir_read(const dpm_fs *fs, const char *path, int *dirfd,
+                                  dpm_err *err);
 /* For open_read implementations: an fd just opened O_NONBLOCK must be a
  * regular file; makes it blocking. Closes it and fails otherwise. */
 dpm_status dpm_file_check_regular(int fd, const char *path, dpm_err *err);

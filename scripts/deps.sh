@@ -7,21 +7,27 @@ set -e
 PKGS="gcc g++ make pkg-config libprotobuf-c-dev protobuf-c-compiler libyaml-dev
 libopenblas-dev zlib1g-dev libuv1-dev libnanomsg-dev dataset-fashion-mnist systemd
 clang libclang-rt-14-dev libgloo-dev libhiredis-dev redis-server python3-venv
-bubblewrap"
+bubblewrap liblmdb-dev libpng-dev libjpeg62-turbo-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
     missing="$missing $p"
 done
 
-# build/onnx-venv: a virtualenv with onnx, onnxruntime and numpy from PyPI
-# (about 210 MB), for the ONNX export's test (tests/e2e/onnx_export.sh)
+# build/onnx-venv: a virtualenv with onnx, onnxruntime, numpy and pillow from PyPI
+# (about 225 MB), for the ONNX export's test (tests/e2e/onnx_export.sh)
+# and the image decode's reference check against Pillow (tests/e2e/image_vs_pil.sh)
 # alone, so only the test targets make it; made once (the
 # stamp .complete marks a finished install). Where PyPI cannot be reached
 # the build goes on: build/onnx-venv.failed keeps pip's reason, the test
 # prints it and fails, and deps tries again once that file is removed.
 onnx_venv() {
   v=build/onnx-venv
+  # A virtualenv made before pillow was on the list gets it added once.
+  if [ -f "$v/.complete" ] && ! [ -f "$v/.pillow" ] &&
+    "$v/bin/pip" install -q --timeout 20 --retries 2 pillow >/dev/null 2>&1; then
+    touch "$v/.pillow"
+  fi
   [ -f "$v/.complete" ] || [ -f "$v.failed" ] || ! [ -x /usr/bin/python3 ] && return 0
   mkdir -p build
   exec 9>"$v.lock" # builds run deps side by side: one of them creates it
@@ -30,12 +36,12 @@ onnx_venv() {
     exec 9>&-
     return 0
   fi
-  echo "deps: creating $v (onnx, onnxruntime, numpy from PyPI)"
+  echo "deps: creating $v (onnx, onnxruntime, numpy, pillow from PyPI)"
   rm -rf "$v"
   if /usr/bin/python3 -m venv "$v" >"$v.log" 2>&1 &&
-    "$v/bin/pip" install -q --timeout 20 --retries 2 onnx onnxruntime numpy >>"$v.log" 2>&1
+    "$v/bin/pip" install -q --timeout 20 --retries 2 onnx onnxruntime numpy pillow >>"$v.log" 2>&1
   then
-    touch "$v/.complete"
+    touch "$v/.complete" "$v/.pillow"
     rm -f "$v.log"
   else
     rm -rf "$v"

@@ -17,11 +17,11 @@
 typedef struct root_set {
   const char *const *v; /* absolute paths from the config */
   int n;
-  const char *what;     /* for messages: "the state dir or an allowed path" */
+  const char *what; /* for messages: "the state dir or an allowed path" */
 } root_set;
 
 struct dpmd_paths {
-  dpm_fs data, files;                   /* ctx: this */
+  dpm_fs data, files;                    /* ctx: this */
   const char **data_roots, **file_roots; /* the config's strings */
   root_set data_set, file_set;
   struct stat state, models; /* the state dir and STATE/models */
@@ -107,8 +107,8 @@ static dpm_status walk(const dpmd_paths *paths, const root_set *rs, const char *
   if (find_root(rs, path, &at, &p, err)) return err->code;
   if ((fd = open(rs->v[at], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
     char b[256];
-    return dpm_errf(err, DPM_IO, "%s: cannot open: %s", dpm_escape(rs->v[at], b, sizeof b),
-                    strerror(errno));
+    return dpm_errf(err, DPM_IO, "%s: cannot open: %s",
+                    dpm_escape(rs->v[at], b, sizeof b), strerror(errno));
   }
   for (;;) {
     while (*p == '/') p++;
@@ -181,6 +181,33 @@ static dpm_status read_under(const dpmd_paths *paths, const root_set *rs,
   return DPM_OK;
 }
 
+/* A directory under one of the roots rs, open for listing. */
+static dpm_status read_dir_under(const dpmd_paths *paths, const root_set *rs,
+                                 const char *path, int *out, dpm_err *err) {
+  char base[NAME_MAX + 1];
+  int dir;
+  *out = -1;
+  if (walk(paths, rs, path, 0, 0, &dir, base, sizeof base, err)) return err->code;
+  int fd = openat(dir, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) step_failed(err, path, dir, base, errno);
+  close(dir);
+  if (fd < 0) return err->code;
+  *out = fd;
+  return DPM_OK;
+}
+
+static dpm_status data_read_dir(const dpm_fs *fs, const char *path, int *out,
+                                dpm_err *err) {
+  const dpmd_paths *p = fs->ctx;
+  return read_dir_under(p, &p->data_set, path, out, err);
+}
+
+static dpm_status files_read_dir(const dpm_fs *fs, const char *path, int *out,
+                                 dpm_err *err) {
+  const dpmd_paths *p = fs->ctx;
+  return read_dir_under(p, &p->file_set, path, out, err);
+}
+
 static dpm_status data_read(const dpm_fs *fs, const char *path, int *out, dpm_err *err) {
   const dpmd_paths *p = fs->ctx;
   return read_under(p, &p->data_set, path, out, err);
@@ -246,8 +273,14 @@ dpm_status dpmd_paths_create(const dpmd_config *cfg, dpmd_paths **out, dpm_err *
     dpmd_paths_destroy(p);
     return s;
   }
-  p->data = (dpm_fs){.open_read = data_read, .open_dir = data_dir, .ctx = p};
-  p->files = (dpm_fs){.open_read = files_read, .open_dir = files_dir, .ctx = p};
+  p->data = (dpm_fs){.open_read = data_read,
+                     .open_dir = data_dir,
+                     .open_read_dir = data_read_dir,
+                     .ctx = p};
+  p->files = (dpm_fs){.open_read = files_read,
+                      .open_dir = files_dir,
+                      .open_read_dir = files_read_dir,
+                      .ctx = p};
   *out = p;
   return DPM_OK;
 }

@@ -1,0 +1,294 @@
+/* Crop boxes (torchvision's arithmetic), DCT scale choice, and Pillow's
+ * antialiased bilinear resample with flip and normalisation. */
+#include "io/augment.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "engine/rng.h"
+
+struct dpm_augmenter {
+  dpm_augment_cfg cfg;
+  int32_t *kx, *ky; /* fixed-point weights, out x ksize per axis */
+  int *bx, *by;     /* per output pixel: first input pixel, count (2 x crop) */
+  size_t kx_cap, ky_cap;
+  double *w; /* one output pixel's weights before rounding */
+  size_t w_cap;
+  uint8_t *tmp; /* the horizontal pass: rows x crop x channels */
+  size_t tmp_cap;
+};
+
+dpm_augment_cfg dpm_augment_defaults(void) {
+  return (dpm_augment_cfg){.train = 1,
+                           .crop = 224,
+                           .resize = 256,
+                           .channels = 3,
+                           .mirror = 1,
+                           .area_min = 0.08,
+                           .area_max = 1.0,
+                           .aspect_min = 3.0 / 4.0,
+                           .aspect_max = 4.0 / 3.0,
+                           .mean = {0, 0, 0},
+                           .std = {1, 1, 1}};
+}
+
+dpm_status dpm_augment_check(const dpm_augment_cfg *c, dpm_err *err) {
+  if (c->crop < 1 || c->crop > DPM_AUGMENT_MAX_CROP)
+    return dpm_errf(err, DPM_INVALID, "augment: crop %d out of range (1..%d)", c->crop,
+                    DPM_AUGMENT_MAX_CROP);
+  if (!c->train && (c->resize < c->crop || c->resize > DPM_IMAGE_MAX_SIDE))
+    return dpm_errf(err, DPM_INVALID, "augment: resize %d out of range (crop %d..%d)",
+                    c->resize, c->crop, DPM_IMAGE_MAX_SIDE);
+  if (c->channels != 1 && c->channels != 3)
+    return dpm_errf(err, DPM_INVALID, "augment: %d channels (1 or 3)", c->channels);
+  if (!(c->area_min > 0 && c->area_min <= c->area_max && c->area_max <= 1))
+    return dpm_errf(err, DPM_INVALID,
+                    "augment: area range [%g, %g] (0 < min <= max <= 1)", c->area_min,
+                    c->area_max);
+  if (!(c->aspect_min > 0 && c->aspect_min <= c->aspect_max && isfinite(c->aspect_max)))
+    return dpm_errf(err, DPM_INVALID,
+                    "augment: aspect range [%g, %g] (0 < min <= max, finite)",
+                    c->aspect_min, c->aspect_max);
+  for (int i = 0; i < c->channels; i++)
+    if (!isfinite(c->mean[i]) || !isfinite(c->std[i]) || c->std[i] == 0)
+      return dpm_errf(err, DPM_INVALID,
+                      "augment: channel %d: mean %g, std %g (finite, std not 0)", i,
+                      (double)c->mean[i], (double)c->std[i]);
+  return DPM_OK;
+}
+
+/* ---- boxes ------------------------------------------------------------------------ */
+
+/* Python's round() of a non-negative value to an int: half to even. */
+static int64_t round_even(double v) { return (int64_t)nearbyint(v); }
+
+static void train_box(const dpm_augment_cfg *c, uint64_t s[2], int width, int height,
+                      dpm_crop_box *box) {
+  double area = (double)width * height;
+  double lo = log(c->aspect_min), hi = log(c->aspect_max);
+  for (int t = 0; t < 10; t++) {
+    double target = area * (c->area_min + (c->area_max - c->area_min) * dpm_rng_uniform(s));
+    double aspect = exp(lo + (hi - lo) * dpm_rng_uniform(s));
+    int64_t w = round_even(sqrt(target * aspect)), h = round_even(sqrt(target / aspect));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      box->y = (double)dpm_rng_below(s, (uint64_t)(height - h + 1));
+      box->x = (double)dpm_rng_below(s, (uint64_t)(width - w + 1));
+      box->w = (double)w;
+      box->h = (double)h;
+      return;
+    }
+  }
+  double ratio = (double)width / height;
+  int64_t w = width, h = height;
+  if (ratio < c->aspect_min)
+    h = round_even(w / c->aspect_min);
+  else if (ratio > c->aspect_max)
+    w = round_even(h * c->aspect_max);
+  if (h < 1) h = 1;
+  if (w < 1) w = 1;
+  box->x = (double)((width - w) / 2);
+  box->y = (double)((height - h) / 2);
+  box->w = (double)w;
+  box->h = (double)h;
+}
+
+static void eval_box(const dpm_augment_cfg *c, int width, int height,
+                     dpm_crop_box *box) {
+  int64_t nw = c->resize, nh = c->resize;
+  if (width <= height)
+    nh = (int64_t)((double)c->resize * height / width);
+  else
+    nw = (int64_t)((double)c->resize * width / height);
+  double sx = (double)width / (double)nw, sy = (double)height / (double)nh;
+  int64_t left = round_even((double)(nw - c->crop) / 2.0);
+  int64_t top = round_even((double)(nh - c->crop) / 2.0);
+  box->x = (double)left * sx;
+  box->y = (double)top * sy;
+  box->w = fmin((double)(left + c->crop) * sx, (double)width) - box->x;
+  box->h = fmin((double)(top + c->crop) * sy, (double)height) - box->y;
+}
+
+void dpm_augment_box(const dpm_augment_cfg *cfg, uint64_t seed, uint64_t epoch,
+                     uint64_t index, int width, int height, dpm_crop_box *box) {
+  memset(box, 0, sizeof *box);
+  if (!cfg->train) {
+    eval_box(cfg, width, height, box);
+    return;
+  }
+  uint64_t x = seed, s[2];
+  uint64_t h = dpm_splitmix64(&x) ^ epoch;
+  x = h;
+  h = dpm_splitmix64(&x) ^ index;
+  dpm_rng_seed(s, h);
+  train_box(cfg, s, width, height, box);
+  box->flip = cfg->mirror && dpm_rng_uniform(s) < 0.5;
+}
+
+int dpm_augment_scale(const dpm_augment_cfg *cfg, const dpm_crop_box *box) {
+  double fit = fmin(floor(box->w / cfg->crop), floor(box->h / cfg->crop));
+  static const int denoms[] = {8, 4, 2};
+  for (int i = 0; i < 3; i++)
+    if (fit >= denoms[i]) return denoms[i];
+  return 1;
+}
+
+/* ---- the augmenter ---------------------------------------------------------------- */
+
+dpm_augmenter *dpm_augmenter_create(const dpm_augment_cfg *cfg, dpm_err *err) {
+  if (dpm_augment_check(cfg, err)) return NULL;
+  dpm_augmenter *a = calloc(1, sizeof *a);
+  if (!a) {
+    dpm_nomem(err);
+    return NULL;
+  }
+  a->cfg = *cfg;
+  a->bx = malloc(2 * (size_t)cfg->crop * sizeof *a->bx);
+  a->by = malloc(2 * (size_t)cfg->crop * sizeof *a->by);
+  if (!a->bx || !a->by) {
+    dpm_augmenter_destroy(a);
+    dpm_nomem(err);
+    return NULL;
+  }
+  return a;
+}
+
+void dpm_augmenter_destroy(dpm_augmenter *a) {
+  if (!a) return;
+  free(a->kx);
+  free(a->ky);
+  free(a->bx);
+  free(a->by);
+  free(a->w);
+  free(a->tmp);
+  free(a);
+}
+
+/* Grow *p to hold n elements of size sz (contents not kept). */
+static int grow(void *pp, size_t *cap, size_t n, size_t sz) {
+  void **p = pp;
+  if (n <= *cap) return 0;
+  free(*p);
+  *cap = 0;
+  if (!(*p = malloc(n * sz))) return -1;
+  *cap = n;
+  return 0;
+}
+
+#define PRECISION_BITS 22 /* Pillow's 8-bit resample: 32 - 8 - 2 */
+
+static double triangle(double x) {
+  if (x < 0) x = -x;
+  return x < 1 ? 1 - x : 0;
+}
+
+/* Pillow's precompute_coeffs and normalize_coeffs_8bpc for one axis: the
+ * window [in0, in1) of in_size pixels onto out_size. Fills bounds (first,
+ * count) and k (out_size x ksize); returns ksize, or -1 on allocation
+ * failure. */
+static int axis_weights(dpm_augmenter *a, int in_size, float in0, float in1, int out_size,
+                        int32_t **k, size_t *k_cap, int *bounds) {
+  double scale = (double)(in1 - in0) / out_size, filterscale = scale;
+  if (filterscale < 1.0) filterscale = 1.0;
+  double support = 1.0 * filterscale;
+  int ksize = (int)ceil(support) * 2 + 1;
+  size_t n = (size_t)out_size * (size_t)ksize;
+  if (grow(k, k_cap, n, sizeof **k)) return -1;
+  if (grow(&a->w, &a->w_cap, (size_t)ksize, sizeof *a->w)) return -1;
+  double ss = 1.0 / filterscale;
+  for (int xx = 0; xx < out_size; xx++) {
+    double center = in0 + (xx + 0.5) * scale, ww = 0;
+    int xmin = (int)(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = (int)(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    for (int x = 0; x < xmax; x++) {
+      a->w[x] = triangle((x + xmin - center + 0.5) * ss);
+      ww += a->w[x];
+    }
+    int32_t *kk = *k + (size_t)xx * ksize;
+    for (int x = 0; x < ksize; x++) {
+      double v = x < xmax ? (ww != 0.0 ? a->w[x] / ww : a->w[x]) : 0;
+      kk[x] = (int32_t)(v < 0 ? -0.5 + v * (1 << PRECISION_BITS)
+                              : 0.5 + v * (1 << PRECISION_BITS));
+    }
+    bounds[2 * xx] = xmin;
+    bounds[2 * xx + 1] = xmax < 0 ? 0 : xmax;
+  }
+  return ksize;
+}
+
+static inline uint8_t clip8(int32_t v) {
+  if (v >= (1 << PRECISION_BITS << 8)) return 255;
+  if (v <= 0) return 0;
+  return (uint8_t)(v >> PRECISION_BITS);
+}
+
+dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
+                             const dpm_crop_box *box, float *out, dpm_err *err) {
+  const dpm_augment_cfg *c = &a->cfg;
+  int C = c->channels, crop = c->crop;
+  if (img->channels != C)
+    return dpm_errf(err, DPM_INVALID, "augment: the image has %d channels, not %d",
+                    img->channels, C);
+  if (!(box->x >= 0 && box->y >= 0 && box->w > 0 && box->h > 0 &&
+        box->x + box->w <= img->full_width && box->y + box->h <= img->full_height))
+    return dpm_errf(err, DPM_INVALID, "augment: the box is not inside the %d x %d image",
+                    img->full_width, img->full_height);
+  double s = img->scale_denom;
+  float x0 = (float)(box->x / s), x1 = (float)((box->x + box->w) / s);
+  float y0 = (float)(box->y / s), y1 = (float)((box->y + box->h) / s);
+  int kxs = axis_weights(a, img->width, x0, x1, crop, &a->kx, &a->kx_cap, a->bx);
+  int kys = kxs < 0 ? -1
+                     : axis_weights(a, img->height, y0, y1, crop, &a->ky, &a->ky_cap, a->by);
+  if (kys < 0) return dpm_nomem(err);
+  int first = a->by[0], last = a->by[2 * (crop - 1)] + a->by[2 * (crop - 1) + 1];
+  int rows = last - first;
+  if (rows < 1) return dpm_errf(err, DPM_INVALID, "augment: the box covers no row");
+  if (grow(&a->tmp, &a->tmp_cap, (size_t)rows * crop * C, 1)) return dpm_nomem(err);
+  /* Horizontal pass: rows [first, last) of the image, crop columns each. */
+  size_t in_stride = (size_t)img->width * C;
+  for (int y = 0; y < rows; y++) {
+    const uint8_t *src = img->pixels + (size_t)(first + y) * in_stride;
+    uint8_t *dst = a->tmp + (size_t)y * crop * C;
+    for (int xx = 0; xx < crop; xx++) {
+      const int32_t *k = a->kx + (size_t)xx * kxs;
+      int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
+      const uint8_t *p = src + (size_t)xmin * C;
+      if (C == 3) {
+        int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+        for (int x = 0; x < xn; x++) {
+          s0 += p[3 * x] * k[x];
+          s1 += p[3 * x + 1] * k[x];
+          s2 += p[3 * x + 2] * k[x];
+        }
+        dst[3 * xx] = clip8(s0);
+        dst[3 * xx + 1] = clip8(s1);
+        dst[3 * xx + 2] = clip8(s2);
+      } else {
+        int32_t s0 = 1 << (PRECISION_BITS - 1);
+        for (int x = 0; x < xn; x++) s0 += p[x] * k[x];
+        dst[xx] = clip8(s0);
+      }
+    }
+  }
+  /* Vertical pass, then mirror and normalise into NCHW. */
+  size_t plane = (size_t)crop * crop, t_stride = (size_t)crop * C;
+    for (int yy = 0; yy < crop; yy++) {
+    const int32_t *k = a->ky + (size_t)yy * kys;
+    int ymin = a->by[2 * yy] - first, yn = a->by[2 * yy + 1];
+    for (int xx = 0; xx < crop; xx++) {
+      int xo = box->flip ? crop - 1 - xx : xx;
+      for (int ch = 0; ch < C; ch++) {
+        int32_t acc = 1 << (PRECISION_BITS - 1);
+        const uint8_t *p = a->tmp + (size_t)ymin * t_stride + (size_t)xx * C + ch;
+        for (int y = 0; y < yn; y++) acc += p[(size_t)y * t_stride] * k[y];
+        out[ch * plane + (size_t)yy * crop + xo] =
+            ((float)clip8(acc) - c->mean[ch]) / c->std[ch];
+      }
+    }
+  }
+  return DPM_OK;
+}
