@@ -528,6 +528,8 @@ void dpm_reader_shape(const dpm_reader *r, int *c, int *h, int *w) {
 
 int64_t dpm_reader_size(const dpm_reader *r) { return r ? r->n : 0; }
 
+int dpm_reader_decodes(const dpm_reader *r) { return r && r->decode; }
+
 uint64_t dpm_reader_skipped(const dpm_reader *r) {
   return r ? dpm_images_skipped(r->decode) : 0;
 }

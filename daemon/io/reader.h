@@ -170,6 +170,8 @@ dpm_status dpm_reader_seek(dpm_reader *r, dpm_reader_pos pos, dpm_err *err);
 dpm_status dpm_reader_rewind(dpm_reader *r);
 /* Image shape of every batch (c = 1 for IDX files). */
 void dpm_reader_shape(const dpm_reader *r, int *c, int *h, int *w);
+/* 1 for an image reader (its batches come from the decode pool). */
+int dpm_reader_decodes(const dpm_reader *r);
 /* Image readers: bad samples skipped so far (io/images.h); 0 for other
  * kinds. Any thread. */
 uint64_t dpm_reader_skipped(const dpm_reader *r);

@@ -13,7 +13,9 @@
  * JSON, n/a in text). With --json it prints
  * one JSON object per line: per epoch {"epoch","steps","loss",
  * "test_accuracy","images_per_s"}, last a summary {"images_per_s",
- * "step_ms_median","test_accuracy","peak_rss_mb"}. An epoch cut short by
+ * "step_ms_median","input_wait_pct","test_accuracy","peak_rss_mb"} (and
+ * "skipped_samples" for an image reader; input_wait_pct: the share of the
+ * steps' time spent waiting for a batch). An epoch cut short by
  * --iters says so: "epoch 1 (10 of 468 steps)", and "steps" in JSON.
  * During an epoch, progress goes to stderr: a line redrawn on a terminal,
  * else a line every PROGRESS_EVERY_S seconds. --help and --version print
@@ -383,6 +385,8 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   double images = (double)dpm_trainer_batch(t) * dpm_trainer_devices(t) * shards *
                   dpm_trainer_accumulate_steps(t);
   double *ms = malloc((size_t)(total ? total : 1) * sizeof *ms), acc = NAN, train_ms = 0;
+  double wait_ms = 0;
+  uint64_t skipped = 0;
   int64_t done = 0;
   dpm_status s = ms ? DPM_OK : dpm_nomem(err);
   progress pr = {.tty = isatty(STDERR_FILENO)};
@@ -395,6 +399,8 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
       if ((s = dpm_trainer_step(t, 1, &st, err))) break;
       ms[done] = st.step_ms;
       epoch_ms += st.step_ms;
+      wait_ms += st.input_ms;
+      skipped = st.samples_skipped;
       loss_sum += st.loss;
       if (!quiet) progress_show(&pr, e + 1, i + 1, steps, loss_sum / (double)(i + 1));
     }
@@ -425,15 +431,19 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   }
   if (!s && !quiet) {
     qsort(ms, (size_t)done, sizeof *ms, cmp_double);
-    char a[32], m[32], r[32];
-    printf(o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%s,\"test_accuracy\":%s,"
-                     "\"peak_rss_mb\":%s}\n"
-                   : "done: %.0f images/s, median step %s ms, test accuracy %s, "
-                     "peak RSS %s MB\n",
+    char a[32], m[32], r[32], w[32], k[48] = "";
+    if (dpm_trainer_image_reader(t))
+      snprintf(k, sizeof k, o->json ? ",\"skipped_samples\":%llu" : ", %llu skipped samples",
+               (unsigned long long)skipped);
+    printf(o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%s,\"input_wait_pct\":%s,"
+                     "\"test_accuracy\":%s,\"peak_rss_mb\":%s%s}\n"
+                   : "done: %.0f images/s, median step %s ms, input wait %s%%, test accuracy "
+                     "%s, peak RSS %s MB%s\n",
            done * images / (train_ms / 1e3),
            num(m, sizeof m, done ? ms[done / 2] : NAN, 4, o->json),
+           num(w, sizeof w, train_ms > 0 ? 100 * wait_ms / train_ms : NAN, 2, o->json),
            num(a, sizeof a, acc, 4, o->json),
-           num(r, sizeof r, peak_rss_mb(), 1, o->json));
+           num(r, sizeof r, peak_rss_mb(), 1, o->json), k);
   }
   free(ms);
   return s;

@@ -370,13 +370,15 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
       }
       t->granted = granted;
     }
-    double t0 = dpm_mono_ns() / 1e6, sum[2] = {0, 0};
+    double t0 = dpm_mono_ns() / 1e6, sum[2] = {0, 0}, input_ms = 0;
     uint64_t comm0 = t->r[0].ctx.comm_ns;
     /* an update: accum micro-batches (train/update.c), the last reduces and
        updates; nothing stops between them */
     for (t->micro = 0; t->micro < t->accum; t->micro++) {
       const dpm_batch *b;
+      double w0 = dpm_mono_ns() / 1e6;
       if (dpm_reader_next(t->reader, &b, err)) return err->code;
+      input_ms += dpm_mono_ns() / 1e6 - w0;
       if (!t->stepped) t->phase_ms[DPM_PHASE_FIRST_BATCH] = dpm_mono_ns() / 1e6 - t0;
       /* on devices: the next step's, uploaded by this one */
       const dpm_batch *ahead = NULL;
@@ -404,6 +406,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
     t->last_step_ms = st.step_ms;
     if (t->granted) t->granted--;
     st.comm_ms = (double)(t->r[0].ctx.comm_ns - comm0) / 1e6;
+    st.input_ms = input_ms;
     if (!isfinite(st.loss))
       return dpm_errf(err, DPM_NUMERIC, "loss is %g at iteration %llu", st.loss,
                       (unsigned long long)t->iter);
@@ -544,6 +547,8 @@ const char *dpm_trainer_comm_backend(const dpm_trainer *t) {
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t) {
   return &t->memory;
 }
+int dpm_trainer_image_reader(const dpm_trainer *t) { return dpm_reader_decodes(t->reader); }
+
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
   return dpm_reader_size(t->reader) /
          ((int64_t)t->model.batch * t->n * t->shards * t->accum);

@@ -90,6 +90,8 @@ typedef struct dpm_step_stats {
   double step_ms;  /* wall time of the last step */
   double comm_ms;  /* of it, the master replica's time in collectives: waiting for
                       peers and summing (the reduction not hidden behind backward) */
+  double input_ms; /* of it, the time spent waiting for the batch (the reader's
+                      prefetch had none ready) */
   int stopped;     /* a job of several shards: the job's rank 0 stopped it before
                       this shard's next step, with this reason (dpm_trainer_stop);
                       0: not stopped */
@@ -312,6 +314,8 @@ const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t);
 /* Steps (updates) in one epoch of the training data; examples per device
  * per micro-batch; micro-batches per update (update.accumulate_steps). */
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t);
+/* 1 when the training data comes through an image reader (tar, lmdb, folder). */
+int dpm_trainer_image_reader(const dpm_trainer *t);
 int dpm_trainer_batch(const dpm_trainer *t);
 int dpm_trainer_accumulate_steps(const dpm_trainer *t);
 uint64_t dpm_trainer_iter(const dpm_trainer *t);
