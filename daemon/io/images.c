@@ -297,10 +297,15 @@ void dpm_images_close(dpm_images *im) {
 static dpm_status hold_shards(dpm_images *im, const dpm_reader_config *cfg, dpm_err *err) {
   dpm_data_cache_stats cs;
   dpm_data_cache_stats_of(cfg->cache, &cs);
-  if (!cfg->cache || cfg->kind != DPM_READER_TAR ||
-      dpm_source_bytes(im->src) > cs.max_bytes)
-    return DPM_OK;
+  if (!cfg->cache || cfg->kind != DPM_READER_TAR) return DPM_OK;
   int64_t shards = dpm_source_num_shards(im->src);
+  uint64_t total = 0;
+  for (int64_t k = 0; k < shards; k++) {
+    dpm_source_shard_info si;
+    if (dpm_source_shard(im->src, k, &si, err)) return err->code;
+    total += si.size; /* each below 2^40: no overflow below 2^24 shards */
+    if (total > cs.max_bytes) return DPM_OK;
+  }
   if (!(im->held = calloc((size_t)shards, sizeof *im->held)))
     return dpm_errf(err, DPM_NOMEM, "images: out of memory");
   im->cache = cfg->cache;
