@@ -324,7 +324,7 @@ CHECK_NEEDS := $(BUILD)/tests/unit $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpm
                $(BUILD)/tests/gpu_test $(BUILD)/asan-bin/gpu_test $(BUILD)/tests/spec_doc \
                $(if $(CUDA_PLUGIN),$(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
                $(DPM_LIBS)
-TEST_NEEDS := $(CHECK_NEEDS) $(BUILD)/tests/race $(BUILD)/tsan-bin/dpmd \
+TEST_NEEDS := $(CHECK_NEEDS) $(BUILD)/tests/race $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/image_tool \
               $(if $(CUDA_PLUGIN),$(BUILD)/gpu-bundle/MANIFEST)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
                                 $(wildcard tests/fuzz/fuzz_*.c))
