@@ -65,7 +65,8 @@ ONNX_H   := $(BUILD)/proto/onnx.pb-c.h
 ENGINE_SRC := $(wildcard daemon/engine/*.c daemon/predictor/*.c daemon/ops/*.c daemon/io/*.c \
                           daemon/comm/*.c daemon/parallel/*.c daemon/backend/*.c \
                           daemon/backend/cpu/*.c daemon/backend/fenced/*.c \
-                          daemon/train/*.c daemon/server/*.c daemon/server/*/*.c)
+                          daemon/train/*.c daemon/server/*.c daemon/server/*/*.c \
+                          daemon/pack/*.c)
 ENGINE_SRC := $(filter-out %_main.c,$(ENGINE_SRC)) \
               $(wildcard daemon/*/*.cc daemon/*/*/*.cc)
 SPEC_SRC := $(wildcard common/*.c client/lib/*.c)
@@ -93,11 +94,12 @@ TEST_OBJ     := $(call obj,asan,$(TEST_SRC))
 # into is newer than its source (a file moved with git mv keeps its date).
 .SECONDARY: $(call obj,obj,$(wildcard bench/*.c tests/tools/*.c))
 .PHONY: all deps test bench demo clean format install
-PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train
+PROGS := $(BUILD)/dpmd $(BUILD)/dpmctl $(BUILD)/dpm-train $(BUILD)/dpm-pack
 # The man pages and dpmctl's bash completion, which the programs write from
 # their own tables (dpmctl --man and --completion bash: its verb and option
 # tables; dpmd --man: the config's key table; dpm-train --man: its flags).
 DOCS := $(BUILD)/man/dpmctl.1 $(BUILD)/man/dpmd.8 $(BUILD)/man/dpm-train.1 \
+        $(BUILD)/man/dpm-pack.1 \
         $(BUILD)/completion/dpmctl
 all: $(PROGS) $(BUILD)/tests/unit $(BENCHES) $(CUDA_PLUGIN) $(DOCS)
 
@@ -111,6 +113,7 @@ docs/SPEC.md: docs/SPEC.md.in $(BUILD)/tests/spec_doc
 $(BUILD)/man/dpmctl.1: $(BUILD)/dpmctl
 $(BUILD)/man/dpmd.8: $(BUILD)/dpmd
 $(BUILD)/man/dpm-train.1: $(BUILD)/dpm-train
+$(BUILD)/man/dpm-pack.1: $(BUILD)/dpm-pack
 $(BUILD)/man/%:
 	@mkdir -p $(dir $@)
 	$< --man >$@.tmp && mv $@.tmp $@
@@ -193,6 +196,10 @@ $(BUILD)/libdpm-tsan.a: $(LIB_TSAN_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/dpm-train: $(BUILD)/obj/daemon/train/dpm_train_main.o $(BUILD)/libdpm.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# The packing tool (daemon/pack/): image sets into tar shards or an LMDB.
+$(BUILD)/dpm-pack: $(BUILD)/obj/daemon/pack/dpm_pack_main.o $(BUILD)/libdpm.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/dpmd: $(BUILD)/obj/daemon/server/dpmd_main.o $(BUILD)/libdpm.a
@@ -324,7 +331,7 @@ CHECK_NEEDS := $(BUILD)/tests/unit $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpm
                $(BUILD)/tests/gpu_test $(BUILD)/asan-bin/gpu_test $(BUILD)/tests/spec_doc \
                $(if $(CUDA_PLUGIN),$(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
                $(DPM_LIBS)
-TEST_NEEDS := $(CHECK_NEEDS) $(BUILD)/tests/race $(BUILD)/tsan-bin/dpmd \
+TEST_NEEDS := $(CHECK_NEEDS) $(BUILD)/tests/race $(BUILD)/tsan-bin/dpmd $(BUILD)/tests/image_tool \
               $(if $(CUDA_PLUGIN),$(BUILD)/gpu-bundle/MANIFEST)
 TEST_FUZZ_REPLAY := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/replay-%, \
                                 $(wildcard tests/fuzz/fuzz_*.c))
@@ -377,7 +384,8 @@ install: $(PROGS) $(DPM_LIBS) $(CUDA_PLUGIN) $(DOCS)
 	  $(DESTDIR)$(INCDIR)/dpm/proto $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONF)/dpmd
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR)
-	install -m 644 $(BUILD)/man/dpmctl.1 $(BUILD)/man/dpm-train.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(BUILD)/man/dpmctl.1 $(BUILD)/man/dpm-train.1 $(BUILD)/man/dpm-pack.1 \
+	  $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(BUILD)/man/dpmd.8 $(DESTDIR)$(MANDIR)/man8/
 	install -m 644 $(BUILD)/completion/dpmctl $(DESTDIR)$(BASHCOMPDIR)/dpmctl
 	install -m 644 include/dpm/*.h $(DESTDIR)$(INCDIR)/dpm/

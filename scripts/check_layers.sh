@@ -9,7 +9,7 @@
 # the RPC's constants are dpm/protocol.h, which common/rpc.c owns.
 # Prints each crossing; exits 1 if there is one.
 cd "$(dirname "$0")/.." || exit 2
-daemon_dirs='engine|predictor|ops|io|comm|parallel|server|train|backend'
+daemon_dirs='engine|predictor|ops|io|comm|parallel|server|train|backend|pack'
 client_dirs='spec|lib|dpmctl'
 bad=$(
   grep -rnE "^#include \"(client/|($client_dirs)/)" daemon common --include=*.c --include=*.h \

@@ -25,7 +25,7 @@ onnx_venv() {
   v=build/onnx-venv
   # A virtualenv made before pillow was on the list gets it added once.
   if [ -f "$v/.complete" ] && ! [ -f "$v/.pillow" ] &&
-    "$v/bin/pip" install -q --timeout 20 --retries 2 pillow >/dev/null 2>&1; then
+    "$v/bin/python3" -m pip install -q --timeout 20 --retries 2 pillow >/dev/null 2>&1; then
     touch "$v/.pillow"
   fi
   [ -f "$v/.complete" ] || [ -f "$v.failed" ] || ! [ -x /usr/bin/python3 ] && return 0

@@ -4,6 +4,9 @@
  *                              hand-made edge cases (no entry, scalars, ints)
  * OUT/predictor/NAME.pb       predictors extracted from small models
  * OUT/idx/NAME[.gz]           a few Fashion-MNIST examples, raw and gzip
+ * OUT/tar/NAME.tar            WebDataset shards (io/tar.h): good samples, and
+ *                             one with no label, a bad label, no image
+ * OUT/datum/NAME              Datum records: encoded, raw, negative label
  * Models are built from small specs and initialised (seeded fills), not
  * trained: the seeds exercise the formats, not the values. The config
  * seeds are written by hand (tests/fuzz/corpus/config/). */
@@ -19,6 +22,8 @@
 #include "engine/exec.h"
 #include "engine/model.h"
 #include "io/checkpoint.h"
+#include "io/datum.h"
+#include "io/tar.h"
 #include "predictor/predictor_extract.h"
 
 #define DATASET "/usr/share/datasets/fashion-mnist/"
@@ -237,6 +242,47 @@ static void idx_seeds(void) {
   dpm_idx_fini(&lab);
 }
 
+/* A tar of members (name, bytes) ending with the end-of-archive blocks. */
+static void tar_seed(const char *name, const char *const *members, int n) {
+  uint8_t buf[16384];
+  size_t len = 0;
+  for (int i = 0; i < n; i++) {
+    const char *body = members[2 * i + 1];
+    size_t bl = strlen(body);
+    if (dpm_tar_header(buf + len, members[2 * i], bl, 1700000000)) die(name, "header");
+    len += DPM_TAR_BLOCK;
+    memcpy(buf + len, body, bl);
+    memset(buf + len + bl, 0, dpm_tar_pad(bl));
+    len += bl + dpm_tar_pad(bl);
+  }
+  memset(buf + len, 0, DPM_TAR_END);
+  write_file("tar", name, buf, len + DPM_TAR_END);
+}
+
+static void tar_seeds(void) {
+  static const char *const good[] = {
+      "a/000.jpg", "\xff\xd8\xff\xe0JFIF", "a/000.cls", "3\n", "a/000.json", "{}",
+      "a/001.png", "\x89PNG\r\n\x1a\n",    "a/001.cls", "9"};
+  tar_seed("good.tar", good, 5);
+  static const char *const bad[] = {"x/nolabel.png",  "p",     "x/badlabel.jpg", "j",
+                                    "x/badlabel.cls", "seven", "x/noimage.cls",  "1",
+                                    "x/big.cls",      "12"};
+  tar_seed("bad.tar", bad, 5);
+}
+
+static void datum_seeds(void) {
+  uint8_t rec[256];
+  static const uint8_t jpeg[] = {0xff, 0xd8, 0xff, 0xe0, 'J', 'F', 'I', 'F'};
+  size_t n = dpm_datum_write(rec, sizeof rec, 3, 256, 256, jpeg, sizeof jpeg, 7, 1);
+  write_file("datum", "encoded", rec, n);
+  uint8_t px[24];
+  for (int i = 0; i < 24; i++) px[i] = (uint8_t)(i * 10);
+  n = dpm_datum_write(rec, sizeof rec, 2, 3, 4, px, sizeof px, 1, 0);
+  write_file("datum", "raw-2x3x4", rec, n);
+  n = dpm_datum_write(rec, sizeof rec, 0, 0, 0, px, 0, -1, 0);
+  write_file("datum", "negative-label", rec, n);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUT_DIR (tests/fuzz/corpus)\n", argv[0]);
@@ -246,6 +292,10 @@ int main(int argc, char **argv) {
   mkdirs("checkpoint");
   mkdirs("predictor");
   mkdirs("idx");
+  mkdirs("tar");
+  mkdirs("datum");
+  tar_seeds();
+  datum_seeds();
   for (size_t i = 0; i < sizeof models / sizeof *models; i++) model_seeds(&models[i]);
   edge_checkpoints();
   idx_seeds();
