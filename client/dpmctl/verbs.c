@@ -92,6 +92,12 @@ static int absolutize(char **field) {
   return 0;
 }
 
+static int absolutize_all(char **fields, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (absolutize(&fields[i])) return -1;
+  return 0;
+}
+
 static int no_memory(ctl_ctx *ctx) {
   ctl_error(ctx, "NOMEM", "out of memory");
   return CTL_FAILED;
@@ -167,9 +173,13 @@ static int cmd_submit(ctl_ctx *ctx) {
                             "tcp://10.0.0.2:7070");
   }
   if ((spec->input &&
-       (absolutize(&spec->input->images) || absolutize(&spec->input->labels))) ||
+       (absolutize(&spec->input->images) || absolutize(&spec->input->labels) ||
+        absolutize(&spec->input->path) ||
+        absolutize_all(spec->input->shards, spec->input->n_shards))) ||
       (spec->eval &&
-       (absolutize(&spec->eval->images) || absolutize(&spec->eval->labels))) ||
+       (absolutize(&spec->eval->images) || absolutize(&spec->eval->labels) ||
+        absolutize(&spec->eval->path) ||
+        absolutize_all(spec->eval->shards, spec->eval->n_shards))) ||
       absolutize(&spec->source)) {
     rc = no_memory(ctx);
   } else {

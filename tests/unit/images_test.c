@@ -23,13 +23,13 @@
 
 typedef struct {
   char d[64];
-  char paths[4][96];
   const char *p[4];
 } scratch;
+static char paths_of[4][96]; /* the scratch's files */
 
 static int scratch_make(scratch *s) {
   snprintf(s->d, sizeof s->d, "/tmp/dpm-images-XXXXXX");
-  for (int i = 0; i < 4; i++) s->p[i] = s->paths[i];
+  for (int i = 0; i < 4; i++) s->p[i] = paths_of[i];
   return mkdtemp(s->d) != NULL;
 }
 
@@ -103,8 +103,8 @@ static int write_tar(const char *path, int first, int n, int ch, int no_label,
 /* Two shards of N / 2 samples each. */
 static int write_set(scratch *s, int ch, int no_label, int corrupt) {
   for (int i = 0; i < 2; i++) {
-    snprintf(s->paths[i], sizeof s->paths[i], "%s/set-%d.tar", s->d, i);
-    if (write_tar(s->paths[i], i * N / 2, N / 2, ch, no_label, corrupt)) return -1;
+    snprintf(paths_of[i], sizeof paths_of[i], "%s/set-%d.tar", s->d, i);
+    if (write_tar(paths_of[i], i * N / 2, N / 2, ch, no_label, corrupt)) return -1;
   }
   return 0;
 }
@@ -143,10 +143,10 @@ static int write_idx(scratch *s) {
     pixels(k, 1, img + sizeof hdr + k * W * H);
     lab[sizeof lh + k] = (uint8_t)(k % 10);
   }
-  snprintf(s->paths[2], sizeof s->paths[2], "%s/img.idx", s->d);
-  snprintf(s->paths[3], sizeof s->paths[3], "%s/lab.idx", s->d);
-  int rc = test_write_file(s->paths[2], img, sizeof hdr + N * W * H) ||
-           test_write_file(s->paths[3], lab, sizeof lab);
+  snprintf(paths_of[2], sizeof paths_of[2], "%s/img.idx", s->d);
+  snprintf(paths_of[3], sizeof paths_of[3], "%s/lab.idx", s->d);
+  int rc = test_write_file(paths_of[2], img, sizeof hdr + N * W * H) ||
+           test_write_file(paths_of[3], lab, sizeof lab);
   free(img);
   return rc;
 }
@@ -159,8 +159,8 @@ TEST(images_tar_identity_crop_matches_idx_reader) {
   CHECK(scratch_make(&s));
   CHECK(write_set(&s, 1, BAD_NONE, BAD_NONE) == 0 && write_idx(&s) == 0);
   dpm_reader_config tc = tar_cfg(&s, 1, 0, 8);
-  dpm_reader_config ic = {.kind = DPM_READER_IDX, .images = s.paths[2],
-                          .labels = s.paths[3], .scale = 1, .shuffle = 1, .seed = 9,
+  dpm_reader_config ic = {.kind = DPM_READER_IDX, .images = paths_of[2],
+                          .labels = paths_of[3], .scale = 1, .shuffle = 1, .seed = 9,
                           .batch = 8, .num_shards = 1, .prefetch = 2, .repeat = 1};
   dpm_reader *tr = NULL, *ir = NULL;
   dpm_err err = {0};
@@ -295,7 +295,7 @@ TEST(images_cache_holds_shards_or_streams) {
   CHECK(scratch_make(&s));
   CHECK(write_set(&s, 3, BAD_NONE, BAD_NONE) == 0);
   struct stat st0, st1;
-  CHECK(stat(s.paths[0], &st0) == 0 && stat(s.paths[1], &st1) == 0);
+  CHECK(stat(paths_of[0], &st0) == 0 && stat(paths_of[1], &st1) == 0);
   enum { STEPS = 6, CHW = 3 * 9 * 9 };
   float *a = malloc(sizeof(float) * STEPS * 8 * CHW),
         *b = malloc(sizeof(float) * STEPS * 8 * CHW);
