@@ -105,12 +105,15 @@ static dpm_status good_samples(const dpm_source *src, int skip, int64_t **good,
 }
 
 /* Per decode thread at the configured limits: the encoded sample, the
- * decoded pixels (3 bytes each at most), the HWC copy of a raw sample and
- * the augmenter's passes (rows of the box x crop x 3, bounded by the
- * decoded size). */
+ * decoded pixels (max_pixels x channels), the augmenter's horizontal pass
+ * (crop x the tallest image x channels) and, for an LMDB (whose raw Datums
+ * are turned HWC), a copy of the largest sample. */
 static uint64_t thread_bytes(const dpm_reader_config *cfg) {
-  uint64_t px = (uint64_t)cfg->image.max_pixels;
-  return (uint64_t)IMAGES_MAX_SAMPLE_BYTES + 3 * px + 3 * px + 3 * px;
+  const dpm_augment_cfg *a = &cfg->image.aug;
+  uint64_t ch = (uint64_t)a->channels, crop = (uint64_t)a->crop;
+  uint64_t b = (uint64_t)IMAGES_MAX_SAMPLE_BYTES + (uint64_t)cfg->image.max_pixels * ch +
+               crop * DPM_IMAGE_DEFAULT_MAX_SIDE * ch;
+  return cfg->kind == DPM_READER_LMDB ? b + (uint64_t)IMAGES_MAX_SAMPLE_BYTES : b;
 }
 
 dpm_status dpm_images_bytes(const dpm_reader_config *cfg, uint64_t *bytes, int64_t *n,
