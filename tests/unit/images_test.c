@@ -203,7 +203,8 @@ static int read_batches(dpm_reader *r, int steps, float *out, int32_t *labels) {
 }
 
 /* Random crops and mirrors: the same bits with 1 and 4 decode threads, and
- * two shards of 4 read together what one shard of 8 reads. */
+ * two shards of 4, or four of 2, read together what one shard of 8 reads
+ * (replicas slice a shard's batch the same way). */
 TEST(images_batches_same_for_threads_and_shards) {
   scratch s;
   CHECK(scratch_make(&s));
@@ -226,20 +227,24 @@ TEST(images_batches_same_for_threads_and_shards) {
   dpm_reader_destroy(r);
   CHECK(memcmp(one, four, sizeof(float) * STEPS * 8 * CHW) == 0);
   CHECK(memcmp(l1, l4, sizeof l1) == 0);
-  for (int k = 0; k < 2; k++) {
-    c = tar_cfg(&s, 3, 1, 4);
-    c.num_shards = 2;
-    c.shard_id = k;
-    CHECK_INT(dpm_reader_create(&c, &r, &err), DPM_OK);
-    CHECK(read_batches(r, STEPS, sh[k], ls[k]) == 0);
-    dpm_reader_destroy(r);
-  }
-  for (int i = 0; i < STEPS; i++)
-    for (int k = 0; k < 2; k++) {
-      CHECK(memcmp(one + (size_t)(i * 8 + k * 4) * CHW, sh[k] + (size_t)i * 4 * CHW,
-                   sizeof(float) * 4 * CHW) == 0);
-      CHECK(memcmp(l1 + i * 8 + k * 4, ls[k] + i * 4, 4 * sizeof(int32_t)) == 0);
+  for (int shards = 2; shards <= 4; shards *= 2) { /* 2 x 4 and 4 x 2 */
+    int per = 8 / shards;
+    for (int k = 0; k < shards; k++) {
+      c = tar_cfg(&s, 3, 1, per);
+      c.num_shards = shards;
+      c.shard_id = k;
+      CHECK_INT(dpm_reader_create(&c, &r, &err), DPM_OK);
+      CHECK(read_batches(r, STEPS, sh[k % 2], ls[k % 2]) == 0);
+      dpm_reader_destroy(r);
+      for (int i = 0; i < STEPS; i++) {
+        CHECK(memcmp(one + (size_t)(i * 8 + k * per) * CHW,
+                     sh[k % 2] + (size_t)i * (size_t)per * CHW,
+                     sizeof(float) * (size_t)per * CHW) == 0);
+        CHECK(memcmp(l1 + i * 8 + k * per, ls[k % 2] + i * per,
+                     (size_t)per * sizeof(int32_t)) == 0);
+      }
     }
+  }
   /* and the crops are random: two epochs of one example differ */
   CHECK(memcmp(one, one + (size_t)5 * 8 * CHW, sizeof(float) * CHW) != 0);
   free(one);
