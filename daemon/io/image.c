@@ -292,8 +292,9 @@ static dpm_status png_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t 
     return dpm_errf(err, DPM_CORRUPT, "PNG: %s", truncated ? "truncated data" : "corrupt data");
   }
   png_set_read_fn(png, &src, png_on_read);
-  png_set_user_limits(png, (png_uint_32)dec->lim.max_width,
-                      (png_uint_32)dec->lim.max_height);
+  /* The sides libpng accepts: dpm's own limits are checked after the header,
+   * with their own message. */
+  png_set_user_limits(png, DPM_IMAGE_MAX_SIDE, DPM_IMAGE_MAX_SIDE);
   png_set_chunk_malloc_max(png, 8u << 20);
   /* Ancillary chunks (text, colour profiles, gamma) are skipped unread. */
   png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, NULL, -1);
