@@ -361,39 +361,26 @@ static dpm_status png_probe(const uint8_t *b, size_t len, dpm_image_info *info,
   return DPM_OK;
 }
 
-/* The markers up to the first frame header (SOFn): each is 0xff, a code,
- * and (but for the standalone ones) a two-byte big-endian length. */
+/* libjpeg's own reading of the markers up to the first scan, so that the
+ * probe accepts exactly the headers the decoder does. */
 static dpm_status jpeg_probe(const uint8_t *b, size_t len, dpm_image_info *info,
                              dpm_err *err) {
-  size_t p = 2;
-  for (;;) {
-    while (p < len && b[p] == 0xff) p++; /* fill bytes, then the code */
-    if (p >= len) break;
-    if (b[p - 1] != 0xff)
-      return dpm_errf(err, DPM_CORRUPT, "JPEG: bad marker before the frame header");
-    int code = b[p++];
-    if (code == 0x01 || (code >= 0xd0 && code <= 0xd7)) continue; /* standalone */
-    if (code == 0xd8 || code == 0xd9 || code == 0xda)
-      return dpm_errf(err, DPM_CORRUPT, "JPEG: no frame header before the image data");
-    if (p + 2 > len) break;
-    size_t seg = (size_t)b[p] << 8 | b[p + 1];
-    if (seg < 2) return dpm_errf(err, DPM_CORRUPT, "JPEG: bad marker length");
-    int sof = code >= 0xc0 && code <= 0xcf && code != 0xc4 && code != 0xc8 && code != 0xcc;
-    if (sof) {
-      if (seg < 8 || p + 8 > len) break;
-      int hgt = b[p + 3] << 8 | b[p + 4], wid = b[p + 5] << 8 | b[p + 6];
-      int comps = b[p + 7];
-      if (wid < 1 || hgt < 1)
-        return dpm_errf(err, DPM_CORRUPT, "JPEG: empty or undeclared image size");
-      if (comps < 1 || comps > 4)
-        return dpm_errf(err, DPM_CORRUPT, "JPEG: %d colour components", comps);
-      *info = (dpm_image_info){DPM_IMAGE_JPEG, wid, hgt, comps};
-      return DPM_OK;
-    }
-    if (seg > len - p) break;
-    p += seg;
+  struct jpeg_decompress_struct c;
+  jpeg_errors e;
+  jpeg_errors_init(&e);
+  c.err = &e.pub;
+  if (len > ULONG_MAX) return dpm_errf(err, DPM_CORRUPT, "JPEG: file too large");
+  if (setjmp(e.jump)) {
+    jpeg_destroy_decompress(&c);
+    return jpeg_failure(&e, err);
   }
-  return dpm_errf(err, DPM_CORRUPT, "JPEG: truncated before the frame header");
+  jpeg_create_decompress(&c);
+  jpeg_mem_src(&c, b, (unsigned long)len);
+  jpeg_read_header(&c, TRUE);
+  *info = (dpm_image_info){DPM_IMAGE_JPEG, (int)c.image_width, (int)c.image_height,
+                           c.num_components};
+  jpeg_destroy_decompress(&c);
+  return DPM_OK;
 }
 
 static int format_of(const uint8_t *b, size_t len) {

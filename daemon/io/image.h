@@ -94,9 +94,10 @@ dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err
 /* Frees everything the decoder holds; NULL is a no-op. */
 void dpm_image_decoder_destroy(dpm_image_decoder *dec);
 
-/* Format and size from the header alone (the JPEG markers up to the frame
- * header, the PNG IHDR chunk). Checks no limit: the decoder does. *info is
- * zeroed on failure. */
+/* Format and size from the header alone (libjpeg's reading of the JPEG
+ * markers up to the first scan, which allocates a few KiB and no pixels;
+ * the PNG IHDR chunk). Checks no limit: the decoder does. *info is zeroed on
+ * failure. */
 dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
                            dpm_err *err);
 
