@@ -18,6 +18,8 @@ struct dpm_augmenter {
   size_t w_cap;
   uint8_t *tmp; /* the horizontal pass: rows x crop x channels */
   size_t tmp_cap;
+  int32_t *acc;      /* one output row of the vertical pass: crop x channels */
+  float lut[3][256]; /* (pixel - mean[c]) / std[c] */
 };
 
 dpm_augment_cfg dpm_augment_defaults(void) {
@@ -69,7 +71,8 @@ static void train_box(const dpm_augment_cfg *c, uint64_t s[2], int width, int he
   double area = (double)width * height;
   double lo = log(c->aspect_min), hi = log(c->aspect_max);
   for (int t = 0; t < 10; t++) {
-    double target = area * (c->area_min + (c->area_max - c->area_min) * dpm_rng_uniform(s));
+    double target =
+        area * (c->area_min + (c->area_max - c->area_min) * dpm_rng_uniform(s));
     double aspect = exp(lo + (hi - lo) * dpm_rng_uniform(s));
     int64_t w = round_even(sqrt(target * aspect)), h = round_even(sqrt(target / aspect));
     if (w > 0 && w <= width && h > 0 && h <= height) {
@@ -94,8 +97,7 @@ static void train_box(const dpm_augment_cfg *c, uint64_t s[2], int width, int he
   box->h = (double)h;
 }
 
-static void eval_box(const dpm_augment_cfg *c, int width, int height,
-                     dpm_crop_box *box) {
+static void eval_box(const dpm_augment_cfg *c, int width, int height, dpm_crop_box *box) {
   int64_t nw = c->resize, nh = c->resize;
   if (width <= height)
     nh = (int64_t)((double)c->resize * height / width);
@@ -146,7 +148,10 @@ dpm_augmenter *dpm_augmenter_create(const dpm_augment_cfg *cfg, dpm_err *err) {
   a->cfg = *cfg;
   a->bx = malloc(2 * (size_t)cfg->crop * sizeof *a->bx);
   a->by = malloc(2 * (size_t)cfg->crop * sizeof *a->by);
-  if (!a->bx || !a->by) {
+  a->acc = malloc(3 * (size_t)cfg->crop * sizeof *a->acc);
+  for (int c = 0; c < cfg->channels; c++)
+    for (int v = 0; v < 256; v++) a->lut[c][v] = ((float)v - cfg->mean[c]) / cfg->std[c];
+  if (!a->bx || !a->by || !a->acc) {
     dpm_augmenter_destroy(a);
     dpm_nomem(err);
     return NULL;
@@ -162,6 +167,7 @@ void dpm_augmenter_destroy(dpm_augmenter *a) {
   free(a->by);
   free(a->w);
   free(a->tmp);
+  free(a->acc);
   free(a);
 }
 
@@ -241,8 +247,9 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
   float x0 = (float)(box->x / s), x1 = (float)((box->x + box->w) / s);
   float y0 = (float)(box->y / s), y1 = (float)((box->y + box->h) / s);
   int kxs = axis_weights(a, img->width, x0, x1, crop, &a->kx, &a->kx_cap, a->bx);
-  int kys = kxs < 0 ? -1
-                     : axis_weights(a, img->height, y0, y1, crop, &a->ky, &a->ky_cap, a->by);
+  int kys = kxs < 0
+                ? -1
+                : axis_weights(a, img->height, y0, y1, crop, &a->ky, &a->ky_cap, a->by);
   if (kys < 0) return dpm_nomem(err);
   int first = a->by[0], last = a->by[2 * (crop - 1)] + a->by[2 * (crop - 1) + 1];
   int rows = last - first;
@@ -274,20 +281,23 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
       }
     }
   }
-  /* Vertical pass, then mirror and normalise into NCHW. */
+  /* Vertical pass, a row at a time, then mirror and normalise into NCHW. */
   size_t plane = (size_t)crop * crop, t_stride = (size_t)crop * C;
-    for (int yy = 0; yy < crop; yy++) {
+  int32_t *acc = a->acc;
+  for (int yy = 0; yy < crop; yy++) {
     const int32_t *k = a->ky + (size_t)yy * kys;
     int ymin = a->by[2 * yy] - first, yn = a->by[2 * yy + 1];
+    for (size_t i = 0; i < t_stride; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+    for (int y = 0; y < yn; y++) {
+      const uint8_t *row = a->tmp + (size_t)(ymin + y) * t_stride;
+      int32_t w = k[y];
+      for (size_t i = 0; i < t_stride; i++) acc[i] += row[i] * w;
+    }
+    float *dst = out + (size_t)yy * crop;
     for (int xx = 0; xx < crop; xx++) {
       int xo = box->flip ? crop - 1 - xx : xx;
-      for (int ch = 0; ch < C; ch++) {
-        int32_t acc = 1 << (PRECISION_BITS - 1);
-        const uint8_t *p = a->tmp + (size_t)ymin * t_stride + (size_t)xx * C + ch;
-        for (int y = 0; y < yn; y++) acc += p[(size_t)y * t_stride] * k[y];
-        out[ch * plane + (size_t)yy * crop + xo] =
-            ((float)clip8(acc) - c->mean[ch]) / c->std[ch];
-      }
+      for (int ch = 0; ch < C; ch++)
+        dst[ch * plane + (size_t)xo] = a->lut[ch][clip8(acc[xx * C + ch])];
     }
   }
   return DPM_OK;

@@ -85,7 +85,8 @@ static dpm_status jpeg_failure(const jpeg_errors *e, dpm_err *err) {
 }
 
 static void jpeg_on_progress(j_common_ptr c) {
-  if (c->is_decompressor && ((j_decompress_ptr)c)->input_scan_number > DPM_IMAGE_MAX_SCANS)
+  if (c->is_decompressor &&
+      ((j_decompress_ptr)c)->input_scan_number > DPM_IMAGE_MAX_SCANS)
     jpeg_stop(c, JSTOP_SCANS);
 }
 
@@ -289,7 +290,8 @@ static dpm_status png_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t 
     png_destroy_read_struct(&png, &info, NULL);
     if (st) return st;
     int truncated = ((volatile png_source *)&src)->truncated;
-    return dpm_errf(err, DPM_CORRUPT, "PNG: %s", truncated ? "truncated data" : "corrupt data");
+    return dpm_errf(err, DPM_CORRUPT, "PNG: %s",
+                    truncated ? "truncated data" : "corrupt data");
   }
   png_set_read_fn(png, &src, png_on_read);
   /* The sides libpng accepts: dpm's own limits are checked after the header,
@@ -402,9 +404,14 @@ dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
   const uint8_t *b = buf;
   dpm_status st;
   switch (format_of(b, len)) {
-  case DPM_IMAGE_JPEG: st = jpeg_probe(b, len, info, err); break;
-  case DPM_IMAGE_PNG: st = png_probe(b, len, info, err); break;
-  default: return unknown_format(err);
+  case DPM_IMAGE_JPEG:
+    st = jpeg_probe(b, len, info, err);
+    break;
+  case DPM_IMAGE_PNG:
+    st = png_probe(b, len, info, err);
+    break;
+  default:
+    return unknown_format(err);
   }
   if (st) memset(info, 0, sizeof *info);
   return st;
@@ -422,9 +429,14 @@ dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
                     scale_denom);
   dpm_status st;
   switch (format_of(buf, len)) {
-  case DPM_IMAGE_JPEG: st = jpeg_decode(dec, buf, len, channels, scale_denom, img, err); break;
-  case DPM_IMAGE_PNG: st = png_decode(dec, buf, len, channels, img, err); break;
-  default: return unknown_format(err);
+  case DPM_IMAGE_JPEG:
+    st = jpeg_decode(dec, buf, len, channels, scale_denom, img, err);
+    break;
+  case DPM_IMAGE_PNG:
+    st = png_decode(dec, buf, len, channels, img, err);
+    break;
+  default:
+    return unknown_format(err);
   }
   if (st) memset(img, 0, sizeof *img);
   return st;

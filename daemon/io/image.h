@@ -67,8 +67,8 @@ typedef struct dpm_image_limits {
 
 /* What the header says. */
 typedef struct dpm_image_info {
-  int format;   /* DPM_IMAGE_JPEG or DPM_IMAGE_PNG */
-  int width;    /* full size */
+  int format; /* DPM_IMAGE_JPEG or DPM_IMAGE_PNG */
+  int width;  /* full size */
   int height;
   int channels; /* in the file: JPEG components (1, 3, 4); PNG 1 gray, 2 gray+alpha,
                    3 RGB or palette, 4 RGBA */

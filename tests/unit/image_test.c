@@ -23,7 +23,7 @@ static uint8_t *pattern_of(int w, int h, int ch, int smooth) {
   for (int y = 0; y < h; y++)
     for (int x = 0; x < w; x++)
       for (int c = 0; c < ch; c++) {
-        int v = c == 0 ? x * 255 / (w > 1 ? w - 1 : 1)
+        int v = c == 0   ? x * 255 / (w > 1 ? w - 1 : 1)
                 : c == 1 ? y * 255 / (h > 1 ? h - 1 : 1)
                 : smooth ? (x + y) * 255 / (w + h)
                          : ((x / 4 + y / 4) % 2) * 160 + 40;
@@ -54,7 +54,8 @@ TEST(image_png_decodes_exactly) {
     CHECK_INT(dpm_image_decode(dec, png, len, 1, 1, &img, &err), DPM_OK);
     for (int i = 0; i < w * h; i++) {
       const uint8_t *q = rgb + 3 * i;
-      CHECK_INT(img.pixels[i], (q[0] * 19595 + q[1] * 38470 + q[2] * 7471 + 0x8000) >> 16);
+      CHECK_INT(img.pixels[i],
+                (q[0] * 19595 + q[1] * 38470 + q[2] * 7471 + 0x8000) >> 16);
     }
     free(png);
   }
@@ -74,8 +75,8 @@ TEST(image_png_decodes_exactly) {
   /* Gray: replicated into three channels; gray + alpha drops the alpha. */
   uint8_t *gray = pattern(w, h, 1), *ga = malloc((size_t)w * h * 2);
   for (int i = 0; i < w * h; i++) ga[2 * i] = gray[i], ga[2 * i + 1] = (uint8_t)i;
-  enc_png(ga, (size_t)w * 2, w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8, 0, NULL, 0, NULL, 0, &png,
-          &len);
+  enc_png(ga, (size_t)w * 2, w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 8, 0, NULL, 0, NULL, 0,
+          &png, &len);
   CHECK_INT(dpm_image_decode(dec, png, len, 3, 1, &img, &err), DPM_OK);
   for (int i = 0; i < w * h; i++)
     CHECK(img.pixels[3 * i] == gray[i] && img.pixels[3 * i + 1] == gray[i] &&
@@ -88,7 +89,8 @@ TEST(image_png_decodes_exactly) {
   /* 2-bit gray: scaled by 85. */
   uint8_t packed[4 * 2];
   for (int y = 0; y < 2; y++)
-    for (int b = 0; b < 4; b++) packed[y * 4 + b] = (uint8_t)(0x1b ^ (y * 0xff)); /* 0 1 2 3 */
+    for (int b = 0; b < 4; b++)
+      packed[y * 4 + b] = (uint8_t)(0x1b ^ (y * 0xff)); /* 0 1 2 3 */
   enc_png(packed, 4, 16, 2, PNG_COLOR_TYPE_GRAY, 2, 0, NULL, 0, NULL, 0, &png, &len);
   CHECK_INT(dpm_image_decode(dec, png, len, 1, 1, &img, &err), DPM_OK);
   CHECK_INT(img.width, 16);
@@ -190,7 +192,8 @@ TEST(image_jpeg_scaled_decode_sizes) {
   for (int y = 0; y + 1 < h / 2; y++)
     for (int x = 0; x + 1 < w / 2; x++, n++) {
       int m = 0;
-      for (int k = 0; k < 4; k++) m += rgb[((size_t)(2 * y + k / 2) * w + 2 * x + k % 2) * 3 + 1];
+      for (int k = 0; k < 4; k++)
+        m += rgb[((size_t)(2 * y + k / 2) * w + 2 * x + k % 2) * 3 + 1];
       sum += fabs(img.pixels[((size_t)y * img.width + x) * 3 + 1] - m / 4.0);
     }
   CHECK_WITHIN(sum / n, 4.0);
@@ -221,7 +224,8 @@ TEST(image_refuses_bad_input) {
   uint8_t *rgb = pattern(w, h, 3), *jpg, *png;
   size_t jlen, plen;
   enc_jpeg(rgb, w, h, 3, 90, 0, &jpg, &jlen);
-  enc_png(rgb, (size_t)w * 3, w, h, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0, &png, &plen);
+  enc_png(rgb, (size_t)w * 3, w, h, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0, &png,
+          &plen);
   dpm_image_decoder *dec = decoder();
   dpm_image img;
   dpm_image_info info;
@@ -350,7 +354,8 @@ TEST(augment_boxes_pure_inside_and_in_range) {
       CHECK(!memcmp(&a, &b, sizeof a));
       CHECK(a.x >= 0 && a.y >= 0 && a.w >= 1 && a.h >= 1 && a.x + a.w <= W &&
             a.y + a.h <= H);
-      CHECK(a.x == floor(a.x) && a.w == floor(a.w) && a.y == floor(a.y) && a.h == floor(a.h));
+      CHECK(a.x == floor(a.x) && a.w == floor(a.w) && a.y == floor(a.y) &&
+            a.h == floor(a.h));
       double frac = a.w * a.h / ((double)W * H), asp = a.w / a.h;
       int fallback = (a.w == W || a.h == H) && a.x == floor((W - a.w) / 2) &&
                      a.y == floor((H - a.h) / 2);
