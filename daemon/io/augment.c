@@ -159,6 +159,24 @@ dpm_augmenter *dpm_augmenter_create(const dpm_augment_cfg *cfg, dpm_err *err) {
   return a;
 }
 
+size_t dpm_augmenter_max_bytes(const dpm_augment_cfg *cfg, int max_width,
+                               int max_height) {
+  size_t crop = (size_t)cfg->crop,
+         side = (size_t)(max_width > max_height ? max_width : max_height);
+  size_t weights = 2 * (2 * side + 3 * crop + 1) * sizeof(int32_t);
+  size_t wbuf = (2 * side + 3) * sizeof(double);
+  size_t tmp = crop * (size_t)max_height * 3;
+  return sizeof(dpm_augmenter) + 4 * crop * sizeof(int) + 3 * crop * sizeof(int32_t) +
+         weights + wbuf + tmp;
+}
+
+size_t dpm_augmenter_held(const dpm_augmenter *a) {
+  return sizeof *a + 4 * (size_t)a->cfg.crop * sizeof(int) +
+         3 * (size_t)a->cfg.crop * sizeof(int32_t) +
+         (a->kx_cap + a->ky_cap) * sizeof(int32_t) + a->w_cap * sizeof(double) +
+         a->tmp_cap;
+}
+
 void dpm_augmenter_destroy(dpm_augmenter *a) {
   if (!a) return;
   free(a->kx);

@@ -77,6 +77,10 @@ static dpm_status jpeg_failure(const jpeg_errors *e, dpm_err *err) {
     return dpm_errf(err, DPM_CORRUPT, "JPEG: more than %d progressive scans",
                     DPM_IMAGE_MAX_SCANS);
   if (e->why == JSTOP_ERROR && e->msg_code == JERR_OUT_OF_MEMORY) return dpm_nomem(err);
+  /* libjpeg wants more than max_memory_to_use (a progressive file's
+   * coefficients): with no backing store, that is the decoder's limit. */
+  if (e->why == JSTOP_ERROR && e->msg_code == JERR_NO_BACKING_STORE)
+    return dpm_errf(err, DPM_CORRUPT, "JPEG: needs more than the decoder's memory limit");
   char what[160];
   jpeg_template(e, what, sizeof what);
   if (e->why == JSTOP_ERROR && e->msg_code == JERR_BAD_PRECISION)
@@ -108,6 +112,29 @@ dpm_image_limits dpm_image_limits_default(void) {
                             DPM_IMAGE_DEFAULT_MAX_PIXELS};
 }
 
+/* libjpeg's own memory: a progressive image's coefficients (2 bytes a
+ * sample, 3 samples a pixel at most) plus its working pools. */
+#define JPEG_POOLS (16u << 20)
+static size_t jpeg_memory(const dpm_image_limits *l) {
+  return (size_t)l->max_pixels * 6 + JPEG_POOLS;
+}
+/* libpng's per image: the chunk limit, two rows of 16-bit RGBA, zlib. */
+#define PNG_CHUNK_MAX (8u << 20)
+static size_t png_memory(const dpm_image_limits *l) {
+  return PNG_CHUNK_MAX + (size_t)l->max_width * 8 * 2 + (1u << 20);
+}
+
+size_t dpm_image_decoder_max_bytes(const dpm_image_limits *lim) {
+  dpm_image_limits l = lim ? *lim : dpm_image_limits_default();
+  size_t pixels = (size_t)l.max_pixels * 3 + (size_t)l.max_height * sizeof(uint8_t *);
+  size_t lib = jpeg_memory(&l) > png_memory(&l) ? jpeg_memory(&l) : png_memory(&l);
+  return sizeof(dpm_image_decoder) + pixels + lib;
+}
+
+size_t dpm_image_decoder_held(const dpm_image_decoder *dec) {
+  return dec->pixel_cap + dec->row_cap * sizeof *dec->rows;
+}
+
 dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err *err) {
   dpm_image_limits l = lim ? *lim : dpm_image_limits_default();
   if (l.max_width < 1 || l.max_width > DPM_IMAGE_MAX_SIDE || l.max_height < 1 ||
@@ -132,6 +159,7 @@ dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err
     return NULL;
   }
   jpeg_create_decompress(&dec->jpeg);
+  dec->jpeg.mem->max_memory_to_use = (long)jpeg_memory(&l);
   dec->progress.progress_monitor = jpeg_on_progress;
   dec->jpeg.progress = &dec->progress;
   return dec;
@@ -297,7 +325,7 @@ static dpm_status png_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t 
   /* The sides libpng accepts: dpm's own limits are checked after the header,
    * with their own message. */
   png_set_user_limits(png, DPM_IMAGE_MAX_SIDE, DPM_IMAGE_MAX_SIDE);
-  png_set_chunk_malloc_max(png, 8u << 20);
+  png_set_chunk_malloc_max(png, PNG_CHUNK_MAX);
   /* Ancillary chunks (text, colour profiles, gamma) are skipped unread. */
   png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, NULL, -1);
   png_read_info(png, info);

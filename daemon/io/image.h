@@ -43,7 +43,10 @@
  * decompression object between calls, so that decoding images no larger
  * than those before allocates no pixel memory (libjpeg's per-image pools and
  * libpng's per-image read structure are the libraries' own). The pixel
- * buffer is at most max_pixels x 3 bytes. */
+ * buffer is at most max_pixels x 3 bytes; libjpeg is held to max_pixels x 6
+ * bytes + 16 MiB (a progressive file's coefficients: past that the file is
+ * DPM_CORRUPT, never swapped to disk), libpng to 8 MiB a chunk.
+ * dpm_image_decoder_max_bytes is the sum, for a memory budget. */
 #ifndef DPM_IO_IMAGE_H
 #define DPM_IO_IMAGE_H
 
@@ -91,6 +94,11 @@ dpm_image_limits dpm_image_limits_default(void);
 /* A decoder with these limits (NULL: the defaults). NULL when memory runs
  * out or the limits are out of range (err says which). */
 dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err *err);
+/* The most memory a decoder with these limits (NULL: the defaults) holds at
+ * once, its libraries' included. */
+size_t dpm_image_decoder_max_bytes(const dpm_image_limits *lim);
+/* The bytes of pixel buffer and row pointers dec holds now. */
+size_t dpm_image_decoder_held(const dpm_image_decoder *dec);
 /* Frees everything the decoder holds; NULL is a no-op. */
 void dpm_image_decoder_destroy(dpm_image_decoder *dec);
 

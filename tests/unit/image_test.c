@@ -566,3 +566,40 @@ TEST(augment_scaled_decode_close_to_full) {
   dpm_augmenter_destroy(aug);
   dpm_image_decoder_destroy(dec);
 }
+
+/* What a decoder and an augmenter hold stays within their documented
+ * bounds, and decoding smaller images after a large one allocates no more. */
+TEST(image_memory_within_bounds) {
+  dpm_image_limits lim = {300, 200, 300 * 200};
+  dpm_image_decoder *dec = dpm_image_decoder_create(&lim, NULL);
+  dpm_augment_cfg cfg = dpm_augment_defaults();
+  cfg.crop = 32;
+  dpm_augmenter *aug = dpm_augmenter_create(&cfg, NULL);
+  float out[3 * 32 * 32];
+  dpm_err err = {0};
+  size_t held = 0;
+  int sizes[][2] = {{300, 200}, {120, 90}, {40, 200}, {300, 7}};
+  for (int i = 0; i < 4; i++) {
+    int w = sizes[i][0], h = sizes[i][1];
+    uint8_t *rgb = pattern(w, h, 3), *png;
+    size_t len;
+    enc_png(rgb, (size_t)w * 3, w, h, PNG_COLOR_TYPE_RGB, 8, 0, NULL, 0, NULL, 0, &png,
+            &len);
+    dpm_image img;
+    CHECK_INT(dpm_image_decode(dec, png, len, 3, 1, &img, &err), DPM_OK);
+    for (uint64_t k = 0; k < 20; k++) {
+      dpm_crop_box box;
+      dpm_augment_box(&cfg, 3, 0, k, w, h, &box);
+      CHECK_INT(dpm_augment_apply(aug, &img, &box, out, &err), DPM_OK);
+    }
+    if (i == 0) held = dpm_image_decoder_held(dec);
+    CHECK(dpm_image_decoder_held(dec) == held);
+    CHECK(dpm_image_decoder_held(dec) <= dpm_image_decoder_max_bytes(&lim));
+    CHECK(dpm_augmenter_held(aug) <= dpm_augmenter_max_bytes(&cfg, 300, 200));
+    free(png);
+    free(rgb);
+  }
+  CHECK(held >= 300 * 200 * 3);
+  dpm_augmenter_destroy(aug);
+  dpm_image_decoder_destroy(dec);
+}
