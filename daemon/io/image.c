@@ -37,10 +37,11 @@ static void jpeg_stop(j_common_ptr c, int why) {
   longjmp(e->jump, 1);
 }
 static void jpeg_on_error(j_common_ptr c) { jpeg_stop(c, JSTOP_ERROR); }
-/* Level -1 is a warning (corrupt data, premature end): a stop here. Levels
+/* Level -1 is a warning (corrupt data, premature end): a stop here, but
+ * for an unknown JFIF revision, which says nothing of the pixels. Levels
  * >= 0 are trace messages. */
 static void jpeg_on_message(j_common_ptr c, int level) {
-  if (level < 0) jpeg_stop(c, JSTOP_WARNING);
+  if (level < 0 && c->err->msg_code != JWRN_JFIF_MAJOR) jpeg_stop(c, JSTOP_WARNING);
 }
 static void jpeg_no_output(j_common_ptr c) { (void)c; }
 

@@ -29,11 +29,11 @@
  *
  * Errors: bytes of no known format, a truncated or corrupt file, and one
  * past the limits are DPM_CORRUPT; libjpeg's warnings (a premature end of
- * data, a corrupt entropy segment) count as corruption, so a damaged image
- * never yields the grey that libjpeg fills in. The messages name the format
- * and what is wrong, never the file's bytes (the caller prefixes its own
- * name for the sample). Bad arguments are DPM_INVALID; a failed allocation
- * DPM_NOMEM.
+ * data, a corrupt entropy segment, extraneous bytes) count as corruption,
+ * so a damaged image never yields the grey that libjpeg fills in; only an
+ * unknown JFIF revision number, which concerns no pixel, is let pass. The messages name
+ * the format and what is wrong, never the file's bytes (the caller prefixes its own name
+ * for the sample). Bad arguments are DPM_INVALID; a failed allocation DPM_NOMEM.
  *
  * Threads: a decoder belongs to one thread at a time; any number of
  * decoders run at once (libjpeg and libpng keep no global state).

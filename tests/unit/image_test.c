@@ -306,6 +306,21 @@ TEST(image_refuses_bad_input) {
   CHECK_INT(info.channels, 4);
   CHECK_INT(dpm_image_decode(dec, cmyk, clen, 3, 1, &img, &err), DPM_UNSUPPORTED);
   free(cmyk);
+  /* A JFIF revision 2.1 (unknown to libjpeg, a warning) still decodes; a byte
+   * of garbage before a marker (a warning too) does not. */
+  uint8_t *odd = malloc(jlen + 1);
+  memcpy(odd, jpg, jlen);
+  CHECK(!memcmp(odd + 6, "JFIF", 5));
+  odd[11] = 2;
+  CHECK_INT(dpm_image_decode(dec, odd, jlen, 3, 1, &img, &err), DPM_OK);
+  CHECK(jpg[4] == 0 && jpg[5] == 16 && jpg[20] == 0xff); /* APP0 of 16, then a marker */
+  memcpy(odd, jpg, 20);
+  odd[20] = 0x00;
+  memcpy(odd + 21, jpg + 20, jlen - 20);
+  CHECK_INT(dpm_image_decode(dec, odd, jlen + 1, 3, 1, &img, &err), DPM_CORRUPT);
+  CHECK_HAS(err.msg, "extraneous bytes");
+  CHECK_INT(dpm_image_probe(odd, jlen + 1, &info, &err), DPM_CORRUPT);
+  free(odd);
   /* After every failure the decoder still decodes. */
   CHECK_INT(dpm_image_decode(dec, png, plen, 3, 1, &img, &err), DPM_OK);
   CHECK(!memcmp(img.pixels, rgb, (size_t)w * h * 3));
