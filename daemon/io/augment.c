@@ -250,6 +250,42 @@ static inline uint8_t clip8(int32_t v) {
   return (uint8_t)(v >> PRECISION_BITS);
 }
 
+/* The passes' inner loops, also built for AVX2 (integer arithmetic: the
+ * same results either way), chosen at load time. */
+#define AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+
+/* One row of the horizontal pass: crop outputs from src into dst. */
+AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src,
+                                      uint8_t *dst, int kxs) {
+  int C = a->cfg.channels, crop = a->cfg.crop;
+  for (int xx = 0; xx < crop; xx++) {
+    const int32_t *k = a->kx + (size_t)xx * kxs;
+    int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
+    const uint8_t *p = src + (size_t)xmin * C;
+    if (C == 3) {
+      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+      for (int x = 0; x < xn; x++) {
+        s0 += p[3 * x] * k[x];
+        s1 += p[3 * x + 1] * k[x];
+        s2 += p[3 * x + 2] * k[x];
+      }
+      dst[3 * xx] = clip8(s0);
+      dst[3 * xx + 1] = clip8(s1);
+      dst[3 * xx + 2] = clip8(s2);
+    } else {
+      int32_t s0 = 1 << (PRECISION_BITS - 1);
+      for (int x = 0; x < xn; x++) s0 += p[x] * k[x];
+      dst[xx] = clip8(s0);
+    }
+  }
+}
+
+/* acc[i] += row[i] * w over n values: one input row of the vertical pass. */
+AVX2_CLONE static void accumulate(int32_t *restrict acc, const uint8_t *restrict row,
+                                  int32_t w, size_t n) {
+  for (size_t i = 0; i < n; i++) acc[i] += row[i] * w;
+}
+
 dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
                              const dpm_crop_box *box, float *out, dpm_err *err) {
   const dpm_augment_cfg *c = &a->cfg;
@@ -274,31 +310,9 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
   if (rows < 1) return dpm_errf(err, DPM_INVALID, "augment: the box covers no row");
   if (grow(&a->tmp, &a->tmp_cap, (size_t)rows * crop * C, 1)) return dpm_nomem(err);
   /* Horizontal pass: rows [first, last) of the image, crop columns each. */
-  size_t in_stride = (size_t)img->width * C;
-  for (int y = 0; y < rows; y++) {
-    const uint8_t *src = img->pixels + (size_t)(first + y) * in_stride;
-    uint8_t *dst = a->tmp + (size_t)y * crop * C;
-    for (int xx = 0; xx < crop; xx++) {
-      const int32_t *k = a->kx + (size_t)xx * kxs;
-      int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
-      const uint8_t *p = src + (size_t)xmin * C;
-      if (C == 3) {
-        int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-        for (int x = 0; x < xn; x++) {
-          s0 += p[3 * x] * k[x];
-          s1 += p[3 * x + 1] * k[x];
-          s2 += p[3 * x + 2] * k[x];
-        }
-        dst[3 * xx] = clip8(s0);
-        dst[3 * xx + 1] = clip8(s1);
-        dst[3 * xx + 2] = clip8(s2);
-      } else {
-        int32_t s0 = 1 << (PRECISION_BITS - 1);
-        for (int x = 0; x < xn; x++) s0 += p[x] * k[x];
-        dst[xx] = clip8(s0);
-      }
-    }
-  }
+  for (int y = 0; y < rows; y++)
+    horizontal_row(a, img->pixels + (size_t)(first + y) * img->width * C,
+                   a->tmp + (size_t)y * crop * C, kxs);
   /* Vertical pass, a row at a time, then mirror and normalise into NCHW. */
   size_t plane = (size_t)crop * crop, t_stride = (size_t)crop * C;
   int32_t *acc = a->acc;
@@ -306,11 +320,8 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
     const int32_t *k = a->ky + (size_t)yy * kys;
     int ymin = a->by[2 * yy] - first, yn = a->by[2 * yy + 1];
     for (size_t i = 0; i < t_stride; i++) acc[i] = 1 << (PRECISION_BITS - 1);
-    for (int y = 0; y < yn; y++) {
-      const uint8_t *row = a->tmp + (size_t)(ymin + y) * t_stride;
-      int32_t w = k[y];
-      for (size_t i = 0; i < t_stride; i++) acc[i] += row[i] * w;
-    }
+    for (int y = 0; y < yn; y++)
+      accumulate(acc, a->tmp + (size_t)(ymin + y) * t_stride, k[y], t_stride);
     float *dst = out + (size_t)yy * crop;
     for (int xx = 0; xx < crop; xx++) {
       int xo = box->flip ? crop - 1 - xx : xx;
