@@ -18,6 +18,8 @@ struct dpm_augmenter {
   size_t w_cap;
   uint8_t *tmp; /* the horizontal pass: rows x crop x channels */
   size_t tmp_cap;
+  int32_t *acc;      /* one output row of the vertical pass: crop x channels */
+  float lut[3][256]; /* (pixel - mean[c]) / std[c] */
 };
 
 dpm_augment_cfg dpm_augment_defaults(void) {
@@ -69,7 +71,8 @@ static void train_box(const dpm_augment_cfg *c, uint64_t s[2], int width, int he
   double area = (double)width * height;
   double lo = log(c->aspect_min), hi = log(c->aspect_max);
   for (int t = 0; t < 10; t++) {
-    double target = area * (c->area_min + (c->area_max - c->area_min) * dpm_rng_uniform(s));
+    double target =
+        area * (c->area_min + (c->area_max - c->area_min) * dpm_rng_uniform(s));
     double aspect = exp(lo + (hi - lo) * dpm_rng_uniform(s));
     int64_t w = round_even(sqrt(target * aspect)), h = round_even(sqrt(target / aspect));
     if (w > 0 && w <= width && h > 0 && h <= height) {
@@ -94,8 +97,7 @@ static void train_box(const dpm_augment_cfg *c, uint64_t s[2], int width, int he
   box->h = (double)h;
 }
 
-static void eval_box(const dpm_augment_cfg *c, int width, int height,
-                     dpm_crop_box *box) {
+static void eval_box(const dpm_augment_cfg *c, int width, int height, dpm_crop_box *box) {
   int64_t nw = c->resize, nh = c->resize;
   if (width <= height)
     nh = (int64_t)((double)c->resize * height / width);
@@ -146,12 +148,33 @@ dpm_augmenter *dpm_augmenter_create(const dpm_augment_cfg *cfg, dpm_err *err) {
   a->cfg = *cfg;
   a->bx = malloc(2 * (size_t)cfg->crop * sizeof *a->bx);
   a->by = malloc(2 * (size_t)cfg->crop * sizeof *a->by);
-  if (!a->bx || !a->by) {
+  a->acc = malloc(3 * (size_t)cfg->crop * sizeof *a->acc);
+  for (int c = 0; c < cfg->channels; c++)
+    for (int v = 0; v < 256; v++) a->lut[c][v] = ((float)v - cfg->mean[c]) / cfg->std[c];
+  if (!a->bx || !a->by || !a->acc) {
     dpm_augmenter_destroy(a);
     dpm_nomem(err);
     return NULL;
   }
   return a;
+}
+
+size_t dpm_augmenter_max_bytes(const dpm_augment_cfg *cfg, int max_width,
+                               int max_height) {
+  size_t crop = (size_t)cfg->crop,
+         side = (size_t)(max_width > max_height ? max_width : max_height);
+  size_t weights = 2 * (2 * side + 3 * crop + 1) * sizeof(int32_t);
+  size_t wbuf = (2 * side + 3) * sizeof(double);
+  size_t tmp = crop * (size_t)max_height * 3;
+  return sizeof(dpm_augmenter) + 4 * crop * sizeof(int) + 3 * crop * sizeof(int32_t) +
+         weights + wbuf + tmp;
+}
+
+size_t dpm_augmenter_held(const dpm_augmenter *a) {
+  return sizeof *a + 4 * (size_t)a->cfg.crop * sizeof(int) +
+         3 * (size_t)a->cfg.crop * sizeof(int32_t) +
+         (a->kx_cap + a->ky_cap) * sizeof(int32_t) + a->w_cap * sizeof(double) +
+         a->tmp_cap;
 }
 
 void dpm_augmenter_destroy(dpm_augmenter *a) {
@@ -162,6 +185,7 @@ void dpm_augmenter_destroy(dpm_augmenter *a) {
   free(a->by);
   free(a->w);
   free(a->tmp);
+  free(a->acc);
   free(a);
 }
 
@@ -226,6 +250,42 @@ static inline uint8_t clip8(int32_t v) {
   return (uint8_t)(v >> PRECISION_BITS);
 }
 
+/* The passes' inner loops, also built for AVX2 (integer arithmetic: the
+ * same results either way), chosen at load time. */
+#define AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+
+/* One row of the horizontal pass: crop outputs from src into dst. */
+AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src,
+                                      uint8_t *dst, int kxs) {
+  int C = a->cfg.channels, crop = a->cfg.crop;
+  for (int xx = 0; xx < crop; xx++) {
+    const int32_t *k = a->kx + (size_t)xx * kxs;
+    int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
+    const uint8_t *p = src + (size_t)xmin * C;
+    if (C == 3) {
+      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+      for (int x = 0; x < xn; x++) {
+        s0 += p[3 * x] * k[x];
+        s1 += p[3 * x + 1] * k[x];
+        s2 += p[3 * x + 2] * k[x];
+      }
+      dst[3 * xx] = clip8(s0);
+      dst[3 * xx + 1] = clip8(s1);
+      dst[3 * xx + 2] = clip8(s2);
+    } else {
+      int32_t s0 = 1 << (PRECISION_BITS - 1);
+      for (int x = 0; x < xn; x++) s0 += p[x] * k[x];
+      dst[xx] = clip8(s0);
+    }
+  }
+}
+
+/* acc[i] += row[i] * w over n values: one input row of the vertical pass. */
+AVX2_CLONE static void accumulate(int32_t *restrict acc, const uint8_t *restrict row,
+                                  int32_t w, size_t n) {
+  for (size_t i = 0; i < n; i++) acc[i] += row[i] * w;
+}
+
 dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
                              const dpm_crop_box *box, float *out, dpm_err *err) {
   const dpm_augment_cfg *c = &a->cfg;
@@ -241,53 +301,32 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
   float x0 = (float)(box->x / s), x1 = (float)((box->x + box->w) / s);
   float y0 = (float)(box->y / s), y1 = (float)((box->y + box->h) / s);
   int kxs = axis_weights(a, img->width, x0, x1, crop, &a->kx, &a->kx_cap, a->bx);
-  int kys = kxs < 0 ? -1
-                     : axis_weights(a, img->height, y0, y1, crop, &a->ky, &a->ky_cap, a->by);
+  int kys = kxs < 0
+                ? -1
+                : axis_weights(a, img->height, y0, y1, crop, &a->ky, &a->ky_cap, a->by);
   if (kys < 0) return dpm_nomem(err);
   int first = a->by[0], last = a->by[2 * (crop - 1)] + a->by[2 * (crop - 1) + 1];
   int rows = last - first;
   if (rows < 1) return dpm_errf(err, DPM_INVALID, "augment: the box covers no row");
   if (grow(&a->tmp, &a->tmp_cap, (size_t)rows * crop * C, 1)) return dpm_nomem(err);
   /* Horizontal pass: rows [first, last) of the image, crop columns each. */
-  size_t in_stride = (size_t)img->width * C;
-  for (int y = 0; y < rows; y++) {
-    const uint8_t *src = img->pixels + (size_t)(first + y) * in_stride;
-    uint8_t *dst = a->tmp + (size_t)y * crop * C;
-    for (int xx = 0; xx < crop; xx++) {
-      const int32_t *k = a->kx + (size_t)xx * kxs;
-      int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
-      const uint8_t *p = src + (size_t)xmin * C;
-      if (C == 3) {
-        int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-        for (int x = 0; x < xn; x++) {
-          s0 += p[3 * x] * k[x];
-          s1 += p[3 * x + 1] * k[x];
-          s2 += p[3 * x + 2] * k[x];
-        }
-        dst[3 * xx] = clip8(s0);
-        dst[3 * xx + 1] = clip8(s1);
-        dst[3 * xx + 2] = clip8(s2);
-      } else {
-        int32_t s0 = 1 << (PRECISION_BITS - 1);
-        for (int x = 0; x < xn; x++) s0 += p[x] * k[x];
-        dst[xx] = clip8(s0);
-      }
-    }
-  }
-  /* Vertical pass, then mirror and normalise into NCHW. */
+  for (int y = 0; y < rows; y++)
+    horizontal_row(a, img->pixels + (size_t)(first + y) * img->width * C,
+                   a->tmp + (size_t)y * crop * C, kxs);
+  /* Vertical pass, a row at a time, then mirror and normalise into NCHW. */
   size_t plane = (size_t)crop * crop, t_stride = (size_t)crop * C;
-    for (int yy = 0; yy < crop; yy++) {
+  int32_t *acc = a->acc;
+  for (int yy = 0; yy < crop; yy++) {
     const int32_t *k = a->ky + (size_t)yy * kys;
     int ymin = a->by[2 * yy] - first, yn = a->by[2 * yy + 1];
+    for (size_t i = 0; i < t_stride; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+    for (int y = 0; y < yn; y++)
+      accumulate(acc, a->tmp + (size_t)(ymin + y) * t_stride, k[y], t_stride);
+    float *dst = out + (size_t)yy * crop;
     for (int xx = 0; xx < crop; xx++) {
       int xo = box->flip ? crop - 1 - xx : xx;
-      for (int ch = 0; ch < C; ch++) {
-        int32_t acc = 1 << (PRECISION_BITS - 1);
-        const uint8_t *p = a->tmp + (size_t)ymin * t_stride + (size_t)xx * C + ch;
-        for (int y = 0; y < yn; y++) acc += p[(size_t)y * t_stride] * k[y];
-        out[ch * plane + (size_t)yy * crop + xo] =
-            ((float)clip8(acc) - c->mean[ch]) / c->std[ch];
-      }
+      for (int ch = 0; ch < C; ch++)
+        dst[ch * plane + (size_t)xo] = a->lut[ch][clip8(acc[xx * C + ch])];
     }
   }
   return DPM_OK;

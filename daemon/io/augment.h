@@ -41,9 +41,10 @@
  * one thread at a time.
  *
  * Memory: an augmenter keeps its buffers between calls: the filter weights
- * (at most 2 x box side + 3 x crop per axis) and the horizontal pass's
+ * (at most 2 x image side + 3 x crop per axis) and the horizontal pass's
  * output (crop x rows of the box plus the filter's reach x channels bytes),
- * grown when an image needs more.
+ * grown when an image needs more; dpm_augmenter_max_bytes bounds the total
+ * for images up to a size.
  *
  * Errors: a config out of range is DPM_INVALID naming the field; a box not
  * inside the image, or an image whose channels differ from the config's, is
@@ -51,6 +52,7 @@
 #ifndef DPM_IO_AUGMENT_H
 #define DPM_IO_AUGMENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dpm/status.h"
@@ -93,6 +95,10 @@ int dpm_augment_scale(const dpm_augment_cfg *cfg, const dpm_crop_box *box);
 /* An augmenter for cfg (checked here); NULL with err set on failure. */
 dpm_augmenter *dpm_augmenter_create(const dpm_augment_cfg *cfg, dpm_err *err);
 void dpm_augmenter_destroy(dpm_augmenter *aug);
+/* The most memory an augmenter for cfg holds for (decoded) images of at most
+ * max_width x max_height, and what aug holds now. */
+size_t dpm_augmenter_max_bytes(const dpm_augment_cfg *cfg, int max_width, int max_height);
+size_t dpm_augmenter_held(const dpm_augmenter *aug);
 
 /* Resample box of img (full-size coordinates; img may be a scaled decode) to
  * crop x crop, mirror, normalise, write channels x crop x crop floats to

@@ -37,10 +37,11 @@ static void jpeg_stop(j_common_ptr c, int why) {
   longjmp(e->jump, 1);
 }
 static void jpeg_on_error(j_common_ptr c) { jpeg_stop(c, JSTOP_ERROR); }
-/* Level -1 is a warning (corrupt data, premature end): a stop here. Levels
+/* Level -1 is a warning (corrupt data, premature end): a stop here, but
+ * for an unknown JFIF revision, which says nothing of the pixels. Levels
  * >= 0 are trace messages. */
 static void jpeg_on_message(j_common_ptr c, int level) {
-  if (level < 0) jpeg_stop(c, JSTOP_WARNING);
+  if (level < 0 && c->err->msg_code != JWRN_JFIF_MAJOR) jpeg_stop(c, JSTOP_WARNING);
 }
 static void jpeg_no_output(j_common_ptr c) { (void)c; }
 
@@ -77,6 +78,10 @@ static dpm_status jpeg_failure(const jpeg_errors *e, dpm_err *err) {
     return dpm_errf(err, DPM_CORRUPT, "JPEG: more than %d progressive scans",
                     DPM_IMAGE_MAX_SCANS);
   if (e->why == JSTOP_ERROR && e->msg_code == JERR_OUT_OF_MEMORY) return dpm_nomem(err);
+  /* libjpeg wants more than max_memory_to_use (a progressive file's
+   * coefficients): with no backing store, that is the decoder's limit. */
+  if (e->why == JSTOP_ERROR && e->msg_code == JERR_NO_BACKING_STORE)
+    return dpm_errf(err, DPM_CORRUPT, "JPEG: needs more than the decoder's memory limit");
   char what[160];
   jpeg_template(e, what, sizeof what);
   if (e->why == JSTOP_ERROR && e->msg_code == JERR_BAD_PRECISION)
@@ -85,7 +90,8 @@ static dpm_status jpeg_failure(const jpeg_errors *e, dpm_err *err) {
 }
 
 static void jpeg_on_progress(j_common_ptr c) {
-  if (c->is_decompressor && ((j_decompress_ptr)c)->input_scan_number > DPM_IMAGE_MAX_SCANS)
+  if (c->is_decompressor &&
+      ((j_decompress_ptr)c)->input_scan_number > DPM_IMAGE_MAX_SCANS)
     jpeg_stop(c, JSTOP_SCANS);
 }
 
@@ -105,6 +111,29 @@ struct dpm_image_decoder {
 dpm_image_limits dpm_image_limits_default(void) {
   return (dpm_image_limits){DPM_IMAGE_DEFAULT_MAX_SIDE, DPM_IMAGE_DEFAULT_MAX_SIDE,
                             DPM_IMAGE_DEFAULT_MAX_PIXELS};
+}
+
+/* libjpeg's own memory: a progressive image's coefficients (2 bytes a
+ * sample, 3 samples a pixel at most) plus its working pools. */
+#define JPEG_POOLS (16u << 20)
+static size_t jpeg_memory(const dpm_image_limits *l) {
+  return (size_t)l->max_pixels * 6 + JPEG_POOLS;
+}
+/* libpng's per image: the chunk limit, two rows of 16-bit RGBA, zlib. */
+#define PNG_CHUNK_MAX (8u << 20)
+static size_t png_memory(const dpm_image_limits *l) {
+  return PNG_CHUNK_MAX + (size_t)l->max_width * 8 * 2 + (1u << 20);
+}
+
+size_t dpm_image_decoder_max_bytes(const dpm_image_limits *lim) {
+  dpm_image_limits l = lim ? *lim : dpm_image_limits_default();
+  size_t pixels = (size_t)l.max_pixels * 3 + (size_t)l.max_height * sizeof(uint8_t *);
+  size_t lib = jpeg_memory(&l) > png_memory(&l) ? jpeg_memory(&l) : png_memory(&l);
+  return sizeof(dpm_image_decoder) + pixels + lib;
+}
+
+size_t dpm_image_decoder_held(const dpm_image_decoder *dec) {
+  return dec->pixel_cap + dec->row_cap * sizeof *dec->rows;
 }
 
 dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err *err) {
@@ -131,6 +160,7 @@ dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err
     return NULL;
   }
   jpeg_create_decompress(&dec->jpeg);
+  dec->jpeg.mem->max_memory_to_use = (long)jpeg_memory(&l);
   dec->progress.progress_monitor = jpeg_on_progress;
   dec->jpeg.progress = &dec->progress;
   return dec;
@@ -289,12 +319,14 @@ static dpm_status png_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t 
     png_destroy_read_struct(&png, &info, NULL);
     if (st) return st;
     int truncated = ((volatile png_source *)&src)->truncated;
-    return dpm_errf(err, DPM_CORRUPT, "PNG: %s", truncated ? "truncated data" : "corrupt data");
+    return dpm_errf(err, DPM_CORRUPT, "PNG: %s",
+                    truncated ? "truncated data" : "corrupt data");
   }
   png_set_read_fn(png, &src, png_on_read);
-  png_set_user_limits(png, (png_uint_32)dec->lim.max_width,
-                      (png_uint_32)dec->lim.max_height);
-  png_set_chunk_malloc_max(png, 8u << 20);
+  /* The sides libpng accepts: dpm's own limits are checked after the header,
+   * with their own message. */
+  png_set_user_limits(png, DPM_IMAGE_MAX_SIDE, DPM_IMAGE_MAX_SIDE);
+  png_set_chunk_malloc_max(png, PNG_CHUNK_MAX);
   /* Ancillary chunks (text, colour profiles, gamma) are skipped unread. */
   png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, NULL, -1);
   png_read_info(png, info);
@@ -360,39 +392,26 @@ static dpm_status png_probe(const uint8_t *b, size_t len, dpm_image_info *info,
   return DPM_OK;
 }
 
-/* The markers up to the first frame header (SOFn): each is 0xff, a code,
- * and (but for the standalone ones) a two-byte big-endian length. */
+/* libjpeg's own reading of the markers up to the first scan, so that the
+ * probe accepts exactly the headers the decoder does. */
 static dpm_status jpeg_probe(const uint8_t *b, size_t len, dpm_image_info *info,
                              dpm_err *err) {
-  size_t p = 2;
-  for (;;) {
-    while (p < len && b[p] == 0xff) p++; /* fill bytes, then the code */
-    if (p >= len) break;
-    if (b[p - 1] != 0xff)
-      return dpm_errf(err, DPM_CORRUPT, "JPEG: bad marker before the frame header");
-    int code = b[p++];
-    if (code == 0x01 || (code >= 0xd0 && code <= 0xd7)) continue; /* standalone */
-    if (code == 0xd8 || code == 0xd9 || code == 0xda)
-      return dpm_errf(err, DPM_CORRUPT, "JPEG: no frame header before the image data");
-    if (p + 2 > len) break;
-    size_t seg = (size_t)b[p] << 8 | b[p + 1];
-    if (seg < 2) return dpm_errf(err, DPM_CORRUPT, "JPEG: bad marker length");
-    int sof = code >= 0xc0 && code <= 0xcf && code != 0xc4 && code != 0xc8 && code != 0xcc;
-    if (sof) {
-      if (seg < 8 || p + 8 > len) break;
-      int hgt = b[p + 3] << 8 | b[p + 4], wid = b[p + 5] << 8 | b[p + 6];
-      int comps = b[p + 7];
-      if (wid < 1 || hgt < 1)
-        return dpm_errf(err, DPM_CORRUPT, "JPEG: empty or undeclared image size");
-      if (comps < 1 || comps > 4)
-        return dpm_errf(err, DPM_CORRUPT, "JPEG: %d colour components", comps);
-      *info = (dpm_image_info){DPM_IMAGE_JPEG, wid, hgt, comps};
-      return DPM_OK;
-    }
-    if (seg > len - p) break;
-    p += seg;
+  struct jpeg_decompress_struct c;
+  jpeg_errors e;
+  jpeg_errors_init(&e);
+  c.err = &e.pub;
+  if (len > ULONG_MAX) return dpm_errf(err, DPM_CORRUPT, "JPEG: file too large");
+  if (setjmp(e.jump)) {
+    jpeg_destroy_decompress(&c);
+    return jpeg_failure(&e, err);
   }
-  return dpm_errf(err, DPM_CORRUPT, "JPEG: truncated before the frame header");
+  jpeg_create_decompress(&c);
+  jpeg_mem_src(&c, b, (unsigned long)len);
+  jpeg_read_header(&c, TRUE);
+  *info = (dpm_image_info){DPM_IMAGE_JPEG, (int)c.image_width, (int)c.image_height,
+                           c.num_components};
+  jpeg_destroy_decompress(&c);
+  return DPM_OK;
 }
 
 static int format_of(const uint8_t *b, size_t len) {
@@ -414,9 +433,14 @@ dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
   const uint8_t *b = buf;
   dpm_status st;
   switch (format_of(b, len)) {
-  case DPM_IMAGE_JPEG: st = jpeg_probe(b, len, info, err); break;
-  case DPM_IMAGE_PNG: st = png_probe(b, len, info, err); break;
-  default: return unknown_format(err);
+  case DPM_IMAGE_JPEG:
+    st = jpeg_probe(b, len, info, err);
+    break;
+  case DPM_IMAGE_PNG:
+    st = png_probe(b, len, info, err);
+    break;
+  default:
+    return unknown_format(err);
   }
   if (st) memset(info, 0, sizeof *info);
   return st;
@@ -434,9 +458,14 @@ dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
                     scale_denom);
   dpm_status st;
   switch (format_of(buf, len)) {
-  case DPM_IMAGE_JPEG: st = jpeg_decode(dec, buf, len, channels, scale_denom, img, err); break;
-  case DPM_IMAGE_PNG: st = png_decode(dec, buf, len, channels, img, err); break;
-  default: return unknown_format(err);
+  case DPM_IMAGE_JPEG:
+    st = jpeg_decode(dec, buf, len, channels, scale_denom, img, err);
+    break;
+  case DPM_IMAGE_PNG:
+    st = png_decode(dec, buf, len, channels, img, err);
+    break;
+  default:
+    return unknown_format(err);
   }
   if (st) memset(img, 0, sizeof *img);
   return st;

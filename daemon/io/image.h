@@ -29,11 +29,11 @@
  *
  * Errors: bytes of no known format, a truncated or corrupt file, and one
  * past the limits are DPM_CORRUPT; libjpeg's warnings (a premature end of
- * data, a corrupt entropy segment) count as corruption, so a damaged image
- * never yields the grey that libjpeg fills in. The messages name the format
- * and what is wrong, never the file's bytes (the caller prefixes its own
- * name for the sample). Bad arguments are DPM_INVALID; a failed allocation
- * DPM_NOMEM.
+ * data, a corrupt entropy segment, extraneous bytes) count as corruption,
+ * so a damaged image never yields the grey that libjpeg fills in; only an
+ * unknown JFIF revision number, which concerns no pixel, is let pass. The messages name
+ * the format and what is wrong, never the file's bytes (the caller prefixes its own name
+ * for the sample). Bad arguments are DPM_INVALID; a failed allocation DPM_NOMEM.
  *
  * Threads: a decoder belongs to one thread at a time; any number of
  * decoders run at once (libjpeg and libpng keep no global state).
@@ -43,7 +43,10 @@
  * decompression object between calls, so that decoding images no larger
  * than those before allocates no pixel memory (libjpeg's per-image pools and
  * libpng's per-image read structure are the libraries' own). The pixel
- * buffer is at most max_pixels x 3 bytes. */
+ * buffer is at most max_pixels x 3 bytes; libjpeg is held to max_pixels x 6
+ * bytes + 16 MiB (a progressive file's coefficients: past that the file is
+ * DPM_CORRUPT, never swapped to disk), libpng to 8 MiB a chunk.
+ * dpm_image_decoder_max_bytes is the sum, for a memory budget. */
 #ifndef DPM_IO_IMAGE_H
 #define DPM_IO_IMAGE_H
 
@@ -67,8 +70,8 @@ typedef struct dpm_image_limits {
 
 /* What the header says. */
 typedef struct dpm_image_info {
-  int format;   /* DPM_IMAGE_JPEG or DPM_IMAGE_PNG */
-  int width;    /* full size */
+  int format; /* DPM_IMAGE_JPEG or DPM_IMAGE_PNG */
+  int width;  /* full size */
   int height;
   int channels; /* in the file: JPEG components (1, 3, 4); PNG 1 gray, 2 gray+alpha,
                    3 RGB or palette, 4 RGBA */
@@ -91,12 +94,18 @@ dpm_image_limits dpm_image_limits_default(void);
 /* A decoder with these limits (NULL: the defaults). NULL when memory runs
  * out or the limits are out of range (err says which). */
 dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err *err);
+/* The most memory a decoder with these limits (NULL: the defaults) holds at
+ * once, its libraries' included. */
+size_t dpm_image_decoder_max_bytes(const dpm_image_limits *lim);
+/* The bytes of pixel buffer and row pointers dec holds now. */
+size_t dpm_image_decoder_held(const dpm_image_decoder *dec);
 /* Frees everything the decoder holds; NULL is a no-op. */
 void dpm_image_decoder_destroy(dpm_image_decoder *dec);
 
-/* Format and size from the header alone (the JPEG markers up to the frame
- * header, the PNG IHDR chunk). Checks no limit: the decoder does. *info is
- * zeroed on failure. */
+/* Format and size from the header alone (libjpeg's reading of the JPEG
+ * markers up to the first scan, which allocates a few KiB and no pixels;
+ * the PNG IHDR chunk). Checks no limit: the decoder does. *info is zeroed on
+ * failure. */
 dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
                            dpm_err *err);
 

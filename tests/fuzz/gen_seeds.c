@@ -7,6 +7,9 @@
  * OUT/tar/NAME.tar            WebDataset shards (io/tar.h): good samples, and
  *                             one with no label, a bad label, no image
  * OUT/datum/NAME              Datum records: encoded, raw, negative label
+ * OUT/image/NAME.{jpg,png}     small JPEGs (baseline, progressive, gray) and
+ *                              PNGs (every colour type, 1- to 16-bit, Adam7)
+ *                              encoded with libjpeg and libpng
  * Models are built from small specs and initialised (seeded fills), not
  * trained: the seeds exercise the formats, not the values. The config
  * seeds are written by hand (tests/fuzz/corpus/config/). */
@@ -25,6 +28,7 @@
 #include "io/datum.h"
 #include "io/tar.h"
 #include "predictor/predictor_extract.h"
+#include "tests/image_enc.h"
 
 #define DATASET "/usr/share/datasets/fashion-mnist/"
 
@@ -283,6 +287,49 @@ static void datum_seeds(void) {
   write_file("datum", "negative-label", rec, n);
 }
 
+static void image_seeds(void) {
+  enum { W = 24, H = 17 };
+  uint8_t px[W * H * 8];
+  for (int i = 0; i < W * H * 8; i++) px[i] = (uint8_t)((i * 37) ^ (i >> 3));
+  uint8_t *buf;
+  size_t len;
+  struct {
+    const char *name;
+    int w, h, comps, quality, progressive;
+  } jpegs[] = {{"rgb.jpg", W, H, 3, 75, 0},
+               {"rgb-prog.jpg", W, H, 3, 90, 1},
+               {"gray.jpg", 17, 9, 1, 80, 0},
+               {"gray-prog.jpg", 9, 20, 1, 50, 1},
+               {"1x1.jpg", 1, 1, 3, 90, 0}};
+  for (size_t i = 0; i < sizeof jpegs / sizeof *jpegs; i++) {
+    enc_jpeg(px, jpegs[i].w, jpegs[i].h, jpegs[i].comps, jpegs[i].quality,
+             jpegs[i].progressive, &buf, &len);
+    write_file("image", jpegs[i].name, buf, len);
+    free(buf);
+  }
+  static const png_color pal[4] = {{0, 0, 0}, {255, 0, 0}, {0, 255, 0}, {9, 9, 255}};
+  static const uint8_t trns[2] = {0, 128};
+  struct {
+    const char *name;
+    int w, h, type, depth, interlace, channels;
+  } pngs[] = {{"rgb.png", W, H, PNG_COLOR_TYPE_RGB, 8, 0, 3},
+              {"rgb-adam7.png", W, H, PNG_COLOR_TYPE_RGB, 8, 1, 3},
+              {"gray1.png", 13, 5, PNG_COLOR_TYPE_GRAY, 1, 0, 1},
+              {"gray4-adam7.png", 11, 9, PNG_COLOR_TYPE_GRAY, 4, 1, 1},
+              {"ga.png", 9, 7, PNG_COLOR_TYPE_GRAY_ALPHA, 8, 0, 2},
+              {"rgba16.png", 6, 4, PNG_COLOR_TYPE_RGBA, 16, 0, 4},
+              {"palette2.png", 8, 8, PNG_COLOR_TYPE_PALETTE, 2, 0, 1}};
+  for (size_t i = 0; i < sizeof pngs / sizeof *pngs; i++) {
+    size_t rowbytes = ((size_t)pngs[i].w * pngs[i].channels * pngs[i].depth + 7) / 8;
+    int palette = pngs[i].type == PNG_COLOR_TYPE_PALETTE;
+    enc_png(px, rowbytes, pngs[i].w, pngs[i].h, pngs[i].type, pngs[i].depth,
+            pngs[i].interlace, palette ? pal : NULL, palette ? 4 : 0,
+            palette ? trns : NULL, palette ? 2 : 0, &buf, &len);
+    write_file("image", pngs[i].name, buf, len);
+    free(buf);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s OUT_DIR (tests/fuzz/corpus)\n", argv[0]);
@@ -296,8 +343,10 @@ int main(int argc, char **argv) {
   mkdirs("datum");
   tar_seeds();
   datum_seeds();
+  mkdirs("image");
   for (size_t i = 0; i < sizeof models / sizeof *models; i++) model_seeds(&models[i]);
   edge_checkpoints();
   idx_seeds();
+  image_seeds();
   return 0;
 }

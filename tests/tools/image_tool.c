@@ -68,15 +68,24 @@ int main(int argc, char **argv) {
     }
     if (!v) return usage();
     i++;
-    if (!strcmp(a, "--crop")) cfg.crop = atoi(v);
-    else if (!strcmp(a, "--resize")) cfg.resize = atoi(v);
-    else if (!strcmp(a, "--channels")) cfg.channels = atoi(v);
-    else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 0);
-    else if (!strcmp(a, "--epoch")) epoch = strtoull(v, NULL, 0);
-    else if (!strcmp(a, "--scale")) force_scale = atoi(v);
-    else if (!strcmp(a, "--mean")) parse3(v, cfg.mean);
-    else if (!strcmp(a, "--std")) parse3(v, cfg.std);
-    else return usage();
+    if (!strcmp(a, "--crop"))
+      cfg.crop = atoi(v);
+    else if (!strcmp(a, "--resize"))
+      cfg.resize = atoi(v);
+    else if (!strcmp(a, "--channels"))
+      cfg.channels = atoi(v);
+    else if (!strcmp(a, "--seed"))
+      seed = strtoull(v, NULL, 0);
+    else if (!strcmp(a, "--epoch"))
+      epoch = strtoull(v, NULL, 0);
+    else if (!strcmp(a, "--scale"))
+      force_scale = atoi(v);
+    else if (!strcmp(a, "--mean"))
+      parse3(v, cfg.mean);
+    else if (!strcmp(a, "--std"))
+      parse3(v, cfg.std);
+    else
+      return usage();
   }
   if (i >= argc) return usage();
   dpm_err err = {0};
@@ -104,7 +113,8 @@ int main(int argc, char **argv) {
     }
     memset(&err, 0, sizeof err);
     if (!(st = dpm_image_probe(buf, len, &info, &err))) {
-      dpm_augment_box(&cfg, seed, epoch, (uint64_t)(f - i), info.width, info.height, &box);
+      dpm_augment_box(&cfg, seed, epoch, (uint64_t)(f - i), info.width, info.height,
+                      &box);
       int scale = force_scale ? force_scale : dpm_augment_scale(&cfg, &box);
       if (!(st = dpm_image_decode(dec, buf, len, cfg.channels, scale, &img, &err)))
         st = dpm_augment_apply(aug, &img, &box, out, &err);
