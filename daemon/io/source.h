@@ -31,7 +31,9 @@
  * that liblmdb refuses) fails open: no sample after it could be trusted.
  *
  * Shards: a tar file, the LMDB's data.mdb, or (folder) each image file; the
- * samples of a shard are consecutive in the index. open records each shard's
+ * samples of a shard are consecutive in the index. A tar shard and the
+ * data.mdb stay open (one descriptor each) until close; a folder holds only
+ * its root's. open records each shard's
  * size, mtime and inode; a read that finds them changed, or comes up short,
  * is DPM_IO "changed while it was being read", naming the shard.
  *
@@ -99,7 +101,7 @@ typedef enum {
 #define DPM_SOURCE_MAX_SAMPLES_DEFAULT 100000000ll       /* samples */
 #define DPM_SOURCE_MAX_SAMPLE_BYTES_DEFAULT (64ll << 20) /* 64 MiB */
 #define DPM_SOURCE_MAX_INDEX_BYTES_DEFAULT (4ll << 30)   /* 4 GiB */
-#define DPM_SOURCE_MAX_PATHS 1000000                     /* tar shards */
+#define DPM_SOURCE_MAX_PATHS 65536 /* tar shards (each holds a descriptor) */
 
 typedef struct dpm_source_config {
   dpm_source_kind kind;

@@ -563,6 +563,8 @@ TEST(source_lmdb_indexes_datums_and_flags_non_datums) {
   CHECK_INT(dpm_source_size(src), 8);
   CHECK_INT(dpm_source_bad(src, 6), DPM_BAD_LABEL_RANGE);
   CHECK_INT(dpm_source_num_bad(src), 3); /* 5 (not a Datum), 6, 7 */
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_LABEL_RANGE), 2);
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_NOT_DATUM), 1);
   dpm_source_close(src);
   /* not an LMDB */
   CHECK(test_write_file(in(&s, "junk.mdb"), "not an lmdb at all", 18) == 0);
@@ -655,6 +657,8 @@ TEST(source_folder_indexes_sorted_classes_and_flags_non_files) {
   CHECK_INT(dpm_source_bad(src, 3), DPM_BAD_NOT_FILE); /* the symlink */
   CHECK_INT(dpm_source_bad(src, 4), DPM_BAD_NOT_FILE); /* the FIFO */
   CHECK_INT(dpm_source_num_bad(src), 2);
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_NOT_FILE), 2);
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_NO_LABEL), 0);
   CHECK_INT(dpm_source_bytes(src), 16);
   dpm_source_buf buf = {0};
   dpm_sample smp;
