@@ -152,9 +152,11 @@ const char *dpm_source_kind_name(dpm_source_kind kind);
 /* The kind named name into *kind; -1 if none is. */
 int dpm_source_kind_parse(const char *name, dpm_source_kind *kind);
 
-int64_t dpm_source_size(const dpm_source *src);         /* samples, bad ones included */
-int dpm_source_num_classes(const dpm_source *src);      /* cfg's num_classes */
-int64_t dpm_source_num_bad(const dpm_source *src);      /* samples flagged bad */
+int64_t dpm_source_size(const dpm_source *src);    /* samples, bad ones included */
+int dpm_source_num_classes(const dpm_source *src); /* cfg's num_classes */
+int64_t dpm_source_num_bad(const dpm_source *src); /* samples flagged bad */
+/* Samples flagged with reason r. */
+int64_t dpm_source_num_bad_reason(const dpm_source *src, dpm_bad_reason r);
 uint64_t dpm_source_bytes(const dpm_source *src);       /* encoded bytes of all samples */
 uint64_t dpm_source_index_bytes(const dpm_source *src); /* memory the index takes */
 /* Sample i's label (-1 when it has none), and its bad reason. */
