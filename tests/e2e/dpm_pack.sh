@@ -1,7 +1,8 @@
 # dpm-pack: Fashion-MNIST's test IDX set (10,000 images) packed into PNG tar
 # shards and into an LMDB; the summaries' counts; every sample read back
 # through dpm's tar and lmdb readers decodes to exactly its IDX pixels
-# (build/tests/pack_check, libpng); a JPEG + --resize pack reads back with
+# (build/tests/pack_check, libpng), also after GNU tar re-archives them in
+# pax and GNU formats with long names; a JPEG + --resize pack reads back with
 # the right sizes; an image folder with a file that is no image and a
 # symlink is packed with both rejected and named; usage errors exit 2; the
 # man page comes from the flag table.
@@ -23,6 +24,18 @@ tar tf "$dir/t-000001.tar" | head -2 | tr '\n' ' ' | grep -q '^00004000.png 0000
   die "tar members: $(tar tf "$dir/t-000001.tar" | head -2)"
 chk=$(build/tests/pack_check tar $img $lab "$dir"/t-00000*.tar) || die "tar read-back: $chk"
 expect "tar checked" "$(field "$chk" checked)" 10000
+
+# the same samples re-archived by GNU tar under a directory name over 100
+# bytes, as pax (path records) and as GNU (././@LongLink names): read alike
+long=$dir/x/$(printf 'd%.0s' $(seq 1 120))
+mkdir -p "$long"
+cat "$dir"/t-00000*.tar | tar xf - -i -C "$long"
+for fmt in pax gnu; do
+  tar cf "$dir/$fmt.tar" --format=$fmt --sort=name -C "$dir/x" "$(basename "$long")"
+  chk=$(build/tests/pack_check tar $img $lab "$dir/$fmt.tar") || die "$fmt tar: $chk"
+  expect "$fmt checked" "$(field "$chk" checked)" 10000
+done
+rm -rf "$dir/x" "$dir/pax.tar" "$dir/gnu.tar"
 
 out=$(build/dpm-pack --images $img --labels $lab --out "$dir/db" --format lmdb) ||
   die "pack lmdb: $out"
