@@ -606,6 +606,14 @@ TEST(source_lmdb_reads_from_two_threads) {
   for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, lmdb_reader, &a[i]);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   CHECK(a[0].ok && a[1].ok);
+  /* data.mdb written to after open: its reads fail, naming it */
+  struct timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+  CHECK(utimensat(AT_FDCWD, in(&s, "db/data.mdb"), later, 0) == 0);
+  dpm_source_buf buf = {0};
+  dpm_sample smp;
+  CHECK_INT(dpm_source_read(src, 0, &buf, &smp, &err), DPM_IO);
+  CHECK_HAS(err.msg, "data.mdb: changed while it was being read");
+  dpm_source_buf_free(&buf);
   dpm_source_close(src);
   scratch_rm(&s);
 }
