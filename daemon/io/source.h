@@ -8,11 +8,14 @@
  *           rest is its extension, matched without case: jpg or jpeg (JPEG),
  *           png (PNG), cls (the label: ASCII decimal, optional surrounding
  *           white space). Consecutive members with one key make one sample,
- *           as webdataset's tar reader groups them; other extensions (json,
- *           txt, ...) are ignored. Shards are indexed in the order given.
+ *           as webdataset's tar reader groups them; a second image or label
+ *           in one sample and other extensions (json, txt, ...) are
+ *           ignored. A shard ends with the end-of-archive (zero) block.
+ *           Shards are indexed in the order given.
  *   lmdb    a Caffe/Caffe2 LMDB of Datum records (io/lmdb.c, io/datum.h):
- *           one database directory (its data.mdb), or a data.mdb file; one
- *           sample per record, in key order.
+ *           one database directory (its data.mdb is read), or a path ending
+ *           in ".mdb", the data file itself; one sample per record, in key
+ *           order.
  *   folder  an image folder (io/folder.c): root/CLASS/FILE. Classes are the
  *           sub-folders' names sorted bytewise, labels 0..K-1; files inside
  *           are sorted bytewise; names starting with '.' and files whose
@@ -33,9 +36,10 @@
  * Shards: a tar file, the LMDB's data.mdb, or (folder) each image file; the
  * samples of a shard are consecutive in the index. A tar shard and the
  * data.mdb stay open (one descriptor each) until close; a folder holds only
- * its root's. open records each shard's
- * size, mtime and inode; a read that finds them changed, or comes up short,
- * is DPM_IO "changed while it was being read", naming the shard.
+ * its root's. open records each shard's size, mtime and inode; a read that
+ * finds them changed, or comes up short, or (folder) finds a symbolic link
+ * or nothing where the file was, is DPM_IO "changed while it was being
+ * read", naming the shard.
  *
  * Files: every file and directory is opened through cfg->fs (common/file.h):
  * regular files only, without blocking on a FIFO; the folder walk opens each
