@@ -573,6 +573,15 @@ TEST(source_lmdb_indexes_datums_and_flags_non_datums) {
   CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_LABEL_RANGE), 2);
   CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_NOT_DATUM), 1);
   dpm_source_close(src);
+  /* truncated: shorter than the pages its meta page counts */
+  size_t mlen;
+  uint8_t *m = test_read_file(in(&s, "one.mdb"), &mlen);
+  CHECK(m && mlen >= 3 * 4096);
+  CHECK(test_write_file(in(&s, "cut.mdb"), m, mlen - 4096) == 0);
+  free(m);
+  p = in(&s, "cut.mdb");
+  CHECK_INT(open_kind(DPM_SOURCE_LMDB, &p, 1, NULL, 5, &src, &err), DPM_CORRUPT);
+  CHECK_HAS(err.msg, "cut.mdb: shorter than its pages");
   /* not an LMDB */
   CHECK(test_write_file(in(&s, "junk.mdb"), "not an lmdb at all", 18) == 0);
   p = in(&s, "junk.mdb");
