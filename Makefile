@@ -327,7 +327,7 @@ $(BUILD)/lib/%.so.$(DPM_VERSION):
 # checks that need them (race, dpmd_restore_race, gpu-run, gpu-rehearsal:
 # tests/run.sh's NOT_QUICK) run in make test.
 CHECK_NEEDS := $(BUILD)/tests/unit $(PROGS) $(CUDA_PLUGIN) $(BUILD)/asan-bin/dpmd \
-               $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff \
+               $(BUILD)/tests/nnsend $(BUILD)/tests/ckpt_diff $(BUILD)/tests/pack_check \
                $(BUILD)/tests/gpu_test $(BUILD)/asan-bin/gpu_test $(BUILD)/tests/spec_doc \
                $(if $(CUDA_PLUGIN),$(BUILD)/tests/fake-gpu/libdpm_cuda_probe.so) \
                $(DPM_LIBS)

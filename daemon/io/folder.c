@@ -122,8 +122,8 @@ static dpm_status one_class(dpm_source *s, const char *root, const char *cls, in
     if (!image_ext(files.v[i], &enc)) continue;
     int n = snprintf(path, sizeof path, "%s/%s/%s", root, cls, files.v[i]);
     if (n >= (int)sizeof path) {
-      st = dpm_errf(err, DPM_INVALID, "%s/%s: a path too long",
-                    dpm_escape(root, b, sizeof b), cls);
+      st = dpm_errf(err, DPM_INVALID, "%s: a path too long",
+                    dpm_escape(root, b, sizeof b));
       break;
     }
     struct stat sb;

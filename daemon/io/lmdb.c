@@ -19,9 +19,14 @@
  * FF D8 FF, PNG's 8-byte signature); raw ones (encoded false) need
  * channels x height x width == the data's length, each side 1..65535.
  *
- * Not covered: liblmdb trusts its file's page structure; a corrupt data.mdb
- * can make it read out of bounds of the map, and a file truncated while the
- * index pass runs would fault (SIGBUS) in the map. */
+ * A file shorter than the pages its meta page counts is refused before the
+ * walk, so no page liblmdb visits lies past the end of the file; a value
+ * is checked to lie inside the file before its bytes are parsed.
+ *
+ * Not covered: liblmdb trusts the structure inside its pages (node
+ * offsets, overflow page counts); a crafted data.mdb can make it read
+ * outside a page, and a file truncated while the index pass runs would
+ * fault (SIGBUS) in the map. */
 #include <errno.h>
 #include <lmdb.h>
 #include <stdint.h>
@@ -135,7 +140,16 @@ dpm_status dpm_lmdb_index(dpm_source *s, const dpm_source_config *cfg, dpm_err *
   else if ((rc = mdb_cursor_open(txn, dbi, &cur)))
     st = lmdb_err(path, "mdb_cursor_open", rc, err);
   MDB_stat ms;
+  MDB_envinfo info;
   if (!st && (rc = mdb_env_stat(env, &ms))) st = lmdb_err(path, "mdb_env_stat", rc, err);
+  if (!st && (rc = mdb_env_info(env, &info)))
+    st = lmdb_err(path, "mdb_env_info", rc, err);
+  /* liblmdb reads no page at or past the last one its meta page names
+   * (mdb_page_get): with all of them inside the file, the walk touches
+   * no mapped byte past its end */
+  if (!st && (info.me_last_pgno >= (size_t)sb.st_size / ms.ms_psize))
+    st = dpm_errf(err, DPM_CORRUPT, "%s: shorter than its pages (truncated?)",
+                  dpm_escape(path, b, sizeof b));
   uintptr_t map = 0; /* the map's address, found from the first record */
   MDB_val k, v;
   for (MDB_cursor_op op = MDB_FIRST; !st; op = MDB_NEXT) {

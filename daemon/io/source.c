@@ -144,10 +144,12 @@ dpm_status dpm_src_add_item(dpm_source *s, const char *key, size_t keylen, src_i
   if (!it.bad && (int64_t)it.len > s->max_sample_bytes) it.bad = DPM_BAD_TOO_LARGE;
   if (!it.bad && (it.label < 0 || it.label >= s->num_classes))
     it.bad = DPM_BAD_LABEL_RANGE;
-  if (it.bad)
+  if (it.bad) {
     s->n_bad++;
-  else
+    s->n_bad_reason[it.bad]++;
+  } else {
     s->bytes += it.len;
+  }
   s->items[s->n++] = it;
   sh->count++;
   return DPM_OK;
@@ -176,7 +178,7 @@ dpm_status dpm_source_open(const dpm_source_config *cfg, dpm_source **out, dpm_e
       (kinds[cfg->kind].one_path && cfg->n_paths != 1))
     return dpm_errf(err, DPM_INVALID, "%s: %s", kinds[cfg->kind].name,
                     kinds[cfg->kind].one_path ? "needs exactly one path"
-                                              : "needs 1 to 1000000 shard paths");
+                                              : "needs 1 to 65536 shard paths");
   for (int i = 0; i < cfg->n_paths; i++)
     if (!cfg->paths[i] || !*cfg->paths[i])
       return dpm_errf(err, DPM_INVALID, "%s: path %d is empty", kinds[cfg->kind].name, i);
@@ -208,6 +210,9 @@ dpm_status dpm_source_open(const dpm_source_config *cfg, dpm_source **out, dpm_e
 int64_t dpm_source_size(const dpm_source *s) { return s->n; }
 int dpm_source_num_classes(const dpm_source *s) { return s->num_classes; }
 int64_t dpm_source_num_bad(const dpm_source *s) { return s->n_bad; }
+int64_t dpm_source_num_bad_reason(const dpm_source *s, dpm_bad_reason r) {
+  return (unsigned)r < DPM_BAD_REASONS && r != DPM_BAD_NONE ? s->n_bad_reason[r] : 0;
+}
 uint64_t dpm_source_bytes(const dpm_source *s) { return s->bytes; }
 uint64_t dpm_source_index_bytes(const dpm_source *s) {
   return sizeof *s + index_bytes(s);

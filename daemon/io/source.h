@@ -8,11 +8,14 @@
  *           rest is its extension, matched without case: jpg or jpeg (JPEG),
  *           png (PNG), cls (the label: ASCII decimal, optional surrounding
  *           white space). Consecutive members with one key make one sample,
- *           as webdataset's tar reader groups them; other extensions (json,
- *           txt, ...) are ignored. Shards are indexed in the order given.
+ *           as webdataset's tar reader groups them; a second image or label
+ *           in one sample and other extensions (json, txt, ...) are
+ *           ignored. A shard ends with the end-of-archive (zero) block.
+ *           Shards are indexed in the order given.
  *   lmdb    a Caffe/Caffe2 LMDB of Datum records (io/lmdb.c, io/datum.h):
- *           one database directory (its data.mdb), or a data.mdb file; one
- *           sample per record, in key order.
+ *           one database directory (its data.mdb is read), or a path ending
+ *           in ".mdb", the data file itself; one sample per record, in key
+ *           order.
  *   folder  an image folder (io/folder.c): root/CLASS/FILE. Classes are the
  *           sub-folders' names sorted bytewise, labels 0..K-1; files inside
  *           are sorted bytewise; names starting with '.' and files whose
@@ -31,9 +34,12 @@
  * that liblmdb refuses) fails open: no sample after it could be trusted.
  *
  * Shards: a tar file, the LMDB's data.mdb, or (folder) each image file; the
- * samples of a shard are consecutive in the index. open records each shard's
- * size, mtime and inode; a read that finds them changed, or comes up short,
- * is DPM_IO "changed while it was being read", naming the shard.
+ * samples of a shard are consecutive in the index. A tar shard and the
+ * data.mdb stay open (one descriptor each) until close; a folder holds only
+ * its root's. open records each shard's size, mtime and inode; a read that
+ * finds them changed, or comes up short, or (folder) finds a symbolic link
+ * or nothing where the file was, is DPM_IO "changed while it was being
+ * read", naming the shard.
  *
  * Files: every file and directory is opened through cfg->fs (common/file.h):
  * regular files only, without blocking on a FIFO; the folder walk opens each
@@ -99,7 +105,7 @@ typedef enum {
 #define DPM_SOURCE_MAX_SAMPLES_DEFAULT 100000000ll       /* samples */
 #define DPM_SOURCE_MAX_SAMPLE_BYTES_DEFAULT (64ll << 20) /* 64 MiB */
 #define DPM_SOURCE_MAX_INDEX_BYTES_DEFAULT (4ll << 30)   /* 4 GiB */
-#define DPM_SOURCE_MAX_PATHS 1000000                     /* tar shards */
+#define DPM_SOURCE_MAX_PATHS 65536 /* tar shards (each holds a descriptor) */
 
 typedef struct dpm_source_config {
   dpm_source_kind kind;
@@ -150,9 +156,11 @@ const char *dpm_source_kind_name(dpm_source_kind kind);
 /* The kind named name into *kind; -1 if none is. */
 int dpm_source_kind_parse(const char *name, dpm_source_kind *kind);
 
-int64_t dpm_source_size(const dpm_source *src);         /* samples, bad ones included */
-int dpm_source_num_classes(const dpm_source *src);      /* cfg's num_classes */
-int64_t dpm_source_num_bad(const dpm_source *src);      /* samples flagged bad */
+int64_t dpm_source_size(const dpm_source *src);    /* samples, bad ones included */
+int dpm_source_num_classes(const dpm_source *src); /* cfg's num_classes */
+int64_t dpm_source_num_bad(const dpm_source *src); /* samples flagged bad */
+/* Samples flagged with reason r. */
+int64_t dpm_source_num_bad_reason(const dpm_source *src, dpm_bad_reason r);
 uint64_t dpm_source_bytes(const dpm_source *src);       /* encoded bytes of all samples */
 uint64_t dpm_source_index_bytes(const dpm_source *src); /* memory the index takes */
 /* Sample i's label (-1 when it has none), and its bad reason. */

@@ -53,6 +53,7 @@ struct dpm_source {
   size_t keys_len, keys_cap;
   uint64_t bytes, path_bytes;
   int64_t n_bad;
+  int64_t n_bad_reason[DPM_BAD_REASONS];
 };
 
 /* Appends a shard named path (copied) whose descriptor is fd (-1: none;

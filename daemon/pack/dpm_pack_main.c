@@ -434,7 +434,17 @@ static dpm_status write_tar(packer *p, dpm_err *err) {
 /* ---- lmdb output -------------------------------------------------------------- */
 
 #define LMDB_BATCH 1000
-#define LMDB_MAP_BYTES (1ull << 40)
+
+/* The map size written into the database, which its readers map: twice a
+ * bound on what the records take (an encoded image is at most twice its
+ * pixels plus 4 KiB; a folder file its size), plus 16 MiB. */
+static uint64_t lmdb_map_bytes(const packer *p) {
+  uint64_t per;
+  if (p->src) return 2 * (dpm_source_bytes(p->src) + (uint64_t)p->n * 256) + (16u << 20);
+  int side = (int)p->o->resize;
+  per = side ? (uint64_t)side * (uint64_t)side : (uint64_t)p->idx.rows * p->idx.cols;
+  return 2 * (uint64_t)p->n * (2 * per + 4096 + 256) + (16u << 20);
+}
 
 static dpm_status lmdb_fail(const char *what, int rc, dpm_err *err) {
   return dpm_errf(err, DPM_IO, "lmdb: %s: %s", what, mdb_strerror(rc));
@@ -453,7 +463,7 @@ static dpm_status lmdb_writer(int fd, void *arg, dpm_err *err) {
   dpm_status st = DPM_OK;
   uint8_t *rec = NULL;
   size_t rec_cap = 0;
-  if ((rc = mdb_env_set_mapsize(env, LMDB_MAP_BYTES)) ||
+  if ((rc = mdb_env_set_mapsize(env, (size_t)lmdb_map_bytes(p))) ||
       (rc = mdb_env_open(env, proc, MDB_NOSUBDIR | MDB_NOLOCK | MDB_NOSYNC, 0644))) {
     mdb_env_close(env);
     return lmdb_fail("mdb_env_open", rc, err);

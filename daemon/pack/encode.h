@@ -3,8 +3,8 @@
  * libjpeg's defaults), into a growable memory buffer; and the bilinear
  * resize that dpm-pack --resize applies to IDX images before encoding.
  *
- * Resize: half-pixel centres (as PIL's BILINEAR without antialias and
- * torch's interpolate(align_corners=False)): output pixel x samples the
+ * Resize: half-pixel centres (as torch's interpolate(mode="bilinear",
+ * align_corners=False), meant for upscaling): output pixel x samples the
  * input at (x + 0.5) * in_w / out_w - 0.5, clamped to [0, in_w - 1], the
  * same for y; the weighted sum is rounded to nearest.
  *

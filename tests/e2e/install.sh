@@ -18,7 +18,7 @@ trap 'rm -rf "$dir"' EXIT
 make -s install DESTDIR="$dir" PREFIX=/usr >"$dir.log" 2>&1 ||
   die "make install failed: $(tail -20 "$dir.log"; rm -f "$dir.log")"
 rm -f "$dir.log"
-for f in usr/bin/dpmd usr/bin/dpmctl usr/bin/dpm-train; do
+for f in usr/bin/dpmd usr/bin/dpmctl usr/bin/dpm-train usr/bin/dpm-pack; do
   [ -f "$dir/$f" ] && [ -x "$dir/$f" ] || die "missing or not executable: $f"
 done
 for h in include/dpm/*.h; do
@@ -39,7 +39,8 @@ mode() { stat -c %a "$1"; }
 # The man pages and the bash completion, written by the programs from their
 # tables: installed, and accepted by groff's man macros with every warning
 # on (or, without groff, a structural check: .TH first, NAME and SYNOPSIS).
-for m in share/man/man1/dpmctl.1 share/man/man1/dpm-train.1 share/man/man8/dpmd.8; do
+for m in share/man/man1/dpmctl.1 share/man/man1/dpm-train.1 share/man/man1/dpm-pack.1 \
+  share/man/man8/dpmd.8; do
   page=$dir/usr/$m
   [ -f "$page" ] || die "missing usr/$m"
   [ "$(mode "$page")" = 644 ] || die "usr/$m mode $(mode "$page")"

@@ -246,14 +246,28 @@ static void idx_seeds(void) {
   dpm_idx_fini(&lab);
 }
 
-/* A tar of members (name, bytes) ending with the end-of-archive blocks. */
+/* A tar of members (name, bytes) ending with the end-of-archive blocks,
+ * after the mode byte fuzz_tar reads first (1: checksums fixed). A name
+ * "L:..." or "x:..." makes a GNU long-name or pax header of that type. */
 static void tar_seed(const char *name, const char *const *members, int n) {
   uint8_t buf[16384];
-  size_t len = 0;
+  size_t len = 1;
+  buf[0] = 1;
   for (int i = 0; i < n; i++) {
-    const char *body = members[2 * i + 1];
+    const char *body = members[2 * i + 1], *mname = members[2 * i];
     size_t bl = strlen(body);
-    if (dpm_tar_header(buf + len, members[2 * i], bl, 1700000000)) die(name, "header");
+    char type = mname[1] == ':' ? mname[0] : '0';
+    if (dpm_tar_header(buf + len, type == '0' ? mname : "././@LongLink", bl, 1700000000))
+      die(name, "header");
+    if (type != '0') { /* retype it and redo the checksum */
+      uint8_t *h = buf + len;
+      unsigned sum = 0;
+      h[156] = (uint8_t)type;
+      memset(h + 148, ' ', 8);
+      for (int k = 0; k < DPM_TAR_BLOCK; k++) sum += h[k];
+      snprintf((char *)h + 148, 8, "%06o", sum);
+      h[155] = ' ';
+    }
     len += DPM_TAR_BLOCK;
     memcpy(buf + len, body, bl);
     memset(buf + len + bl, 0, dpm_tar_pad(bl));
@@ -272,6 +286,12 @@ static void tar_seeds(void) {
                                     "x/badlabel.cls", "seven", "x/noimage.cls",  "1",
                                     "x/big.cls",      "12"};
   tar_seed("bad.tar", bad, 5);
+  static const char *const ext[] = {
+      "L:",    "a/a-very-long-directory-name/key.png",
+      "x.png", "\x89PNG\r\n\x1a\n",
+      "x:",    "45 path=a/a-very-long-directory-name/key.cls\n10 size=1\n",
+      "y.cls", "4"};
+  tar_seed("long-and-pax.tar", ext, 4);
 }
 
 static void datum_seeds(void) {

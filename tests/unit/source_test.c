@@ -486,7 +486,8 @@ TEST(source_tar_shard_rewritten_after_open_is_changed) {
 
 /* An LMDB at dir (nosubdir: the file dir) with records k = 0..n-1 keyed
  * "%08d": encoded JPEG-looking Datums of image(k), label k % 10; record 3 a
- * raw 2x3x4 Datum, record 5 not a Datum. */
+ * raw 2x3x4 Datum, record 5 not a Datum, record 9 a raw Datum whose sides
+ * do not match its bytes, record 10 an encoded one that is no JPEG or PNG. */
 static int write_lmdb(const char *dir, int n, int nosubdir) {
   MDB_env *env;
   MDB_txn *txn;
@@ -507,6 +508,10 @@ static int write_lmdb(const char *dir, int n, int nosubdir) {
     } else if (k == 5) {
       memcpy(rec, "\x0b\x0c garbage", 10); /* a group: not a Datum */
       rl = 10;
+    } else if (k == 9) {
+      rl = dpm_datum_write(rec, sizeof rec, 2, 3, 5, img, 24, 9, 0);
+    } else if (k == 10) {
+      rl = dpm_datum_write(rec, sizeof rec, 0, 0, 0, "GIF89a", 6, 0, 1);
     } else {
       rl = dpm_datum_write(rec, sizeof rec, 0, 0, 0, img, len, k % 10, 1);
     }
@@ -545,12 +550,14 @@ TEST(source_lmdb_indexes_datums_and_flags_non_datums) {
   dpm_err err = {0};
   CHECK_INT(open_kind(DPM_SOURCE_LMDB, &p, 1, NULL, 10, &src, &err), DPM_OK);
   CHECK_INT(dpm_source_size(src), 12);
-  CHECK_INT(dpm_source_num_bad(src), 1);
+  CHECK_INT(dpm_source_num_bad(src), 3);
   CHECK_INT(dpm_source_bad(src, 5), DPM_BAD_NOT_DATUM);
+  CHECK_INT(dpm_source_bad(src, 9), DPM_BAD_DATUM);
+  CHECK_INT(dpm_source_bad(src, 10), DPM_BAD_DATUM);
   CHECK(!strcmp(dpm_source_key(src, 7), "00000007"));
   dpm_source_buf buf = {0};
   for (int k = 0; k < 12; k++)
-    if (k != 5) CHECK(check_lmdb_sample(src, k, &buf));
+    if (k != 5 && k != 9 && k != 10) CHECK(check_lmdb_sample(src, k, &buf));
   dpm_sample smp;
   CHECK_INT(dpm_source_read(src, 5, &buf, &smp, &err), DPM_CORRUPT);
   CHECK_HAS(err.msg, "data.mdb: sample 00000005: a record that is not a Caffe Datum");
@@ -563,7 +570,18 @@ TEST(source_lmdb_indexes_datums_and_flags_non_datums) {
   CHECK_INT(dpm_source_size(src), 8);
   CHECK_INT(dpm_source_bad(src, 6), DPM_BAD_LABEL_RANGE);
   CHECK_INT(dpm_source_num_bad(src), 3); /* 5 (not a Datum), 6, 7 */
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_LABEL_RANGE), 2);
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_NOT_DATUM), 1);
   dpm_source_close(src);
+  /* truncated: shorter than the pages its meta page counts */
+  size_t mlen;
+  uint8_t *m = test_read_file(in(&s, "one.mdb"), &mlen);
+  CHECK(m && mlen >= 3 * 4096);
+  CHECK(test_write_file(in(&s, "cut.mdb"), m, mlen - 4096) == 0);
+  free(m);
+  p = in(&s, "cut.mdb");
+  CHECK_INT(open_kind(DPM_SOURCE_LMDB, &p, 1, NULL, 5, &src, &err), DPM_CORRUPT);
+  CHECK_HAS(err.msg, "cut.mdb: shorter than its pages");
   /* not an LMDB */
   CHECK(test_write_file(in(&s, "junk.mdb"), "not an lmdb at all", 18) == 0);
   p = in(&s, "junk.mdb");
@@ -578,7 +596,7 @@ static void *lmdb_reader(void *p) {
   a->ok = 1;
   for (int round = 0; round < 20; round++)
     for (int k = 0; k < 12; k++)
-      if (k != 5 && !check_lmdb_sample(a->src, k, &buf)) a->ok = 0;
+      if (k != 5 && k != 9 && k != 10 && !check_lmdb_sample(a->src, k, &buf)) a->ok = 0;
   dpm_source_buf_free(&buf);
   return NULL;
 }
@@ -597,6 +615,14 @@ TEST(source_lmdb_reads_from_two_threads) {
   for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, lmdb_reader, &a[i]);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   CHECK(a[0].ok && a[1].ok);
+  /* data.mdb written to after open: its reads fail, naming it */
+  struct timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};
+  CHECK(utimensat(AT_FDCWD, in(&s, "db/data.mdb"), later, 0) == 0);
+  dpm_source_buf buf = {0};
+  dpm_sample smp;
+  CHECK_INT(dpm_source_read(src, 0, &buf, &smp, &err), DPM_IO);
+  CHECK_HAS(err.msg, "data.mdb: changed while it was being read");
+  dpm_source_buf_free(&buf);
   dpm_source_close(src);
   scratch_rm(&s);
 }
@@ -655,6 +681,8 @@ TEST(source_folder_indexes_sorted_classes_and_flags_non_files) {
   CHECK_INT(dpm_source_bad(src, 3), DPM_BAD_NOT_FILE); /* the symlink */
   CHECK_INT(dpm_source_bad(src, 4), DPM_BAD_NOT_FILE); /* the FIFO */
   CHECK_INT(dpm_source_num_bad(src), 2);
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_NOT_FILE), 2);
+  CHECK_INT(dpm_source_num_bad_reason(src, DPM_BAD_NO_LABEL), 0);
   CHECK_INT(dpm_source_bytes(src), 16);
   dpm_source_buf buf = {0};
   dpm_sample smp;
