@@ -104,15 +104,21 @@ static dpm_status good_samples(const dpm_source *src, int skip, int64_t **good,
   return DPM_OK;
 }
 
+/* The decoders' limits: the defaults, max_pixels at most the spec's. */
+static dpm_image_limits limits_of(const dpm_reader_config *cfg) {
+  dpm_image_limits lim = dpm_image_limits_default();
+  if (cfg->image.max_pixels < lim.max_pixels) lim.max_pixels = cfg->image.max_pixels;
+  return lim;
+}
+
 /* Per decode thread at the configured limits: the encoded sample, the
- * decoded pixels (max_pixels x channels), the augmenter's horizontal pass
- * (crop x the tallest image x channels) and, for an LMDB (whose raw Datums
- * are turned HWC), a copy of the largest sample. */
+ * decoder and the augmenter at their largest (io/image.h, io/augment.h)
+ * and, for an LMDB (whose raw Datums are turned HWC), a copy of the
+ * largest sample. */
 static uint64_t thread_bytes(const dpm_reader_config *cfg) {
-  const dpm_augment_cfg *a = &cfg->image.aug;
-  uint64_t ch = (uint64_t)a->channels, crop = (uint64_t)a->crop;
-  uint64_t b = (uint64_t)IMAGES_MAX_SAMPLE_BYTES + (uint64_t)cfg->image.max_pixels * ch +
-               crop * DPM_IMAGE_DEFAULT_MAX_SIDE * ch;
+  dpm_image_limits lim = limits_of(cfg);
+  uint64_t b = (uint64_t)IMAGES_MAX_SAMPLE_BYTES + dpm_image_decoder_max_bytes(&lim) +
+               dpm_augmenter_max_bytes(&cfg->image.aug, lim.max_width, lim.max_height);
   return cfg->kind == DPM_READER_LMDB ? b + (uint64_t)IMAGES_MAX_SAMPLE_BYTES : b;
 }
 
@@ -349,8 +355,7 @@ dpm_status dpm_images_open(const dpm_reader_config *cfg, dpm_images **out, int64
   }
   if (!st && !(im->w = calloc((size_t)ri->decode_threads, sizeof *im->w)))
     st = dpm_errf(err, DPM_NOMEM, "images: out of memory");
-  dpm_image_limits lim = dpm_image_limits_default();
-  if (ri->max_pixels < lim.max_pixels) lim.max_pixels = ri->max_pixels;
+  dpm_image_limits lim = limits_of(cfg);
   for (int t = 0; !st && t < ri->decode_threads; t++) {
     worker *w = &im->w[t];
     im->threads = t + 1;
