@@ -361,6 +361,21 @@ demo-fleet: deps $(PROGS) $(CUDA_PLUGIN)
 	./scripts/demo_fleet.sh
 .PHONY: demo-fleet
 
+# Fashion-MNIST as JPEG tar shards (dpm-pack: quality 90, upscaled to 32 x
+# 32), in build/data/fmnist-jpeg: what examples/resnet20_fmnist_jpeg.yaml
+# trains from.
+FMNIST := /usr/share/datasets/fashion-mnist
+fmnist-shards: $(BUILD)/data/fmnist-jpeg/test-000000.tar
+$(BUILD)/data/fmnist-jpeg/test-000000.tar: $(BUILD)/dpm-pack
+	@mkdir -p $(dir $@)
+	$(BUILD)/dpm-pack --images $(FMNIST)/train-images-idx3-ubyte.gz \
+	  --labels $(FMNIST)/train-labels-idx1-ubyte.gz --out $(dir $@)train \
+	  --encode jpeg --quality 90 --resize 32 --per-shard 10000
+	$(BUILD)/dpm-pack --images $(FMNIST)/t10k-images-idx3-ubyte.gz \
+	  --labels $(FMNIST)/t10k-labels-idx1-ubyte.gz --out $(dir $@)test \
+	  --encode jpeg --quality 90 --resize 32 --per-shard 10000
+.PHONY: fmnist-shards
+
 # make install [PREFIX=/usr/local] [DESTDIR=...]: binaries, the predictor
 # and client headers, the libraries and their pkg-config files (in
 # LIBDIR=PREFIX/lib), the systemd unit and the default config (never
