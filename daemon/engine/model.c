@@ -183,7 +183,7 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
   memset(ps, 0, sizeof ps);
   dpm_node_input_shapes(n, &b->m->shapes, data);
   if (def->param_shapes(n, data, ps, b->err)) return op_fail(b, index, n->line, def->name);
-  for (int p = 0; def->params[p].suffix; p++) {
+  for (int p = 0, n_par = dpm_node_nparams(n); p < n_par; p++) {
     const dpm_param_def *pd = &def->params[p];
     const char *name = n->in[n_data + p];
     if (dpm_shape_check(&ps[p], NULL, b->err)) {
@@ -239,15 +239,13 @@ static dpm_status forward_op(builder *b, int i) {
   int n_in = nin, n_out = nout, nn = 0;
   for (int k = 0; k < nin; k++) in[k] = o->input[k];
   for (int k = 0; k < nout; k++) out[k] = o->output[k];
-  for (int p = 0; def->params && def->params[p].suffix; p++, nn++) {
-    snprintf(names[nn], 256, "%s%s", o->output[0], def->params[p].suffix);
-    in[n_in++] = names[nn];
-  }
   for (int a = 0; def->aux && def->aux[a]; a++, nn++) {
     snprintf(names[nn], 256, "%s%s", o->output[0], def->aux[a]);
     out[n_out++] = names[nn];
   }
-  if (n_in > DPM_OP_MAX_IO || n_out > DPM_OP_MAX_IO) {
+  int n_par = 0;
+  while (def->params && def->params[n_par].suffix) n_par++;
+  if (n_in + n_par > DPM_OP_MAX_IO || n_out > DPM_OP_MAX_IO) {
     dpm_errf(b->err, DPM_SPEC, "too many inputs or outputs");
     return op_fail(b, i, line, o->type);
   }
@@ -258,6 +256,14 @@ static dpm_status forward_op(builder *b, int i) {
   for (size_t a = 0; a < o->n_arg; a++)
     if (dpm_node_set_argument(n, o->arg[a], b->err)) return op_fail(b, i, line, o->type);
   if (dpm_node_check_required(n, b->err)) return op_fail(b, i, line, o->type);
+  /* The params follow the data inputs; which ones depends on the arguments. */
+  n_par = dpm_node_nparams(n);
+  for (int p = 0; p < n_par; p++, n_in++) {
+    char name[256];
+    snprintf(name, sizeof name, "%s%s", o->output[0], def->params[p].suffix);
+    if (!(n->in[n_in] = strdup(name))) return dpm_nomem(b->err);
+    n->n_in = n_in + 1;
+  }
   for (int k = 0; k < nout; k++) {
     for (int j = 0; j < nin && !(def->flags & DPM_OP_INPLACE); j++)
       if (!strcmp(in[j], out[k])) {

@@ -1,7 +1,8 @@
 /* Conv: 2-D convolution of NCHW float32 with square kernels, and
  * ConvGradient: arguments, parameters, shape inference and the gradient
  * maker. X [N, C, H, W], W [M, C, k, k], b [M], Y [N, M, Ho, Wo] with
- * Ho = (H + 2 pad - k) / stride + 1 (and Wo alike). A following in-place
+ * Ho = (H + 2 pad - k) / stride + 1 (and Wo alike). With no_bias the op
+ * has no b at all (no parameter, no gradient, nothing in a checkpoint). A following in-place
  * Relu fuses into Conv. The kernels are each backend's (CPU:
  * backend/cpu/conv.c); ops/conv.h holds what both halves read. */
 #include <limits.h>
@@ -23,12 +24,14 @@ static const dpm_arg_def conv_args[] = {
     {"weight_std", DPM_ARG_FLOAT, "0.01", NULL, 0, 0},
     {"bias_init", DPM_ARG_STRING, "constant", CONV_INITS, 0, 0},
     {"bias_value", DPM_ARG_FLOAT, "0", NULL, 0, 0},
+    {"no_bias", DPM_ARG_BOOL, "false", NULL, 0, 0},
     {NULL},
 };
 
 static const dpm_param_def conv_params[] = {
     {"_w", DPM_BLOB_PARAM, "xavier", "weight_init", 0.01, "weight_std", .is_weight = 1},
-    {"_b", DPM_BLOB_PARAM, "constant", "bias_init", 0, "bias_value", .is_weight = 0},
+    {"_b", DPM_BLOB_PARAM, "constant", "bias_init", 0, "bias_value", .is_weight = 0,
+     .omit_arg = "no_bias"},
     {NULL},
 };
 
@@ -74,24 +77,24 @@ static dpm_status conv_param_shapes(const dpm_node *nd, const dpm_shape *data_in
   conv_geom g;
   if (check_x(nd, &data_in[0], &g, err)) return err->code;
   param[0] = w_shape(&g, DPM_F32);
-  param[1] = b_shape(&g, DPM_F32);
+  param[1] = b_shape(&g, DPM_F32); /* read only when there is a bias */
   return DPM_OK;
 }
 
-/* Conv(X, W, b) -> Y */
+/* Conv(X, W, b) -> Y; Conv(X, W) -> Y with no_bias. */
 static dpm_status conv_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                              dpm_err *err) {
   conv_geom g;
   dpm_dtype t = in[0].dtype;
   if (check_x(nd, &in[0], &g, err) ||
       expect_shape(&in[1], w_shape(&g, t), "weight", err) ||
-      expect_shape(&in[2], b_shape(&g, t), "bias", err))
+      (conv_has_bias(nd) && expect_shape(&in[2], b_shape(&g, t), "bias", err)))
     return err->code;
   out[0] = y_shape(&g, t);
   return DPM_OK;
 }
 
-/* ConvGradient(X, W, dY) -> dW, db, dX */
+/* ConvGradient(X, W, dY) -> dW, db, dX; db is NULL with no_bias. */
 static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                                   dpm_err *err) {
   conv_geom g;
@@ -110,7 +113,7 @@ static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_s
  * input needs none) the whole dL and unlower path is skipped. */
 static dpm_status conv_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->in[0], g->fwd->in[1], g->gout[0]};
-  const char *out[] = {g->gin[1], g->gin[2], g->gin[0]};
+  const char *out[] = {g->gin[1], conv_has_bias(g->fwd) ? g->gin[2] : NULL, g->gin[0]};
   return dpm_grad_emit(g, DPM_OP_CONV_GRADIENT, 3, in, 3, out, err);
 }
 

@@ -11,6 +11,14 @@
 /* By position in Conv's argument table; the init arguments after these are
  * read by the engine. */
 enum { CONV_ARG_DIM_OUT, CONV_ARG_KERNEL, CONV_ARG_STRIDE, CONV_ARG_PAD };
+/* Position of no_bias, the table's last (ops/conv.c). */
+#define CONV_ARG_NO_BIAS 8
+
+/* Whether node nd (Conv or ConvGradient) has a bias: Conv's input b,
+ * ConvGradient's output db. */
+static inline int conv_has_bias(const dpm_node *nd) {
+  return !nd->arg[CONV_ARG_NO_BIAS].i;
+}
 
 /* Sizes of one convolution and of its lowering. */
 typedef struct conv_geom {

@@ -166,6 +166,45 @@ TEST(op_conv_gradcheck_many_filters) {
   CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
 }
 
+/* no_bias: the op takes X and W only and equals Conv with a zero bias, on
+ * both the plain and the transposed forms (M >= 48). */
+TEST(op_conv_no_bias_forward) {
+  const int shapes[][4] = {{3, 2, 3, 1}, {50, 3, 3, 1}};
+  for (int k = 0; k < 2; k++) {
+    const int m = shapes[k][0], ch = shapes[k][1], kk = shapes[k][2], p = shapes[k][3];
+    char args[96], args_nb[128];
+    snprintf(args, sizeof args, "dim_out=%d kernel=%d pad=%d", m, kk, p);
+    snprintf(args_nb, sizeof args_nb, "%s no_bias=true", args);
+    ot_case with = conv_case(args, 2, ch, 5, 4, m, kk, 21);
+    float *zero = calloc((size_t)m, sizeof *zero);
+    with.in[2].f = zero;
+    ot_case without = with;
+    without.args = args_nb;
+    without.n_in = 2;
+    dpm_tensor a, b;
+    dpm_err err = {0};
+    int ok_a = ot_forward(&with, &a, &err) == DPM_OK;
+    int ok_b = ot_forward(&without, &b, &err) == DPM_OK;
+    double diff = ok_a && ok_b ? ot_maxdiff(dpm_f32(&a), dpm_f32(&b), dpm_tensor_numel(&a)) : -1;
+    if (ok_a) dpm_tensor_fini(&a);
+    if (ok_b) dpm_tensor_fini(&b);
+    free(zero);
+    CHECK(ok_a && ok_b);
+    CHECK(diff == 0);
+  }
+}
+
+/* no_bias gradients: dW and dX, no db. */
+TEST(op_conv_gradcheck_no_bias) {
+  ot_case c = conv_case("dim_out=2 kernel=3 pad=1 stride=2 no_bias=true", 2, 3, 7, 5, 2,
+                        3, 2);
+  c.n_in = 2;
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
+  c = conv_case("dim_out=49 kernel=1 no_bias=true", 2, 22, 3, 4, 49, 1, 15);
+  c.n_in = 2;
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
+}
+
 /* Stride 1 with Wo == W, where lower and unlower move whole planes, on both
  * lowerings, and stride 1 without it. */
 TEST(op_conv_gradcheck_same_width) {

@@ -13,9 +13,9 @@
  * dimension are slow, so all kernel rows are folded into L: plain im2col,
  * one sgemm per image.
  *
- * L ends with a row of ones and W_0 with a column holding the bias, so the
- * bias is added by the first sgemm, and its gradient comes out of the first
- * dW sgemm as one more output.
+ * L ends with a row of ones and W_0 with a column holding the bias (zeros
+ * with no_bias), so the bias is added by the first sgemm, and its gradient
+ * comes out of the first dW sgemm as one more output.
  *
  * With many filters (M >= TRANSPOSED_MIN_FILTERS) the forward and the
  * weight gradient run transposed, so that the filters lie along the
@@ -69,7 +69,7 @@ static void w_to_blocks(const conv_geom *g, const float *w, float *wb) {
 }
 
 /* The same blocks transposed, wt[t][(c*kg + a)*k + kx][m]; row R of block 0
- * is the bias. */
+ * is the bias (zeros without one). */
 static void w_to_blocks_t(const conv_geom *g, const float *w, const float *b, float *wt) {
   const int64_t kk = g->kg * g->k, ld = g->r + 1;
   for (int64_t t = 0; t < g->nt; t++)
@@ -79,7 +79,10 @@ static void w_to_blocks_t(const conv_geom *g, const float *w, const float *b, fl
         float *dst = wt + (t * ld + c * kk) * g->m + m;
         for (int64_t j = 0; j < kk; j++) dst[j * g->m] = src[j];
       }
-  memcpy(wt + g->r * g->m, b, g->m * sizeof *b);
+  if (b)
+    memcpy(wt + g->r * g->m, b, g->m * sizeof *b);
+  else
+    memset(wt + g->r * g->m, 0, g->m * sizeof *wt);
 }
 
 /* dst[j][i] = src[i][j] for an [rows, cols] src, in 16x16 blocks. */
@@ -261,7 +264,8 @@ static void relu_inplace(float *y, int64_t n) {
 
 static void conv_run(const dpm_op *op) {
   conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
-  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *b = dpm_f32(op->in[2]);
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]);
+  const float *b = conv_has_bias(op->node) ? dpm_f32(op->in[2]) : NULL;
   float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g),
         *yt = wb + w_floats(&g);
   const int64_t hw = g.ho * g.wo, ld = g.r + 1;
@@ -270,7 +274,7 @@ static void conv_run(const dpm_op *op) {
     w_to_blocks_t(&g, w, b, wb);
   } else {
     w_to_blocks(&g, w, wb);
-    for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b[m];
+    for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b ? b[m] : 0.f;
   }
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {

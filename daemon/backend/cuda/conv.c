@@ -5,7 +5,8 @@
  * is bound to it).
  *
  * Conv: cudnnConvolutionForward, then the plugin's bias kernel adds b per
- * channel and applies the fused Relu (DPM_FUSE_RELU) in the same pass.
+ * channel (none with no_bias) and applies the fused Relu (DPM_FUSE_RELU)
+ * in the same pass.
  * ConvGradient: cudnnConvolutionBackwardFilter (dW), the plugin's
  * deterministic channel sum of dY (db, reduce.cu) and
  * cudnnConvolutionBackwardData (dX); each output may be NULL (not wanted),
@@ -353,7 +354,7 @@ static void conv_run(const dpm_op *op) {
     call_fini(&c);
     if (!ok) return;
   }
-  cuda_bias_act(y, op->in[2]->data, g.n, g.m, g.ho * g.wo,
+  cuda_bias_act(y, conv_has_bias(op->node) ? op->in[2]->data : NULL, g.n, g.m, g.ho * g.wo,
                 (op->node->fuse & DPM_FUSE_RELU) != 0, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
