@@ -432,9 +432,16 @@ static dpm_status find_outputs(builder *b) {
   if (!(m->losses = calloc(s->n_losses, sizeof *m->losses))) return dpm_nomem(b->err);
   for (size_t i = 0; i < s->n_losses; i++, m->n_losses++)
     if (!(m->losses[i] = strdup(s->losses[i]))) return dpm_nomem(b->err);
-  for (int i = 0; i < m->n_forward && !m->accuracy; i++)
-    if (m->train.nodes[i].def->id == DPM_OP_ACCURACY)
-      if (!(m->accuracy = strdup(m->train.nodes[i].out[0]))) return dpm_nomem(b->err);
+  /* The first Accuracy with top_k 1, else the first (top-1 and top-5 in
+   * either order report top-1). */
+  int pick = -1;
+  for (int i = 0; i < m->n_forward; i++) {
+    const dpm_node *n = &m->train.nodes[i];
+    if (n->def->id != DPM_OP_ACCURACY) continue;
+    if (pick < 0 || (n->arg[0].i == 1 && m->train.nodes[pick].arg[0].i != 1)) pick = i;
+  }
+  if (pick >= 0 && !(m->accuracy = strdup(m->train.nodes[pick].out[0])))
+    return dpm_nomem(b->err);
   return DPM_OK;
 }
 
