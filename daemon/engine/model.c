@@ -82,6 +82,7 @@ static const struct {
     {"max_iter", offsetof(Dpm__LrSpec, max_iter), 1},
     {"warmup_iters", offsetof(Dpm__LrSpec, warmup_iters), 1},
     {"start_multiplier", offsetof(Dpm__LrSpec, start_multiplier), 0},
+    {"final_multiplier", offsetof(Dpm__LrSpec, final_multiplier), 0},
 };
 
 static const char *const lr_policies[] = {
@@ -91,6 +92,7 @@ static const char *const lr_policies[] = {
     [DPM__LR_POLICY__LR_EXP] = "exp",
     [DPM__LR_POLICY__LR_INV] = "inv",
     [DPM__LR_POLICY__LR_POLY] = "poly",
+    [DPM__LR_POLICY__LR_COSINE] = "cosine",
 };
 
 #define ITER "iter"
