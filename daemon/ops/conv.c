@@ -2,7 +2,10 @@
  * ConvGradient: arguments, parameters, shape inference and the gradient
  * maker. X [N, C, H, W], W [M, C, k, k], b [M], Y [N, M, Ho, Wo] with
  * Ho = (H + 2 pad - k) / stride + 1 (and Wo alike). With no_bias the op
- * has no b at all (no parameter, no gradient, nothing in a checkpoint). A following in-place
+ * has no b at all (no parameter, no gradient, nothing in a checkpoint).
+ * With group G (ResNeXt's grouped convolution; G divides C and dim_out),
+ * W is [M, C/G, k, k] and output channels [i M/G, (i+1) M/G) see input
+ * channels [i C/G, (i+1) C/G) only. A following in-place
  * Relu fuses into Conv. The kernels are each backend's (CPU:
  * backend/cpu/conv.c); ops/conv.h holds what both halves read. */
 #include <limits.h>
@@ -25,6 +28,7 @@ static const dpm_arg_def conv_args[] = {
     {"bias_init", DPM_ARG_STRING, "constant", CONV_INITS, 0, 0},
     {"bias_value", DPM_ARG_FLOAT, "0", NULL, 0, 0},
     {"no_bias", DPM_ARG_BOOL, "false", NULL, 0, 0},
+    {"group", DPM_ARG_INT, "1", NULL, 1, 1 << 20},
     {NULL},
 };
 
@@ -41,6 +45,10 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
   if (dpm_expect_float(x, "input", err) || dpm_expect_ndim(x, 4, 4, "input", err))
     return err->code;
   *g = conv_geom_of(nd, x);
+  if (g->ct % g->grp || g->mt % g->grp)
+    return dpm_errf(err, DPM_SHAPE,
+                    "group %lld must divide the input channels (%lld) and dim_out (%lld)",
+                    (long long)g->grp, (long long)g->ct, (long long)g->mt);
   if (g->k > g->h + 2 * g->p || g->k > g->w + 2 * g->p)
     return dpm_errf(
         err, DPM_SHAPE, "kernel %lld is larger than the padded input %lldx%lld",
@@ -54,13 +62,13 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
 /* Shapes of W, b and Y of type t: f32 for the params (the masters), X's
  * type for what the op reads and writes. */
 static dpm_shape w_shape(const conv_geom *g, dpm_dtype t) {
-  return dpm_shape_make(t, 4, (int64_t[]){g->m, g->c, g->k, g->k});
+  return dpm_shape_make(t, 4, (int64_t[]){g->mt, g->c, g->k, g->k});
 }
 static dpm_shape b_shape(const conv_geom *g, dpm_dtype t) {
-  return dpm_shape_make(t, 1, (int64_t[]){g->m});
+  return dpm_shape_make(t, 1, (int64_t[]){g->mt});
 }
 static dpm_shape y_shape(const conv_geom *g, dpm_dtype t) {
-  return dpm_shape_make(t, 4, (int64_t[]){g->n, g->m, g->ho, g->wo});
+  return dpm_shape_make(t, 4, (int64_t[]){g->n, g->mt, g->ho, g->wo});
 }
 
 /* Fails unless blob `what` has exactly the shape `want`. */

@@ -297,7 +297,7 @@ static dpm_status emit_conv(ox *x, const emit_ctx *c) {
   if (!n || attr_ints(x, n, "kernel_shape", 2, arg_i(c->n, "kernel")) ||
       attr_ints(x, n, "strides", 2, arg_i(c->n, "stride")) ||
       attr_ints(x, n, "pads", 4, arg_i(c->n, "pad")) ||
-      attr_ints(x, n, "dilations", 2, 1) || attr_i(x, n, "group", 1))
+      attr_ints(x, n, "dilations", 2, 1) || attr_i(x, n, "group", arg_i(c->n, "group")))
     return x->err->code;
   return DPM_OK;
 }

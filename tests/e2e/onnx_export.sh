@@ -1,5 +1,5 @@
 # ONNX export: four models trained briefly in a real dpmd (the MLP, the CNN,
-# a CNN with SpatialBN, a bias-less Conv, AveragePool (windowed and global),
+# a CNN with SpatialBN, a bias-less grouped Conv, AveragePool (windowed and global),
 # Dropout, Tanh and Scale, and an MLP
 # through the shape and sum ops, both written here), each extracted twice from the same parameters: --format dpm for
 # `dpmctl predict --out` (dpm's outputs on 1000 test images) and --format
@@ -34,7 +34,7 @@ cat >>"$T/cnn_bn.yaml" <<'YAML'
   - {op: SpatialBN, in: [conv1], out: bn1}
   - {op: Relu, in: [bn1], out: bn1}
   - {op: MaxPool, in: [bn1], out: pool1, kernel: 2, stride: 2}
-  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 3, pad: 1, no_bias: true}
+  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 3, pad: 1, no_bias: true, group: 2}
   - {op: SpatialBN, in: [conv2], out: bn2, epsilon: 0.001}
   - {op: Tanh, in: [bn2], out: bn2}
   - {op: AveragePool, in: [bn2], out: pool2, kernel: 3, stride: 2, pad: 1}

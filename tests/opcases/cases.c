@@ -76,6 +76,7 @@ static opcase cases[] = {
   CASE("Conv 3x3 stride 2", "Conv", "dim_out=5 kernel=3 pad=1 stride=2", 3, 1, .in = {IN(T4(2, 3, 9, 8)), IN(T4(5, 3, 3, 3)), IN(VEC(5))}, EXACT_FD, LINEAR),
   CASE("Conv 5x5 fused Relu", "Conv", "dim_out=6 kernel=5 pad=2", 3, 1, .in = {IN(T4(2, 2, 8, 8)), IN(T4(6, 2, 5, 5)), IN(VEC(6))}, .fuse = DPM_FUSE_RELU),
   CASE("Conv first layer", "Conv", "dim_out=8 kernel=5 pad=2", 3, 1, .in = {NOGRAD(T4(3, 1, 12, 12), 0), IN(T4(8, 1, 5, 5)), IN(VEC(8))}, EXACT_FD, LINEAR),
+  CASE("Conv group 2", "Conv", "dim_out=6 kernel=3 pad=1 group=2", 3, 1, .in = {IN(T4(2, 4, 7, 5)), IN(T4(6, 2, 3, 3)), IN(VEC(6))}, EXACT_FD, LINEAR),
   CASE("Conv no bias", "Conv", "dim_out=5 kernel=3 pad=1 stride=2 no_bias=true", 2, 1, .in = {IN(T4(2, 3, 9, 8)), IN(T4(5, 3, 3, 3))}, EXACT_FD, LINEAR),
   CASE("MaxPool 2x2", "MaxPool", "kernel=2 stride=2", 1, 1, .in = {INV(T4(2, 3, 5, 7), SPACED)}, EXACT_FD),
   CASE("MaxPool 3x3 pad 1", "MaxPool", "kernel=3 stride=2 pad=1", 1, 1, .in = {INV(T4(1, 2, 6, 5), SPACED)}, EXACT_FD),

@@ -29,7 +29,10 @@
  * zeroed columns rather than row by row.
  *
  * Fused with a following in-place Relu (DPM_FUSE_RELU), Conv applies it to
- * each image's output right after that image's sgemms, while it is in cache. */
+ * each image's output right after that image's sgemms, while it is in cache.
+ *
+ * With groups, each group is such a convolution of its own channels, run
+ * one after the other over the same scratch (sized for one group). */
 #include <string.h>
 
 #include "backend/cpu/gemm.h"
@@ -262,12 +265,12 @@ static void relu_inplace(float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.f ? y[i] : 0.f;
 }
 
-static void conv_run(const dpm_op *op) {
-  conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
-  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]);
-  const float *b = conv_has_bias(op->node) ? dpm_f32(op->in[2]) : NULL;
-  float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g),
-        *yt = wb + w_floats(&g);
+/* One group's convolution: x, y and the group's own w and b (b NULL: no
+ * bias), images at strides of all channels. */
+static void conv_group(const dpm_op *op, const conv_geom *gp, const float *x,
+                       const float *w, const float *b, float *y) {
+  const conv_geom g = *gp;
+  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *yt = wb + w_floats(&g);
   const int64_t hw = g.ho * g.wo, ld = g.r + 1;
   const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
   if (g.tr) {
@@ -278,8 +281,8 @@ static void conv_run(const dpm_op *op) {
   }
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
-    float *yn = y + n * g.m * hw;
-    lower(&g, x + n * g.c * g.h * g.w, l);
+    float *yn = y + n * g.mt * hw;
+    lower(&g, x + n * g.ct * g.h * g.w, l);
     /* Block 0 includes the bias and the ones row; the rest add on. */
     for (int64_t t = 0; t < g.nt; t++) {
       int inner = (int)(t ? g.r : ld);
@@ -295,23 +298,34 @@ static void conv_run(const dpm_op *op) {
   }
 }
 
-static void conv_grad_run(const dpm_op *op) {
+static void conv_run(const dpm_op *op) {
   conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
-  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *dy = dpm_f32(op->in[2]);
-  float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
-  float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
-  float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]);
+  const float *b = conv_has_bias(op->node) ? dpm_f32(op->in[2]) : NULL;
+  float *y = dpm_f32(op->out[0]);
+  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo, wn = g.m * g.c * g.k * g.k;
+  for (int64_t i = 0; i < g.grp; i++)
+    conv_group(op, &g, x + i * chw, w + i * wn, b ? b + i * g.m : NULL, y + i * mhw);
+}
+
+/* One group's gradients: x, dy, dx at strides of all channels, the
+ * group's own w, dw and db (each output NULL: not wanted). */
+static void conv_grad_group(const dpm_op *op, const conv_geom *gp, const float *x,
+                            const float *w, const float *dy, float *dw, float *db,
+                            float *dx) {
+  const conv_geom g = *gp;
   float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwt = wb + w_floats(&g),
         *dyt = dwt + w_floats(&g);
   const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
+  const int64_t xstride = g.ct * g.h * g.w;
   if (dx) w_to_blocks(&g, w, wb);
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
-    const float *dyn = dy + n * g.m * hw;
+    const float *dyn = dy + n * g.mt * hw;
     if (dw || db) {
       /* dW_t^T += L_t dY^T; block 0 gets db as its last row, from L's row
        * of ones. */
-      lower(&g, x + n * chw, l);
+      lower(&g, x + n * xstride, l);
       if (g.tr) transpose(dyn, g.m, hw, dyt);
       for (int64_t t = 0; t < g.nt; t++) {
         int rows = (int)(t ? g.r : ld);
@@ -333,7 +347,7 @@ static void conv_grad_run(const dpm_op *op) {
     }
     if (dx) {
       /* dL overwrites L but its row of ones. */
-      float *dxn = dx + n * chw;
+      float *dxn = dx + n * xstride;
       memset(l, 0, g.r * g.ll * sizeof *l);
       for (int64_t t = 0; t < g.nt; t++) /* dL_t += W_t^T dY */
         dpm_gemm_outer((int)g.r, (int)hw, (int)g.m, wb + t * g.m * ld, 1, ld, dyn, hw, 1,
@@ -344,6 +358,18 @@ static void conv_grad_run(const dpm_op *op) {
   }
   if (dw) blocks_t_to_w(&g, dwt, dw);
   if (db) memcpy(db, dwt + g.r * g.m, g.m * sizeof *db);
+}
+
+static void conv_grad_run(const dpm_op *op) {
+  conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *dy = dpm_f32(op->in[2]);
+  float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
+  float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
+  float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
+  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo, wn = g.m * g.c * g.k * g.k;
+  for (int64_t i = 0; i < g.grp; i++)
+    conv_grad_group(op, &g, x + i * chw, w + i * wn, dy + i * mhw, dw ? dw + i * wn : NULL,
+                    db ? db + i * g.m : NULL, dx ? dx + i * chw : NULL);
 }
 
 const dpm_kernel_def DPM_CPU_KERNEL(CONV) = {.run = conv_run, .scratch = conv_scratch};
