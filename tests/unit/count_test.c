@@ -2,19 +2,18 @@
  * small net by hand, and of examples/resnet50_imagenet.yaml against
  * torchvision's resnet50 (25,557,032 parameters) and the multiply-adds of
  * its Convs and FC at 224x224 (4,089,184,256: the "4.1 GFLOPs" of the
- * papers). The spec is only built (shapes), never run. */
+ * papers), and of examples/resnet20_fmnist.yaml. The specs are only built
+ * (shapes), never run. */
 #include "common/spec.h"
 #include "engine/count.h"
 #include "test.h"
 
-static dpm_status build_file(const char *path, int batch, dpm_model *m, dpm_err *err) {
+/* Builds the spec at path for images of shape chw. */
+static dpm_status build_file(const char *path, const int64_t chw[3], int batch,
+                             dpm_model *m, dpm_err *err) {
   Dpm__ModelSpec *spec = NULL;
   dpm_status s = dpm_spec_load(path, &spec, err);
-  if (!s) {
-    const Dpm__InputSpec *in = spec->input;
-    int64_t chw[3] = {in->shape[0], in->shape[1], in->shape[2]};
-    s = dpm_model_build(spec, chw, batch, 1.0f, m, err);
-  }
+  if (!s) s = dpm_model_build(spec, chw, batch, 1.0f, m, err);
   dpm_spec_free(spec);
   return s;
 }
@@ -54,7 +53,9 @@ TEST(count_small_net_by_hand) {
 TEST(count_resnet50_example) {
   dpm_model m;
   dpm_err err = {0};
-  dpm_status s = build_file("examples/resnet50_imagenet.yaml", 1, &m, &err);
+  dpm_status s =
+      build_file("examples/resnet50_imagenet.yaml", (const int64_t[]){3, 224, 224}, 1, &m,
+                 &err);
   if (s) dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
   CHECK_INT(s, DPM_OK);
   if (s) return;
@@ -71,5 +72,24 @@ TEST(count_resnet50_example) {
   CHECK(pool && pool->shape.ndim == 4 && pool->shape.d[1] == 2048 &&
         pool->shape.d[2] == 1 && pool->shape.d[3] == 1);
   CHECK(m.accuracy && !strcmp(m.accuracy, "accuracy"));
+  dpm_model_fini(&m);
+}
+
+/* The CIFAR-style ResNet-20 on 28x28 Fashion-MNIST: 19 Convs of the paper,
+ * 2 projections, 1 FC; 272,186 parameters. */
+TEST(count_resnet20_example) {
+  dpm_model m;
+  dpm_err err = {0};
+  dpm_status s =
+      build_file("examples/resnet20_fmnist.yaml", (const int64_t[]){1, 28, 28}, 1, &m, &err);
+  if (s) dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+  CHECK_INT(s, DPM_OK);
+  if (s) return;
+  dpm_model_count c = dpm_model_count_of(&m);
+  CHECK_INT(c.params, 272186);
+  CHECK_INT(c.n_conv, 21);
+  CHECK_INT(c.n_fc, 1);
+  const dpm_blobinfo *pool = dpm_shapes_get(&m.shapes, "pool");
+  CHECK(pool && pool->shape.d[1] == 64 && pool->shape.d[2] == 1);
   dpm_model_fini(&m);
 }
