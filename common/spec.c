@@ -574,7 +574,8 @@ static dpm_status spec_check_lr(spec_ctx *c, const dpm_ynode *map, void *msg) {
   if (lr->policy == DPM__LR_POLICY__LR_MULTISTEP && lr->n_stepvalues == 0)
     return spec_fail(c, sv ? sv : map,
                      "lr policy multistep needs a non-empty 'stepvalues'");
-  if ((lr->policy == DPM__LR_POLICY__LR_POLY || lr->policy == DPM__LR_POLICY__LR_COSINE) &&
+  if ((lr->policy == DPM__LR_POLICY__LR_POLY ||
+       lr->policy == DPM__LR_POLICY__LR_COSINE) &&
       lr->max_iter == 0) {
     const dpm_ynode *mi = dpm_ymap_get(map, "max_iter");
     return spec_fail(c, mi ? mi : map, "lr policy %s needs 'max_iter' >= 1",

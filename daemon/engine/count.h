@@ -19,10 +19,10 @@
 #include "engine/model.h"
 
 typedef struct dpm_model_count {
-  int64_t params;        /* trainable parameters' elements */
-  int64_t computed;      /* computed parameters' elements (running statistics) */
-  double macs;           /* Conv and FC multiply-adds of one example's forward */
-  int64_t n_conv, n_fc;  /* the ops counted */
+  int64_t params;       /* trainable parameters' elements */
+  int64_t computed;     /* computed parameters' elements (running statistics) */
+  double macs;          /* Conv and FC multiply-adds of one example's forward */
+  int64_t n_conv, n_fc; /* the ops counted */
 } dpm_model_count;
 
 /* Counts model m (built at batch m->batch). */

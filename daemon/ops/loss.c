@@ -107,8 +107,7 @@ static dpm_status swl_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *o
 static dpm_status swl_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                                  dpm_err *err) {
   if (expect_rows(&in[0], "softmax", err) || expect_label(&in[0], &in[1], err) ||
-      check_smoothing(n, err) ||
-      expect_scalar(&in[2], "loss gradient", err) ||
+      check_smoothing(n, err) || expect_scalar(&in[2], "loss gradient", err) ||
       (n->n_in > 3 && expect_same(&in[3], &in[0], "softmax gradient", err)))
     return err->code;
   out[0] = in[0];

@@ -78,7 +78,8 @@ static dpm_status lr_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *ou
                            dpm_err *err) {
   const dpm_arg *a = n->arg;
   if (expect_scalar(&in[0], DPM_I64, "iter", err)) return err->code;
-  if ((a[LR_POLICY].i == POL_POLY || a[LR_POLICY].i == POL_COSINE) && a[LR_MAX_ITER].i < 1)
+  if ((a[LR_POLICY].i == POL_POLY || a[LR_POLICY].i == POL_COSINE) &&
+      a[LR_MAX_ITER].i < 1)
     return dpm_errf(err, DPM_SHAPE, "policy %s needs max_iter >= 1",
                     a[LR_POLICY].i == POL_POLY ? "poly" : "cosine");
   if (a[LR_POLICY].i == POL_MULTISTEP && a[LR_STEPVALUES].n == 0)

@@ -38,6 +38,15 @@ enum {
 };
 /* The `policy` choices, in the order of POL_* (the choice index). */
 #define LR_POLICIES "fixed|step|multistep|exp|inv|poly|cosine"
-enum { POL_FIXED, POL_STEP, POL_MULTISTEP, POL_EXP, POL_INV, POL_POLY, POL_COSINE, POL_COUNT };
+enum {
+  POL_FIXED,
+  POL_STEP,
+  POL_MULTISTEP,
+  POL_EXP,
+  POL_INV,
+  POL_POLY,
+  POL_COSINE,
+  POL_COUNT
+};
 
 #endif

@@ -25,7 +25,8 @@ TEST(count_small_net_by_hand) {
       "input: {reader: synthetic, batch_size: 3, num_examples: 9, shape: [1, 4, 5],"
       " num_classes: 3}\n"
       "forward:\n"
-      "  - {op: Conv, in: [data], out: c1, dim_out: 4, kernel: 3, pad: 1, no_bias: true}\n"
+      "  - {op: Conv, in: [data], out: c1, dim_out: 4, kernel: 3, pad: 1, no_bias: "
+      "true}\n"
       "  - {op: SpatialBN, in: [c1], out: bn1}\n"
       "  - {op: FC, in: [bn1], out: pred, dim_out: 3}\n"
       "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
@@ -34,8 +35,9 @@ TEST(count_small_net_by_hand) {
   dpm_err err = {0};
   dpm_model m;
   CHECK_INT(dpm_spec_parse(yaml, strlen(yaml), "c.yaml", &spec, &err), DPM_OK);
-  dpm_status s = spec ? dpm_model_build(spec, (const int64_t[]){1, 4, 5}, 3, 1.0f, &m, &err)
-                      : DPM_SPEC;
+  dpm_status s =
+      spec ? dpm_model_build(spec, (const int64_t[]){1, 4, 5}, 3, 1.0f, &m, &err)
+           : DPM_SPEC;
   dpm_spec_free(spec);
   CHECK_INT(s, DPM_OK);
   if (s) return;
@@ -53,9 +55,8 @@ TEST(count_small_net_by_hand) {
 TEST(count_resnet50_example) {
   dpm_model m;
   dpm_err err = {0};
-  dpm_status s =
-      build_file("examples/resnet50_imagenet.yaml", (const int64_t[]){3, 224, 224}, 1, &m,
-                 &err);
+  dpm_status s = build_file("examples/resnet50_imagenet.yaml",
+                            (const int64_t[]){3, 224, 224}, 1, &m, &err);
   if (s) dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
   CHECK_INT(s, DPM_OK);
   if (s) return;
@@ -80,8 +81,8 @@ TEST(count_resnet50_example) {
 TEST(count_resnet20_example) {
   dpm_model m;
   dpm_err err = {0};
-  dpm_status s =
-      build_file("examples/resnet20_fmnist.yaml", (const int64_t[]){1, 28, 28}, 1, &m, &err);
+  dpm_status s = build_file("examples/resnet20_fmnist.yaml", (const int64_t[]){1, 28, 28},
+                            1, &m, &err);
   if (s) dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
   CHECK_INT(s, DPM_OK);
   if (s) return;

@@ -142,16 +142,17 @@ TEST(model_picks_the_top1_accuracy) {
   CHECK_INT(build(yaml, &m, &err), DPM_OK);
   CHECK(m.accuracy && !strcmp(m.accuracy, "acc1"));
   dpm_model_fini(&m);
-  const char *only5 = HEADER "forward:\n  - {op: FC, in: [data], out: pred, dim_out: 6}\n"
-                             "  - {op: Accuracy, in: [pred, label], out: acc5, top_k: 5}\n"
-                             "  - {op: Accuracy, in: [pred, label], out: acc3, top_k: 3}\n"
-                             MLP_TAIL;
+  const char *only5 =
+      HEADER "forward:\n  - {op: FC, in: [data], out: pred, dim_out: 6}\n"
+             "  - {op: Accuracy, in: [pred, label], out: acc5, top_k: 5}\n"
+             "  - {op: Accuracy, in: [pred, label], out: acc3, top_k: 3}\n" MLP_TAIL;
   CHECK_INT(build(only5, &m, &err), DPM_OK);
   CHECK(m.accuracy && !strcmp(m.accuracy, "acc5"));
   dpm_model_fini(&m);
   expect_error("forward:\n  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
                "  - {op: Accuracy, in: [pred, label], out: acc, top_k: 5}\n" MLP_TAIL,
-               DPM_SPEC, "m.yaml:5: op #2 (Accuracy): top_k 5 is more than the 4 classes");
+               DPM_SPEC,
+               "m.yaml:5: op #2 (Accuracy): top_k 5 is more than the 4 classes");
 }
 
 /* An in-place Relu after FC is fused into it (train and test nets), and the

@@ -186,7 +186,8 @@ TEST(op_conv_no_bias_forward) {
     dpm_err err = {0};
     int ok_a = ot_forward(&with, &a, &err) == DPM_OK;
     int ok_b = ot_forward(&without, &b, &err) == DPM_OK;
-    double diff = ok_a && ok_b ? ot_maxdiff(dpm_f32(&a), dpm_f32(&b), dpm_tensor_numel(&a)) : -1;
+    double diff =
+        ok_a && ok_b ? ot_maxdiff(dpm_f32(&a), dpm_f32(&b), dpm_tensor_numel(&a)) : -1;
     if (ok_a) dpm_tensor_fini(&a);
     if (ok_b) dpm_tensor_fini(&b);
     free(zero);
@@ -197,8 +198,8 @@ TEST(op_conv_no_bias_forward) {
 
 /* no_bias gradients: dW and dX, no db. */
 TEST(op_conv_gradcheck_no_bias) {
-  ot_case c = conv_case("dim_out=2 kernel=3 pad=1 stride=2 no_bias=true", 2, 3, 7, 5, 2,
-                        3, 2);
+  ot_case c =
+      conv_case("dim_out=2 kernel=3 pad=1 stride=2 no_bias=true", 2, 3, 7, 5, 2, 3, 2);
   c.n_in = 2;
   CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
   c = conv_case("dim_out=49 kernel=1 no_bias=true", 2, 22, 3, 4, 49, 1, 15);
@@ -269,7 +270,8 @@ TEST(op_conv_group_gradcheck) {
   ot_case c = conv_case("dim_out=6 kernel=3 pad=1 stride=2 group=3", 2, 6, 7, 5, 6, 3, 4);
   c.in[1].shape = ot_f32(4, 6, 2, 3, 3);
   CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
-  c = conv_case("dim_out=100 kernel=3 pad=1 group=2 no_bias=true", 1, 44, 4, 3, 100, 3, 5);
+  c = conv_case("dim_out=100 kernel=3 pad=1 group=2 no_bias=true", 1, 44, 4, 3, 100, 3,
+                5);
   c.in[1].shape = ot_f32(4, 100, 22, 3, 3);
   c.n_in = 2;
   CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);

@@ -242,9 +242,9 @@ TEST(loss_softmax_with_loss_label_smoothing) {
                      ot_tensor(ot_f32(0), &dloss)};
   memcpy(t[1].data, label, sizeof label);
   dpm_tensor out = ot_tensor(ot_f32(2, 2, 4), NULL);
-  int ran = !ot_run_op("SoftmaxWithLossGradient", "label_smoothing=0.1", 0, 3,
-                       (dpm_tensor *[]){&t[0], &t[1], &t[2]}, 1, (dpm_tensor *[]){&out},
-                       &err);
+  int ran =
+      !ot_run_op("SoftmaxWithLossGradient", "label_smoothing=0.1", 0, 3,
+                 (dpm_tensor *[]){&t[0], &t[1], &t[2]}, 1, (dpm_tensor *[]){&out}, &err);
   if (ran) memcpy(dx, out.data, sizeof dx);
   for (int k = 0; k < 3; k++) dpm_tensor_fini(&t[k]);
   dpm_tensor_fini(&out);
@@ -271,7 +271,8 @@ TEST(loss_softmax_with_loss_label_smoothing) {
   plain.args = "";
   zero.args = "label_smoothing=0";
   dpm_tensor a[2], b[2];
-  int ok_a = ot_forward(&plain, a, &err) == DPM_OK, ok_b = ot_forward(&zero, b, &err) == 0;
+  int ok_a = ot_forward(&plain, a, &err) == DPM_OK,
+      ok_b = ot_forward(&zero, b, &err) == 0;
   int same = ok_a && ok_b && !memcmp(a[1].data, b[1].data, sizeof(float));
   if (ok_a) dpm_tensor_fini(&a[0]), dpm_tensor_fini(&a[1]);
   if (ok_b) dpm_tensor_fini(&b[0]), dpm_tensor_fini(&b[1]);
@@ -336,11 +337,12 @@ TEST(loss_accuracy_top_k) {
         .in = {{.shape = ot_f32(2, 4, 4), .f = x}, {.shape = ot_i32(1, 4), .i = label}}};
     CHECK(ot_forward_is(&c, dpm_shape_scalar(DPM_F32), &want[k], 0));
   }
-  ot_case c = {.op = "Accuracy",
-               .args = "top_k=5",
-               .n_in = 2,
-               .n_out = 1,
-               .in = {{.shape = ot_f32(2, 4, 4), .f = x}, {.shape = ot_i32(1, 4), .i = label}}};
+  ot_case c = {
+      .op = "Accuracy",
+      .args = "top_k=5",
+      .n_in = 2,
+      .n_out = 1,
+      .in = {{.shape = ot_f32(2, 4, 4), .f = x}, {.shape = ot_i32(1, 4), .i = label}}};
   CHECK(ot_rejects(&c, "top_k 5 is more than the 4 classes"));
 }
 

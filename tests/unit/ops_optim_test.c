@@ -282,7 +282,8 @@ static const struct {
     /* its warm-up counts inside max_iter and multiplies the cosine's rate */
     {"base_lr=0.1 policy=cosine max_iter=10 warmup_iters=4 start_multiplier=0.25", 2,
      0.1 * 0.5 * (1 + 0.80901699437494742) * 0.625},
-    {"base_lr=0.1 policy=cosine max_iter=10 warmup_iters=4 start_multiplier=0.25", 5, 0.05},
+    {"base_lr=0.1 policy=cosine max_iter=10 warmup_iters=4 start_multiplier=0.25", 5,
+     0.05},
     /* warm-up from 0.25 of the rate over 4 iterations */
     {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 0, 0.025},
     {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 1, 0.04375},

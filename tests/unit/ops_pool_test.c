@@ -130,7 +130,8 @@ TEST(op_averagepool_global_forward) {
 }
 
 TEST(op_averagepool_global_gradcheck) {
-  ot_case c = pool_case("AveragePool", "global_pooling=true", ot_f32(4, 2, 3, 3, 5), NULL);
+  ot_case c =
+      pool_case("AveragePool", "global_pooling=true", ot_f32(4, 2, 3, 3, 5), NULL);
   CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
   c.in[0].shape = ot_f32(4, 1, 2, 7, 2);
   CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
@@ -144,8 +145,8 @@ TEST(op_averagepool_global_refuses_window_args) {
     ot_case c = pool_case("AveragePool", bad[i], ot_f32(4, 1, 1, 4, 4), NULL);
     CHECK(ot_rejects(&c, "kernel, stride and pad do not apply with global_pooling"));
   }
-  ot_case c = pool_case("MaxPool", "kernel=2 global_pooling=true", ot_f32(4, 1, 1, 4, 4),
-                        NULL);
+  ot_case c =
+      pool_case("MaxPool", "kernel=2 global_pooling=true", ot_f32(4, 1, 1, 4, 4), NULL);
   CHECK(ot_rejects(&c, "unknown argument 'global_pooling'"));
 }
 

@@ -361,8 +361,7 @@ TEST(predictor_conv_no_bias) {
     dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
   } else {
     Dpm__PredictorDef *d = dpm__predictor_def__unpack(NULL, len, buf);
-    CHECK(d && d->n_op >= 1 && !strcmp(d->op[0]->type, "Conv") &&
-          d->op[0]->n_input == 2);
+    CHECK(d && d->n_op >= 1 && !strcmp(d->op[0]->type, "Conv") && d->op[0]->n_input == 2);
     for (size_t i = 0; d && i < d->n_param; i++) CHECK(strcmp(d->param[i]->name, "c1_b"));
     dpm__predictor_def__free_unpacked(d, NULL);
     double diff = predictor_vs_test_net(&f, p, x, BATCH, "prob");

@@ -303,7 +303,8 @@ static void conv_run(const dpm_op *op) {
   const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]);
   const float *b = conv_has_bias(op->node) ? dpm_f32(op->in[2]) : NULL;
   float *y = dpm_f32(op->out[0]);
-  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo, wn = g.m * g.c * g.k * g.k;
+  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo,
+                wn = g.m * g.c * g.k * g.k;
   for (int64_t i = 0; i < g.grp; i++)
     conv_group(op, &g, x + i * chw, w + i * wn, b ? b + i * g.m : NULL, y + i * mhw);
 }
@@ -366,10 +367,12 @@ static void conv_grad_run(const dpm_op *op) {
   float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
   float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
   float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
-  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo, wn = g.m * g.c * g.k * g.k;
+  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo,
+                wn = g.m * g.c * g.k * g.k;
   for (int64_t i = 0; i < g.grp; i++)
-    conv_grad_group(op, &g, x + i * chw, w + i * wn, dy + i * mhw, dw ? dw + i * wn : NULL,
-                    db ? db + i * g.m : NULL, dx ? dx + i * chw : NULL);
+    conv_grad_group(op, &g, x + i * chw, w + i * wn, dy + i * mhw,
+                    dw ? dw + i * wn : NULL, db ? db + i * g.m : NULL,
+                    dx ? dx + i * chw : NULL);
 }
 
 const dpm_kernel_def DPM_CPU_KERNEL(CONV) = {.run = conv_run, .scratch = conv_scratch};

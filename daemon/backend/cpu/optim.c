@@ -112,8 +112,8 @@ static double lr_cosine(const dpm_arg *a, double it) {
 }
 
 static const lr_policy lr_policies[] = {
-    [POL_FIXED] = lr_fixed, [POL_STEP] = lr_step, [POL_MULTISTEP] = lr_multistep,
-    [POL_EXP] = lr_exp,     [POL_INV] = lr_inv,   [POL_POLY] = lr_poly,
+    [POL_FIXED] = lr_fixed,   [POL_STEP] = lr_step, [POL_MULTISTEP] = lr_multistep,
+    [POL_EXP] = lr_exp,       [POL_INV] = lr_inv,   [POL_POLY] = lr_poly,
     [POL_COSINE] = lr_cosine,
 };
 _Static_assert(sizeof lr_policies / sizeof *lr_policies == POL_COUNT, "lr policies");

@@ -142,12 +142,12 @@ static int call_init(conv_call *c, int64_t nb) {
       !CUDNN_OK(dev,
                 cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
                                            (int)nb, (int)g->ct, (int)g->h, (int)g->w)) ||
-      !CUDNN_OK(dev,
-                cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                           (int)nb, (int)g->mt, (int)g->ho, (int)g->wo)) ||
-      !CUDNN_OK(dev,
-                cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                           (int)g->mt, (int)g->c, (int)g->k, (int)g->k)) ||
+      !CUDNN_OK(dev, cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                (int)nb, (int)g->mt, (int)g->ho,
+                                                (int)g->wo)) ||
+      !CUDNN_OK(dev, cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                (int)g->mt, (int)g->c, (int)g->k,
+                                                (int)g->k)) ||
       !CUDNN_OK(dev, cudnnSetConvolution2dDescriptor(
                          c->conv, (int)g->p, (int)g->p, (int)g->s, (int)g->s, 1, 1,
                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) ||
@@ -340,7 +340,8 @@ static void conv_run(const dpm_op *op) {
   cuda_dev *dev = c.dev;
   const float *x = op->in[0]->data, *w = op->in[1]->data;
   float *y = op->out[0]->data;
-  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo, step = slice_images(&g);
+  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo,
+                step = slice_images(&g);
   const float one = 1.f, zero = 0.f;
   for (int64_t n0 = 0; n0 < g.n; n0 += step) {
     const int64_t nb = g.n - n0 < step ? g.n - n0 : step;
@@ -356,8 +357,8 @@ static void conv_run(const dpm_op *op) {
     call_fini(&c);
     if (!ok) return;
   }
-  cuda_bias_act(y, conv_has_bias(op->node) ? op->in[2]->data : NULL, g.n, g.mt, g.ho * g.wo,
-                (op->node->fuse & DPM_FUSE_RELU) != 0, dev->compute);
+  cuda_bias_act(y, conv_has_bias(op->node) ? op->in[2]->data : NULL, g.n, g.mt,
+                g.ho * g.wo, (op->node->fuse & DPM_FUSE_RELU) != 0, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 
@@ -370,7 +371,8 @@ static void conv_grad_run(const dpm_op *op) {
   float *dw = op->out[0] ? op->out[0]->data : NULL;
   float *db = op->out[1] ? op->out[1]->data : NULL;
   float *dx = op->out[2] ? op->out[2]->data : NULL;
-  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo, step = slice_images(&g);
+  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo,
+                step = slice_images(&g);
   const float one = 1.f, zero = 0.f;
   if (dw && g.n == 0)
     CUDA_OK(dev, cudaMemsetAsync(dw, 0, cuda_bytes(op->out[0]), dev->compute));
