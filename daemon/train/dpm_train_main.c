@@ -462,9 +462,9 @@ static void dump_plan(const dpm_trainer *t) {
   dpm_model_count c = dpm_model_count_of(m);
   printf("# parameters: %lld trainable (%.2f M), %lld computed (running statistics)\n",
          (long long)c.params, c.params / 1e6, (long long)c.computed);
-  printf("# forward per example: %.4g GFLOPs = 2 x %.4g G multiply-adds of %lld Conv and "
+  printf("# forward per example: %.4g GFLOPs = 2 x %.0f multiply-adds of %lld Conv and "
          "%lld FC (biases, norms, activations, pooling and the loss not counted)\n",
-         2 * c.macs / 1e9, c.macs / 1e9, (long long)c.n_conv, (long long)c.n_fc);
+         2 * c.macs / 1e9, c.macs, (long long)c.n_conv, (long long)c.n_fc);
   for (int i = 0; i < p->step.n; i++) {
     const dpm_node *n = &p->step.nodes[i];
     printf("%d %s", i, n->def->name);
