@@ -4,12 +4,15 @@
  * training on CPU and fenced devices; the warm-up starts at
  * start_multiplier (0.1 unless given, alias warmup_start), so step 1 does not
  * run at lr 0; spec mistakes name file:line:column; the spec hash of a spec
- * that does not use the new keys is what it was, so its checkpoints load. */
+ * that does not use the new keys is what it was, so its checkpoints load;
+ * the cosine policy follows its formula in training and resumes from a
+ * checkpoint. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/spec.h"
 #include "engine/model.h"
@@ -214,6 +217,47 @@ static void cosine_in_training(dpm_device_kind kind) {
 }
 
 TEST(cosine_lr_in_training_cpu) { cosine_in_training(DPM_DEVICE_CPU); }
+
+/* A checkpoint in the middle of the warm-up and the cosine resumes the
+ * schedule: 3 steps, checkpoint, a new trainer loads it and runs 3 more at
+ * the rates of one run of 6. */
+TEST(cosine_lr_resumes_from_a_checkpoint) {
+  const char *lr =
+      ", policy: cosine, max_iter: 5, final_multiplier: 0.1, warmup_iters: 4";
+  Dpm__ModelSpec *spec = spec_of(0, "", lr);
+  after whole = {0};
+  int ok = spec && train(spec, DPM_DEVICE_CPU, 6, &whole);
+  char path[] = "/tmp/dpm_cosine_ckpt_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  float got[6] = {0};
+  dpm_trainer_options opt = {.devices = 1, .kind = DPM_DEVICE_CPU, .net_type = -1};
+  dpm_err err = {0};
+  dpm_step_stats st;
+  for (int part = 0; ok && part < 2; part++) {
+    dpm_trainer *t = NULL;
+    ok = fd >= 0 && !dpm_trainer_create(spec, &opt, &t, &err) &&
+         (part == 0 || !dpm_trainer_load(t, NULL, path, &err));
+    for (int s = 0; ok && s < 3; s++) {
+      dpm_tensor r = {0};
+      ok =
+          !dpm_trainer_step(t, 1, &st, &err) && !dpm_trainer_read_blob(t, "lr", &r, &err);
+      if (ok) got[3 * part + s] = dpm_f32(&r)[0];
+      dpm_tensor_fini(&r);
+    }
+    if (ok && part == 0) ok = !dpm_trainer_checkpoint(t, NULL, path, &err);
+    dpm_trainer_destroy(t);
+  }
+  if (fd >= 0) unlink(path);
+  dpm_spec_free(spec);
+  if (!ok) printf("    %s\n", err.msg);
+  CHECK(ok);
+  for (int s = 0; ok && s < 6; s++)
+    if (got[s] != whole.lr[s])
+      dpm_test_fail(__FILE__, __LINE__, "step %d: %.9g resumed, %.9g in one run", s + 1,
+                    got[s], whole.lr[s]);
+  CHECK(whole.lr[3] != whole.lr[4] && whole.lr[4] != whole.lr[5]); /* still moving */
+}
 TEST(fenced_cosine_lr_in_training) { cosine_in_training(DPM_DEVICE_FENCED); }
 
 /* The spec's default reaches LearningRate: 0.1, the given value otherwise. */
