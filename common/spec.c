@@ -712,6 +712,7 @@ static const spec_choice policy_choices[] = {{"fixed", DPM__LR_POLICY__LR_FIXED}
                                              {"exp", DPM__LR_POLICY__LR_EXP},
                                              {"inv", DPM__LR_POLICY__LR_INV},
                                              {"poly", DPM__LR_POLICY__LR_POLY},
+                                             {"cosine", DPM__LR_POLICY__LR_COSINE},
                                              {NULL, 0}};
 
 static dpm_status spec_check_lr(spec_ctx *c, const dpm_ynode *map, void *msg) {
@@ -723,9 +724,12 @@ static dpm_status spec_check_lr(spec_ctx *c, const dpm_ynode *map, void *msg) {
   if (lr->policy == DPM__LR_POLICY__LR_MULTISTEP && lr->n_stepvalues == 0)
     return spec_fail(c, sv ? sv : map,
                      "lr policy multistep needs a non-empty 'stepvalues'");
-  if (lr->policy == DPM__LR_POLICY__LR_POLY && lr->max_iter == 0) {
+  if ((lr->policy == DPM__LR_POLICY__LR_POLY ||
+       lr->policy == DPM__LR_POLICY__LR_COSINE) &&
+      lr->max_iter == 0) {
     const dpm_ynode *mi = dpm_ymap_get(map, "max_iter");
-    return spec_fail(c, mi ? mi : map, "lr policy poly needs 'max_iter' >= 1");
+    return spec_fail(c, mi ? mi : map, "lr policy %s needs 'max_iter' >= 1",
+                     lr->policy == DPM__LR_POLICY__LR_POLY ? "poly" : "cosine");
   }
   const dpm_ynode *alias = dpm_ymap_get(map, "warmup_start");
   if (alias && dpm_ymap_get(map, "start_multiplier"))
@@ -745,6 +749,7 @@ static const spec_field lr_fields[] = {
     F_U64(Dpm__LrSpec, warmup_iters, 0),
     F_NUM(Dpm__LrSpec, start_multiplier, {0, 1, 0, 0}),
     F_NUM_AS(Dpm__LrSpec, "warmup_start", start_multiplier, {0, 1, 0, 0}), /* alias */
+    F_NUM(Dpm__LrSpec, final_multiplier, {0, 1, 0, 0}),
 };
 static const spec_section lr_section =
     SECTION("update.lr", dpm__lr_spec, lr_fields, spec_check_lr);

@@ -82,6 +82,7 @@ static const struct {
     {"max_iter", offsetof(Dpm__LrSpec, max_iter), 1},
     {"warmup_iters", offsetof(Dpm__LrSpec, warmup_iters), 1},
     {"start_multiplier", offsetof(Dpm__LrSpec, start_multiplier), 0},
+    {"final_multiplier", offsetof(Dpm__LrSpec, final_multiplier), 0},
 };
 
 static const char *const lr_policies[] = {
@@ -91,6 +92,7 @@ static const char *const lr_policies[] = {
     [DPM__LR_POLICY__LR_EXP] = "exp",
     [DPM__LR_POLICY__LR_INV] = "inv",
     [DPM__LR_POLICY__LR_POLY] = "poly",
+    [DPM__LR_POLICY__LR_COSINE] = "cosine",
 };
 
 #define ITER "iter"
@@ -183,7 +185,7 @@ static dpm_status add_params(builder *b, dpm_node *n, int n_data, int index) {
   memset(ps, 0, sizeof ps);
   dpm_node_input_shapes(n, &b->m->shapes, data);
   if (def->param_shapes(n, data, ps, b->err)) return op_fail(b, index, n->line, def->name);
-  for (int p = 0; def->params[p].suffix; p++) {
+  for (int p = 0, n_par = dpm_node_nparams(n); p < n_par; p++) {
     const dpm_param_def *pd = &def->params[p];
     const char *name = n->in[n_data + p];
     if (dpm_shape_check(&ps[p], NULL, b->err)) {
@@ -239,15 +241,13 @@ static dpm_status forward_op(builder *b, int i) {
   int n_in = nin, n_out = nout, nn = 0;
   for (int k = 0; k < nin; k++) in[k] = o->input[k];
   for (int k = 0; k < nout; k++) out[k] = o->output[k];
-  for (int p = 0; def->params && def->params[p].suffix; p++, nn++) {
-    snprintf(names[nn], 256, "%s%s", o->output[0], def->params[p].suffix);
-    in[n_in++] = names[nn];
-  }
   for (int a = 0; def->aux && def->aux[a]; a++, nn++) {
     snprintf(names[nn], 256, "%s%s", o->output[0], def->aux[a]);
     out[n_out++] = names[nn];
   }
-  if (n_in > DPM_OP_MAX_IO || n_out > DPM_OP_MAX_IO) {
+  int n_par = 0;
+  while (def->params && def->params[n_par].suffix) n_par++;
+  if (n_in + n_par > DPM_OP_MAX_IO || n_out > DPM_OP_MAX_IO) {
     dpm_errf(b->err, DPM_SPEC, "too many inputs or outputs");
     return op_fail(b, i, line, o->type);
   }
@@ -258,6 +258,14 @@ static dpm_status forward_op(builder *b, int i) {
   for (size_t a = 0; a < o->n_arg; a++)
     if (dpm_node_set_argument(n, o->arg[a], b->err)) return op_fail(b, i, line, o->type);
   if (dpm_node_check_required(n, b->err)) return op_fail(b, i, line, o->type);
+  /* The params follow the data inputs; which ones depends on the arguments. */
+  n_par = dpm_node_nparams(n);
+  for (int p = 0; p < n_par; p++, n_in++) {
+    char name[256];
+    snprintf(name, sizeof name, "%s%s", o->output[0], def->params[p].suffix);
+    if (!(n->in[n_in] = strdup(name))) return dpm_nomem(b->err);
+    n->n_in = n_in + 1;
+  }
   for (int k = 0; k < nout; k++) {
     for (int j = 0; j < nin && !(def->flags & DPM_OP_INPLACE); j++)
       if (!strcmp(in[j], out[k])) {
@@ -426,9 +434,16 @@ static dpm_status find_outputs(builder *b) {
   if (!(m->losses = calloc(s->n_losses, sizeof *m->losses))) return dpm_nomem(b->err);
   for (size_t i = 0; i < s->n_losses; i++, m->n_losses++)
     if (!(m->losses[i] = strdup(s->losses[i]))) return dpm_nomem(b->err);
-  for (int i = 0; i < m->n_forward && !m->accuracy; i++)
-    if (m->train.nodes[i].def->id == DPM_OP_ACCURACY)
-      if (!(m->accuracy = strdup(m->train.nodes[i].out[0]))) return dpm_nomem(b->err);
+  /* The first Accuracy with top_k 1, else the first (top-1 and top-5 in
+   * either order report top-1). */
+  int pick = -1;
+  for (int i = 0; i < m->n_forward; i++) {
+    const dpm_node *n = &m->train.nodes[i];
+    if (n->def->id != DPM_OP_ACCURACY) continue;
+    if (pick < 0 || (n->arg[0].i == 1 && m->train.nodes[pick].arg[0].i != 1)) pick = i;
+  }
+  if (pick >= 0 && !(m->accuracy = strdup(m->train.nodes[pick].out[0])))
+    return dpm_nomem(b->err);
   return DPM_OK;
 }
 

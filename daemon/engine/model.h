@@ -38,7 +38,7 @@ typedef struct dpm_model {
   double input_scale; /* the reader's pixel scale (spec input.scale) */
   char **losses;      /* spec losses */
   int n_losses;
-  char *accuracy; /* first Accuracy output, or NULL */
+  char *accuracy;    /* the first Accuracy output of top_k 1, else the first, or NULL */
   dpm_dtype compute; /* precision.compute: DPM_F32, or DPM_BF16/DPM_F16 with the
                         forward ops rewritten (engine/precision.h) */
 } dpm_model;

@@ -300,6 +300,16 @@ static dpm_status set_named(dpm_node *node, const char *name, const value *v,
 
 /* ---- the node's arguments ---------------------------------------------------- */
 
+int dpm_node_nparams(const dpm_node *n) {
+  const dpm_param_def *p = n->def->params;
+  int k = 0;
+  for (; p && p[k].suffix; k++) {
+    int a = p[k].omit_arg ? dpm_op_arg_index(n->def, p[k].omit_arg) : -1;
+    if (a >= 0 && n->arg[a].i) break;
+  }
+  return k;
+}
+
 dpm_status dpm_node_check_required(const dpm_node *node, dpm_err *err) {
   const dpm_arg_def *args = node->def->args;
   for (int i = 0; args && args[i].name; i++)

@@ -101,6 +101,9 @@ typedef struct dpm_param_def {
   int is_weight;         /* 1: a weight (FC's, Conv's _w), which the update's
                             weight_decay applies to; 0: a bias or a norm's
                             scale/shift, decayed only with weight_decay_bias */
+  const char *omit_arg;  /* bool argument that, when true, leaves this param out
+                            altogether (Conv's "no_bias"), or NULL: always there.
+                            Only the table's last params may have one */
 } dpm_param_def;
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -258,6 +261,10 @@ const dpm_op_def *const *dpm_op_all(int *count);
 
 /* Number of entries in def->args (up to the {NULL} terminator). */
 int dpm_op_nargs(const dpm_op_def *def);
+/* Number of params node n has, its arguments set: the entries of
+ * n->def->params up to the first whose omit_arg is true. They are the
+ * node's last inputs. */
+int dpm_node_nparams(const dpm_node *n);
 /* Index of argument `name` in def->args, or -1. */
 int dpm_op_arg_index(const dpm_op_def *def, const char *name);
 /* Fill node->arg with every default of def->args. Fails (DPM_INTERNAL)

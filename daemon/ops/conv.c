@@ -1,7 +1,11 @@
 /* Conv: 2-D convolution of NCHW float32 with square kernels, and
  * ConvGradient: arguments, parameters, shape inference and the gradient
  * maker. X [N, C, H, W], W [M, C, k, k], b [M], Y [N, M, Ho, Wo] with
- * Ho = (H + 2 pad - k) / stride + 1 (and Wo alike). A following in-place
+ * Ho = (H + 2 pad - k) / stride + 1 (and Wo alike). With no_bias the op
+ * has no b at all (no parameter, no gradient, nothing in a checkpoint).
+ * With group G (ResNeXt's grouped convolution; G divides C and dim_out),
+ * W is [M, C/G, k, k] and output channels [i M/G, (i+1) M/G) see input
+ * channels [i C/G, (i+1) C/G) only. A following in-place
  * Relu fuses into Conv. The kernels are each backend's (CPU:
  * backend/cpu/conv.c); ops/conv.h holds what both halves read. */
 #include <limits.h>
@@ -23,12 +27,15 @@ static const dpm_arg_def conv_args[] = {
     {"weight_std", DPM_ARG_FLOAT, "0.01", NULL, 0, 0},
     {"bias_init", DPM_ARG_STRING, "constant", CONV_INITS, 0, 0},
     {"bias_value", DPM_ARG_FLOAT, "0", NULL, 0, 0},
+    {"no_bias", DPM_ARG_BOOL, "false", NULL, 0, 0},
+    {"group", DPM_ARG_INT, "1", NULL, 1, 1 << 20},
     {NULL},
 };
 
 static const dpm_param_def conv_params[] = {
     {"_w", DPM_BLOB_PARAM, "xavier", "weight_init", 0.01, "weight_std", .is_weight = 1},
-    {"_b", DPM_BLOB_PARAM, "constant", "bias_init", 0, "bias_value", .is_weight = 0},
+    {"_b", DPM_BLOB_PARAM, "constant", "bias_init", 0, "bias_value", .is_weight = 0,
+     .omit_arg = "no_bias"},
     {NULL},
 };
 
@@ -38,6 +45,10 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
   if (dpm_expect_float(x, "input", err) || dpm_expect_ndim(x, 4, 4, "input", err))
     return err->code;
   *g = conv_geom_of(nd, x);
+  if (g->ct % g->grp || g->mt % g->grp)
+    return dpm_errf(err, DPM_SHAPE,
+                    "group %lld must divide the input channels (%lld) and dim_out (%lld)",
+                    (long long)g->grp, (long long)g->ct, (long long)g->mt);
   if (g->k > g->h + 2 * g->p || g->k > g->w + 2 * g->p)
     return dpm_errf(
         err, DPM_SHAPE, "kernel %lld is larger than the padded input %lldx%lld",
@@ -51,13 +62,13 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, conv_geom *g,
 /* Shapes of W, b and Y of type t: f32 for the params (the masters), X's
  * type for what the op reads and writes. */
 static dpm_shape w_shape(const conv_geom *g, dpm_dtype t) {
-  return dpm_shape_make(t, 4, (int64_t[]){g->m, g->c, g->k, g->k});
+  return dpm_shape_make(t, 4, (int64_t[]){g->mt, g->c, g->k, g->k});
 }
 static dpm_shape b_shape(const conv_geom *g, dpm_dtype t) {
-  return dpm_shape_make(t, 1, (int64_t[]){g->m});
+  return dpm_shape_make(t, 1, (int64_t[]){g->mt});
 }
 static dpm_shape y_shape(const conv_geom *g, dpm_dtype t) {
-  return dpm_shape_make(t, 4, (int64_t[]){g->n, g->m, g->ho, g->wo});
+  return dpm_shape_make(t, 4, (int64_t[]){g->n, g->mt, g->ho, g->wo});
 }
 
 /* Fails unless blob `what` has exactly the shape `want`. */
@@ -74,24 +85,24 @@ static dpm_status conv_param_shapes(const dpm_node *nd, const dpm_shape *data_in
   conv_geom g;
   if (check_x(nd, &data_in[0], &g, err)) return err->code;
   param[0] = w_shape(&g, DPM_F32);
-  param[1] = b_shape(&g, DPM_F32);
+  param[1] = b_shape(&g, DPM_F32); /* read only when there is a bias */
   return DPM_OK;
 }
 
-/* Conv(X, W, b) -> Y */
+/* Conv(X, W, b) -> Y; Conv(X, W) -> Y with no_bias. */
 static dpm_status conv_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                              dpm_err *err) {
   conv_geom g;
   dpm_dtype t = in[0].dtype;
   if (check_x(nd, &in[0], &g, err) ||
       expect_shape(&in[1], w_shape(&g, t), "weight", err) ||
-      expect_shape(&in[2], b_shape(&g, t), "bias", err))
+      (conv_has_bias(nd) && expect_shape(&in[2], b_shape(&g, t), "bias", err)))
     return err->code;
   out[0] = y_shape(&g, t);
   return DPM_OK;
 }
 
-/* ConvGradient(X, W, dY) -> dW, db, dX */
+/* ConvGradient(X, W, dY) -> dW, db, dX; db is NULL with no_bias. */
 static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_shape *out,
                                   dpm_err *err) {
   conv_geom g;
@@ -110,7 +121,7 @@ static dpm_status conv_grad_infer(const dpm_node *nd, const dpm_shape *in, dpm_s
  * input needs none) the whole dL and unlower path is skipped. */
 static dpm_status conv_grad(dpm_grad *g, dpm_err *err) {
   const char *in[] = {g->fwd->in[0], g->fwd->in[1], g->gout[0]};
-  const char *out[] = {g->gin[1], g->gin[2], g->gin[0]};
+  const char *out[] = {g->gin[1], conv_has_bias(g->fwd) ? g->gin[2] : NULL, g->gin[0]};
   return dpm_grad_emit(g, DPM_OP_CONV_GRADIENT, 3, in, 3, out, err);
 }
 

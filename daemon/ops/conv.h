@@ -11,11 +11,24 @@
 /* By position in Conv's argument table; the init arguments after these are
  * read by the engine. */
 enum { CONV_ARG_DIM_OUT, CONV_ARG_KERNEL, CONV_ARG_STRIDE, CONV_ARG_PAD };
+/* Positions of no_bias and group, the table's last two (ops/conv.c). */
+#define CONV_ARG_NO_BIAS 8
+#define CONV_ARG_GROUP 9
 
-/* Sizes of one convolution and of its lowering. */
+/* Whether node nd (Conv or ConvGradient) has a bias: Conv's input b,
+ * ConvGradient's output db. */
+static inline int conv_has_bias(const dpm_node *nd) {
+  return !nd->arg[CONV_ARG_NO_BIAS].i;
+}
+
+/* Sizes of one convolution and of its lowering. With groups, c and m are
+ * one group's: group i convolves input channels [i c, (i+1) c) with
+ * filters [i m, (i+1) m), and the lowering is one group's. */
 typedef struct conv_geom {
-  int64_t n, c, h, w; /* input: batch, channels, height, width */
-  int64_t m, k, s, p; /* filters, kernel side, stride, padding */
+  int64_t n, c, h, w; /* input: batch, channels (of a group), height, width */
+  int64_t m, k, s, p; /* filters (of a group), kernel side, stride, padding */
+  int64_t grp;        /* groups */
+  int64_t ct, mt;     /* all channels and all filters: grp c, grp m */
   int64_t ho, wo;     /* output height and width */
   int64_t kg, nt;     /* kernel rows folded into L (1 or k); sgemms: k / kg */
   int64_t ph, j;      /* stride phases in L (s or 1), lowered rows per phase */
@@ -35,14 +48,18 @@ typedef struct conv_geom {
 static conv_geom conv_geom_of(const dpm_node *nd, const dpm_shape *x) {
   conv_geom g = {
       .n = x->d[0],
-      .c = x->d[1],
       .h = x->d[2],
       .w = x->d[3],
-      .m = nd->arg[CONV_ARG_DIM_OUT].i,
       .k = nd->arg[CONV_ARG_KERNEL].i,
       .s = nd->arg[CONV_ARG_STRIDE].i,
       .p = nd->arg[CONV_ARG_PAD].i,
+      .grp = nd->arg[CONV_ARG_GROUP].i,
+      .ct = x->d[1],
+      .mt = nd->arg[CONV_ARG_DIM_OUT].i,
   };
+  if (g.grp < 1) g.grp = 1;
+  g.c = g.ct / g.grp; /* exact: shape inference refuses the rest */
+  g.m = g.mt / g.grp;
   g.ho = (g.h + 2 * g.p - g.k) / g.s + 1;
   g.wo = (g.w + 2 * g.p - g.k) / g.s + 1;
   g.kg = g.c * g.k >= MEC_MIN_ROWS ? 1 : g.k;

@@ -73,12 +73,25 @@ static dpm_status softmax_grad(dpm_grad *g, dpm_err *err) {
 
 /* ---- SoftmaxWithLoss ----------------------------------------------------- */
 
+/* label_smoothing eps in [0, 1): the target is (1 - eps) onehot + eps / K. */
+static const dpm_arg_def swl_args[] = {
+    {"label_smoothing", DPM_ARG_FLOAT, "0", NULL, 0, 1},
+    {NULL},
+};
+
+static dpm_status check_smoothing(const dpm_node *n, dpm_err *err) {
+  if (n->arg[0].f < 1) return DPM_OK;
+  return dpm_errf(err, DPM_SPEC, "label_smoothing must be below 1, got %g", n->arg[0].f);
+}
+
 /* (logits, label) -> (softmax, loss): loss = mean over rows of
- * -log(max(softmax[label], 1e-20)). */
+ * -log(max(softmax[label], 1e-20)); with label_smoothing eps, of
+ * -sum over k of q_k log(max(softmax[k], 1e-20)), q = (1 - eps) onehot +
+ * eps / K (a row whose label is out of range keeps the constant term). */
 static dpm_status swl_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                             dpm_err *err) {
-  (void)n;
-  if (expect_rows(&in[0], "logits", err) || expect_label(&in[0], &in[1], err))
+  if (expect_rows(&in[0], "logits", err) || expect_label(&in[0], &in[1], err) ||
+      check_smoothing(n, err))
     return err->code;
   out[0] = in[0];
   out[1] = dpm_shape_scalar(DPM_F32);
@@ -86,14 +99,15 @@ static dpm_status swl_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *o
 }
 
 /* SoftmaxWithLossGradient(softmax, label, dloss[, dsoftmax]) -> dlogits
- *   = (softmax - onehot(label)) * dloss / N  [+ SoftmaxGradient(dsoftmax)];
+ *   = (softmax - q) * dloss / N  [+ SoftmaxGradient(dsoftmax)], q the
+ *   (smoothed) onehot(label);
  * rows with an out-of-range label get no loss term.
  * The softmax output is normally consumed by nothing differentiable; when it
  * is, its gradient is passed as the fourth input and added. */
 static dpm_status swl_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                                  dpm_err *err) {
   if (expect_rows(&in[0], "softmax", err) || expect_label(&in[0], &in[1], err) ||
-      expect_scalar(&in[2], "loss gradient", err) ||
+      check_smoothing(n, err) || expect_scalar(&in[2], "loss gradient", err) ||
       (n->n_in > 3 && expect_same(&in[3], &in[0], "softmax gradient", err)))
     return err->code;
   out[0] = in[0];
@@ -113,12 +127,23 @@ static dpm_status swl_grad(dpm_grad *g, dpm_err *err) {
 
 /* ---- Accuracy ------------------------------------------------------------ */
 
-/* (pred, label) -> fraction of rows whose first maximum is at the label. */
+/* top_k: a row is correct when its label is among its top_k classes. */
+static const dpm_arg_def accuracy_args[] = {
+    {"top_k", DPM_ARG_INT, "1", NULL, 1, 1 << 20},
+    {NULL},
+};
+
+/* (pred, label) -> fraction of rows whose label ranks below top_k (Caffe2's
+ * ranking: classes ordered by score, ties by index, lowest first; top_k 1:
+ * the row's first maximum is at the label). */
 static dpm_status accuracy_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *out,
                                  dpm_err *err) {
-  (void)n;
   if (expect_rows(&in[0], "prediction", err) || expect_label(&in[0], &in[1], err))
     return err->code;
+  int64_t d = dpm_shape_span(&in[0], 1, in[0].ndim), k = n->arg[0].i;
+  if (k > d)
+    return dpm_errf(err, DPM_SPEC, "top_k %lld is more than the %lld classes",
+                    (long long)k, (long long)d);
   out[0] = dpm_shape_scalar(DPM_F32);
   return DPM_OK;
 }
@@ -153,6 +178,7 @@ const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS) = {
     .max_in = 2,
     .min_out = 2,
     .max_out = 2,
+    .args = swl_args,
     .infer = swl_infer,
     .grad = swl_grad,
     .flags = DPM_OP_INPLACE,
@@ -164,6 +190,7 @@ const dpm_op_def DPM_OP_DEF(SOFTMAX_WITH_LOSS_GRADIENT) = {
     .max_in = 4,
     .min_out = 1,
     .max_out = 1,
+    .args = swl_args,
     .infer = swl_grad_infer,
     .flags = DPM_OP_HIDDEN,
 };
@@ -174,6 +201,7 @@ const dpm_op_def DPM_OP_DEF(ACCURACY) = {
     .max_in = 2,
     .min_out = 1,
     .max_out = 1,
+    .args = accuracy_args,
     .infer = accuracy_infer,
     .flags = DPM_OP_NO_GRAD,
 };

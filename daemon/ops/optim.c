@@ -78,8 +78,10 @@ static dpm_status lr_infer(const dpm_node *n, const dpm_shape *in, dpm_shape *ou
                            dpm_err *err) {
   const dpm_arg *a = n->arg;
   if (expect_scalar(&in[0], DPM_I64, "iter", err)) return err->code;
-  if (a[LR_POLICY].i == POL_POLY && a[LR_MAX_ITER].i < 1)
-    return dpm_errf(err, DPM_SHAPE, "policy poly needs max_iter >= 1");
+  if ((a[LR_POLICY].i == POL_POLY || a[LR_POLICY].i == POL_COSINE) &&
+      a[LR_MAX_ITER].i < 1)
+    return dpm_errf(err, DPM_SHAPE, "policy %s needs max_iter >= 1",
+                    a[LR_POLICY].i == POL_POLY ? "poly" : "cosine");
   if (a[LR_POLICY].i == POL_MULTISTEP && a[LR_STEPVALUES].n == 0)
     return dpm_errf(err, DPM_SHAPE, "policy multistep needs stepvalues");
   for (int k = 1; k < a[LR_STEPVALUES].n; k++)
@@ -130,6 +132,7 @@ static const dpm_arg_def lr_args[] = {
     [LR_MAX_ITER] = {"max_iter", DPM_ARG_INT, "0", NULL, NONNEG},
     [LR_WARMUP_ITERS] = {"warmup_iters", DPM_ARG_INT, "0", NULL, NONNEG},
     [LR_START_MULTIPLIER] = {"start_multiplier", DPM_ARG_FLOAT, "0", NULL, 0, 1},
+    [LR_FINAL_MULTIPLIER] = {"final_multiplier", DPM_ARG_FLOAT, "0", NULL, 0, 1},
     {NULL},
 };
 

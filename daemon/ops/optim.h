@@ -34,9 +34,19 @@ enum {
   LR_MAX_ITER,
   LR_WARMUP_ITERS,
   LR_START_MULTIPLIER,
+  LR_FINAL_MULTIPLIER,
 };
 /* The `policy` choices, in the order of POL_* (the choice index). */
-#define LR_POLICIES "fixed|step|multistep|exp|inv|poly"
-enum { POL_FIXED, POL_STEP, POL_MULTISTEP, POL_EXP, POL_INV, POL_POLY, POL_COUNT };
+#define LR_POLICIES "fixed|step|multistep|exp|inv|poly|cosine"
+enum {
+  POL_FIXED,
+  POL_STEP,
+  POL_MULTISTEP,
+  POL_EXP,
+  POL_INV,
+  POL_POLY,
+  POL_COSINE,
+  POL_COUNT
+};
 
 #endif

@@ -9,7 +9,8 @@
  * output "_idx", so MaxPoolGradient scatters dY without reading Y. Both
  * gradients take X for its shape; fused with the ReluGradient of an in-place
  * Relu before the pool (DPM_FUSE_RELU_GRAD), MaxPoolGradient also masks dX
- * by X > 0.
+ * by X > 0. AveragePool with global_pooling averages each whole H x W plane
+ * into [N, C, 1, 1] (kernel, stride and pad refused with it).
  *
  * Here: arguments, shape inference and the gradient makers; the kernels are
  * each backend's (CPU: backend/cpu/pool.c). */
@@ -25,6 +26,16 @@ static const dpm_arg_def pool_args[] = {
     {NULL},
 };
 
+/* AveragePool's: kernel becomes optional (0: not given), since
+ * global_pooling takes the whole plane and refuses a kernel. */
+static const dpm_arg_def avg_args[] = {
+    {"kernel", DPM_ARG_INT, "0", NULL, 0, 1 << 10},
+    {"stride", DPM_ARG_INT, "1", NULL, 1, 1 << 10},
+    {"pad", DPM_ARG_INT, "0", NULL, 0, 1 << 10},
+    {"global_pooling", DPM_ARG_BOOL, "false", NULL, 0, 0},
+    {NULL},
+};
+
 static const char *const max_aux[] = {"_idx", NULL};
 
 /* Checks X and returns the output shape (N, C, Ho, Wo) in *y. */
@@ -33,10 +44,17 @@ static dpm_status check_x(const dpm_node *nd, const dpm_shape *x, dpm_shape *y,
   if (dpm_expect_float(x, "input", err) || dpm_expect_ndim(x, 4, 4, "input", err))
     return err->code;
   pool_geom g = pool_geom_of(nd, x);
-  if (g.p >= g.k)
+  if (g.global && (nd->arg[POOL_ARG_KERNEL].i || nd->arg[POOL_ARG_STRIDE].i != 1 ||
+                   nd->arg[POOL_ARG_PAD].i))
+    return dpm_errf(err, DPM_SPEC,
+                    "kernel, stride and pad do not apply with global_pooling");
+  if (!g.global && nd->arg[POOL_ARG_KERNEL].i < 1)
+    return dpm_errf(err, DPM_SPEC,
+                    "missing required argument 'kernel' (or global_pooling: true)");
+  if (g.p >= g.k && !g.global)
     return dpm_errf(err, DPM_SHAPE, "pad %lld must be smaller than kernel %lld",
                     (long long)g.p, (long long)g.k);
-  if (g.k > g.h + 2 * g.p || g.k > g.w + 2 * g.p)
+  if (!g.global && (g.k > g.h + 2 * g.p || g.k > g.w + 2 * g.p))
     return dpm_errf(
         err, DPM_SHAPE, "kernel %lld is larger than the padded input %lldx%lld",
         (long long)g.k, (long long)(g.h + 2 * g.p), (long long)(g.w + 2 * g.p));
@@ -131,7 +149,7 @@ const dpm_op_def DPM_OP_DEF(AVERAGE_POOL) = {
     .max_in = 1,
     .min_out = 1,
     .max_out = 1,
-    .args = pool_args,
+    .args = avg_args,
     .infer = avg_infer,
     .grad = avg_grad,
 };
@@ -142,7 +160,7 @@ const dpm_op_def DPM_OP_DEF(AVERAGE_POOL_GRADIENT) = {
     .max_in = 2,
     .min_out = 1,
     .max_out = 1,
-    .args = pool_args,
+    .args = avg_args,
     .infer = avg_grad_infer,
     .flags = DPM_OP_HIDDEN,
 };

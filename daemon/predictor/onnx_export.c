@@ -297,13 +297,16 @@ static dpm_status emit_conv(ox *x, const emit_ctx *c) {
   if (!n || attr_ints(x, n, "kernel_shape", 2, arg_i(c->n, "kernel")) ||
       attr_ints(x, n, "strides", 2, arg_i(c->n, "stride")) ||
       attr_ints(x, n, "pads", 4, arg_i(c->n, "pad")) ||
-      attr_ints(x, n, "dilations", 2, 1) || attr_i(x, n, "group", 1))
+      attr_ints(x, n, "dilations", 2, 1) || attr_i(x, n, "group", arg_i(c->n, "group")))
     return x->err->code;
   return DPM_OK;
 }
 
-/* MaxPool and AveragePool: square windows, symmetric padding, floor. */
+/* MaxPool and AveragePool: square windows, symmetric padding, floor;
+ * AveragePool with global_pooling: GlobalAveragePool. */
 static dpm_status emit_pool(ox *x, const emit_ctx *c) {
+  if (c->n->def->id == DPM_OP_AVERAGE_POOL && arg_i(c->n, "global_pooling"))
+    return node(x, "GlobalAveragePool", 1, c->iv, c->out) ? DPM_OK : x->err->code;
   Onnx__NodeProto *n = node(x, c->onnx, 1, c->iv, c->out);
   if (!n || attr_ints(x, n, "kernel_shape", 2, arg_i(c->n, "kernel")) ||
       attr_ints(x, n, "strides", 2, arg_i(c->n, "stride")) ||

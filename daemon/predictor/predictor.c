@@ -85,12 +85,6 @@ static int count(const void *const *v) {
   return n;
 }
 
-static int n_params_of(const dpm_op_def *def) {
-  int n = 0;
-  while (def->params && def->params[n].suffix) n++;
-  return n;
-}
-
 /* ---- loading ------------------------------------------------------------ */
 
 static dpm_status load_params(dpm_predictor *p, const Dpm__PredictorDef *d,
@@ -213,7 +207,17 @@ static dpm_status load_op(dpm_predictor *p, int j, const Dpm__Operator *o,
     return fail(p, err, DPM_CORRUPT,
                 "op #%d (%s) is a training op; a predictor holds forward ops only", j,
                 def->name);
-  int n_par = n_params_of(def), n_aux = count((const void *const *)def->aux);
+  /* The arguments first, into a node of no blobs: they decide the params. */
+  dpm_node tmp = {.def = def, .index = j - 1, .is_test = 1};
+  dpm_err e = {0};
+  unsigned seen = 0;
+  if (dpm_node_set_defaults(&tmp, &e))
+    return fail(p, err, DPM_INTERNAL, "op #%d (%s): %s", j, def->name, e.msg);
+  for (size_t a = 0; a < o->n_arg; a++)
+    if (load_arg(p, j, &tmp, o->arg[a], &seen, err)) return err->code;
+  if (dpm_node_check_required(&tmp, &e))
+    return fail(p, err, DPM_CORRUPT, "op #%d (%s): %s", j, def->name, e.msg);
+  int n_par = dpm_node_nparams(&tmp), n_aux = count((const void *const *)def->aux);
   int n_data = (int)o->n_input - n_par, n_user = (int)o->n_output - n_aux;
   if (o->n_input > DPM_OP_MAX_IO || o->n_output > DPM_OP_MAX_IO || n_data < def->min_in ||
       n_data > def->max_in || n_user < def->min_out || n_user > def->max_out)
@@ -255,12 +259,7 @@ static dpm_status load_op(dpm_predictor *p, int j, const Dpm__Operator *o,
                                   : fail(p, err, DPM_INTERNAL, "%s", err->msg);
   n->index = j - 1;
   n->is_test = 1;
-  unsigned seen = 0;
-  for (size_t a = 0; a < o->n_arg; a++)
-    if (load_arg(p, j, n, o->arg[a], &seen, err)) return err->code;
-  dpm_err e = {0};
-  if (dpm_node_check_required(n, &e))
-    return fail(p, err, DPM_CORRUPT, "op #%d (%s): %s", j, def->name, e.msg);
+  memcpy(n->arg, tmp.arg, sizeof n->arg);
   return DPM_OK;
 }
 
@@ -288,7 +287,7 @@ static dpm_status infer(dpm_predictor *p, int batch, dpm_shapes *t,
                   "or the output of an earlier op",
                   n->index + 1, n->def->name, n->in[missing]);
     if (params && n->def->params) {
-      int n_par = n_params_of(n->def), n_data = n->n_in - n_par;
+      int n_par = dpm_node_nparams(n), n_data = n->n_in - n_par;
       dpm_err e = {0};
       memset(ps, 0, sizeof ps);
       if (n->def->param_shapes(n, in, ps, &e))

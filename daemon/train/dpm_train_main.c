@@ -58,6 +58,7 @@
 #include "common/spec.h"
 #include "common/validate.h"
 #include "dpm/protocol.h"
+#include "engine/count.h"
 #include "train/trainer.h"
 
 typedef struct {
@@ -106,8 +107,8 @@ static const struct {
      "network interface for the collectives (default: the spec's)"},
     {"--dump-plan", offsetof(options, dump_plan), 'b',
      "print one replica's step (forward with the precision rewrite's Casts, backward, "
-     "collectives, update), each op with its blobs' types and shapes, and the memory "
-     "count, and exit"},
+     "collectives, update), each op with its blobs' types and shapes, the memory "
+     "count, parameters and forward FLOPs, and exit"},
 };
 #define N_FLAGS (sizeof flags / sizeof *flags)
 
@@ -468,6 +469,12 @@ static void dump_plan(const dpm_trainer *t) {
   printf("# memory (every replica): tensors %.2f MB (%.2f MB without sharing), kernels' "
          "scratch %.2f MB\n",
          mem->tensors / 1e6, mem->tensors_unshared / 1e6, mem->scratch / 1e6);
+  dpm_model_count c = dpm_model_count_of(m);
+  printf("# parameters: %lld trainable (%.2f M), %lld computed (running statistics)\n",
+         (long long)c.params, c.params / 1e6, (long long)c.computed);
+  printf("# forward per example: %.4g GFLOPs = 2 x %.0f multiply-adds of %lld Conv and "
+         "%lld FC (biases, norms, activations, pooling and the loss not counted)\n",
+         2 * c.macs / 1e9, c.macs, (long long)c.n_conv, (long long)c.n_fc);
   for (int i = 0; i < p->step.n; i++) {
     const dpm_node *n = &p->step.nodes[i];
     printf("%d %s", i, n->def->name);

@@ -1,5 +1,6 @@
 # ONNX export: four models trained briefly in a real dpmd (the MLP, the CNN,
-# a CNN with SpatialBN, AveragePool, Dropout, Tanh and Scale, and an MLP
+# a CNN with SpatialBN, a bias-less grouped Conv, AveragePool (windowed and global),
+# Dropout, Tanh and Scale, and an MLP
 # through the shape and sum ops, both written here), each extracted twice from the same parameters: --format dpm for
 # `dpmctl predict --out` (dpm's outputs on 1000 test images) and --format
 # onnx. tests/e2e/onnx_check.py then runs onnx.checker.check_model
@@ -33,13 +34,16 @@ cat >>"$T/cnn_bn.yaml" <<'YAML'
   - {op: SpatialBN, in: [conv1], out: bn1}
   - {op: Relu, in: [bn1], out: bn1}
   - {op: MaxPool, in: [bn1], out: pool1, kernel: 2, stride: 2}
-  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 3, pad: 1}
+  - {op: Conv, in: [pool1], out: conv2, dim_out: 16, kernel: 3, pad: 1, no_bias: true, group: 2}
   - {op: SpatialBN, in: [conv2], out: bn2, epsilon: 0.001}
   - {op: Tanh, in: [bn2], out: bn2}
   - {op: AveragePool, in: [bn2], out: pool2, kernel: 3, stride: 2, pad: 1}
   - {op: Dropout, in: [pool2], out: drop, ratio: 0.3}
   - {op: Scale, in: [drop], out: drop, scale: 1.5}
-  - {op: FC, in: [drop], out: pred, dim_out: 10}
+  - {op: AveragePool, in: [drop], out: gap, global_pooling: true}
+  - {op: FC, in: [gap], out: pred_g, dim_out: 10}
+  - {op: FC, in: [drop], out: pred_l, dim_out: 10}
+  - {op: Add, in: [pred_l, pred_g], out: pred}
   - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}
 losses: [loss]
 update: {optimizer: momentum_sgd, momentum: 0.9, lr: {base: 0.05, policy: fixed}}

@@ -1,7 +1,7 @@
 # precision.compute bf16 end to end: dpm-train --dump-plan shows the Casts
 # (f32 masters, bf16 working copies and activations) and trains; dpmd serves
 # the model, and dpmctl get-blob reads a bf16 blob (2 bytes a value) and its
-# f32 master.
+# f32 master. Its plan also counts the parameters and forward FLOPs.
 . tests/e2e_lib.sh
 . tests/dpmd_lib.sh
 spec="$T/bf16.yaml"
@@ -13,6 +13,11 @@ echo "$plan" | grep -q "^[0-9]* Cast fc1_w_bf16:bf16\[256,784\] <- fc1_w:f32\[25
 echo "$plan" | grep -q "^[0-9]* FC fc1:bf16\[64,256\] <- data_bf16:bf16" ||
   die "FC not in bf16: $plan"
 echo "$plan" | grep -q "^[0-9]* MomentumSGD fc1_w:f32\[256,784\]" || die "update: $plan"
+# the count: the f32 masters once (784*256+256 + 256*128+128 + 128*10+10), not
+# their bf16 copies; 2 x 234,752 multiply-adds of the 3 FCs (784*256 + 256*128 + 128*10)
+echo "$plan" | grep -q "^# parameters: 235146 trainable" || die "parameter count: $plan"
+echo "$plan" | grep -q "^# forward per example: 0.0004695 GFLOPs = 2 x 234752 multiply-adds of 0 Conv and 3 FC" ||
+  die "FLOP count: $plan"
 out=$(build/dpm-train "$spec" --iters 5 --json) || die "bf16 training failed: $out"
 start_dpmd
 ctl submit "$spec" --name b --devices cpu:0,cpu:1 >/dev/null

@@ -76,6 +76,8 @@ static opcase cases[] = {
   CASE("Conv 3x3 stride 2", "Conv", "dim_out=5 kernel=3 pad=1 stride=2", 3, 1, .in = {IN(T4(2, 3, 9, 8)), IN(T4(5, 3, 3, 3)), IN(VEC(5))}, EXACT_FD, LINEAR),
   CASE("Conv 5x5 fused Relu", "Conv", "dim_out=6 kernel=5 pad=2", 3, 1, .in = {IN(T4(2, 2, 8, 8)), IN(T4(6, 2, 5, 5)), IN(VEC(6))}, .fuse = DPM_FUSE_RELU),
   CASE("Conv first layer", "Conv", "dim_out=8 kernel=5 pad=2", 3, 1, .in = {NOGRAD(T4(3, 1, 12, 12), 0), IN(T4(8, 1, 5, 5)), IN(VEC(8))}, EXACT_FD, LINEAR),
+  CASE("Conv group 2", "Conv", "dim_out=6 kernel=3 pad=1 group=2", 3, 1, .in = {IN(T4(2, 4, 7, 5)), IN(T4(6, 2, 3, 3)), IN(VEC(6))}, EXACT_FD, LINEAR),
+  CASE("Conv no bias", "Conv", "dim_out=5 kernel=3 pad=1 stride=2 no_bias=true", 2, 1, .in = {IN(T4(2, 3, 9, 8)), IN(T4(5, 3, 3, 3))}, EXACT_FD, LINEAR),
   CASE("MaxPool 2x2", "MaxPool", "kernel=2 stride=2", 1, 1, .in = {INV(T4(2, 3, 5, 7), SPACED)}, EXACT_FD),
   CASE("MaxPool 3x3 pad 1", "MaxPool", "kernel=3 stride=2 pad=1", 1, 1, .in = {INV(T4(1, 2, 6, 5), SPACED)}, EXACT_FD),
   CASE("MaxPool 3x3 overlapping", "MaxPool", "kernel=3", 1, 1, .in = {INV(T4(2, 1, 4, 5), SPACED)}, EXACT_FD),
@@ -84,6 +86,7 @@ static opcase cases[] = {
   CASE("MaxPool grad fused Relu", "MaxPool", "kernel=2 stride=2", 1, 1, .in = {INV(T4(2, 3, 6, 6), SPACED)}, .gfuse = DPM_FUSE_RELU_GRAD),
   CASE("AveragePool 2x2", "AveragePool", "kernel=2 stride=2", 1, 1, .in = {IN(T4(2, 3, 5, 7))}, EXACT_FD),
   CASE("AveragePool 3x3 pad 1", "AveragePool", "kernel=3 stride=2 pad=1", 1, 1, .in = {IN(T4(1, 2, 6, 5))}, EXACT_FD),
+  CASE("AveragePool global", "AveragePool", "global_pooling=true", 1, 1, .in = {IN(T4(2, 3, 7, 5))}, EXACT_FD),
   CASE("SpatialBN train", "SpatialBN", NULL, 5, 1, .in = {IN(T4(2, 4, 1, 7)), IN(VEC(4)), IN(VEC(4)), NOGRAD(VEC(4), 0), NOGRAD(VEC(4), POS)}),
   /* each channel's sums in 3 parts of 4096 (cuda_bn_parts) */
   CASE("SpatialBN train, 3 parts", "SpatialBN", NULL, 5, 1, .in = {IN(T4(6, 2, 48, 48)), IN(VEC(2)), IN(VEC(2)), NOGRAD(VEC(2), 0), NOGRAD(VEC(2), POS)}, .no_fd = 1),
@@ -95,7 +98,9 @@ static opcase cases[] = {
   CASE("Softmax", "Softmax", NULL, 1, 1, .in = {IN(MAT(6, 10))}),
   CASE("Softmax 4-D", "Softmax", NULL, 1, 1, .in = {IN(T4(2, 3, 2, 2))}),
   CASE("SoftmaxWithLoss", "SoftmaxWithLoss", NULL, 2, 2, .in = {IN(MAT(8, 10)), LABELS(8, 10)}),
+  CASE("SoftmaxWithLoss smoothed", "SoftmaxWithLoss", "label_smoothing=0.1", 2, 2, .in = {IN(MAT(8, 10)), LABELS(8, 10)}),
   CASE("Accuracy", "Accuracy", NULL, 2, 1, .in = {IN(MAT(50, 4)), LABELS(50, 4)}),
+  CASE("Accuracy top 3", "Accuracy", "top_k=3", 2, 1, .in = {IN(MAT(50, 7)), LABELS(50, 7)}),
   /* updates run in place, as the engine binds them */
   CASE("SGD", "SGD", "weight_decay=0.01", 3, 1, .in = {IN(MAT(7, 9)), IN(MAT(7, 9)), INV(SCALAR, POS)}, .alias = {1}),
   CASE("MomentumSGD", "MomentumSGD", "momentum=0.9 weight_decay=0.001", 4, 2, .in = {IN(VEC(301)), IN(VEC(301)), IN(VEC(301)), INV(SCALAR, POS)}, .alias = {1, 3}),

@@ -277,13 +277,17 @@ TEST(cuda_elem_softmax_with_loss_matches_cpu) {
     for (int r = 0; r < ROWS; r++) lab[r] = (float)label_of(r, d);
     int32_t label[ROWS];
     for (int r = 0; r < ROWS; r++) label[r] = label_of(r, d);
-    /* the rows without NaN, then all of them (NaN loss) */
-    for (int rows = ROWS - 1; rows <= ROWS; rows++) {
+    /* the rows without NaN, then all of them (NaN loss); no label
+     * smoothing, then 0.1 */
+    for (int k = 0; k < 4; k++) {
+      const int rows = ROWS - 1 + k % 2;
+      const float eps = k >= 2 ? 0.1f : 0.f;
+      const char *args = k >= 2 ? "label_smoothing=0.1" : "";
       dpm_tensor t[2] = {ot_tensor(ot_f32(2, rows, (int)d), x),
                          ot_tensor(ot_i32(1, rows), lab)};
       float want_loss;
-      int ok = cpu_run("SoftmaxWithLoss", "", 2, t, 2, 1, &want_loss) &&
-               cpu_run("SoftmaxWithLoss", "", 2, t, 2, 0, want_y);
+      int ok = cpu_run("SoftmaxWithLoss", args, 2, t, 2, 1, &want_loss) &&
+               cpu_run("SoftmaxWithLoss", args, 2, t, 2, 0, want_y);
       dpm_tensor_fini(&t[0]);
       dpm_tensor_fini(&t[1]);
       CHECK(ok);
@@ -292,7 +296,7 @@ TEST(cuda_elem_softmax_with_loss_matches_cpu) {
         CHECK(near(y[i], want_y[i], 1e-6, fabs(want_y[i])));
       double part[REDUCE];
       for (int l = 0; l < REDUCE; l++)
-        part[l] = dpm_swl_loss_part(y, label, rows, d, l, REDUCE);
+        part[l] = dpm_swl_loss_part(y, label, rows, d, eps, l, REDUCE);
       float loss = (float)(dpm_tree_sum_d(part, REDUCE) / (double)rows);
       if (!near(loss, want_loss, 1e-6, fabs(want_loss))) {
         printf("    d %lld rows %d: loss %.9g, cpu %.9g\n", (long long)d, rows, loss,
@@ -319,13 +323,14 @@ TEST(cuda_elem_softmax_with_loss_gradient_matches_cpu) {
       label[r] = label_of(r, d);
       lab[r] = (float)label[r];
     }
-    for (int k = 0; k < 2 * ND; k++) {
-      float dloss = dlosses[k % ND];
-      int with_dy = k >= ND;
+    for (int k = 0; k < 4 * ND; k++) { /* label smoothing 0, then 0.1 */
+      float dloss = dlosses[k % ND], eps = k >= 2 * ND ? 0.1f : 0.f;
+      int with_dy = k % (2 * ND) >= ND;
+      const char *args = eps != 0.f ? "label_smoothing=0.1" : "";
       dpm_tensor t[4] = {ot_tensor(ot_f32(2, ROWS, (int)d), y),
                          ot_tensor(ot_i32(1, ROWS), lab), ot_tensor(ot_f32(0), &dloss),
                          ot_tensor(ot_f32(2, ROWS, (int)d), dy)};
-      int ok = cpu_run("SoftmaxWithLossGradient", "", 3 + with_dy, t, 1, 0, want);
+      int ok = cpu_run("SoftmaxWithLossGradient", args, 3 + with_dy, t, 1, 0, want);
       for (int i = 0; i < 4; i++) dpm_tensor_fini(&t[i]);
       CHECK(ok);
       for (int r = 0; r < ROWS; r++) {
@@ -333,8 +338,8 @@ TEST(cuda_elem_softmax_with_loss_gradient_matches_cpu) {
         float s = dpm_swl_row_scale(dloss, ROWS, label[r], d);
         float dot = with_dy ? lane_dot(yr, dyr, d) : 0.f;
         for (int64_t j = 0; j < d; j++) {
-          float g =
-              dpm_swl_grad(yr[j], j, label[r], s, with_dy, with_dy ? dyr[j] : 0.f, dot);
+          float g = dpm_swl_grad(yr[j], j, label[r], s, eps, d, with_dy,
+                                 with_dy ? dyr[j] : 0.f, dot);
           float c = want[r * d + j];
           /* bitwise without dY (no reduction); with it, within 1e-6 of its terms */
           int ok_j = with_dy ? near(g, c, 1e-6,
@@ -364,17 +369,21 @@ TEST(cuda_elem_accuracy_matches_cpu) {
       if (r % 3 == 0) x[r * d + label[r]] = 1e6f;
       lab[r] = (float)label[r];
     }
-    for (int rows = 1; rows <= ROWS; rows++) {
+    /* top_k 1, then 3 where there are 3 classes */
+    for (int q = 0; q < 2 * ROWS; q++) {
+      const int rows = 1 + q % ROWS;
+      const int64_t k = q >= ROWS ? 3 : 1;
+      if (k > d) continue;
       dpm_tensor t[2] = {ot_tensor(ot_f32(2, rows, (int)d), x),
                          ot_tensor(ot_i32(1, rows), lab)};
       float want;
-      int ok = cpu_run("Accuracy", "", 2, t, 1, 0, &want);
+      int ok = cpu_run("Accuracy", k == 1 ? "" : "top_k=3", 2, t, 1, 0, &want);
       dpm_tensor_fini(&t[0]);
       dpm_tensor_fini(&t[1]);
       CHECK(ok);
       int64_t correct = 0;
       for (int l = 0; l < REDUCE; l++)
-        correct += dpm_accuracy_part(x, label, rows, d, l, REDUCE);
+        correct += dpm_accuracy_part(x, label, rows, d, k, l, REDUCE);
       float got = (float)((double)correct / (double)rows);
       if (!same_bits(got, want)) {
         printf("    d %lld rows %d: %.9g, cpu %.9g\n", (long long)d, rows, got, want);

@@ -4,11 +4,15 @@
  * training on CPU and fenced devices; the warm-up starts at
  * start_multiplier (0.1 unless given, alias warmup_start), so step 1 does not
  * run at lr 0; spec mistakes name file:line:column; the spec hash of a spec
- * that does not use the new keys is what it was, so its checkpoints load. */
+ * that does not use the new keys is what it was, so its checkpoints load;
+ * the cosine policy follows its formula in training and resumes from a
+ * checkpoint. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/spec.h"
 #include "engine/model.h"
@@ -82,7 +86,7 @@ TEST(update_net_decays_weights_only) {
 typedef struct {
   float v[N_PARAMS][256];
   int n[N_PARAMS];
-  float lr[3]; /* the rate steps 1, 2 and 3 ran at */
+  float lr[6]; /* the rate steps 1 to 6 ran at */
 } after;
 
 /* `steps` steps of spec on one device of `kind`, into *out; 1 when all ran. */
@@ -98,7 +102,7 @@ static int train(const Dpm__ModelSpec *spec, dpm_device_kind kind, int steps,
     ok = !dpm_trainer_step(t, 1, &st, &err);
     dpm_tensor lr = {0};
     ok = ok && !dpm_trainer_read_blob(t, "lr", &lr, &err);
-    if (ok && s < 3) out->lr[s] = dpm_f32(&lr)[0];
+    if (ok && s < 6) out->lr[s] = dpm_f32(&lr)[0];
     dpm_tensor_fini(&lr);
   }
   for (int p = 0; ok && p < N_PARAMS; p++) {
@@ -188,6 +192,73 @@ static void warmup_in_training(dpm_device_kind kind) {
 
 TEST(warmup_starts_at_start_multiplier_cpu) { warmup_in_training(DPM_DEVICE_CPU); }
 TEST(fenced_warmup_starts_at_start_multiplier) { warmup_in_training(DPM_DEVICE_FENCED); }
+
+/* The cosine policy from a spec, with its warm-up inside max_iter: step
+ * it + 1 runs at 0.1 * (f + (1 - f) (1 + cos(pi min(it, T) / T)) / 2),
+ * times the warm-up's factor for it < warmup_iters; past T it stays at
+ * 0.1 f. Computed as the kernels do, in double, then rounded to float. */
+static void cosine_in_training(dpm_device_kind kind) {
+  Dpm__ModelSpec *spec = spec_of(0, "",
+                                 ", policy: cosine, max_iter: 4, final_multiplier: 0.2,"
+                                 " warmup_iters: 2, start_multiplier: 0.5");
+  after a = {0};
+  int ok = spec && train(spec, kind, 6, &a);
+  dpm_spec_free(spec);
+  CHECK(ok);
+  for (int it = 0; it < 6; it++) {
+    double t = it < 4 ? it : 4, f = 0.2;
+    double rate = 0.1 * (f + (1.0 - f) * 0.5 * (1.0 + cos(M_PI * t / 4.0)));
+    if (it < 2) rate *= 0.5 + (1.0 - 0.5) * it / 2.0;
+    if (a.lr[it] != (float)rate)
+      dpm_test_fail(__FILE__, __LINE__, "%s: step %d ran at %.9g, want %.9g",
+                    dpm_device_kind_name(kind), it + 1, a.lr[it], (float)rate);
+  }
+  CHECK(a.lr[5] == (float)(0.1 * 0.2));
+}
+
+TEST(cosine_lr_in_training_cpu) { cosine_in_training(DPM_DEVICE_CPU); }
+
+/* A checkpoint in the middle of the warm-up and the cosine resumes the
+ * schedule: 3 steps, checkpoint, a new trainer loads it and runs 3 more at
+ * the rates of one run of 6. */
+TEST(cosine_lr_resumes_from_a_checkpoint) {
+  const char *lr =
+      ", policy: cosine, max_iter: 5, final_multiplier: 0.1, warmup_iters: 4";
+  Dpm__ModelSpec *spec = spec_of(0, "", lr);
+  after whole = {0};
+  int ok = spec && train(spec, DPM_DEVICE_CPU, 6, &whole);
+  char path[] = "/tmp/dpm_cosine_ckpt_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd >= 0) close(fd);
+  float got[6] = {0};
+  dpm_trainer_options opt = {.devices = 1, .kind = DPM_DEVICE_CPU, .net_type = -1};
+  dpm_err err = {0};
+  dpm_step_stats st;
+  for (int part = 0; ok && part < 2; part++) {
+    dpm_trainer *t = NULL;
+    ok = fd >= 0 && !dpm_trainer_create(spec, &opt, &t, &err) &&
+         (part == 0 || !dpm_trainer_load(t, NULL, path, &err));
+    for (int s = 0; ok && s < 3; s++) {
+      dpm_tensor r = {0};
+      ok =
+          !dpm_trainer_step(t, 1, &st, &err) && !dpm_trainer_read_blob(t, "lr", &r, &err);
+      if (ok) got[3 * part + s] = dpm_f32(&r)[0];
+      dpm_tensor_fini(&r);
+    }
+    if (ok && part == 0) ok = !dpm_trainer_checkpoint(t, NULL, path, &err);
+    dpm_trainer_destroy(t);
+  }
+  if (fd >= 0) unlink(path);
+  dpm_spec_free(spec);
+  if (!ok) printf("    %s\n", err.msg);
+  CHECK(ok);
+  for (int s = 0; ok && s < 6; s++)
+    if (got[s] != whole.lr[s])
+      dpm_test_fail(__FILE__, __LINE__, "step %d: %.9g resumed, %.9g in one run", s + 1,
+                    got[s], whole.lr[s]);
+  CHECK(whole.lr[3] != whole.lr[4] && whole.lr[4] != whole.lr[5]); /* still moving */
+}
+TEST(fenced_cosine_lr_in_training) { cosine_in_training(DPM_DEVICE_FENCED); }
 
 /* The spec's default reaches LearningRate: 0.1, the given value otherwise. */
 TEST(warmup_default_start_multiplier) {

@@ -131,6 +131,30 @@ TEST(model_names_params_caffe2_style) {
   dpm_model_fini(&m);
 }
 
+/* Two Accuracy ops, top-5 first: the model reports the top-1 one; with
+ * top-k ones only, the first. */
+TEST(model_picks_the_top1_accuracy) {
+  const char *yaml = HEADER "forward:\n  - {op: FC, in: [data], out: pred, dim_out: 6}\n"
+                            "  - {op: Accuracy, in: [pred, label], out: acc5, top_k: 5}\n"
+                            "  - {op: Accuracy, in: [pred, label], out: acc1}\n" MLP_TAIL;
+  dpm_model m;
+  dpm_err err = {0};
+  CHECK_INT(build(yaml, &m, &err), DPM_OK);
+  CHECK(m.accuracy && !strcmp(m.accuracy, "acc1"));
+  dpm_model_fini(&m);
+  const char *only5 =
+      HEADER "forward:\n  - {op: FC, in: [data], out: pred, dim_out: 6}\n"
+             "  - {op: Accuracy, in: [pred, label], out: acc5, top_k: 5}\n"
+             "  - {op: Accuracy, in: [pred, label], out: acc3, top_k: 3}\n" MLP_TAIL;
+  CHECK_INT(build(only5, &m, &err), DPM_OK);
+  CHECK(m.accuracy && !strcmp(m.accuracy, "acc5"));
+  dpm_model_fini(&m);
+  expect_error("forward:\n  - {op: FC, in: [data], out: pred, dim_out: 4}\n"
+               "  - {op: Accuracy, in: [pred, label], out: acc, top_k: 5}\n" MLP_TAIL,
+               DPM_SPEC,
+               "m.yaml:5: op #2 (Accuracy): top_k 5 is more than the 4 classes");
+}
+
 /* An in-place Relu after FC is fused into it (train and test nets), and the
  * nets still compute what the unfused ops would: the Relu's gradient reads
  * the fused output. */

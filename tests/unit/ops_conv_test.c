@@ -3,6 +3,7 @@
  * gradient checks with strides, padding, odd sizes and 1x1 kernels, with and
  * without the input gradient, rejection of bad shapes and arguments, and
  * Conv fused with the Relu after it. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "backend/cpu/gemm.h"
@@ -164,6 +165,129 @@ TEST(op_conv_gradcheck_many_filters) {
   CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
   c = conv_case("dim_out=50 kernel=3 pad=1 stride=2", 2, 3, 7, 5, 50, 3, 16);
   CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
+}
+
+/* no_bias: the op takes X and W only and equals Conv with a zero bias, on
+ * both the plain and the transposed forms (M >= 48). */
+TEST(op_conv_no_bias_forward) {
+  const int shapes[][4] = {{3, 2, 3, 1}, {50, 3, 3, 1}};
+  for (int k = 0; k < 2; k++) {
+    const int m = shapes[k][0], ch = shapes[k][1], kk = shapes[k][2], p = shapes[k][3];
+    char args[96], args_nb[128];
+    snprintf(args, sizeof args, "dim_out=%d kernel=%d pad=%d", m, kk, p);
+    snprintf(args_nb, sizeof args_nb, "%s no_bias=true", args);
+    ot_case with = conv_case(args, 2, ch, 5, 4, m, kk, 21);
+    float *zero = calloc((size_t)m, sizeof *zero);
+    with.in[2].f = zero;
+    ot_case without = with;
+    without.args = args_nb;
+    without.n_in = 2;
+    dpm_tensor a, b;
+    dpm_err err = {0};
+    int ok_a = ot_forward(&with, &a, &err) == DPM_OK;
+    int ok_b = ot_forward(&without, &b, &err) == DPM_OK;
+    double diff =
+        ok_a && ok_b ? ot_maxdiff(dpm_f32(&a), dpm_f32(&b), dpm_tensor_numel(&a)) : -1;
+    if (ok_a) dpm_tensor_fini(&a);
+    if (ok_b) dpm_tensor_fini(&b);
+    free(zero);
+    CHECK(ok_a && ok_b);
+    CHECK(diff == 0);
+  }
+}
+
+/* no_bias gradients: dW and dX, no db. */
+TEST(op_conv_gradcheck_no_bias) {
+  ot_case c =
+      conv_case("dim_out=2 kernel=3 pad=1 stride=2 no_bias=true", 2, 3, 7, 5, 2, 3, 2);
+  c.n_in = 2;
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
+  c = conv_case("dim_out=49 kernel=1 no_bias=true", 2, 22, 3, 4, 49, 1, 15);
+  c.n_in = 2;
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
+}
+
+/* Grouped convolution against a direct one, group by group: output
+ * channel f sees input channels [f / (M/G) * C/G, +C/G) only. */
+static double grouped_vs_ref(int n, int c, int h, int wd, int m, int k, int s, int p,
+                             int grp, int no_bias) {
+  char args[128];
+  snprintf(args, sizeof args, "dim_out=%d kernel=%d stride=%d pad=%d group=%d%s", m, k, s,
+           p, grp, no_bias ? " no_bias=true" : "");
+  const int cg = c / grp, mg = m / grp;
+  int nx = n * c * h * wd, nw = m * cg * k * k;
+  float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w),
+        *b = malloc(m * sizeof *b);
+  for (int i = 0; i < nx; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.f;
+  for (int i = 0; i < nw; i++) w[i] = (float)((i * 53 % 89) - 44) / 44.f;
+  for (int i = 0; i < m; i++) b[i] = no_bias ? 0.f : (float)i / 7.f;
+  int ho = (h + 2 * p - k) / s + 1, wo = (wd + 2 * p - k) / s + 1;
+  double *want = calloc((size_t)n * m * ho * wo, sizeof *want);
+  for (int i = 0; i < n; i++)
+    for (int f = 0; f < m; f++)
+      for (int oy = 0; oy < ho; oy++)
+        for (int ox = 0; ox < wo; ox++) {
+          double acc = b[f];
+          for (int ch = 0; ch < cg; ch++)
+            for (int ky = 0; ky < k; ky++)
+              for (int kx = 0; kx < k; kx++) {
+                int iy = oy * s + ky - p, ix = ox * s + kx - p, xc = f / mg * cg + ch;
+                if (iy >= 0 && iy < h && ix >= 0 && ix < wd)
+                  acc += (double)w[((f * cg + ch) * k + ky) * k + kx] *
+                         x[((i * c + xc) * h + iy) * wd + ix];
+              }
+          want[((i * m + f) * ho + oy) * wo + ox] = acc;
+        }
+  ot_case cs = conv_case(args, n, c, h, wd, m, k, 0);
+  cs.in[1].shape = ot_f32(4, m, cg, k, k);
+  cs.in[0].f = x, cs.in[1].f = w, cs.in[2].f = b;
+  cs.n_in = no_bias ? 2 : 3;
+  dpm_tensor y;
+  dpm_err err = {0};
+  double worst = -1;
+  if (ot_forward(&cs, &y, &err) == DPM_OK) {
+    worst = 0;
+    for (int64_t i = 0; i < dpm_tensor_numel(&y); i++)
+      worst = fmax(worst, fabs(dpm_f32(&y)[i] - want[i]));
+    dpm_tensor_fini(&y);
+  } else {
+    printf("    %s\n", err.msg);
+  }
+  free(x), free(w), free(b), free(want);
+  return worst;
+}
+
+/* Groups on both lowerings and both forms: depthwise-like (C/G 1), small
+ * and large C/G x k, many filters per group, with and without a bias. */
+TEST(op_conv_group_matches_direct) {
+  CHECK_WITHIN(grouped_vs_ref(2, 4, 7, 6, 6, 3, 1, 1, 2, 0), 1e-4);
+  CHECK_WITHIN(grouped_vs_ref(2, 6, 9, 8, 6, 3, 2, 1, 6, 1), 1e-4);
+  CHECK_WITHIN(grouped_vs_ref(1, 64, 6, 5, 8, 3, 1, 1, 2, 0), 1e-4);
+  CHECK_WITHIN(grouped_vs_ref(2, 8, 5, 5, 100, 1, 1, 0, 2, 1), 1e-4);
+}
+
+TEST(op_conv_group_gradcheck) {
+  ot_case c = conv_case("dim_out=6 kernel=3 pad=1 stride=2 group=3", 2, 6, 7, 5, 6, 3, 4);
+  c.in[1].shape = ot_f32(4, 6, 2, 3, 3);
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 200), 1e-3);
+  c = conv_case("dim_out=100 kernel=3 pad=1 group=2 no_bias=true", 1, 44, 4, 3, 100, 3,
+                5);
+  c.in[1].shape = ot_f32(4, 100, 22, 3, 3);
+  c.n_in = 2;
+  CHECK_WITHIN(ot_gradcheck(&c, EPS, 300), 1e-3);
+}
+
+TEST(op_conv_group_must_divide) {
+  ot_case c = conv_case("dim_out=6 kernel=3 group=4", 1, 8, 5, 5, 6, 3, 1);
+  CHECK(ot_rejects(&c, "group 4 must divide the input channels (8) and dim_out (6)"));
+  c = conv_case("dim_out=6 kernel=3 group=4", 1, 6, 5, 5, 8, 3, 1);
+  c.args = "dim_out=8 kernel=3 group=4";
+  CHECK(ot_rejects(&c, "group 4 must divide the input channels (6) and dim_out (8)"));
+  c.args = "dim_out=8 kernel=3 group=0";
+  CHECK(ot_rejects(&c, "'group'"));
+  /* the weight is [M, C/G, k, k] */
+  c = conv_case("dim_out=4 kernel=3 group=2", 1, 4, 5, 5, 4, 3, 1);
+  CHECK(ot_rejects(&c, "weight must be f32[4,2,3,3], got f32[4,4,3,3]"));
 }
 
 /* Stride 1 with Wo == W, where lower and unlower move whole planes, on both

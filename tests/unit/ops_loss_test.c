@@ -204,6 +204,85 @@ TEST(loss_softmax_with_loss_gradcheck) {
   }
 }
 
+/* label_smoothing eps: loss -sum q log p with q = (1 - eps) onehot + eps/K,
+ * against a double computation; gradient (p - q) / N by hand and by finite
+ * differences; eps 0 gives the plain loss bit for bit; 1 is refused. */
+TEST(loss_softmax_with_loss_label_smoothing) {
+  const float x[] = {1, 2, 3, 0.5f, -1, 1, 1, 2};
+  const int32_t label[] = {2, 0};
+  const double eps = 0.1;
+  ot_case c = {
+      .op = "SoftmaxWithLoss",
+      .args = "label_smoothing=0.1",
+      .n_in = 2,
+      .n_out = 2,
+      .in = {{.shape = ot_f32(2, 2, 4), .f = x}, {.shape = ot_i32(1, 2), .i = label}}};
+  double want = 0;
+  for (int i = 0; i < 2; i++) {
+    double p[4];
+    ref_softmax(x + 4 * i, p, 4);
+    for (int j = 0; j < 4; j++)
+      want -= ((j == label[i] ? 1 - eps : 0) + eps / 4) * log(p[j]) / 2;
+  }
+  dpm_tensor y[2];
+  dpm_err err = {0};
+  CHECK_INT(ot_forward(&c, y, &err), DPM_OK);
+  if (err.code) return;
+  CHECK_NEAR(dpm_f32(&y[1])[0], want, 1e-6);
+  dpm_tensor_fini(&y[0]), dpm_tensor_fini(&y[1]);
+  /* gradient by hand: (p - q) * dloss / N */
+  float sm[8], dx[8];
+  const float dloss = 1.f;
+  for (int i = 0; i < 2; i++) {
+    double p[4];
+    ref_softmax(x + 4 * i, p, 4);
+    for (int j = 0; j < 4; j++) sm[4 * i + j] = (float)p[j];
+  }
+  dpm_tensor t[3] = {ot_tensor(ot_f32(2, 2, 4), sm), ot_tensor(ot_i32(1, 2), NULL),
+                     ot_tensor(ot_f32(0), &dloss)};
+  memcpy(t[1].data, label, sizeof label);
+  dpm_tensor out = ot_tensor(ot_f32(2, 2, 4), NULL);
+  int ran =
+      !ot_run_op("SoftmaxWithLossGradient", "label_smoothing=0.1", 0, 3,
+                 (dpm_tensor *[]){&t[0], &t[1], &t[2]}, 1, (dpm_tensor *[]){&out}, &err);
+  if (ran) memcpy(dx, out.data, sizeof dx);
+  for (int k = 0; k < 3; k++) dpm_tensor_fini(&t[k]);
+  dpm_tensor_fini(&out);
+  CHECK(ran);
+  for (int i = 0; ran && i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      double q = (j == label[i] ? 1 - eps : 0) + eps / 4;
+      CHECK_NEAR(dx[4 * i + j], (sm[4 * i + j] - q) / 2, 1e-7);
+    }
+  /* finite differences */
+  float xg[7 * 11];
+  int32_t lg[7];
+  logits(xg, 77);
+  for (int i = 0; i < 7; i++) lg[i] = (int32_t)(i * 5 % 11), xg[i * 11 + lg[i]] += 3.f;
+  ot_case g = {.op = "SoftmaxWithLoss",
+               .args = "label_smoothing=0.2",
+               .n_in = 2,
+               .n_out = 2,
+               .in = {{.shape = ot_f32(2, 7, 11), .f = xg},
+                      {.shape = ot_i32(1, 7), .i = lg, .no_grad = 1}}};
+  CHECK_WITHIN(ot_gradcheck(&g, 2e-2, 200), 1e-3);
+  /* 0 is today's loss, bit for bit */
+  ot_case plain = c, zero = c;
+  plain.args = "";
+  zero.args = "label_smoothing=0";
+  dpm_tensor a[2], b[2];
+  int ok_a = ot_forward(&plain, a, &err) == DPM_OK,
+      ok_b = ot_forward(&zero, b, &err) == 0;
+  int same = ok_a && ok_b && !memcmp(a[1].data, b[1].data, sizeof(float));
+  if (ok_a) dpm_tensor_fini(&a[0]), dpm_tensor_fini(&a[1]);
+  if (ok_b) dpm_tensor_fini(&b[0]), dpm_tensor_fini(&b[1]);
+  CHECK(same);
+  c.args = "label_smoothing=1";
+  CHECK(ot_rejects(&c, "label_smoothing must be below 1"));
+  c.args = "label_smoothing=-0.1";
+  CHECK(ot_rejects(&c, "label_smoothing"));
+}
+
 TEST(loss_softmax_with_loss_rejects_bad_label) {
   ot_case c = {.op = "SoftmaxWithLoss",
                .n_in = 2,
@@ -237,6 +316,34 @@ TEST(loss_accuracy_forward) {
   CHECK_INT(y[0].shape.ndim, 0);
   CHECK(dpm_f32(&y[0])[0] == 0.5f);
   dpm_tensor_fini(&y[0]);
+}
+
+/* top_k: Caffe2's ranking (ties go to the lower index); a label out of
+ * range is wrong; top_k above the class count is refused. */
+TEST(loss_accuracy_top_k) {
+  /* row 0: label 3 ranks third (0.9 > 0.5 > 0.4): in top 3, not top 2.
+   * row 1: all tie; label 2 has two lower indices ahead: in top 3 only.
+   * row 2: label 0 is the max: in every top k. row 3: label 7: wrong. */
+  const float x[] = {0.9f, 0.5f, 0.1f, 0.4f, 1, 1, 1, 1, 5, 1, 2, 3, 1, 2, 3, 4};
+  const int32_t label[] = {3, 2, 0, 7};
+  const float want[] = {0.25f, 0.25f, 0.75f, 0.75f};
+  const char *args[] = {"top_k=1", "top_k=2", "top_k=3", "top_k=4"};
+  for (int k = 0; k < 4; k++) {
+    ot_case c = {
+        .op = "Accuracy",
+        .args = args[k],
+        .n_in = 2,
+        .n_out = 1,
+        .in = {{.shape = ot_f32(2, 4, 4), .f = x}, {.shape = ot_i32(1, 4), .i = label}}};
+    CHECK(ot_forward_is(&c, dpm_shape_scalar(DPM_F32), &want[k], 0));
+  }
+  ot_case c = {
+      .op = "Accuracy",
+      .args = "top_k=5",
+      .n_in = 2,
+      .n_out = 1,
+      .in = {{.shape = ot_f32(2, 4, 4), .f = x}, {.shape = ot_i32(1, 4), .i = label}}};
+  CHECK(ot_rejects(&c, "top_k 5 is more than the 4 classes"));
 }
 
 TEST(loss_accuracy_has_no_gradient) {

@@ -270,6 +270,20 @@ static const struct {
     {"base_lr=0.1 policy=poly max_iter=10 power=2", 9, 0.001},
     {"base_lr=0.1 policy=poly max_iter=10 power=2", 10, 0.0},
     {"base_lr=0.1 policy=poly max_iter=10 power=2", 12, 0.0},
+    /* cosine: base * (f + (1 - f) * (1 + cos(pi * min(it, T) / T)) / 2) */
+    {"base_lr=0.1 policy=cosine max_iter=10", 0, 0.1},
+    {"base_lr=0.1 policy=cosine max_iter=10", 2, 0.1 * 0.5 * (1 + 0.80901699437494742)},
+    {"base_lr=0.1 policy=cosine max_iter=10", 5, 0.05},
+    {"base_lr=0.1 policy=cosine max_iter=10", 10, 0.0},
+    {"base_lr=0.1 policy=cosine max_iter=10", 12, 0.0},
+    {"base_lr=0.1 policy=cosine max_iter=10 final_multiplier=0.1", 5, 0.055},
+    {"base_lr=0.1 policy=cosine max_iter=10 final_multiplier=0.1", 10, 0.01},
+    {"base_lr=0.1 policy=cosine max_iter=10 final_multiplier=0.1", 1000, 0.01},
+    /* its warm-up counts inside max_iter and multiplies the cosine's rate */
+    {"base_lr=0.1 policy=cosine max_iter=10 warmup_iters=4 start_multiplier=0.25", 2,
+     0.1 * 0.5 * (1 + 0.80901699437494742) * 0.625},
+    {"base_lr=0.1 policy=cosine max_iter=10 warmup_iters=4 start_multiplier=0.25", 5,
+     0.05},
     /* warm-up from 0.25 of the rate over 4 iterations */
     {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 0, 0.025},
     {"base_lr=0.1 warmup_iters=4 start_multiplier=0.25", 1, 0.04375},
@@ -305,7 +319,9 @@ TEST(optim_lr_rejects_inconsistent_args) {
       {"base_lr=0.1 policy=step stepsize=0", "stepsize"},
       {"base_lr=0.1 policy=multistep", "multistep needs stepvalues"},
       {"base_lr=0.1 policy=multistep stepvalues=5,2", "stepvalues must increase"},
-      {"base_lr=0.1 policy=cosine", "policy"},
+      {"base_lr=0.1 policy=cosine", "cosine needs max_iter"},
+      {"base_lr=0.1 policy=linear", "policy"},
+      {"base_lr=0.1 policy=cosine max_iter=5 final_multiplier=1.5", "final_multiplier"},
       {"base_lr=0.1 start_multiplier=2", "start_multiplier"},
       {"base_lr=-1", "base_lr"},
   };

@@ -117,6 +117,39 @@ TEST(op_averagepool_gradcheck) {
   CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
 }
 
+/* global_pooling: each whole plane's mean, [N, C, 1, 1], square or not. */
+TEST(op_averagepool_global_forward) {
+  ot_case c = pool_case("AveragePool", "global_pooling=true", ot_f32(4, 1, 1, 4, 4), x4);
+  CHECK(ot_forward_is(&c, ot_f32(4, 1, 1, 1, 1), (const float[]){2.625f}, 0));
+  float x[2 * 3 * 2 * 5];
+  for (int i = 0; i < 60; i++) x[i] = (float)i;
+  c = pool_case("AveragePool", "global_pooling=true", ot_f32(4, 2, 3, 2, 5), x);
+  float want[6];
+  for (int p = 0; p < 6; p++) want[p] = (float)(10 * p) + 4.5f; /* 10p .. 10p + 9 */
+  CHECK(ot_forward_is(&c, ot_f32(4, 2, 3, 1, 1), want, 0));
+}
+
+TEST(op_averagepool_global_gradcheck) {
+  ot_case c =
+      pool_case("AveragePool", "global_pooling=true", ot_f32(4, 2, 3, 3, 5), NULL);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
+  c.in[0].shape = ot_f32(4, 1, 2, 7, 2);
+  CHECK_WITHIN(ot_gradcheck(&c, 1e-2, 200), 1e-3);
+}
+
+/* A window with global_pooling is refused; MaxPool has no global_pooling. */
+TEST(op_averagepool_global_refuses_window_args) {
+  const char *bad[] = {"global_pooling=true kernel=2", "global_pooling=true stride=2",
+                       "global_pooling=true pad=1"};
+  for (int i = 0; i < 3; i++) {
+    ot_case c = pool_case("AveragePool", bad[i], ot_f32(4, 1, 1, 4, 4), NULL);
+    CHECK(ot_rejects(&c, "kernel, stride and pad do not apply with global_pooling"));
+  }
+  ot_case c =
+      pool_case("MaxPool", "kernel=2 global_pooling=true", ot_f32(4, 1, 1, 4, 4), NULL);
+  CHECK(ot_rejects(&c, "unknown argument 'global_pooling'"));
+}
+
 TEST(op_pool_rejects_bad_shapes_and_args) {
   const char *ops[] = {"MaxPool", "AveragePool"};
   for (int i = 0; i < 2; i++) {

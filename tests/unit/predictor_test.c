@@ -330,6 +330,48 @@ TEST(predictor_uses_running_stats_and_no_dropout) {
   teardown(&f);
 }
 
+/* BN with a bias-less Conv: the model has no c1_b and no gradient of one,
+ * the predictor file none either, and the loaded predictor (whose Conv has
+ * two inputs) matches the test net. */
+TEST(predictor_conv_no_bias) {
+  static const char *const NOBIAS =
+      HEADER "forward:\n"
+             "  - {op: Conv, in: [data], out: c1, dim_out: 3, kernel: 3, pad: 1,"
+             " no_bias: true}\n"
+             "  - {op: SpatialBN, in: [c1], out: bn1}\n"
+             "  - {op: Relu, in: [bn1], out: bn1}\n"
+             "  - {op: FC, in: [bn1], out: pred, dim_out: 4}\n"
+             "  - {op: Softmax, in: [pred], out: prob}\n"
+             "  - {op: SoftmaxWithLoss, in: [pred, label], out: [softmax, loss]}\n"
+             "losses: [loss]\n"
+             "update: {optimizer: sgd, lr: {base: 0.05}}\n";
+  fixture f;
+  if (setup(&f, NOBIAS, 3)) return;
+  CHECK(dpm_shapes_get(&f.m.shapes, "c1_w") != NULL);
+  CHECK(dpm_shapes_get(&f.m.shapes, "c1_b") == NULL);
+  CHECK(dpm_shapes_get(&f.m.shapes, "c1_b_grad") == NULL);
+  dpm_err err = {0};
+  dpm_predictor *p = NULL;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  float x[BATCH * EX];
+  example(x, BATCH, 11);
+  if (dpm_predictor_extract(&f.m, &f.ws, DATA, 1, PROB, 1, &buf, &len, &err) ||
+      export(&f, PROB, 1, &err) || dpm_predictor_load(f.dir, &p, &err)) {
+    dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+  } else {
+    Dpm__PredictorDef *d = dpm__predictor_def__unpack(NULL, len, buf);
+    CHECK(d && d->n_op >= 1 && !strcmp(d->op[0]->type, "Conv") && d->op[0]->n_input == 2);
+    for (size_t i = 0; d && i < d->n_param; i++) CHECK(strcmp(d->param[i]->name, "c1_b"));
+    dpm__predictor_def__free_unpacked(d, NULL);
+    double diff = predictor_vs_test_net(&f, p, x, BATCH, "prob");
+    CHECK_WITHIN(diff, 1e-6);
+  }
+  free(buf);
+  dpm_predictor_free(p);
+  teardown(&f);
+}
+
 static void expect_refused(fixture *f, const char *const *in, int n_in,
                            const char *const *out, int n_out, const char *msg) {
   dpm_err err = {0};

@@ -309,8 +309,12 @@ TEST(spec_error_range_and_enum) {
   EXPECT(MINI "update: {weight_decay: 1e999}\n", "t.yaml:5:24: ", "out of range");
   EXPECT(MINI "update: {optimizer: adagrad}\n", "t.yaml:5:21: ",
          "'optimizer' must be one of: sgd, momentum_sgd, adam; got 'adagrad'");
+  EXPECT(MINI "update: {lr: {policy: linear}}\n",
+         "t.yaml:5:23: ", "one of: fixed, step, multistep, exp, inv, poly, cosine");
   EXPECT(MINI "update: {lr: {policy: cosine}}\n",
-         "t.yaml:5:23: ", "one of: fixed, step, multistep, exp, inv, poly");
+         "t.yaml:5:14: ", "lr policy cosine needs 'max_iter' >= 1");
+  EXPECT(MINI "update: {lr: {policy: cosine, max_iter: 9, final_multiplier: 2}}\n",
+         "t.yaml:5:", "'final_multiplier' must be in [0, 1]");
   EXPECT(MINI "input: {reader: leveldb}\n", "t.yaml:5:17: ",
          "one of: idx, synthetic, tar, lmdb, folder");
   EXPECT(MINI "input: {images: i, labels: l, shard_id: 2, num_shards: 2}\n",

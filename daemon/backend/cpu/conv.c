@@ -13,9 +13,9 @@
  * dimension are slow, so all kernel rows are folded into L: plain im2col,
  * one sgemm per image.
  *
- * L ends with a row of ones and W_0 with a column holding the bias, so the
- * bias is added by the first sgemm, and its gradient comes out of the first
- * dW sgemm as one more output.
+ * L ends with a row of ones and W_0 with a column holding the bias (zeros
+ * with no_bias), so the bias is added by the first sgemm, and its gradient
+ * comes out of the first dW sgemm as one more output.
  *
  * With many filters (M >= TRANSPOSED_MIN_FILTERS) the forward and the
  * weight gradient run transposed, so that the filters lie along the
@@ -29,7 +29,10 @@
  * zeroed columns rather than row by row.
  *
  * Fused with a following in-place Relu (DPM_FUSE_RELU), Conv applies it to
- * each image's output right after that image's sgemms, while it is in cache. */
+ * each image's output right after that image's sgemms, while it is in cache.
+ *
+ * With groups, each group is such a convolution of its own channels, run
+ * one after the other over the same scratch (sized for one group). */
 #include <string.h>
 
 #include "backend/cpu/gemm.h"
@@ -69,7 +72,7 @@ static void w_to_blocks(const conv_geom *g, const float *w, float *wb) {
 }
 
 /* The same blocks transposed, wt[t][(c*kg + a)*k + kx][m]; row R of block 0
- * is the bias. */
+ * is the bias (zeros without one). */
 static void w_to_blocks_t(const conv_geom *g, const float *w, const float *b, float *wt) {
   const int64_t kk = g->kg * g->k, ld = g->r + 1;
   for (int64_t t = 0; t < g->nt; t++)
@@ -79,7 +82,10 @@ static void w_to_blocks_t(const conv_geom *g, const float *w, const float *b, fl
         float *dst = wt + (t * ld + c * kk) * g->m + m;
         for (int64_t j = 0; j < kk; j++) dst[j * g->m] = src[j];
       }
-  memcpy(wt + g->r * g->m, b, g->m * sizeof *b);
+  if (b)
+    memcpy(wt + g->r * g->m, b, g->m * sizeof *b);
+  else
+    memset(wt + g->r * g->m, 0, g->m * sizeof *wt);
 }
 
 /* dst[j][i] = src[i][j] for an [rows, cols] src, in 16x16 blocks. */
@@ -259,23 +265,24 @@ static void relu_inplace(float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.f ? y[i] : 0.f;
 }
 
-static void conv_run(const dpm_op *op) {
-  conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
-  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *b = dpm_f32(op->in[2]);
-  float *y = dpm_f32(op->out[0]), *l = op->ctx->scratch, *wb = l + l_floats(&g),
-        *yt = wb + w_floats(&g);
+/* One group's convolution: x, y and the group's own w and b (b NULL: no
+ * bias), images at strides of all channels. */
+static void conv_group(const dpm_op *op, const conv_geom *gp, const float *x,
+                       const float *w, const float *b, float *y) {
+  const conv_geom g = *gp;
+  float *l = op->ctx->scratch, *wb = l + l_floats(&g), *yt = wb + w_floats(&g);
   const int64_t hw = g.ho * g.wo, ld = g.r + 1;
   const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
   if (g.tr) {
     w_to_blocks_t(&g, w, b, wb);
   } else {
     w_to_blocks(&g, w, wb);
-    for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b[m];
+    for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b ? b[m] : 0.f;
   }
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
-    float *yn = y + n * g.m * hw;
-    lower(&g, x + n * g.c * g.h * g.w, l);
+    float *yn = y + n * g.mt * hw;
+    lower(&g, x + n * g.ct * g.h * g.w, l);
     /* Block 0 includes the bias and the ones row; the rest add on. */
     for (int64_t t = 0; t < g.nt; t++) {
       int inner = (int)(t ? g.r : ld);
@@ -291,23 +298,35 @@ static void conv_run(const dpm_op *op) {
   }
 }
 
-static void conv_grad_run(const dpm_op *op) {
+static void conv_run(const dpm_op *op) {
   conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
-  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *dy = dpm_f32(op->in[2]);
-  float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
-  float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
-  float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]);
+  const float *b = conv_has_bias(op->node) ? dpm_f32(op->in[2]) : NULL;
+  float *y = dpm_f32(op->out[0]);
+  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo,
+                wn = g.m * g.c * g.k * g.k;
+  for (int64_t i = 0; i < g.grp; i++)
+    conv_group(op, &g, x + i * chw, w + i * wn, b ? b + i * g.m : NULL, y + i * mhw);
+}
+
+/* One group's gradients: x, dy, dx at strides of all channels, the
+ * group's own w, dw and db (each output NULL: not wanted). */
+static void conv_grad_group(const dpm_op *op, const conv_geom *gp, const float *x,
+                            const float *w, const float *dy, float *dw, float *db,
+                            float *dx) {
+  const conv_geom g = *gp;
   float *l = op->ctx->scratch, *wb = l + l_floats(&g), *dwt = wb + w_floats(&g),
         *dyt = dwt + w_floats(&g);
   const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
+  const int64_t xstride = g.ct * g.h * g.w;
   if (dx) w_to_blocks(&g, w, wb);
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
-    const float *dyn = dy + n * g.m * hw;
+    const float *dyn = dy + n * g.mt * hw;
     if (dw || db) {
       /* dW_t^T += L_t dY^T; block 0 gets db as its last row, from L's row
        * of ones. */
-      lower(&g, x + n * chw, l);
+      lower(&g, x + n * xstride, l);
       if (g.tr) transpose(dyn, g.m, hw, dyt);
       for (int64_t t = 0; t < g.nt; t++) {
         int rows = (int)(t ? g.r : ld);
@@ -329,7 +348,7 @@ static void conv_grad_run(const dpm_op *op) {
     }
     if (dx) {
       /* dL overwrites L but its row of ones. */
-      float *dxn = dx + n * chw;
+      float *dxn = dx + n * xstride;
       memset(l, 0, g.r * g.ll * sizeof *l);
       for (int64_t t = 0; t < g.nt; t++) /* dL_t += W_t^T dY */
         dpm_gemm_outer((int)g.r, (int)hw, (int)g.m, wb + t * g.m * ld, 1, ld, dyn, hw, 1,
@@ -340,6 +359,20 @@ static void conv_grad_run(const dpm_op *op) {
   }
   if (dw) blocks_t_to_w(&g, dwt, dw);
   if (db) memcpy(db, dwt + g.r * g.m, g.m * sizeof *db);
+}
+
+static void conv_grad_run(const dpm_op *op) {
+  conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
+  const float *x = dpm_f32(op->in[0]), *w = dpm_f32(op->in[1]), *dy = dpm_f32(op->in[2]);
+  float *dw = op->out[0] ? dpm_f32(op->out[0]) : NULL;
+  float *db = op->out[1] ? dpm_f32(op->out[1]) : NULL;
+  float *dx = op->out[2] ? dpm_f32(op->out[2]) : NULL;
+  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo,
+                wn = g.m * g.c * g.k * g.k;
+  for (int64_t i = 0; i < g.grp; i++)
+    conv_grad_group(op, &g, x + i * chw, w + i * wn, dy + i * mhw,
+                    dw ? dw + i * wn : NULL, db ? db + i * g.m : NULL,
+                    dx ? dx + i * chw : NULL);
 }
 
 const dpm_kernel_def DPM_CPU_KERNEL(CONV) = {.run = conv_run, .scratch = conv_scratch};

@@ -102,9 +102,19 @@ static double lr_poly(const dpm_arg *a, double it) {
   return left > 0 ? pow(left, a[LR_POWER].f) : 0.0;
 }
 
+/* final + (1 - final) * (1 + cos(pi * t / max_iter)) / 2, t = it clamped to
+ * max_iter: from 1 at iteration 0 to final_multiplier at max_iter, then
+ * flat. */
+static double lr_cosine(const dpm_arg *a, double it) {
+  double t = it < a[LR_MAX_ITER].f ? it : a[LR_MAX_ITER].f;
+  double fin = a[LR_FINAL_MULTIPLIER].f;
+  return fin + (1.0 - fin) * 0.5 * (1.0 + cos(M_PI * t / a[LR_MAX_ITER].f));
+}
+
 static const lr_policy lr_policies[] = {
-    [POL_FIXED] = lr_fixed, [POL_STEP] = lr_step, [POL_MULTISTEP] = lr_multistep,
-    [POL_EXP] = lr_exp,     [POL_INV] = lr_inv,   [POL_POLY] = lr_poly,
+    [POL_FIXED] = lr_fixed,   [POL_STEP] = lr_step, [POL_MULTISTEP] = lr_multistep,
+    [POL_EXP] = lr_exp,       [POL_INV] = lr_inv,   [POL_POLY] = lr_poly,
+    [POL_COSINE] = lr_cosine,
 };
 _Static_assert(sizeof lr_policies / sizeof *lr_policies == POL_COUNT, "lr policies");
 

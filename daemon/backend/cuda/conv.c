@@ -1,11 +1,13 @@
 /* The CUDA kernels of Conv and ConvGradient (ops/conv.c: 2-D
  * cross-correlation of NCHW float32, square kernels, one stride and one
- * padding for both sides, no groups or dilation: what the CPU supports),
+ * padding for both sides, groups (cudnnSetConvolutionGroupCount), no
+ * dilation: what the CPU supports),
  * through cuDNN's convolutions on the device's compute stream (dev->dnn
  * is bound to it).
  *
  * Conv: cudnnConvolutionForward, then the plugin's bias kernel adds b per
- * channel and applies the fused Relu (DPM_FUSE_RELU) in the same pass.
+ * channel (none with no_bias) and applies the fused Relu (DPM_FUSE_RELU)
+ * in the same pass.
  * ConvGradient: cudnnConvolutionBackwardFilter (dW), the plugin's
  * deterministic channel sum of dY (db, reduce.cu) and
  * cudnnConvolutionBackwardData (dX); each output may be NULL (not wanted),
@@ -15,7 +17,7 @@
  *
  * Algorithms: chosen once per problem and device, then cached in the
  * device's cache (algo.h) under (direction, batch, C, H, W, M, kernel,
- * stride, pad, the math flags, the workspace limit). The first choice
+ * stride, pad, the math flags, the workspace limit, groups). The first choice
  * times the candidates with cudnnFind*AlgorithmEx on the op's own tensors
  * (outputs are overwritten, then computed again) when no graph capture is
  * open on the stream and DPM_MATH_DETERMINISTIC is not asked for, else (or
@@ -98,8 +100,8 @@ typedef struct conv_call {
 } conv_call;
 
 static size_t conv_ws_rule(const conv_geom *g) {
-  int64_t big = g->n * g->c * g->h * g->w;
-  int64_t wn = g->m * g->c * g->k * g->k, yn = g->n * g->m * g->ho * g->wo;
+  int64_t big = g->n * g->ct * g->h * g->w;
+  int64_t wn = g->mt * g->c * g->k * g->k, yn = g->n * g->mt * g->ho * g->wo;
   if (wn > big) big = wn;
   if (yn > big) big = yn;
   size_t ws = 2 * (size_t)big * sizeof(float);
@@ -114,7 +116,7 @@ static size_t conv_scratch(const dpm_node *nd, const dpm_shape *in) {
 
 static size_t conv_grad_scratch(const dpm_node *nd, const dpm_shape *in) {
   conv_geom g = conv_geom_of(nd, &in[0]);
-  size_t ws = conv_ws_rule(&g), sum = cuda_chan_sum_scratch(g.n, g.m, g.ho * g.wo);
+  size_t ws = conv_ws_rule(&g), sum = cuda_chan_sum_scratch(g.n, g.mt, g.ho * g.wo);
   return ws > sum ? ws : sum;
 }
 
@@ -139,16 +141,17 @@ static int call_init(conv_call *c, int64_t nb) {
       !CUDNN_OK(dev, cudnnCreateConvolutionDescriptor(&c->conv)) ||
       !CUDNN_OK(dev,
                 cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                           (int)nb, (int)g->c, (int)g->h, (int)g->w)) ||
-      !CUDNN_OK(dev,
-                cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                           (int)nb, (int)g->m, (int)g->ho, (int)g->wo)) ||
-      !CUDNN_OK(dev,
-                cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                           (int)g->m, (int)g->c, (int)g->k, (int)g->k)) ||
+                                           (int)nb, (int)g->ct, (int)g->h, (int)g->w)) ||
+      !CUDNN_OK(dev, cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                                (int)nb, (int)g->mt, (int)g->ho,
+                                                (int)g->wo)) ||
+      !CUDNN_OK(dev, cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                                (int)g->mt, (int)g->c, (int)g->k,
+                                                (int)g->k)) ||
       !CUDNN_OK(dev, cudnnSetConvolution2dDescriptor(
                          c->conv, (int)g->p, (int)g->p, (int)g->s, (int)g->s, 1, 1,
-                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT))) {
+                         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) ||
+      !CUDNN_OK(dev, cudnnSetConvolutionGroupCount(c->conv, (int)g->grp))) {
     call_fini(c);
     return 0;
   }
@@ -288,8 +291,8 @@ static int choose(conv_call *c, int dir, int find, const void *x, const void *w,
   const cudnnMathType_t math = want_tf32(c) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   if (!CUDNN_OK(dev, cudnnSetConvolutionMathType(c->conv, math))) return 0;
   cuda_algo_key key = {.kind = CUDA_ALGO_CONV_FWD + dir,
-                       .v = {c->nb, g->c, g->h, g->w, g->m, g->k, g->s, g->p,
-                             (int64_t)c->op->ctx->math, (int64_t)c->limit}};
+                       .v = {c->nb, g->ct, g->h, g->w, g->mt, g->k, g->s, g->p,
+                             (int64_t)c->op->ctx->math, (int64_t)c->limit, g->grp}};
   if (!cuda_algo_get(dev->algos, &key, ch, sizeof *ch)) {
     conv_perf p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT + CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT +
                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -311,7 +314,7 @@ static int choose(conv_call *c, int dir, int find, const void *x, const void *w,
 
 /* Images per slice: as many as keep X and Y within int-sized counts. */
 static int64_t slice_images(const conv_geom *g) {
-  int64_t per = g->c * g->h * g->w, yper = g->m * g->ho * g->wo;
+  int64_t per = g->ct * g->h * g->w, yper = g->mt * g->ho * g->wo;
   if (yper > per) per = yper;
   int64_t nb = per > 0 ? INT_MAX / per : g->n;
   if (nb < 1) nb = 1;
@@ -337,7 +340,8 @@ static void conv_run(const dpm_op *op) {
   cuda_dev *dev = c.dev;
   const float *x = op->in[0]->data, *w = op->in[1]->data;
   float *y = op->out[0]->data;
-  const int64_t xper = g.c * g.h * g.w, yper = g.m * g.ho * g.wo, step = slice_images(&g);
+  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo,
+                step = slice_images(&g);
   const float one = 1.f, zero = 0.f;
   for (int64_t n0 = 0; n0 < g.n; n0 += step) {
     const int64_t nb = g.n - n0 < step ? g.n - n0 : step;
@@ -353,8 +357,8 @@ static void conv_run(const dpm_op *op) {
     call_fini(&c);
     if (!ok) return;
   }
-  cuda_bias_act(y, op->in[2]->data, g.n, g.m, g.ho * g.wo,
-                (op->node->fuse & DPM_FUSE_RELU) != 0, dev->compute);
+  cuda_bias_act(y, conv_has_bias(op->node) ? op->in[2]->data : NULL, g.n, g.mt,
+                g.ho * g.wo, (op->node->fuse & DPM_FUSE_RELU) != 0, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 
@@ -367,7 +371,8 @@ static void conv_grad_run(const dpm_op *op) {
   float *dw = op->out[0] ? op->out[0]->data : NULL;
   float *db = op->out[1] ? op->out[1]->data : NULL;
   float *dx = op->out[2] ? op->out[2]->data : NULL;
-  const int64_t xper = g.c * g.h * g.w, yper = g.m * g.ho * g.wo, step = slice_images(&g);
+  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo,
+                step = slice_images(&g);
   const float one = 1.f, zero = 0.f;
   if (dw && g.n == 0)
     CUDA_OK(dev, cudaMemsetAsync(dw, 0, cuda_bytes(op->out[0]), dev->compute));
@@ -395,7 +400,7 @@ static void conv_grad_run(const dpm_op *op) {
     if (!ok) return;
   }
   if (db) {
-    cuda_chan_sum(dy, g.n, g.m, g.ho * g.wo, db, op->ctx->scratch, dev->compute);
+    cuda_chan_sum(dy, g.n, g.mt, g.ho * g.wo, db, op->ctx->scratch, dev->compute);
     CUDA_OK(dev, cudaGetLastError());
   }
 }

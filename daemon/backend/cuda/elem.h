@@ -212,45 +212,81 @@ DPM_HD static inline float dpm_swl_row_scale(float dloss, int64_t n, int32_t lab
 
 /* SoftmaxWithLossGradient at column j of a row: y * s, less s at the
  * label, plus SoftmaxGradient of the softmax's own gradient dy (dot: the
- * row's <y, dy>) where has_dy. */
+ * row's <y, dy>) where has_dy. With label smoothing eps > 0 (d classes) the
+ * target is q = (1 - eps) onehot + eps / d, and the first part (y - q) * s. */
 DPM_HD static inline float dpm_swl_grad(float y, int64_t j, int32_t label, float s,
-                                        int has_dy, float dy, float dot) {
-  float t = dpm_fmul(y, s);
-  if (s != 0.f && j == label) t = dpm_fsub(t, s);
+                                        float eps, int64_t d, int has_dy, float dy,
+                                        float dot) {
+  float t;
+  if (eps == 0.f) {
+    t = dpm_fmul(y, s);
+    if (s != 0.f && j == label) t = dpm_fsub(t, s);
+  } else {
+    float off = dpm_fdiv(eps, (float)d);
+    float q = j == label ? dpm_fadd(dpm_fsub(1.f, eps), off) : off;
+    t = dpm_fmul(dpm_fsub(y, q), s);
+  }
   if (has_dy) t = dpm_fadd(t, dpm_softmax_grad(y, dy, dot));
   return t;
 }
 
+/* -log(max(p, 1e-20)); a NaN p gives NaN. */
+DPM_HD static inline double dpm_swl_nlog(double p) {
+  return -log(p > DPM_PROB_FLOOR || isnan(p) ? p : DPM_PROB_FLOOR);
+}
+
 /* A row's loss term -log(max(y[label], 1e-20)), in double; a label out of
  * [0, d) is a class of probability 0 (the floor), a NaN probability gives
- * NaN. */
-DPM_HD static inline double dpm_swl_row_loss(const float *y, int32_t label, int64_t d) {
-  double p = label >= 0 && label < d ? (double)y[label] : 0.0;
-  return -log(p > DPM_PROB_FLOOR || isnan(p) ? p : DPM_PROB_FLOOR);
+ * NaN. With label smoothing eps > 0 and the label in range:
+ * (1 - eps) (-log y[label]) + eps / d * sum over j of -log y[j], each
+ * probability floored alike. */
+DPM_HD static inline double dpm_swl_row_loss(const float *y, int32_t label, int64_t d,
+                                             float eps) {
+  int in = label >= 0 && label < d;
+  double p = in ? (double)y[label] : 0.0;
+  if (eps == 0.f || !in) return dpm_swl_nlog(p);
+  double all = 0;
+  for (int64_t j = 0; j < d; j++) all += dpm_swl_nlog((double)y[j]);
+  return (1.0 - (double)eps) * dpm_swl_nlog(p) + (double)eps / (double)d * all;
 }
 
 /* Sum of the loss terms of rows lane, lane + lanes ... < n, in order. */
 DPM_HD static inline double dpm_swl_loss_part(const float *y, const int32_t *label,
-                                              int64_t n, int64_t d, int lane, int lanes) {
+                                              int64_t n, int64_t d, float eps, int lane,
+                                              int lanes) {
   double s = 0;
-  for (int64_t i = lane; i < n; i += lanes) s += dpm_swl_row_loss(y + i * d, label[i], d);
+  for (int64_t i = lane; i < n; i += lanes)
+    s += dpm_swl_row_loss(y + i * d, label[i], d, eps);
   return s;
 }
 
-/* 1 when the row's first maximum (the CPU's scan: x[j] > x[best]) is at
- * the label, else 0. */
-DPM_HD static inline int dpm_accuracy_row(const float *x, int32_t label, int64_t d) {
-  int64_t best = 0;
-  for (int64_t j = 1; j < d; j++) best = x[j] > x[best] ? j : best;
-  return best == label;
+/* 1 when the row's label is among its top k classes, else 0. k == 1: the
+ * row's first maximum (the CPU's scan: x[j] > x[best]) is at the label.
+ * k > 1: Caffe2's count, fewer than k classes j rank above the label
+ * (x[j] > x[label], or equal with j < label); a label out of [0, d) is
+ * wrong. */
+DPM_HD static inline int dpm_accuracy_row(const float *x, int32_t label, int64_t d,
+                                          int64_t k) {
+  if (k == 1) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < d; j++) best = x[j] > x[best] ? j : best;
+    return best == label;
+  }
+  if (label < 0 || label >= d) return 0;
+  const float xl = x[label];
+  int64_t above = 0;
+  for (int64_t j = 0; j < d && above < k; j++)
+    above += x[j] > xl || (x[j] == xl && j < label);
+  return above < k;
 }
 
 /* Correct rows among lane, lane + lanes ... < n. */
 DPM_HD static inline int64_t dpm_accuracy_part(const float *x, const int32_t *label,
-                                               int64_t n, int64_t d, int lane,
+                                               int64_t n, int64_t d, int64_t k, int lane,
                                                int lanes) {
   int64_t c = 0;
-  for (int64_t i = lane; i < n; i += lanes) c += dpm_accuracy_row(x + i * d, label[i], d);
+  for (int64_t i = lane; i < n; i += lanes)
+    c += dpm_accuracy_row(x + i * d, label[i], d, k);
   return c;
 }
 

@@ -59,17 +59,20 @@ void dpm_cuda_softmax(const float *x, float *y, int64_t n, int64_t d,
 void dpm_cuda_softmax_grad(const float *y, const float *dy, float *dx, int64_t n,
                            int64_t d, cudaStream_t stream);
 /* SoftmaxWithLoss's loss: *loss = mean over the n rows of the softmax y of
- * -log(max(y[label], 1e-20)) (NaN when n is 0, as on the CPU). */
+ * -log(max(y[label], 1e-20)) (NaN when n is 0, as on the CPU); with label
+ * smoothing eps, of -sum q log y (elem.h: dpm_swl_row_loss). */
 void dpm_cuda_swl_loss(const float *y, const int32_t *label, float *loss, int64_t n,
-                       int64_t d, cudaStream_t stream);
-/* SoftmaxWithLossGradient: dx = (y - onehot(label)) * dloss[0] / n, plus
- * SoftmaxGradient of dy where dy is not NULL. dloss is on the device. */
+                       int64_t d, float eps, cudaStream_t stream);
+/* SoftmaxWithLossGradient: dx = (y - q) * dloss[0] / n, q = onehot(label)
+ * smoothed by eps, plus SoftmaxGradient of dy where dy is not NULL. dloss
+ * is on the device. */
 void dpm_cuda_swl_grad(const float *y, const int32_t *label, const float *dloss,
-                       const float *dy, float *dx, int64_t n, int64_t d,
+                       const float *dy, float *dx, int64_t n, int64_t d, float eps,
                        cudaStream_t stream);
-/* Accuracy: *out = fraction of the n rows whose first maximum is at the label. */
+/* Accuracy: *out = fraction of the n rows whose label is among their top k
+ * (elem.h: dpm_accuracy_row). */
 void dpm_cuda_accuracy(const float *x, const int32_t *label, float *out, int64_t n,
-                       int64_t d, cudaStream_t stream);
+                       int64_t d, int64_t k, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -41,7 +41,7 @@ static void swl_run(const dpm_op *op) {
   dpm_cuda_softmax(op->in[0]->data, op->out[0]->data, n, d, dev->compute);
   if (!CUDA_OK(dev, cudaGetLastError())) return;
   dpm_cuda_swl_loss(op->out[0]->data, op->in[1]->data, op->out[1]->data, n, d,
-                    dev->compute);
+                    (float)op->node->arg[0].f, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 
@@ -50,15 +50,16 @@ static void swl_grad_run(const dpm_op *op) {
   cuda_dev *dev = cuda_dev_of(op);
   const float *dsoftmax = op->n_in > 3 && op->in[3] ? op->in[3]->data : NULL;
   dpm_cuda_swl_grad(op->in[0]->data, op->in[1]->data, op->in[2]->data, dsoftmax,
-                    op->out[0]->data, rows(op->in[0]), cols(op->in[0]), dev->compute);
+                    op->out[0]->data, rows(op->in[0]), cols(op->in[0]),
+                    (float)op->node->arg[0].f, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 
-/* Accuracy(pred, label) -> fraction of rows whose first maximum is the label. */
+/* Accuracy(pred, label) -> fraction of rows whose label is in their top_k. */
 static void accuracy_run(const dpm_op *op) {
   cuda_dev *dev = cuda_dev_of(op);
   dpm_cuda_accuracy(op->in[0]->data, op->in[1]->data, op->out[0]->data, rows(op->in[0]),
-                    cols(op->in[0]), dev->compute);
+                    cols(op->in[0]), op->node->arg[0].i, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 

@@ -80,7 +80,8 @@ __global__ void softmax_grad_kernel(const float *y, const float *dy, float *dx, 
 }
 
 __global__ void swl_grad_kernel(const float *y, const int32_t *label, const float *dloss,
-                                const float *dy, float *dx, int64_t n, int64_t d) {
+                                const float *dy, float *dx, int64_t n, int64_t d,
+                                float eps) {
   __shared__ float part[kRowsPerBlock][kWarp];
   const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const float dl = dloss[0];
@@ -92,24 +93,25 @@ __global__ void swl_grad_kernel(const float *y, const int32_t *label, const floa
     float dot = 0.f;
     if (dyr) dot = warp_sum(part[w], lane, dpm_softmax_dot_part(yr, dyr, d, lane, kWarp));
     for (int64_t j = lane; j < d; j += kWarp)
-      dxr[j] = dpm_swl_grad(yr[j], j, l, s, dyr != nullptr, dyr ? dyr[j] : 0.f, dot);
+      dxr[j] = dpm_swl_grad(yr[j], j, l, s, eps, d, dyr != nullptr, dyr ? dyr[j] : 0.f,
+                            dot);
   }
 }
 
 __global__ void swl_loss_kernel(const float *y, const int32_t *label, float *loss,
-                                int64_t n, int64_t d) {
+                                int64_t n, int64_t d, float eps) {
   __shared__ double part[kReduceThreads];
   const int t = threadIdx.x;
-  part[t] = dpm_swl_loss_part(y, label, n, d, t, kReduceThreads);
+  part[t] = dpm_swl_loss_part(y, label, n, d, eps, t, kReduceThreads);
   __syncthreads();
   if (t == 0) *loss = (float)(dpm_tree_sum_d(part, kReduceThreads) / (double)n);
 }
 
 __global__ void accuracy_kernel(const float *x, const int32_t *label, float *out,
-                                int64_t n, int64_t d) {
+                                int64_t n, int64_t d, int64_t k) {
   __shared__ int64_t part[kReduceThreads];
   const int t = threadIdx.x;
-  part[t] = dpm_accuracy_part(x, label, n, d, t, kReduceThreads);
+  part[t] = dpm_accuracy_part(x, label, n, d, k, t, kReduceThreads);
   __syncthreads();
   if (t == 0) {
     int64_t correct = 0;
@@ -134,19 +136,20 @@ extern "C" void dpm_cuda_softmax_grad(const float *y, const float *dy, float *dx
 
 // Launched for n == 0 too: the loss is then 0 / 0, NaN, as on the CPU.
 extern "C" void dpm_cuda_swl_loss(const float *y, const int32_t *label, float *loss,
-                                  int64_t n, int64_t d, cudaStream_t stream) {
-  swl_loss_kernel<<<1, kReduceThreads, 0, stream>>>(y, label, loss, n, d);
+                                  int64_t n, int64_t d, float eps, cudaStream_t stream) {
+  swl_loss_kernel<<<1, kReduceThreads, 0, stream>>>(y, label, loss, n, d, eps);
 }
 
 extern "C" void dpm_cuda_swl_grad(const float *y, const int32_t *label,
                                   const float *dloss, const float *dy, float *dx,
-                                  int64_t n, int64_t d, cudaStream_t stream) {
+                                  int64_t n, int64_t d, float eps, cudaStream_t stream) {
   if (n <= 0 || d <= 0) return;
-  swl_grad_kernel<<<row_blocks(n), kThreads, 0, stream>>>(y, label, dloss, dy, dx, n, d);
+  swl_grad_kernel<<<row_blocks(n), kThreads, 0, stream>>>(y, label, dloss, dy, dx, n, d,
+                                                          eps);
 }
 
 // Launched for n == 0 too (0 / 0: NaN, as on the CPU).
 extern "C" void dpm_cuda_accuracy(const float *x, const int32_t *label, float *out,
-                                  int64_t n, int64_t d, cudaStream_t stream) {
-  accuracy_kernel<<<1, kReduceThreads, 0, stream>>>(x, label, out, n, d);
+                                  int64_t n, int64_t d, int64_t k, cudaStream_t stream) {
+  accuracy_kernel<<<1, kReduceThreads, 0, stream>>>(x, label, out, n, d, k);
 }

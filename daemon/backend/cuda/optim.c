@@ -108,6 +108,7 @@ static void lr_run(const dpm_op *op) {
       .n_steps = a[LR_STEPVALUES].n,
       .warmup_iters = a[LR_WARMUP_ITERS].i,
       .start_multiplier = a[LR_START_MULTIPLIER].f,
+      .final_multiplier = a[LR_FINAL_MULTIPLIER].f,
   };
   _Static_assert(sizeof la.steps / sizeof *la.steps == DPM_ARG_MAX_LIST, "stepvalues");
   for (int k = 0; k < la.n_steps; k++) la.steps[k] = a[LR_STEPVALUES].fv[k];

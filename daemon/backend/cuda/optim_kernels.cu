@@ -180,6 +180,13 @@ __global__ void lr_kernel(const int64_t *iter, float *lr, optim_lr_args a) {
     f = left > 0 ? pow(left, a.power) : 0.0;
     break;
   }
+  case POL_COSINE: {
+    double t = it < a.max_iter ? it : a.max_iter;
+    double c = cos(__ddiv_rn(__dmul_rn(M_PI, t), a.max_iter));
+    f = __dadd_rn(a.final_multiplier, __dmul_rn(__dmul_rn(__dsub_rn(1.0, a.final_multiplier), 0.5),
+                                               __dadd_rn(1.0, c)));
+    break;
+  }
   default: /* POL_FIXED */
     break;
   }

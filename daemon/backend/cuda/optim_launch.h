@@ -69,12 +69,13 @@ cudaError_t optim_adam_launch(const optim_adam_t *t, int n, cudaStream_t stream)
  * iter; *lr = (float)rate. */
 typedef struct {
   double base;
-  int policy; /* POL_FIXED .. POL_POLY */
+  int policy; /* POL_FIXED .. POL_COSINE */
   double stepsize, gamma, power, max_iter;
   int n_steps;     /* multistep: stepvalues[0..n_steps) */
   double steps[8]; /* DPM_ARG_MAX_LIST */
   int64_t warmup_iters;
   double start_multiplier;
+  double final_multiplier; /* cosine */
 } optim_lr_args;
 
 cudaError_t optim_lr_launch(const int64_t *iter, float *lr, const optim_lr_args *a,

@@ -77,7 +77,7 @@ __global__ void bias_act_kernel(float *__restrict__ y, const float *__restrict__
                                 int64_t n, int64_t c, int64_t inner, int relu) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    float v = y[i] + b[(i / inner) % c];
+    float v = b ? y[i] + b[(i / inner) % c] : y[i];
     y[i] = relu ? fmaxf(v, 0.f) : v;
   }
 }
@@ -110,7 +110,7 @@ extern "C" void cuda_chan_sum(const float *x, int64_t outer, int64_t c, int64_t 
 extern "C" void cuda_bias_act(float *y, const float *b, int64_t outer, int64_t c,
                               int64_t inner, int relu, cudaStream_t s) {
   const int64_t n = outer * c * inner;
-  if (n <= 0) return;
+  if (n <= 0 || (!b && !relu)) return;
   bias_act_kernel<<<ew_blocks(n, EW_THREADS), EW_THREADS, 0, s>>>(y, b, n, c, inner,
                                                                   relu);
 }

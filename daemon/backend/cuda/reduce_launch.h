@@ -40,7 +40,8 @@ static inline size_t cuda_chan_sum_scratch(int64_t outer, int64_t c, int64_t inn
 void cuda_chan_sum(const float *x, int64_t outer, int64_t c, int64_t inner, float *out,
                    double *scratch, cudaStream_t s);
 
-/* y[(o * C + c) * inner + i] += b[c], then max(., 0) when relu. */
+/* y[(o * C + c) * inner + i] += b[c] (b NULL: nothing added), then
+ * max(., 0) when relu. */
 void cuda_bias_act(float *y, const float *b, int64_t outer, int64_t c, int64_t inner,
                    int relu, cudaStream_t s);
 
