@@ -77,12 +77,12 @@ TEST(count_resnet50_example) {
 }
 
 /* The CIFAR-style ResNet-20 on 28x28 Fashion-MNIST: 19 Convs of the paper,
- * 2 projections, 1 FC; 272,186 parameters. */
-TEST(count_resnet20_example) {
+ * 2 projections, 1 FC; 272,186 parameters; from IDX files and from JPEG
+ * tar shards (28 x 28 crops) alike. */
+static void resnet20(const char *path) {
   dpm_model m;
   dpm_err err = {0};
-  dpm_status s = build_file("examples/resnet20_fmnist.yaml", (const int64_t[]){1, 28, 28},
-                            1, &m, &err);
+  dpm_status s = build_file(path, (const int64_t[]){1, 28, 28}, 1, &m, &err);
   if (s) dpm_test_fail(__FILE__, __LINE__, "%s", err.msg);
   CHECK_INT(s, DPM_OK);
   if (s) return;
@@ -94,3 +94,6 @@ TEST(count_resnet20_example) {
   CHECK(pool && pool->shape.d[1] == 64 && pool->shape.d[2] == 1);
   dpm_model_fini(&m);
 }
+
+TEST(count_resnet20_example) { resnet20("examples/resnet20_fmnist.yaml"); }
+TEST(count_resnet20_jpeg_example) { resnet20("examples/resnet20_fmnist_jpeg.yaml"); }
