@@ -522,6 +522,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dpm-train: %s\n", loaded);
   int shards = topt.fleet.num_shards > 1 ? topt.fleet.num_shards : 1;
   int lead = topt.fleet.shard_id == 0; /* shard 0 reads, writes and prints */
+  topt.plan_only = o.dump_plan;
   if (!s) s = dpm_trainer_create_checked(spec, &topt, &t, &err);
   if (!s && o.dump_plan) {
     dump_plan(t);

@@ -352,8 +352,9 @@ static dpm_status count_bytes(dpm_trainer *t, int devices, const dpm_reader_conf
   for (int d = 0; d < devices; d++)
     add_bytes(&mem->scratch,
               dpm_net_scratch(&t->plan.step, &m->shapes, dpm_backend_of(t->dev[d].kind)));
+  mem->reader = mem->eval = 0;
+  if (t->opt.plan_only) return DPM_OK; /* no data opened */
   if (dpm_reader_bytes(rc, &mem->reader, err)) return err->code;
-  mem->eval = 0;
   if (t->has_eval) {
     dpm_reader_config ec = trainer_eval_config(t);
     dpm_shapes test = {0};
@@ -682,6 +683,7 @@ static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err
                     t->opt.max_bytes_name ? " (" : "",
                     t->opt.max_bytes_name ? t->opt.max_bytes_name : "",
                     t->opt.max_bytes_name ? ")" : "");
+  if (t->opt.plan_only) return DPM_OK;
   /* the spec is valid and fits: now allocate */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   lap(t, DPM_PHASE_DATA, &t0);

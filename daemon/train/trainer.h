@@ -122,6 +122,11 @@ typedef struct dpm_trainer_options {
    * staging, reader, eval); 0: no limit. */
   uint64_t max_bytes;
   const char *max_bytes_name; /* what sets it, for the message ("max_model_bytes") */
+  /* 1: plan only (dpm-train --dump-plan): the model, its step plan and its
+   * memory count, with no reader (no data file opened, the readers' bytes
+   * not counted), no worker, nothing allocated on a device; such a trainer
+   * only answers the accessors (plan, model, memory) and is destroyed. */
+  int plan_only;
   /* How data files (input and eval) are opened (common/file.h); NULL: plain. */
   const struct dpm_fs *fs;
   /* Where the readers hold their idx files from (io/datacache.h), shared

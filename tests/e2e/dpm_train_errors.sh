@@ -67,4 +67,11 @@ echo "$out" | head -1 | grep -q '^{"epoch":1,"steps":3,' || die "JSON partial ep
 script -qec "build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters 400" \
   /dev/null >"$dir/tty" 2>&1 || die "dpm-train on a terminal: $(cat "$dir/tty")"
 grep -aq "epoch 1  step [0-9]*/400  loss" "$dir/tty" || die "no progress: $(cat -v "$dir/tty")"
+# --dump-plan opens no data: ResNet-50's plan and counts without ImageNet's shards
+out=$(build/dpm-train examples/resnet50_imagenet.yaml --dump-plan 2>&1) ||
+  die "--dump-plan without the data: $out"
+echo "$out" | grep -q "^# parameters: 25557032 trainable" || die "ResNet-50's count: $out"
+# the summary says how long the steps waited for input
+out=$(build/dpm-train examples/fmnist_mlp.yaml --devices cpu:0 --iters 3 --json | tail -1)
+echo "$out" | grep -q '"input_wait_pct":[0-9.]*,' || die "no input wait: $out"
 exit 0
