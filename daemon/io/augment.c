@@ -115,6 +115,7 @@ static void eval_box(const dpm_augment_cfg *c, int width, int height, dpm_crop_b
 void dpm_augment_box(const dpm_augment_cfg *cfg, uint64_t seed, uint64_t epoch,
                      uint64_t index, int width, int height, dpm_crop_box *box) {
   memset(box, 0, sizeof *box);
+  if (width < 1 || height < 1) return; /* an empty box, which apply refuses */
   if (!cfg->train) {
     eval_box(cfg, width, height, box);
     return;

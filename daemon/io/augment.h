@@ -86,7 +86,8 @@ dpm_augment_cfg dpm_augment_defaults(void);
 dpm_status dpm_augment_check(const dpm_augment_cfg *cfg, dpm_err *err);
 
 /* The box and mirror bit of sample `index` in `epoch` for an image of
- * width x height (full size, >= 1 each). cfg must have passed the check. */
+ * width x height (full size; an empty image gets an empty box, which
+ * dpm_augment_apply refuses). cfg must have passed the check. */
 void dpm_augment_box(const dpm_augment_cfg *cfg, uint64_t seed, uint64_t epoch,
                      uint64_t index, int width, int height, dpm_crop_box *box);
 /* The DCT scale denominator (1, 2, 4 or 8) to decode box at. */

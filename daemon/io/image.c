@@ -303,8 +303,16 @@ static void rgb_to_luma(uint8_t *p, size_t pixels) {
   }
 }
 
+static dpm_status png_probe(const uint8_t *b, size_t len, dpm_image_info *info,
+                            dpm_err *err);
+
 static dpm_status png_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t len,
                              int channels, dpm_image *img, dpm_err *err) {
+  /* The header as the probe reads it, first (libpng would skip ancillary
+   * chunks before it, which the format does not allow). */
+  dpm_image_info head;
+  dpm_status hs = png_probe(buf, len, &head, err);
+  if (hs) return hs;
   png_source src = {buf, len, 0, 0};
   png_structp png =
       png_create_read_struct(PNG_LIBPNG_VER_STRING, NULL, png_on_error, png_on_warning);

@@ -7,7 +7,8 @@
  *     DPM_UNSUPPORTED. A JPEG can decode at 1/2, 1/4 or 1/8 of its size
  *     (libjpeg's DCT-domain scaling: scale_denom), to ceil(side / denom)
  *     pixels a side, as Pillow's Image.draft does.
- *   PNG: every colour type and bit depth; always at full size.
+ *   PNG: every colour type and bit depth, IHDR first as the format says
+ *     (ancillary chunks are skipped unread); always at full size.
  * Channels asked for (1 or 3), from what the file holds:
  *   gray -> 3: the gray value in R, G and B (PIL's convert("RGB")).
  *   JPEG colour -> 1: the file's luma Y, as libjpeg decodes it (what PIL's
@@ -31,9 +32,10 @@
  * past the limits are DPM_CORRUPT; libjpeg's warnings (a premature end of
  * data, a corrupt entropy segment, extraneous bytes) count as corruption,
  * so a damaged image never yields the grey that libjpeg fills in; only an
- * unknown JFIF revision number, which concerns no pixel, is let pass. The messages name
- * the format and what is wrong, never the file's bytes (the caller prefixes its own name
- * for the sample). Bad arguments are DPM_INVALID; a failed allocation DPM_NOMEM.
+ * unknown JFIF revision number, which concerns no pixel, is let pass. The
+ * messages name the format and what is wrong, never the file's bytes (the
+ * caller prefixes its own name for the sample). Bad arguments are
+ * DPM_INVALID; a failed allocation DPM_NOMEM.
  *
  * Threads: a decoder belongs to one thread at a time; any number of
  * decoders run at once (libjpeg and libpng keep no global state).
