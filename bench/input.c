@@ -36,10 +36,18 @@ static long rss_kb(void) {
 }
 
 static dpm_reader_config tar_config(int threads) {
-  dpm_reader_config c = {.kind = DPM_READER_TAR, .shuffle = 1, .seed = 1, .batch = BATCH,
-                         .num_shards = 1, .prefetch = 4, .repeat = 1, .num_classes = 10};
-  c.image = (dpm_reader_images){.paths = shard_names, .n_paths = 6,
-                                .decode_threads = threads, .max_pixels = 1 << 20};
+  dpm_reader_config c = {.kind = DPM_READER_TAR,
+                         .shuffle = 1,
+                         .seed = 1,
+                         .batch = BATCH,
+                         .num_shards = 1,
+                         .prefetch = 4,
+                         .repeat = 1,
+                         .num_classes = 10};
+  c.image = (dpm_reader_images){.paths = shard_names,
+                                .n_paths = 6,
+                                .decode_threads = threads,
+                                .max_pixels = 1 << 20};
   dpm_augment_cfg *a = &c.image.aug;
   *a = dpm_augment_defaults();
   a->train = 0;
@@ -75,9 +83,12 @@ int main(int argc, char **argv) {
   const char *dir = NULL;
   int rounds = 5, batches = 200;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--dir")) dir = argv[i + 1];
-    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--batches")) batches = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--dir"))
+      dir = argv[i + 1];
+    else if (!strcmp(argv[i], "--rounds"))
+      rounds = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--batches"))
+      batches = atoi(argv[i + 1]);
   }
   if (rounds < 1 || rounds > 99 || batches < 1) {
     fprintf(stderr, "usage: input [--dir DIR] [--rounds 1..99] [--batches N]\n");
@@ -93,7 +104,8 @@ int main(int argc, char **argv) {
   struct stat st;
   if (stat(shard_names[0], &st) != 0) {
     snprintf(cmd, sizeof cmd,
-             "build/dpm-pack --images " FMNIST "train-images-idx3-ubyte.gz --labels " FMNIST
+             "build/dpm-pack --images " FMNIST
+             "train-images-idx3-ubyte.gz --labels " FMNIST
              "train-labels-idx1-ubyte.gz --out %s/train --per-shard 10000 --no-progress "
              ">/dev/null",
              dir);
@@ -102,9 +114,14 @@ int main(int argc, char **argv) {
   }
   dpm_reader_config idx = {.kind = DPM_READER_IDX,
                            .images = FMNIST "train-images-idx3-ubyte.gz",
-                           .labels = FMNIST "train-labels-idx1-ubyte.gz", .scale = 1.0 / 255,
-                           .shuffle = 1, .seed = 1, .batch = BATCH, .num_shards = 1,
-                           .prefetch = 4, .repeat = 1};
+                           .labels = FMNIST "train-labels-idx1-ubyte.gz",
+                           .scale = 1.0 / 255,
+                           .shuffle = 1,
+                           .seed = 1,
+                           .batch = BATCH,
+                           .num_shards = 1,
+                           .prefetch = 4,
+                           .repeat = 1};
   dpm_reader_config t1 = tar_config(1), t2 = tar_config(2);
   double a[99], b[99], c[99];
   for (int i = 0; i < rounds; i++) {
@@ -139,8 +156,8 @@ int main(int argc, char **argv) {
   dpm_reader_destroy(r);
   printf("RSS over one epoch (%lld batches, shards %lld MB, no cache): after the first "
          "batch %.1f MB, largest %.1f MB, last %.1f MB\n",
-         (long long)per_epoch, (long long)(6 * st.st_size >> 20),
-         first / 1024.0, peak / 1024.0, last / 1024.0);
+         (long long)per_epoch, (long long)(6 * st.st_size >> 20), first / 1024.0,
+         peak / 1024.0, last / 1024.0);
   if (made) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {

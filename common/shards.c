@@ -45,9 +45,8 @@ dpm_status dpm_shards_expand(const char *pattern, size_t max, char ***out, size_
   }
   const char *dots = open ? strstr(open, "..") : NULL;
   uint64_t lo = 0, hi = 0;
-  if (!open || !close || close < open || !dots || dots > close ||
-      strchr(open + 1, '{') || strchr(close + 1, '}') ||
-      !digits(open + 1, (size_t)(dots - open - 1), &lo) ||
+  if (!open || !close || close < open || !dots || dots > close || strchr(open + 1, '{') ||
+      strchr(close + 1, '}') || !digits(open + 1, (size_t)(dots - open - 1), &lo) ||
       !digits(dots + 2, (size_t)(close - dots - 2), &hi))
     return dpm_errf(err, DPM_INVALID,
                     "shards: %s: a name may hold one range {A..B} of decimal digits",

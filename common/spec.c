@@ -573,7 +573,8 @@ static dpm_status spec_check_image_source(spec_ctx *c, const dpm_ynode *map,
 }
 
 static int spec_image_reader(int reader) {
-  return reader == DPM__READER_KIND__READER_TAR || reader == DPM__READER_KIND__READER_LMDB ||
+  return reader == DPM__READER_KIND__READER_TAR ||
+         reader == DPM__READER_KIND__READER_LMDB ||
          reader == DPM__READER_KIND__READER_FOLDER;
 }
 
@@ -685,7 +686,8 @@ static const spec_field input_fields[] = {
     F_U32(Dpm__InputSpec, num_examples, 1),
     F_UINTS(Dpm__InputSpec, shape, SF_U32S, 1),
     F_U32(Dpm__InputSpec, num_classes, 1),
-    F_FN(Dpm__InputSpec, shards, spec_read_shards, .aux = offsetof(Dpm__InputSpec, n_shards)),
+    F_FN(Dpm__InputSpec, shards, spec_read_shards,
+         .aux = offsetof(Dpm__InputSpec, n_shards)),
     F_STR(Dpm__InputSpec, path),
     F_SUB(Dpm__InputSpec, image, image_section),
     F_ENUM(Dpm__InputSpec, on_bad_sample, bad_sample_choices),
@@ -869,7 +871,8 @@ static const spec_field eval_fields[] = {
     F_STR(Dpm__EvalSpec, labels),
     F_U32(Dpm__EvalSpec, batch_size, 1),
     F_ENUM(Dpm__EvalSpec, reader, reader_choices),
-    F_FN(Dpm__EvalSpec, shards, spec_read_shards, .aux = offsetof(Dpm__EvalSpec, n_shards)),
+    F_FN(Dpm__EvalSpec, shards, spec_read_shards,
+         .aux = offsetof(Dpm__EvalSpec, n_shards)),
     F_STR(Dpm__EvalSpec, path),
 };
 static const spec_section eval_section = {.path = "eval",

@@ -124,7 +124,8 @@ static dpm_status image(vctx *c, const Dpm__ImageSpec *im) {
                 im->resize);
   if (!(im->area_min > 0 && im->area_min <= im->area_max && im->area_max <= 1))
     return fail(c, "input.image: need 0 < area_min <= area_max <= 1");
-  if (!(im->aspect_min > 0 && im->aspect_min <= im->aspect_max && isfinite(im->aspect_max)))
+  if (!(im->aspect_min > 0 && im->aspect_min <= im->aspect_max &&
+        isfinite(im->aspect_max)))
     return fail(c, "input.image: need 0 < aspect_min <= aspect_max, finite");
   if ((im->n_mean && im->n_mean != 1 && im->n_mean != im->channels) ||
       (im->n_std && im->n_std != 1 && im->n_std != im->channels))

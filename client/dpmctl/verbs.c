@@ -176,10 +176,9 @@ static int cmd_submit(ctl_ctx *ctx) {
        (absolutize(&spec->input->images) || absolutize(&spec->input->labels) ||
         absolutize(&spec->input->path) ||
         absolutize_all(spec->input->shards, spec->input->n_shards))) ||
-      (spec->eval &&
-       (absolutize(&spec->eval->images) || absolutize(&spec->eval->labels) ||
-        absolutize(&spec->eval->path) ||
-        absolutize_all(spec->eval->shards, spec->eval->n_shards))) ||
+      (spec->eval && (absolutize(&spec->eval->images) ||
+                      absolutize(&spec->eval->labels) || absolutize(&spec->eval->path) ||
+                      absolutize_all(spec->eval->shards, spec->eval->n_shards))) ||
       absolutize(&spec->source)) {
     rc = no_memory(ctx);
   } else {

@@ -1,7 +1,8 @@
 /* The dataset cache: decoded IDX files (common/idx.h), and the tar shards
- * of the image readers as they are, kept read-only in memory and shared by every reader of the same file. dpmd makes one and
- * every model's readers (training and eval sets) take their files from it,
- * so a second model on Fashion-MNIST does not gunzip its 47 MB again.
+ * of the image readers as they are, kept read-only in memory and shared by
+ * every reader of the same file. dpmd makes one and every model's readers
+ * (training and eval sets) take their files from it, so a second model on
+ * Fashion-MNIST does not gunzip its 47 MB again.
  *
  * Key: the file's device, inode, size and modification time (to the
  * nanosecond), taken with fstat from the descriptor the data is read

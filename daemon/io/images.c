@@ -29,8 +29,8 @@ typedef struct worker {
   int started;
   dpm_image_decoder *dec;
   dpm_augmenter *aug;
-  dpm_source_buf buf;   /* encoded bytes read from a shard */
-  uint8_t *hwc;         /* raw Datum samples: CHW pixels turned HWC */
+  dpm_source_buf buf; /* encoded bytes read from a shard */
+  uint8_t *hwc;       /* raw Datum samples: CHW pixels turned HWC */
   size_t hwc_cap;
 } worker;
 
@@ -39,9 +39,9 @@ struct dpm_images {
   dpm_augment_cfg aug;
   uint64_t seed;
   int skip;
-  int64_t chw;          /* floats per example */
-  int64_t n;            /* good samples */
-  int64_t *good;        /* [n]: their indices in the source */
+  int64_t chw;   /* floats per example */
+  int64_t n;     /* good samples */
+  int64_t *good; /* [n]: their indices in the source */
   /* tar shards held in the data cache (NULL: each read is a pread) */
   dpm_data_cache *cache;
   dpm_data_entry **held;
@@ -50,9 +50,9 @@ struct dpm_images {
 
   pthread_mutex_t mu;
   pthread_cond_t work, done;
-  worker *w;            /* [threads]; w[0] is the caller's */
+  worker *w; /* [threads]; w[0] is the caller's */
   int threads;
-  uint64_t gen;         /* bumped per job */
+  uint64_t gen; /* bumped per job */
   int stop;
   /* the job, under mu */
   const uint64_t *ex;
@@ -91,13 +91,14 @@ static dpm_status good_samples(const dpm_source *src, int skip, int64_t **good,
     for (int64_t i = 0; i < size; i++)
       if (dpm_source_bad_error(src, i, err)) return err->code;
   int64_t *g = malloc((size_t)(size ? size : 1) * sizeof *g);
-  if (!g) return dpm_errf(err, DPM_NOMEM, "images: cannot index %lld samples",
-                          (long long)size);
+  if (!g)
+    return dpm_errf(err, DPM_NOMEM, "images: cannot index %lld samples", (long long)size);
   for (int64_t i = 0; i < size; i++)
     if (!dpm_source_bad(src, i)) g[k++] = i;
   if (k == 0) {
     free(g);
-    return dpm_errf(err, DPM_CORRUPT, "images: no usable sample in %lld", (long long)size);
+    return dpm_errf(err, DPM_CORRUPT, "images: no usable sample in %lld",
+                    (long long)size);
   }
   *good = g;
   *n = k;
@@ -137,8 +138,7 @@ dpm_status dpm_images_bytes(const dpm_reader_config *cfg, uint64_t *bytes, int64
 
 /* Sample i's image, decoded at the scale its box allows, into *img. */
 static dpm_status load(dpm_images *im, worker *w, int64_t i, uint64_t epoch, uint64_t e,
-                       dpm_image *img, dpm_crop_box *box, int32_t *label,
-                       dpm_err *err) {
+                       dpm_image *img, dpm_crop_box *box, int32_t *label, dpm_err *err) {
   dpm_sample s = {0};
   if (im->held) { /* a slice of the shard in the cache */
     int64_t shard;
@@ -147,8 +147,10 @@ static dpm_status load(dpm_images *im, worker *w, int64_t i, uint64_t epoch, uin
     const dpm_idx *bytes = dpm_data_entry_idx(im->held[shard]);
     if (off > bytes->size || len > bytes->size - off)
       return dpm_errf(err, DPM_IO, "images: a shard changed while it was being read");
-    s = (dpm_sample){.data = bytes->data + off, .len = (size_t)len,
-                     .encoding = DPM_SAMPLE_JPEG, .label = dpm_source_label(im->src, i)};
+    s = (dpm_sample){.data = bytes->data + off,
+                     .len = (size_t)len,
+                     .encoding = DPM_SAMPLE_JPEG,
+                     .label = dpm_source_label(im->src, i)};
   } else if (dpm_source_read(im->src, i, &w->buf, &s, err)) {
     return err->code;
   }
@@ -169,8 +171,12 @@ static dpm_status load(dpm_images *im, worker *w, int64_t i, uint64_t epoch, uin
       const uint8_t *plane = s.data + (size_t)(c == 3 ? 2 - ch : ch) * hw;
       for (size_t p = 0; p < hw; p++) w->hwc[p * (size_t)c + (size_t)ch] = plane[p];
     }
-    *img = (dpm_image){.width = s.width, .height = s.height, .channels = c,
-                       .scale_denom = 1, .full_width = s.width, .full_height = s.height,
+    *img = (dpm_image){.width = s.width,
+                       .height = s.height,
+                       .channels = c,
+                       .scale_denom = 1,
+                       .full_width = s.width,
+                       .full_height = s.height,
                        .pixels = w->hwc};
     dpm_augment_box(&im->aug, im->seed, epoch, e, s.width, s.height, box);
     return DPM_OK;
@@ -217,10 +223,10 @@ static void work(dpm_images *im, worker *w) {
     int failed = im->st != DPM_OK;
     pthread_mutex_unlock(&im->mu);
     dpm_err err = {0};
-    dpm_status st = failed ? DPM_OK
-                           : example(im, w, im->epoch, im->ex[k],
-                                     im->data + (size_t)k * (size_t)im->chw, &im->label[k],
-                                     &err);
+    dpm_status st =
+        failed ? DPM_OK
+               : example(im, w, im->epoch, im->ex[k],
+                         im->data + (size_t)k * (size_t)im->chw, &im->label[k], &err);
     pthread_mutex_lock(&im->mu);
     if (st && !im->st) {
       im->st = st;
@@ -303,7 +309,8 @@ void dpm_images_close(dpm_images *im) {
 
 /* Holds every tar shard's bytes from the cache when they all fit in it;
  * else leaves im->held NULL (reads are preads). */
-static dpm_status hold_shards(dpm_images *im, const dpm_reader_config *cfg, dpm_err *err) {
+static dpm_status hold_shards(dpm_images *im, const dpm_reader_config *cfg,
+                              dpm_err *err) {
   dpm_data_cache_stats cs;
   dpm_data_cache_stats_of(cfg->cache, &cs);
   if (!cfg->cache || cfg->kind != DPM_READER_TAR) return DPM_OK;
@@ -367,7 +374,7 @@ dpm_status dpm_images_open(const dpm_reader_config *cfg, dpm_images **out, int64
       break;
     }
     if (t == 0) continue; /* the caller's */
-    sigset_t all, old; /* the workers take no signals: the daemon's threads do */
+    sigset_t all, old;    /* the workers take no signals: the daemon's threads do */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(&w->thread, NULL, worker_main, w);

@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/idx.h"
 #include "engine/rng.h"
 #include "engine/tensor.h"
-#include "common/idx.h"
 #include "io/datacache.h"
 #include "io/images.h"
 
@@ -61,7 +61,7 @@ struct dpm_reader {
   dpm_data_cache *cache; /* idx: where the files' holds come from (NULL: private) */
   dpm_data_entry *held[2]; /* idx: holds on the image and label files */
   const uint8_t *images, *labels; /* idx: their data */
-  dpm_images *decode;    /* image readers: the source and the decode pool */
+  dpm_images *decode;             /* image readers: the source and the decode pool */
   uint64_t *ex;          /* image readers: the examples of the batch being filled */
   float scale;           /* pixel -> (float)pixel * scale, as the predictor does */
 
@@ -164,7 +164,8 @@ static void reader_fill(dpm_reader *r, dpm_reader_pos pos, reader_slot *s) {
   s->next = reader_advance(r, pos);
   s->st = DPM_OK;
   if (r->decode) { /* decoded into data by the pool; raw rows point at it */
-    for (uint64_t k = 0; k < cnt; k++) r->ex[k] = cfg->shuffle ? r->order[lo + k] : lo + k;
+    for (uint64_t k = 0; k < cnt; k++)
+      r->ex[k] = cfg->shuffle ? r->order[lo + k] : lo + k;
     s->st = dpm_images_fill(r->decode, pos.epoch, r->ex, (int)cnt, s->batch.data,
                             s->batch.label, &s->err);
     for (uint64_t k = 0; cfg->raw && k < cnt; k++)
@@ -287,7 +288,8 @@ static dpm_status reader_geometry(const dpm_reader_config *cfg, int64_t *n, int 
     *h = *w = cfg->image.aug.crop;
   } else {
     return dpm_errf(err, DPM_INVALID,
-                    "reader: unknown kind %d (0 idx, 1 synthetic, 2-4 images)", cfg->kind);
+                    "reader: unknown kind %d (0 idx, 1 synthetic, 2-4 images)",
+                    cfg->kind);
   }
   int64_t chw = (int64_t)*c * *h * *w, per_shard = *n / cfg->num_shards;
   if (cfg->batch > per_shard)
@@ -318,8 +320,7 @@ dpm_status dpm_reader_bytes(const dpm_reader_config *cfg, uint64_t *bytes, dpm_e
   if (reader_geometry(cfg, &n, &c, &h, &w, err)) return err->code;
   uint64_t chw = (uint64_t)c * (uint64_t)h * (uint64_t)w, b = (uint64_t)cfg->batch;
   uint64_t slot = b * sizeof(int32_t) + 3 * DPM_ALIGN; /* labels; alignment */
-  if (!cfg->raw || images)
-    slot += b * chw * sizeof(float);
+  if (!cfg->raw || images) slot += b * chw * sizeof(float);
   if (cfg->raw)
     slot += b * sizeof(uint8_t *) + (cfg->kind == DPM_READER_SYNTHETIC ? b * chw : 0);
   uint64_t total = decode + (uint64_t)reader_slots(cfg) * slot; /* well below 2^62 */

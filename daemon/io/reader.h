@@ -5,16 +5,17 @@
  * common/idx.h), kept as uint8 in memory; kinds 2-4 read encoded images
  * (WebDataset tar shards, an LMDB of Datum records, a folder per class)
  * through the decode pool of io/images.h, which writes float images into
- * the batch (their raw rows point at those floats); kind 1 generates a synthetic set that
- * is a pure function of the seed (uniform noise plus a class-dependent band,
- * labels uniform in [0, num_classes)), computed on the fly, so it costs no
- * memory. Pixels become floats (pixel * scale) in the producer thread, or,
+ * the batch (their raw rows point at those floats); kind 1 generates a
+ * synthetic set that is a pure function of the seed (uniform noise plus a
+ * class-dependent band, labels uniform in [0, num_classes)), computed on
+ * the fly, so it costs no memory. Pixels become floats (pixel * scale) in the producer thread, or,
  * for raw readers, in each consumer, which gathers its rows itself.
  *
  * Order: epoch e visits the examples in a permutation that depends only on
  * (seed, e) when shuffle is on (dpm_reader_order), else in file order. The
  * producer draws it lazily, only as far as the batches it has read, so the
- * first batch of an epoch does not wait for the whole epoch's shuffle. Each global batch of all shards is batch x num_shards consecutive
+ * first batch of an epoch does not wait for the whole epoch's shuffle.
+ * Each global batch of all shards is batch x num_shards consecutive
  * entries of that order, starting at pos.index; shard s takes its contiguous
  * part [s*batch, (s+1)*batch), so shards see disjoint examples and together
  * cover the global batch. Positions are the same on every shard.
@@ -45,7 +46,10 @@
  * path, a corrupt file with DPM_CORRUPT, and a bad config (unknown kind, no
  * file names, batch < 1, batch > examples / num_shards, shard_id outside
  * [0, num_shards), prefetch < 1, bad synthetic shape) with DPM_INVALID.
- * seek refuses a position outside the data set with DPM_INVALID. */
+ * seek refuses a position outside the data set with DPM_INVALID. An image
+ * reader's batch that cannot be made (a bad sample under on_bad_sample:
+ * fail, a shard changed on disk) makes next and peek return its error
+ * (io/images.h), and keep returning it until a seek. */
 #ifndef DPM_IO_READER_H
 #define DPM_IO_READER_H
 

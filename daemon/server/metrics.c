@@ -84,8 +84,8 @@ static const family families[] = {
     {"dpm_model_skipped_samples_total",
      "Bad samples an image reader skipped (input.on_bad_sample: skip) since the model "
      "was built or last loaded.",
-     offsetof(Dpm__ModelInfo, has_skipped_samples), offsetof(Dpm__ModelInfo, skipped_samples),
-     1, 1, "counter"},
+     offsetof(Dpm__ModelInfo, has_skipped_samples),
+     offsetof(Dpm__ModelInfo, skipped_samples), 1, 1, "counter"},
 };
 #undef F
 

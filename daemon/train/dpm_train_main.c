@@ -434,17 +434,19 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
     qsort(ms, (size_t)done, sizeof *ms, cmp_double);
     char a[32], m[32], r[32], w[32], k[48] = "";
     if (dpm_trainer_image_reader(t))
-      snprintf(k, sizeof k, o->json ? ",\"skipped_samples\":%llu" : ", %llu skipped samples",
+      snprintf(k, sizeof k,
+               o->json ? ",\"skipped_samples\":%llu" : ", %llu skipped samples",
                (unsigned long long)skipped);
-    printf(o->json ? "{\"images_per_s\":%.0f,\"step_ms_median\":%s,\"input_wait_pct\":%s,"
-                     "\"test_accuracy\":%s,\"peak_rss_mb\":%s%s}\n"
-                   : "done: %.0f images/s, median step %s ms, input wait %s%%, test accuracy "
-                     "%s, peak RSS %s MB%s\n",
+    printf(o->json
+               ? "{\"images_per_s\":%.0f,\"step_ms_median\":%s,\"input_wait_pct\":%s,"
+                 "\"test_accuracy\":%s,\"peak_rss_mb\":%s%s}\n"
+               : "done: %.0f images/s, median step %s ms, input wait %s%%, test accuracy "
+                 "%s, peak RSS %s MB%s\n",
            done * images / (train_ms / 1e3),
            num(m, sizeof m, done ? ms[done / 2] : NAN, 4, o->json),
            num(w, sizeof w, train_ms > 0 ? 100 * wait_ms / train_ms : NAN, 2, o->json),
-           num(a, sizeof a, acc, 4, o->json),
-           num(r, sizeof r, peak_rss_mb(), 1, o->json), k);
+           num(a, sizeof a, acc, 4, o->json), num(r, sizeof r, peak_rss_mb(), 1, o->json),
+           k);
   }
   free(ms);
   return s;

@@ -138,10 +138,10 @@ struct dpm_trainer {
   uint64_t iter, seed, spec_hash;
   dpm_trainer_memory memory; /* counted at create */
   int eval_batch;
-  int has_eval;        /* the spec has an eval section */
-  int eval_kind;       /* its reader (io/reader.h DPM_READER_*) */
+  int has_eval;                    /* the spec has an eval section */
+  int eval_kind;                   /* its reader (io/reader.h DPM_READER_*) */
   char *eval_images, *eval_labels; /* idx */
-  char **eval_paths;   /* image readers: the shards, or the one path */
+  char **eval_paths;               /* image readers: the shards, or the one path */
   int n_eval_paths;
   dpm_reader_images eval_image; /* image readers: centre crop (paths: eval_paths) */
   int num_classes;

@@ -30,12 +30,11 @@ static void lap(dpm_trainer *t, int p, double *t0) {
 
 /* The reader kind of a spec's reader (the enums share their values). */
 static int reader_kind(Dpm__ReaderKind k) {
-  static const int kinds[] = {
-      [DPM__READER_KIND__READER_IDX] = DPM_READER_IDX,
-      [DPM__READER_KIND__READER_SYNTHETIC] = DPM_READER_SYNTHETIC,
-      [DPM__READER_KIND__READER_TAR] = DPM_READER_TAR,
-      [DPM__READER_KIND__READER_LMDB] = DPM_READER_LMDB,
-      [DPM__READER_KIND__READER_FOLDER] = DPM_READER_FOLDER};
+  static const int kinds[] = {[DPM__READER_KIND__READER_IDX] = DPM_READER_IDX,
+                              [DPM__READER_KIND__READER_SYNTHETIC] = DPM_READER_SYNTHETIC,
+                              [DPM__READER_KIND__READER_TAR] = DPM_READER_TAR,
+                              [DPM__READER_KIND__READER_LMDB] = DPM_READER_LMDB,
+                              [DPM__READER_KIND__READER_FOLDER] = DPM_READER_FOLDER};
   return kinds[k]; /* a checked spec's kind is one of these */
 }
 
@@ -47,7 +46,8 @@ static dpm_reader_images image_config(const Dpm__InputSpec *in, int train) {
   const Dpm__ImageSpec *im = in->image;
   dpm_reader_images ri = {.decode_threads = (int)im->decode_threads,
                           .max_pixels = (int64_t)im->max_pixels,
-                          .skip_bad = in->on_bad_sample == DPM__BAD_SAMPLE__BAD_SAMPLE_SKIP};
+                          .skip_bad =
+                              in->on_bad_sample == DPM__BAD_SAMPLE__BAD_SAMPLE_SKIP};
   dpm_augment_cfg *a = &ri.aug;
   a->train = train && im->random_crop;
   a->mirror = train && im->mirror;
@@ -603,9 +603,9 @@ static int eval_config(dpm_trainer *t, const Dpm__ModelSpec *spec) {
   int n = ev->reader == DPM__READER_KIND__READER_TAR ? (int)ev->n_shards : 1;
   if (!(t->eval_paths = calloc((size_t)n, sizeof *t->eval_paths))) return 1;
   for (; t->n_eval_paths < n; t->n_eval_paths++)
-    if (!(t->eval_paths[t->n_eval_paths] =
-              strdup(ev->reader == DPM__READER_KIND__READER_TAR ? ev->shards[t->n_eval_paths]
-                                                                : ev->path)))
+    if (!(t->eval_paths[t->n_eval_paths] = strdup(
+              ev->reader == DPM__READER_KIND__READER_TAR ? ev->shards[t->n_eval_paths]
+                                                         : ev->path)))
       return 1;
   t->eval_image = image_config(spec->input, 0);
   t->eval_image.paths = (const char *const *)t->eval_paths;

@@ -547,7 +547,9 @@ const char *dpm_trainer_comm_backend(const dpm_trainer *t) {
 const dpm_trainer_memory *dpm_trainer_memory_of(const dpm_trainer *t) {
   return &t->memory;
 }
-int dpm_trainer_image_reader(const dpm_trainer *t) { return dpm_reader_decodes(t->reader); }
+int dpm_trainer_image_reader(const dpm_trainer *t) {
+  return dpm_reader_decodes(t->reader);
+}
 
 int64_t dpm_trainer_steps_per_epoch(const dpm_trainer *t) {
   return dpm_reader_size(t->reader) /

@@ -119,8 +119,8 @@ static dpm_reader_config tar_cfg(const scratch *s, int ch, int train, int batch)
                          .repeat = 1,
                          .num_classes = 10,
                          .scale = 1};
-  c.image = (dpm_reader_images){.paths = s->p, .n_paths = 2, .decode_threads = 1,
-                                .max_pixels = 1 << 20};
+  c.image = (dpm_reader_images){
+      .paths = s->p, .n_paths = 2, .decode_threads = 1, .max_pixels = 1 << 20};
   dpm_augment_cfg *a = &c.image.aug;
   *a = dpm_augment_defaults();
   a->train = train;
@@ -159,9 +159,16 @@ TEST(images_tar_identity_crop_matches_idx_reader) {
   CHECK(scratch_make(&s));
   CHECK(write_set(&s, 1, BAD_NONE, BAD_NONE) == 0 && write_idx(&s) == 0);
   dpm_reader_config tc = tar_cfg(&s, 1, 0, 8);
-  dpm_reader_config ic = {.kind = DPM_READER_IDX, .images = paths_of[2],
-                          .labels = paths_of[3], .scale = 1, .shuffle = 1, .seed = 9,
-                          .batch = 8, .num_shards = 1, .prefetch = 2, .repeat = 1};
+  dpm_reader_config ic = {.kind = DPM_READER_IDX,
+                          .images = paths_of[2],
+                          .labels = paths_of[3],
+                          .scale = 1,
+                          .shuffle = 1,
+                          .seed = 9,
+                          .batch = 8,
+                          .num_shards = 1,
+                          .prefetch = 2,
+                          .repeat = 1};
   dpm_reader *tr = NULL, *ir = NULL;
   dpm_err err = {0};
   CHECK_INT(dpm_reader_create(&tc, &tr, &err), DPM_OK);

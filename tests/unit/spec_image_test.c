@@ -16,7 +16,8 @@
       return;                                                                            \
     }                                                                                    \
   } while (0)
-#define CHECK_STR(a, b) CHECK_MSG(strcmp((a), (b)) == 0, "\"%s\", expected \"%s\"", (a), (b))
+#define CHECK_STR(a, b)                                                                  \
+  CHECK_MSG(strcmp((a), (b)) == 0, "\"%s\", expected \"%s\"", (a), (b))
 
 #define NET                                                                              \
   "forward:\n"                                                                           \
@@ -85,13 +86,13 @@ static void refused_at(int line, const char *text, const char *at, const char *s
 #define REFUSED(input, at, sub) refused_at(__LINE__, "name: m\n" input NET, at, sub)
 
 TEST(spec_image_reader_errors) {
-  REFUSED("input: {reader: tar, image: {crop: 8}}\n", "t.yaml:2:8:",
-          "missing key 'shards' in input (reader tar)");
-  REFUSED("input: {reader: lmdb, image: {crop: 8}}\n", "t.yaml:2:8:",
-          "missing key 'path' in input (reader lmdb)");
+  REFUSED("input: {reader: tar, image: {crop: 8}}\n",
+          "t.yaml:2:8:", "missing key 'shards' in input (reader tar)");
+  REFUSED("input: {reader: lmdb, image: {crop: 8}}\n",
+          "t.yaml:2:8:", "missing key 'path' in input (reader lmdb)");
   REFUSED("input: {reader: folder, path: d}\n", "t.yaml:2:8:", "missing key 'image'");
-  REFUSED("input: {reader: folder, path: d, image: {channels: 3}}\n", "t.yaml:2:41:",
-          "missing key 'crop' in input.image");
+  REFUSED("input: {reader: folder, path: d, image: {channels: 3}}\n",
+          "t.yaml:2:41:", "missing key 'crop' in input.image");
   REFUSED("input: {reader: folder, path: d, image: {crop: 8, channels: 2}}\n",
           "t.yaml:2:61:", "'channels' must be 1 (gray) or 3 (RGB), got 2");
   REFUSED("input: {reader: folder, path: d, image: {crop: 8, resize: 7}}\n",
@@ -137,8 +138,13 @@ TEST(shards_expand_ranges) {
   if (n == 1) CHECK_STR(a[0], "plain.tar");
   for (size_t i = 0; i < n; i++) free(a[i]);
   free(a);
-  static const char *const bad[] = {"x-{1..2", "x-1..2}", "x-{1..2}{3..4}", "x-{1.2}",
-                                    "x-{..2}", "x-{1..}", "x-{1234567890123456789..2}",
+  static const char *const bad[] = {"x-{1..2",
+                                    "x-1..2}",
+                                    "x-{1..2}{3..4}",
+                                    "x-{1.2}",
+                                    "x-{..2}",
+                                    "x-{1..}",
+                                    "x-{1234567890123456789..2}",
                                     "x-{5..4}"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     a = (char **)&a;
