@@ -6,9 +6,11 @@
  * ('x': path and size) applying to the next member, global pax headers
  * ('g'), directories, links and other types skipped. Regular members are
  * grouped into samples by key (io/source.h). Payloads are never read except
- * a .cls label's and a long name's: the walk reads through a window of
- * WINDOW bytes, refilled by pread where the next header lies, so small
- * members cost no extra system call and big ones are skipped over.
+ * a .cls label's and a long name's: the walk reads through a window,
+ * refilled by pread where the next header lies: WINDOW bytes when that is
+ * at most WINDOW past the window's end, so small members cost no extra
+ * system call; CHUNK bytes after a longer skip, so a member larger than a
+ * window is not read.
  *
  * The walk stops at the first all-zero header (the end-of-archive blocks).
  * A shard that ends before it, a header that ends past the file, a bad
@@ -30,6 +32,7 @@
 
 #define BLOCK 512
 #define WINDOW (64 * 1024)
+#define CHUNK 4096
 #define MAX_NAME 4096       /* a member name (GNU long name, pax path) */
 #define MAX_PAX (64 * 1024) /* a pax extended header's payload */
 #define MAX_CLS 32          /* a .cls member's bytes */
@@ -62,7 +65,12 @@ static dpm_status corrupt(const tar_walk *w, uint64_t off, const char *what,
 static dpm_status see(tar_walk *w, uint64_t off, size_t n, const uint8_t **p,
                       dpm_err *err) {
   if (off < w->win_off || off + n > w->win_off + w->win_len) {
-    size_t want = WINDOW;
+    /* a whole window when the walk goes on at most a window past this
+     * one's end (small members); after a longer skip over a payload, a
+     * chunk: enough for a header and a small member behind it */
+    uint64_t end = w->win_off + w->win_len;
+    size_t want = off < w->win_off || (off > end && off - end > WINDOW) ? CHUNK : WINDOW;
+    if (want < n) want = n;
     if (w->size - off < want) want = (size_t)(w->size - off);
     size_t got = 0;
     while (got < want) {

@@ -302,8 +302,8 @@ static void progress(packer *p) {
   char bar[40];
   for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
   bar[width] = 0;
-  fprintf(stderr, "\r[%s] %lld/%lld  %.1f MB  %.0f img/s", bar, (long long)done,
-          (long long)p->n, (double)p->output_bytes / 1e6,
+  fprintf(stderr, "\r[%s] %lld/%lld  %.1f MB of images  %.0f img/s", bar, (long long)done,
+          (long long)p->n, (double)p->image_bytes / 1e6,
           (double)p->written / (now - p->start > 1e-9 ? now - p->start : 1e-9));
   fflush(stderr);
 }

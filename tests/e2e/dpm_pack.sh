@@ -4,8 +4,8 @@
 # (build/tests/pack_check, libpng), also after GNU tar re-archives them in
 # pax and GNU formats with long names; a JPEG + --resize pack reads back with
 # the right sizes; an image folder with a file that is no image and a
-# symlink is packed with both rejected and named; usage errors exit 2; the
-# man page comes from the flag table.
+# symlink is packed with both rejected and named; usage errors exit 2; a
+# progress bar on a terminal; the man page comes from the flag table.
 . tests/e2e_lib.sh
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -77,5 +77,10 @@ msg=$(build/dpm-pack --folder "$dir/f" --out "$dir/x" --resize 32 2>&1); rc=$?
 msg=$(build/dpm-pack --images "$dir/nope" --labels $lab --out "$dir/x" 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$msg" | grep -q "nope" || die "missing input: $rc $msg"
 set -e
+# a progress bar on a terminal (script gives it one)
+script -qec "build/dpm-pack --images $img --labels $lab --out $dir/tty --per-shard 2000" \
+  /dev/null >"$dir/tty.out" 2>&1 || die "dpm-pack on a terminal: $(cat "$dir/tty.out")"
+grep -aq '\] [0-9]*/10000  [0-9.]* MB of images' "$dir/tty.out" ||
+  die "no progress bar: $(cat -v "$dir/tty.out")"
 build/dpm-pack --man | grep -q '^\.TH dpm.-pack 1' || die "man page"
 echo "dpm_pack: ok"

@@ -284,6 +284,42 @@ TEST(source_tar_gnu_long_names_and_pax_paths) {
   scratch_rm(&s);
 }
 
+TEST(source_tar_skips_members_larger_than_its_window) {
+  scratch s;
+  CHECK(scratch_make(&s));
+  tarbuf t = {0};
+  static const size_t sizes[] = {100000, 300001, 10, 70000};
+  uint8_t *img = malloc(300004);
+  for (size_t i = 0; i < 300004; i++) img[i] = (uint8_t)(i * 31 + i / 977);
+  for (int k = 0; k < 4; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "big%d.jpg", k);
+    member(&t, name, img + k, sizes[k]);
+    snprintf(name, sizeof name, "big%d.cls", k);
+    member(&t, name, k % 2 ? "1" : "0", 1);
+  }
+  end(&t);
+  CHECK(test_write_file(in(&s, "big.tar"), t.b, t.n) == 0);
+  dpm_source *src;
+  dpm_err err = {0};
+  CHECK_INT(open_tar(in(&s, "big.tar"), 2, &src, &err), DPM_OK);
+  CHECK_INT(dpm_source_size(src), 4);
+  CHECK_INT(dpm_source_num_bad(src), 0);
+  dpm_source_buf buf = {0};
+  for (int k = 0; k < 4; k++) {
+    dpm_sample smp;
+    CHECK_INT(dpm_source_read(src, k, &buf, &smp, &err), DPM_OK);
+    CHECK_INT(smp.len, sizes[k]);
+    CHECK(!memcmp(smp.data, img + k, sizes[k]));
+    CHECK_INT(smp.label, k % 2);
+  }
+  dpm_source_buf_free(&buf);
+  dpm_source_close(src);
+  free(img);
+  free(t.b);
+  scratch_rm(&s);
+}
+
 /* Writes t's bytes, with what fn does to them, and opens them. */
 static dpm_status open_bytes(const scratch *s, const uint8_t *b, size_t n,
                              int num_classes, dpm_source **src, dpm_err *err) {
