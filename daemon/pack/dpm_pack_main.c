@@ -44,6 +44,7 @@
 #include "common/escape.h"
 #include "common/file.h"
 #include "common/idx.h"
+#include "common/flags.h"
 #include "common/manpage.h"
 #include "dpm/protocol.h"
 #include "io/datum.h"
@@ -57,12 +58,8 @@ typedef struct {
   int no_progress;
 } options;
 
-static const struct {
-  const char *flag;
-  size_t offset;
-  char type; /* 's' string, 'l' positive long, 'b' flag */
-  const char *help;
-} flags[] = {
+/* Command-line options: one table (common/flags.h). */
+static const dpm_flag flags[] = {
     {"--images", offsetof(options, images), 's', "IDX image file (gzip or raw)"},
     {"--labels", offsetof(options, labels), 's', "IDX label file (with --images)"},
     {"--folder", offsetof(options, folder), 's',
@@ -89,8 +86,7 @@ static int usage(const char *msg) {
   if (msg) fprintf(stderr, "dpm-pack: %s\n", msg);
   fprintf(f, "usage: dpm-pack (--images IDX --labels IDX | --folder DIR) --out PREFIX "
              "[options]\n");
-  for (size_t i = 0; i < N_FLAGS; i++)
-    fprintf(f, "  %-20s %s\n", flags[i].flag, flags[i].help);
+  dpm_flags_usage(f, flags, N_FLAGS);
   return msg ? 2 : 0;
 }
 
@@ -111,11 +107,7 @@ static int man(void) {
                   "lmdb readers read both. A summary (samples, classes, shards, bytes, "
                   "rejected files with reasons) goes to stdout.");
   dpm_man_section(f, "OPTIONS");
-  for (size_t i = 0; i < N_FLAGS; i++)
-    dpm_man_option(f, flags[i].flag, NULL, flags[i].help);
-  dpm_man_option(f, "--help", NULL, "print the options and exit");
-  dpm_man_option(f, "--version", NULL, "print the version and exit");
-  dpm_man_option(f, "--man", NULL, "print this manual page (roff) and exit");
+  dpm_flags_man(f, flags, N_FLAGS);
   dpm_man_section(f, "EXAMPLE");
   dpm_man_example(f, "dpm-pack --images t10k-images-idx3-ubyte.gz --labels "
                      "t10k-labels-idx1-ubyte.gz --out fmnist-test --per-shard 5000");
@@ -126,53 +118,19 @@ static int man(void) {
   return 0;
 }
 
-/* 0 to go on; else the exit code + 1 (-1: exit 0). */
+/* 0 to go on; else the exit code (-1: exit 0). */
 static int parse(int argc, char **argv, options *o) {
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(NULL) - 1;
-    if (!strcmp(argv[i], "--version")) {
-      printf("dpm-pack %s\n", DPM_VERSION);
-      return -1;
-    }
-    if (!strcmp(argv[i], "--man")) return man() - 1;
-  }
   char msg[256];
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
-    size_t n = eq ? (size_t)(eq - a) : strlen(a), f = 0;
-    while (f < N_FLAGS && (strlen(flags[f].flag) != n || strncmp(a, flags[f].flag, n)))
-      f++;
-    if (f == N_FLAGS) {
-      snprintf(msg, sizeof msg, "unexpected argument '%.200s'", a);
-      return usage(msg);
-    }
-    char *field = (char *)o + flags[f].offset;
-    if (flags[f].type == 'b') {
-      if (eq) {
-        snprintf(msg, sizeof msg, "%s takes no value", flags[f].flag);
-        return usage(msg);
-      }
-      *(int *)field = 1;
-      continue;
-    }
-    const char *v = eq ? eq + 1 : ++i < argc ? argv[i] : NULL;
-    if (!v) {
-      snprintf(msg, sizeof msg, "%s needs a value", flags[f].flag);
-      return usage(msg);
-    }
-    if (flags[f].type == 's') {
-      *(const char **)field = v;
-      continue;
-    }
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (v[0] < '0' || v[0] > '9' || *end || errno || x < 1) {
-      snprintf(msg, sizeof msg, "%s takes a positive whole number, got '%.100s'",
-               flags[f].flag, v);
-      return usage(msg);
-    }
-    *(long *)field = x;
+  switch (dpm_flags_parse(argc, argv, flags, N_FLAGS, o, NULL, msg, sizeof msg)) {
+  case DPM_FLAGS_HELP:
+    return usage(NULL) - 1;
+  case DPM_FLAGS_VERSION:
+    printf("dpm-pack %s\n", DPM_VERSION);
+    return -1;
+  case DPM_FLAGS_MAN:
+    return man() - 1;
+  case DPM_FLAGS_USAGE:
+    return usage(msg);
   }
   if (!o->folder == !o->images || !o->images != !o->labels)
     return usage("give --images and --labels, or --folder");

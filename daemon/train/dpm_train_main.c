@@ -54,6 +54,7 @@
 #include "common/clock.h"
 #include "common/device.h"
 #include "common/err.h"
+#include "common/flags.h"
 #include "common/manpage.h"
 #include "common/spec.h"
 #include "common/validate.h"
@@ -68,13 +69,8 @@ typedef struct {
   int json, verbose, dump_plan;
 } options;
 
-/* Command-line options: one table, parsed in one loop. */
-static const struct {
-  const char *flag;
-  size_t offset;
-  char type; /* 's' string, 'l' positive long, 'b' flag */
-  const char *help;
-} flags[] = {
+/* Command-line options: one table (common/flags.h). */
+static const dpm_flag flags[] = {
     {"--devices", offsetof(options, devices), 's',
      "cpu:0,cpu:1,... (default: the spec's)"},
     {"--net-type", offsetof(options, net_type), 's',
@@ -117,8 +113,7 @@ static int usage(const char *msg) {
   FILE *f = msg ? stderr : stdout;
   if (msg) fprintf(stderr, "dpm-train: %s\n", msg);
   fprintf(f, "usage: dpm-train SPEC.yaml [options]\n");
-  for (size_t i = 0; i < N_FLAGS; i++)
-    fprintf(f, "  %-20s %s\n", flags[i].flag, flags[i].help);
+  dpm_flags_usage(f, flags, N_FLAGS);
   return msg ? 2 : 0;
 }
 
@@ -135,11 +130,7 @@ static int man(void) {
                   "Several processes (hosts) train one model with --shard I/N, meeting "
                   "at a rendezvous store. The spec's keys: docs/SPEC.md.");
   dpm_man_section(f, "OPTIONS");
-  for (size_t i = 0; i < N_FLAGS; i++)
-    dpm_man_option(f, flags[i].flag, NULL, flags[i].help);
-  dpm_man_option(f, "--help", NULL, "print the options and exit");
-  dpm_man_option(f, "--version", NULL, "print the version and exit");
-  dpm_man_option(f, "--man", NULL, "print this manual page (roff) and exit");
+  dpm_flags_man(f, flags, N_FLAGS);
   dpm_man_section(f, "EXAMPLE");
   dpm_man_example(f,
                   "dpm-train examples/fmnist_mlp.yaml --devices cpu:0,cpu:1 --epochs 2 "
@@ -154,55 +145,17 @@ static int man(void) {
 
 /* 0 to go on; else the exit code (usage printed, or --help, --version). */
 static int parse(int argc, char **argv, options *o) {
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return usage(NULL) - 1;
-    if (!strcmp(argv[i], "--version")) {
-      printf("dpm-train %s\n", DPM_VERSION);
-      return -1;
-    }
-    if (!strcmp(argv[i], "--man")) return man() - 1;
-  }
   char msg[256];
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
-    size_t n = eq ? (size_t)(eq - a) : strlen(a), f = 0;
-    while (f < N_FLAGS && (strlen(flags[f].flag) != n || strncmp(a, flags[f].flag, n)))
-      f++;
-    if (f == N_FLAGS) {
-      if (a[0] == '-' || o->spec) {
-        snprintf(msg, sizeof msg, "unexpected argument '%.200s'", a);
-        return usage(msg);
-      }
-      o->spec = a;
-      continue;
-    }
-    char *field = (char *)o + flags[f].offset;
-    if (flags[f].type == 'b') {
-      if (eq) {
-        snprintf(msg, sizeof msg, "%s takes no value", flags[f].flag);
-        return usage(msg);
-      }
-      *(int *)field = 1;
-      continue;
-    }
-    const char *v = eq ? eq + 1 : ++i < argc ? argv[i] : NULL;
-    if (!v) {
-      snprintf(msg, sizeof msg, "%s needs a value", flags[f].flag);
-      return usage(msg);
-    }
-    if (flags[f].type == 's') {
-      *(const char **)field = v;
-    } else {
-      char *end;
-      errno = 0;
-      long x = strtol(v, &end, 10);
-      if (v[0] < '0' || v[0] > '9' || *end || errno || x < 1) {
-        snprintf(msg, sizeof msg, "%s takes a positive whole number, got '%.100s'",
-                 flags[f].flag, v);
-        return usage(msg);
-      }
-      *(long *)field = x;
-    }
+  switch (dpm_flags_parse(argc, argv, flags, N_FLAGS, o, &o->spec, msg, sizeof msg)) {
+  case DPM_FLAGS_HELP:
+    return usage(NULL) - 1;
+  case DPM_FLAGS_VERSION:
+    printf("dpm-train %s\n", DPM_VERSION);
+    return -1;
+  case DPM_FLAGS_MAN:
+    return man() - 1;
+  case DPM_FLAGS_USAGE:
+    return usage(msg);
   }
   if (!o->spec) return usage("no spec given");
   if (o->epochs && o->iters) return usage("give --epochs N or --iters N, not both");

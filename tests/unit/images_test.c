@@ -12,10 +12,10 @@
 
 #include "io/datacache.h"
 #include "io/reader.h"
-#include "io/tar.h"
 #include "pack/encode.h"
 #include "test.h"
 #include "testfile.h"
+#include "testtar.h"
 
 #define W 20
 #define H 14
@@ -49,28 +49,6 @@ static void pixels(int k, int ch, uint8_t *px) {
         px[(y * W + x) * ch + c] = (uint8_t)(k * 37 + x * 11 + y * 5 + c * 70);
 }
 
-typedef struct {
-  uint8_t *b;
-  size_t n, cap;
-} buf;
-
-static void put(buf *t, const void *p, size_t n) {
-  if (t->n + n > t->cap) {
-    t->cap = (t->n + n) * 2;
-    t->b = realloc(t->b, t->cap);
-  }
-  memcpy(t->b + t->n, p, n);
-  t->n += n;
-}
-
-static void member(buf *t, const char *name, const void *data, size_t len) {
-  uint8_t h[DPM_TAR_BLOCK], zero[DPM_TAR_BLOCK] = {0};
-  if (dpm_tar_header(h, name, len, 1700000000)) abort();
-  put(t, h, sizeof h);
-  put(t, data, len);
-  put(t, zero, dpm_tar_pad(len));
-}
-
 enum { BAD_NONE = -1 };
 
 /* Writes samples [first, first + n) as path: PNG images of ch channels,
@@ -78,7 +56,7 @@ enum { BAD_NONE = -1 };
  * PNG. */
 static int write_tar(const char *path, int first, int n, int ch, int no_label,
                      int corrupt) {
-  buf t = {0};
+  test_tar t = {0};
   uint8_t px[W * H * 3];
   dpm_bytes png = {0};
   dpm_err err = {0};
@@ -87,13 +65,12 @@ static int write_tar(const char *path, int first, int n, int ch, int no_label,
     pixels(k, ch, px);
     if (dpm_encode_png(px, W, H, ch, &png, &err)) return -1;
     snprintf(name, sizeof name, "s%03d.png", k);
-    member(&t, name, png.data, k == corrupt ? png.len / 2 : png.len);
+    test_tar_member(&t, name, png.data, k == corrupt ? png.len / 2 : png.len);
     if (k == no_label) continue;
     snprintf(name, sizeof name, "s%03d.cls", k);
-    member(&t, name, cls, (size_t)snprintf(cls, sizeof cls, "%d", k % 10));
+    test_tar_member(&t, name, cls, (size_t)snprintf(cls, sizeof cls, "%d", k % 10));
   }
-  uint8_t end[DPM_TAR_END] = {0};
-  put(&t, end, sizeof end);
+  test_tar_end(&t);
   int rc = test_write_file(path, t.b, t.n);
   free(t.b);
   dpm_bytes_free(&png);

@@ -21,6 +21,7 @@
 #include "server/paths.h"
 #include "test.h"
 #include "testfile.h"
+#include "testtar.h"
 
 /* ---- scratch files ------------------------------------------------------------ */
 
@@ -48,34 +49,6 @@ static const char *in(const scratch *s, const char *rel) {
   return buf[k];
 }
 
-/* A tar being built in memory. */
-typedef struct {
-  uint8_t *b;
-  size_t n, cap;
-} tarbuf;
-
-static void put(tarbuf *t, const void *p, size_t n) {
-  if (t->n + n > t->cap) {
-    t->cap = (t->n + n) * 2;
-    t->b = realloc(t->b, t->cap);
-  }
-  memcpy(t->b + t->n, p, n);
-  t->n += n;
-}
-
-static void member(tarbuf *t, const char *name, const void *data, size_t len) {
-  uint8_t h[DPM_TAR_BLOCK], zero[DPM_TAR_BLOCK] = {0};
-  if (dpm_tar_header(h, name, len, 1700000000)) abort();
-  put(t, h, sizeof h);
-  put(t, data, len);
-  put(t, zero, dpm_tar_pad(len));
-}
-
-static void end(tarbuf *t) {
-  uint8_t zero[DPM_TAR_END] = {0};
-  put(t, zero, sizeof zero);
-}
-
 /* Sample k's image bytes: k+10 bytes of a pattern. */
 static size_t image(int k, uint8_t *out) {
   size_t n = (size_t)k + 10;
@@ -84,18 +57,18 @@ static size_t image(int k, uint8_t *out) {
 }
 
 /* n good samples, keys "dir/s%03d", label k % 10, .jpg for even k, .png odd. */
-static void good_tar(tarbuf *t, int first, int n) {
+static void good_tar(test_tar *t, int first, int n) {
   for (int k = first; k < first + n; k++) {
     char name[64], cls[8];
     uint8_t img[256];
     size_t len = image(k, img);
     snprintf(name, sizeof name, "dir/s%03d.%s", k, k % 2 ? "png" : "jpg");
-    member(t, name, img, len);
+    test_tar_member(t, name, img, len);
     snprintf(name, sizeof name, "dir/s%03d.cls", k);
     int cl = snprintf(cls, sizeof cls, "%d\n", k % 10);
-    member(t, name, cls, (size_t)cl);
+    test_tar_member(t, name, cls, (size_t)cl);
     snprintf(name, sizeof name, "dir/s%03d.json", k); /* ignored */
-    member(t, name, "{}", 2);
+    test_tar_member(t, name, "{}", 2);
   }
 }
 
@@ -117,11 +90,11 @@ static dpm_status open_tar(const char *path, int num_classes, dpm_source **src,
 TEST(source_tar_indexes_and_reads_webdataset_shards) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf a = {0}, b = {0};
+  test_tar a = {0}, b = {0};
   good_tar(&a, 0, 5);
-  end(&a);
+  test_tar_end(&a);
   good_tar(&b, 5, 7);
-  end(&b);
+  test_tar_end(&b);
   CHECK(test_write_file(in(&s, "a.tar"), a.b, a.n) == 0);
   CHECK(test_write_file(in(&s, "b.tar"), b.b, b.n) == 0);
   const char *paths[] = {in(&s, "a.tar"), in(&s, "b.tar")};
@@ -214,9 +187,9 @@ static int read_from_two_threads(const dpm_source *src) {
 TEST(source_tar_reads_from_two_threads) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   good_tar(&t, 0, 30);
-  end(&t);
+  test_tar_end(&t);
   CHECK(test_write_file(in(&s, "a.tar"), t.b, t.n) == 0);
   dpm_source *src;
   dpm_err err = {0};
@@ -230,7 +203,7 @@ TEST(source_tar_reads_from_two_threads) {
 TEST(source_tar_gnu_long_names_and_pax_paths) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   uint8_t h[DPM_TAR_BLOCK], zero[DPM_TAR_BLOCK] = {0};
   char longname[300];
   memset(longname, 'x', 200);
@@ -242,10 +215,10 @@ TEST(source_tar_gnu_long_names_and_pax_paths) {
   unsigned sum = 0;
   for (int i = 0; i < DPM_TAR_BLOCK; i++) sum += h[i];
   snprintf((char *)h + 148, 8, "%06o", sum);
-  put(&t, h, sizeof h);
-  put(&t, longname, strlen(longname) + 1);
-  put(&t, zero, dpm_tar_pad(strlen(longname) + 1));
-  member(&t, "truncated-name.png", "PNGDATA", 7);
+  test_tar_put(&t, h, sizeof h);
+  test_tar_put(&t, longname, strlen(longname) + 1);
+  test_tar_put(&t, zero, dpm_tar_pad(strlen(longname) + 1));
+  test_tar_member(&t, "truncated-name.png", "PNGDATA", 7);
   /* pax 'x': path= for the next member */
   char rec[400], body[320];
   snprintf(body, sizeof body, " path=%.*s.cls\n", (int)(strlen(longname) - 4), longname);
@@ -261,11 +234,11 @@ TEST(source_tar_gnu_long_names_and_pax_paths) {
   sum = 0;
   for (int i = 0; i < DPM_TAR_BLOCK; i++) sum += h[i];
   snprintf((char *)h + 148, 8, "%06o", sum);
-  put(&t, h, sizeof h);
-  put(&t, rec, (size_t)rl);
-  put(&t, zero, dpm_tar_pad((uint64_t)rl));
-  member(&t, "other.cls", "3", 1);
-  end(&t);
+  test_tar_put(&t, h, sizeof h);
+  test_tar_put(&t, rec, (size_t)rl);
+  test_tar_put(&t, zero, dpm_tar_pad((uint64_t)rl));
+  test_tar_member(&t, "other.cls", "3", 1);
+  test_tar_end(&t);
   CHECK(test_write_file(in(&s, "l.tar"), t.b, t.n) == 0);
   dpm_source *src;
   dpm_err err = {0};
@@ -287,18 +260,18 @@ TEST(source_tar_gnu_long_names_and_pax_paths) {
 TEST(source_tar_skips_members_larger_than_its_window) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   static const size_t sizes[] = {100000, 300001, 10, 70000};
   uint8_t *img = malloc(300004);
   for (size_t i = 0; i < 300004; i++) img[i] = (uint8_t)(i * 31 + i / 977);
   for (int k = 0; k < 4; k++) {
     char name[32];
     snprintf(name, sizeof name, "big%d.jpg", k);
-    member(&t, name, img + k, sizes[k]);
+    test_tar_member(&t, name, img + k, sizes[k]);
     snprintf(name, sizeof name, "big%d.cls", k);
-    member(&t, name, k % 2 ? "1" : "0", 1);
+    test_tar_member(&t, name, k % 2 ? "1" : "0", 1);
   }
-  end(&t);
+  test_tar_end(&t);
   CHECK(test_write_file(in(&s, "big.tar"), t.b, t.n) == 0);
   dpm_source *src;
   dpm_err err = {0};
@@ -330,9 +303,9 @@ static dpm_status open_bytes(const scratch *s, const uint8_t *b, size_t n,
 TEST(source_tar_refuses_a_truncated_shard) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   good_tar(&t, 0, 4);
-  end(&t);
+  test_tar_end(&t);
   dpm_source *src = (dpm_source *)1;
   dpm_err err = {0};
   /* mid-payload, mid-header, at a member boundary without the end blocks */
@@ -352,9 +325,9 @@ TEST(source_tar_refuses_a_truncated_shard) {
 TEST(source_tar_refuses_a_bad_header_checksum) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   good_tar(&t, 0, 4);
-  end(&t);
+  test_tar_end(&t);
   t.b[1024 + 3] ^= 0x40; /* the second member's name */
   dpm_source *src;
   dpm_err err = {0};
@@ -376,9 +349,9 @@ static void set_size(uint8_t *h, const uint8_t f[12]) {
 TEST(source_tar_refuses_a_member_past_the_end_and_absurd_sizes) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   good_tar(&t, 0, 3);
-  end(&t);
+  test_tar_end(&t);
   dpm_source *src;
   dpm_err err = {0};
   set_size(t.b, (const uint8_t *)"77777777777\0"); /* 8 GiB: past the end */
@@ -400,9 +373,9 @@ TEST(source_tar_refuses_a_member_past_the_end_and_absurd_sizes) {
   CHECK_HAS(err.msg, "bad size field");
   free(t.b);
   /* a sample larger than max_sample_bytes is flagged, not read */
-  tarbuf u = {0};
+  test_tar u = {0};
   good_tar(&u, 40, 2); /* 50 and 51 bytes */
-  end(&u);
+  test_tar_end(&u);
   CHECK(test_write_file(in(&s, "y.tar"), u.b, u.n) == 0);
   const char *p = in(&s, "y.tar");
   dpm_source_config cfg = {.kind = DPM_SOURCE_TAR,
@@ -434,12 +407,12 @@ static void check_one_bad(const char *cls_member, const char *cls, int drop_imag
                           dpm_bad_reason want, const char *text) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   good_tar(&t, 0, 1);
-  if (!drop_image) member(&t, "dir/bad.jpg", "\xff\xd8\xff", 3);
-  if (cls_member) member(&t, cls_member, cls, strlen(cls));
+  if (!drop_image) test_tar_member(&t, "dir/bad.jpg", "\xff\xd8\xff", 3);
+  if (cls_member) test_tar_member(&t, cls_member, cls, strlen(cls));
   good_tar(&t, 2, 1);
-  end(&t);
+  test_tar_end(&t);
   dpm_source *src;
   dpm_err err = {0};
   CHECK_INT(open_bytes(&s, t.b, t.n, 10, &src, &err), DPM_OK);
@@ -486,9 +459,9 @@ TEST(source_tar_flags_a_sample_with_no_image) {
 TEST(source_tar_shard_rewritten_after_open_is_changed) {
   scratch s;
   CHECK(scratch_make(&s));
-  tarbuf t = {0};
+  test_tar t = {0};
   good_tar(&t, 0, 3);
-  end(&t);
+  test_tar_end(&t);
   dpm_source *src;
   dpm_err err = {0};
   CHECK_INT(open_bytes(&s, t.b, t.n, 10, &src, &err), DPM_OK);
@@ -765,9 +738,9 @@ TEST(source_confined_fs_refuses_symlinks_fifos_and_outside_files) {
   CHECK_INT(dpmd_config_parse(text, strlen(text), "t", &cfg, &err), DPM_OK);
   CHECK_INT(dpmd_paths_create(&cfg, &paths, &err), DPM_OK);
   const dpm_fs *fs = dpmd_paths_data(paths);
-  tarbuf t = {0};
+  test_tar t = {0};
   good_tar(&t, 0, 2);
-  end(&t);
+  test_tar_end(&t);
   CHECK(test_write_file(in(&s, "data/ok.tar"), t.b, t.n) == 0);
   CHECK(test_write_file(in(&s, "outside/x.tar"), t.b, t.n) == 0);
   CHECK(test_write_file(in(&s, "data/img/c0/a.png"), "p", 1) == 0);
