@@ -252,8 +252,19 @@ static inline uint8_t clip8(int32_t v) {
 }
 
 /* The passes' inner loops, also built for AVX2 (integer arithmetic: the
- * same results either way), chosen at load time. */
+ * same results either way), chosen at load time by an ifunc resolver. Not
+ * in ThreadSanitizer builds: there the resolver, instrumented, runs during
+ * relocation, before TSan's runtime exists, and crashes the program. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DPM_NO_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(DPM_NO_CLONES)
+#define AVX2_CLONE
+#else
 #define AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#endif
 
 /* One row of the horizontal pass: crop outputs from src into dst. */
 AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src,
