@@ -558,7 +558,7 @@ static dpm_status spec_read_shards(spec_ctx *c, const spec_field *f, const dpm_y
 }
 
 /* What each image reader needs: tar its shards, lmdb and folder a path;
- * and all three an image section with a crop. ev: the eval section's keys. */
+ * the input section also needs an image section (spec_check_input). */
 static dpm_status spec_check_image_source(spec_ctx *c, const dpm_ynode *map,
                                           const char *section, int reader,
                                           size_t n_shards, const char *path) {
@@ -570,12 +570,6 @@ static dpm_status spec_check_image_source(spec_ctx *c, const dpm_ynode *map,
     return spec_fail(c, map, "missing key 'path' in %s (reader %s)", section,
                      reader == DPM__READER_KIND__READER_LMDB ? "lmdb" : "folder");
   return DPM_OK;
-}
-
-static int spec_image_reader(int reader) {
-  return reader == DPM__READER_KIND__READER_TAR ||
-         reader == DPM__READER_KIND__READER_LMDB ||
-         reader == DPM__READER_KIND__READER_FOLDER;
 }
 
 static dpm_status spec_check_image(spec_ctx *c, const dpm_ynode *map, void *msg) {
@@ -646,7 +640,7 @@ static dpm_status spec_check_input(spec_ctx *c, const dpm_ynode *map, void *msg)
     if (!in->labels)
       return spec_fail(c, map, "missing key 'labels' in input (reader idx)");
   }
-  if (spec_image_reader(in->reader)) {
+  if (dpm_reader_kind_is_image(in->reader)) {
     dpm_status st =
         spec_check_image_source(c, map, "input", in->reader, in->n_shards, in->path);
     if (st != DPM_OK) return st;
@@ -860,7 +854,7 @@ static dpm_status spec_check_eval(spec_ctx *c, const dpm_ynode *map, void *msg) 
     if (!ev->labels) return spec_fail(c, map, "missing key 'labels' in eval");
     return DPM_OK;
   }
-  if (!spec_image_reader(ev->reader))
+  if (!dpm_reader_kind_is_image(ev->reader))
     return spec_fail(c, dpm_ymap_get(map, "reader"),
                      "'reader' in eval must be idx, tar, lmdb or folder");
   return spec_check_image_source(c, map, "eval", ev->reader, ev->n_shards, ev->path);

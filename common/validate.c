@@ -85,7 +85,7 @@ static dpm_status path(vctx *c, const char *what, const char *p) {
   return DPM_OK;
 }
 
-static int image_reader(Dpm__ReaderKind k) {
+int dpm_reader_kind_is_image(Dpm__ReaderKind k) {
   return k == DPM__READER_KIND__READER_TAR || k == DPM__READER_KIND__READER_LMDB ||
          k == DPM__READER_KIND__READER_FOLDER;
 }
@@ -150,7 +150,7 @@ static dpm_status input(vctx *c, const Dpm__InputSpec *in, uint64_t devices) {
   if (in->reader == DPM__READER_KIND__READER_IDX &&
       (path(c, "input.images", in->images) || path(c, "input.labels", in->labels)))
     return c->err->code;
-  if (image_reader(in->reader) &&
+  if (dpm_reader_kind_is_image(in->reader) &&
       (image_files(c, "input", in->reader, in->shards, in->n_shards, in->path) ||
        image(c, in->image)))
     return c->err->code;
@@ -276,7 +276,7 @@ static dpm_status eval(vctx *c, const Dpm__EvalSpec *e) {
   if (!enum_ok(&dpm__reader_kind__descriptor, e->reader) ||
       e->reader == DPM__READER_KIND__READER_SYNTHETIC)
     return fail(c, "eval.reader: must be idx, tar, lmdb or folder");
-  if (image_reader(e->reader)) {
+  if (dpm_reader_kind_is_image(e->reader)) {
     if (image_files(c, "eval", e->reader, e->shards, e->n_shards, e->path))
       return c->err->code;
   } else if (path(c, "eval.images", e->images) || path(c, "eval.labels", e->labels)) {
@@ -457,7 +457,7 @@ dpm_status dpm_spec_validate_devices(const Dpm__ModelSpec *spec, dpm_device *dev
   if (spec->eval) {
     at(&c, spec, spec->eval->has_line, spec->eval->line);
     if (eval(&c, spec->eval)) return err->code;
-    if (image_reader(spec->eval->reader) && !(spec->input && spec->input->image))
+    if (dpm_reader_kind_is_image(spec->eval->reader) && !(spec->input && spec->input->image))
       return fail(&c, "eval.reader: an image reader takes its crop from input.image");
   }
   at(&c, spec, 0, 0);

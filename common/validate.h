@@ -41,6 +41,9 @@
  * batch far inside float's range; usual scales are 1/255 to 1. */
 #define DPM_SPEC_MAX_SCALE 256.0
 
+/* 1 for the image readers' kinds (tar, lmdb, folder). */
+int dpm_reader_kind_is_image(Dpm__ReaderKind k);
+
 /* 1 for a usable model name: 1..DPM_SPEC_MAX_NAME of A-Z a-z 0-9 . _ -, not
  * starting with '.' (it names a directory in dpmd's state dir). */
 int dpm_model_name_valid(const char *name);

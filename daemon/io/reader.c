@@ -334,10 +334,11 @@ dpm_status dpm_reader_bytes(const dpm_reader_config *cfg, uint64_t *bytes, dpm_e
 /* Checks the config and fills r->n and the shape (loading idx files). */
 static dpm_status reader_setup(dpm_reader *r, dpm_err *err) {
   dpm_reader_config *cfg = &r->cfg;
-  if (DPM_READER_IMAGE_KIND(cfg->kind) &&
-      (dpm_images_open(cfg, &r->decode, &r->n, err) ||
-       !(r->ex = malloc((size_t)(cfg->batch > 0 ? cfg->batch : 1) * sizeof *r->ex))))
-    return r->decode ? dpm_errf(err, DPM_NOMEM, "reader: out of memory") : err->code;
+  if (DPM_READER_IMAGE_KIND(cfg->kind)) {
+    if (dpm_images_open(cfg, &r->decode, &r->n, err)) return err->code;
+    if (!(r->ex = malloc((size_t)(cfg->batch > 0 ? cfg->batch : 1) * sizeof *r->ex)))
+      return dpm_errf(err, DPM_NOMEM, "reader: out of memory");
+  }
   if (reader_geometry(cfg, &r->n, &r->c, &r->h, &r->w, err)) return err->code;
   if (cfg->kind == DPM_READER_IDX) {
     if (cfg->num_classes <= 0) cfg->num_classes = 10;

@@ -67,7 +67,7 @@ static dpm_reader_images image_config(const Dpm__InputSpec *in, int train) {
 
 static dpm_status input_shape(const dpm_fs *fs, const Dpm__InputSpec *in, int64_t chw[3],
                               dpm_err *err) {
-  if (in->image && reader_kind(in->reader) >= DPM_READER_TAR) {
+  if (in->image && dpm_reader_kind_is_image(in->reader)) {
     chw[0] = in->image->channels;
     chw[1] = chw[2] = in->image->crop;
     return DPM_OK;

@@ -10,6 +10,7 @@
 
 #include "common/escape.h"
 #include "common/spec.h"
+#include "common/validate.h"
 #include "engine/workspace.h"
 #include "server/log.h"
 #include "server/models/internal.h"
@@ -66,7 +67,7 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
       info->loss_scale = m->last.loss_scale;
       info->skipped_steps = m->last.skipped_total;
     }
-    info->has_skipped_samples = m->spec->input->reader >= DPM__READER_KIND__READER_TAR;
+    info->has_skipped_samples = dpm_reader_kind_is_image(m->spec->input->reader);
     info->skipped_samples = m->last.samples_skipped;
   }
   if (m->error[0]) info->error = strcpy(buf->error, m->error);
