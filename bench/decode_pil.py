@@ -15,6 +15,12 @@ median of ROUNDS passes:
                     to 224 (no draft), flip, ToTensor (/ 255) and Normalize
                     with numpy
   tv eval           resize the short side to 256, crop 224, as above
+  torch train       when torch and torchvision import (scripts/torch-venv.sh):
+                    PyTorch's DataLoader (the main process, batches of 32,
+                    one thread) over the files with torchvision's
+                    RandomResizedCrop(224), RandomHorizontalFlip, ToTensor,
+                    Normalize on Image.open(...).convert("RGB")
+  torch eval        the same with Resize(256), CenterCrop(224)
 and the ratio of dpm's images/s to each."""
 import glob
 import io
@@ -99,6 +105,43 @@ def torchvision_like(data, train, rng):
     return normalise(r, flip, TV_MEAN, TV_STD, 255.0)
 
 
+def torch_rows(files, rounds, dpm):
+    """PyTorch's DataLoader with torchvision's transforms, when installed."""
+    try:
+        import torch
+        import torchvision.transforms as T
+    except ImportError:
+        print("  (torch rows: torch and torchvision not importable here)")
+        return
+    torch.set_num_threads(1)
+    norm = [T.ToTensor(), T.Normalize(list(TV_MEAN), list(TV_STD))]
+    pipes = {"train": T.Compose([T.RandomResizedCrop(CROP), T.RandomHorizontalFlip()] + norm),
+             "eval": T.Compose([T.Resize(RESIZE), T.CenterCrop(CROP)] + norm)}
+
+    class Files(torch.utils.data.Dataset):
+        def __init__(self, tf):
+            self.tf = tf
+
+        def __len__(self):
+            return len(files)
+
+        def __getitem__(self, i):
+            return self.tf(Image.open(io.BytesIO(files[i])).convert("RGB"))
+
+    for mode in ("train", "eval"):
+        times = []
+        for r in range(rounds):
+            torch.manual_seed(r)
+            loader = torch.utils.data.DataLoader(Files(pipes[mode]), 32, num_workers=0)
+            t0 = time.process_time()
+            for _ in loader:
+                pass
+            times.append(time.process_time() - t0)
+        ips = len(files) / sorted(times)[len(times) // 2]
+        print(f"  {'torch ' + mode:<20} {ips:8.1f} images/s   dpm {mode} / this: "
+              f"x{dpm[mode] / ips:.2f}")
+
+
 def main():
     d, rounds = sys.argv[1], int(sys.argv[2])
     dpm = {"train": float(sys.argv[3]), "eval": float(sys.argv[4])}
@@ -115,6 +158,7 @@ def main():
             ips = len(files) / sorted(times)[len(times) // 2]
             print(f"  {name + ' ' + mode:<20} {ips:8.1f} images/s   dpm {mode} / this: "
                   f"x{dpm[mode] / ips:.2f}")
+    torch_rows(files, rounds, dpm)
 
 
 if __name__ == "__main__":

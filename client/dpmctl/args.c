@@ -39,6 +39,11 @@ const ctl_option ctl_options[O_N_OPTIONS] = {
     [O_SHARDS] = {"--shards", 1, "EP,EP...", "the daemons of a job over several hosts (tcp://HOST:PORT each), this one first"},
     [O_ALLOW_BATCH_CHANGE] = {"--allow-batch-change", 0, NULL, "let an elastic resume change the global batch (fewer devices in all)"},
     [O_EPOCHS] = {"--epochs", 1, "N", "the number of epochs to run from now (steps per epoch: the data set over the global batch of every replica and shard)"},
+    [O_PRIORITY] = {"--priority", 1, "N", "the model's priority, -1000 to 1000 (default 0): a higher one runs first, and one that trains preempts lower ones on its devices"},
+    [O_WEIGHT] = {"--weight", 1, "W", "its share of its devices' time among the models of its priority, above 0 up to 1000 (0.5, 3; default 1)"},
+    [O_PREEMPT] = {"--preempt", 1, "keep|spill", "what it does while preempted: keep (default) stays resident, just not scheduled; spill checkpoints and frees its memory"},
+    [O_MAX_MEMORY] = {"--max-memory", 1, "BYTES", "refuse the model when it counts more than BYTES of memory; a number, or with a suffix K, M, G (powers of 1000) or Ki, Mi, Gi (of 1024): 512Mi"},
+    [O_NO_QUEUE] = {"--no-queue", 0, NULL, "refuse the model when its memory does not fit beside the others now, instead of queueing it until it does"},
 };
 /* clang-format on */
 
@@ -197,6 +202,113 @@ int ctl_parse_checkpoint_every(const char *s, uint64_t *iters, double *seconds) 
   *iters = v;
   *seconds = 0;
   return 0;
+}
+
+int ctl_parse_bytes(const char *s, uint64_t *out) {
+  static const struct {
+    const char *suffix;
+    uint64_t unit;
+  } units[] = {
+      {"", 1},
+      {"K", 1000},
+      {"M", 1000000},
+      {"G", 1000000000},
+      {"T", 1000000000000ull},
+      {"Ki", (uint64_t)1 << 10},
+      {"Mi", (uint64_t)1 << 20},
+      {"Gi", (uint64_t)1 << 30},
+      {"Ti", (uint64_t)1 << 40},
+  };
+  if (!s) return -1;
+  size_t digits = strspn(s, "0123456789");
+  char num[32];
+  if (digits == 0 || digits >= sizeof num) return -1;
+  memcpy(num, s, digits);
+  num[digits] = 0;
+  uint64_t v;
+  if (ctl_parse_u64(num, UINT64_MAX, &v)) return -1;
+  for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+    if (!strcmp(s + digits, units[i].suffix)) {
+      if (v > UINT64_MAX / units[i].unit) return -1;
+      *out = v * units[i].unit;
+      return 0;
+    }
+  return -1;
+}
+
+int ctl_parse_number(const char *s, double min, int min_open, double max, double *out) {
+  if (!s) return -1;
+  size_t whole = strspn(s, "0123456789"), frac = 0;
+  int point = s[whole] == '.';
+  if (point) frac = strspn(s + whole + 1, "0123456789");
+  if (point ? !frac : !whole) return -1;  /* "", ".", "1." */
+  if (s[whole + point + frac]) return -1; /* anything else: "1e3", "-1", "1 " */
+  double v = strtod(s, NULL); /* digits and a point (dpmctl keeps the C locale) */
+  if (v < min || (min_open && v == min) || v > max) return -1;
+  *out = v;
+  return 0;
+}
+
+/* proto/dpm.proto's PreemptPolicy, indexed by value. */
+static const char *const preempt_words[] = {
+    [DPM__PREEMPT_POLICY__PREEMPT_KEEP] = "keep",
+    [DPM__PREEMPT_POLICY__PREEMPT_SPILL] = "spill",
+};
+#define N_PREEMPT ((int)(sizeof preempt_words / sizeof *preempt_words))
+
+int ctl_parse_preempt(const char *s, Dpm__PreemptPolicy *out) {
+  for (int p = 0; s && p < N_PREEMPT; p++)
+    if (preempt_words[p] && !strcmp(s, preempt_words[p])) {
+      *out = (Dpm__PreemptPolicy)p;
+      return 0;
+    }
+  return -1;
+}
+
+const char *ctl_preempt_word(int p) {
+  return p >= 0 && p < N_PREEMPT ? preempt_words[p] : NULL;
+}
+
+/* A bad value of a schedule option: the message, and -1. */
+__attribute__((format(printf, 3, 4))) static int bad_value(char *msg, size_t cap,
+                                                           const char *fmt, ...) {
+  if (msg && cap) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+int ctl_parse_schedule(const ctl_args *a, int need_one, Dpm__Schedule *s, char *msg,
+                       size_t cap) {
+  const char *prio = a->opt[O_PRIORITY], *weight = a->opt[O_WEIGHT],
+             *preempt = a->opt[O_PREEMPT], *max_memory = a->opt[O_MAX_MEMORY];
+  int p = 0;
+  if (prio && ctl_parse_int(prio, -CTL_PRIORITY_MAX, CTL_PRIORITY_MAX, &p))
+    return bad_value(msg, cap, "--priority takes a whole number from %d to %d, not '%s'",
+                     -CTL_PRIORITY_MAX, CTL_PRIORITY_MAX, prio);
+  if (weight && ctl_parse_number(weight, 0, 1, CTL_WEIGHT_MAX, &s->weight))
+    return bad_value(msg, cap,
+                     "--weight takes a number above 0 up to %d (0.5, 3), not '%s'",
+                     CTL_WEIGHT_MAX, weight);
+  if (preempt && ctl_parse_preempt(preempt, &s->preempt))
+    return bad_value(msg, cap, "--preempt takes keep or spill, not '%s'", preempt);
+  if (max_memory && (ctl_parse_bytes(max_memory, &s->max_memory) || !s->max_memory))
+    return bad_value(msg, cap,
+                     "--max-memory takes a positive number of bytes (4294967296, 512Mi, "
+                     "4G), not '%s'",
+                     max_memory);
+  if (need_one && !prio && !weight && !preempt)
+    return bad_value(msg, cap, "%s needs --priority, --weight or --preempt",
+                     a->verb ? a->verb->cmd->name : "set");
+  s->has_priority = prio != NULL;
+  s->priority = prio ? p : 0;
+  s->has_weight = weight != NULL;
+  s->has_preempt = preempt != NULL;
+  s->has_max_memory = max_memory != NULL;
+  return s->has_priority + s->has_weight + s->has_preempt + s->has_max_memory;
 }
 
 void ctl_free_list(char **items, size_t n) {

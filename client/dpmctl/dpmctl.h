@@ -16,7 +16,7 @@
  *   predict.c   predict: runs an extracted predictor, no daemon
  *
  * Calls run down this list, never back up: main; verbs; doc, progress,
- * watch, predict; call; output, args, rate.
+ * watch, predict; call; output; args, rate.
  *
  * Exit codes (README.md, "dpmd and dpmctl"): 0 ok, 1 the daemon
  * refused or failed (or a local failure: bad spec, unwritable file), 2 usage,
@@ -37,6 +37,8 @@ enum { CTL_OK = 0, CTL_FAILED = 1, CTL_USAGE = 2, CTL_UNREACHABLE = 3 };
 #define CTL_DEFAULT_TIMEOUT_MS 10000
 #define CTL_LONG_TIMEOUT_MS 120000 /* submit and other slow verbs (verbs.c) */
 #define CTL_MAX_POS 4              /* positional arguments a verb may take */
+#define CTL_PRIORITY_MAX 1000      /* --priority: -1000..1000 */
+#define CTL_WEIGHT_MAX 1000        /* --weight: above 0, up to 1000 */
 
 /* Every option; the first CTL_N_GLOBAL are global (accepted anywhere). */
 typedef enum {
@@ -66,10 +68,16 @@ typedef enum {
   O_SHARDS,
   O_ALLOW_BATCH_CHANGE,
   O_EPOCHS,
+  O_PRIORITY,
+  O_WEIGHT,
+  O_PREEMPT,
+  O_MAX_MEMORY,
+  O_NO_QUEUE,
   O_N_OPTIONS
 } ctl_opt;
 #define CTL_N_GLOBAL (O_HELP + 1)
 #define OPT(o) (1u << (o))
+_Static_assert(O_N_OPTIONS <= 32, "a verb's options are the bits of an unsigned");
 
 typedef struct ctl_option {
   const char *name; /* "--iters" */
@@ -122,6 +130,27 @@ int ctl_parse_int(const char *s, int min, int max, int *out);
  * 0 disables). Sets both of *iters and *seconds (the other one 0). Returns 0,
  * or -1 for anything else. */
 int ctl_parse_checkpoint_every(const char *s, uint64_t *iters, double *seconds);
+/* A size in bytes: a whole number, optionally with a suffix K, M, G, T
+ * (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024): "4096", "512Mi", "2G".
+ * Returns 0, or -1 for anything else and for more than UINT64_MAX. */
+int ctl_parse_bytes(const char *s, uint64_t *out);
+/* A plain decimal number: digits, a point and digits, or both ("3", "0.5",
+ * ".5"; not "1.", "1e3", "-1", " 1", "inf"), within [min, max]; min_open:
+ * min itself is out. Returns 0, or -1. */
+int ctl_parse_number(const char *s, double min, int min_open, double max, double *out);
+/* The words of proto/dpm.proto's PreemptPolicy ("keep", "spill"):
+ * ctl_parse_preempt returns 0 and sets *out, or -1 for another word;
+ * ctl_preempt_word gives the word of p, or NULL for a value this build does
+ * not know (a newer daemon's). */
+int ctl_parse_preempt(const char *s, Dpm__PreemptPolicy *out);
+const char *ctl_preempt_word(int p);
+/* The schedule options of a parsed command line (--priority, --weight,
+ * --preempt, --max-memory: those the verb took) into s, each given one with
+ * its has_ flag set. Returns how many were given, or -1 with a message in
+ * msg: one naming the option and what it takes, or with need_one (set) and
+ * none given, "set needs --priority, --weight or --preempt". */
+int ctl_parse_schedule(const ctl_args *a, int need_one, Dpm__Schedule *s, char *msg,
+                       size_t cap);
 /* Splits a comma-separated list into a new array of new strings; empty items
  * are an error (-1). Free with ctl_free_list. */
 int ctl_split(const char *s, char ***items, size_t *n);
@@ -190,8 +219,17 @@ void ctl_error(const ctl_ctx *ctx, const char *status, const char *fmt, ...)
  * CTL_FAILED when the writer failed (out of memory). */
 int ctl_emit(dpm_json *j);
 void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m);
-/* "mlp  training  iter 120/500  loss 0.4123  acc 0.875  1234 img/s" */
+/* "mlp  training  iter 120/500  loss 0.4123  acc 0.875  1234 img/s"; a
+ * model that waits says why after its state: "small  preempted (by big)" */
 void ctl_model_line(FILE *f, const Dpm__ModelInfo *m);
+/* queue: the models of a ModelList under their device group (the daemon
+ * sends them grouped), a table of their schedule and state each; "no
+ * models" for none. */
+void ctl_queue_table(FILE *f, Dpm__ModelInfo **models, size_t n);
+/* queue's answer: the table, or with --json {"models":[..]} as list. */
+int ctl_print_queue(const ctl_ctx *ctx, const Dpm__Response *r);
+/* bytes as "512 B", "12.5 KiB", "1.21 GiB" (three digits, powers of 1024). */
+void ctl_format_bytes(uint64_t bytes, char *buf, size_t cap);
 /* Prints a successful response by its result; ok_text is the human line
  * when there is no result ("deleted mlp"). Returns the exit code. */
 int ctl_print_response(const ctl_ctx *ctx, const Dpm__Response *r, const char *ok_text);

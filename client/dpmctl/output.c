@@ -62,6 +62,12 @@ void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
   dpm_json_object(j, key);
   dpm_json_str(j, "name", m->name);
   dpm_json_str(j, "state", m->state);
+  /* the scheduler's view before any object, so that a line of the object
+   * split at '{' has them beside the name (bench/sched.sh) */
+  if (m->waiting) dpm_json_str(j, "waiting", m->waiting);
+  if (m->has_queue_position) dpm_json_uint(j, "queue_position", m->queue_position);
+  if (m->has_share) dpm_json_num(j, "share", m->share);
+  if (m->group) dpm_json_str(j, "group", m->group);
   if (m->has_iter) dpm_json_uint(j, "iter", m->iter);
   if (m->has_target_iter) dpm_json_uint(j, "target_iter", m->target_iter);
   if (m->n_devices) json_strings(j, "devices", m->devices, m->n_devices);
@@ -113,7 +119,52 @@ void ctl_json_model(dpm_json *j, const char *key, const Dpm__ModelInfo *m) {
     }
     dpm_json_end(j);
   }
+  if (m->schedule) { /* "schedule":{"priority":10,"weight":1,"preempt":"spill"} */
+    const Dpm__Schedule *s = m->schedule;
+    const char *preempt = ctl_preempt_word(s->preempt);
+    dpm_json_object(j, "schedule");
+    if (s->has_priority) dpm_json_int(j, "priority", s->priority);
+    if (s->has_weight) dpm_json_num(j, "weight", s->weight);
+    if (s->has_preempt && preempt) dpm_json_str(j, "preempt", preempt);
+    if (s->has_preempt && !preempt) dpm_json_int(j, "preempt", s->preempt); /* newer */
+    if (s->has_max_memory) dpm_json_uint(j, "max_memory", s->max_memory);
+    dpm_json_end(j);
+  }
   dpm_json_end(j);
+}
+
+void ctl_format_bytes(uint64_t bytes, char *buf, size_t cap) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) {
+    snprintf(buf, cap, "%" PRIu64 " B", bytes);
+    return;
+  }
+  double v = (double)bytes / 1024;
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < sizeof units / sizeof *units) {
+    v /= 1024;
+    u++;
+  }
+  /* three significant digits, rounded as printed: 999.5 KiB is 1000 KiB */
+  snprintf(buf, cap, "%.*f %s", v < 9.995 ? 2 : v < 99.95 ? 1 : 0, v, units[u]);
+}
+
+/* The state, with its place in the memory queue ("queued #2") and why it
+ * waits in parentheses, less a first word that repeats the state:
+ * "preempted (by big)", "queued #1 (3 GiB do not fit beside big)". */
+static void state_text(const Dpm__ModelInfo *m, char *buf, size_t cap) {
+  const char *state = m->state ? m->state : "?";
+  int n = snprintf(buf, cap, "%s", state);
+  if (m->has_queue_position && m->queue_position > 0 && n >= 0 && (size_t)n < cap)
+    n += snprintf(buf + n, cap - (size_t)n, " #%u", m->queue_position);
+  const char *why = m->waiting;
+  if (!why || !*why || n < 0 || (size_t)n >= cap) return;
+  size_t sl = strlen(state);
+  if (!strncmp(why, state, sl) && (why[sl] == ' ' || why[sl] == ':')) {
+    why += sl;
+    why += strspn(why, ": ");
+  }
+  if (*why) snprintf(buf + n, cap - (size_t)n, " (%s)", why);
 }
 
 /* "  iter 120/500  loss 0.4123  acc 0.875  1234 img/s" */
@@ -142,71 +193,197 @@ static void shards_brief(FILE *f, const Dpm__ModelInfo *m) {
 }
 
 void ctl_model_line(FILE *f, const Dpm__ModelInfo *m) {
-  fprintf(f, "%s  %s", m->name ? m->name : "?", m->state ? m->state : "?");
+  char state[512];
+  state_text(m, state, sizeof state);
+  fprintf(f, "%s  %s", m->name ? m->name : "?", state);
   stats(f, m);
   shards_brief(f, m);
   if (m->error && *m->error) fprintf(f, "  error: %s", m->error);
   fputc('\n', f);
 }
 
-/* list: a table under a header line, columns as wide as their widest
- * cell; "-" where the daemon said nothing; NOTE: a fleet job's shards and
- * the error of a failed model.
- *   NAME  STATE  ITER     LOSS    ACC    IMG/S  NOTE
- *   mlp   ready  468/468  0.4557  0.828  9747   */
-enum { COL_NAME, COL_STATE, COL_ITER, COL_LOSS, COL_ACC, COL_IPS, COL_NOTE, N_COLS };
-static const char *const col_names[N_COLS] = {"NAME", "STATE", "ITER", "LOSS",
-                                              "ACC",  "IMG/S", "NOTE"};
+/* A table of models: a header line over columns as wide as their widest
+ * cell (over every row), "-" where the daemon said nothing, no trailing
+ * blanks. The table's columns and how a model fills them: */
+#define CELL 256
+#define MAX_COLS 12
+typedef struct table_spec {
+  int n_cols; /* at most MAX_COLS */
+  const char *const *names;
+  void (*cells)(const Dpm__ModelInfo *m, char cells[][CELL]);
+} table_spec;
 
-static void model_cells(const Dpm__ModelInfo *m, char cells[N_COLS][256]) {
-  snprintf(cells[COL_NAME], 256, "%s", m->name ? m->name : "?");
-  snprintf(cells[COL_STATE], 256, "%s", m->state ? m->state : "?");
+/* One line of the table, the header for cells NULL, after indent. */
+static void table_row(FILE *f, const table_spec *t, const int *width, char (*cells)[CELL],
+                      const char *indent) {
+  char line[MAX_COLS * (CELL + 2) + 1];
+  size_t len = 0;
+  line[0] = 0;
+  for (int c = 0; c < t->n_cols; c++) {
+    int k = snprintf(line + len, sizeof line - len, "%-*s  ", width[c],
+                     cells ? cells[c] : t->names[c]);
+    if (k > 0) len += (size_t)k < sizeof line - len ? (size_t)k : sizeof line - len - 1;
+  }
+  while (len && line[len - 1] == ' ') len--;
+  fprintf(f, "%s%.*s\n", indent, (int)len, line);
+}
+
+/* The header, then a row per model. With group: the models come grouped
+ * (each group's consecutive), and each group is a line with its name, then
+ * the header and its rows indented by two. */
+static void table(FILE *f, const table_spec *t, Dpm__ModelInfo **models, size_t n,
+                  const char *(*group)(const Dpm__ModelInfo *m, char *buf, size_t cap)) {
+  int width[MAX_COLS];
+  char cells[MAX_COLS][CELL];
+  for (int c = 0; c < t->n_cols; c++) width[c] = (int)strlen(t->names[c]);
+  for (size_t i = 0; i < n; i++) {
+    t->cells(models[i], cells);
+    for (int c = 0; c < t->n_cols; c++)
+      if ((int)strlen(cells[c]) > width[c]) width[c] = (int)strlen(cells[c]);
+  }
+  if (!group) table_row(f, t, width, NULL, "");
+  char buf[CELL], prev_buf[CELL];
+  for (size_t i = 0; i < n; i++) {
+    const char *g = group ? group(models[i], buf, sizeof buf) : NULL;
+    if (g && (!i || strcmp(g, group(models[i - 1], prev_buf, sizeof prev_buf)))) {
+      fprintf(f, "%s\n", g);
+      table_row(f, t, width, NULL, "  ");
+    }
+    t->cells(models[i], cells);
+    table_row(f, t, width, cells, group ? "  " : "");
+  }
+}
+
+/* cell = "%llu/%llu" iter/target, "-" without an iteration */
+static void iter_cell(const Dpm__ModelInfo *m, char *cell) {
   if (!m->has_iter)
-    snprintf(cells[COL_ITER], 256, "-");
+    snprintf(cell, CELL, "-");
   else if (m->has_target_iter)
-    snprintf(cells[COL_ITER], 256, "%" PRIu64 "/%" PRIu64, m->iter, m->target_iter);
+    snprintf(cell, CELL, "%" PRIu64 "/%" PRIu64, m->iter, m->target_iter);
   else
-    snprintf(cells[COL_ITER], 256, "%" PRIu64, m->iter);
-  snprintf(cells[COL_LOSS], 256, m->has_loss ? "%.4f" : "-", m->loss);
-  snprintf(cells[COL_ACC], 256, m->has_accuracy ? "%.3f" : "-", m->accuracy);
-  snprintf(cells[COL_IPS], 256, m->has_images_per_s ? "%.0f" : "-", m->images_per_s);
-  char note[256] = "";
+    snprintf(cell, CELL, "%" PRIu64, m->iter);
+}
+
+/* NOTE: why the model waits, a fleet job's shards and the error of a failed
+ * model. */
+static void note_cell(const Dpm__ModelInfo *m, char *cell) {
+  char note[CELL] = "";
   FILE *f = fmemopen(note, sizeof note - 1, "w");
   if (f) {
+    if (m->waiting && *m->waiting) fprintf(f, "  %s", m->waiting);
     shards_brief(f, m);
     if (m->error && *m->error) fprintf(f, "  error: %s", m->error);
     fclose(f);
   }
   const char *n = note;
   while (*n == ' ') n++;
-  snprintf(cells[COL_NOTE], 256, "%s", n);
+  snprintf(cell, CELL, "%s", n);
 }
 
-static void list_table(FILE *f, Dpm__ModelInfo **models, size_t n) {
-  int width[N_COLS];
-  char cells[N_COLS][256];
-  for (int c = 0; c < N_COLS; c++) width[c] = (int)strlen(col_names[c]);
-  for (size_t i = 0; i < n; i++) {
-    model_cells(models[i], cells);
-    for (int c = 0; c < N_COLS; c++)
-      if ((int)strlen(cells[c]) > width[c]) width[c] = (int)strlen(cells[c]);
+/* list:
+ *   NAME  STATE  ITER     LOSS    ACC    IMG/S  NOTE
+ *   mlp   ready  468/468  0.4557  0.828  9747   */
+enum { COL_NAME, COL_STATE, COL_ITER, COL_LOSS, COL_ACC, COL_IPS, COL_NOTE, N_COLS };
+static const char *const col_names[N_COLS] = {"NAME", "STATE", "ITER", "LOSS",
+                                              "ACC",  "IMG/S", "NOTE"};
+
+static void model_cells(const Dpm__ModelInfo *m, char cells[][CELL]) {
+  snprintf(cells[COL_NAME], CELL, "%s", m->name ? m->name : "?");
+  snprintf(cells[COL_STATE], CELL, "%s", m->state ? m->state : "?");
+  iter_cell(m, cells[COL_ITER]);
+  snprintf(cells[COL_LOSS], CELL, m->has_loss ? "%.4f" : "-", m->loss);
+  snprintf(cells[COL_ACC], CELL, m->has_accuracy ? "%.3f" : "-", m->accuracy);
+  snprintf(cells[COL_IPS], CELL, m->has_images_per_s ? "%.0f" : "-", m->images_per_s);
+  note_cell(m, cells[COL_NOTE]);
+}
+
+static const table_spec list_spec = {N_COLS, col_names, model_cells};
+
+/* queue, per device group:
+ *   cpu:0,cpu:1
+ *     NAME   STATE      PRIORITY  WEIGHT  SHARE  MEMORY    ITER    NOTE
+ *     big    training   10        1       93%    1.21 GiB  40/100
+ *     small  preempted  0         1       7%     300 MiB   12/100  preempted by big */
+enum { Q_NAME, Q_STATE, Q_PRIO, Q_WEIGHT, Q_SHARE, Q_MEM, Q_ITER, Q_NOTE, N_QCOLS };
+static const char *const queue_col_names[N_QCOLS] = {
+    "NAME", "STATE", "PRIORITY", "WEIGHT", "SHARE", "MEMORY", "ITER", "NOTE"};
+
+static void queue_cells(const Dpm__ModelInfo *m, char cells[][CELL]) {
+  const Dpm__Schedule *s = m->schedule;
+  snprintf(cells[Q_NAME], CELL, "%s", m->name ? m->name : "?");
+  if (m->has_queue_position && m->queue_position > 0) /* "queued #2" */
+    snprintf(cells[Q_STATE], CELL, "%s #%u", m->state ? m->state : "?",
+             m->queue_position);
+  else
+    snprintf(cells[Q_STATE], CELL, "%s", m->state ? m->state : "?");
+  snprintf(cells[Q_PRIO], CELL, s && s->has_priority ? "%d" : "-", s ? s->priority : 0);
+  snprintf(cells[Q_WEIGHT], CELL, s && s->has_weight ? "%g" : "-", s ? s->weight : 0);
+  snprintf(cells[Q_SHARE], CELL, m->has_share ? "%.0f%%" : "-", m->share * 100);
+  if (m->has_memory_bytes)
+    ctl_format_bytes(m->memory_bytes, cells[Q_MEM], CELL);
+  else
+    snprintf(cells[Q_MEM], CELL, "-");
+  iter_cell(m, cells[Q_ITER]);
+  note_cell(m, cells[Q_NOTE]);
+}
+
+static const table_spec queue_spec = {N_QCOLS, queue_col_names, queue_cells};
+
+/* A model's device group: the daemon's name for it, else its devices. */
+static const char *group_of(const Dpm__ModelInfo *m, char *buf, size_t cap) {
+  if (m->group && *m->group) return m->group;
+  size_t len = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < m->n_devices && len + 1 < cap; i++) {
+    int k = snprintf(buf + len, cap - len, "%s%s", i ? "," : "", m->devices[i]);
+    if (k > 0) len += (size_t)k < cap - len ? (size_t)k : cap - len - 1;
   }
-  for (size_t i = 0; i <= n; i++) {
-    char line[N_COLS * 258];
-    size_t len = 0;
-    if (i) model_cells(models[i - 1], cells);
-    for (int c = 0; c < N_COLS; c++) {
-      int k = snprintf(line + len, sizeof line - len, "%-*s  ", width[c],
-                       i ? cells[c] : col_names[c]);
-      if (k > 0) len += (size_t)k < sizeof line - len ? (size_t)k : sizeof line - len - 1;
-    }
-    while (len && line[len - 1] == ' ') len--; /* no trailing blanks */
-    fprintf(f, "%.*s\n", (int)len, line);
+  return len ? buf : "-";
+}
+
+void ctl_queue_table(FILE *f, Dpm__ModelInfo **models, size_t n) {
+  if (!n)
+    fputs("no models\n", f);
+  else
+    table(f, &queue_spec, models, n, group_of);
+}
+
+int ctl_print_queue(const ctl_ctx *ctx, const Dpm__Response *r) {
+  if (r->result_case != DPM__RESPONSE__RESULT_MODELS) {
+    ctl_error(ctx, "CORRUPT", "dpmd answered queue without a list of models");
+    return CTL_FAILED;
   }
+  if (!ctx->json) {
+    ctl_queue_table(stdout, r->models->model, r->models->n_model);
+    return CTL_OK;
+  }
+  return ctl_print_response(ctx, r, NULL); /* {"models":[...]}, as list */
 }
 
 static void join(FILE *f, char **v, size_t n) {
   for (size_t i = 0; i < n; i++) fprintf(f, "%s%s", i ? "," : "", v[i]);
+}
+
+/* "  priority 10  weight 1  preempt spill  max memory 4.00 GiB  share 42%":
+ * what the daemon said of the model's schedule, and its share of its
+ * devices' time; nothing when it said none of it. */
+static void schedule_line(FILE *f, const Dpm__ModelInfo *m) {
+  const Dpm__Schedule *s = m->schedule;
+  const char *preempt = s && s->has_preempt ? ctl_preempt_word(s->preempt) : NULL;
+  int any = 0;
+  if (s && s->has_priority) any |= 0 < fprintf(f, "  priority %d", s->priority);
+  if (s && s->has_weight) any |= 0 < fprintf(f, "  weight %g", s->weight);
+  if (preempt) any |= 0 < fprintf(f, "  preempt %s", preempt);
+  if (s && s->has_preempt && !preempt) /* a newer daemon's policy */
+    any |= 0 < fprintf(f, "  preempt %d", (int)s->preempt);
+  if (s && s->has_max_memory && s->max_memory) {
+    char b[32];
+    ctl_format_bytes(s->max_memory, b, sizeof b);
+    any |= 0 < fprintf(f, "  max memory %s", b);
+  }
+  if (m->has_share && m->share > 0)
+    any |= 0 < fprintf(f, "  share %.0f%%", m->share * 100);
+  if (any) fputc('\n', f);
 }
 
 /* One model in detail: its line, then what else the daemon said. */
@@ -217,6 +394,7 @@ static void model_detail(FILE *f, const Dpm__ModelInfo *m) {
     join(f, m->devices, m->n_devices);
     fputc('\n', f);
   }
+  schedule_line(f, m);
   if (m->has_lr || m->has_step_ms) {
     fputc(' ', f);
     if (m->has_lr) fprintf(f, " lr %g", m->lr);
@@ -346,7 +524,7 @@ int ctl_print_response(const ctl_ctx *ctx, const Dpm__Response *r, const char *o
       if (!r->models->n_model)
         fputs("no models\n", f);
       else
-        list_table(f, r->models->model, r->models->n_model);
+        table(f, &list_spec, r->models->model, r->models->n_model, NULL);
     }
     break;
   case DPM__RESPONSE__RESULT_EVAL:

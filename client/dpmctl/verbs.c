@@ -148,6 +148,10 @@ static int cmd_submit(ctl_ctx *ctx) {
                               "(600s); 0 disables");
     policy.has_every_iters = policy.has_every_seconds = 1; /* both: 0 is never */
   }
+  Dpm__Schedule sched = DPM__SCHEDULE__INIT; /* sent when an option set part of it */
+  char msg[256];
+  int n_sched = ctl_parse_schedule(ctx->a, 0, &sched, msg, sizeof msg);
+  if (n_sched < 0) return usage_error(ctx, msg);
   Dpm__ModelSpec *spec = NULL;
   dpm_err err = {0};
   dpm_status s = dpm_spec_load(path, &spec, &err);
@@ -190,6 +194,9 @@ static int cmd_submit(ctl_ctx *ctx) {
     sub.checkpoint = every ? &policy : NULL;
     sub.shards = shards;
     sub.n_shards = n_shards;
+    sub.schedule = n_sched ? &sched : NULL;
+    sub.has_no_queue = ctx->a->opt[O_NO_QUEUE] != NULL;
+    sub.no_queue = sub.has_no_queue;
     Dpm__Request req = DPM__REQUEST__INIT;
     req.command_case = DPM__REQUEST__COMMAND_SUBMIT;
     req.submit = &sub;
@@ -319,6 +326,42 @@ static int cmd_list(ctl_ctx *ctx) {
   return call_print(ctx, &req, "no models");
 }
 
+/* queue: the list's models, each device group under its name (output.c). */
+static int cmd_queue(ctl_ctx *ctx) {
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_QUEUE;
+  req.queue = &empty_msg;
+  Dpm__Response *r;
+  int rc = ctl_call(ctx, &req, &r);
+  if (rc) return rc;
+  rc = ctl_print_queue(ctx, r);
+  dpm_client_free_response(r);
+  return rc;
+}
+
+/* set NAME --priority N --weight W --preempt keep|spill, one or more; the
+ * daemon answers with the model. */
+static int cmd_set(ctl_ctx *ctx) {
+  Dpm__Schedule sched = DPM__SCHEDULE__INIT;
+  char msg[256];
+  if (ctl_parse_schedule(ctx->a, 1, &sched, msg, sizeof msg) < 0)
+    return usage_error(ctx, msg);
+  Dpm__SetRequest sr = DPM__SET_REQUEST__INIT;
+  sr.name = (char *)pos(ctx, 0);
+  sr.has_priority = sched.has_priority;
+  sr.priority = sched.priority;
+  sr.has_weight = sched.has_weight;
+  sr.weight = sched.weight;
+  sr.has_preempt = sched.has_preempt;
+  sr.preempt = sched.preempt;
+  Dpm__Request req = DPM__REQUEST__INIT;
+  req.command_case = DPM__REQUEST__COMMAND_SET;
+  req.set = &sr;
+  char ok[512];
+  snprintf(ok, sizeof ok, "set %s", sr.name ? sr.name : "");
+  return call_print(ctx, &req, ok);
+}
+
 static int cmd_metrics(ctl_ctx *ctx) {
   Dpm__Request req = DPM__REQUEST__INIT;
   req.command_case = DPM__REQUEST__COMMAND_METRICS;
@@ -428,18 +471,31 @@ static int cmd_help(ctl_ctx *ctx) {
 #define OPT_HELP(...) ((const char *const[O_N_OPTIONS]){__VA_ARGS__})
 /* The verb of the command list's row DPM_CMD_id (its name, usage and help). */
 #define VERB(id) &dpm_commands[DPM_CMD_##id]
+/* What submit and set may change of a model's schedule. */
+#define SCHEDULE_OPTS (OPT(O_PRIORITY) | OPT(O_WEIGHT) | OPT(O_PREEMPT))
 
 /* In the list's order: every command of the list that is not internal. */
 const ctl_verb ctl_verbs[] = {
     {VERB(PING), 0, 0, 0, 0, cmd_ping, NULL},
     {VERB(VERSION_INFO), 0, 0, 0, 0, cmd_version, NULL},
     {VERB(SUBMIT), 1, 1,
-     OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY) | OPT(O_SHARDS), 0,
-     cmd_submit, NULL},
+     OPT(O_NAME) | OPT(O_DEVICES) | OPT(O_CHECKPOINT_EVERY) | OPT(O_SHARDS) |
+         SCHEDULE_OPTS | OPT(O_MAX_MEMORY) | OPT(O_NO_QUEUE),
+     0, cmd_submit, NULL},
     {VERB(TRAIN), 1, 1, OPT(O_ITERS) | OPT(O_EPOCHS) | OPT(O_WAIT) | OPT(O_NO_PROGRESS),
      0, cmd_train, NULL},
     {VERB(STATUS), 0, 1, 0, 0, cmd_status, NULL},
     {VERB(LIST), 0, 0, 0, 0, cmd_list, NULL},
+    {VERB(QUEUE), 0, 0, 0, 0, cmd_queue, NULL},
+    {VERB(SET), 1, 1, SCHEDULE_OPTS, 0, cmd_set,
+     .opt_help = OPT_HELP([O_PRIORITY] = "its new priority, -1000 to 1000: a higher one "
+                                         "runs first, and one that trains preempts lower "
+                                         "ones on its devices",
+                          [O_WEIGHT] = "its new share of its devices' time among the "
+                                       "models of its priority, above 0 up to 1000",
+                          [O_PREEMPT] = "what it does while preempted from now on: keep "
+                                        "stays resident, spill checkpoints and frees its "
+                                        "memory")},
     {VERB(WATCH), 0, 1, OPT(O_COUNT) | OPT(O_UNTIL_DONE), 0, ctl_cmd_watch,
      .opt_help = OPT_HELP([O_COUNT] = "stop after N events")},
     {VERB(CHECKPOINT), 1, 1, OPT(O_OUT), 0, cmd_checkpoint,

@@ -13,9 +13,11 @@
  * --until-done on a model that is not training (ready, paused, failed: it
  * already finished, or never started) has nothing to wait for: after
  * subscribing, watch asks for the model's status, and when it is not
- * training (or building) prints it as a state event and exits 0. It asks
- * again every CHECK_EVERY_MS while it waits, so a DONE event missed while
- * the subscription was connecting does not leave it waiting forever.
+ * training (or building, preempted, queued) prints it as a state event and
+ * exits 0. It asks again every CHECK_EVERY_MS while it waits, so a DONE
+ * event missed while the subscription was connecting does not leave it
+ * waiting forever. A state printed from a status carries why the model
+ * waits ("preempted by big") as the event's message.
  *
  * Events say nothing when the daemon dies: watch pings it every
  * CHECK_EVERY_MS (dpm_client_ping) and exits 3 with the reason when it
@@ -31,8 +33,15 @@
 #define CHECK_EVERY_MS 1000 /* liveness pings, and status with --until-done */
 #define DRAIN_MS 200        /* events in flight when the status says done */
 
+/* The states of a model whose run is not over: --until-done waits on them.
+ * preempted: training, held back by a higher priority; queued: to build
+ * when its memory fits. */
+static const char *const busy_states[] = {"training", "building", "preempted", "queued"};
+
 static int running(const Dpm__ModelInfo *m) {
-  return m->state && (!strcmp(m->state, "training") || !strcmp(m->state, "building"));
+  for (size_t i = 0; m->state && i < sizeof busy_states / sizeof *busy_states; i++)
+    if (!strcmp(m->state, busy_states[i])) return 1;
+  return 0;
 }
 
 /* Prints a model's status as watch prints a state event. */
@@ -44,7 +53,10 @@ static void print_state(const ctl_ctx *ctx, Dpm__ModelInfo *m) {
   ev.model = m;
   ev.has_time = 1;
   ev.time = (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-  if (m->state && !strcmp(m->state, "failed") && m->error) ev.message = m->error;
+  if (m->state && !strcmp(m->state, "failed") && m->error)
+    ev.message = m->error;
+  else if (m->waiting && *m->waiting)
+    ev.message = m->waiting; /* "preempted by big" */
   ctl_print_event(ctx, &ev);
 }
 

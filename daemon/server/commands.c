@@ -22,6 +22,7 @@
 #include "server/metrics.h"
 #include "server/models/model.h"
 #include "server/paths.h"
+#include "server/sched.h"
 #include "server/stream.h"
 
 /* What a loop handler works with. */
@@ -50,6 +51,22 @@ typedef struct command {
 /* Name, devices and checkpoint policy from a submit override its spec's
  * (moved from the request into the spec); a spec naming no devices gets
  * cpu:0. */
+/* A schedule's values (those given) within server/sched.h's bounds. */
+static dpm_status check_schedule(int has_priority, int priority, int has_weight,
+                                 double weight, int has_preempt, int preempt,
+                                 dpm_err *err) {
+  if (has_priority && (priority < -DPMD_PRIORITY_MAX || priority > DPMD_PRIORITY_MAX))
+    return dpm_errf(err, DPM_INVALID, "priority %d: priorities are -%d..%d", priority,
+                    DPMD_PRIORITY_MAX, DPMD_PRIORITY_MAX);
+  if (has_weight && !(weight > 0 && weight <= DPMD_WEIGHT_MAX))
+    return dpm_errf(err, DPM_INVALID, "weight %g: weights are above 0, at most %g", weight,
+                    DPMD_WEIGHT_MAX);
+  if (has_preempt && preempt != DPM__PREEMPT_POLICY__PREEMPT_KEEP &&
+      preempt != DPM__PREEMPT_POLICY__PREEMPT_SPILL)
+    return dpm_errf(err, DPM_INVALID, "preempt policy %d: keep (0) or spill (1)", preempt);
+  return DPM_OK;
+}
+
 static dpm_status check_submit(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
   (void)paths;
   Dpm__SubmitRequest *r = rq->submit;
@@ -95,7 +112,20 @@ static dpm_status check_submit(const dpmd_paths *paths, Dpm__Request *rq, dpm_er
         "model name '%s': use 1-64 of A-Z a-z 0-9 . _ -, not starting with '.'",
         dpm_escape(spec->name, b, sizeof b));
   }
-  return DPM_OK;
+  const Dpm__Schedule *sc = r->schedule;
+  return sc ? check_schedule(sc->has_priority, sc->priority, sc->has_weight, sc->weight,
+                             sc->has_preempt, sc->preempt, err)
+            : DPM_OK;
+}
+
+/* A set names its model and changes something, within bounds. */
+static dpm_status check_set(const dpmd_paths *paths, Dpm__Request *rq, dpm_err *err) {
+  (void)paths;
+  const Dpm__SetRequest *r = rq->set;
+  if (!r->has_priority && !r->has_weight && !r->has_preempt)
+    return dpm_errf(err, DPM_INVALID, "set needs a priority, a weight or a policy");
+  return check_schedule(r->has_priority, r->priority, r->has_weight, r->weight,
+                        r->has_preempt, r->preempt, err);
 }
 
 /* A join names its model and devices (the coordinator applied them) and
@@ -166,6 +196,7 @@ MODEL_NAME(pause)
 MODEL_NAME(resume)
 MODEL_NAME(delete_)
 MODEL_NAME(events)
+MODEL_NAME(set)
 #undef MODEL_NAME
 
 /* ---- loop handlers ------------------------------------------------------------ */
@@ -230,7 +261,18 @@ static dpmd_model *start(const call *c, dpm_checked_spec *spec, dpmd_fleet_link 
                          dpmd_reply_to *to) {
   dpm_err err = {0};
   dpmd_model *m;
-  if (dpmd_model_new(c->d, spec, 0, fleet, to, &m, &err)) {
+  dpmd_schedule sc = {.weight = 1};
+  int no_queue = 0;
+  if (c->rq->command_case == DPM__REQUEST__COMMAND_SUBMIT) {
+    const Dpm__SubmitRequest *r = c->rq->submit;
+    const Dpm__Schedule *s = r->schedule; /* checked (check_submit) */
+    if (s && s->has_priority) sc.priority = s->priority;
+    if (s && s->has_weight) sc.weight = s->weight;
+    if (s && s->has_preempt) sc.spill = s->preempt == DPM__PREEMPT_POLICY__PREEMPT_SPILL;
+    if (s && s->has_max_memory) sc.max_memory = s->max_memory;
+    no_queue = r->has_no_queue && r->no_queue;
+  }
+  if (dpmd_model_new(c->d, spec, 0, &sc, no_queue, fleet, to, &m, &err)) {
     dpmd_reply_error(c->d, c->to, err.code, "%s", err.msg);
     return NULL;
   }
@@ -357,6 +399,53 @@ static void reply_models(const call *c) {
   }
   for (int i = 0; mem && i < n; i++) free(mem[i]);
   free(mem);
+  free(info);
+  free(ptr);
+  free(buf);
+}
+
+/* dpmctl queue's order: by device group; in a group, training (running or
+ * waiting its turn), then preempted, queued (by position), the rest; then
+ * by priority, highest first, and name. */
+static int queue_rank(const Dpm__ModelInfo *i) {
+  static const char *const order[] = {"training", "preempted", "queued"};
+  for (int k = 0; k < 3; k++)
+    if (!strcmp(i->state, order[k])) return k;
+  return 3;
+}
+
+static int queue_order(const void *pa, const void *pb) {
+  const Dpm__ModelInfo *a = *(Dpm__ModelInfo *const *)pa, *b = *(Dpm__ModelInfo *const *)pb;
+  int g = strcmp(a->group, b->group), ra = queue_rank(a), rb = queue_rank(b);
+  if (g || ra != rb) return g ? g : ra - rb;
+  if (a->queue_position != b->queue_position)
+    return a->queue_position < b->queue_position ? -1 : 1;
+  if (a->schedule->priority != b->schedule->priority)
+    return a->schedule->priority > b->schedule->priority ? -1 : 1;
+  return strcmp(a->name, b->name);
+}
+
+static void run_queue(const call *c) {
+  int n = dpmd_registry_count(c->models);
+  Dpm__ModelInfo *info = calloc((size_t)n + 1, sizeof *info);
+  Dpm__ModelInfo **ptr = calloc((size_t)n + 1, sizeof *ptr);
+  dpmd_info_buf *buf = calloc((size_t)n + 1, sizeof *buf);
+  if (!info || !ptr || !buf) {
+    dpmd_reply_error(c->d, c->to, DPM_NOMEM, "out of memory");
+  } else {
+    for (int i = 0; i < n; i++) {
+      dpmd_model_info(dpmd_registry_at(c->models, i), &info[i], &buf[i]);
+      ptr[i] = &info[i];
+    }
+    qsort(ptr, (size_t)n, sizeof *ptr, queue_order);
+    Dpm__ModelList list = DPM__MODEL_LIST__INIT;
+    list.n_model = (size_t)n;
+    list.model = ptr;
+    Dpm__Response rs = DPM__RESPONSE__INIT;
+    rs.result_case = DPM__RESPONSE__RESULT_MODELS;
+    rs.models = &list;
+    dpmd_reply(c->d, c->to, &rs);
+  }
   free(info);
   free(ptr);
   free(buf);
@@ -491,6 +580,8 @@ static const command commands[DPM_CMD_COUNT] = {
     LOOP(KV_GET, NULL, NULL, run_kv_get),
     LOOP(KV_FAIL, NULL, NULL, run_kv_fail),
     LOOP(EVENTS, NULL, name_events, run_events),
+    JOB(SET, check_set, name_set, dpmd_job_set),
+    LOOP(QUEUE, NULL, NULL, run_queue),
 };
 #undef LOOP
 #undef JOB

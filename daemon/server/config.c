@@ -89,6 +89,8 @@ static const cfg_key top_keys[] = {
     /* nanomsg's NN_RCVMAXSIZE is an int */
     {.key = "max_message_bytes", .kind = CK_INT, .off = OFF(max_message_bytes), .lo = 1024, .hi = INT_MAX, .help = "largest request accepted (default 64 MiB)"},
     {.key = "max_model_bytes", .kind = CK_INT, .off = OFF(max_model_bytes), .lo = 1u << 20, .hi = 1ull << 50, .help = "bytes one model may make dpmd allocate, counted before anything is (default 8 GiB)"},
+    {.key = "max_total_bytes", .kind = CK_INT, .off = OFF(max_total_bytes), .lo = 0, .hi = 1ull << 50, .help = "bytes every model together may make dpmd allocate; a model past it is queued until room frees (default: the machine's memory; 0: no bound)"},
+    {.key = "device_memory_bytes", .kind = CK_INT, .off = OFF(device_memory_bytes), .lo = 0, .hi = 1ull << 50, .help = "bytes of each device's memory for models' replicas (tensors and scratch); a model past it is queued (default 0: no bound)"},
     {.key = "data_cache_bytes", .kind = CK_INT, .off = OFF(data_cache_bytes), .lo = 0, .hi = 1ull << 50, .help = "bytes of decoded data sets kept for models to share (default 1 GiB)"},
     {.key = "progress_every", .kind = CK_INT, .off = OFF(progress_every), .lo = 1, .hi = 1000000, .help = "training steps between progress events (default 10)"},
     {.key = NULL},
@@ -312,6 +314,12 @@ static int cfg_derive_events(dpmd_config *cfg) {
   return 1;
 }
 
+/* The machine's memory in bytes; 0 when it cannot be told. */
+static uint64_t physical_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
 static dpm_status cfg_defaults(dpmd_config *cfg, dpm_err *err) {
   memset(cfg, 0, sizeof *cfg);
   cfg->cpu_devices = cores();
@@ -324,6 +332,7 @@ static dpm_status cfg_defaults(dpmd_config *cfg, dpm_err *err) {
   cfg->max_message_bytes = (size_t)64 << 20;
   cfg->max_model_bytes = (uint64_t)8 << 30;
   cfg->data_cache_bytes = (uint64_t)1 << 30;
+  cfg->max_total_bytes = physical_memory();
   cfg->progress_every = 10;
   if (!push_str(&cfg->listen, &cfg->n_listen, "ipc:///run/dpmd/dpmd.sock") ||
       !push_str(&cfg->data_paths, &cfg->n_data_paths, "/usr/share/datasets") ||

@@ -58,6 +58,9 @@ typedef struct dpmd_config {
   dpmd_log_level log_level; /* default info */
   size_t max_message_bytes; /* largest request accepted; default 64 MiB */
   uint64_t max_model_bytes; /* bytes of tensors per model (all replicas); default 8 GiB */
+  uint64_t max_total_bytes; /* every model's bytes together (server/sched.h); default:
+                               physical memory; 0: unbounded */
+  uint64_t device_memory_bytes; /* each device's bytes for replicas; 0: unbounded */
   uint64_t data_cache_bytes; /* data sets kept decoded for every model (io/datacache.h);
                                 default 1 GiB */
   int progress_every;       /* steps between progress events; default 10 */

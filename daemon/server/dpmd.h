@@ -37,6 +37,7 @@ struct dpmd_paths;
 struct dpmd_kv;
 struct dpmd_gather;
 struct dpm_data_cache;
+struct dpmd_sched;
 struct uv_loop_s;
 typedef struct dpmd_core dpmd_core;
 
@@ -48,6 +49,7 @@ typedef struct dpmd {
   struct dpmd_gather *gather;     /* asks fleet jobs' shards for status (gather.h) */
   struct dpmd_stream *stream;     /* events through the request socket (stream.h); loop */
   struct dpm_data_cache *data; /* every model's data sets (io/datacache.h); any thread */
+  struct dpmd_sched *sched;    /* turns and memory admission (sched.h); any thread */
   uint64_t instance;           /* random per start: clients notice a restart */
   double started;              /* CLOCK_REALTIME seconds */
   dpmd_core *core;             /* dpmd.c's: through the functions below only */

@@ -39,6 +39,7 @@
 #include "server/models/store.h"
 #include "server/notify.h"
 #include "server/request.h"
+#include "server/sched.h"
 #include "server/stream.h"
 
 typedef struct server {
@@ -174,7 +175,7 @@ static void restore_models(server *s) {
       /* a file's bytes: checked here, once, as a submit's are */
       if (!(spec->name = strdup(names[i])) || dpm_spec_check(spec, NULL, &checked, &err))
         dpm_spec_free(spec);
-      else if ((ok = !dpmd_model_new(&s->d, checked, 1, NULL, NULL, &m, &err)))
+      else if ((ok = !dpmd_model_new(&s->d, checked, 1, NULL, 0, NULL, NULL, &m, &err)))
         dpmd_registry_add(s->models, dpmd_model_name(m), m);
       /* else dpmd_model_new freed the spec */
     }
@@ -258,6 +259,8 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   dpm_status st = dpmd_registry_create(&s.models, err);
   if (!st) st = dpmd_kv_create(&s.d.kv, err);
   if (!st) st = dpm_data_cache_create(cfg->data_cache_bytes, &s.d.data, err);
+  if (!st)
+    st = dpmd_sched_new(cfg->device_memory_bytes, cfg->max_total_bytes, &s.d.sched, err);
   if (!st) st = bind_all(&s, err);
   dpmd_core_hooks hooks = {.exited = on_model_exited, .event = on_event, .arg = &s};
   if (!st) st = dpmd_core_start(&s.d, s.loop, s.rep, s.pub, &hooks, err);
@@ -282,5 +285,6 @@ dpm_status dpmd_serve(const dpmd_config *cfg, struct dpmd_devices *devices,
   dpmd_registry_destroy(s.models);
   dpmd_kv_destroy(s.d.kv);
   dpm_data_cache_destroy(s.d.data); /* every model, and so every hold, is gone */
+  dpmd_sched_free(s.d.sched);        /* ... and every entry */
   return st;
 }

@@ -684,6 +684,7 @@ static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err
                     t->opt.max_bytes_name ? t->opt.max_bytes_name : "",
                     t->opt.max_bytes_name ? ")" : "");
   if (t->opt.plan_only) return DPM_OK;
+  if (t->opt.admit && t->opt.admit(t->opt.admit_arg, mb, devices, err)) return err->code;
   /* the spec is valid and fits: now allocate */
   if (dpm_reader_create(&rc, &t->reader, err)) return err->code;
   lap(t, DPM_PHASE_DATA, &t0);

@@ -109,6 +109,7 @@ typedef struct dpm_step_stats {
   uint64_t samples_skipped;
 } dpm_step_stats;
 
+struct dpm_trainer_memory;
 typedef struct dpm_trainer_options {
   int devices; /* replicas on devices KIND:0..N-1; 0: the spec's parallel.devices */
   dpm_device_kind kind; /* KIND (default cpu; fenced in test builds) */
@@ -122,6 +123,12 @@ typedef struct dpm_trainer_options {
    * staging, reader, eval); 0: no limit. */
   uint64_t max_bytes;
   const char *max_bytes_name; /* what sets it, for the message ("max_model_bytes") */
+  /* Called once the memory is counted and within max_bytes, before anything
+   * is allocated (not with plan_only): a status other than DPM_OK, err set,
+   * ends the create with it (dpmd's admission, server/sched.h). NULL: none. */
+  dpm_status (*admit)(void *arg, const struct dpm_trainer_memory *mem, int devices,
+                      dpm_err *err);
+  void *admit_arg;
   /* 1: plan only (dpm-train --dump-plan): the model, its step plan and its
    * memory count, with no reader (no data file opened, the readers' bytes
    * not counted), no worker, nothing allocated on a device; such a trainer

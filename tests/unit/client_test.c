@@ -1,8 +1,10 @@
 /* Client side without a daemon: the JSON writer (escaping, invalid UTF-8,
  * non-finite and round-tripping numbers, misuse), dpmctl's command-line
  * parser (the verb-table rules, numbers, lists, --version,
- * --checkpoint-every), the progress bar's ETA (wall-clock rate, made-up
- * times), and the client library against servers in threads of this test:
+ * --checkpoint-every, the schedule options of submit and set, sizes in
+ * bytes), its output of the scheduler's fields (queue's table, status and
+ * list, JSON), the progress bar's ETA (wall-clock rate, made-up times), and
+ * the client library against servers in threads of this test:
  * a REP server (request fields, token, reply matching by id, garbage
  * replies), raw REP servers as dpmd has (answers to earlier calls skipped;
  * liveness pings and the "stopped answering" failure of a silent server; a
@@ -25,9 +27,10 @@
 #include "lib/json.h"
 #include "test.h"
 
-/* dpmctl's parser and ETA have no daemon or output dependencies: test them
+/* dpmctl's parser, ETA and output have no daemon dependencies: test them
  * in place. */
 #include "dpmctl/args.c"
+#include "dpmctl/output.c"
 #include "dpmctl/rate.c"
 
 static double now_ms(void) {
@@ -158,6 +161,14 @@ static const ctl_verb VERBS[] = {
     {&dpm_commands[DPM_CMD_TRAIN], 1, 1, OPT(O_ITERS) | OPT(O_WAIT), OPT(O_ITERS), dummy,
      NULL},
     {&dpm_commands[DPM_CMD_LOAD], 2, 2, 0, 0, dummy, NULL},
+    /* as verbs.c has them */
+    {&dpm_commands[DPM_CMD_SUBMIT], 1, 1,
+     OPT(O_NAME) | OPT(O_PRIORITY) | OPT(O_WEIGHT) | OPT(O_PREEMPT) | OPT(O_MAX_MEMORY) |
+         OPT(O_NO_QUEUE),
+     0, dummy, NULL},
+    {&dpm_commands[DPM_CMD_SET], 1, 1, OPT(O_PRIORITY) | OPT(O_WEIGHT) | OPT(O_PREEMPT),
+     0, dummy, NULL},
+    {&dpm_commands[DPM_CMD_QUEUE], 0, 0, 0, 0, dummy, NULL},
 };
 #define NV ((int)(sizeof VERBS / sizeof *VERBS))
 
@@ -333,6 +344,331 @@ TEST(ctl_numbers_and_lists) {
     CHECK_INT(ctl_split(badlists[k], &v, &n), -1);
     CHECK(v == NULL && n == 0);
   }
+}
+
+/* submit's and set's schedule options: each parsed into its field with
+ * has_ set, only those given; bad values refused naming the option. */
+TEST(ctl_schedule_options) {
+  ctl_args a;
+  char msg[256];
+  CHECK_INT(parse(&a, msg, "submit", "s.yaml", "--priority", "-7", "--weight=0.5",
+                  "--preempt", "spill", "--max-memory", "512Mi", "--no-queue", NULL),
+            CTL_OK);
+  CHECK(a.opt[O_NO_QUEUE] && !strcmp(a.opt[O_NO_QUEUE], ""));
+  Dpm__Schedule s = DPM__SCHEDULE__INIT;
+  CHECK_INT(ctl_parse_schedule(&a, 0, &s, msg, sizeof msg), 4);
+  CHECK(s.has_priority && s.priority == -7);
+  CHECK(s.has_weight && s.weight == 0.5);
+  CHECK(s.has_preempt && s.preempt == DPM__PREEMPT_POLICY__PREEMPT_SPILL);
+  CHECK(s.has_max_memory && s.max_memory == 512ull << 20);
+  /* one given: only its field */
+  CHECK_INT(parse(&a, msg, "submit", "s.yaml", "--weight", "3", NULL), CTL_OK);
+  Dpm__Schedule one = DPM__SCHEDULE__INIT;
+  CHECK_INT(ctl_parse_schedule(&a, 0, &one, msg, sizeof msg), 1);
+  CHECK(one.has_weight && one.weight == 3);
+  CHECK(!one.has_priority && !one.has_preempt && !one.has_max_memory);
+  CHECK(!a.opt[O_NO_QUEUE]);
+  /* none: nothing to send (submit), a usage error (set) */
+  CHECK_INT(parse(&a, msg, "submit", "s.yaml", NULL), CTL_OK);
+  CHECK_INT(ctl_parse_schedule(&a, 0, &one, msg, sizeof msg), 0);
+  CHECK_INT(parse(&a, msg, "set", "m", NULL), CTL_OK);
+  CHECK_INT(ctl_parse_schedule(&a, 1, &one, msg, sizeof msg), -1);
+  CHECK_HAS(msg, "set needs --priority, --weight or --preempt");
+  CHECK_INT(parse(&a, msg, "set", "m", "--preempt", "keep", NULL), CTL_OK);
+  Dpm__Schedule set = DPM__SCHEDULE__INIT;
+  CHECK_INT(ctl_parse_schedule(&a, 1, &set, msg, sizeof msg), 1);
+  CHECK(set.has_preempt && set.preempt == DPM__PREEMPT_POLICY__PREEMPT_KEEP);
+  /* set changes no memory bound; queue takes nothing */
+  CHECK_INT(parse(&a, msg, "set", "m", "--max-memory", "1", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "set does not take --max-memory");
+  CHECK_INT(parse(&a, msg, "set", "--priority", "1", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "set needs more arguments");
+  CHECK_INT(parse(&a, msg, "queue", NULL), CTL_OK);
+  CHECK_INT(parse(&a, msg, "queue", "m", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "unexpected argument 'm' for queue");
+  CHECK_INT(parse(&a, msg, "queue", "--weight", "1", NULL), CTL_USAGE);
+  CHECK_HAS(msg, "queue does not take --weight");
+
+  static const struct {
+    const char *opt, *value, *says;
+  } bad[] = {
+      {"--weight", "0", "--weight takes a number above 0 up to 1000 (0.5, 3), not '0'"},
+      {"--weight", "-1", "--weight takes a number above 0"},
+      {"--weight", "abc", "not 'abc'"},
+      {"--weight", "1000.5", "--weight takes"},
+      {"--weight", "1e3", "--weight takes"},
+      {"--weight", "nan", "--weight takes"},
+      {"--weight", "", "--weight takes"},
+      {"--preempt", "foo", "--preempt takes keep or spill, not 'foo'"},
+      {"--preempt", "KEEP", "--preempt takes keep or spill"},
+      {"--priority", "99999", "--priority takes a whole number from -1000 to 1000"},
+      {"--priority", "-1001", "--priority takes"},
+      {"--priority", "1.5", "--priority takes"},
+      {"--max-memory", "0", "--max-memory takes a positive number of bytes"},
+      {"--max-memory", "12X", "--max-memory takes"},
+      {"--max-memory", "-5", "--max-memory takes"},
+      {"--max-memory", "20000000000Gi", "--max-memory takes"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    char *argv[] = {"dpmctl", "submit", "s.yaml", (char *)bad[k].opt,
+                    (char *)bad[k].value};
+    CHECK_INT(ctl_parse(VERBS, NV, 5, argv, &a, msg, sizeof msg), CTL_OK);
+    Dpm__Schedule b = DPM__SCHEDULE__INIT;
+    msg[0] = 0;
+    if (ctl_parse_schedule(&a, 0, &b, msg, sizeof msg) != -1 || !strstr(msg, bad[k].says))
+      dpm_test_fail(__FILE__, __LINE__, "%s %s: '%s'", bad[k].opt, bad[k].value, msg);
+  }
+}
+
+TEST(ctl_bytes_numbers_and_policies) {
+  static const struct {
+    const char *s;
+    uint64_t v;
+  } good[] = {{"1", 1},
+              {"4096", 4096},
+              {"2K", 2000},
+              {"3M", 3000000},
+              {"4G", 4000000000ull},
+              {"1T", 1000000000000ull},
+              {"1Ki", 1024},
+              {"512Mi", 512ull << 20},
+              {"2Gi", 2ull << 30},
+              {"1Ti", 1ull << 40},
+              {"18446744073709551615", UINT64_MAX},
+              {"16777215Ti", 16777215ull << 40}};
+  for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+    uint64_t v = 0;
+    if (ctl_parse_bytes(good[k].s, &v) || v != good[k].v)
+      dpm_test_fail(__FILE__, __LINE__, "'%s' -> %llu", good[k].s, (unsigned long long)v);
+  }
+  const char *bad[] = {"",   "K",  "1k",   "1KB",        "1 Ki",
+                       " 1", "+1", "1.5G", "16777216Ti", "18446744073709551616",
+                       NULL};
+  for (size_t k = 0; bad[k]; k++) {
+    uint64_t v = 7;
+    if (ctl_parse_bytes(bad[k], &v) != -1 || v != 7)
+      dpm_test_fail(__FILE__, __LINE__, "'%s' accepted", bad[k]);
+  }
+  CHECK_INT(ctl_parse_bytes(NULL, &(uint64_t){0}), -1);
+
+  double d = 0;
+  CHECK_INT(ctl_parse_number("0.5", 0, 1, 1000, &d), 0);
+  CHECK(d == 0.5);
+  CHECK_INT(ctl_parse_number(".25", 0, 1, 1000, &d), 0);
+  CHECK(d == 0.25);
+  CHECK_INT(ctl_parse_number("1000", 0, 1, 1000, &d), 0);
+  CHECK_INT(ctl_parse_number("0", 0, 0, 1000, &d), 0); /* a closed minimum */
+  const char *badnum[] = {"0",    "0.0", ".",  "1.", "-1",  "+1",      "1e3",
+                          "0x10", "inf", " 1", "1 ", "1,5", "1000.01", NULL};
+  for (size_t k = 0; badnum[k]; k++)
+    if (ctl_parse_number(badnum[k], 0, 1, 1000, &d) != -1)
+      dpm_test_fail(__FILE__, __LINE__, "'%s' accepted", badnum[k]);
+
+  Dpm__PreemptPolicy p = DPM__PREEMPT_POLICY__PREEMPT_KEEP;
+  CHECK_INT(ctl_parse_preempt("spill", &p), 0);
+  CHECK_INT(p, DPM__PREEMPT_POLICY__PREEMPT_SPILL);
+  CHECK_INT(ctl_parse_preempt("keep", &p), 0);
+  CHECK_INT(p, DPM__PREEMPT_POLICY__PREEMPT_KEEP);
+  CHECK_INT(ctl_parse_preempt("", &p), -1);
+  CHECK_INT(ctl_parse_preempt(NULL, &p), -1);
+  CHECK(!strcmp(ctl_preempt_word(DPM__PREEMPT_POLICY__PREEMPT_SPILL), "spill"));
+  CHECK(ctl_preempt_word(7) == NULL && ctl_preempt_word(-1) == NULL);
+
+  char b[32];
+  static const struct {
+    uint64_t v;
+    const char *s;
+  } sizes[] = {{0, "0 B"},
+               {1023, "1023 B"},
+               {1024, "1.00 KiB"},
+               {314572800, "300 MiB"},
+               {1300000000, "1.21 GiB"},
+               {3ull << 30, "3.00 GiB"},
+               {(10ull << 20) - 1, "10.0 MiB"},
+               {(1000ull << 10) - 1, "1000 KiB"},
+               {UINT64_MAX, "16.0 EiB"}};
+  for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+    ctl_format_bytes(sizes[k].v, b, sizeof b);
+    if (strcmp(b, sizes[k].s))
+      dpm_test_fail(__FILE__, __LINE__, "%llu: '%s', not '%s'",
+                    (unsigned long long)sizes[k].v, b, sizes[k].s);
+  }
+}
+
+/* ---- dpmctl's output of the scheduler's fields ---- */
+
+/* Two groups: big trains on cpu:0,cpu:1 and preempts small (spill); huge
+ * waits first in the memory queue; cnn, alone on cpu:2, is ready. */
+typedef struct {
+  Dpm__Schedule sched[4];
+  Dpm__ModelInfo m[4];
+  Dpm__ModelInfo *list[4];
+  char *devs[2], *dev2[1];
+} queue_fixture;
+
+static void queue_fixture_init(queue_fixture *q) {
+  static const struct {
+    const char *name, *state, *group, *waiting;
+    int prio;
+    double weight, share;
+    int preempt;
+    uint64_t max_memory, memory, iter, target, position;
+  } rows[4] = {
+      {"big", "training", "cpu:0,cpu:1", NULL, 10, 1, 0.93, 0, 0, 1300000000, 40, 100, 0},
+      {"small", "preempted", "cpu:0,cpu:1", "preempted by big", 0, 0.5, 0.07, 1,
+       3ull << 30, 314572800, 12, 100, 0},
+      {"huge", "queued", "cpu:0,cpu:1",
+       "queued: 3221225472 bytes do not fit beside big, small", 0, 1, 0, 0, 0, 3ull << 30,
+       0, 0, 1},
+      {"cnn", "ready", "cpu:2", NULL, 0, 2, 0, 0, 0, 851443712, 500, 500, 0},
+  };
+  memset(q, 0, sizeof *q);
+  q->devs[0] = "cpu:0";
+  q->devs[1] = "cpu:1";
+  q->dev2[0] = "cpu:2";
+  for (int i = 0; i < 4; i++) {
+    Dpm__Schedule s = DPM__SCHEDULE__INIT;
+    s.has_priority = s.has_weight = s.has_preempt = 1;
+    s.priority = rows[i].prio;
+    s.weight = rows[i].weight;
+    s.preempt = (Dpm__PreemptPolicy)rows[i].preempt;
+    s.has_max_memory = rows[i].max_memory > 0;
+    s.max_memory = rows[i].max_memory;
+    q->sched[i] = s;
+    Dpm__ModelInfo m = DPM__MODEL_INFO__INIT;
+    m.name = (char *)rows[i].name;
+    m.state = (char *)rows[i].state;
+    m.group = (char *)rows[i].group;
+    m.waiting = (char *)rows[i].waiting;
+    m.schedule = &q->sched[i];
+    m.has_share = 1;
+    m.share = rows[i].share;
+    m.has_memory_bytes = 1;
+    m.memory_bytes = rows[i].memory;
+    m.has_iter = m.has_target_iter = rows[i].target > 0;
+    m.iter = rows[i].iter;
+    m.target_iter = rows[i].target;
+    m.has_queue_position = 1;
+    m.queue_position = (uint32_t)rows[i].position;
+    m.n_devices = i < 3 ? 2 : 1;
+    m.devices = i < 3 ? q->devs : q->dev2;
+    q->m[i] = m;
+    q->list[i] = &q->m[i];
+  }
+}
+
+/* s is the string want (printed in full when not). */
+#define CHECK_TEXT(s, want)                                                              \
+  do {                                                                                   \
+    const char *s_ = (s), *w_ = (want);                                                  \
+    if (!s_ || strcmp(s_, w_)) {                                                         \
+      dpm_test_fail(__FILE__, __LINE__, "%s =\n%s\nexpected\n%s", #s,                    \
+                    s_ ? s_ : "(null)", w_);                                             \
+      return;                                                                            \
+    }                                                                                    \
+  } while (0)
+
+/* What the statements write to f, in a new string text. */
+#define CAPTURE(text, ...)                                                               \
+  do {                                                                                   \
+    size_t len_;                                                                         \
+    FILE *f = open_memstream(&(text), &len_);                                            \
+    __VA_ARGS__;                                                                         \
+    fclose(f);                                                                           \
+  } while (0)
+
+TEST(ctl_queue_output) {
+  queue_fixture q;
+  queue_fixture_init(&q);
+  char *text = NULL;
+  CAPTURE(text, ctl_queue_table(f, q.list, 4));
+  CHECK_TEXT(
+      text,
+      "cpu:0,cpu:1\n"
+      "  NAME   STATE      PRIORITY  WEIGHT  SHARE  MEMORY    ITER     NOTE\n"
+      "  big    training   10        1       93%    1.21 GiB  40/100\n"
+      "  small  preempted  0         0.5     7%     300 MiB   12/100   preempted by big\n"
+      "  huge   queued #1  0         1       0%     3.00 GiB  -        "
+      "queued: 3221225472 bytes do not fit beside big, small\n"
+      "cpu:2\n"
+      "  NAME   STATE      PRIORITY  WEIGHT  SHARE  MEMORY    ITER     NOTE\n"
+      "  cnn    ready      0         2       0%     812 MiB   500/500\n");
+  free(text);
+  CAPTURE(text, ctl_queue_table(f, q.list, 0));
+  CHECK_TEXT(text, "no models\n");
+  free(text);
+  /* no group from the daemon: the devices stand for it; no schedule: "-" */
+  q.m[3].group = NULL;
+  q.m[3].schedule = NULL;
+  q.m[3].has_share = 0;
+  CAPTURE(text, ctl_queue_table(f, &q.list[3], 1));
+  CHECK_TEXT(text, "cpu:2\n"
+                   "  NAME  STATE  PRIORITY  WEIGHT  SHARE  MEMORY   ITER     NOTE\n"
+                   "  cnn   ready  -         -       -      812 MiB  500/500\n");
+  free(text);
+
+  /* --json: the list's form, each model with its schedule and place */
+  dpm_json j;
+  dpm_json_init(&j);
+  ctl_json_model(&j, NULL, &q.m[1]);
+  CHECK_TEXT(
+      dpm_json_text(&j),
+      "{\"name\":\"small\",\"state\":\"preempted\",\"waiting\":\"preempted by big\","
+      "\"queue_position\":0,\"share\":0.07,\"group\":\"cpu:0,cpu:1\",\"iter\":12,"
+      "\"target_iter\":100,\"devices\":[\"cpu:0\",\"cpu:1\"],"
+      "\"memory_bytes\":314572800,\"schedule\":{\"priority\":0,\"weight\":0.5,"
+      "\"preempt\":\"spill\",\"max_memory\":3221225472}}");
+  dpm_json_reset(&j);
+  ctl_json_model(&j, NULL, &q.m[2]);
+  CHECK_TEXT(dpm_json_text(&j),
+             "{\"name\":\"huge\",\"state\":\"queued\",\"waiting\":\"queued: 3221225472 "
+             "bytes do not fit beside big, small\",\"queue_position\":1,\"share\":0,"
+             "\"group\":\"cpu:0,cpu:1\",\"devices\":[\"cpu:0\",\"cpu:1\"],"
+             "\"memory_bytes\":3221225472,\"schedule\":{\"priority\":0,\"weight\":1,"
+             "\"preempt\":\"keep\"}}");
+  dpm_json_reset(&j);
+  q.sched[0].preempt = (Dpm__PreemptPolicy)5; /* a newer daemon's policy: its number */
+  ctl_json_model(&j, NULL, &q.m[0]);
+  CHECK_HAS(dpm_json_text(&j), "\"preempt\":5}");
+  dpm_json_fini(&j);
+}
+
+TEST(ctl_status_and_list_show_the_schedule) {
+  queue_fixture q;
+  queue_fixture_init(&q);
+  char *text = NULL;
+  CAPTURE(text, model_detail(f, &q.m[1]));
+  CHECK_TEXT(text,
+             "small  preempted (by big)  iter 12/100\n"
+             "  devices cpu:0,cpu:1\n"
+             "  priority 0  weight 0.5  preempt spill  max memory 3.00 GiB  share 7%\n");
+  free(text);
+  CAPTURE(text, model_detail(f, &q.m[2]));
+  CHECK_TEXT(text, "huge  queued #1 (3221225472 bytes do not fit beside big, small)\n"
+                   "  devices cpu:0,cpu:1\n"
+                   "  priority 0  weight 1  preempt keep\n");
+  free(text);
+  /* a reason that does not repeat the state is kept whole */
+  q.m[0].waiting = "waiting for its turn";
+  CAPTURE(text, ctl_model_line(f, &q.m[0]));
+  CHECK_TEXT(text, "big  training (waiting for its turn)  iter 40/100\n");
+  free(text);
+  /* a daemon that says nothing of the schedule: the lines as before */
+  Dpm__ModelInfo plain = DPM__MODEL_INFO__INIT;
+  plain.name = "mlp";
+  plain.state = "ready";
+  plain.has_iter = plain.has_target_iter = 1;
+  plain.iter = plain.target_iter = 30;
+  CAPTURE(text, model_detail(f, &plain));
+  CHECK_TEXT(text, "mlp  ready  iter 30/30\n");
+  free(text);
+  /* list: the columns as before, why a model waits in NOTE */
+  Dpm__ModelInfo *rows[] = {&q.m[1], &plain};
+  CAPTURE(text, table(f, &list_spec, rows, 2, NULL));
+  CHECK_TEXT(text, "NAME   STATE      ITER    LOSS  ACC  IMG/S  NOTE\n"
+                   "small  preempted  12/100  -     -    -      preempted by big\n"
+                   "mlp    ready      30/30   -     -    -\n");
+  free(text);
 }
 
 /* ---- the client library ---- */

@@ -62,7 +62,7 @@ TEST(command_list_matches_the_proto) {
   }
   CHECK(ok);
   CHECK_INT(requests, oneofs);
-  CHECK_INT(oneofs, 23);
+  CHECK_INT(oneofs, 25);
   CHECK(dpm_command_of_request(0) == NULL);
   CHECK(dpm_command_of_request(1000) == NULL);
   CHECK(

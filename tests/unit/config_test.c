@@ -199,7 +199,7 @@ TEST(config_file_errors) {
        "devices, max_models, checkpoint_retention, checkpoint_on_shutdown, "
        "allowed_paths, data_paths, rendezvous_stores, checkpoint_every, "
        "auth_token_file, log_level, max_message_bytes, max_model_bytes, "
-       "data_cache_bytes, progress_every)"},
+       "max_total_bytes, device_memory_bytes, data_cache_bytes, progress_every)"},
       {"devices:\n  cpu: 2\n  gpu: 1\n",
        "t.yaml:3:3: unknown key 'gpu' in devices (expected one of: cpu, cuda, fenced)"},
       {"max_models: 4\nstate_dir: /a\nmax_models: 5\n",
@@ -373,6 +373,8 @@ TEST(config_load_files) {
   CHECK_INT(shipped.max_message_bytes, def.max_message_bytes);
   CHECK(shipped.max_model_bytes == def.max_model_bytes);
   CHECK(shipped.data_cache_bytes == def.data_cache_bytes);
+  CHECK(shipped.max_total_bytes == def.max_total_bytes);
+  CHECK(shipped.device_memory_bytes == def.device_memory_bytes);
   CHECK_INT(shipped.progress_every, def.progress_every);
   CHECK_INT(shipped.n_rendezvous_stores, def.n_rendezvous_stores);
   for (int i = 0; i < def.n_rendezvous_stores; i++)

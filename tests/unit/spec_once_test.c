@@ -18,6 +18,7 @@
 #include "server/models/model.h"
 #include "server/models/registry.h"
 #include "server/paths.h"
+#include "server/sched.h"
 #include "test.h"
 #include "train/trainer.h"
 
@@ -68,6 +69,7 @@ TEST(spec_checked_once_on_the_submit_path) {
   free(cfg.events); /* publishes none */
   cfg.events = NULL;
   dpmd d = {.cfg = &cfg, .paths = paths, .devices = dv};
+  ok = ok && !dpmd_sched_new(0, 0, &d.sched, &err);
   ok = ok && !dpmd_core_start(&d, &loop, -1, -1,
                               &(dpmd_core_hooks){.exited = exited, .arg = r}, &err);
 
@@ -114,6 +116,7 @@ TEST(spec_checked_once_on_the_submit_path) {
     uv_loop_close(&loop);
   }
   dpmd_core_free(&d);
+  dpmd_sched_free(d.sched);
   dpmd_devices_destroy(dv);
   dpmd_registry_destroy(r);
   dpmd_paths_destroy(paths);

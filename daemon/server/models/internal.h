@@ -77,12 +77,21 @@ struct dpmd_model {
   double images_per_s;
   char error[512], ckpt[PATH_MAX], ckpt_error[512];
   dpm_trainer *t; /* set and cleared under mu (interrupt reads it) */
+  int admit_ready; /* the scheduler admitted it from the memory queue: build now */
+  int spilled; /* preempted with policy spill: no trainer, its newest checkpoint holds it
+                  (written by the model thread under mu) */
   /* phases (ModelInfo.phases): submit -> built, and the first step; the
      trainer's copied in when they change */
   double admit_ms, save_ms, train_wait_ms;
   double trainer_ms[DPM_TRAINER_PHASES];
   int has_phases, has_first;
+  /* its entry in the daemon's scheduler (server/sched.h), from new to free */
+  struct dpmd_sched_entry *sched;
+  int no_queue; /* submit --no-queue: refuse, rather than queue, a model that does not fit */
   /* model thread only */
+  int queued;  /* its last build was queued for memory (the scheduler wakes it) */
+  int spill_failed;   /* its last spill could not checkpoint: resident until its turn */
+  int told_preempted; /* a "preempted" event went out and no "resumed" yet */
   waiter *waiters;
   double first_train; /* dpm_mono_ns() / 1e6 when the train that runs the first step
                          arrived; 0: none */
@@ -121,7 +130,7 @@ void model_fail(dpmd_model *m, const dpm_err *in);
 void model_take_trainer(dpmd_model *m, dpm_trainer *t);
 /* What every trainer of the model is built with (the crew and a fleet's
  * part are added by the caller). */
-dpm_trainer_options model_trainer_options(const dpmd_model *m);
+dpm_trainer_options model_trainer_options(dpmd_model *m);
 /* A run (re)starts: the images/s window starts over. */
 void model_rate_restart(dpmd_model *m);
 /* Images per second of the run at time now (dpm_mono_s) and iteration iter. */

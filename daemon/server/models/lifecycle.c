@@ -23,6 +23,7 @@
 #include "server/models/shard.h"
 #include "server/models/store.h"
 #include "server/paths.h"
+#include "server/sched.h"
 
 /* ---- building and training -------------------------------------------------- */
 
@@ -44,29 +45,176 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   const dpm_device *devs = dpm_checked_spec_devices(m->checked, &n);
   if (!s) s = dpmd_devices_crew(m->d->devices, devs, n, &opt.crew, err);
   dpm_trainer *t = NULL;
+  m->queued = 0;
   if (!s) s = dpm_trainer_create_checked(m->checked, &opt, &t, err);
+  if (s && !m->queued) dpmd_sched_release_memory(m->sched);
   if (s && coordinator) dpmd_fleet_abort(m->d, l, m->spec); /* formed or not */
   if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
-  if (s) return s;
+  if (s && !(m->queued && !m->restore)) return s;
   double saving = dpm_mono_ns() / 1e6;
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
   if (!m->restore &&
       (dpmd_store_save_spec(m->dir, m->spec, err) ||
+       dpmd_store_save_schedule(m->dir, &sc, 0, err) ||
        (l && dpmd_store_save_shard(m->dir, dpmd_fleet_shard_id(l), err)))) {
     dpm_trainer_destroy(t);
+    if (t) dpmd_sched_release_memory(m->sched);
     if (coordinator) dpmd_fleet_abort(m->d, l, m->spec);
     return err->code;
   }
+  if (s) return s; /* queued: its files are saved, so a restart keeps it */
   model_take_trainer(m, t);
   pthread_mutex_lock(&m->mu);
   m->admit_ms = m->submit_to.arrived > 0 ? start - m->submit_to.arrived : 0;
   m->save_ms = dpm_mono_ns() / 1e6 - saving;
   m->has_phases = 1;
   pthread_mutex_unlock(&m->mu);
-  if (m->restore)
-    model_restore_checkpoint(m);
-  else
-    model_set_state(m, DPMD_READY);
+  if (!m->restore) {
+    model_set_state(m, m->target > m->iter ? DPMD_TRAINING : DPMD_READY);
+    return DPM_OK;
+  }
+  model_restore_checkpoint(m);
+  int spilled = 0; /* spilled when dpmd stopped: its run goes on */
+  if (!dpmd_store_load_schedule(m->dir, &sc, &spilled) && spilled &&
+      m->state == DPMD_PAUSED && m->target > m->iter) {
+    dpmd_info("model %s: was spilled by a preemption: it trains on", m->spec->name);
+    dpm_err serr = {0};
+    if (dpmd_store_save_schedule(m->dir, &sc, 0, &serr))
+      dpmd_warn("model %s: %s", m->spec->name, serr.msg);
+    model_set_state(m, DPMD_TRAINING);
+  }
   return DPM_OK;
+}
+
+/* ---- turns: training under the scheduler ------------------------------------ */
+
+static void train_chunk(dpmd_model *m);
+
+/* Why a job that needs the trainer cannot run now. */
+static const char *no_trainer_reason(const dpmd_model *m) {
+  if (m->state == DPMD_QUEUED) return "it is queued for memory and builds when room frees";
+  if (m->spilled) return "it was spilled by a preemption and rebuilds at its next turn";
+  if (!m->fleet) return "it could not be built: delete it";
+  return "its job is not formed: resume re-forms it";
+}
+
+/* A queued model's turn to build (the scheduler admitted it): ready, or
+ * training when a train came while it was queued; queued again, or
+ * failed (no trainer: delete it). */
+static void build_queued(dpmd_model *m) {
+  pthread_mutex_lock(&m->mu);
+  m->admit_ready = 0;
+  pthread_mutex_unlock(&m->mu);
+  dpm_err err = {0};
+  if (!build(m, &err)) return;
+  if (m->queued) return; /* still queued (a bigger count, or overtaken) */
+  model_fail(m, &err);
+}
+
+/* Preempted with policy spill: the trainer's state goes to a checkpoint in
+ * the model's directory (unless the newest there holds it), the run's
+ * target and the spill to its files (a restart trains it on), and the
+ * trainer and its memory are freed. A checkpoint that fails keeps the
+ * model resident (it is preempted as with keep) until its next turn. */
+static void spill(dpmd_model *m) {
+  char path[PATH_MAX];
+  dpm_err err = {0};
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
+  if ((m->unsaved && model_checkpoint_default(m, path, sizeof path, &err)) ||
+      dpmd_store_save_target(m->dir, m->target, &err) ||
+      dpmd_store_save_schedule(m->dir, &sc, 1, &err)) {
+    dpmd_warn("model %s: cannot spill, it stays resident: %s", m->spec->name, err.msg);
+    m->spill_failed = 1;
+    return;
+  }
+  pthread_mutex_lock(&m->mu);
+  dpm_trainer *t = m->t;
+  m->t = NULL;
+  m->spilled = 1;
+  pthread_mutex_unlock(&m->mu);
+  dpm_trainer_destroy(t);
+  dpmd_sched_release_memory(m->sched);
+  dpmd_info("model %s: spilled at iteration %llu (preempted)", m->spec->name,
+            (unsigned long long)m->iter);
+}
+
+/* A spilled model's turn: a trainer again (admitted: it may queue), loaded
+ * from the newest checkpoint, where it was spilled. */
+static dpm_status unspill(dpmd_model *m, dpm_err *err) {
+  dpm_trainer_options opt = model_trainer_options(m);
+  size_t n;
+  const dpm_device *devs = dpm_checked_spec_devices(m->checked, &n);
+  dpm_trainer *t = NULL;
+  char path[PATH_MAX];
+  m->queued = 0;
+  dpm_status s = dpmd_devices_crew(m->d->devices, devs, n, &opt.crew, err);
+  if (!s) s = dpm_trainer_create_checked(m->checked, &opt, &t, err);
+  if (!s && dpmd_store_checkpoint_path(m->dir, m->saved_iter, path, sizeof path))
+    s = dpm_errf(err, DPM_INVALID, "state dir path too long");
+  if (!s) s = dpm_trainer_load(t, NULL, path, err);
+  if (s) {
+    dpm_trainer_destroy(t);
+    if (!m->queued) dpmd_sched_release_memory(m->sched);
+    return s;
+  }
+  model_take_trainer(m, t);
+  pthread_mutex_lock(&m->mu);
+  m->spilled = 0;
+  pthread_mutex_unlock(&m->mu);
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
+  dpm_err ferr = {0};
+  dpmd_store_take_target(m->dir);
+  if (dpmd_store_save_schedule(m->dir, &sc, 0, &ferr))
+    dpmd_warn("model %s: %s", m->spec->name, ferr.msg);
+  dpmd_info("model %s: back from %s (iteration %llu)", m->spec->name, path,
+            (unsigned long long)m->iter);
+  return DPM_OK;
+}
+
+/* Says, once per spell, that the model is preempted, and by whom. */
+static void announce_preempted(dpmd_model *m) {
+  dpmd_sched_view v;
+  dpmd_sched_view_of(m->sched, &v);
+  if (v.state != DPMD_SCHED_PREEMPTED) return;
+  char msg[192];
+  snprintf(msg, sizeof msg, "preempted by %s%s", v.by, m->spilled ? " (spilled)" : "");
+  dpmd_info("model %s: %s at iteration %llu", m->spec->name, msg,
+            (unsigned long long)m->iter);
+  m->told_preempted = 1;
+  model_publish(m, DPM__EVENT_KIND__EVENT_STATE, msg);
+}
+
+/* One turn of a training model: wait for it (or for a job, a spill, a
+ * preemption to tell), then a chunk of steps. A fleet job's shard runs
+ * without turns: its shards step together, and a shard held back here
+ * would stall the others' collectives. */
+static void run_turn(dpmd_model *m) {
+  if (m->fleet && dpmd_fleet_num_shards(m->fleet) > 1) return train_chunk(m);
+  switch (dpmd_sched_acquire(m->sched, m->t && !m->spill_failed)) {
+  case DPMD_TURN_KICKED:
+    return;
+  case DPMD_TURN_SPILL:
+    return spill(m);
+  case DPMD_TURN_PREEMPTED:
+    return announce_preempted(m);
+  case DPMD_TURN_GRANTED:
+    break;
+  }
+  double t0 = dpm_mono_s();
+  if (m->told_preempted) {
+    m->told_preempted = 0;
+    dpmd_info("model %s: runs again", m->spec->name);
+    model_publish(m, DPM__EVENT_KIND__EVENT_STATE, "runs again");
+  }
+  dpm_err err = {0};
+  if (!m->t && unspill(m, &err)) {
+    dpmd_sched_done(m->sched, dpm_mono_s() - t0);
+    if (!m->queued) model_fail(m, &err); /* queued: it waits for memory */
+    return;
+  }
+  m->spill_failed = 0;
+  train_chunk(m);
+  dpmd_sched_done(m->sched, dpm_mono_s() - t0);
 }
 
 static void train_chunk(dpmd_model *m) {
@@ -124,7 +272,7 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   uint64_t iters = r->iters;
   if (r->has_epochs) { /* the reader's steps per epoch, over every replica and shard */
     int64_t per = m->t ? dpm_trainer_steps_per_epoch(m->t) : 0;
-    if (!m->t) return model_reply_state(m, to, "resume re-forms it first");
+    if (!m->t) return model_reply_state(m, to, no_trainer_reason(m));
     if (per < 1)
       return dpmd_reply_error(m->d, to, DPM_INVALID,
                               "%s: an epoch of its training data is less than one step",
@@ -148,6 +296,8 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   pthread_mutex_lock(&m->mu);
   m->target = m->iter + iters;
   pthread_mutex_unlock(&m->mu);
+  if (m->state == DPMD_QUEUED) /* it trains once built */
+    return dpmd_model_reply_info(m, to, NULL);
   if (!m->has_first) m->first_train = to->arrived;
   model_rate_restart(m);
   model_set_state(m, DPMD_TRAINING);
@@ -164,6 +314,9 @@ void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   if (m->state != DPMD_TRAINING) return model_reply_state(m, to, "not training");
   dpm_err err = {0};
   if (model_stop_job(m, STOP_PAUSE, &err)) return model_reply_err(m, to, &err);
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
+  if (m->spilled && dpmd_store_save_schedule(m->dir, &sc, 0, &err)) /* paused at restart */
+    dpmd_warn("model %s: %s", m->spec->name, err.msg);
   model_set_state(m, DPMD_PAUSED);
   dpmd_model_reply_info(m, to, NULL);
 }
@@ -235,6 +388,21 @@ void dpmd_job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) 
   model_reply_path(m, to, r->out, m->iter);
 }
 
+void dpmd_job_set(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
+  const Dpm__SetRequest *r = rq->set;
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
+  if (r->has_priority) sc.priority = r->priority;
+  if (r->has_weight) sc.weight = r->weight;
+  if (r->has_preempt) sc.spill = r->preempt == DPM__PREEMPT_POLICY__PREEMPT_SPILL;
+  dpm_err err = {0};
+  if (dpmd_store_save_schedule(m->dir, &sc, m->spilled, &err))
+    return model_reply_err(m, to, &err);
+  dpmd_sched_set(m->sched, &sc);
+  dpmd_info("model %s: priority %d, weight %g, preempt %s", m->spec->name, sc.priority,
+            sc.weight, sc.spill ? "spill" : "keep");
+  dpmd_model_reply_info(m, to, NULL);
+}
+
 void dpmd_job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__GetBlobRequest *r = rq->get_blob;
   char name[512];
@@ -289,9 +457,18 @@ static void test_gate(dpmd_model *m, const job *j) {
 static void test_gate(dpmd_model *m, const job *j) { (void)m, (void)j; }
 #endif
 
+/* Whether job fn runs on a model without a trainer: resume (a fleet job
+ * not formed: restored, failed, re-formed); and, but for a fleet job's
+ * model, train, pause and set (queued, spilled: they act on its state). */
+static int runs_without_trainer(const dpmd_model *m, dpmd_job_fn fn) {
+  if (fn == dpmd_job_resume) return 1;
+  return !m->fleet && (fn == dpmd_job_train || fn == dpmd_job_pause || fn == dpmd_job_set);
+}
+
 static job *next_job(dpmd_model *m) {
   pthread_mutex_lock(&m->mu);
-  while (!m->jobs && m->state != DPMD_TRAINING) pthread_cond_wait(&m->cv, &m->mu);
+  while (!m->jobs && m->state != DPMD_TRAINING && !(m->state == DPMD_QUEUED && m->admit_ready))
+    pthread_cond_wait(&m->cv, &m->mu);
   job *j = m->jobs;
   if (j && !(m->jobs = j->next)) m->jobs_tail = NULL;
   if (j && j->kind == JOB_REQUEST) m->n_jobs--;
@@ -353,7 +530,7 @@ static void *model_main(void *arg) {
   dpmd_model *m = arg;
   dpm_err err = {0};
   lower_priority();
-  if (build(m, &err)) {
+  if (build(m, &err) && !m->queued) {
     dpmd_error("model %s: %s", m->spec->name, err.msg);
     Dpm__Response rs = DPM__RESPONSE__INIT;
     rs.status = dpm_status_to_wire(err.code);
@@ -361,11 +538,18 @@ static void *model_main(void *arg) {
     dpmd_model_exited(m->d, m, m->submit_to.header ? &m->submit_to : NULL, &rs);
     return NULL;
   }
+  if (m->queued) {
+    dpmd_info("model %s: %s", m->spec->name, err.msg);
+    model_set_state(m, DPMD_QUEUED);
+  }
   if (m->submit_to.header) dpmd_model_reply_info(m, &m->submit_to, NULL);
   for (;;) {
     job *j = next_job(m);
     if (!j) {
-      train_chunk(m);
+      if (m->state == DPMD_QUEUED)
+        build_queued(m);
+      else
+        run_turn(m);
       continue;
     }
     if (j->kind != JOB_REQUEST) {
@@ -374,8 +558,8 @@ static void *model_main(void *arg) {
       return NULL;
     }
     test_gate(m, j);
-    if (!m->t && j->fn != dpmd_job_resume) /* a fleet job not formed (restored, failed) */
-      model_reply_state(m, &j->to, "its job is not formed: resume re-forms it");
+    if (!m->t && !runs_without_trainer(m, j->fn))
+      model_reply_state(m, &j->to, no_trainer_reason(m));
     else
       j->fn(m, j->rq, &j->to);
     dpm__request__free_unpacked(j->rq, NULL);
@@ -398,6 +582,7 @@ static int push(dpmd_model *m, job *j) {
     pthread_cond_signal(&m->cv);
   }
   pthread_mutex_unlock(&m->mu);
+  if (!full) dpmd_sched_kick(m->sched); /* a turn's wait ends for the job */
   return !full;
 }
 
@@ -433,7 +618,24 @@ void dpmd_model_end(dpmd_model *m, int delete, dpmd_reply_to *to) {
   push(m, j);
 }
 
+/* The scheduler's callbacks (server/sched.h), under its lock. */
+static void sched_interrupt(void *arg) {
+  dpmd_model *m = arg;
+  pthread_mutex_lock(&m->mu);
+  if (m->t) dpm_trainer_interrupt(m->t);
+  pthread_mutex_unlock(&m->mu);
+}
+
+static void sched_wake(void *arg) {
+  dpmd_model *m = arg;
+  pthread_mutex_lock(&m->mu);
+  m->admit_ready = 1;
+  pthread_cond_signal(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
 dpm_status dpmd_model_new(dpmd *d, dpm_checked_spec *checked, int restore,
+                          const dpmd_schedule *schedule, int no_queue,
                           dpmd_fleet_link *fleet, dpmd_reply_to *to, dpmd_model **out,
                           dpm_err *err) {
   *out = NULL;
@@ -456,10 +658,20 @@ dpm_status dpmd_model_new(dpmd *d, dpm_checked_spec *checked, int restore,
   if (to) m->submit_to = *to;
   m->state = DPMD_BUILDING;
   m->ckpt_log = (dpmd_ratelimit)DPMD_RATELIMIT_INIT;
+  m->no_queue = no_queue;
   pthread_mutex_init(&m->mu, NULL);
   pthread_cond_init(&m->cv, NULL);
-  if (dpmd_store_model_dir(d->cfg->state_dir, spec->name, m->dir, sizeof m->dir) ||
-      !(m->started = !pthread_create(&m->thread, NULL, model_main, m))) {
+  dpmd_schedule sc = schedule ? *schedule : (dpmd_schedule){.weight = 1};
+  int spilled;
+  int named = !dpmd_store_model_dir(d->cfg->state_dir, spec->name, m->dir, sizeof m->dir);
+  if (named && restore) dpmd_store_load_schedule(m->dir, &sc, &spilled); /* else as is */
+  const Dpm__ParallelSpec *par = spec->parallel;
+  dpmd_sched_hooks hooks = {.interrupt = sched_interrupt, .wake = sched_wake, .arg = m};
+  if (named)
+    m->sched = dpmd_sched_join(d->sched, spec->name,
+                               (const char *const *)(par ? par->devices : NULL),
+                               par ? par->n_devices : 0, &sc, &hooks);
+  if (!named || !m->sched || !(m->started = !pthread_create(&m->thread, NULL, model_main, m))) {
     m->submit_to.header = NULL;
     dpmd_model_free(m);
     return dpm_errf(err, DPM_NOMEM, "cannot start the model's thread");
@@ -479,6 +691,7 @@ void dpmd_model_free(dpmd_model *m) {
       dpmd_reply_error(m->d, &j->to, DPM_STATE, "model %s is gone", m->spec->name);
     free(j);
   }
+  dpmd_sched_leave(m->sched); /* its memory freed, the queue moves */
   pthread_mutex_destroy(&m->mu);
   pthread_cond_destroy(&m->cv);
   dpmd_fleet_link_free(m->fleet); /* after the trainer, whose communicator used it */

@@ -15,9 +15,10 @@
 #include "server/log.h"
 #include "server/models/internal.h"
 #include "server/paths.h"
+#include "server/sched.h"
 
-static const char *const state_names[DPMD_STATE_COUNT] = {"building", "ready", "training",
-                                                          "paused", "failed"};
+static const char *const state_names[DPMD_STATE_COUNT] = {
+    "building", "ready", "training", "paused", "failed", "queued"};
 const char *dpmd_state_name(dpmd_state s) { return state_names[s]; }
 const char *dpmd_model_name(const dpmd_model *m) { return m->spec->name; }
 const Dpm__ModelSpec *dpmd_model_spec(const dpmd_model *m) { return m->spec; }
@@ -45,8 +46,35 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
     info->num_shards = (uint32_t)dpmd_fleet_num_shards(m->fleet);
     info->coordinator = (char *)dpmd_fleet_coordinator(m->fleet);
   }
+  dpmd_sched_view v; /* the scheduler's lock before the model's, never inside it */
+  dpmd_sched_view_of(m->sched, &v);
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
+  Dpm__Schedule *ps = &buf->schedule;
+  dpm__schedule__init(ps);
+  ps->has_priority = ps->has_weight = ps->has_preempt = 1;
+  ps->priority = sc.priority;
+  ps->weight = sc.weight;
+  ps->preempt = sc.spill ? DPM__PREEMPT_POLICY__PREEMPT_SPILL : DPM__PREEMPT_POLICY__PREEMPT_KEEP;
+  ps->has_max_memory = sc.max_memory > 0;
+  ps->max_memory = sc.max_memory;
+  info->schedule = ps;
+  info->group = strcpy(buf->group, v.group);
+  info->has_share = 1;
+  info->share = v.share;
   pthread_mutex_lock(&m->mu);
   info->state = (char *)state_names[m->state];
+  if (m->state == DPMD_TRAINING && v.state == DPMD_SCHED_PREEMPTED) {
+    info->state = "preempted";
+    snprintf(buf->waiting, sizeof buf->waiting, "by %s%s", v.by,
+             m->spilled ? ", spilled to its checkpoint" : "");
+    info->waiting = buf->waiting;
+  } else if (v.state == DPMD_SCHED_QUEUED) {
+    snprintf(buf->waiting, sizeof buf->waiting, "for memory: it needs %llu bytes",
+             (unsigned long long)v.bytes);
+    info->waiting = buf->waiting;
+    info->has_queue_position = 1;
+    info->queue_position = (uint32_t)v.position;
+  }
   info->has_iter = info->has_target_iter = 1;
   info->iter = m->iter;
   info->target_iter = m->target > m->iter ? m->target : m->iter;
@@ -147,6 +175,7 @@ void model_set_state(dpmd_model *m, dpmd_state s) {
   dpmd_state old = m->state;
   m->state = s;
   pthread_mutex_unlock(&m->mu);
+  dpmd_sched_want(m->sched, s == DPMD_TRAINING);
   if (old != s) {
     dpmd_info("model %s: %s", m->spec->name, state_names[s]);
     model_publish(m, DPM__EVENT_KIND__EVENT_STATE, NULL);
@@ -236,12 +265,34 @@ void model_take_trainer(dpmd_model *m, dpm_trainer *t) {
       dpm_trainer_batch(t) * dpm_trainer_devices(t) * dpm_trainer_accumulate_steps(t);
 }
 
+/* The trainer's admission (dpm_trainer_options.admit): the scheduler
+ * holds its bytes, device bytes being its replicas' tensors and scratch
+ * over its devices. Queued: m->queued, and DPM_STATE ends the create. A
+ * fleet job's shard is refused rather than queued (its shards build
+ * together). */
+static dpm_status admit(void *arg, const dpm_trainer_memory *mem, int devices,
+                        dpm_err *err) {
+  dpmd_model *m = arg;
+  uint64_t dev = (mem->tensors + mem->scratch + (uint64_t)devices - 1) / (uint64_t)devices;
+  switch (dpmd_sched_admit(m->sched, mem->total, dev, !m->no_queue && !m->fleet, err)) {
+  case DPMD_ADMIT_OK:
+    return DPM_OK;
+  case DPMD_ADMIT_QUEUED:
+    m->queued = 1;
+    return dpm_errf(err, DPM_STATE, "%s: queued for memory", m->spec->name);
+  default:
+    return err->code;
+  }
+}
+
 /* What every trainer of the model is built with (the crew and a fleet's
  * part are added by the caller). */
-dpm_trainer_options model_trainer_options(const dpmd_model *m) {
+dpm_trainer_options model_trainer_options(dpmd_model *m) {
   return (dpm_trainer_options){.net_type = -1,
                                .max_bytes = m->d->cfg->max_model_bytes,
                                .max_bytes_name = "max_model_bytes",
+                               .admit = admit,
+                               .admit_arg = m,
                                .fs = dpmd_paths_data(m->d->paths),
                                .data_cache = m->d->data};
 }

@@ -13,6 +13,12 @@
  * States: building -> ready <-> training <-> paused; any -> failed when a
  * step fails (NaN loss, I/O error) — the model keeps its trainer, so a load
  * of a checkpoint brings it back to ready. Failure touches no other model.
+ * building -> queued -> building when its memory does not fit beside the
+ * other models' yet (the submit is answered queued; the model builds by
+ * itself when room frees). A training model held back by a higher
+ * priority shows as preempted (server/sched.h); with policy spill it
+ * checkpoints, frees its trainer and rebuilds from that checkpoint when
+ * its turn comes.
  *
  * Threads: dpmd_model_new, _post, _end, _ending and _free run on the loop
  * thread; _info, _reply_info, _state and _name on any; the dpmd_job_*
@@ -75,6 +81,7 @@ typedef enum {
   DPMD_TRAINING,
   DPMD_PAUSED,
   DPMD_FAILED,
+  DPMD_QUEUED, /* waiting for memory to build (server/sched.h) */
   DPMD_STATE_COUNT
 } dpmd_state;
 
@@ -91,10 +98,15 @@ typedef struct dpmd_model dpmd_model;
  * submit; then `to` is NULL. The model answers `to` (may be NULL: a shard
  * joining a job) once built (or failed: it then exits, dpmd_model_exited).
  * DPM_NOMEM when its thread cannot start (spec and fleet freed, `to` not
- * answered). */
+ * answered). schedule: its priority, weight and policy (server/sched.h;
+ * NULL: restored from its directory, else the defaults); no_queue: refuse
+ * it, rather than queue it, when its memory does not fit now (the model
+ * then fails to build with the scheduler's message). */
 struct dpmd_fleet_link;
 struct dpm_checked_spec;
+struct dpmd_schedule;
 dpm_status dpmd_model_new(dpmd *d, struct dpm_checked_spec *spec, int restore,
+                          const struct dpmd_schedule *schedule, int no_queue,
                           struct dpmd_fleet_link *fleet, dpmd_reply_to *to,
                           dpmd_model **out, dpm_err *err);
 /* Requests a model holds queued at most; more are refused (DPM_DENIED). */
@@ -131,6 +143,9 @@ typedef struct dpmd_info_buf {
   Dpm__CheckpointPolicy every;
   Dpm__Phase phase[DPMD_PHASES];
   Dpm__Phase *phase_ptr[DPMD_PHASES];
+  Dpm__Schedule schedule;
+  char waiting[192];
+  char group[256];
 } dpmd_info_buf;
 /* Snapshot of the model into info (strings point into buf or into the
  * model's immutable spec; a fleet job's shard_id, num_shards and
@@ -167,5 +182,6 @@ void dpmd_job_sync(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
 void dpmd_job_eval(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
 void dpmd_job_extract(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
 void dpmd_job_get_blob(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
+void dpmd_job_set(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to);
 
 #endif

@@ -1,5 +1,6 @@
 /* dpmd's state directory: specs, checkpoint names, retention, removal. */
 #include "server/models/store.h"
+#include "server/sched.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -204,6 +205,35 @@ uint64_t dpmd_store_take_target(const char *dir) {
   fclose(f);
   unlink(path);
   return t;
+}
+
+dpm_status dpmd_store_save_schedule(const char *dir, const dpmd_schedule *sc, int spilled,
+                                    dpm_err *err) {
+  char path[PATH_MAX], text[160];
+  if (fits(snprintf(path, sizeof path, "%s/schedule", dir), sizeof path))
+    return dpm_errf(err, DPM_INVALID, "path too long: %s", dir);
+  int n = snprintf(text, sizeof text, "%d %.17g %d %" PRIu64 " %d\n", sc->priority,
+                   sc->weight, sc->spill, sc->max_memory, spilled);
+  return dpm_file_write_buffer(NULL, path, 0, text, (size_t)n, err);
+}
+
+int dpmd_store_load_schedule(const char *dir, dpmd_schedule *sc, int *spilled) {
+  char path[PATH_MAX];
+  if (fits(snprintf(path, sizeof path, "%s/schedule", dir), sizeof path)) return -1;
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  dpmd_schedule v = {0};
+  unsigned long long mem;
+  int sp, ok = fscanf(f, "%d %lf %d %llu %d", &v.priority, &v.weight, &v.spill, &mem, &sp) == 5;
+  fclose(f);
+  v.max_memory = mem;
+  if (!ok || v.priority < -DPMD_PRIORITY_MAX || v.priority > DPMD_PRIORITY_MAX ||
+      !(v.weight > 0 && v.weight <= DPMD_WEIGHT_MAX) || (v.spill != 0 && v.spill != 1) ||
+      (sp != 0 && sp != 1))
+    return -1;
+  *sc = v;
+  *spilled = sp;
+  return 0;
 }
 
 dpm_status dpmd_store_save_shard(const char *dir, int shard, dpm_err *err) {

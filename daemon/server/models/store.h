@@ -55,6 +55,15 @@ void dpmd_store_retain(const char *dir, int keep, uint64_t written);
  * is none or it is unreadable. */
 dpm_status dpmd_store_save_target(const char *dir, uint64_t target, dpm_err *err);
 uint64_t dpmd_store_take_target(const char *dir);
+/* DIR/schedule: the model's schedule (server/sched.h) and whether it is
+ * spilled (preempted to its newest checkpoint: a restart trains it on to
+ * DIR/target). save writes it (atomically); load fills *sc and *spilled
+ * and returns 0, or -1 (leaving them) when there is none or it does not
+ * parse or holds a value out of bounds. */
+struct dpmd_schedule;
+dpm_status dpmd_store_save_schedule(const char *dir, const struct dpmd_schedule *sc,
+                                    int spilled, dpm_err *err);
+int dpmd_store_load_schedule(const char *dir, struct dpmd_schedule *sc, int *spilled);
 /* DIR/shard: which shard of a fleet job (server/fleet/fleet.h) the model is.
  * save writes it (atomically); load returns it, or -1 when there is none or
  * it is unreadable. */
