@@ -329,13 +329,15 @@ void dpmd_sched_want(dpmd_sched_entry *e, int want) {
   dpmd_sched *s = e->s;
   pthread_mutex_lock(&s->mu);
   if (want && !e->want) { /* no credit for the time it did not want */
-    int first = 1;
-    double least = 0;
+    int wanting = 0;
+    double least = 0, most = 0;
     EACH_OTHER(x, e) {
-      if (x->want && x->sc.priority == e->sc.priority && (first || x->vtime < least))
-        least = x->vtime, first = 0;
+      if (x->sc.priority != e->sc.priority) continue;
+      if (x->want && (!wanting++ || x->vtime < least)) least = x->vtime;
+      if (x->vtime > most) most = x->vtime;
     }
-    if (!first && least > e->vtime) e->vtime = least;
+    double floor = wanting ? least : most;
+    if (floor > e->vtime) e->vtime = floor;
     preempt_lower(e);
   }
   e->want = want;

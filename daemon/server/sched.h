@@ -14,7 +14,8 @@
  *     next, virtual time being the seconds its turns took divided by its
  *     weight: shares of time in proportion to weight, whatever one step
  *     costs. A model that starts to want joins at the least virtual time of
- *     the others it would wait for, so an idle spell earns it no credit.
+ *     the equals that want its devices, or when none does, at the most any
+ *     equal on them has: an idle spell earns it no credit.
  * A waiting model wakes for its turn, or when kicked (a job was posted for
  * it), or, with policy spill, when it is preempted while resident: the
  * model then checkpoints and frees its memory (lifecycle.c) and waits on.

@@ -216,6 +216,23 @@ TEST(sched_a_model_that_starts_wanting_gets_no_credit_for_idle_time) {
   dpmd_sched_done(b, 1);
   CHECK_INT(dpmd_sched_acquire(a, 1), DPMD_TURN_GRANTED);
   dpmd_sched_done(a, 1);
+  /* both idle; c, idle all along, starts alone: it joins at the most an
+   * equal has (a's 12), not at 0 */
+  dpmd_sched_want(a, 0);
+  dpmd_sched_want(b, 0);
+  hooks_log lc = {0};
+  dpmd_sched_entry *c = join(s, "c", both, 2, 0, 1, &lc);
+  dpmd_sched_want(c, 1);
+  CHECK_INT(dpmd_sched_acquire(c, 1), DPMD_TURN_GRANTED);
+  dpmd_sched_done(c, 1); /* c 13 */
+  dpmd_sched_want(a, 1); /* a, at 12, joins at c's 13: they alternate */
+  CHECK_INT(dpmd_sched_acquire(a, 1), DPMD_TURN_GRANTED); /* tie: a joined first */
+  dpmd_sched_done(a, 1); /* a 14 */
+  CHECK_INT(dpmd_sched_acquire(c, 1), DPMD_TURN_GRANTED);
+  dpmd_sched_done(c, 1); /* c 14 */
+  CHECK_INT(dpmd_sched_acquire(a, 1), DPMD_TURN_GRANTED);
+  dpmd_sched_done(a, 1);
+  dpmd_sched_leave(c);
   dpmd_sched_leave(a);
   dpmd_sched_leave(b);
   dpmd_sched_free(s);
