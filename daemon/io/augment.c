@@ -258,6 +258,19 @@ static inline uint8_t clip8(int32_t v) {
   return (uint8_t)(v >> PRECISION_BITS);
 }
 
+/* One output pixel of 3 channels: xn taps k over the pixels at p. */
+static inline void sum3(const uint8_t *p, const int32_t *k, int xn, uint8_t *dst) {
+  int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+  for (int x = 0; x < xn; x++) {
+    s0 += p[3 * x] * k[x];
+    s1 += p[3 * x + 1] * k[x];
+    s2 += p[3 * x + 2] * k[x];
+  }
+  dst[0] = clip8(s0);
+  dst[1] = clip8(s1);
+  dst[2] = clip8(s2);
+}
+
 /* The passes' inner loops, also built for AVX2 (integer arithmetic: the
  * same results either way), chosen at load time by an ifunc resolver. Not
  * in ThreadSanitizer builds: there the resolver, instrumented, runs during
@@ -282,15 +295,7 @@ AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src
     int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
     const uint8_t *p = src + (size_t)xmin * C;
     if (C == 3) {
-      int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-      for (int x = 0; x < xn; x++) {
-        s0 += p[3 * x] * k[x];
-        s1 += p[3 * x + 1] * k[x];
-        s2 += p[3 * x + 2] * k[x];
-      }
-      dst[3 * xx] = clip8(s0);
-      dst[3 * xx + 1] = clip8(s1);
-      dst[3 * xx + 2] = clip8(s2);
+      sum3(p, k, xn, dst + 3 * xx);
     } else {
       int32_t s0 = 1 << (PRECISION_BITS - 1);
       for (int x = 0; x < xn; x++) s0 += p[x] * k[x];
@@ -305,35 +310,28 @@ AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src
  * the tap's weight (the fourth lane is dropped). An output whose window
  * ends at the row's last pixel, where that fourth byte may lie past the
  * image, takes the scalar path. */
-__attribute__((target("sse4.1"))) static void horizontal_row3_sse41(
-    const dpm_augmenter *a, const uint8_t *src, int width, uint8_t *dst, int kxs) {
+__attribute__((target("sse4.1"))) static void
+horizontal_row3_sse41(const dpm_augmenter *a, const uint8_t *src, int width, uint8_t *dst,
+                      int kxs) {
   int crop = a->cfg.crop;
   for (int xx = 0; xx < crop; xx++) {
     const int32_t *k = a->kx + (size_t)xx * kxs;
     int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
     const uint8_t *p = src + (size_t)xmin * 3;
-    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-    if (xmin + xn < width) {
-      __m128i s = _mm_set1_epi32(s0);
-      for (int x = 0; x < xn; x++) {
-        int32_t v;
-        memcpy(&v, p + 3 * x, sizeof v);
-        __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v));
-        s = _mm_add_epi32(s, _mm_mullo_epi32(px, _mm_set1_epi32(k[x])));
-      }
-      s0 = _mm_cvtsi128_si32(s);
-      s1 = _mm_extract_epi32(s, 1);
-      s2 = _mm_extract_epi32(s, 2);
-    } else {
-      for (int x = 0; x < xn; x++) {
-        s0 += p[3 * x] * k[x];
-        s1 += p[3 * x + 1] * k[x];
-        s2 += p[3 * x + 2] * k[x];
-      }
+    if (xmin + xn >= width) {
+      sum3(p, k, xn, dst + 3 * xx);
+      continue;
     }
-    dst[3 * xx] = clip8(s0);
-    dst[3 * xx + 1] = clip8(s1);
-    dst[3 * xx + 2] = clip8(s2);
+    __m128i s = _mm_set1_epi32(1 << (PRECISION_BITS - 1));
+    for (int x = 0; x < xn; x++) {
+      int32_t v;
+      memcpy(&v, p + 3 * x, sizeof v);
+      __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v));
+      s = _mm_add_epi32(s, _mm_mullo_epi32(px, _mm_set1_epi32(k[x])));
+    }
+    dst[3 * xx] = clip8(_mm_cvtsi128_si32(s));
+    dst[3 * xx + 1] = clip8(_mm_extract_epi32(s, 1));
+    dst[3 * xx + 2] = clip8(_mm_extract_epi32(s, 2));
   }
 }
 #endif

@@ -59,11 +59,12 @@ static dpm_status check_schedule(int has_priority, int priority, int has_weight,
     return dpm_errf(err, DPM_INVALID, "priority %d: priorities are -%d..%d", priority,
                     DPMD_PRIORITY_MAX, DPMD_PRIORITY_MAX);
   if (has_weight && !(weight > 0 && weight <= DPMD_WEIGHT_MAX))
-    return dpm_errf(err, DPM_INVALID, "weight %g: weights are above 0, at most %g", weight,
-                    DPMD_WEIGHT_MAX);
+    return dpm_errf(err, DPM_INVALID, "weight %g: weights are above 0, at most %g",
+                    weight, DPMD_WEIGHT_MAX);
   if (has_preempt && preempt != DPM__PREEMPT_POLICY__PREEMPT_KEEP &&
       preempt != DPM__PREEMPT_POLICY__PREEMPT_SPILL)
-    return dpm_errf(err, DPM_INVALID, "preempt policy %d: keep (0) or spill (1)", preempt);
+    return dpm_errf(err, DPM_INVALID, "preempt policy %d: keep (0) or spill (1)",
+                    preempt);
   return DPM_OK;
 }
 
@@ -369,7 +370,31 @@ static void reply_gathered(const call *c, Dpm__Response *rs, int gather) {
     dpmd_reply(c->d, c->to, rs);
 }
 
-static void reply_models(const call *c) {
+/* dpmctl queue's order: by device group; in a group, training (running or
+ * waiting its turn), then preempted, queued (by position), the rest; then
+ * by priority, highest first, and name. */
+static int queue_rank(const Dpm__ModelInfo *i) {
+  static const char *const order[] = {"training", "preempted", "queued"};
+  for (int k = 0; k < 3; k++)
+    if (!strcmp(i->state, order[k])) return k;
+  return 3;
+}
+
+static int queue_order(const void *pa, const void *pb) {
+  const Dpm__ModelInfo *a = *(Dpm__ModelInfo *const *)pa,
+                       *b = *(Dpm__ModelInfo *const *)pb;
+  int g = strcmp(a->group, b->group), ra = queue_rank(a), rb = queue_rank(b);
+  if (g || ra != rb) return g ? g : ra - rb;
+  if (a->queue_position != b->queue_position)
+    return a->queue_position < b->queue_position ? -1 : 1;
+  if (a->schedule->priority != b->schedule->priority)
+    return a->schedule->priority > b->schedule->priority ? -1 : 1;
+  return strcmp(a->name, b->name);
+}
+
+/* The models, as list (each with its shards' part, gathered) or as queue
+ * (sorted in queue_order, this daemon's view alone) shows them. */
+static void reply_models(const call *c, int queue) {
   int n = dpmd_registry_count(c->models), gather = 0, nomem = 0;
   Dpm__ModelInfo *info = calloc((size_t)n + 1, sizeof *info);
   Dpm__ModelInfo **ptr = calloc((size_t)n + 1, sizeof *ptr);
@@ -381,11 +406,12 @@ static void reply_models(const call *c) {
     for (int i = 0; i < n; i++) {
       dpmd_model *m = dpmd_registry_at(c->models, i);
       dpmd_model_info(m, &info[i], &buf[i]);
-      int k = shard_infos(c, m, &info[i], &mem[i]);
+      int k = queue ? 0 : shard_infos(c, m, &info[i], &mem[i]);
       gather |= k > 0;
       nomem |= k < 0;
       ptr[i] = &info[i];
     }
+    if (queue) qsort(ptr, (size_t)n, sizeof *ptr, queue_order);
     Dpm__ModelList list = DPM__MODEL_LIST__INIT;
     list.n_model = (size_t)n;
     list.model = ptr;
@@ -404,55 +430,10 @@ static void reply_models(const call *c) {
   free(buf);
 }
 
-/* dpmctl queue's order: by device group; in a group, training (running or
- * waiting its turn), then preempted, queued (by position), the rest; then
- * by priority, highest first, and name. */
-static int queue_rank(const Dpm__ModelInfo *i) {
-  static const char *const order[] = {"training", "preempted", "queued"};
-  for (int k = 0; k < 3; k++)
-    if (!strcmp(i->state, order[k])) return k;
-  return 3;
-}
-
-static int queue_order(const void *pa, const void *pb) {
-  const Dpm__ModelInfo *a = *(Dpm__ModelInfo *const *)pa, *b = *(Dpm__ModelInfo *const *)pb;
-  int g = strcmp(a->group, b->group), ra = queue_rank(a), rb = queue_rank(b);
-  if (g || ra != rb) return g ? g : ra - rb;
-  if (a->queue_position != b->queue_position)
-    return a->queue_position < b->queue_position ? -1 : 1;
-  if (a->schedule->priority != b->schedule->priority)
-    return a->schedule->priority > b->schedule->priority ? -1 : 1;
-  return strcmp(a->name, b->name);
-}
-
-static void run_queue(const call *c) {
-  int n = dpmd_registry_count(c->models);
-  Dpm__ModelInfo *info = calloc((size_t)n + 1, sizeof *info);
-  Dpm__ModelInfo **ptr = calloc((size_t)n + 1, sizeof *ptr);
-  dpmd_info_buf *buf = calloc((size_t)n + 1, sizeof *buf);
-  if (!info || !ptr || !buf) {
-    dpmd_reply_error(c->d, c->to, DPM_NOMEM, "out of memory");
-  } else {
-    for (int i = 0; i < n; i++) {
-      dpmd_model_info(dpmd_registry_at(c->models, i), &info[i], &buf[i]);
-      ptr[i] = &info[i];
-    }
-    qsort(ptr, (size_t)n, sizeof *ptr, queue_order);
-    Dpm__ModelList list = DPM__MODEL_LIST__INIT;
-    list.n_model = (size_t)n;
-    list.model = ptr;
-    Dpm__Response rs = DPM__RESPONSE__INIT;
-    rs.result_case = DPM__RESPONSE__RESULT_MODELS;
-    rs.models = &list;
-    dpmd_reply(c->d, c->to, &rs);
-  }
-  free(info);
-  free(ptr);
-  free(buf);
-}
+static void run_queue(const call *c) { reply_models(c, 1); }
 
 static void run_status(const call *c) {
-  if (!c->m) return reply_models(c); /* no name: every model */
+  if (!c->m) return reply_models(c, 0); /* no name: every model */
   Dpm__ModelInfo info;
   dpmd_info_buf buf;
   void *mem;
@@ -466,7 +447,7 @@ static void run_status(const call *c) {
   free(mem);
 }
 
-static void run_list(const call *c) { reply_models(c); }
+static void run_list(const call *c) { reply_models(c, 0); }
 
 /* Where the events are: the events socket, if any ("" else), and always the
  * stream through the request socket. */

@@ -43,7 +43,7 @@ losses: [loss]
 update: {optimizer: momentum_sgd, momentum: 0.9, lr: {base: 0.01}}
 checkpoint_every: 0
 YAML
-K=1000
+K=4000 # steps of 0.75 ms: 10 preemption rounds, their gaps included, take well under half
 # hashes NAME: the fnv1a64 of both weights of model NAME
 hashes() {
   echo "$(json_str "$(ctl get-blob "$1" fc1_w)" fnv1a64)/$(json_str "$(ctl get-blob "$1" pred_w)" fnv1a64)"
