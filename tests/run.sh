@@ -45,7 +45,7 @@ SLOW="cnn_bn_reaches_0925 cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reache
 # make test only: checks that need the ThreadSanitizer build, the GPU
 # bundle or the ONNX virtualenv (onnx_export, image_vs_pil), which make
 # check does not build, and the fleet scenarios beyond fleet_loopback.
-NOT_QUICK="race dpmd_restore_race gpu-run gpu-rehearsal onnx_export image_vs_pil fleet_faults
+NOT_QUICK="race dpmd_restore_race gpu-run gpu-rehearsal onnx_export image_vs_pil fleet_faults fleet_preempt
   fleet_equivalence fleet_netns"
 # End-to-end scripts run only when named (tests/run.sh NAME): none now.
 BY_HAND=""

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 
@@ -29,9 +30,10 @@ struct dpmd_sched_entry {
   double joined;
   /* time */
   int want, running, kicked;
+  int gang; /* a shard of a job over several daemons: takes no turns */
   int told; /* acquire said PREEMPTED in this spell of preemption */
   double vtime, turn_start;
-  double run_s[SHARE_WINDOW]; /* seconds run in each second of the window */
+  double run_s[SHARE_WINDOW];   /* seconds run in each second of the window */
   int64_t run_at[SHARE_WINDOW]; /* which second each slot holds */
   /* memory */
   int admitted, queued;
@@ -100,14 +102,15 @@ static int before(const dpmd_sched_entry *a, const dpmd_sched_entry *b) {
   return a->vtime < b->vtime || (a->vtime == b->vtime && a->seq < b->seq);
 }
 
-/* Whether e may take its turn now: nobody on its devices runs, nobody
- * above it wants them, and no equal that wants them comes before it. */
+/* Whether e may take its turn now: nobody on its devices runs (but a
+ * gang of e's priority, which runs beside it), nobody above it wants them,
+ * and no equal that wants them comes before it (gangs take no turns). */
 static int may_run(dpmd_sched_entry *e) {
   if (e->queued) return 0;
   EACH_OTHER(x, e) {
-    if (x->running) return 0;
-    if (x->want && !x->queued && x->sc.priority == e->sc.priority && before(x, e))
-      return 0;
+    int equal = x->sc.priority == e->sc.priority;
+    if (x->running && !(x->gang && equal)) return 0;
+    if (!x->gang && x->want && !x->queued && equal && before(x, e)) return 0;
   }
   return !preempter(e);
 }
@@ -134,7 +137,8 @@ static uint64_t held(const dpmd_sched *s, const char *dev) {
 static uint64_t least_free(const dpmd_sched_entry *e, const char **where) {
   uint64_t least = UINT64_MAX;
   for (size_t i = 0; i < e->n_dev; i++) {
-    uint64_t h = held(e->s, e->dev[i]), free_b = h < e->s->device_cap ? e->s->device_cap - h : 0;
+    uint64_t h = held(e->s, e->dev[i]),
+             free_b = h < e->s->device_cap ? e->s->device_cap - h : 0;
     if (free_b < least) least = free_b, *where = e->dev[i];
   }
   return least;
@@ -157,7 +161,8 @@ static int queue_before(const dpmd_sched_entry *a, const dpmd_sched_entry *b) {
 static dpmd_sched_entry *queue_next(dpmd_sched *s, const dpmd_sched_entry *after) {
   dpmd_sched_entry *best = NULL;
   for (dpmd_sched_entry *x = s->entries; x; x = x->next)
-    if (x->queued && (!after || queue_before(after, x)) && (!best || queue_before(x, best)))
+    if (x->queued && (!after || queue_before(after, x)) &&
+        (!best || queue_before(x, best)))
       best = x;
   return best;
 }
@@ -177,8 +182,9 @@ static dpmd_admit refuse_never(dpmd_sched_entry *e, uint64_t total, uint64_t dev
                                dpm_err *err) {
   const dpmd_sched *s = e->s;
   if (e->sc.max_memory && total > e->sc.max_memory)
-    dpm_errf(err, DPM_DENIED, "%s needs %" PRIu64 " bytes, more than its max_memory %" PRIu64,
-             e->name, total, e->sc.max_memory);
+    dpm_errf(err, DPM_DENIED,
+             "%s needs %" PRIu64 " bytes, more than its max_memory %" PRIu64, e->name,
+             total, e->sc.max_memory);
   else if (s->total_cap && total > s->total_cap)
     dpm_errf(err, DPM_DENIED,
              "%s needs %" PRIu64 " bytes, more than this dpmd's max_total_bytes %" PRIu64,
@@ -270,7 +276,8 @@ static void free_entry(dpmd_sched_entry *e) {
 
 dpmd_sched_entry *dpmd_sched_join(dpmd_sched *s, const char *name,
                                   const char *const *devices, size_t n_devices,
-                                  const dpmd_schedule *sc, const dpmd_sched_hooks *hooks) {
+                                  const dpmd_schedule *sc,
+                                  const dpmd_sched_hooks *hooks) {
   dpmd_sched_entry *e = calloc(1, sizeof *e);
   if (!e || !(e->dev = calloc(n_devices ? n_devices : 1, sizeof *e->dev))) {
     free(e);
@@ -376,6 +383,33 @@ dpmd_turn dpmd_sched_acquire(dpmd_sched_entry *e, int resident) {
   }
   pthread_mutex_unlock(&s->mu);
   return t;
+}
+
+int dpmd_sched_gang_run(dpmd_sched_entry *e) {
+  pthread_mutex_lock(&e->s->mu);
+  e->gang = 1;
+  int run = e->want && !preempter(e);
+  if (run) {
+    e->running = 1;
+    e->turn_start = dpm_mono_s();
+  }
+  pthread_mutex_unlock(&e->s->mu);
+  return run;
+}
+
+void dpmd_sched_nap(dpmd_sched_entry *e, double seconds) {
+  dpmd_sched *s = e->s;
+  double end = dpm_mono_s() + seconds;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double at = (double)ts.tv_sec + ts.tv_nsec / 1e9 + seconds;
+  ts.tv_sec = (time_t)at;
+  ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+  pthread_mutex_lock(&s->mu);
+  while (!e->kicked && dpm_mono_s() < end)
+    if (pthread_cond_timedwait(&s->cv, &s->mu, &ts)) break;
+  e->kicked = 0;
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* Adds the run from t0 to t1 (mono seconds) to the share window. */

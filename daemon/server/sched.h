@@ -16,6 +16,8 @@
  *     costs. A model that starts to want joins at the least virtual time of
  *     the equals that want its devices, or when none does, at the most any
  *     equal on them has: an idle spell earns it no credit.
+ * A shard of a fleet job is a gang (dpmd_sched_gang_run): it takes no
+ * turns, and yields, with its whole job, to a higher priority.
  * A waiting model wakes for its turn, or when kicked (a job was posted for
  * it), or, with policy spill, when it is preempted while resident: the
  * model then checkpoints and frees its memory (lifecycle.c) and waits on.
@@ -111,9 +113,9 @@ void dpmd_sched_release_memory(dpmd_sched_entry *e);
 void dpmd_sched_want(dpmd_sched_entry *e, int want);
 
 typedef enum {
-  DPMD_TURN_GRANTED, /* run a chunk, then dpmd_sched_done */
-  DPMD_TURN_KICKED,  /* a job waits: run it, then ask again */
-  DPMD_TURN_SPILL,   /* preempted with policy spill while resident: spill, ask again */
+  DPMD_TURN_GRANTED,   /* run a chunk, then dpmd_sched_done */
+  DPMD_TURN_KICKED,    /* a job waits: run it, then ask again */
+  DPMD_TURN_SPILL,     /* preempted with policy spill while resident: spill, ask again */
   DPMD_TURN_PREEMPTED, /* preempted (once per spell, after any spill): tell, ask again */
 } dpmd_turn;
 
@@ -122,8 +124,19 @@ typedef enum {
 dpmd_turn dpmd_sched_acquire(dpmd_sched_entry *e, int resident);
 /* The turn granted by acquire took `seconds`. */
 void dpmd_sched_done(dpmd_sched_entry *e, double seconds);
-/* Makes a waiting acquire return DPMD_TURN_KICKED (once). */
+/* Makes a waiting acquire (or nap) return DPMD_TURN_KICKED (once). */
 void dpmd_sched_kick(dpmd_sched_entry *e);
+
+/* A shard of a job over several daemons (a gang: its shards step
+ * together, and one held back would stall the others' collectives) takes
+ * no turns. Before each chunk of steps it asks here, never waiting:
+ * 1, running (until dpmd_sched_done), unless a model of higher priority
+ * wants one of its devices: 0, and the job must yield (lifecycle.c). A
+ * running gang holds back the models below it on its devices, as a turn
+ * does, but not its equals: they run beside it. A gang's policy is keep. */
+int dpmd_sched_gang_run(dpmd_sched_entry *e);
+/* Waits up to `seconds`, or until kicked (a job was posted). */
+void dpmd_sched_nap(dpmd_sched_entry *e, double seconds);
 
 /* ---- views ----------------------------------------------------------------- */
 
@@ -137,11 +150,11 @@ typedef enum {
 
 typedef struct dpmd_sched_view {
   dpmd_sched_state state;
-  char by[128];            /* PREEMPTED: the model it waits for */
-  int position;            /* QUEUED: 1 first in the queue */
-  double share;            /* of its devices' time over the last minute, 0..1 */
-  uint64_t bytes;          /* admitted or asked for */
-  char group[256];         /* its devices, ","-joined (truncated past 255 bytes) */
+  char by[128];    /* PREEMPTED: the model it waits for */
+  int position;    /* QUEUED: 1 first in the queue */
+  double share;    /* of its devices' time over the last minute, 0..1 */
+  uint64_t bytes;  /* admitted or asked for */
+  char group[256]; /* its devices, ","-joined (truncated past 255 bytes) */
 } dpmd_sched_view;
 
 void dpmd_sched_view_of(dpmd_sched_entry *e, dpmd_sched_view *v);

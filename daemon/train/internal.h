@@ -42,12 +42,14 @@ enum {
   LOAD_NOTHING,
   LOAD_SCALER /* .. +2: the loss scaler (state.c: LOSS_SCALER) */
 };
-/* What a JOB_GO run broadcasts from the job's rank 0 before each grant of
- * steps of a job of several shards: its decision (0: step; else stop, with
- * the reason rank 0's driver gave to dpm_trainer_stop), its iteration,
- * which every shard must share, and how many steps the grant holds. 24
- * bytes per grant. */
-enum { GO_STOP, GO_ITER, GO_STEPS, GO_WORDS };
+/* What a JOB_GO run sums over the job's replicas before each grant of
+ * steps of a job of several shards (doubles: every value is an integer
+ * below 2^53, exact): rank 0's decision (0: step; else stop, with the
+ * reason rank 0's driver gave to dpm_trainer_stop), its iteration, which
+ * every shard must share, and how many steps the grant holds (every other
+ * replica adds 0 to these), and the replicas whose shard asks the job to
+ * yield (dpm_trainer_yield). 32 bytes per grant. */
+enum { GO_STOP, GO_ITER, GO_STEPS, GO_YIELD, GO_WORDS };
 typedef struct replica {
   int rank;
   dpm_dev *dev; /* its device (backend/device.h) */
@@ -74,11 +76,11 @@ typedef struct replica {
   const uint8_t *const *ahead_rows;
   const int32_t *ahead_labels;
   int preloaded;
-  meta meta;             /* JOB_META: the job's rank 0's, once the run is over */
-  float flag;            /* JOB_META with agreement: replicas that disagree, summed */
-  uint64_t go[GO_WORDS]; /* JOB_GO: the job's rank 0's decision, once the run is over */
-  float *bmuf_host;      /* parallel.mode bmuf: host copies for the block update */
-  dpm_status status;     /* of the last job */
+  meta meta;           /* JOB_META: the job's rank 0's, once the run is over */
+  float flag;          /* JOB_META with agreement: replicas that disagree, summed */
+  double go[GO_WORDS]; /* JOB_GO: the job's decision, once the run is over */
+  float *bmuf_host;    /* parallel.mode bmuf: host copies for the block update */
+  dpm_status status;   /* of the last job */
   dpm_err err;
   /* The gathered step (train/update.c): the plan's gradients (the
    * workspace's tensors) and their sizes, a host copy of them all (stage),
@@ -132,6 +134,8 @@ struct dpm_trainer {
   int agree;           /* JOB_META: also sum the replicas that disagree with rank 0 */
   int go_stop;         /* JOB_GO at shard 0: the decision to broadcast (0: step) */
   int go_steps;        /* ... and the steps it grants */
+  int go_yield;        /* JOB_GO: this shard asks the job to yield (read once a run) */
+  atomic_int yield;    /* dpm_trainer_yield's ask */
   int granted;         /* steps of the job's current grant this shard has yet to run */
   double last_step_ms; /* the last step's wall time (shard 0 sizes grants by it) */
   atomic_int interrupted;

@@ -126,13 +126,15 @@ static void meta_job(dpm_trainer *t, replica *r) {
   r->status = dpm_comm_allreduce(r->ctx.comm, r->rank, &r->flag, 1, &r->err);
 }
 
-/* JOB_GO: the job's rank 0's decision and iteration into every replica's
- * (its own copy). Host memory only. */
+/* JOB_GO: the job's rank 0's decision and iteration, and the yields
+ * asked, summed into every replica's copy. Host memory only. */
 static void go_job(dpm_trainer *t, replica *r) {
-  r->go[GO_STOP] = (uint64_t)t->go_stop;
-  r->go[GO_ITER] = t->iter;
-  r->go[GO_STEPS] = (uint64_t)t->go_steps;
-  r->status = dpm_comm_broadcast(r->ctx.comm, r->rank, 0, r->go, sizeof r->go, &r->err);
+  int lead = t->shard == 0 && r->rank == 0;
+  r->go[GO_STOP] = lead ? t->go_stop : 0;
+  r->go[GO_ITER] = lead ? (double)t->iter : 0;
+  r->go[GO_STEPS] = lead ? t->go_steps : 0;
+  r->go[GO_YIELD] = r->rank == 0 && t->go_yield;
+  r->status = dpm_comm_allreduce_f64(r->ctx.comm, r->rank, r->go, GO_WORDS, &r->err);
 }
 
 /* One rank's part of a crew run: the job on replica `rank`, on the group
@@ -316,23 +318,28 @@ static int grant_steps(int left, double step_ms) {
 }
 
 /* The job's decision before its next grant of steps (a job of several
- * shards): rank 0 broadcasts `stop` and `steps` (shard 0's; the others'
- * are ignored) and its iteration; *why and *granted are what every shard
- * received (a grant outside 1..GRANT_MAX counts as 1). A shard at another
- * iteration than rank 0 fails (DPM_STATE): it would read other examples. */
+ * shards): rank 0 gives `stop` and `steps` (shard 0's; the others' are
+ * ignored) and its iteration, every shard whether it asks to yield; *why
+ * and *granted are what every shard received: rank 0's stop, else
+ * DPM_STOP_YIELD when a shard asked (a grant outside 1..GRANT_MAX counts
+ * as 1). A shard at another iteration than rank 0 fails (DPM_STATE): it
+ * would read other examples. */
 static dpm_status decide(dpm_trainer *t, int stop, int steps, int *why, int *granted,
                          dpm_err *err) {
   t->go_stop = t->shard == 0 ? stop : 0;
   t->go_steps = t->shard == 0 ? steps : 0;
+  t->go_yield = atomic_load(&t->yield);
   dpm_status s = trainer_dispatch(t, JOB_GO, err);
   if (s) return s;
-  const uint64_t *g = t->r[0].go;
-  if (g[GO_ITER] != t->iter) {
-    dpm_errf(err, DPM_STATE, "this shard is at iteration %llu, the job's rank 0 at %llu",
-             (unsigned long long)t->iter, (unsigned long long)g[GO_ITER]);
+  const double *g = t->r[0].go;
+  if (g[GO_ITER] != (double)t->iter) {
+    dpm_errf(err, DPM_STATE, "this shard is at iteration %llu, the job's rank 0 at %.0f",
+             (unsigned long long)t->iter, g[GO_ITER]);
     return trainer_shard_prefix(t, err);
   }
-  *why = (int)(g[GO_STOP] > INT_MAX ? INT_MAX : g[GO_STOP]);
+  *why = g[GO_STOP] >= 1    ? (g[GO_STOP] > INT_MAX ? INT_MAX : (int)g[GO_STOP])
+         : g[GO_YIELD] >= 1 ? DPM_STOP_YIELD
+                            : 0;
   *granted = g[GO_STEPS] >= 1 && g[GO_STEPS] <= GRANT_MAX ? (int)g[GO_STEPS] : 1;
   return DPM_OK;
 }
@@ -418,6 +425,8 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
 }
 
 void dpm_trainer_interrupt(dpm_trainer *t) { atomic_store(&t->interrupted, 1); }
+
+void dpm_trainer_yield(dpm_trainer *t, int on) { atomic_store(&t->yield, on != 0); }
 
 /* ---- evaluation ---------------------------------------------------------- */
 

@@ -31,7 +31,7 @@
  * accessors are the process's own (every shard holds the same state; the
  * job's convention is that shard 0 writes files). dpm_trainer_interrupt
  * stops this shard only: whoever drives the job stops every shard after
- * the same step with dpm_trainer_stop, a decision rank 0 broadcasts before
+ * the same step with dpm_trainer_stop, a decision rank 0 gives before
  * every step (else the others' next collective fails after the timeout).
  * A failed collective
  * breaks the job: later calls fail with DPM_STATE, and the job is formed
@@ -225,22 +225,32 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
  * their next collective until it steps again or the timeout passes; only
  * dpm_trainer_stop ends the job's run. */
 void dpm_trainer_interrupt(dpm_trainer *t);
+/* While on, this shard asks its job of several shards to yield: at the
+ * job's next decision (below) every shard's dpm_trainer_step returns
+ * DPM_OK with last->stopped = DPM_STOP_YIELD and last->iter the job's
+ * iteration, having taken no batch, as for a stop of rank 0's; calls made
+ * while any shard still asks stop the same way at once. Rank 0's own stop
+ * comes first when both are asked. Safe from any thread; a job of one
+ * process ignores it. */
+#define DPM_STOP_YIELD 1000
+void dpm_trainer_yield(dpm_trainer *t, int on);
 /* Stops (agreed in band) the job of several shards: such a job steps in
- * grants, each begun by the job's rank 0's decision, broadcast to every
- * replica of every shard before any batch is read (24 bytes: step or stop,
- * rank 0's iteration, which each shard checks against its own, DPM_STATE
- * if they differ, and how many steps the grant holds: as many as take
- * about 25 ms at the last step's pace, 1 to 64, never past the end of
- * shard 0's dpm_trainer_step call, so that shard 0 never leaves a call
- * inside a grant; the others run a grant across their calls). Called by
- * shard 0's driver between two of its dpm_trainer_step calls, it
- * broadcasts "stop, reason why" (why > 0, chosen by the driver) as the
- * next decision: every other shard's dpm_trainer_step, waiting there,
- * returns DPM_OK with last->stopped = why and last->iter the job's
- * iteration, having taken no batch, so every shard stops after the same
- * iteration and none is left inside a collective. DPM_OK at once for a job of one
- * process; DPM_INVALID on shards but 0 or for why <= 0; a collective's error (the shard
- * that did not answer within the timeout, named) as a step's. */
+ * grants, each begun by the job's decision, summed over every replica of
+ * every shard before any batch is read (32 bytes: rank 0's step or stop,
+ * its iteration, which each shard checks against its own, DPM_STATE if
+ * they differ, and how many steps the grant holds: as many as take about
+ * 25 ms at the last step's pace, 1 to 64, never past the end of shard 0's
+ * dpm_trainer_step call, so that shard 0 never leaves a call inside a
+ * grant, the others running a grant across their calls; and the shards
+ * that ask to yield). Called by shard 0's driver between two of its
+ * dpm_trainer_step calls, it gives "stop, reason why" (why > 0, chosen by
+ * the driver) as the next decision: every other shard's dpm_trainer_step,
+ * waiting there, returns DPM_OK with last->stopped = why and last->iter
+ * the job's iteration, having taken no batch, so every shard stops after
+ * the same iteration and none is left inside a collective. DPM_OK at once
+ * for a job of one process; DPM_INVALID on shards but 0 or for why <= 0; a
+ * collective's error (the shard that did not answer within the timeout,
+ * named) as a step's. */
 dpm_status dpm_trainer_stop(dpm_trainer *t, int why, dpm_err *err);
 /* Loss and accuracy over the whole eval set, in test mode, on the master.
  * DPM_STATE when the spec has no eval section. */

@@ -622,6 +622,40 @@ TEST(fleet_step_fails_when_a_shard_stops) {
   dpm_spec_free(spec);
 }
 
+/* A yield asked by any shard stops the job at its next decision: every
+ * shard returns DPM_OK with DPM_STOP_YIELD at the same iteration, having
+ * read no batch; while asked, calls stop at once; once withdrawn the job
+ * steps on and stays identical to one replica's pair. */
+TEST(fleet_yield_stops_every_shard_at_one_iteration) {
+  Dpm__ModelSpec *spec = tf_spec(MLP_FORWARD, 8, 7, 0.01, "simple", 65536);
+  CHECK(spec);
+  shard_run runs[2];
+  CHECK(make_job(runs, spec, 2, 1, "yield"));
+  runs[0].steps = runs[1].steps = 5;
+  CHECK(run_all(runs, 2, STEP) && all_ok(runs, 2));
+  for (int asker = 0; asker < 2; asker++) {
+    dpm_trainer_yield(runs[asker].t, 1);
+    for (int k = 0; k < 2; k++) { /* twice: a call while asked stops at once */
+      runs[0].steps = 40, runs[1].steps = 100;
+      CHECK(run_all(runs, 2, STEP) && all_ok(runs, 2));
+      for (int i = 0; i < 2; i++) {
+        CHECK_INT(runs[i].st.stopped, DPM_STOP_YIELD);
+        CHECK_INT(runs[i].st.steps_done, 0);
+        CHECK_INT((int)runs[i].st.iter, 5 + 3 * asker);
+        CHECK_INT((int)dpm_trainer_iter(runs[i].t), 5 + 3 * asker);
+      }
+    }
+    dpm_trainer_yield(runs[asker].t, 0);
+    runs[0].steps = runs[1].steps = 3;
+    CHECK(run_all(runs, 2, STEP) && all_ok(runs, 2));
+    CHECK_INT(runs[1].st.stopped, 0);
+    CHECK_INT((int)dpm_trainer_iter(runs[1].t), 8 + 3 * asker);
+  }
+  CHECK(job_identical(runs, 2));
+  destroy_job(runs, 2);
+  dpm_spec_free(spec);
+}
+
 /* A stop agreed in band: shard 0 steps 5 times and stops the job; shard 1,
  * asked for 100 steps, returns DPM_OK after the same 5 with the reason
  * shard 0 gave, having read no batch more (the job then steps on alike and

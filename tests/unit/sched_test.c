@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "server/sched.h"
 #include "test.h"
 
@@ -19,7 +20,9 @@ typedef struct {
   atomic_int interrupts, wakes;
 } hooks_log;
 
-static void on_interrupt(void *arg) { atomic_fetch_add(&((hooks_log *)arg)->interrupts, 1); }
+static void on_interrupt(void *arg) {
+  atomic_fetch_add(&((hooks_log *)arg)->interrupts, 1);
+}
 static void on_wake(void *arg) { atomic_fetch_add(&((hooks_log *)arg)->wakes, 1); }
 
 static dpmd_sched_entry *join(dpmd_sched *s, const char *name, const char *const *devs,
@@ -136,8 +139,8 @@ TEST(sched_models_on_other_devices_never_wait) {
 
 typedef struct {
   dpmd_sched_entry *e;
-  double cost;          /* seconds each turn reports */
-  double ran;           /* seconds reported (this thread's; read after the join) */
+  double cost;           /* seconds each turn reports */
+  double ran;            /* seconds reported (this thread's; read after the join) */
   atomic_long *total_us; /* both threads' */
   long stop_us;
 } turner;
@@ -227,7 +230,7 @@ TEST(sched_a_model_that_starts_wanting_gets_no_credit_for_idle_time) {
   dpmd_sched_done(c, 1); /* c 13 */
   dpmd_sched_want(a, 1); /* a, at 12, joins at c's 13: they alternate */
   CHECK_INT(dpmd_sched_acquire(a, 1), DPMD_TURN_GRANTED); /* tie: a joined first */
-  dpmd_sched_done(a, 1); /* a 14 */
+  dpmd_sched_done(a, 1);                                  /* a 14 */
   CHECK_INT(dpmd_sched_acquire(c, 1), DPMD_TURN_GRANTED);
   dpmd_sched_done(c, 1); /* c 14 */
   CHECK_INT(dpmd_sched_acquire(a, 1), DPMD_TURN_GRANTED);
@@ -272,7 +275,8 @@ TEST(sched_admits_what_fits_queues_the_rest_in_priority_order) {
   CHECK_INT(dpmd_sched_admit(c, 80, 40, 1, &err), DPMD_ADMIT_OK);
   /* bigger than a device can ever hold, or than its own bound: refused */
   CHECK_INT(dpmd_sched_admit(b, 500, 250, 1, &err), DPMD_ADMIT_REFUSED);
-  CHECK_HAS(err.msg, "250 bytes on each of its devices, more than device_memory_bytes 100");
+  CHECK_HAS(err.msg,
+            "250 bytes on each of its devices, more than device_memory_bytes 100");
   dpmd_schedule sc = dpmd_sched_schedule(b);
   sc.max_memory = 50;
   dpmd_sched_set(b, &sc);
@@ -299,5 +303,65 @@ TEST(sched_total_bound_holds_across_models_and_devices) {
   CHECK_HAS(err.msg, "more than this dpmd's max_total_bytes 1000");
   dpmd_sched_leave(a);
   dpmd_sched_leave(b);
+  dpmd_sched_free(s);
+}
+
+TEST(sched_a_gang_runs_beside_its_equals_holds_lower_back_and_yields_to_higher) {
+  dpm_err err = {0};
+  dpmd_sched *s;
+  CHECK_INT(dpmd_sched_new(0, 0, &s, &err), DPM_OK);
+  hooks_log gl = {0}, ol = {0};
+  dpmd_sched_entry *g = join(s, "gang", zero, 1, 0, 1, &gl);
+  dpmd_sched_entry *eq = join(s, "eq", zero, 1, 0, 1, &ol);
+  dpmd_sched_entry *lo = join(s, "lo", zero, 1, -1, 1, &ol);
+  dpmd_sched_entry *hi = join(s, "hi", zero, 1, 5, 1, &ol);
+  CHECK_INT(dpmd_sched_gang_run(g), 0); /* not training: no run */
+  dpmd_sched_want(g, 1);
+  CHECK_INT(dpmd_sched_gang_run(g), 1);
+  dpmd_sched_want(eq, 1); /* an equal takes its turns beside the running gang */
+  CHECK_INT(dpmd_sched_acquire(eq, 1), DPMD_TURN_GRANTED);
+  dpmd_sched_done(eq, 0.01);
+  dpmd_sched_want(eq, 0);
+  dpmd_sched_want(lo, 1); /* a lower one waits while the gang trains */
+  CHECK_INT(dpmd_sched_acquire(lo, 1), DPMD_TURN_PREEMPTED);
+  waiter w = {.e = lo};
+  pthread_t th;
+  CHECK_INT(pthread_create(&th, NULL, acquire_thread, &w), 0);
+  sleep_ms(20);
+  CHECK_INT(atomic_load(&w.got), 0);
+  dpmd_sched_done(g, 0.02);
+  dpmd_sched_want(g, 0);
+  pthread_join(th, NULL);
+  CHECK_INT(atomic_load(&w.got), DPMD_TURN_GRANTED + 1);
+  dpmd_sched_done(lo, 0.01);
+  dpmd_sched_want(lo, 0);
+  /* a higher one that wants the device: the gang's chunk is interrupted,
+   * and it may not run (its job yields) until the higher one is idle */
+  dpmd_sched_want(g, 1);
+  CHECK_INT(dpmd_sched_gang_run(g), 1);
+  dpmd_sched_want(hi, 1);
+  CHECK_INT(atomic_load(&gl.interrupts), 1);
+  dpmd_sched_done(g, 0.01);
+  CHECK_INT(dpmd_sched_gang_run(g), 0);
+  dpmd_sched_view v;
+  dpmd_sched_view_of(g, &v);
+  CHECK_INT(v.state, DPMD_SCHED_PREEMPTED);
+  CHECK(!strcmp(v.by, "hi"));
+  CHECK_INT(dpmd_sched_acquire(hi, 1), DPMD_TURN_GRANTED);
+  dpmd_sched_done(hi, 0.01);
+  dpmd_sched_want(hi, 0);
+  CHECK_INT(dpmd_sched_gang_run(g), 1);
+  dpmd_sched_done(g, 0.01);
+  /* a nap ends at once when kicked, else after its time */
+  dpmd_sched_kick(g);
+  double t0 = dpm_mono_s();
+  dpmd_sched_nap(g, 5);
+  CHECK(dpm_mono_s() - t0 < 1);
+  dpmd_sched_nap(g, 0.05);
+  CHECK(dpm_mono_s() - t0 >= 0.05);
+  dpmd_sched_leave(g);
+  dpmd_sched_leave(eq);
+  dpmd_sched_leave(lo);
+  dpmd_sched_leave(hi);
   dpmd_sched_free(s);
 }

@@ -52,7 +52,10 @@
  * (dpmd_fleet_checkpoints). Stops are agreed in band by the trainers
  * (train/trainer.h, dpm_trainer_stop; model.c decides when): pause at the
  * coordinator stops every shard at one iteration, resume there is a train
- * forwarded to every shard towards the same target. A shard that dies or
+ * forwarded to every shard towards the same target. A shard whose devices
+ * a model of higher priority wants makes the job yield in band
+ * (dpm_trainer_yield): the coordinator tries again with a train forwarded
+ * to every shard (server/models/lifecycle.c, run_gang). A shard that dies or
  * stops stepping makes the others fail their step at once (a closed
  * connection) or at the collectives' timeout; the failure names the
  * process, which is the shard (dpmd_fleet_name_shards adds its endpoint).

@@ -76,7 +76,7 @@ struct dpmd_model {
   int has_last;
   double images_per_s;
   char error[512], ckpt[PATH_MAX], ckpt_error[512];
-  dpm_trainer *t; /* set and cleared under mu (interrupt reads it) */
+  dpm_trainer *t;  /* set and cleared under mu (interrupt reads it) */
   int admit_ready; /* the scheduler admitted it from the memory queue: build now */
   int spilled; /* preempted with policy spill: no trainer, its newest checkpoint holds it
                   (written by the model thread under mu) */
@@ -87,11 +87,14 @@ struct dpmd_model {
   int has_phases, has_first;
   /* its entry in the daemon's scheduler (server/sched.h), from new to free */
   struct dpmd_sched_entry *sched;
-  int no_queue; /* submit --no-queue: refuse, rather than queue, a model that does not fit */
+  int no_queue; /* submit --no-queue: refuse, rather than queue, what does not fit */
   /* model thread only */
-  int queued;  /* its last build was queued for memory (the scheduler wakes it) */
+  int queued;         /* its last build was queued for memory (the scheduler wakes it) */
   int spill_failed;   /* its last spill could not checkpoint: resident until its turn */
   int told_preempted; /* a "preempted" event went out and no "resumed" yet */
+  int yielded;        /* a fleet job's shard: the job yields (under mu) */
+  int awaiting; /* ... a shard but 0: until its coordinator tries again (under mu) */
+  int napped;   /* ... shard 0: it has waited before trying again */
   waiter *waiters;
   double first_train; /* dpm_mono_ns() / 1e6 when the train that runs the first step
                          arrived; 0: none */

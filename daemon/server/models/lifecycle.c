@@ -92,7 +92,8 @@ static void train_chunk(dpmd_model *m);
 
 /* Why a job that needs the trainer cannot run now. */
 static const char *no_trainer_reason(const dpmd_model *m) {
-  if (m->state == DPMD_QUEUED) return "it is queued for memory and builds when room frees";
+  if (m->state == DPMD_QUEUED)
+    return "it is queued for memory and builds when room frees";
   if (m->spilled) return "it was spilled by a preemption and rebuilds at its next turn";
   if (!m->fleet) return "it could not be built: delete it";
   return "its job is not formed: resume re-forms it";
@@ -184,12 +185,59 @@ static void announce_preempted(dpmd_model *m) {
   model_publish(m, DPM__EVENT_KIND__EVENT_STATE, msg);
 }
 
+/* Says that a model told preempted runs again. */
+static void announce_runs_again(dpmd_model *m) {
+  if (!m->told_preempted) return;
+  m->told_preempted = 0;
+  dpmd_info("model %s: runs again", m->spec->name);
+  model_publish(m, DPM__EVENT_KIND__EVENT_STATE, "runs again");
+}
+
+/* How long a fleet job that yields waits between its coordinator's asks
+ * (a decision of the whole job each: one small all-reduce). */
+#define GANG_RETRY_S 0.25
+
+/* A chunk of a fleet job's shard, which takes no turns (sched.h, gangs):
+ * when a model of higher priority wants this shard's devices, the shard
+ * asks the job to yield (dpm_trainer_yield), and every shard stops at the
+ * job's next decision, at one iteration (train_chunk). The job then waits
+ * outside its collectives, holding no crew: the other shards until their
+ * coordinator tries again (model_wake_job: a train forwarded to them),
+ * the coordinator every GANG_RETRY_S, or sooner for a job posted to it
+ * (pause and delete stop the job as ever). A try runs the job's next
+ * decision, which steps again once no shard asks. */
+static void run_gang(dpmd_model *m) {
+  int run = 1;
+  if (m->yielded && model_coordinates(m)) {
+    if (!m->napped) {
+      m->napped = 1;
+      return dpmd_sched_nap(m->sched, GANG_RETRY_S); /* then jobs, then here */
+    }
+    m->napped = 0;
+    if (!(run = dpmd_sched_gang_run(m->sched))) { /* this shard yields: no try */
+      if (!m->told_preempted) announce_preempted(m);
+      return;
+    }
+    dpm_err err = {0};
+    if (model_wake_job(m, &err)) {
+      dpmd_sched_done(m->sched, 0);
+      return model_fail(m, &err);
+    }
+  } else {
+    run = dpmd_sched_gang_run(m->sched);
+  }
+  dpm_trainer_yield(m->t, !run);
+  if (!run && !m->told_preempted) announce_preempted(m);
+  double t0 = dpm_mono_s();
+  train_chunk(m);
+  if (run) dpmd_sched_done(m->sched, dpm_mono_s() - t0);
+}
+
 /* One turn of a training model: wait for it (or for a job, a spill, a
- * preemption to tell), then a chunk of steps. A fleet job's shard runs
- * without turns: its shards step together, and a shard held back here
- * would stall the others' collectives. */
+ * preemption to tell), then a chunk of steps. A fleet job's shard takes
+ * no turns (run_gang). */
 static void run_turn(dpmd_model *m) {
-  if (m->fleet && dpmd_fleet_num_shards(m->fleet) > 1) return train_chunk(m);
+  if (m->fleet && dpmd_fleet_num_shards(m->fleet) > 1) return run_gang(m);
   switch (dpmd_sched_acquire(m->sched, m->t && !m->spill_failed)) {
   case DPMD_TURN_KICKED:
     return;
@@ -201,11 +249,7 @@ static void run_turn(dpmd_model *m) {
     break;
   }
   double t0 = dpm_mono_s();
-  if (m->told_preempted) {
-    m->told_preempted = 0;
-    dpmd_info("model %s: runs again", m->spec->name);
-    model_publish(m, DPM__EVENT_KIND__EVENT_STATE, "runs again");
-  }
+  announce_runs_again(m);
   dpm_err err = {0};
   if (!m->t && unspill(m, &err)) {
     dpmd_sched_done(m->sched, dpm_mono_s() - t0);
@@ -247,7 +291,30 @@ static void train_chunk(dpmd_model *m) {
     model_fail(m, &err);
     return;
   }
+  if (st.stopped == DPM_STOP_YIELD) { /* a shard yields: the job waits, training */
+    if (!m->yielded)
+      dpmd_info(
+          "model %s: the job yields at iteration %llu (a shard's devices are wanted "
+          "by a model of higher priority)",
+          m->spec->name, (unsigned long long)m->iter);
+    pthread_mutex_lock(&m->mu);
+    m->yielded = 1;
+    m->awaiting = !model_coordinates(m); /* until the coordinator tries again */
+    pthread_mutex_unlock(&m->mu);
+    return;
+  }
+  if (m->yielded && st.steps_done > 0) {
+    pthread_mutex_lock(&m->mu);
+    m->yielded = 0;
+    pthread_mutex_unlock(&m->mu);
+    dpmd_info("model %s: the job steps again at iteration %llu", m->spec->name,
+              (unsigned long long)(m->iter - (uint64_t)st.steps_done));
+  }
+  if (st.steps_done > 0) announce_runs_again(m);
   if (st.stopped) { /* the coordinator stopped the job: this shard stops with it */
+    pthread_mutex_lock(&m->mu);
+    m->yielded = 0;
+    pthread_mutex_unlock(&m->mu);
     dpmd_info("model %s: the job's coordinator %s it at iteration %llu", m->spec->name,
               st.stopped == STOP_END ? "ended" : "paused", (unsigned long long)m->iter);
     model_set_state(m, DPMD_PAUSED);
@@ -268,7 +335,8 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   const Dpm__TrainRequest *r = rq->train;
   if (m->state == DPMD_FAILED)
     return model_reply_state(m, to, "load a checkpoint to recover");
-  if (m->state == DPMD_TRAINING) return model_reply_state(m, to, "pause it or wait");
+  if (m->state == DPMD_TRAINING && !m->awaiting)
+    return model_reply_state(m, to, "pause it or wait");
   uint64_t iters = r->iters;
   if (r->has_epochs) { /* the reader's steps per epoch, over every replica and shard */
     int64_t per = m->t ? dpm_trainer_steps_per_epoch(m->t) : 0;
@@ -295,6 +363,7 @@ void dpmd_job_train(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   }
   pthread_mutex_lock(&m->mu);
   m->target = m->iter + iters;
+  m->awaiting = 0; /* a job that yielded: its coordinator tries again */
   pthread_mutex_unlock(&m->mu);
   if (m->state == DPMD_QUEUED) /* it trains once built */
     return dpmd_model_reply_info(m, to, NULL);
@@ -314,8 +383,12 @@ void dpmd_job_pause(dpmd_model *m, const Dpm__Request *rq, dpmd_reply_to *to) {
   if (m->state != DPMD_TRAINING) return model_reply_state(m, to, "not training");
   dpm_err err = {0};
   if (model_stop_job(m, STOP_PAUSE, &err)) return model_reply_err(m, to, &err);
+  pthread_mutex_lock(&m->mu);
+  m->yielded = 0; /* a job that yielded is paused with it */
+  pthread_mutex_unlock(&m->mu);
   dpmd_schedule sc = dpmd_sched_schedule(m->sched);
-  if (m->spilled && dpmd_store_save_schedule(m->dir, &sc, 0, &err)) /* paused at restart */
+  if (m->spilled &&
+      dpmd_store_save_schedule(m->dir, &sc, 0, &err)) /* paused at restart */
     dpmd_warn("model %s: %s", m->spec->name, err.msg);
   model_set_state(m, DPMD_PAUSED);
   dpmd_model_reply_info(m, to, NULL);
@@ -462,12 +535,14 @@ static void test_gate(dpmd_model *m, const job *j) { (void)m, (void)j; }
  * model, train, pause and set (queued, spilled: they act on its state). */
 static int runs_without_trainer(const dpmd_model *m, dpmd_job_fn fn) {
   if (fn == dpmd_job_resume) return 1;
-  return !m->fleet && (fn == dpmd_job_train || fn == dpmd_job_pause || fn == dpmd_job_set);
+  return !m->fleet &&
+         (fn == dpmd_job_train || fn == dpmd_job_pause || fn == dpmd_job_set);
 }
 
 static job *next_job(dpmd_model *m) {
   pthread_mutex_lock(&m->mu);
-  while (!m->jobs && m->state != DPMD_TRAINING && !(m->state == DPMD_QUEUED && m->admit_ready))
+  while (!m->jobs && (m->state != DPMD_TRAINING || m->awaiting) &&
+         !(m->state == DPMD_QUEUED && m->admit_ready))
     pthread_cond_wait(&m->cv, &m->mu);
   job *j = m->jobs;
   if (j && !(m->jobs = j->next)) m->jobs_tail = NULL;
@@ -671,7 +746,8 @@ dpm_status dpmd_model_new(dpmd *d, dpm_checked_spec *checked, int restore,
     m->sched = dpmd_sched_join(d->sched, spec->name,
                                (const char *const *)(par ? par->devices : NULL),
                                par ? par->n_devices : 0, &sc, &hooks);
-  if (!named || !m->sched || !(m->started = !pthread_create(&m->thread, NULL, model_main, m))) {
+  if (!named || !m->sched ||
+      !(m->started = !pthread_create(&m->thread, NULL, model_main, m))) {
     m->submit_to.header = NULL;
     dpmd_model_free(m);
     return dpm_errf(err, DPM_NOMEM, "cannot start the model's thread");

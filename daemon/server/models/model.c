@@ -54,7 +54,8 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
   ps->has_priority = ps->has_weight = ps->has_preempt = 1;
   ps->priority = sc.priority;
   ps->weight = sc.weight;
-  ps->preempt = sc.spill ? DPM__PREEMPT_POLICY__PREEMPT_SPILL : DPM__PREEMPT_POLICY__PREEMPT_KEEP;
+  ps->preempt =
+      sc.spill ? DPM__PREEMPT_POLICY__PREEMPT_SPILL : DPM__PREEMPT_POLICY__PREEMPT_KEEP;
   ps->has_max_memory = sc.max_memory > 0;
   ps->max_memory = sc.max_memory;
   info->schedule = ps;
@@ -68,6 +69,9 @@ void dpmd_model_info(dpmd_model *m, Dpm__ModelInfo *info, dpmd_info_buf *buf) {
     snprintf(buf->waiting, sizeof buf->waiting, "by %s%s", v.by,
              m->spilled ? ", spilled to its checkpoint" : "");
     info->waiting = buf->waiting;
+  } else if (m->state == DPMD_TRAINING && m->yielded) {
+    info->state = "preempted";
+    info->waiting = "with its job, which yields to a model of higher priority on a shard";
   } else if (v.state == DPMD_SCHED_QUEUED) {
     snprintf(buf->waiting, sizeof buf->waiting, "for memory: it needs %llu bytes",
              (unsigned long long)v.bytes);
@@ -273,7 +277,8 @@ void model_take_trainer(dpmd_model *m, dpm_trainer *t) {
 static dpm_status admit(void *arg, const dpm_trainer_memory *mem, int devices,
                         dpm_err *err) {
   dpmd_model *m = arg;
-  uint64_t dev = (mem->tensors + mem->scratch + (uint64_t)devices - 1) / (uint64_t)devices;
+  uint64_t dev =
+      (mem->tensors + mem->scratch + (uint64_t)devices - 1) / (uint64_t)devices;
   switch (dpmd_sched_admit(m->sched, mem->total, dev, !m->no_queue && !m->fleet, err)) {
   case DPMD_ADMIT_OK:
     return DPM_OK;

@@ -23,13 +23,22 @@ int model_receives(const dpmd_model *m) {
  * that does not answer within the timeout fails the model, naming it. */
 dpm_status model_stop_job(dpmd_model *m, int why, dpm_err *err) {
   if (!model_coordinates(m) || m->state != DPMD_TRAINING || !m->t) return DPM_OK;
-  if (dpm_trainer_stop(m->t, why, err)) {
+  if (model_wake_job(m, err) || dpm_trainer_stop(m->t, why, err)) {
     model_fail(m, err);
     return err->code;
   }
   dpmd_info("model %s: every shard %s at iteration %llu", m->spec->name, stop_names[why],
             (unsigned long long)m->iter);
   return DPM_OK;
+}
+
+/* A job that yields (lifecycle.c, run_gang) waits outside its
+ * collectives: the coordinator forwards the train again (towards the same
+ * target, from the job's iteration), so that every shard comes to the
+ * job's next decision. DPM_OK when the job does not yield. */
+dpm_status model_wake_job(dpmd_model *m, dpm_err *err) {
+  if (!model_coordinates(m) || !m->yielded) return DPM_OK;
+  return dpmd_fleet_train(m->d, m->fleet, m->spec, m->target - m->iter, m->iter, err);
 }
 
 /* Runs a collective on the whole fleet job at its coordinator: fwd is sent

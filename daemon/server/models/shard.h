@@ -21,6 +21,10 @@ int model_receives(const dpmd_model *m);
  * iteration it stands at (why: STOP_*); a shard that does not answer
  * fails the model, naming it. DPM_OK elsewhere. */
 dpm_status model_stop_job(dpmd_model *m, int why, dpm_err *err);
+/* The coordinator of a job that yields to a model of higher priority
+ * (lifecycle.c) brings every other shard back to the job's next decision
+ * (a train forwarded to each); DPM_OK at once when it does not yield. */
+dpm_status model_wake_job(dpmd_model *m, dpm_err *err);
 /* Runs fn(arg) on this shard while the coordinator forwards fwd to every
  * other shard; the first failure is the result. Elsewhere fn alone. */
 dpm_status model_whole_job(dpmd_model *m, Dpm__Request *fwd,
