@@ -138,6 +138,10 @@ static dpm_status check_join(const dpmd_paths *paths, Dpm__Request *rq, dpm_err 
     return dpm_errf(err, DPM_INVALID, "join: not a model name");
   if (!j->spec->parallel || !j->spec->parallel->n_devices)
     return dpm_errf(err, DPM_INVALID, "join: the spec names no devices");
+  const Dpm__Schedule *sc = j->schedule;
+  if (sc && check_schedule(sc->has_priority, sc->priority, sc->has_weight, sc->weight,
+                           sc->has_preempt, sc->preempt, err))
+    return err->code;
   return dpmd_fleet_check_join(j, err);
 }
 
@@ -264,15 +268,17 @@ static dpmd_model *start(const call *c, dpm_checked_spec *spec, dpmd_fleet_link 
   dpmd_model *m;
   dpmd_schedule sc = {.weight = 1};
   int no_queue = 0;
+  const Dpm__Schedule *s = NULL; /* checked (check_submit, check_join) */
   if (c->rq->command_case == DPM__REQUEST__COMMAND_SUBMIT) {
-    const Dpm__SubmitRequest *r = c->rq->submit;
-    const Dpm__Schedule *s = r->schedule; /* checked (check_submit) */
-    if (s && s->has_priority) sc.priority = s->priority;
-    if (s && s->has_weight) sc.weight = s->weight;
-    if (s && s->has_preempt) sc.spill = s->preempt == DPM__PREEMPT_POLICY__PREEMPT_SPILL;
-    if (s && s->has_max_memory) sc.max_memory = s->max_memory;
-    no_queue = r->has_no_queue && r->no_queue;
+    s = c->rq->submit->schedule;
+    no_queue = c->rq->submit->has_no_queue && c->rq->submit->no_queue;
+  } else if (c->rq->command_case == DPM__REQUEST__COMMAND_JOIN) {
+    s = c->rq->join->schedule; /* the job's priority and weight */
   }
+  if (s && s->has_priority) sc.priority = s->priority;
+  if (s && s->has_weight) sc.weight = s->weight;
+  if (s && s->has_preempt) sc.spill = s->preempt == DPM__PREEMPT_POLICY__PREEMPT_SPILL;
+  if (s && s->has_max_memory) sc.max_memory = s->max_memory;
   if (dpmd_model_new(c->d, spec, 0, &sc, no_queue, fleet, to, &m, &err)) {
     dpmd_reply_error(c->d, c->to, err.code, "%s", err.msg);
     return NULL;

@@ -2,7 +2,8 @@
 # devices: the MLP as 2 shards x 1 device (A coordinates, B is shard 1),
 # each on cpu:0 of its daemon. First the job trains K steps unpreempted and
 # A checkpoints it (the reference); it is deleted and submitted again under
-# the same name. While it trains K steps, a priority-5 MLP on cpu:0 trains
+# the same name, at priority 2, which shard 1 takes from its coordinator.
+# While it trains K steps, a priority-5 MLP on cpu:0 trains
 # 300 steps three times: on B twice (shard 1 asks the job to yield), then
 # on A (the coordinator does). Each time both shards stop at one iteration,
 # stay there while the high one trains (status: preempted, by hi on the
@@ -57,7 +58,8 @@ ref=$(ckpt_sum)
 at "$EA" delete m >/dev/null
 echo "  unpreempted: $K steps, checkpoint $ref ($(($(ms) - t0)) ms)"
 
-at "$EA" submit $SPEC --name m --devices cpu:0 --shards "$EA,$EB" >/dev/null
+at "$EA" submit $SPEC --name m --devices cpu:0 --shards "$EA,$EB" --priority 2 >/dev/null
+expect "shard 1's priority (the job's)" "$(json_field "$(at "$EB" status m)" priority)" 2
 at "$EB" submit $SPEC --name hi --devices cpu:0 --priority 5 >/dev/null
 at "$EA" submit $SPEC --name hi --devices cpu:0 --priority 5 >/dev/null
 t0=$(ms)

@@ -313,8 +313,13 @@ static dpm_status check_self(dpmd *d, const char *ep, int ms, dpm_err *err) {
 /* Asks every other shard to join, all at once; those that accept are
  * marked in l->joined. The first refusal (in shard order), named. */
 static dpm_status join_all(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
-                           dpm_err *err) {
+                           int priority, double weight, dpm_err *err) {
+  Dpm__Schedule sc = DPM__SCHEDULE__INIT;
+  sc.has_priority = sc.has_weight = 1;
+  sc.priority = priority;
+  sc.weight = weight;
   Dpm__JoinRequest j = DPM__JOIN_REQUEST__INIT;
+  j.schedule = &sc;
   j.spec = (Dpm__ModelSpec *)spec; /* only packed */
   j.num_shards = (uint32_t)l->num_shards;
   j.formation = l->formation;
@@ -408,13 +413,13 @@ void dpmd_fleet_abort(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec) {
 }
 
 dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
-                           dpm_err *err) {
+                           int priority, double weight, dpm_err *err) {
   dpm_status s = check_self(d, spec->parallel->shards[0], timeout_of(spec), err);
   if (!s && daemon_store(spec)) {
     s = dpmd_kv_open(d->kv, l->formation, err);
     l->formation_open = !s;
   }
-  if (!s && l->num_shards > 1) s = join_all(d, l, spec, err);
+  if (!s && l->num_shards > 1) s = join_all(d, l, spec, priority, weight, err);
   if (s)
     dpmd_fleet_abort(d, l, spec);
   else

@@ -16,7 +16,8 @@
  * daemon's store (store "daemon"); then every other daemon is asked to
  * join, all at once (a JoinRequest: the spec as the coordinator took it,
  * the shard's id, the number of shards, the formation, the coordinator's
- * endpoint, the job's secret). A daemon accepts a join once it has checked the spec and
+ * endpoint, the job's secret, the job's priority and weight: every shard
+ * is scheduled as the coordinator's model is when the job forms). A daemon accepts a join once it has checked the spec and
  * started building its shard (commands.c, "join"); the shards' trainers
  * then meet at the rendezvous, the coordinator's in process
  * (dpmd_kv_local), the others' over RPC (server/fleet/kvpeer.h) or through the
@@ -147,7 +148,7 @@ dpm_status dpmd_fleet_elastic_batch(uint32_t batch, int devices, int shards,
 /* Model thread, coordinator: forms the job (see Forming). On failure
  * nothing of the formation is left (no formation, no joined shard). */
 dpm_status dpmd_fleet_form(dpmd *d, dpmd_fleet_link *l, const Dpm__ModelSpec *spec,
-                           dpm_err *err);
+                           int priority, double weight, dpm_err *err);
 /* Model thread: fills opt->fleet (shard, shards, the rendezvous: the store
  * in process, over RPC, or the spec's URL, a file store with the daemon's
  * confined file access, its directory made through it here; the

@@ -39,7 +39,8 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   dpmd_fleet_link *l = m->fleet;
   int coordinator = l && dpmd_fleet_shard_id(l) == 0;
   dpm_status s = DPM_OK;
-  if (coordinator) s = dpmd_fleet_form(m->d, l, m->spec, err);
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
+  if (coordinator) s = dpmd_fleet_form(m->d, l, m->spec, sc.priority, sc.weight, err);
   if (!s && l) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
   size_t n;
   const dpm_device *devs = dpm_checked_spec_devices(m->checked, &n);
@@ -52,7 +53,6 @@ static dpm_status build(dpmd_model *m, dpm_err *err) {
   if (s && l && !coordinator) dpmd_fleet_report(m->d, l, m->spec, err);
   if (s && !(m->queued && !m->restore)) return s;
   double saving = dpm_mono_ns() / 1e6;
-  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
   if (!m->restore &&
       (dpmd_store_save_spec(m->dir, m->spec, err) ||
        dpmd_store_save_schedule(m->dir, &sc, 0, err) ||

@@ -16,6 +16,7 @@
 #include "server/models/checkpoints.h"
 #include "server/models/shard.h"
 #include "server/models/store.h"
+#include "server/sched.h"
 
 /* Loads, on every shard of the (re-formed) job, the newest of the model's
  * checkpoints that shard 0 accepts (the others receive it); one refused
@@ -87,7 +88,8 @@ static dpm_status reform(dpmd_model *m, dpm_checked_spec *elastic, dpm_err *err)
   size_t n;
   const dpm_device *devs = dpm_checked_spec_devices(m->checked, &n);
   dpm_trainer_options opt = model_trainer_options(m);
-  dpm_status s = dpmd_fleet_form(m->d, l, m->spec, err);
+  dpmd_schedule sc = dpmd_sched_schedule(m->sched);
+  dpm_status s = dpmd_fleet_form(m->d, l, m->spec, sc.priority, sc.weight, err);
   if (!s) s = dpmd_fleet_options(m->d, l, m->spec, &opt, err);
   if (!s) s = dpmd_devices_crew(m->d->devices, devs, n, &opt.crew, err);
   dpm_trainer *t = NULL;
