@@ -215,14 +215,50 @@ static double triangle(double x) {
   return x < 1 ? 1 - x : 0;
 }
 
+/* The scale of the window [in0, in1) onto out_size pixels, and the
+ * filter's (at least 1). */
+static void axis_scale(float in0, float in1, int out_size, double *scale,
+                       double *filterscale) {
+  *scale = (double)(in1 - in0) / out_size;
+  *filterscale = *scale < 1.0 ? 1.0 : *scale;
+}
+
+/* The input pixels [*lo, *hi) of in_size that an output centred at
+ * center reads with this support (Pillow's bounds). */
+static void window(int in_size, double center, double support, int *lo, int *hi) {
+  int a = (int)(center - support + 0.5), b = (int)(center + support + 0.5);
+  *lo = a < 0 ? 0 : a;
+  *hi = b > in_size ? in_size : b;
+}
+
+/* The box's window on the vertical axis of an image decoded at 1/denom
+ * (and on the horizontal one, with x0 and x1). */
+static void box_axes(const dpm_crop_box *box, int denom, float *y0, float *y1, float *x0,
+                     float *x1) {
+  double s = denom;
+  *y0 = (float)(box->y / s), *y1 = (float)((box->y + box->h) / s);
+  if (x0) *x0 = (float)(box->x / s), *x1 = (float)((box->x + box->w) / s);
+}
+
+void dpm_augment_rows(const dpm_augment_cfg *cfg, const dpm_crop_box *box, int denom,
+                      int full_height, int *y0, int *y1) {
+  int height = (full_height + denom - 1) / denom, unused;
+  float in0, in1;
+  double scale, filterscale;
+  box_axes(box, denom, &in0, &in1, NULL, NULL);
+  axis_scale(in0, in1, cfg->crop, &scale, &filterscale);
+  window(height, in0 + 0.5 * scale, filterscale, y0, &unused);
+  window(height, in0 + (cfg->crop - 0.5) * scale, filterscale, &unused, y1);
+}
+
 /* Pillow's precompute_coeffs and normalize_coeffs_8bpc for one axis: the
  * window [in0, in1) of in_size pixels onto out_size. Fills bounds (first,
  * count) and k (out_size x ksize); returns ksize, or -1 on allocation
  * failure. */
 static int axis_weights(dpm_augmenter *a, int in_size, float in0, float in1, int out_size,
                         int32_t **k, size_t *k_cap, int *bounds) {
-  double scale = (double)(in1 - in0) / out_size, filterscale = scale;
-  if (filterscale < 1.0) filterscale = 1.0;
+  double scale, filterscale;
+  axis_scale(in0, in1, out_size, &scale, &filterscale);
   double support = 1.0 * filterscale;
   int ksize = (int)ceil(support) * 2 + 1;
   size_t n = (size_t)out_size * (size_t)ksize;
@@ -231,10 +267,8 @@ static int axis_weights(dpm_augmenter *a, int in_size, float in0, float in1, int
   double ss = 1.0 / filterscale;
   for (int xx = 0; xx < out_size; xx++) {
     double center = in0 + (xx + 0.5) * scale, ww = 0;
-    int xmin = (int)(center - support + 0.5);
-    if (xmin < 0) xmin = 0;
-    int xmax = (int)(center + support + 0.5);
-    if (xmax > in_size) xmax = in_size;
+    int xmin, xmax;
+    window(in_size, center, support, &xmin, &xmax);
     xmax -= xmin;
     for (int x = 0; x < xmax; x++) {
       a->w[x] = triangle((x + xmin - center + 0.5) * ss);
@@ -363,9 +397,8 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
         box->x + box->w <= img->full_width && box->y + box->h <= img->full_height))
     return dpm_errf(err, DPM_INVALID, "augment: the box is not inside the %d x %d image",
                     img->full_width, img->full_height);
-  double s = img->scale_denom;
-  float x0 = (float)(box->x / s), x1 = (float)((box->x + box->w) / s);
-  float y0 = (float)(box->y / s), y1 = (float)((box->y + box->h) / s);
+  float x0, x1, y0, y1;
+  box_axes(box, img->scale_denom, &y0, &y1, &x0, &x1);
   int kxs = axis_weights(a, img->width, x0, x1, crop, &a->kx, &a->kx_cap, a->bx);
   int kys = kxs < 0
                 ? -1
@@ -374,10 +407,16 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
   int first = a->by[0], last = a->by[2 * (crop - 1)] + a->by[2 * (crop - 1) + 1];
   int rows = last - first;
   if (rows < 1) return dpm_errf(err, DPM_INVALID, "augment: the box covers no row");
+  int held0 = img->rows ? img->y0 : 0,
+      held1 = img->rows ? img->y0 + img->rows : img->height;
+  if (first < held0 || last > held1)
+    return dpm_errf(err, DPM_INTERNAL,
+                    "augment: the box reads rows %d..%d, the image holds %d..%d", first,
+                    last, held0, held1);
   if (grow(&a->tmp, &a->tmp_cap, (size_t)rows * crop * C, 1)) return dpm_nomem(err);
   /* Horizontal pass: rows [first, last) of the image, crop columns each. */
   for (int y = 0; y < rows; y++)
-    horizontal(a, img->pixels + (size_t)(first + y) * img->width * C, img->width,
+    horizontal(a, img->pixels + (size_t)(first + y - held0) * img->width * C, img->width,
                a->tmp + (size_t)y * crop * C, kxs);
   /* Vertical pass, a row at a time, then mirror and normalise into NCHW. */
   size_t plane = (size_t)crop * crop, t_stride = (size_t)crop * C;

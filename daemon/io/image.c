@@ -209,8 +209,27 @@ static dpm_status check_limits(const dpm_image_limits *l, const char *fmt, int64
 
 /* ---- JPEG ------------------------------------------------------------------------- */
 
+/* Reads scanlines [c->output_scanline, y1) into rows of stride bytes from
+ * out: DPM_CORRUPT when the data ends first. */
+static dpm_status read_rows(struct jpeg_decompress_struct *c, JDIMENSION y1, uint8_t *out,
+                            size_t stride, dpm_err *err) {
+  JDIMENSION first = c->output_scanline;
+  while (c->output_scanline < y1) {
+    JSAMPROW rows[8];
+    JDIMENSION y = c->output_scanline, n = 0;
+    while (n < 8 && y + n < y1) {
+      rows[n] = out + (size_t)(y + n - first) * stride;
+      n++;
+    }
+    if (jpeg_read_scanlines(c, rows, n) == 0)
+      return dpm_errf(err, DPM_CORRUPT, "JPEG: truncated data");
+  }
+  return DPM_OK;
+}
+
 static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t len,
-                              int channels, int denom, dpm_image *img, dpm_err *err) {
+                              int channels, int denom, int y0, int y1, dpm_image *img,
+                              dpm_err *err) {
   struct jpeg_decompress_struct *c = &dec->jpeg;
   volatile dpm_status st = DPM_OK;
   if (len > ULONG_MAX) return dpm_errf(err, DPM_CORRUPT, "JPEG: file too large");
@@ -238,21 +257,30 @@ static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t
                   c->output_components, channels);
     goto out;
   }
-  if ((st = reserve(dec, w, h, channels, 0, err))) goto out;
+  /* the rows asked for within the image, else all */
+  const int all = !(y0 < y1 && y0 < h && y1 > 0);
+  const int top = all || y0 < 0 ? 0 : y0, end = all || y1 > h ? h : y1;
   jpeg_start_decompress(c);
+  int rows = end - top;
   size_t stride = (size_t)w * (size_t)channels;
-  while (c->output_scanline < c->output_height) {
-    JSAMPROW rows[8];
-    JDIMENSION y = c->output_scanline, n = 0;
-    while (n < 8 && y + n < c->output_height) {
-      rows[n] = dec->pixels + (size_t)(y + n) * stride;
-      n++;
-    }
-    if (jpeg_read_scanlines(c, rows, n) == 0) {
-      st = dpm_errf(err, DPM_CORRUPT, "JPEG: truncated data");
-      goto out;
-    }
+  if ((st = reserve(dec, w, rows + (end < h), channels, 0, err)))
+    goto out; /* + the last */
+  if (top > 0 && jpeg_skip_scanlines(c, (JDIMENSION)top) != (JDIMENSION)top) {
+    st = dpm_errf(err, DPM_CORRUPT, "JPEG: truncated data");
+    goto out;
   }
+  if ((st = read_rows(c, (JDIMENSION)end, dec->pixels, stride, err))) goto out;
+  /* The rows below: skipped but the last, which is read (after the held
+   * rows): a skip to the end would set the scan done without decoding it,
+   * and a damaged end would go unseen. */
+  JDIMENSION below = c->output_height - c->output_scanline;
+  if (below > 1 && jpeg_skip_scanlines(c, below - 1) != below - 1) {
+    st = dpm_errf(err, DPM_CORRUPT, "JPEG: truncated data");
+    goto out;
+  }
+  if (below && (st = read_rows(c, c->output_height, dec->pixels + (size_t)rows * stride,
+                               stride, err)))
+    goto out;
   jpeg_finish_decompress(c);
   *img = (dpm_image){.width = w,
                      .height = h,
@@ -260,7 +288,9 @@ static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t
                      .scale_denom = denom,
                      .full_width = (int)c->image_width,
                      .full_height = (int)c->image_height,
-                     .pixels = dec->pixels};
+                     .pixels = dec->pixels,
+                     .y0 = top,
+                     .rows = rows};
   return DPM_OK;
 out:
   jpeg_abort_decompress(c);
@@ -366,7 +396,8 @@ static dpm_status png_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t 
                      .scale_denom = 1,
                      .full_width = (int)w,
                      .full_height = (int)h,
-                     .pixels = dec->pixels};
+                     .pixels = dec->pixels,
+                     .rows = (int)h};
   return DPM_OK;
 }
 
@@ -456,6 +487,12 @@ dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
 
 dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
                             int channels, int scale_denom, dpm_image *img, dpm_err *err) {
+  return dpm_image_decode_rows(dec, buf, len, channels, scale_denom, 0, 0, img, err);
+}
+
+dpm_status dpm_image_decode_rows(dpm_image_decoder *dec, const void *buf, size_t len,
+                                 int channels, int scale_denom, int y0, int y1,
+                                 dpm_image *img, dpm_err *err) {
   memset(img, 0, sizeof *img);
   if (!dec || (!buf && len))
     return dpm_errf(err, DPM_INVALID, "image decode: no decoder or buffer");
@@ -467,7 +504,7 @@ dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
   dpm_status st;
   switch (format_of(buf, len)) {
   case DPM_IMAGE_JPEG:
-    st = jpeg_decode(dec, buf, len, channels, scale_denom, img, err);
+    st = jpeg_decode(dec, buf, len, channels, scale_denom, y0, y1, img, err);
     break;
   case DPM_IMAGE_PNG:
     st = png_decode(dec, buf, len, channels, img, err);

@@ -79,13 +79,17 @@ typedef struct dpm_image_info {
                    3 RGB or palette, 4 RGBA */
 } dpm_image_info;
 
-/* A decoded image: pixels[(y * width + x) * channels + c]. */
+/* A decoded image: pixels[(y * width + x) * channels + c], or of a decode
+ * of some rows (dpm_image_decode_rows) the rows held, [y0, y0 + rows):
+ * pixel (x, y) at pixels[((y - y0) * width + x) * channels + c]. rows 0
+ * (an image filled in by hand) holds them all. */
 typedef struct dpm_image {
   int width, height;           /* as decoded: ceil(full / scale_denom) */
   int channels;                /* 1 or 3, as asked */
   int scale_denom;             /* 1, 2, 4 or 8 (PNG: 1) */
   int full_width, full_height; /* the header's size */
   const uint8_t *pixels;       /* owned by the decoder */
+  int y0, rows;                /* the rows held (above) */
 } dpm_image;
 
 typedef struct dpm_image_decoder dpm_image_decoder;
@@ -117,5 +121,16 @@ dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
  * on failure *img is zeroed. */
 dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
                             int channels, int scale_denom, dpm_image *img, dpm_err *err);
+/* dpm_image_decode keeping decoded rows [y0, y1) (clipped to the image;
+ * an empty range: all): a JPEG's other rows are skipped (libjpeg-turbo's
+ * jpeg_skip_scanlines: no IDCT, upsampling or colour conversion there, yet
+ * every byte of the scan is still decoded and checked, so a damaged file
+ * fails as a whole decode does); the rows held are those of a whole
+ * decode, bit for bit. Columns are not cropped: jpeg_crop_scanline's edge
+ * columns differ from a whole decode's with fancy upsampling (libjpeg-turbo
+ * 2.1). PNG decodes every row. */
+dpm_status dpm_image_decode_rows(dpm_image_decoder *dec, const void *buf, size_t len,
+                                 int channels, int scale_denom, int y0, int y1,
+                                 dpm_image *img, dpm_err *err);
 
 #endif

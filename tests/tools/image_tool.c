@@ -92,8 +92,8 @@ int main(int argc, char **argv) {
   dpm_image_decoder *dec = dpm_image_decoder_create(NULL, &err);
   dpm_augmenter *aug = dec ? dpm_augmenter_create(&cfg, &err) : NULL;
   size_t n_out = (size_t)cfg.channels * cfg.crop * cfg.crop;
-  float *out = malloc(n_out * sizeof *out);
-  if (!aug || !out) {
+  float *out = malloc(n_out * sizeof *out), *whole = malloc(n_out * sizeof *whole);
+  if (!aug || !out || !whole) {
     fprintf(stderr, "image_tool: %s\n", err.msg);
     return 2;
   }
@@ -116,8 +116,18 @@ int main(int argc, char **argv) {
       dpm_augment_box(&cfg, seed, epoch, (uint64_t)(f - i), info.width, info.height,
                       &box);
       int scale = force_scale ? force_scale : dpm_augment_scale(&cfg, &box);
+      /* the whole image, then the rows the box reads (the reader's way):
+       * the same floats */
+      int y0, y1;
+      dpm_augment_rows(&cfg, &box, scale, info.height, &y0, &y1);
       if (!(st = dpm_image_decode(dec, buf, len, cfg.channels, scale, &img, &err)))
+        st = dpm_augment_apply(aug, &img, &box, whole, &err);
+      if (!st && !(st = dpm_image_decode_rows(dec, buf, len, cfg.channels, scale, y0, y1,
+                                              &img, &err)))
         st = dpm_augment_apply(aug, &img, &box, out, &err);
+      if (!st && memcmp(out, whole, n_out * sizeof *out))
+        st = dpm_errf(&err, DPM_INTERNAL,
+                      "the decode of rows %d..%d differs from the whole one", y0, y1);
     }
     free(buf);
     if (st) {
@@ -137,6 +147,7 @@ int main(int argc, char **argv) {
     }
   }
   free(out);
+  free(whole);
   dpm_augmenter_destroy(aug);
   dpm_image_decoder_destroy(dec);
   return failed;

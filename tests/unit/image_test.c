@@ -34,6 +34,18 @@ static uint8_t *pattern_of(int w, int h, int ch, int smooth) {
 }
 static uint8_t *pattern(int w, int h, int ch) { return pattern_of(w, h, ch, 0); }
 
+/* An image held whole: width x height of ch channels at 1/scale of full. */
+static dpm_image whole(int width, int height, int ch, int scale, int full_width,
+                       int full_height, const uint8_t *pixels) {
+  return (dpm_image){.width = width,
+                     .height = height,
+                     .channels = ch,
+                     .scale_denom = scale,
+                     .full_width = full_width,
+                     .full_height = full_height,
+                     .pixels = pixels};
+}
+
 static dpm_image_decoder *decoder(void) { return dpm_image_decoder_create(NULL, NULL); }
 
 TEST(image_png_decodes_exactly) {
@@ -236,6 +248,14 @@ TEST(image_refuses_bad_input) {
   CHECK_HAS(err.msg, "JPEG: corrupt or truncated data");
   CHECK(img.pixels == NULL && img.width == 0);
   CHECK_INT(dpm_image_decode(dec, jpg, jlen - 2, 3, 1, &img, &err), DPM_CORRUPT);
+  /* ... also when only the rows above the damage are kept: the rows
+   * skipped are still read and checked */
+  CHECK_INT(dpm_image_decode_rows(dec, jpg, jlen / 2, 3, 1, 0, 4, &img, &err),
+            DPM_CORRUPT);
+  CHECK_INT(dpm_image_decode_rows(dec, jpg, jlen - 2, 3, 1, 0, 4, &img, &err),
+            DPM_CORRUPT);
+  CHECK_INT(dpm_image_decode_rows(dec, jpg, jlen, 3, 1, 0, 4, &img, &err), DPM_OK);
+  CHECK(img.y0 == 0 && img.rows == 4 && img.height == h);
   CHECK_INT(dpm_image_decode(dec, png, plen / 2, 3, 1, &img, &err), DPM_CORRUPT);
   CHECK_HAS(err.msg, "PNG: truncated");
   /* A flipped bit in the PNG's image data fails its CRC. */
@@ -465,7 +485,7 @@ TEST(augment_scale_rule) {
 TEST(augment_resample_identity_mirror_normalise) {
   int n = 24;
   uint8_t *rgb = pattern(n, n, 3);
-  dpm_image img = {n, n, 3, 1, n, n, rgb};
+  dpm_image img = whole(n, n, 3, 1, n, n, rgb);
   dpm_augment_cfg cfg = dpm_augment_defaults();
   cfg.crop = n;
   cfg.mean[0] = 100, cfg.mean[1] = 50, cfg.mean[2] = 0;
@@ -491,7 +511,7 @@ TEST(augment_resample_identity_mirror_normalise) {
   /* Outside the image, or the wrong channel count: refused. */
   dpm_crop_box outside = {1, 0, n, n, 0};
   CHECK_INT(dpm_augment_apply(aug, &img, &outside, out, &err), DPM_INVALID);
-  dpm_image gray = {n, n, 1, 1, n, n, rgb};
+  dpm_image gray = whole(n, n, 1, 1, n, n, rgb);
   CHECK_INT(dpm_augment_apply(aug, &gray, &box, out, &err), DPM_INVALID);
   dpm_augmenter_destroy(aug);
   free(out);
@@ -506,7 +526,7 @@ TEST(augment_resample_halves_by_averaging) {
   uint8_t *g = malloc((size_t)w * h);
   for (int y = 0; y < h; y++)
     for (int x = 0; x < w; x++) g[y * w + x] = x % 2 ? 200 : 100;
-  dpm_image img = {w, h, 1, 1, w, h, g};
+  dpm_image img = whole(w, h, 1, 1, w, h, g);
   dpm_augment_cfg cfg = dpm_augment_defaults();
   cfg.crop = crop;
   cfg.channels = 1;
@@ -520,7 +540,7 @@ TEST(augment_resample_halves_by_averaging) {
   /* The same through a 1/2-scale image and the box in full-size pixels. */
   uint8_t *half = malloc(16 * 16);
   memset(half, 77, 16 * 16);
-  dpm_image scaled = {16, 16, 1, 2, w, h, half};
+  dpm_image scaled = whole(16, 16, 1, 2, w, h, half);
   CHECK_INT(dpm_augment_apply(aug, &scaled, &box, out, &err), DPM_OK);
   for (int i = 0; i < crop * crop; i++) CHECK(out[i] == 77);
   dpm_augmenter_destroy(aug);
@@ -548,18 +568,20 @@ TEST(augment_three_channels_equal_three_single_channel_resamples) {
   c1.channels = 1;
   dpm_err err = {0};
   dpm_augmenter *a3 = dpm_augmenter_create(&c3, &err), *a1[3];
-  float *o3 = malloc(sizeof(float) * 3 * crop * crop), *o1 = malloc(sizeof(float) * crop * crop);
+  float *o3 = malloc(sizeof(float) * 3 * crop * crop),
+        *o1 = malloc(sizeof(float) * crop * crop);
   for (int c = 0; c < 3; c++) {
     c1.mean[0] = c3.mean[c], c1.std[0] = c3.std[c];
     a1[c] = dpm_augmenter_create(&c1, &err);
   }
-  const dpm_crop_box boxes[] = {{0, 0, w, h, 0},   {w - 9, 3, 9, 40, 1}, {2, 5, 50, 11, 0},
-                                {30, 0, 31, 47, 1}, {0, 0, 5, 5, 0},      {13, 17, 48, 30, 0}};
+  const dpm_crop_box boxes[] = {{0, 0, w, h, 0},   {w - 9, 3, 9, 40, 1},
+                                {2, 5, 50, 11, 0}, {30, 0, 31, 47, 1},
+                                {0, 0, 5, 5, 0},   {13, 17, 48, 30, 0}};
   for (size_t b = 0; b < sizeof boxes / sizeof *boxes; b++) {
-    dpm_image img = {w, h, 3, 1, w, h, rgb};
+    dpm_image img = whole(w, h, 3, 1, w, h, rgb);
     CHECK_INT(dpm_augment_apply(a3, &img, &boxes[b], o3, &err), DPM_OK);
     for (int c = 0; c < 3; c++) {
-      dpm_image one = {w, h, 1, 1, w, h, plane[c]};
+      dpm_image one = whole(w, h, 1, 1, w, h, plane[c]);
       CHECK_INT(dpm_augment_apply(a1[c], &one, &boxes[b], o1, &err), DPM_OK);
       CHECK(!memcmp(o1, o3 + (size_t)c * crop * crop, sizeof(float) * crop * crop));
     }
