@@ -99,7 +99,7 @@ static void jpeg_on_progress(j_common_ptr c) {
 
 struct dpm_image_decoder {
   dpm_image_limits lim;
-  struct jpeg_decompress_struct jpeg; /* created once, aborted after each image */
+  struct jpeg_decompress_struct jpeg; /* made afresh for each image (jpeg_fresh) */
   jpeg_errors jerr;
   struct jpeg_progress_mgr progress;
   uint8_t *pixels; /* pixel_cap bytes */
@@ -136,6 +136,18 @@ size_t dpm_image_decoder_held(const dpm_image_decoder *dec) {
   return dec->pixel_cap + dec->row_cap * sizeof *dec->rows;
 }
 
+/* A new libjpeg decompressor in dec (the old one, if any, destroyed),
+ * under dec's limits. Each JPEG gets one: libjpeg keeps a datastream's
+ * Huffman and quantization tables for the next (abbreviated datastreams),
+ * and a file without them would decode with the previous file's. Out of
+ * memory longjmps (dec->jerr). */
+static void jpeg_fresh(dpm_image_decoder *dec) {
+  jpeg_destroy_decompress(&dec->jpeg);
+  jpeg_create_decompress(&dec->jpeg);
+  dec->jpeg.mem->max_memory_to_use = (long)jpeg_memory(&dec->lim);
+  dec->jpeg.progress = &dec->progress;
+}
+
 dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err *err) {
   dpm_image_limits l = lim ? *lim : dpm_image_limits_default();
   if (l.max_width < 1 || l.max_width > DPM_IMAGE_MAX_SIDE || l.max_height < 1 ||
@@ -159,10 +171,8 @@ dpm_image_decoder *dpm_image_decoder_create(const dpm_image_limits *lim, dpm_err
     dpm_nomem(err);
     return NULL;
   }
-  jpeg_create_decompress(&dec->jpeg);
-  dec->jpeg.mem->max_memory_to_use = (long)jpeg_memory(&l);
   dec->progress.progress_monitor = jpeg_on_progress;
-  dec->jpeg.progress = &dec->progress;
+  jpeg_fresh(dec);
   return dec;
 }
 
@@ -237,6 +247,7 @@ static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t
     jpeg_abort_decompress(c);
     return jpeg_failure(&dec->jerr, err);
   }
+  jpeg_fresh(dec);
   jpeg_mem_src(c, buf, (unsigned long)len);
   jpeg_read_header(c, TRUE);
   if ((st = check_limits(&dec->lim, "JPEG", c->image_width, c->image_height, err)))

@@ -6,6 +6,10 @@
  * channel or three, bit 1 training or evaluation boxes, bits 2-3 the scale
  * (0: the one dpm_augment_scale picks, else 2, 4 or 8 forced).
  *
+ * Also, first, the decode of only the rows the box reads, as the reader
+ * runs it (dpm_image_decode_rows): it fails exactly where the whole decode
+ * does, and its resample equals the whole one's bit for bit.
+ *
  * Checks: a failed probe or decode leaves its output zeroed and says why;
  * a decode succeeds only where the probe does, with the probe's size, at
  * ceil(size / scale) for a JPEG; the box lies inside the image; the
@@ -24,7 +28,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static dpm_image_decoder *dec;
   static dpm_augmenter *aug[2][2]; /* [train][one channel] */
-  static float out[3 * CROP * CROP];
+  static float out[3 * CROP * CROP], out_rows[3 * CROP * CROP];
   if (!dec) {
     dpm_image_limits lim = {4096, 4096, 4 << 20};
     dec = dpm_image_decoder_create(&lim, NULL);
@@ -60,9 +64,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dpm_augment_box(&cfg, 1, 0, size, info.width, info.height, &box);
     if (!forced) scale = dpm_augment_scale(&cfg, &box);
   }
+  /* as the reader decodes: only the rows the box reads */
+  int y0 = 0, y1 = 0;
+  if (!probed) dpm_augment_rows(&cfg, &box, scale, info.height, &y0, &y1);
+  memset(&err, 0, sizeof err);
+  dpm_image part;
+  dpm_status rows_st =
+      dpm_image_decode_rows(dec, data, size, gray ? 1 : 3, scale, y0, y1, &part, &err);
+  if (!rows_st) {
+    FUZZ_CHECK(part.rows >= 1 && part.y0 >= 0 && part.y0 + part.rows <= part.height);
+    FUZZ_CHECK(dpm_augment_apply(aug[train][gray], &part, &box, out_rows, &err) ==
+               DPM_OK);
+  }
   memset(&err, 0, sizeof err);
   dpm_image img;
   dpm_status st = dpm_image_decode(dec, data, size, gray ? 1 : 3, scale, &img, &err);
+  FUZZ_CHECK(!st == !rows_st); /* the rows skipped are read and checked */
   if (st) {
     FUZZ_CHECK(img.pixels == NULL && img.width == 0 && err.msg[0]);
     FUZZ_CHECK(st == DPM_CORRUPT || st == DPM_UNSUPPORTED || st == DPM_NOMEM);
@@ -78,6 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              box.x + box.w <= info.width && box.y + box.h <= info.height);
   st = dpm_augment_apply(aug[train][gray], &img, &box, out, &err);
   FUZZ_CHECK(st == DPM_OK);
+  FUZZ_CHECK(!memcmp(out, out_rows, sizeof(float) * (gray ? 1 : 3) * CROP * CROP));
   for (int i = 0; i < (gray ? 1 : 3) * CROP * CROP; i++)
     FUZZ_CHECK(out[i] >= 0 && out[i] <= 255);
   return 0;

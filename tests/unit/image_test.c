@@ -232,6 +232,45 @@ static size_t sof0(const uint8_t *b, size_t len) {
   return 0;
 }
 
+/* buf without its marker segments of type m (0xdb: DQT) before the scan,
+ * into out; the new length. */
+static size_t strip_segments(const uint8_t *buf, size_t len, uint8_t m, uint8_t *out) {
+  size_t i = 2, o = 2;
+  memcpy(out, buf, 2);
+  while (i + 4 <= len && buf[i] == 0xff && buf[i + 1] != 0xda) {
+    size_t seg = 2 + ((size_t)buf[i + 2] << 8 | buf[i + 3]);
+    if (buf[i + 1] != m) memcpy(out + o, buf + i, seg), o += seg;
+    i += seg;
+  }
+  memcpy(out + o, buf + i, len - i);
+  return o + len - i;
+}
+
+/* libjpeg keeps a file's Huffman and quantization tables for the next one
+ * (abbreviated datastreams); the decoder must not: a file without its
+ * quantization tables fails, whatever was decoded before. (One without
+ * Huffman tables gets libjpeg-turbo's standard ones, not the last file's.) */
+TEST(image_jpeg_tables_do_not_carry_over) {
+  int w = 24, h = 16;
+  uint8_t *rgb = pattern(w, h, 3), *jpg, *cut;
+  size_t jlen;
+  enc_jpeg(rgb, w, h, 3, 90, 0, &jpg, &jlen);
+  cut = malloc(jlen);
+  dpm_image_decoder *dec = decoder();
+  dpm_image img;
+  dpm_err err = {0};
+  size_t n = strip_segments(jpg, jlen, 0xdb, cut); /* no DQT */
+  CHECK(n < jlen);
+  CHECK_INT(dpm_image_decode(dec, cut, n, 3, 1, &img, &err), DPM_CORRUPT);
+  CHECK_INT(dpm_image_decode(dec, jpg, jlen, 3, 1, &img, &err), DPM_OK);
+  CHECK_INT(dpm_image_decode(dec, cut, n, 3, 1, &img, &err), DPM_CORRUPT);
+  CHECK_HAS(err.msg, "not defined");
+  dpm_image_decoder_destroy(dec);
+  free(cut);
+  free(jpg);
+  free(rgb);
+}
+
 TEST(image_refuses_bad_input) {
   int w = 40, h = 30;
   uint8_t *rgb = pattern(w, h, 3), *jpg, *png;
