@@ -43,7 +43,13 @@ losses: [loss]
 update: {optimizer: momentum_sgd, momentum: 0.9, lr: {base: 0.01}}
 checkpoint_every: 0
 YAML
-K=4000 # steps of 0.75 ms: 10 preemption rounds, their gaps included, take well under half
+# ms_of CMD...: the milliseconds CMD takes
+ms_of() {
+  _t=$(date +%s%3N)
+  "$@" >/dev/null
+  _t=$(($(date +%s%3N) - _t))
+  echo $((_t > 0 ? _t : 1))
+}
 # hashes NAME: the fnv1a64 of both weights of model NAME
 hashes() {
   echo "$(json_str "$(ctl get-blob "$1" fc1_w)" fnv1a64)/$(json_str "$(ctl get-blob "$1" pred_w)" fnv1a64)"
@@ -64,12 +70,12 @@ wait_log() {
   done
   die "the daemon never logged '$1': $(log_since | tail -5)"
 }
-# preempt_rounds NAME N: N times, big trains 200 steps while NAME is
+# preempt_rounds NAME N: N times, big trains ROUND steps while NAME is
 # preempted (seen in status, iteration frozen), then NAME goes on
 preempt_rounds() {
   frozen=0
   for r in $(seq "$2"); do
-    ctl train big --iters 200 >/dev/null
+    ctl train big --iters "$ROUND" >/dev/null
     wait_state "$1" preempted
     a=$(iter_of "$1")
     sleep 0.2
@@ -87,6 +93,12 @@ preempt_rounds() {
 start_dpmd
 t0=$(date +%s)
 dev="--devices cpu:0,cpu:1"
+# K: small's steps in about 3 s (at least 4000), so that 10 preemption
+# rounds, their gaps included, take well under half of a run
+ctl submit "$T/small.yaml" --name pace $dev >/dev/null
+K=$((1000 * 3000 / $(ms_of ctl train pace --iters 1000 --wait --no-progress)))
+[ "$K" -ge 4000 ] || K=4000
+ctl delete pace >/dev/null
 ctl submit "$T/small.yaml" --name ref $dev >/dev/null
 ctl train ref --iters $K --wait --no-progress >/dev/null
 ref_hash=$(hashes ref)
@@ -98,6 +110,10 @@ echo "  unpreempted $K steps: $ref_hash ($(($(date +%s) - t0)) s)"
 
 # ---- keep: preempted 10 times -------------------------------------------------
 ctl submit "$T/big.yaml" --name big $dev --priority 5 >/dev/null
+# ROUND: big's steps in about 0.5 s (at least 200), so that a round outlasts
+# the 0.2 s freeze check however fast this build steps
+ROUND=$((500 * 500 / $(ms_of ctl train big --iters 500 --wait --no-progress)))
+[ "$ROUND" -ge 200 ] || ROUND=200
 ctl submit "$T/small.yaml" --name keep $dev >/dev/null
 log_mark
 build/dpmctl --json watch keep >"$T/watch.log" 2>&1 &
