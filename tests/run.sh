@@ -14,9 +14,10 @@
 # --quick (make check): the same without the slow end-to-end scripts (SLOW
 # below: each trains a model to an accuracy, minutes), the fuzz smokes and
 # NOT_QUICK: the checks that need the builds make check skips (the TSan
-# build, the GPU bundle, the ONNX checker's virtualenv) and the fleet
+# build, the GPU bundle, the ONNX checker's virtualenv), the fleet
 # scenarios of several daemons or namespaces beyond fleet_loopback (10-22 s
-# each); for the edit loop.
+# each) and the scheduler's preemption scenarios (dpmd_sched, 40 s); for
+# the edit loop.
 # NAME...: only the checks of these names (unit, race, layers, dpmd_verbs,
 # "fuzz-replay spec", ...).
 #
@@ -44,15 +45,16 @@ SLOW="cnn_bn_reaches_0925 cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reache
   bmuf_mlp"
 # make test only: checks that need the ThreadSanitizer build, the GPU
 # bundle or the ONNX virtualenv (onnx_export, image_vs_pil), which make
-# check does not build, and the fleet scenarios beyond fleet_loopback.
+# check does not build, the fleet scenarios beyond fleet_loopback and
+# dpmd_sched.
 NOT_QUICK="race dpmd_restore_race gpu-run gpu-rehearsal onnx_export image_vs_pil fleet_faults fleet_preempt
-  fleet_equivalence fleet_netns"
+  fleet_equivalence fleet_netns dpmd_sched"
 # End-to-end scripts run only when named (tests/run.sh NAME): none now.
 BY_HAND=""
 # The checks that take longest start first, in this order (the rest in
 # the order queued below), so that the short ones fill the other slot.
 FIRST="cnn_bn_reaches_0925 cnn_reaches_091 dp_mlp_checkpoint_predictor mlp_reaches_088
-  dpmd_verbs_fenced dpmd_restore_race unit install"
+  dpmd_sched dpmd_verbs_fenced dpmd_restore_race unit install"
 # Checks that run while nothing else runs: fleet_preempt, whose two
 # daemons train for some 20 s on both cores, which starved the 3 s
 # collective timeouts of fleet_netns beside it. The accuracy thresholds
