@@ -7,9 +7,8 @@
  *              dpm_augment_scale picks (always 1 here: a box of 448 pixels
  *              a side does not fit in 375)
  *   eval       resize 256, centre crop 224
- *   train-all-rows  train with every row of the image decoded (the
- *              others decode only the rows the box reads:
- *              dpm_image_decode_rows)
+ *   train-whole  train with the whole image decoded (the others decode
+ *              only the region the box reads: dpm_image_decode_region)
  *   decode     the decode alone, full size
  *   small-*    train at crop 64 with and without DCT scaling (its gain
  *              where the target is much smaller than the image)
@@ -69,10 +68,10 @@ static double cpu_ms(void) {
 }
 
 /* Images per CPU second of `rounds` passes over the files (median pass):
- * decode and augment (decode_only: decode alone), every row decoded with
- * all_rows (or decode_only), else the box's rows. */
-static double run(const dpm_augment_cfg *cfg, int force_scale, int decode_only,
-                  int all_rows, file *f, int n, int rounds) {
+ * decode and augment (decode_only: decode alone), the whole image decoded
+ * with whole (or decode_only), else the box's region. */
+static double run(const dpm_augment_cfg *cfg, int force_scale, int decode_only, int whole,
+                  file *f, int n, int rounds) {
   dpm_err err = {0};
   dpm_image_decoder *dec = dpm_image_decoder_create(NULL, &err);
   dpm_augmenter *aug = dpm_augmenter_create(cfg, &err);
@@ -91,10 +90,10 @@ static double run(const dpm_augment_cfg *cfg, int force_scale, int decode_only,
       if (dpm_image_probe(f[i].buf, f[i].len, &info, &err)) exit(1);
       dpm_augment_box(cfg, 1, (uint64_t)r, (uint64_t)i, info.width, info.height, &box);
       int s = force_scale ? force_scale : dpm_augment_scale(cfg, &box);
-      int y0 = 0, y1 = 0; /* (0, 0): every row */
-      if (!decode_only && !all_rows)
-        dpm_augment_rows(cfg, &box, s, info.height, &y0, &y1);
-      if (dpm_image_decode_rows(dec, f[i].buf, f[i].len, 3, s, y0, y1, &img, &err) ||
+      dpm_image_region r = {0, 0, 0, 0}; /* empty: the whole image */
+      if (!decode_only && !whole)
+        dpm_augment_region(cfg, &box, s, info.width, info.height, &r);
+      if (dpm_image_decode_region(dec, f[i].buf, f[i].len, 3, s, &r, &img, &err) ||
           (!decode_only && dpm_augment_apply(aug, &img, &box, out, &err))) {
         fprintf(stderr, "decode: %s\n", err.msg);
         exit(1);
@@ -145,18 +144,18 @@ int main(int argc, char **argv) {
   struct {
     const char *name;
     const dpm_augment_cfg *cfg;
-    int scale, decode_only, all_rows;
-  } cases[] = {{"train", &train, 0, 0, 0},          {"eval", &eval, 0, 0, 0},
-               {"train-all-rows", &train, 0, 0, 1}, {"decode", &train, 1, 1, 0},
-               {"small-crop64", &small, 0, 0, 0},   {"small-crop64-s1", &small, 1, 0, 0}};
+    int scale, decode_only, whole;
+  } cases[] = {{"train", &train, 0, 0, 0},        {"eval", &eval, 0, 0, 0},
+               {"train-whole", &train, 0, 0, 1},  {"decode", &train, 1, 1, 0},
+               {"small-crop64", &small, 0, 0, 0}, {"small-crop64-s1", &small, 1, 0, 0}};
   enum { NCASES = sizeof cases / sizeof *cases };
   double ips[NCASES];
   for (int c = 0; c < NCASES; c++) {
-    ips[c] = run(cases[c].cfg, cases[c].scale, cases[c].decode_only, cases[c].all_rows, f,
-                 n, rounds);
+    ips[c] = run(cases[c].cfg, cases[c].scale, cases[c].decode_only, cases[c].whole, f, n,
+                 rounds);
     printf("  dpm %-16s %8.1f images/s\n", cases[c].name, ips[c]);
   }
-  printf("  only the box's rows decoded, train: x%.2f\n", ips[0] / ips[2]);
+  printf("  only the box's region decoded, train: x%.2f\n", ips[0] / ips[2]);
   printf("  DCT scaling at crop 64: x%.2f\n", ips[4] / ips[5]);
   int rc = 0;
   if (pil) {

@@ -9,6 +9,9 @@ set -e
 cd "$(dirname "$0")/.."
 V=build/torch-venv
 [ -x "$V/bin/python" ] || python3 -m venv "$V"
-"$V/bin/pip" install --quiet --index-url https://download.pytorch.org/whl/cpu torch torchvision
+# PyTorch's CPU builds where download.pytorch.org answers, else PyPI's
+# (CUDA builds, which run on the CPU as well).
+"$V/bin/pip" install --quiet --index-url https://download.pytorch.org/whl/cpu torch torchvision ||
+  "$V/bin/pip" install --quiet torch torchvision
 "$V/bin/pip" install --quiet numpy pillow
 "$V/bin/python" -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)'

@@ -15,10 +15,12 @@
 #include <jpeglib.h>
 #include <png.h>
 
-/* JPEG of w x h pixels, comps 1 (gray) or 3 (RGB, stored YCbCr 4:2:0),
- * HWC pixels. *out malloc'd, *len its size. */
-static inline void enc_jpeg(const uint8_t *px, int w, int h, int comps, int quality,
-                            int progressive, uint8_t **out, size_t *len) {
+/* JPEG of w x h pixels, comps 1 (gray) or 3 (RGB, stored YCbCr with chroma
+ * sampled 1/hs across and 1/vs down: 2, 2 is 4:2:0), HWC pixels. *out
+ * malloc'd, *len its size. */
+static inline void enc_jpeg_sampled(const uint8_t *px, int w, int h, int comps,
+                                    int quality, int progressive, int hs, int vs,
+                                    uint8_t **out, size_t *len) {
   struct jpeg_compress_struct c;
   struct jpeg_error_mgr e;
   c.err = jpeg_std_error(&e);
@@ -32,6 +34,7 @@ static inline void enc_jpeg(const uint8_t *px, int w, int h, int comps, int qual
   c.in_color_space = comps == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, quality, TRUE);
+  if (comps == 3) c.comp_info[0].h_samp_factor = hs, c.comp_info[0].v_samp_factor = vs;
   if (progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
@@ -43,6 +46,12 @@ static inline void enc_jpeg(const uint8_t *px, int w, int h, int comps, int qual
   /* jpeg_mem_dest's buffer is malloc'd by libjpeg-turbo: free() releases it. */
   *out = buf;
   *len = n;
+}
+
+/* enc_jpeg_sampled at 4:2:0, libjpeg's default. */
+static inline void enc_jpeg(const uint8_t *px, int w, int h, int comps, int quality,
+                            int progressive, uint8_t **out, size_t *len) {
+  enc_jpeg_sampled(px, w, h, comps, quality, progressive, 2, 2, out, len);
 }
 
 typedef struct enc_png_sink {

@@ -240,15 +240,23 @@ static void box_axes(const dpm_crop_box *box, int denom, float *y0, float *y1, f
   if (x0) *x0 = (float)(box->x / s), *x1 = (float)((box->x + box->w) / s);
 }
 
-void dpm_augment_rows(const dpm_augment_cfg *cfg, const dpm_crop_box *box, int denom,
-                      int full_height, int *y0, int *y1) {
-  int height = (full_height + denom - 1) / denom, unused;
-  float in0, in1;
+/* The input pixels [*lo, *hi) of an axis of in_size that the window
+ * [in0, in1) resampled onto out_size pixels reads. */
+static void axis_reach(float in0, float in1, int out_size, int in_size, int *lo,
+                       int *hi) {
   double scale, filterscale;
-  box_axes(box, denom, &in0, &in1, NULL, NULL);
-  axis_scale(in0, in1, cfg->crop, &scale, &filterscale);
-  window(height, in0 + 0.5 * scale, filterscale, y0, &unused);
-  window(height, in0 + (cfg->crop - 0.5) * scale, filterscale, &unused, y1);
+  int unused;
+  axis_scale(in0, in1, out_size, &scale, &filterscale);
+  window(in_size, in0 + 0.5 * scale, filterscale, lo, &unused);
+  window(in_size, in0 + (out_size - 0.5) * scale, filterscale, &unused, hi);
+}
+
+void dpm_augment_region(const dpm_augment_cfg *cfg, const dpm_crop_box *box, int denom,
+                        int full_width, int full_height, dpm_image_region *part) {
+  float y0, y1, x0, x1;
+  box_axes(box, denom, &y0, &y1, &x0, &x1);
+  axis_reach(y0, y1, cfg->crop, (full_height + denom - 1) / denom, &part->y0, &part->y1);
+  axis_reach(x0, x1, cfg->crop, (full_width + denom - 1) / denom, &part->x0, &part->x1);
 }
 
 /* Pillow's precompute_coeffs and normalize_coeffs_8bpc for one axis: the
@@ -320,14 +328,15 @@ static inline void sum3(const uint8_t *p, const int32_t *k, int xn, uint8_t *dst
 #define AVX2_CLONE __attribute__((target_clones("avx2", "default")))
 #endif
 
-/* One row of the horizontal pass: crop outputs from src into dst. */
-AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src,
+/* One row of the horizontal pass: crop outputs from src, the row's pixels
+ * from column x0 on, into dst. */
+AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src, int x0,
                                       uint8_t *dst, int kxs) {
   int C = a->cfg.channels, crop = a->cfg.crop;
   for (int xx = 0; xx < crop; xx++) {
     const int32_t *k = a->kx + (size_t)xx * kxs;
     int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
-    const uint8_t *p = src + (size_t)xmin * C;
+    const uint8_t *p = src + (size_t)(xmin - x0) * C;
     if (C == 3) {
       sum3(p, k, xn, dst + 3 * xx);
     } else {
@@ -342,17 +351,17 @@ AVX2_CLONE static void horizontal_row(const dpm_augmenter *a, const uint8_t *src
 /* horizontal_row for 3 channels with SSE4.1, the same integer arithmetic:
  * a pixel's 3 bytes and the next pixel's first, widened to 4 lanes, times
  * the tap's weight (the fourth lane is dropped). An output whose window
- * ends at the row's last pixel, where that fourth byte may lie past the
+ * ends at the last pixel held, where that fourth byte may lie past the
  * image, takes the scalar path. */
 __attribute__((target("sse4.1"))) static void
-horizontal_row3_sse41(const dpm_augmenter *a, const uint8_t *src, int width, uint8_t *dst,
-                      int kxs) {
+horizontal_row3_sse41(const dpm_augmenter *a, const uint8_t *src, int x0, int x1,
+                      uint8_t *dst, int kxs) {
   int crop = a->cfg.crop;
   for (int xx = 0; xx < crop; xx++) {
     const int32_t *k = a->kx + (size_t)xx * kxs;
     int xmin = a->bx[2 * xx], xn = a->bx[2 * xx + 1];
-    const uint8_t *p = src + (size_t)xmin * 3;
-    if (xmin + xn >= width) {
+    const uint8_t *p = src + (size_t)(xmin - x0) * 3;
+    if (xmin + xn >= x1) {
       sum3(p, k, xn, dst + 3 * xx);
       continue;
     }
@@ -370,14 +379,15 @@ horizontal_row3_sse41(const dpm_augmenter *a, const uint8_t *src, int width, uin
 }
 #endif
 
-/* A row of the horizontal pass, by the fastest path this CPU has. */
-static void horizontal(const dpm_augmenter *a, const uint8_t *src, int width,
+/* A row of the horizontal pass, by the fastest path this CPU has: src
+ * holds the row's columns [x0, x1). */
+static void horizontal(const dpm_augmenter *a, const uint8_t *src, int x0, int x1,
                        uint8_t *dst, int kxs) {
 #if defined(__x86_64__) || defined(__i386__)
-  if (a->sse41) return horizontal_row3_sse41(a, src, width, dst, kxs);
+  if (a->sse41) return horizontal_row3_sse41(a, src, x0, x1, dst, kxs);
 #endif
-  (void)width;
-  horizontal_row(a, src, dst, kxs);
+  (void)x1;
+  horizontal_row(a, src, x0, dst, kxs);
 }
 
 /* acc[i] += row[i] * w over n values: one input row of the vertical pass. */
@@ -409,14 +419,18 @@ dpm_status dpm_augment_apply(dpm_augmenter *a, const dpm_image *img,
   if (rows < 1) return dpm_errf(err, DPM_INVALID, "augment: the box covers no row");
   int held0 = img->rows ? img->y0 : 0,
       held1 = img->rows ? img->y0 + img->rows : img->height;
-  if (first < held0 || last > held1)
+  int col0 = dpm_image_first_col(img), col1 = col0 + dpm_image_cols(img);
+  int left = a->bx[0], right = a->bx[2 * (crop - 1)] + a->bx[2 * (crop - 1) + 1];
+  if (first < held0 || last > held1 || left < col0 || right > col1)
     return dpm_errf(err, DPM_INTERNAL,
-                    "augment: the box reads rows %d..%d, the image holds %d..%d", first,
-                    last, held0, held1);
+                    "augment: the box reads columns %d..%d of rows %d..%d, the image "
+                    "holds %d..%d of %d..%d",
+                    left, right, first, last, col0, col1, held0, held1);
   if (grow(&a->tmp, &a->tmp_cap, (size_t)rows * crop * C, 1)) return dpm_nomem(err);
   /* Horizontal pass: rows [first, last) of the image, crop columns each. */
+  size_t stride = dpm_image_stride(img);
   for (int y = 0; y < rows; y++)
-    horizontal(a, img->pixels + (size_t)(first + y - held0) * img->width * C, img->width,
+    horizontal(a, img->pixels + (size_t)(first + y - held0) * stride, col0, col1,
                a->tmp + (size_t)y * crop * C, kxs);
   /* Vertical pass, a row at a time, then mirror and normalise into NCHW. */
   size_t plane = (size_t)crop * crop, t_stride = (size_t)crop * C;

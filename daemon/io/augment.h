@@ -92,12 +92,11 @@ void dpm_augment_box(const dpm_augment_cfg *cfg, uint64_t seed, uint64_t epoch,
                      uint64_t index, int width, int height, dpm_crop_box *box);
 /* The DCT scale denominator (1, 2, 4 or 8) to decode box at. */
 int dpm_augment_scale(const dpm_augment_cfg *cfg, const dpm_crop_box *box);
-/* The decoded rows [*y0, *y1) that dpm_augment_apply reads of box in an
- * image full_height tall decoded at 1/denom (ceil(full_height / denom)
- * rows, as libjpeg rounds): the rows to decode (dpm_image_decode_rows).
- * Pure. */
-void dpm_augment_rows(const dpm_augment_cfg *cfg, const dpm_crop_box *box, int denom,
-                      int full_height, int *y0, int *y1);
+/* The part of an image full_width x full_height decoded at 1/denom
+ * (ceil(full / denom) a side, as libjpeg rounds) that dpm_augment_apply
+ * reads of box: the region to decode (dpm_image_decode_region). Pure. */
+void dpm_augment_region(const dpm_augment_cfg *cfg, const dpm_crop_box *box, int denom,
+                        int full_width, int full_height, dpm_image_region *part);
 
 /* An augmenter for cfg (checked here); NULL with err set on failure. */
 dpm_augmenter *dpm_augmenter_create(const dpm_augment_cfg *cfg, dpm_err *err);

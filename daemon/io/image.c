@@ -237,9 +237,18 @@ static dpm_status read_rows(struct jpeg_decompress_struct *c, JDIMENSION y1, uin
   return DPM_OK;
 }
 
+/* The range [*lo, *hi) of an axis of size n that [a, b) asks for: clipped
+ * to [0, n), or all of it when that is empty. */
+static void axis_range(int a, int b, int n, int *lo, int *hi) {
+  if (a < 0) a = 0;
+  if (b > n) b = n;
+  if (a >= b) a = 0, b = n;
+  *lo = a, *hi = b;
+}
+
 static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t len,
-                              int channels, int denom, int y0, int y1, dpm_image *img,
-                              dpm_err *err) {
+                              int channels, int denom, const dpm_image_region *part,
+                              dpm_image *img, dpm_err *err) {
   struct jpeg_decompress_struct *c = &dec->jpeg;
   volatile dpm_status st = DPM_OK;
   if (len > ULONG_MAX) return dpm_errf(err, DPM_CORRUPT, "JPEG: file too large");
@@ -268,13 +277,21 @@ static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t
                   c->output_components, channels);
     goto out;
   }
-  /* the rows asked for within the image, else all */
-  const int all = !(y0 < y1 && y0 < h && y1 > 0);
-  const int top = all || y0 < 0 ? 0 : y0, end = all || y1 > h ? h : y1;
+  int top, end, left, right;
+  axis_range(part->y0, part->y1, h, &top, &end);
+  axis_range(part->x0, part->x1, w, &left, &right);
   jpeg_start_decompress(c);
-  int rows = end - top;
-  size_t stride = (size_t)w * (size_t)channels;
-  if ((st = reserve(dec, w, rows + (end < h), channels, 0, err)))
+  /* The columns held: the region's and a margin, unless that is all. */
+  left = left > DPM_IMAGE_CROP_MARGIN ? left - DPM_IMAGE_CROP_MARGIN : 0;
+  right = right < w - DPM_IMAGE_CROP_MARGIN ? right + DPM_IMAGE_CROP_MARGIN : w;
+  if (left > 0 || right < w) {
+    JDIMENSION x = (JDIMENSION)left, cw = (JDIMENSION)(right - left);
+    jpeg_crop_scanline(c, &x, &cw); /* widens to the iMCU boundary */
+    left = (int)x, right = (int)(x + cw);
+  }
+  int rows = end - top, cols = right - left;
+  size_t stride = (size_t)cols * (size_t)channels;
+  if ((st = reserve(dec, cols, rows + (end < h), channels, 0, err)))
     goto out; /* + the last */
   if (top > 0 && jpeg_skip_scanlines(c, (JDIMENSION)top) != (JDIMENSION)top) {
     st = dpm_errf(err, DPM_CORRUPT, "JPEG: truncated data");
@@ -300,6 +317,8 @@ static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t
                      .full_width = (int)c->image_width,
                      .full_height = (int)c->image_height,
                      .pixels = dec->pixels,
+                     .x0 = left,
+                     .cols = cols,
                      .y0 = top,
                      .rows = rows};
   return DPM_OK;
@@ -408,6 +427,7 @@ static dpm_status png_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t 
                      .full_width = (int)w,
                      .full_height = (int)h,
                      .pixels = dec->pixels,
+                     .cols = (int)w,
                      .rows = (int)h};
   return DPM_OK;
 }
@@ -498,12 +518,13 @@ dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
 
 dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
                             int channels, int scale_denom, dpm_image *img, dpm_err *err) {
-  return dpm_image_decode_rows(dec, buf, len, channels, scale_denom, 0, 0, img, err);
+  return dpm_image_decode_region(dec, buf, len, channels, scale_denom, NULL, img, err);
 }
 
-dpm_status dpm_image_decode_rows(dpm_image_decoder *dec, const void *buf, size_t len,
-                                 int channels, int scale_denom, int y0, int y1,
-                                 dpm_image *img, dpm_err *err) {
+dpm_status dpm_image_decode_region(dpm_image_decoder *dec, const void *buf, size_t len,
+                                   int channels, int scale_denom,
+                                   const dpm_image_region *part, dpm_image *img,
+                                   dpm_err *err) {
   memset(img, 0, sizeof *img);
   if (!dec || (!buf && len))
     return dpm_errf(err, DPM_INVALID, "image decode: no decoder or buffer");
@@ -512,10 +533,12 @@ dpm_status dpm_image_decode_rows(dpm_image_decoder *dec, const void *buf, size_t
   if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
     return dpm_errf(err, DPM_INVALID, "image decode: scale 1/%d (1, 2, 4 or 8)",
                     scale_denom);
+  static const dpm_image_region whole = {0, 0, 0, 0}; /* empty ranges: all */
   dpm_status st;
   switch (format_of(buf, len)) {
   case DPM_IMAGE_JPEG:
-    st = jpeg_decode(dec, buf, len, channels, scale_denom, y0, y1, img, err);
+    if (!part) part = &whole;
+    st = jpeg_decode(dec, buf, len, channels, scale_denom, part, img, err);
     break;
   case DPM_IMAGE_PNG:
     st = png_decode(dec, buf, len, channels, img, err);

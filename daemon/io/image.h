@@ -79,18 +79,38 @@ typedef struct dpm_image_info {
                    3 RGB or palette, 4 RGBA */
 } dpm_image_info;
 
-/* A decoded image: pixels[(y * width + x) * channels + c], or of a decode
- * of some rows (dpm_image_decode_rows) the rows held, [y0, y0 + rows):
- * pixel (x, y) at pixels[((y - y0) * width + x) * channels + c]. rows 0
- * (an image filled in by hand) holds them all. */
+/* A decoded image, or the part of one that a decode held
+ * (dpm_image_decode_region): columns [x0, x0 + cols) of rows [y0, y0 + rows),
+ * pixel (x, y) at pixels[((y - y0) * cols + (x - x0)) * channels + c].
+ * cols 0 and rows 0 (an image filled in by hand) hold every column and row:
+ * pixels[(y * width + x) * channels + c]. */
 typedef struct dpm_image {
   int width, height;           /* as decoded: ceil(full / scale_denom) */
   int channels;                /* 1 or 3, as asked */
   int scale_denom;             /* 1, 2, 4 or 8 (PNG: 1) */
   int full_width, full_height; /* the header's size */
   const uint8_t *pixels;       /* owned by the decoder */
+  int x0, cols;                /* the columns held (above) */
   int y0, rows;                /* the rows held (above) */
 } dpm_image;
+
+/* Of an image: the first column held, how many, and a held row's bytes. */
+static inline int dpm_image_first_col(const dpm_image *im) {
+  return im->cols ? im->x0 : 0;
+}
+static inline int dpm_image_cols(const dpm_image *im) {
+  return im->cols ? im->cols : im->width;
+}
+static inline size_t dpm_image_stride(const dpm_image *im) {
+  return (size_t)dpm_image_cols(im) * (size_t)im->channels;
+}
+
+/* A part of a decoded (scaled) image: columns [x0, x1) and rows [y0, y1),
+ * each clipped to the image; an empty range on an axis (x1 <= x0, or
+ * outside the image) asks for the whole axis. */
+typedef struct dpm_image_region {
+  int x0, x1, y0, y1;
+} dpm_image_region;
 
 typedef struct dpm_image_decoder dpm_image_decoder;
 
@@ -121,16 +141,22 @@ dpm_status dpm_image_probe(const void *buf, size_t len, dpm_image_info *info,
  * on failure *img is zeroed. */
 dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
                             int channels, int scale_denom, dpm_image *img, dpm_err *err);
-/* dpm_image_decode keeping decoded rows [y0, y1) (clipped to the image;
- * an empty range: all): a JPEG's other rows are skipped (libjpeg-turbo's
- * jpeg_skip_scanlines: no IDCT, upsampling or colour conversion there, yet
- * every byte of the scan is still decoded and checked, so a damaged file
- * fails as a whole decode does); the rows held are those of a whole
- * decode, bit for bit. Columns are not cropped: jpeg_crop_scanline's edge
- * columns differ from a whole decode's with fancy upsampling (libjpeg-turbo
- * 2.1). PNG decodes every row. */
-dpm_status dpm_image_decode_rows(dpm_image_decoder *dec, const void *buf, size_t len,
-                                 int channels, int scale_denom, int y0, int y1,
-                                 dpm_image *img, dpm_err *err);
+/* dpm_image_decode keeping at least the region part of the decoded image
+ * (NULL: all of it), and those pixels exactly as a whole decode gives them,
+ * bit for bit. A JPEG's rows outside the region are skipped
+ * (libjpeg-turbo's jpeg_skip_scanlines: no IDCT, upsampling or colour
+ * conversion there, yet every byte of the scan is still decoded and
+ * checked, so a damaged file fails as a whole decode does), and its columns
+ * are cropped (jpeg_crop_scanline) to the region widened by
+ * DPM_IMAGE_CROP_MARGIN on each side and out to libjpeg's iMCU boundary: a
+ * cropped row's edge columns differ from a whole decode's (fancy
+ * upsampling and a progressive file's block smoothing read past them), and
+ * the margin keeps those columns out of the region. PNG decodes the whole
+ * image. */
+#define DPM_IMAGE_CROP_MARGIN 32
+dpm_status dpm_image_decode_region(dpm_image_decoder *dec, const void *buf, size_t len,
+                                   int channels, int scale_denom,
+                                   const dpm_image_region *part, dpm_image *img,
+                                   dpm_err *err);
 
 #endif

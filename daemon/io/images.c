@@ -185,10 +185,10 @@ static dpm_status load(dpm_images *im, worker *w, int64_t i, uint64_t epoch, uin
   if (dpm_image_probe(s.data, s.len, &info, err)) return err->code;
   dpm_augment_box(&im->aug, im->seed, epoch, e, info.width, info.height, box);
   int denom = info.format == DPM_IMAGE_JPEG ? dpm_augment_scale(&im->aug, box) : 1;
-  int y0, y1; /* the rows the resample reads: the others are not decoded */
-  dpm_augment_rows(&im->aug, box, denom, info.height, &y0, &y1);
-  return dpm_image_decode_rows(w->dec, s.data, s.len, im->aug.channels, denom, y0, y1,
-                               img, err);
+  dpm_image_region part; /* what the resample reads: the rest is not decoded */
+  dpm_augment_region(&im->aug, box, denom, info.width, info.height, &part);
+  return dpm_image_decode_region(w->dec, s.data, s.len, im->aug.channels, denom, &part,
+                                 img, err);
 }
 
 /* Example e (a position in the good samples) into out and *label; with

@@ -6,9 +6,9 @@
  * channel or three, bit 1 training or evaluation boxes, bits 2-3 the scale
  * (0: the one dpm_augment_scale picks, else 2, 4 or 8 forced).
  *
- * Also, first, the decode of only the rows the box reads, as the reader
- * runs it (dpm_image_decode_rows): it fails exactly where the whole decode
- * does, and its resample equals the whole one's bit for bit.
+ * Also, first, the decode of only the region the box reads, as the reader
+ * runs it (dpm_image_decode_region): it fails exactly where the whole
+ * decode does, and its resample equals the whole one's bit for bit.
  *
  * Checks: a failed probe or decode leaves its output zeroed and says why;
  * a decode succeeds only where the probe does, with the probe's size, at
@@ -64,15 +64,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dpm_augment_box(&cfg, 1, 0, size, info.width, info.height, &box);
     if (!forced) scale = dpm_augment_scale(&cfg, &box);
   }
-  /* as the reader decodes: only the rows the box reads */
-  int y0 = 0, y1 = 0;
-  if (!probed) dpm_augment_rows(&cfg, &box, scale, info.height, &y0, &y1);
+  /* as the reader decodes: only the region the box reads */
+  dpm_image_region r = {0, 0, 0, 0};
+  if (!probed) dpm_augment_region(&cfg, &box, scale, info.width, info.height, &r);
   memset(&err, 0, sizeof err);
   dpm_image part;
   dpm_status rows_st =
-      dpm_image_decode_rows(dec, data, size, gray ? 1 : 3, scale, y0, y1, &part, &err);
+      dpm_image_decode_region(dec, data, size, gray ? 1 : 3, scale, &r, &part, &err);
   if (!rows_st) {
     FUZZ_CHECK(part.rows >= 1 && part.y0 >= 0 && part.y0 + part.rows <= part.height);
+    FUZZ_CHECK(part.cols >= 1 && part.x0 >= 0 && part.x0 + part.cols <= part.width);
     FUZZ_CHECK(dpm_augment_apply(aug[train][gray], &part, &box, out_rows, &err) ==
                DPM_OK);
   }

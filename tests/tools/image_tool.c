@@ -116,18 +116,20 @@ int main(int argc, char **argv) {
       dpm_augment_box(&cfg, seed, epoch, (uint64_t)(f - i), info.width, info.height,
                       &box);
       int scale = force_scale ? force_scale : dpm_augment_scale(&cfg, &box);
-      /* the whole image, then the rows the box reads (the reader's way):
+      /* the whole image, then the region the box reads (the reader's way):
        * the same floats */
-      int y0, y1;
-      dpm_augment_rows(&cfg, &box, scale, info.height, &y0, &y1);
+      dpm_image_region r;
+      dpm_augment_region(&cfg, &box, scale, info.width, info.height, &r);
       if (!(st = dpm_image_decode(dec, buf, len, cfg.channels, scale, &img, &err)))
         st = dpm_augment_apply(aug, &img, &box, whole, &err);
-      if (!st && !(st = dpm_image_decode_rows(dec, buf, len, cfg.channels, scale, y0, y1,
-                                              &img, &err)))
+      if (!st && !(st = dpm_image_decode_region(dec, buf, len, cfg.channels, scale, &r,
+                                                &img, &err)))
         st = dpm_augment_apply(aug, &img, &box, out, &err);
       if (!st && memcmp(out, whole, n_out * sizeof *out))
         st = dpm_errf(&err, DPM_INTERNAL,
-                      "the decode of rows %d..%d differs from the whole one", y0, y1);
+                      "the decode of columns %d..%d, rows %d..%d differs from the whole "
+                      "one",
+                      r.x0, r.x1, r.y0, r.y1);
     }
     free(buf);
     if (st) {
