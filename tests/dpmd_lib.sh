@@ -143,3 +143,12 @@ free_port() {
     case $_used in *" $_p "*) ;; *) echo "$_p" && return 0 ;; esac
   done
 }
+
+# free_port_not P...: a free_port other than the ports given (picked for
+# daemons not started yet).
+free_port_not() {
+  while :; do
+    _p=$(free_port)
+    case " $* " in *" $_p "*) ;; *) echo "$_p" && return 0 ;; esac
+  done
+}

@@ -12,8 +12,7 @@
 . tests/fleet_lib.sh
 
 PA=$(free_port)
-PB=$(free_port)
-while [ "$PB" = "$PA" ]; do PB=$(free_port); done
+PB=$(free_port_not "$PA")
 EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB
 up A "$EA"
 up B "$EB"

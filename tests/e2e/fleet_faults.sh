@@ -38,8 +38,7 @@
 . tests/fleet_lib.sh
 
 PA=$(free_port)
-PB=$(free_port)
-while [ "$PB" = "$PA" ]; do PB=$(free_port); done
+PB=$(free_port_not "$PA")
 EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB
 TIMEOUT_MS=2000
 # own_status ENDPOINT NAME: status without its shards (the model's own error)
@@ -242,8 +241,7 @@ for b in fc1_w fc1_b fc2_w fc2_b pred_w pred_b; do # 1 x 1 at 128 against 1 x 2 
   why=$(close "$T/q.$b" "$T/r3.$b") || die "$b: elastic q vs 1 x 2 from the same checkpoint: $why"
 done
 at "$EA" delete r3 >/dev/null
-PC=$(free_port)
-while [ "$PC" = "$PA" ] || [ "$PC" = "$PB" ]; do PC=$(free_port); done
+PC=$(free_port_not "$PA" "$PB")
 EC=tcp://127.0.0.1:$PC
 up C "$EC"
 s=$(build/dpmctl --json --token-file "$TOK" --endpoint "$EA" resume q --shards "$EA,$EB,$EC" \

@@ -14,8 +14,7 @@ NNSEND=build/tests/nnsend
 [ -x "$NNSEND" ] || die "missing $NNSEND: make $NNSEND"
 
 PA=$(free_port)
-PB=$(free_port)
-while [ "$PB" = "$PA" ]; do PB=$(free_port); done
+PB=$(free_port_not "$PA")
 EA=tcp://127.0.0.1:$PA EB=tcp://127.0.0.1:$PB
 up A "$EA"
 up B "$EB"
