@@ -237,6 +237,20 @@ static dpm_status read_rows(struct jpeg_decompress_struct *c, JDIMENSION y1, uin
   return DPM_OK;
 }
 
+/* Whether libjpeg-turbo 2.1's column crop gives a whole decode's columns
+ * (away from the crop's edges) for this file's sampling: gray, or colour
+ * with chroma at 1x1 and luma at 1 or 2 either way (4:4:4, 4:2:2, 4:4:0,
+ * 4:2:0), the layouts the unit tests check at every scale. Others (luma
+ * 2x4 at 1/2 scale, found by the fuzzer) differ inside the crop, so they
+ * are decoded at full width. */
+static int jpeg_crop_exact(const struct jpeg_decompress_struct *c) {
+  if (c->num_components == 1) return 1;
+  const jpeg_component_info *k = c->comp_info;
+  for (int i = 1; i < 3; i++)
+    if (k[i].h_samp_factor != 1 || k[i].v_samp_factor != 1) return 0;
+  return k[0].h_samp_factor <= 2 && k[0].v_samp_factor <= 2;
+}
+
 /* The range [*lo, *hi) of an axis of size n that [a, b) asks for: clipped
  * to [0, n), or all of it when that is empty. */
 static void axis_range(int a, int b, int n, int *lo, int *hi) {
@@ -284,10 +298,12 @@ static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t
   /* The columns held: the region's and a margin, unless that is all. */
   left = left > DPM_IMAGE_CROP_MARGIN ? left - DPM_IMAGE_CROP_MARGIN : 0;
   right = right < w - DPM_IMAGE_CROP_MARGIN ? right + DPM_IMAGE_CROP_MARGIN : w;
-  if (left > 0 || right < w) {
+  if ((left > 0 || right < w) && jpeg_crop_exact(c)) {
     JDIMENSION x = (JDIMENSION)left, cw = (JDIMENSION)(right - left);
     jpeg_crop_scanline(c, &x, &cw); /* widens to the iMCU boundary */
     left = (int)x, right = (int)(x + cw);
+  } else {
+    left = 0, right = w;
   }
   int rows = end - top, cols = right - left;
   size_t stride = (size_t)cols * (size_t)channels;
