@@ -147,7 +147,9 @@ dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
  * (libjpeg-turbo's jpeg_skip_scanlines: no IDCT, upsampling or colour
  * conversion there, yet every byte of the scan is still decoded and
  * checked, so a damaged file fails as a whole decode does), and its columns
- * are cropped (jpeg_crop_scanline) to the region widened by
+ * (gray, or colour of 1x1 chroma and luma sampled 1 or 2 either way: the
+ * layouts where libjpeg-turbo 2.1's crop is exact; others decode at full
+ * width) are cropped (jpeg_crop_scanline) to the region widened by
  * DPM_IMAGE_CROP_MARGIN on each side and out to libjpeg's iMCU boundary: a
  * cropped row's edge columns differ from a whole decode's (fancy
  * upsampling and a progressive file's block smoothing read past them), and
