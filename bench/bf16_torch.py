@@ -22,6 +22,13 @@ examples/fmnist_cnn.yaml), in a temporary directory:
             runs, one step each, so every step's loss (the JSON "loss", 6
             significant digits) and parameters are read; the chain's last
             checkpoint is compared with one uninterrupted --iters N run
+  forced    also, at every step of dpm's chains, torch's one step from dpm's
+            state before it (parameters and momentum): the loss and update
+            differences of the implementations alone, without the drift of
+            two trajectories
+  spread    torch fp32 again with mkldnn off (other summation orders): how
+            far fp32 rounding alone moves a trajectory in N steps (the CNN's
+            max-pool and ReLU switches amplify it; the MLP's barely move)
   torch     fp32, and bf16 with the forward and the loss under autocast;
             the update mirrors dpm's momentum_sgd in numpy float32 (m = mu m
             + lr (g + wd p), p -= m, wd on _w only; lr = base * gamma^floor(it
@@ -43,7 +50,7 @@ roundings (Relu, MaxPool and up-casts are exact). So each framework's bf16
 update at a step is within c u (in norm) of the exact update, the two
 frameworks within 2 c u of each other, and after N steps, neglecting the
 feedback of the parameter difference into later gradients (checked: each
-framework's own bf16-vs-fp32 gap must also stay within c u),
+framework's own bf16-vs-fp32 gap must also stay within c u times the path),
     ||p_dpm - p_torch||_2 <= 2 c u sum_t ||p_t - p_(t-1)||_2
 (the path length from dpm's bf16 chain). The empirical anchor is printed
 beside it: dpm-bf16 vs dpm-fp32 and torch-autocast vs torch-fp32; their sum
