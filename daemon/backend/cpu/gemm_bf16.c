@@ -40,29 +40,48 @@ size_t dpm_bf16_gemm_scratch(int rows, int cols, int inner, int64_t ass) {
 
 /* ---- packing (plain C: runs only beside the native tiles) --------------- */
 
-/* B(s, c) into panels: panel at c0 starts at c0 * pairs * 2 and holds, for
- * each pair p, pw columns x (B(2p, c), B(2p + 1, c)); pairs past inner and
- * columns past cols are zero. */
-static void pack_b(const dpm_bf16_gemm_args *a, uint16_t *dst) {
+/* Panel p's width: 64 columns, the last one cols' rest rounded up to 16. */
+static int panel_width(int cols, int c0) {
+  int64_t w = round16(cols - c0);
+  return (int)(w < PANEL ? w : PANEL);
+}
+
+/* B(s, c) into panels: the panel at c0 starts at c0 * pairs * 2 and holds,
+ * for each pair p, pw columns x (B(2p, c), B(2p + 1, c)); pairs past inner
+ * and columns past cols are zero. Here B's pairs lie side by side (bss ==
+ * 1): each of B's columns is read once, in order. */
+static void pack_b_pairs(const dpm_bf16_gemm_args *a, uint16_t *dst) {
+  const int pairs = (a->inner + 1) / 2, whole = a->inner / 2;
+  const int end = (int)round16(a->cols);
+  for (int c = 0; c < end; c++) {
+    int c0 = c / PANEL * PANEL, pw = panel_width(a->cols, c0);
+    uint16_t *d = dst + (size_t)c0 * pairs * 2 + (size_t)(c - c0) * 2;
+    const size_t step = (size_t)pw * 2;
+    if (c >= a->cols) {
+      for (int p = 0; p < pairs; p++) d[p * step] = d[p * step + 1] = 0;
+      continue;
+    }
+    const uint16_t *src = a->b + c * a->bcs;
+    for (int p = 0; p < whole; p++) memcpy(d + p * step, src + 2 * p, 4);
+    if (whole < pairs) {
+      d[whole * step] = src[2 * whole];
+      d[whole * step + 1] = 0;
+    }
+  }
+}
+
+/* The same for any strides (bss != 1). */
+static void pack_b_any(const dpm_bf16_gemm_args *a, uint16_t *dst) {
   const int pairs = (a->inner + 1) / 2;
   for (int c0 = 0; c0 < a->cols; c0 += PANEL) {
-    int pw = (int)(round16(a->cols - c0) < PANEL ? round16(a->cols - c0) : PANEL);
-    int nc = a->cols - c0 < pw ? a->cols - c0 : pw;
+    int pw = panel_width(a->cols, c0), nc = a->cols - c0 < pw ? a->cols - c0 : pw;
     uint16_t *panel = dst + (size_t)c0 * pairs * 2;
     for (int p = 0; p < pairs; p++) {
       uint16_t *row = panel + (size_t)p * pw * 2;
       for (int t = 0; t < 2; t++) {
         int s = 2 * p + t;
-        if (s >= a->inner) {
-          for (int c = 0; c < pw; c++) row[2 * c + t] = 0;
-          continue;
-        }
-        const uint16_t *src = a->b + s * a->bss + c0 * a->bcs;
-        if (a->bcs == 1)
-          for (int c = 0; c < nc; c++) row[2 * c + t] = src[c];
-        else
-          for (int c = 0; c < nc; c++) row[2 * c + t] = src[c * a->bcs];
-        for (int c = nc; c < pw; c++) row[2 * c + t] = 0;
+        const uint16_t *src = s < a->inner ? a->b + s * a->bss + c0 * a->bcs : NULL;
+        for (int c = 0; c < pw; c++) row[2 * c + t] = src && c < nc ? src[c * a->bcs] : 0;
       }
     }
   }
@@ -93,11 +112,88 @@ static void pack_a(const dpm_bf16_gemm_args *a, uint16_t *dst) {
 #define TILE_FN TARGET __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("GCC unroll 8")
 
+/* pack_b_any where B's rows run along c (bcs == 1): rows 2p and 2p + 1
+ * interleaved 16 columns a vector, each row read once, in order. */
+TARGET static void pack_b_rows(const dpm_bf16_gemm_args *a, uint16_t *dst) {
+  const int pairs = (a->inner + 1) / 2;
+  for (int p = 0; p < pairs; p++) {
+    const uint16_t *r0 = a->b + 2 * p * a->bss;
+    const uint16_t *r1 = 2 * p + 1 < a->inner ? r0 + a->bss : NULL;
+    for (int c0 = 0; c0 < a->cols; c0 += PANEL) {
+      int pw = panel_width(a->cols, c0);
+      uint16_t *d = dst + (size_t)c0 * pairs * 2 + (size_t)p * pw * 2;
+      for (int cc = 0; cc < pw; cc += 16) {
+        int n = a->cols - c0 - cc;
+        __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFF : n > 0 ? (1u << n) - 1 : 0);
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r0 + c0 + cc));
+        __m512i hi = r1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r1 + c0 + cc))
+                        : _mm512_setzero_si512();
+        _mm512_storeu_si512(d + 2 * cc, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    }
+  }
+}
+
+/* dpm_bf16_from_f32_1 on 16 lanes: the same integer steps. */
+TILE_FN __m256i narrow16(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(
+      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+/* 16 bf16 (the first n; the rest 0) as f32. */
+TILE_FN __m512 widen16(const uint16_t *p, int n) {
+  __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+  __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of O from acc: bias, relu,
+ * rounding, stores. */
+TILE_FN void finish(const dpm_bf16_gemm_args *a, __m512 acc[TILE_R][4], int nv, int r0,
+                    int nr, int c0, int nc) {
+  UNROLL
+  for (int v = 0; v < 4; v++) {
+    int c = c0 + 16 * v, n = nc - 16 * v;
+    if (v >= nv || n <= 0) continue;
+    __m512 colb =
+        a->bias && !a->bias_by_row ? widen16(a->bias + c, n) : _mm512_setzero_ps();
+    __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+    UNROLL
+    for (int i = 0; i < TILE_R; i++) {
+      if (i >= nr) continue;
+      int r = r0 + i;
+      __m512 x = acc[i][v];
+      if (a->bias)
+        x = _mm512_add_ps(
+            x, a->bias_by_row ? _mm512_set1_ps(dpm_f32_from_bf16_1(a->bias[r])) : colb);
+      if (a->relu) x = _mm512_max_ps(x, _mm512_setzero_ps());
+      __m256i h = narrow16(x);
+      uint16_t *o = a->o + r * a->ors + c * a->ocs;
+      if (a->ocs == 1) {
+        _mm256_mask_storeu_epi16(o, m, h);
+      } else {
+        uint16_t t[16];
+        _mm256_storeu_si256((__m256i *)t, h);
+        for (int l = 0; l < n && l < 16; l++) o[l * a->ocs] = t[l];
+      }
+    }
+  }
+}
+
 /* Sums of rows ar[0..TILE_R) of A (pairs at ar[i] + 2p) against a panel of
  * nv vectors of packed B, over `pairs` pairs (the last one only its first
- * value when `odd`), into acc. */
-TILE_FN void tile(int nv, const uint16_t *ar[TILE_R], const uint16_t *bp, int pw,
-                  int pairs, int odd, __m512 acc[TILE_R][4]) {
+ * value when `odd`), finished into rows [r0, r0 + nr) and columns [c0, c0 +
+ * nc) of O. nv is a constant once inlined and every loop unrolled: the
+ * accumulators stay in registers. */
+TILE_FN void tile(const dpm_bf16_gemm_args *a, int nv, const uint16_t *ar[TILE_R],
+                  const uint16_t *bp, int pw, int pairs, int odd, int r0, int nr, int c0,
+                  int nc) {
+  __m512 acc[TILE_R][4];
   UNROLL
   for (int i = 0; i < TILE_R; i++) UNROLL
   for (int v = 0; v < 4; v++) acc[i][v] = _mm512_setzero_ps();
@@ -129,65 +225,19 @@ TILE_FN void tile(int nv, const uint16_t *ar[TILE_R], const uint16_t *bp, int pw
             _mm512_dpbf16_ps(acc[i][v], av, (__m512bh)_mm512_loadu_si512(bs + 32 * v));
     }
   }
-}
-
-/* dpm_bf16_from_f32_1 on 16 lanes: the same integer steps. */
-TILE_FN __m256i narrow16(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  __mmask16 nan = _mm512_cmpgt_epu32_mask(
-      _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
-/* 16 bf16 (the first n; the rest 0) as f32. */
-TILE_FN __m512 widen16(const uint16_t *p, int n) {
-  __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
-  __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* Rows [r0, r0 + nr) and columns [c0, c0 + nc) of O from acc: bias, relu,
- * rounding, stores. */
-TILE_FN void finish(const dpm_bf16_gemm_args *a, __m512 acc[TILE_R][4], int nv, int r0,
-                    int nr, int c0, int nc) {
-  UNROLL
-  for (int v = 0; v < 4; v++) {
-    if (v >= nv) break;
-    int c = c0 + 16 * v, n = nc - 16 * v;
-    if (n <= 0) break;
-    __m512 colb =
-        a->bias && !a->bias_by_row ? widen16(a->bias + c, n) : _mm512_setzero_ps();
-    __mmask16 m = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
-    UNROLL
-    for (int i = 0; i < TILE_R; i++) {
-      if (i >= nr) break;
-      int r = r0 + i;
-      __m512 x = acc[i][v];
-      if (a->bias)
-        x = _mm512_add_ps(
-            x, a->bias_by_row ? _mm512_set1_ps(dpm_f32_from_bf16_1(a->bias[r])) : colb);
-      if (a->relu) x = _mm512_max_ps(x, _mm512_setzero_ps());
-      __m256i h = narrow16(x);
-      uint16_t *o = a->o + r * a->ors + c * a->ocs;
-      if (a->ocs == 1) {
-        _mm256_mask_storeu_epi16(o, m, h);
-      } else {
-        uint16_t t[16];
-        _mm256_storeu_si256((__m256i *)t, h);
-        for (int l = 0; l < n && l < 16; l++) o[l * a->ocs] = t[l];
-      }
-    }
-  }
+  finish(a, acc, nv, r0, nr, c0, nc);
 }
 
 TARGET static void gemm_native(const dpm_bf16_gemm_args *a, void *scratch) {
   const int pairs = (a->inner + 1) / 2, odd = a->inner & 1;
   uint16_t *bpack = scratch;
   uint16_t *apack = (uint16_t *)((char *)scratch + b_bytes(a->cols, a->inner));
-  pack_b(a, bpack);
+  if (a->bcs == 1)
+    pack_b_rows(a, bpack);
+  else if (a->bss == 1)
+    pack_b_pairs(a, bpack);
+  else
+    pack_b_any(a, bpack);
   const uint16_t *abase = a->a;
   int64_t ars = a->ars;
   if (a->ass != 1) {
@@ -196,7 +246,7 @@ TARGET static void gemm_native(const dpm_bf16_gemm_args *a, void *scratch) {
     ars = 2 * (int64_t)pairs;
   }
   for (int c0 = 0; c0 < a->cols; c0 += PANEL) {
-    int pw = (int)(round16(a->cols - c0) < PANEL ? round16(a->cols - c0) : PANEL);
+    int pw = panel_width(a->cols, c0);
     int nv = pw / 16, nc = a->cols - c0 < pw ? a->cols - c0 : pw;
     const uint16_t *bp = bpack + (size_t)c0 * pairs * 2;
     for (int r0 = 0; r0 < a->rows; r0 += TILE_R) {
@@ -204,22 +254,20 @@ TARGET static void gemm_native(const dpm_bf16_gemm_args *a, void *scratch) {
       for (int i = 0; i < TILE_R; i++)
         ar[i] = abase + (r0 + i < a->rows ? r0 + i : a->rows - 1) * ars;
       int nr = a->rows - r0 < TILE_R ? a->rows - r0 : TILE_R;
-      __m512 acc[TILE_R][4];
       switch (nv) { /* constants: the accumulators stay in registers */
       case 4:
-        tile(4, ar, bp, pw, pairs, odd, acc);
+        tile(a, 4, ar, bp, pw, pairs, odd, r0, nr, c0, nc);
         break;
       case 3:
-        tile(3, ar, bp, pw, pairs, odd, acc);
+        tile(a, 3, ar, bp, pw, pairs, odd, r0, nr, c0, nc);
         break;
       case 2:
-        tile(2, ar, bp, pw, pairs, odd, acc);
+        tile(a, 2, ar, bp, pw, pairs, odd, r0, nr, c0, nc);
         break;
       default:
-        tile(1, ar, bp, pw, pairs, odd, acc);
+        tile(a, 1, ar, bp, pw, pairs, odd, r0, nr, c0, nc);
         break;
       }
-      finish(a, acc, nv, r0, nr, c0, nc);
     }
   }
 }
