@@ -371,3 +371,180 @@ TEST(mlp_bf16_native_tracks_fallback) {
   CHECK_INT(native_ran, 30 * 8);
   CHECK_INT(fallback_ran, 0);
 }
+
+/* ---- Conv ------------------------------------------------------------------
+ * The same bounds, with K the additions an output's f32 sum takes: Y, C k^2
+ * products and the bias (folded in as a product with a one); dW and db, one
+ * term per image and output pixel (N Ho Wo); dX, at most M k^2 terms (M
+ * for each of the k^2 lowered entries that fold back into one pixel). */
+
+typedef struct {
+  int n, c, h, m, k, pad, stride, group;
+} conv_case;
+
+/* im2col and MEC lowering, plain and transposed products (M >= 48),
+ * strides 1 and 2, groups, odd sizes. */
+static const conv_case conv_cases[] = {
+    {2, 3, 9, 5, 3, 1, 1, 1},   {2, 16, 7, 50, 5, 2, 1, 1}, {3, 13, 8, 7, 5, 1, 2, 1},
+    {1, 4, 11, 49, 3, 0, 2, 1}, {2, 8, 6, 10, 3, 1, 1, 2},
+};
+#define N_CONV (int)(sizeof conv_cases / sizeof *conv_cases)
+
+static double xat(const dpm_tensor *x, const conv_case *q, int n, int c, int iy, int ix) {
+  if (iy < 0 || iy >= q->h || ix < 0 || ix >= q->h) return 0;
+  return get(x, (((int64_t)n * q->c + c) * q->h + iy) * q->h + ix);
+}
+
+static int conv_run_native(int native, const char *op, const char *args, int n_in,
+                           dpm_tensor **in, int n_out, dpm_tensor **out, int want) {
+  dpm_bf16_native_use(native);
+  uint64_t before = dpm_bf16_native_products();
+  dpm_err err = {0};
+  dpm_status s = ot_run_op(op, args, 0, n_in, in, n_out, out, &err);
+  uint64_t ran = dpm_bf16_native_products() - before;
+  dpm_bf16_native_use(1);
+  if (s) printf("    %s: %s\n", op, err.msg);
+  if (!s && (native ? ran < (uint64_t)want : ran != 0)) {
+    printf("    %s: %llu native products\n", op, (unsigned long long)ran);
+    return 0;
+  }
+  return !s;
+}
+
+static int conv_case_run(const conv_case *q, worst *wy, worst *wdw, worst *wdb,
+                         worst *wdx) {
+  const int cg = q->c / q->group, mg = q->m / q->group;
+  const int ho = (q->h + 2 * q->pad - q->k) / q->stride + 1;
+  int64_t nx = (int64_t)q->n * q->c * q->h * q->h, nw = (int64_t)q->m * cg * q->k * q->k,
+          ny = (int64_t)q->n * q->m * ho * ho;
+  float *xv = malloc(sizeof(float) * (size_t)nx),
+        *wv = malloc(sizeof(float) * (size_t)nw),
+        *bv = malloc(sizeof(float) * (size_t)q->m),
+        *gv = malloc(sizeof(float) * (size_t)ny);
+  fill_uniform(xv, nx, (uint32_t)(q->c * 7 + q->h));
+  fill_uniform(wv, nw, (uint32_t)(q->m * 3 + q->k));
+  fill_uniform(bv, q->m, 11);
+  fill_uniform(gv, ny, (uint32_t)(q->n + 5));
+  dpm_tensor x = bf16_tensor(4, (int64_t[]){q->n, q->c, q->h, q->h}, xv),
+             w = bf16_tensor(4, (int64_t[]){q->m, cg, q->k, q->k}, wv),
+             b = bf16_tensor(1, (int64_t[]){q->m}, bv),
+             dy = bf16_tensor(4, (int64_t[]){q->n, q->m, ho, ho}, gv);
+  dpm_tensor r[2][4];
+  memset(r, 0, sizeof r);
+  char args[96];
+  snprintf(args, sizeof args, "dim_out=%d kernel=%d pad=%d stride=%d group=%d", q->m,
+           q->k, q->pad, q->stride, q->group);
+  int nat = dpm_bf16_native_allowed(), ok = 1;
+  for (int v = 0; v < 1 + nat && ok; v++) { /* 0: fallback, 1: native */
+    dpm_tensor *in[] = {&x, &w, &b}, *out[] = {&r[v][0]};
+    dpm_tensor *gin[] = {&x, &w, &dy}, *gout[] = {&r[v][1], &r[v][2], &r[v][3]};
+    ok = conv_run_native(v, "Conv", args, 3, in, 1, out, q->group) &&
+         conv_run_native(v, "ConvGradient", args, 3, gin, 3, gout, 2 * q->group);
+  }
+  /* Y[n][m][oy][ox] */
+  for (int n = 0; ok && n < q->n; n++)
+    for (int m = 0; m < q->m; m++)
+      for (int oy = 0; oy < ho; oy++)
+        for (int ox = 0; ox < ho; ox++) {
+          double y = get(&b, m), s = fabs(y);
+          int g0 = m / mg * cg;
+          for (int c = 0; c < cg; c++)
+            for (int ky = 0; ky < q->k; ky++)
+              for (int kx = 0; kx < q->k; kx++) {
+                double p = xat(&x, q, n, g0 + c, oy * q->stride + ky - q->pad,
+                               ox * q->stride + kx - q->pad) *
+                           get(&w, (((int64_t)m * cg + c) * q->k + ky) * q->k + kx);
+                y += p;
+                s += fabs(p);
+              }
+          int64_t i = (((int64_t)n * q->m + m) * ho + oy) * ho + ox;
+          double rf = get(&r[0][0], i);
+          judge(&wy[0], rf, NULL, y, s, cg * q->k * q->k);
+          if (nat) judge(&wy[1], get(&r[1][0], i), &rf, y, s, cg * q->k * q->k);
+        }
+  /* dW[m][c][ky][kx] and db[m] */
+  const int terms = q->n * ho * ho;
+  for (int m = 0; ok && m < q->m; m++) {
+    int g0 = m / mg * cg;
+    double yb = 0, sb = 0;
+    for (int n = 0; n < q->n; n++)
+      for (int o = 0; o < ho * ho; o++) {
+        double d = get(&dy, ((int64_t)n * q->m + m) * ho * ho + o);
+        yb += d;
+        sb += fabs(d);
+      }
+    judge(&wdb[0], get(&r[0][2], m), NULL, yb, sb, terms);
+    if (nat) {
+      double rf = get(&r[0][2], m);
+      judge(&wdb[1], get(&r[1][2], m), &rf, yb, sb, terms);
+    }
+    for (int c = 0; c < cg; c++)
+      for (int ky = 0; ky < q->k; ky++)
+        for (int kx = 0; kx < q->k; kx++) {
+          double y = 0, s = 0;
+          for (int n = 0; n < q->n; n++)
+            for (int oy = 0; oy < ho; oy++)
+              for (int ox = 0; ox < ho; ox++) {
+                double p = get(&dy, (((int64_t)n * q->m + m) * ho + oy) * ho + ox) *
+                           xat(&x, q, n, g0 + c, oy * q->stride + ky - q->pad,
+                               ox * q->stride + kx - q->pad);
+                y += p;
+                s += fabs(p);
+              }
+          int64_t i = (((int64_t)m * cg + c) * q->k + ky) * q->k + kx;
+          double rf = get(&r[0][1], i);
+          judge(&wdw[0], rf, NULL, y, s, terms);
+          if (nat) judge(&wdw[1], get(&r[1][1], i), &rf, y, s, terms);
+        }
+  }
+  /* dX[n][c][iy][ix] = sum over m, ky, kx of dY at the outputs reading it */
+  double *dxe = calloc((size_t)nx, sizeof *dxe), *dxs = calloc((size_t)nx, sizeof *dxs);
+  for (int n = 0; ok && n < q->n; n++)
+    for (int m = 0; m < q->m; m++)
+      for (int c = 0; c < cg; c++)
+        for (int oy = 0; oy < ho; oy++)
+          for (int ox = 0; ox < ho; ox++)
+            for (int ky = 0; ky < q->k; ky++)
+              for (int kx = 0; kx < q->k; kx++) {
+                int iy = oy * q->stride + ky - q->pad, ix = ox * q->stride + kx - q->pad;
+                if (iy < 0 || iy >= q->h || ix < 0 || ix >= q->h) continue;
+                double p = get(&dy, (((int64_t)n * q->m + m) * ho + oy) * ho + ox) *
+                           get(&w, (((int64_t)m * cg + c) * q->k + ky) * q->k + kx);
+                int64_t i =
+                    (((int64_t)n * q->c + m / mg * cg + c) * q->h + iy) * q->h + ix;
+                dxe[i] += p;
+                dxs[i] += fabs(p);
+              }
+  for (int64_t i = 0; ok && i < nx; i++) {
+    double rf = get(&r[0][3], i);
+    judge(&wdx[0], rf, NULL, dxe[i], dxs[i], mg * q->k * q->k);
+    if (nat) judge(&wdx[1], get(&r[1][3], i), &rf, dxe[i], dxs[i], mg * q->k * q->k);
+  }
+  free(dxe);
+  free(dxs);
+  dpm_tensor *all[] = {&x, &w, &b, &dy};
+  for (int i = 0; i < 4; i++) dpm_tensor_fini(all[i]);
+  for (int v = 0; v < 2; v++)
+    for (int i = 0; i < 4; i++) dpm_tensor_fini(&r[v][i]);
+  free(xv);
+  free(wv);
+  free(bv);
+  free(gv);
+  return ok;
+}
+
+TEST(conv_bf16_native_matches_fallback) {
+  worst w[4][2];
+  memset(w, 0, sizeof w);
+  int nat = native_ok();
+  for (int c = 0; c < N_CONV; c++)
+    CHECK(conv_case_run(&conv_cases[c], w[0], w[1], w[2], w[3]));
+  const char *names[] = {"Conv Y", "dW", "db", "dX"};
+  for (int i = 0; i < 4; i++) report(names[i], w[i]);
+  for (int i = 0; i < 4; i++) CHECK_INT(w[i][0].outside, 0);
+  if (!nat) return;
+  for (int i = 0; i < 4; i++) {
+    CHECK_INT(w[i][1].outside, 0);
+    CHECK_WITHIN(w[i][1].vs_other, 1.0);
+  }
+}

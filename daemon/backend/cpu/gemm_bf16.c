@@ -172,6 +172,19 @@ TILE_FN void finish(const dpm_bf16_gemm_args *a, __m512 acc[TILE_R][4], int nv, 
         x = _mm512_add_ps(
             x, a->bias_by_row ? _mm512_set1_ps(dpm_f32_from_bf16_1(a->bias[r])) : colb);
       if (a->relu) x = _mm512_max_ps(x, _mm512_setzero_ps());
+      if (a->o32) {
+        float *o = a->o32 + r * a->ors + c * a->ocs;
+        if (a->ocs == 1) {
+          if (a->acc) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, o));
+          _mm512_mask_storeu_ps(o, m, x);
+        } else {
+          float t[16];
+          _mm512_storeu_ps(t, x);
+          for (int l = 0; l < n && l < 16; l++)
+            o[l * a->ocs] = a->acc ? t[l] + o[l * a->ocs] : t[l];
+        }
+        continue;
+      }
       __m256i h = narrow16(x);
       uint16_t *o = a->o + r * a->ors + c * a->ocs;
       if (a->ocs == 1) {

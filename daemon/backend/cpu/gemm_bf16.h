@@ -5,7 +5,8 @@
  * f32 copies (backend/cpu/lowp_run.h), the fallback.
  *
  * One product: O(r, c) = bf16(relu?(bias + sum_s A(r, s) B(s, c))) for
- * r < rows, c < cols, s < inner. B is packed into scratch in the VNNI pair
+ * r < rows, c < cols, s < inner (or the f32 sum, optionally accumulated:
+ * Conv sums several products before it rounds). B is packed into scratch in the VNNI pair
  * layout (for each pair of s, 16 columns x 2 values a vector, in panels of
  * at most 64 columns); A is read in place when its pairs of s are adjacent
  * (ass == 1), else packed too. Tiles of 6 rows x 4 vectors of 16 columns
@@ -40,6 +41,11 @@ typedef struct dpm_bf16_gemm_args {
   int bias_by_row, relu;
   uint16_t *o; /* O(r, c) = o[r * ors + c * ocs] */
   int64_t ors, ocs;
+  /* Instead of o (NULL then): f32 results, not rounded, at the same
+   * strides, added to what o32 holds when acc (a sum over several
+   * products, rounded once by the caller). */
+  float *o32;
+  int acc;
 } dpm_bf16_gemm_args;
 
 /* Scratch bytes a product of these sizes needs (ass as in the args), or

@@ -1,7 +1,8 @@
 /* Ops over bf16/f16 tensors on the CPU (a model whose precision.compute is
- * bf16 or fp16; engine/precision.h). FC and FCGradient with every tensor
- * bf16 run native bf16 products where the CPU has AVX512-BF16
- * (backend/cpu/fc_bf16.c, gemm_bf16.h; chosen at run time, each run).
+ * bf16 or fp16; engine/precision.h). FC, Conv and their gradients with
+ * every tensor bf16 run native bf16 products where the CPU has
+ * AVX512-BF16 (backend/cpu/fc_bf16.c, conv.c, gemm_bf16.h; chosen at run
+ * time, each run).
  * Every other such op, and those on other CPUs or with
  * DPM_CPU_KERNELS=generic, take the fallback: correct, not fast. An op
  * that reads or writes a 16-bit tensor (other than Cast, which converts)
@@ -42,6 +43,11 @@ size_t dpm_cpu_lowp_scratch(const dpm_kernel_def *inner, const dpm_node *n,
 size_t dpm_cpu_fc_bf16_scratch(const dpm_node *n, const dpm_shape *in,
                                const dpm_shape *out);
 int dpm_cpu_fc_bf16_run(const dpm_op *op, void *scratch);
+/* The same for Conv and ConvGradient (conv.c), which lay out the op's
+ * whole scratch themselves. */
+size_t dpm_cpu_conv_bf16_scratch(const dpm_node *n, const dpm_shape *in,
+                                 const dpm_shape *out);
+int dpm_cpu_conv_bf16_run(const dpm_op *op, void *scratch);
 
 /* n values between f32 and type t (f32, bf16 or f16; backend/cpu/cast.c). */
 void dpm_cpu_widen(float *dst, const void *src, dpm_dtype t, size_t n);
