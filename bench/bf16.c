@@ -41,7 +41,7 @@ typedef struct {
   int conv;
 } shape;
 
-enum { CONV1_FWD = 1, CONV2_FWD_T, CONV2_DW_T, CONV2_DL };
+enum { CONV1_FWD = 1, CONV2_FWD, CONV2_DW, CONV2_DL };
 /* conv2's L rows: (14 + 4) lowered rows x 14 columns */
 #define CONV2_LL 252
 
@@ -53,31 +53,32 @@ static float *xf, *wf, *dyf, *bf, *of, *cx, *cw, *co;
 static uint16_t *xh, *wh, *dyh, *bh, *oh;
 static void *scratch;
 
-/* Conv's products as conv.c runs them (fp32: dpm_gemm_outer; bf16: f32
- * sums of bf16 operands): conv1 forward (32 filters, 784 pixels, 25 + 1
- * rows of L), conv2 forward transposed (196 pixels, 64 filters, 160 + 1),
- * its dW transposed (161 x 64 over 196 pixels) and dL (160 x 196 over 64
- * filters). The fallback column is left out for them. */
+/* Conv's products per image and kernel row, each precision in the form
+ * conv.c runs it (rows x cols x inner as the bf16 kernels see them): conv1
+ * forward (32 filters x 784 pixels over 25 + 1 rows of L), conv2 forward
+ * (64 filters x 196 pixels over 160 + 1; fp32 transposed: pixels x
+ * filters), conv2's dW (161 x 64 over 196 pixels; fp32 transposed too)
+ * and dL (160 x 196 over 64 filters). The fallback column is left out. */
 static void run_conv(const shape *s, int way) {
   const int r = s->n, c = s->m, in = s->k;
   dpm_bf16_gemm_args a = {.rows = r, .cols = c, .inner = in, .o32 = of, .ocs = 1};
   switch (s->conv) {
-  case CONV1_FWD:
+  case CONV1_FWD: /* Y = W L */
     if (way == FP32) dpm_gemm_outer(r, c, in, wf, in, 1, xf, c, 0, of, c);
     a.a = wh, a.ars = in, a.ass = 1, a.b = xh, a.bss = c, a.bcs = 1, a.ors = c;
     break;
-  case CONV2_FWD_T:
-    if (way == FP32) dpm_gemm_outer(r, c, in, xf, 1, CONV2_LL, wf, c, 0, of, c);
-    a.a = xh, a.ars = 1, a.ass = CONV2_LL, a.b = wh, a.bss = c, a.bcs = 1, a.ors = c;
+  case CONV2_FWD: /* Y = W L (fp32: Y^T = L^T W^T) */
+    if (way == FP32) dpm_gemm_outer(c, r, in, xf, 1, CONV2_LL, wf, r, 0, of, r);
+    a.a = wh, a.ars = in, a.ass = 1, a.b = xh, a.bss = CONV2_LL, a.bcs = 1, a.ors = c;
     break;
-  case CONV2_DW_T:
+  case CONV2_DW: /* dW^T += L dY^T */
     if (way == FP32) dpm_gemm_outer(r, c, in, xf, CONV2_LL, 1, dyf, c, 1, of, c);
     a.a = xh, a.ars = CONV2_LL, a.ass = 1, a.b = dyh, a.bss = c, a.bcs = 1, a.ors = c;
     a.acc = 1;
     break;
-  default:
-    if (way == FP32) dpm_gemm_outer(r, c, in, wf, 1, in + 1, dyf, c, 1, of, CONV2_LL);
-    a.a = wh, a.ars = 1, a.ass = in + 1, a.b = dyh, a.bss = c, a.bcs = 1;
+  default: /* dL += W^T dY (bf16: W^T's blocks in place) */
+    if (way == FP32) dpm_gemm_outer(r, c, in, wf, 1, r + 1, dyf, c, 1, of, CONV2_LL);
+    a.a = wh, a.ars = in, a.ass = 1, a.b = dyh, a.bss = c, a.bcs = 1;
     a.ors = CONV2_LL, a.acc = 1;
     break;
   }
@@ -157,18 +158,15 @@ static void products(int rounds) {
       {"CNN pred dW     64x10x1024", DPM_FC_BF16_DW, 64, 10, 1024, 0},
       {"CNN pred dX     64x10x1024", DPM_FC_BF16_DX, 64, 10, 1024, 0},
       {"CNN conv1 fwd    32x784x26", 0, 32, 784, 26, CONV1_FWD},
-      {"CNN conv2 fwd^T  196x64x161", 0, 196, 64, 161, CONV2_FWD_T},
-      {"CNN conv2 dW^T   161x64x196", 0, 161, 64, 196, CONV2_DW_T},
+      {"CNN conv2 fwd    64x196x161", 0, 64, 196, 161, CONV2_FWD},
+      {"CNN conv2 dW     161x64x196", 0, 161, 64, 196, CONV2_DW},
       {"CNN conv2 dL     160x196x64", 0, 160, 196, 64, CONV2_DL},
   };
   const size_t big = (size_t)1024 * 3136;
   size_t sb = 0;
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
     const shape *q = &shapes[i];
-    size_t s = q->conv ? dpm_bf16_gemm_scratch(q->n, q->m, q->k,
-                                               q->conv == CONV2_FWD_T ? CONV2_LL
-                                               : q->conv == CONV2_DL  ? q->k + 1
-                                                                      : 1)
+    size_t s = q->conv ? dpm_bf16_gemm_scratch(q->n, q->m, q->k, 1)
                        : dpm_fc_bf16_scratch(q->n, q->m, q->k, q->p);
     if (s > sb) sb = s;
   }

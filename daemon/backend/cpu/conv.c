@@ -392,14 +392,16 @@ const dpm_kernel_def DPM_CPU_KERNEL(CONV_GRADIENT) = {
  * L and the weight blocks narrowed back to bf16 (exactly: they hold bf16
  * values and ones), the products run natively into f32 sums (accumulated
  * over kernel rows, and over images for dW), and each output is rounded
- * to bf16 once. */
+ * to bf16 once. The bf16 tiles take any layout, so the forward runs in
+ * the plain form whatever the filters (no transpose), and dL reads the
+ * weight blocks transposed once per op (no packing per product). */
 
-/* The scratch of one group, in bytes from the start: the f32 buffers of
- * the f32 kernels (L, W blocks, Y^T or dW blocks and dY^T), then W and b
- * widened, one image widened, L and the W blocks in bf16, one image's Y
- * (or dX) in f32, dY^T in bf16, and the products' packing. */
+/* The scratch of one group, in bytes from the start: L, the W blocks and
+ * the dW blocks in f32, W and b widened, one image widened, L and the W
+ * blocks in bf16, one image's Y (or dX) in f32, dY^T in bf16, and the
+ * products' packing. */
 typedef struct {
-  size_t l, wb, yt, dwt, dyt, wf, bf, xf, lh, wbh, yf, dyth, pack, total;
+  size_t l, wb, dwt, wf, bf, xf, lh, wbh, yf, dyth, pack, total;
 } conv_bf16_layout;
 
 /* at += bytes rounded up to 64, recording the start in *off; 0 on
@@ -421,10 +423,9 @@ static size_t conv_bf16_pack(const conv_geom *g) {
   const int64_t hw = g->ho * g->wo, ld = g->r + 1;
   if (hw > INT32_MAX || ld > INT32_MAX || g->m > INT32_MAX) return SIZE_MAX;
   int ihw = (int)hw, ild = (int)ld, im = (int)g->m, ir = (int)g->r;
-  size_t s = dpm_bf16_gemm_scratch(ihw, im, ild, g->ll);
-  s = max_sz(s, dpm_bf16_gemm_scratch(im, ihw, ild, 1));
-  s = max_sz(s, dpm_bf16_gemm_scratch(ild, im, ihw, 1));
-  return max_sz(s, dpm_bf16_gemm_scratch(ir, ihw, im, ld));
+  size_t s = dpm_bf16_gemm_scratch(im, ihw, ild, 1);       /* Y */
+  s = max_sz(s, dpm_bf16_gemm_scratch(ild, im, ihw, 1));   /* dW */
+  return max_sz(s, dpm_bf16_gemm_scratch(ir, ihw, im, 1)); /* dL */
 }
 
 static int conv_bf16_layout_of(const conv_geom *g, conv_bf16_layout *o) {
@@ -432,8 +433,7 @@ static int conv_bf16_layout_of(const conv_geom *g, conv_bf16_layout *o) {
                 wn = g->m * g->c * g->k * g->k;
   size_t at = 0, pack = conv_bf16_pack(g);
   int ok = pack != SIZE_MAX && take(&at, &o->l, l_floats(g), 4) &&
-           take(&at, &o->wb, w_floats(g), 4) && take(&at, &o->yt, t_floats(g), 4) &&
-           take(&at, &o->dwt, w_floats(g), 4) && take(&at, &o->dyt, t_floats(g), 4) &&
+           take(&at, &o->wb, w_floats(g), 4) && take(&at, &o->dwt, w_floats(g), 4) &&
            take(&at, &o->wf, wn, 4) && take(&at, &o->bf, g->m, 4) &&
            take(&at, &o->xf, chw, 4) && take(&at, &o->lh, (g->r + 1) * g->ll, 2) &&
            take(&at, &o->wbh, g->nt * g->m * (g->r + 1), 2) &&
@@ -477,7 +477,7 @@ static void conv_group_bf16(const dpm_op *op, const conv_geom *gp, const uint16_
                             const conv_bf16_layout *o) {
   const conv_geom g = *gp;
   void *s = op->ctx->scratch;
-  float *l = AT(float, s, o->l), *wb = AT(float, s, o->wb), *yt = AT(float, s, o->yt);
+  float *l = AT(float, s, o->l), *wb = AT(float, s, o->wb);
   float *wf = AT(float, s, o->wf), *bf = AT(float, s, o->bf), *xf = AT(float, s, o->xf);
   float *yf = AT(float, s, o->yf);
   uint16_t *lh = AT(uint16_t, s, o->lh), *wbh = AT(uint16_t, s, o->wbh);
@@ -486,52 +486,29 @@ static void conv_group_bf16(const dpm_op *op, const conv_geom *gp, const uint16_
   const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
   dpm_f32_from_bf16(wf, w, (size_t)(g.m * g.c * g.k * g.k));
   if (b) dpm_f32_from_bf16(bf, b, (size_t)g.m);
-  if (g.tr) {
-    w_to_blocks_t(&g, wf, b ? bf : NULL, wb);
-  } else {
-    w_to_blocks(&g, wf, wb);
-    for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b ? bf[m] : 0.f;
-  }
+  w_to_blocks(&g, wf, wb);
+  for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b ? bf[m] : 0.f;
   dpm_bf16_from_f32(wbh, wb, (size_t)(g.nt * g.m * ld));
   set_ones(&g, l);
   for (int64_t n = 0; n < g.n; n++) {
     dpm_f32_from_bf16(xf, x + n * g.ct * g.h * g.w, (size_t)chw);
     lower(&g, xf, l);
     dpm_bf16_from_f32(lh, l, (size_t)(ld * g.ll));
-    for (int64_t t = 0; t < g.nt; t++) {
-      int inner = (int)(t ? g.r : ld);
-      dpm_bf16_gemm_args a;
-      if (g.tr) /* Y^T (+)= L_t^T W_t^T */
-        a = (dpm_bf16_gemm_args){.rows = (int)hw,
-                                 .cols = (int)g.m,
-                                 .inner = inner,
-                                 .a = lh + window(&g, t),
-                                 .ars = 1,
-                                 .ass = g.ll,
-                                 .b = wbh + t * ld * g.m,
-                                 .bss = g.m,
-                                 .bcs = 1,
-                                 .o32 = yt,
-                                 .ors = g.m,
-                                 .ocs = 1,
-                                 .acc = t > 0};
-      else /* Y (+)= W_t L_t */
-        a = (dpm_bf16_gemm_args){.rows = (int)g.m,
-                                 .cols = (int)hw,
-                                 .inner = inner,
-                                 .a = wbh + t * g.m * ld,
-                                 .ars = ld,
-                                 .ass = 1,
-                                 .b = lh + window(&g, t),
-                                 .bss = g.ll,
-                                 .bcs = 1,
-                                 .o32 = yf,
-                                 .ors = hw,
-                                 .ocs = 1,
-                                 .acc = t > 0};
-      dpm_bf16_gemm(&a, pack);
-    }
-    if (g.tr) transpose(yt, hw, g.m, yf);
+    for (int64_t t = 0; t < g.nt; t++) /* Y (+)= W_t L_t: W_t read in place */
+      dpm_bf16_gemm(&(dpm_bf16_gemm_args){.rows = (int)g.m,
+                                          .cols = (int)hw,
+                                          .inner = (int)(t ? g.r : ld),
+                                          .a = wbh + t * g.m * ld,
+                                          .ars = ld,
+                                          .ass = 1,
+                                          .b = lh + window(&g, t),
+                                          .bss = g.ll,
+                                          .bcs = 1,
+                                          .o32 = yf,
+                                          .ors = hw,
+                                          .ocs = 1,
+                                          .acc = t > 0},
+                    pack);
     if (relu) relu_inplace(yf, g.m * hw);
     dpm_bf16_from_f32(y + n * g.mt * hw, yf, (size_t)(g.m * hw));
   }
@@ -549,9 +526,9 @@ static void conv_grad_group_bf16(const dpm_op *op, const conv_geom *gp, const ui
   void *pack = AT(char, s, o->pack);
   const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
   const int64_t xstride = g.ct * g.h * g.w, wn = g.m * g.c * g.k * g.k;
-  if (dx) {
+  if (dx) { /* W_t^T [R+1, M], read in place by dL's products */
     dpm_f32_from_bf16(wf, w, (size_t)wn);
-    w_to_blocks(&g, wf, wb);
+    w_to_blocks_t(&g, wf, NULL, wb);
     dpm_bf16_from_f32(wbh, wb, (size_t)(g.nt * g.m * ld));
   }
   set_ones(&g, l);
@@ -584,9 +561,9 @@ static void conv_grad_group_bf16(const dpm_op *op, const conv_geom *gp, const ui
         dpm_bf16_gemm(&(dpm_bf16_gemm_args){.rows = (int)g.r,
                                             .cols = (int)hw,
                                             .inner = (int)g.m,
-                                            .a = wbh + t * g.m * ld,
-                                            .ars = 1,
-                                            .ass = ld,
+                                            .a = wbh + t * ld * g.m,
+                                            .ars = g.m,
+                                            .ass = 1,
                                             .b = dyn,
                                             .bss = hw,
                                             .bcs = 1,

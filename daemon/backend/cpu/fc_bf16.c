@@ -128,15 +128,23 @@ void dpm_fc_bf16_dx(int n, int m, int k, const uint16_t *w, const uint16_t *dy,
 }
 
 /* db[j] = bf16(sum over rows i of dy[i][j]), summed in f32 row after row
- * from 0, as the f32 kernel's col_sums does (the same bits). */
-static void col_sums_bf16(const uint16_t *dy, int n, int m, uint16_t *db) {
+ * from 0, as the f32 kernel's col_sums does (the same bits); the widening
+ * inline (a shift), so the loop over j vectorises. */
+static void col_sums_bf16(const uint16_t *restrict dy, int n, int m,
+                          uint16_t *restrict db) {
   float acc[256];
   for (int j0 = 0; j0 < m; j0 += 256) {
     int w = m - j0 < 256 ? m - j0 : 256;
     memset(acc, 0, sizeof acc);
-    for (int i = 0; i < n; i++)
-      for (int j = 0; j < w; j++)
-        acc[j] += dpm_f32_from_bf16_1(dy[(size_t)i * m + j0 + j]);
+    for (int i = 0; i < n; i++) {
+      const uint16_t *row = dy + (size_t)i * m + j0;
+      for (int j = 0; j < w; j++) {
+        uint32_t u = (uint32_t)row[j] << 16;
+        float v;
+        memcpy(&v, &u, sizeof v);
+        acc[j] += v;
+      }
+    }
     dpm_bf16_from_f32(db + j0, acc, (size_t)w);
   }
 }
