@@ -379,14 +379,15 @@ TEST(mlp_bf16_native_tracks_fallback) {
  * for each of the k^2 lowered entries that fold back into one pixel). */
 
 typedef struct {
-  int n, c, h, m, k, pad, stride, group;
+  int n, c, h, m, k, pad, stride, group, relu; /* relu: fused into the forward */
 } conv_case;
 
 /* im2col and MEC lowering, plain and transposed products (M >= 48),
  * strides 1 and 2, groups, odd sizes. */
 static const conv_case conv_cases[] = {
-    {2, 3, 9, 5, 3, 1, 1, 1},   {2, 16, 7, 50, 5, 2, 1, 1}, {3, 13, 8, 7, 5, 1, 2, 1},
-    {1, 4, 11, 49, 3, 0, 2, 1}, {2, 8, 6, 10, 3, 1, 1, 2},
+    {2, 3, 9, 5, 3, 1, 1, 1, 0},  {2, 16, 7, 50, 5, 2, 1, 1, 1},
+    {3, 13, 8, 7, 5, 1, 2, 1, 0}, {1, 4, 11, 49, 3, 0, 2, 1, 0},
+    {2, 8, 6, 10, 3, 1, 1, 2, 1},
 };
 #define N_CONV (int)(sizeof conv_cases / sizeof *conv_cases)
 
@@ -395,12 +396,13 @@ static double xat(const dpm_tensor *x, const conv_case *q, int n, int c, int iy,
   return get(x, (((int64_t)n * q->c + c) * q->h + iy) * q->h + ix);
 }
 
-static int conv_run_native(int native, const char *op, const char *args, int n_in,
-                           dpm_tensor **in, int n_out, dpm_tensor **out, int want) {
+static int conv_run_native(int native, const char *op, const char *args, unsigned fuse,
+                           int n_in, dpm_tensor **in, int n_out, dpm_tensor **out,
+                           int want) {
   dpm_bf16_native_use(native);
   uint64_t before = dpm_bf16_native_products();
   dpm_err err = {0};
-  dpm_status s = ot_run_op(op, args, 0, n_in, in, n_out, out, &err);
+  dpm_status s = ot_run_fused(op, args, 0, fuse, n_in, in, n_out, out, &err);
   uint64_t ran = dpm_bf16_native_products() - before;
   dpm_bf16_native_use(1);
   if (s) printf("    %s: %s\n", op, err.msg);
@@ -438,8 +440,9 @@ static int conv_case_run(const conv_case *q, worst *wy, worst *wdw, worst *wdb,
   for (int v = 0; v < 1 + nat && ok; v++) { /* 0: fallback, 1: native */
     dpm_tensor *in[] = {&x, &w, &b}, *out[] = {&r[v][0]};
     dpm_tensor *gin[] = {&x, &w, &dy}, *gout[] = {&r[v][1], &r[v][2], &r[v][3]};
-    ok = conv_run_native(v, "Conv", args, 3, in, 1, out, q->group) &&
-         conv_run_native(v, "ConvGradient", args, 3, gin, 3, gout, 2 * q->group);
+    ok = conv_run_native(v, "Conv", args, q->relu ? DPM_FUSE_RELU : 0, 3, in, 1, out,
+                         q->group) &&
+         conv_run_native(v, "ConvGradient", args, 0, 3, gin, 3, gout, 2 * q->group);
   }
   /* Y[n][m][oy][ox] */
   for (int n = 0; ok && n < q->n; n++)
@@ -457,6 +460,7 @@ static int conv_case_run(const conv_case *q, worst *wy, worst *wdw, worst *wdb,
                 y += p;
                 s += fabs(p);
               }
+          if (q->relu && y < 0) y = 0;
           int64_t i = (((int64_t)n * q->m + m) * ho + oy) * ho + ox;
           double rf = get(&r[0][0], i);
           judge(&wy[0], rf, NULL, y, s, cg * q->k * q->k);
