@@ -33,10 +33,14 @@
  *
  * With groups, each group is such a convolution of its own channels, run
  * one after the other over the same scratch (sized for one group). */
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lowp_run.h"
+#include "engine/lowp.h"
 #include "ops/conv.h"
 
 /* Scratch: L with its row of ones, the weight blocks W_t [M, R+1] (or, in
@@ -380,3 +384,236 @@ const dpm_kernel_def DPM_CPU_KERNEL(CONV_GRADIENT) = {
     .run = conv_grad_run,
     .scratch = conv_grad_scratch,
 };
+
+/* ---- bf16, natively (lowp_run.h) -------------------------------------------
+ * Where every tensor of the op is bf16 and the native kernels are on
+ * (backend/cpu/gemm_bf16.h), the same lowering and products in bf16 with
+ * f32 sums: each image is widened (exactly) and lowered in f32 as above,
+ * L and the weight blocks narrowed back to bf16 (exactly: they hold bf16
+ * values and ones), the products run natively into f32 sums (accumulated
+ * over kernel rows, and over images for dW), and each output is rounded
+ * to bf16 once. The bf16 tiles take any layout, so the forward runs in
+ * the plain form whatever the filters (no transpose), and dL reads the
+ * weight blocks transposed once per op (no packing per product). */
+
+/* The scratch of one group, in bytes from the start: L, the W blocks and
+ * the dW blocks in f32, W and b widened, one image widened, L and the W
+ * blocks in bf16, one image's Y (or dX) in f32, dY^T in bf16, and the
+ * products' packing. */
+typedef struct {
+  size_t l, wb, dwt, wf, bf, xf, lh, wbh, yf, dyth, pack, total;
+} conv_bf16_layout;
+
+/* at += bytes rounded up to 64, recording the start in *off; 0 on
+ * overflow. */
+static int take(size_t *at, size_t *off, int64_t count, size_t size) {
+  size_t b;
+  if (count < 0 || __builtin_mul_overflow((size_t)count, size, &b) ||
+      b > SIZE_MAX - 128 || *at > SIZE_MAX - b - 64)
+    return 0;
+  *off = *at;
+  *at += (b + 63) / 64 * 64;
+  return 1;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The products' packing scratch: the largest of the forms below. */
+static size_t conv_bf16_pack(const conv_geom *g) {
+  const int64_t hw = g->ho * g->wo, ld = g->r + 1;
+  if (hw > INT32_MAX || ld > INT32_MAX || g->m > INT32_MAX) return SIZE_MAX;
+  int ihw = (int)hw, ild = (int)ld, im = (int)g->m, ir = (int)g->r;
+  size_t s = dpm_bf16_gemm_scratch(im, ihw, ild, 1);       /* Y */
+  s = max_sz(s, dpm_bf16_gemm_scratch(ild, im, ihw, 1));   /* dW */
+  return max_sz(s, dpm_bf16_gemm_scratch(ir, ihw, im, 1)); /* dL */
+}
+
+static int conv_bf16_layout_of(const conv_geom *g, conv_bf16_layout *o) {
+  const int64_t hw = g->ho * g->wo, chw = g->c * g->h * g->w,
+                wn = g->m * g->c * g->k * g->k;
+  size_t at = 0, pack = conv_bf16_pack(g);
+  int ok = pack != SIZE_MAX && take(&at, &o->l, l_floats(g), 4) &&
+           take(&at, &o->wb, w_floats(g), 4) && take(&at, &o->dwt, w_floats(g), 4) &&
+           take(&at, &o->wf, wn, 4) && take(&at, &o->bf, g->m, 4) &&
+           take(&at, &o->xf, chw, 4) && take(&at, &o->lh, (g->r + 1) * g->ll, 2) &&
+           take(&at, &o->wbh, g->nt * g->m * (g->r + 1), 2) &&
+           take(&at, &o->yf, g->m * hw > chw ? g->m * hw : chw, 4) &&
+           take(&at, &o->dyth, hw * g->m, 2) && take(&at, &o->pack, (int64_t)pack, 1);
+  o->total = at;
+  return ok;
+}
+
+static int conv_bf16_node(const dpm_node *n, const dpm_shape *in, const dpm_shape *out) {
+  if (n->def->id != DPM_OP_CONV && n->def->id != DPM_OP_CONV_GRADIENT) return 0;
+  for (int k = 0; k < n->n_in; k++)
+    if (n->in[k] && in[k].dtype != DPM_BF16) return 0;
+  for (int k = 0; k < n->n_out; k++)
+    if (n->out[k] && out[k].dtype != DPM_BF16) return 0;
+  return 1;
+}
+
+size_t dpm_cpu_conv_bf16_scratch(const dpm_node *n, const dpm_shape *in,
+                                 const dpm_shape *out) {
+  if (!conv_bf16_node(n, in, out)) return 0;
+  conv_geom g = conv_geom_of(n, &in[0]);
+  conv_bf16_layout o;
+  return conv_bf16_layout_of(&g, &o) ? o.total : SIZE_MAX;
+}
+
+#define AT(type, base, off) ((type *)((char *)(base) + (off)))
+
+/* dst[j][i] = src[i][j] for an [rows, cols] src of bf16. */
+static void transpose_u16(const uint16_t *restrict src, int64_t rows, int64_t cols,
+                          uint16_t *restrict dst) {
+  for (int64_t i0 = 0; i0 < rows; i0 += 16)
+    for (int64_t j0 = 0; j0 < cols; j0 += 16)
+      for (int64_t i = i0; i < i0 + 16 && i < rows; i++)
+        for (int64_t j = j0; j < j0 + 16 && j < cols; j++)
+          dst[j * rows + i] = src[i * cols + j];
+}
+
+static void conv_group_bf16(const dpm_op *op, const conv_geom *gp, const uint16_t *x,
+                            const uint16_t *w, const uint16_t *b, uint16_t *y,
+                            const conv_bf16_layout *o) {
+  const conv_geom g = *gp;
+  void *s = op->ctx->scratch;
+  float *l = AT(float, s, o->l), *wb = AT(float, s, o->wb);
+  float *wf = AT(float, s, o->wf), *bf = AT(float, s, o->bf), *xf = AT(float, s, o->xf);
+  float *yf = AT(float, s, o->yf);
+  uint16_t *lh = AT(uint16_t, s, o->lh), *wbh = AT(uint16_t, s, o->wbh);
+  void *pack = AT(char, s, o->pack);
+  const int64_t hw = g.ho * g.wo, ld = g.r + 1, chw = g.c * g.h * g.w;
+  const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
+  dpm_f32_from_bf16(wf, w, (size_t)(g.m * g.c * g.k * g.k));
+  if (b) dpm_f32_from_bf16(bf, b, (size_t)g.m);
+  w_to_blocks(&g, wf, wb);
+  for (int64_t m = 0; m < g.m; m++) wb[m * ld + g.r] = b ? bf[m] : 0.f;
+  dpm_bf16_from_f32(wbh, wb, (size_t)(g.nt * g.m * ld));
+  set_ones(&g, l);
+  for (int64_t n = 0; n < g.n; n++) {
+    dpm_f32_from_bf16(xf, x + n * g.ct * g.h * g.w, (size_t)chw);
+    lower(&g, xf, l);
+    dpm_bf16_from_f32(lh, l, (size_t)(ld * g.ll));
+    for (int64_t t = 0; t < g.nt; t++) /* Y (+)= W_t L_t: W_t read in place */
+      dpm_bf16_gemm(&(dpm_bf16_gemm_args){.rows = (int)g.m,
+                                          .cols = (int)hw,
+                                          .inner = (int)(t ? g.r : ld),
+                                          .a = wbh + t * g.m * ld,
+                                          .ars = ld,
+                                          .ass = 1,
+                                          .b = lh + window(&g, t),
+                                          .bss = g.ll,
+                                          .bcs = 1,
+                                          .o32 = yf,
+                                          .ors = hw,
+                                          .ocs = 1,
+                                          .acc = t > 0},
+                    pack);
+    if (relu) relu_inplace(yf, g.m * hw);
+    dpm_bf16_from_f32(y + n * g.mt * hw, yf, (size_t)(g.m * hw));
+  }
+}
+
+static void conv_grad_group_bf16(const dpm_op *op, const conv_geom *gp, const uint16_t *x,
+                                 const uint16_t *w, const uint16_t *dy, uint16_t *dw,
+                                 uint16_t *db, uint16_t *dx, const conv_bf16_layout *o) {
+  const conv_geom g = *gp;
+  void *s = op->ctx->scratch;
+  float *l = AT(float, s, o->l), *wb = AT(float, s, o->wb), *dwt = AT(float, s, o->dwt);
+  float *wf = AT(float, s, o->wf), *xf = AT(float, s, o->xf), *dxf = AT(float, s, o->yf);
+  uint16_t *lh = AT(uint16_t, s, o->lh), *wbh = AT(uint16_t, s, o->wbh);
+  uint16_t *dyth = AT(uint16_t, s, o->dyth);
+  void *pack = AT(char, s, o->pack);
+  const int64_t hw = g.ho * g.wo, chw = g.c * g.h * g.w, ld = g.r + 1;
+  const int64_t xstride = g.ct * g.h * g.w, wn = g.m * g.c * g.k * g.k;
+  if (dx) { /* W_t^T [R+1, M], read in place by dL's products */
+    dpm_f32_from_bf16(wf, w, (size_t)wn);
+    w_to_blocks_t(&g, wf, NULL, wb);
+    dpm_bf16_from_f32(wbh, wb, (size_t)(g.nt * g.m * ld));
+  }
+  set_ones(&g, l);
+  for (int64_t n = 0; n < g.n; n++) {
+    const uint16_t *dyn = dy + n * g.mt * hw;
+    if (dw || db) { /* dW_t^T += L_t dY^T; block 0's last row is db */
+      dpm_f32_from_bf16(xf, x + n * xstride, (size_t)chw);
+      lower(&g, xf, l);
+      dpm_bf16_from_f32(lh, l, (size_t)(ld * g.ll));
+      if (g.tr) transpose_u16(dyn, g.m, hw, dyth);
+      for (int64_t t = 0; t < g.nt; t++)
+        dpm_bf16_gemm(&(dpm_bf16_gemm_args){.rows = (int)(t ? g.r : ld),
+                                            .cols = (int)g.m,
+                                            .inner = (int)hw,
+                                            .a = lh + window(&g, t),
+                                            .ars = g.ll,
+                                            .ass = 1,
+                                            .b = g.tr ? dyth : dyn,
+                                            .bss = g.tr ? g.m : 1,
+                                            .bcs = g.tr ? 1 : hw,
+                                            .o32 = dwt + t * ld * g.m,
+                                            .ors = g.m,
+                                            .ocs = 1,
+                                            .acc = n > 0},
+                      pack);
+    }
+    if (dx) { /* dL_t += W_t^T dY, into L (f32) but its row of ones */
+      memset(l, 0, g.r * g.ll * sizeof *l);
+      for (int64_t t = 0; t < g.nt; t++)
+        dpm_bf16_gemm(&(dpm_bf16_gemm_args){.rows = (int)g.r,
+                                            .cols = (int)hw,
+                                            .inner = (int)g.m,
+                                            .a = wbh + t * ld * g.m,
+                                            .ars = g.m,
+                                            .ass = 1,
+                                            .b = dyn,
+                                            .bss = hw,
+                                            .bcs = 1,
+                                            .o32 = l + window(&g, t),
+                                            .ors = g.ll,
+                                            .ocs = 1,
+                                            .acc = 1},
+                      pack);
+      memset(dxf, 0, chw * sizeof *dxf);
+      unlower(&g, l, dxf);
+      dpm_bf16_from_f32(dx + n * xstride, dxf, (size_t)chw);
+    }
+  }
+  if (dw) {
+    blocks_t_to_w(&g, dwt, wf);
+    dpm_bf16_from_f32(dw, wf, (size_t)wn);
+  }
+  if (db) dpm_bf16_from_f32(db, dwt + g.r * g.m, (size_t)g.m);
+}
+
+int dpm_cpu_conv_bf16_run(const dpm_op *op, void *scratch) {
+  (void)scratch; /* op->ctx->scratch, laid out by conv_bf16_layout_of */
+  if (!dpm_bf16_native()) return 0;
+  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
+  for (int k = 0; k < op->n_in; k++)
+    if (op->in[k]) in[k] = op->in[k]->shape;
+  for (int k = 0; k < op->n_out; k++)
+    if (op->out[k]) out[k] = op->out[k]->shape;
+  if (!conv_bf16_node(op->node, in, out)) return 0;
+  conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
+  conv_bf16_layout o;
+  if (!conv_bf16_layout_of(&g, &o)) return 0; /* the scratch could not be sized */
+  const int64_t chw = g.c * g.h * g.w, mhw = g.m * g.ho * g.wo,
+                wn = g.m * g.c * g.k * g.k;
+  const uint16_t *x = op->in[0]->data, *w = op->in[1]->data;
+  if (op->node->def->id == DPM_OP_CONV) {
+    const uint16_t *b = conv_has_bias(op->node) ? op->in[2]->data : NULL;
+    uint16_t *y = op->out[0]->data;
+    for (int64_t i = 0; i < g.grp; i++)
+      conv_group_bf16(op, &g, x + i * chw, w + i * wn, b ? b + i * g.m : NULL,
+                      y + i * mhw, &o);
+    return 1;
+  }
+  const uint16_t *dy = op->in[2]->data;
+  uint16_t *dw = op->out[0] ? op->out[0]->data : NULL;
+  uint16_t *db = op->out[1] ? op->out[1]->data : NULL;
+  uint16_t *dx = op->out[2] ? op->out[2]->data : NULL;
+  for (int64_t i = 0; i < g.grp; i++)
+    conv_grad_group_bf16(op, &g, x + i * chw, w + i * wn, dy + i * mhw,
+                         dw ? dw + i * wn : NULL, db ? db + i * g.m : NULL,
+                         dx ? dx + i * chw : NULL, &o);
+  return 1;
+}

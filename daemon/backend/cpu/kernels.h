@@ -5,7 +5,8 @@
  * (cpu.c) tables them by op id. The CPU is the reference backend: every op
  * of DPM_KERNEL_OP_MAP has a CPU kernel, and one missing fails to link (the
  * collectives are the engine's: engine/collective.h). FC and Conv run their
- * matrix products through backend/cpu/gemm.h. */
+ * matrix products through backend/cpu/gemm.h (in a bf16 model, on CPUs
+ * with AVX512-BF16, through backend/cpu/gemm_bf16.h: lowp_run.h). */
 #ifndef DPM_BACKEND_CPU_KERNELS_H
 #define DPM_BACKEND_CPU_KERNELS_H
 

@@ -1,5 +1,5 @@
-/* Ops over bf16/f16 tensors on the CPU through their f32 kernels
- * (lowp_run.h). */
+/* Ops over bf16/f16 tensors on the CPU: natively where fc_bf16.c or conv.c can,
+ * else through their f32 kernels (lowp_run.h). */
 #include "backend/cpu/lowp_run.h"
 
 #include <string.h>
@@ -45,7 +45,10 @@ size_t dpm_cpu_lowp_scratch(const dpm_kernel_def *inner, const dpm_node *n,
   for (int k = 0; k < n->n_in; k++, m++) names[m] = n->in[k], s[m] = in[k];
   for (int k = 0; k < n->n_out; k++, m++) names[m] = n->out[k], s[m] = out[k];
   for (int k = 0; k < m; k++) b += copy_bytes(names, s, k);
-  return b;
+  size_t fc = dpm_cpu_fc_bf16_scratch(n, in, out),
+         conv = dpm_cpu_conv_bf16_scratch(n, in, out);
+  size_t native = fc > conv ? fc : conv;
+  return native > b ? native : b;
 }
 
 typedef struct {
@@ -80,6 +83,9 @@ static dpm_tensor *copy_of(copies *c, dpm_tensor *t, int output) {
 }
 
 static void lowp_run(const dpm_op *op) {
+  if (dpm_cpu_fc_bf16_run(op, op->ctx->scratch) ||
+      dpm_cpu_conv_bf16_run(op, op->ctx->scratch))
+    return;
   const dpm_kernel_def *inner = op->inner;
   dpm_shape in[DPM_OP_MAX_IO], f[DPM_OP_MAX_IO];
   for (int k = 0; k < op->n_in; k++)
