@@ -34,7 +34,8 @@ size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t,
  * a Cast: on the cpu backend it runs through the low-precision wrapper
  * (backend/cpu/lowp_run.h), on fenced through the same wrapper inside the
  * fence; another backend's kernel must take that type (dpm_kernel_def
- * lowp: cuda's FC, FCGradient, Relu and ReluGradient take bf16), else bind
+ * lowp: cuda's FC, FCGradient, Relu, ReluGradient and byte moves take
+ * bf16), else bind
  * refuses it, naming op, type and device. */
 int dpm_node_low(const dpm_node *n, const dpm_shapes *t);
 /* The kernel of op def on backend be, into *out: the engine's for a

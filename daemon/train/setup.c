@@ -567,7 +567,8 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
 /* precision.compute bf16/fp16 runs on cpu devices (the 16-bit ops through
  * the CPU's f32 kernels: backend/cpu/lowp_run.h) and fenced ones (the same,
  * inside the fence); bf16 also on cuda devices, where FC, FCGradient, Relu,
- * ReluGradient and Cast have bf16 kernels: a net with another op on bf16
+ * ReluGradient, Cast and the byte moves (Copy, Flatten, Reshape, Concat
+ * ...) have bf16 kernels: a net with another op on bf16
  * tensors is refused when it is bound, naming op and device
  * (engine/exec.h). fp16 is refused on cuda here. */
 static dpm_status precision_check(const dpm_trainer *t, const Dpm__ModelSpec *spec,

@@ -88,5 +88,8 @@ const dpm_kernel_def DPM_CUDA_KERNEL(TANH_GRADIENT) = {.run = tanh_grad_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(ADD) = {.run = sum_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(SUM) = {.run = sum_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(SCALE) = {.run = scale_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(COPY) = {.run = copy_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(STOP_GRADIENT) = {.run = copy_run};
+/* Copy and StopGradient move bytes: bf16 too. */
+const dpm_kernel_def DPM_CUDA_KERNEL(COPY) = {.run = copy_run,
+                                              .lowp = DPM_LOWP_BIT(DPM_BF16)};
+const dpm_kernel_def DPM_CUDA_KERNEL(STOP_GRADIENT) = {.run = copy_run,
+                                                       .lowp = DPM_LOWP_BIT(DPM_BF16)};
