@@ -35,8 +35,7 @@ size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t,
  * (backend/cpu/lowp_run.h), on fenced through the same wrapper inside the
  * fence; another backend's kernel must take that type (dpm_kernel_def
  * lowp: cuda's FC, FCGradient, Relu, ReluGradient and byte moves take
- * bf16), else bind
- * refuses it, naming op, type and device. */
+ * bf16), else bind refuses it, naming op, type and device. */
 int dpm_node_low(const dpm_node *n, const dpm_shapes *t);
 /* The kernel of op def on backend be, into *out: the engine's for a
  * collective (engine/collective.h), whatever the backend, else be's.

@@ -89,7 +89,8 @@ TEST(cuda_plugin_has_a_kernel_for_every_op) {
         DPM_OP_COPY,    DPM_OP_STOP_GRADIENT,    DPM_OP_FLATTEN, DPM_OP_FLATTEN_GRADIENT,
         DPM_OP_RESHAPE, DPM_OP_RESHAPE_GRADIENT, DPM_OP_CONCAT,  DPM_OP_CONCAT_GRADIENT};
     int bf16 = 0;
-    for (size_t j = 0; j < sizeof bf16_ops / sizeof *bf16_ops; j++) bf16 |= id == bf16_ops[j];
+    for (size_t j = 0; j < sizeof bf16_ops / sizeof *bf16_ops; j++)
+      bf16 |= id == bf16_ops[j];
     if (k && (k->lowp != (bf16 ? DPM_LOWP_BIT(DPM_BF16) : 0u)))
       dpm_test_fail(__FILE__, __LINE__, "op %s: cuda lowp 0x%x", all[id]->name, k->lowp);
     if (backend_op[id] && (!k || !k->run))

@@ -597,8 +597,10 @@ static int lowp_losses(double *loss) {
   int ok = t != NULL;
   for (int i = 0; ok && i < FENCED_STEPS; i++) {
     ok = !dpm_trainer_step(t, 1, &st, &err);
-    if (ok) loss[i] = st.loss;
-    else printf("    step: %s\n", err.msg);
+    if (ok)
+      loss[i] = st.loss;
+    else
+      printf("    step: %s\n", err.msg);
   }
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);

@@ -35,8 +35,8 @@ static void copy_run(const dpm_op *op) {
 }
 
 /* `rows` rows of `width` elements of f bytes from src (rows `spitch`
- * elements apart) to dst (`dpitch` apart): one 2D copy, or one copy per row where a pitch is
- * beyond what a 2D copy takes. */
+ * elements apart) to dst (`dpitch` apart): one 2D copy, or one copy per row where a pitch
+ * is beyond what a 2D copy takes. */
 static void copy_rows(cuda_dev *dev, char *dst, int64_t dpitch, const char *src,
                       int64_t spitch, int64_t width, int64_t rows, size_t f) {
   if (width == 0 || rows == 0) return;
@@ -49,10 +49,9 @@ static void copy_rows(cuda_dev *dev, char *dst, int64_t dpitch, const char *src,
                                    cudaMemcpyDeviceToDevice, dev->compute));
   } else {
     for (int64_t r = 0; r < rows; r++)
-      if (!CUDA_OK(dev,
-                   cudaMemcpyAsync(dst + (size_t)(r * dpitch) * f,
-                                   src + (size_t)(r * spitch) * f, (size_t)width * f,
-                                   cudaMemcpyDeviceToDevice, dev->compute)))
+      if (!CUDA_OK(dev, cudaMemcpyAsync(dst + (size_t)(r * dpitch) * f,
+                                        src + (size_t)(r * spitch) * f, (size_t)width * f,
+                                        cudaMemcpyDeviceToDevice, dev->compute)))
         return;
   }
 }
@@ -93,7 +92,8 @@ static void concat_grad_run(const dpm_op *op) {
       len = last * inner;
     }
     if (op->out[k])
-      copy_rows(dev, op->out[k]->data, len, joined + (size_t)off * f, total, len, rows, f);
+      copy_rows(dev, op->out[k]->data, len, joined + (size_t)off * f, total, len, rows,
+                f);
     off += len;
   }
 }

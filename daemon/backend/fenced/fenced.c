@@ -59,8 +59,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "backend/device.h"
 #include "backend/cpu/lowp_run.h"
+#include "backend/device.h"
 #include "backend/fenced/fenced.h"
 
 #define ARENA_BYTES ((size_t)1 << 36) /* 64 GiB of address space, reserved */
