@@ -489,8 +489,8 @@ static void check_bf16_cast(dpm_dev *dev) {
         note("bf16 0x%04x widened differs from the host", (unsigned)i);
   }
   row("bf16 cast", ok && bad == 0,
-      "%lld f32 -> bf16 and %d bf16 -> f32 patterns, %lld differ from the host", (long long)n,
-      N16, (long long)bad);
+      "%lld f32 -> bf16 and %d bf16 -> f32 patterns, %lld differ from the host",
+      (long long)n, N16, (long long)bad);
   free(f), free(h), free(got16), free(want16), free(got32), free(want32);
 }
 
@@ -568,8 +568,8 @@ static void check_bf16_fc(dpm_dev *dev) {
   if (ok && worst > 1) note("worst element %.3g of its bound", worst);
   /* max_diff > 0: it did round (not an f32 run in disguise) */
   row("bf16 fc", ok && worst <= 1 && max_diff > 0,
-      "%d runs (3 shapes, Relu fused or not), worst %.3g of the derived bound, max |diff| "
-      "%.3g",
+      "%d runs (3 shapes, Relu fused or not), worst %.3g of the derived bound, "
+      "max |diff| %.3g",
       runs, worst, max_diff);
 }
 
@@ -941,6 +941,32 @@ static void check_bf16_step(void) {
   dpm_spec_free(spec);
 }
 
+/* `bf16 cnn refused`: the CNN in bf16, whose Conv, ConvGradient and pools
+ * have no bf16 kernel on cuda, is refused when its trainer is made, naming
+ * the first such op and the device ("op Conv has no bf16 kernel on device
+ * cuda:0"); on the CPU's kinds (--kind cpu, fenced) it trains a step. */
+static void check_bf16_refused(void) {
+  Dpm__ModelSpec *spec =
+      synthetic_spec_tail(CNN_FORWARD, 32, "dag", "", "precision: {compute: bf16}\n");
+  dpm_trainer_options opt = {.devices = 1, .kind = kind, .net_type = -1};
+  dpm_trainer *t = NULL;
+  dpm_err err = {0};
+  dpm_status st = spec ? dpm_trainer_create(spec, &opt, &t, &err) : DPM_SPEC;
+  int ok;
+  if (kind == DPM_DEVICE_CUDA) {
+    ok = st == DPM_UNSUPPORTED &&
+         strstr(err.msg, "op Conv has no bf16 kernel on device cuda:0");
+    row("bf16 cnn refused", ok, "%s", st ? err.msg : "created: not refused");
+  } else {
+    ok = !st && steps(t, 1);
+    if (st) note("create: %s", err.msg);
+    row("bf16 cnn refused", ok, "on %s: created and stepped (the CPU's bf16 path)",
+        kind_name);
+  }
+  dpm_trainer_destroy(t);
+  dpm_spec_free(spec);
+}
+
 /* Two runs with deterministic math (parallel.deterministic: true): bitwise
  * equal parameters after 20 steps, on `devices` GPUs. */
 static void check_deterministic(int devices) {
@@ -1133,6 +1159,7 @@ int main(int argc, char **argv) {
     check_bf16_fc(gpu);
     check_bf16_fc_grad(gpu);
     check_bf16_step();
+    check_bf16_refused();
     check_deterministic(1);
     if (gpus > 1) check_deterministic(2);
     check_warm(1, 0);
