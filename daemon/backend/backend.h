@@ -74,7 +74,17 @@ typedef struct dpm_kernel_def {
    * multi-tensor update: one launch for every parameter). The executor
    * hands every such run of ops to it (engine/exec.c). */
   void (*run_many)(const dpm_op *ops, int n);
+  /* The 16-bit types (DPM_LOWP_BIT(DPM_BF16) ...) in which run takes the
+   * op's floating tensors as they are, for a model whose precision.compute
+   * is one (engine/precision.h). 0: none, and an op of a net bound with a
+   * tensor of such a type is refused, naming op, type and device
+   * (dpm_exec_bind), but on the cpu backend, which runs every such op
+   * through its f32 kernel (backend/cpu/lowp_run.h), and on fenced, whose
+   * kernels run the CPU's wrapper with op->inner the CPU's kernel. */
+  unsigned lowp;
 } dpm_kernel_def;
+
+#define DPM_LOWP_BIT(t) (1u << (unsigned)(t))
 
 typedef struct dpm_backend {
   const char *name; /* "cpu" */

@@ -70,6 +70,18 @@ int dpm_node_low(const dpm_node *n, const dpm_shapes *t) {
   return dpm_cpu_lowp_wanted(n, in, out);
 }
 
+/* The first 16-bit type among node n's tensors (dpm_node_low: one is). */
+static dpm_dtype node_low_type(const dpm_node *n, const dpm_shapes *t) {
+  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
+  dpm_node_input_shapes(n, t, in);
+  output_shapes(n, t, out);
+  for (int k = 0; k < n->n_in; k++)
+    if (n->in[k] && dpm_dtype_is_low(in[k].dtype)) return in[k].dtype;
+  for (int k = 0; k < n->n_out; k++)
+    if (n->out[k] && dpm_dtype_is_low(out[k].dtype)) return out[k].dtype;
+  return DPM_BF16;
+}
+
 size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t, const dpm_backend *be) {
   size_t scratch = 0;
   for (int i = 0; i < net->n; i++) {
@@ -79,7 +91,8 @@ size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t, const dpm_backen
     dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
     dpm_node_input_shapes(n, t, in);
     output_shapes(n, t, out);
-    if (be == &dpm_backend_cpu && dpm_cpu_lowp_wanted(n, in, out)) {
+    if ((be == &dpm_backend_cpu || be->kind == DPM_DEVICE_FENCED) &&
+        dpm_cpu_lowp_wanted(n, in, out)) {
       size_t s = dpm_cpu_lowp_scratch(k, n, in, out);
       if (s > scratch) scratch = s;
       continue;
@@ -117,13 +130,18 @@ dpm_status dpm_exec_bind(dpm_exec *x, const dpm_net *net, const dpm_shapes *t,
     *op = (dpm_op){.node = n, .n_in = n->n_in, .n_out = n->n_out, .ctx = ctx};
     if (dpm_exec_kernel(be, n->def, dev, &op->kernel, err)) return err->code;
     if (n->def->id != DPM_OP_CAST && dpm_node_low(n, t)) {
-      if (be != &dpm_backend_cpu)
-        return dpm_errf(err, DPM_UNSUPPORTED,
-                        "op %s on bf16/f16 tensors is not supported on device %s in "
-                        "this build (precision.compute runs on cpu devices only)",
-                        n->def->name, dev);
-      op->inner = op->kernel;
-      op->kernel = &dpm_cpu_lowp_kernel;
+      if (be == &dpm_backend_cpu) {
+        op->inner = op->kernel;
+        op->kernel = &dpm_cpu_lowp_kernel;
+      } else {
+        dpm_dtype low = node_low_type(n, t);
+        if (!(op->kernel->lowp & DPM_LOWP_BIT(low)))
+          return dpm_errf(err, DPM_UNSUPPORTED,
+                          "op %s has no %s kernel on device %s (precision.compute)",
+                          n->def->name, dpm_dtype_name(low), dev);
+        op->inner = dpm_backend_cpu.kernel(n->def->id); /* fenced runs the CPU's
+                                                           wrapper around it */
+      }
     }
     for (int k = 0; k < n->n_in; k++)
       if (n->in[k] && bind_blob(ws, t, n->in[k], &op->in[k], err)) return err->code;

@@ -32,8 +32,10 @@ size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t,
                        const struct dpm_backend *be);
 /* Whether node n reads or writes a bf16/f16 blob (types from t) and is not
  * a Cast: on the cpu backend it runs through the low-precision wrapper
- * (backend/cpu/lowp_run.h), which no other backend has (bind refuses it,
- * naming op and device). */
+ * (backend/cpu/lowp_run.h), on fenced through the same wrapper inside the
+ * fence; another backend's kernel must take that type (dpm_kernel_def
+ * lowp: cuda's FC, FCGradient, Relu, ReluGradient and byte moves take
+ * bf16), else bind refuses it, naming op, type and device. */
 int dpm_node_low(const dpm_node *n, const dpm_shapes *t);
 /* The kernel of op def on backend be, into *out: the engine's for a
  * collective (engine/collective.h), whatever the backend, else be's.

@@ -564,9 +564,13 @@ static dpm_status agree(dpm_trainer *t, const Dpm__ModelSpec *spec, dpm_err *err
   return trainer_shard_prefix(t, err);
 }
 
-/* precision.compute bf16/fp16 runs on cpu devices only: the 16-bit ops run
- * through the CPU's f32 kernels (backend/cpu/lowp_run.h), which no other
- * backend has. */
+/* precision.compute bf16/fp16 runs on cpu devices (the 16-bit ops through
+ * the CPU's f32 kernels: backend/cpu/lowp_run.h) and fenced ones (the same,
+ * inside the fence); bf16 also on cuda devices, where FC, FCGradient, Relu,
+ * ReluGradient, Cast and the byte moves (Copy, Flatten, Reshape, Concat
+ * ...) have bf16 kernels: a net with another op on bf16 tensors is refused
+ * when it is bound, naming op and device (engine/exec.h). fp16 is refused
+ * on cuda here. */
 static dpm_status precision_check(const dpm_trainer *t, const Dpm__ModelSpec *spec,
                                   dpm_err *err) {
   static const char *const names[] = {[DPM__COMPUTE_TYPE__COMPUTE_FP32] = "fp32",
@@ -574,13 +578,15 @@ static dpm_status precision_check(const dpm_trainer *t, const Dpm__ModelSpec *sp
                                       [DPM__COMPUTE_TYPE__COMPUTE_FP16] = "fp16"};
   const Dpm__PrecisionSpec *p = spec->precision;
   if (!p || p->compute == DPM__COMPUTE_TYPE__COMPUTE_FP32 ||
-      t->dev[0].kind == DPM_DEVICE_CPU)
+      t->dev[0].kind == DPM_DEVICE_CPU || t->dev[0].kind == DPM_DEVICE_FENCED ||
+      (t->dev[0].kind == DPM_DEVICE_CUDA &&
+       p->compute == DPM__COMPUTE_TYPE__COMPUTE_BF16))
     return DPM_OK;
   char at[32] = "";
   if (p->has_line) snprintf(at, sizeof at, "%u:", p->line);
   return dpm_errf(err, DPM_UNSUPPORTED,
                   "%s:%s precision.compute %s: not supported on %s devices in this "
-                  "build (cpu devices only)",
+                  "build (cpu and fenced devices; cuda: bf16 only)",
                   spec->source ? spec->source : "spec", at,
                   (unsigned)p->compute < sizeof names / sizeof *names ? names[p->compute]
                                                                       : "?",

@@ -47,6 +47,7 @@
 #include "backend/cuda_load.h"
 #include "backend/device.h"
 #include "common/spec.h"
+#include "engine/lowp.h"
 #include "tests/opcases/oprun.h"
 #include "train/trainer.h"
 
@@ -375,6 +376,268 @@ static void check_dropout(dpm_dev *gpu) {
   oprun_result_fini(&rg);
 }
 
+/* ---- bf16 (precision.compute: bf16) ------------------------------------------ */
+
+/* One node of op `op` (arguments args, fusion fuse) on dev: inputs of the
+ * given shapes (dtypes included) written from in[k], its n_out outputs
+ * read back into out[k] (as many bytes as each output's shape has, up to
+ * out_bytes[k]). Runs through the engine's bind, as a net would (on cpu,
+ * 16-bit ops through the CPU's wrapper; on fenced the same inside the
+ * fence; on cuda the bf16 kernels). 1 on success; else a note and 0. */
+static int run_node(dpm_dev *dev, const char *op, const char *args, unsigned fuse,
+                    int n_in, const dpm_shape *shape, const void *const *in, int n_out,
+                    void *const *out, const size_t *out_bytes) {
+  dpm_net net = {0};
+  dpm_shapes shapes = {0};
+  dpm_workspace ws = {.dev = dev};
+  dpm_ctx ctx = {.dev = dev, .math = DPM_MATH_DIRECT};
+  dpm_exec x = {0};
+  dpm_err err = {0};
+  static const char *const in_names[] = {"in0", "in1", "in2", "in3"};
+  static const char *const out_names[] = {"out0", "out1", "out2", "out3"};
+  const dpm_op_def *def = dpm_op_find(op);
+  dpm_node *n = def && n_in <= 4 && n_out <= 4
+                    ? dpm_net_add(&net, def, n_in, in_names, n_out, out_names, &err)
+                    : NULL;
+  int ok = n != NULL;
+  if (ok) {
+    n->fuse = fuse;
+    ok = !dpm_node_set_args(n, args, &err) && !dpm_node_check_required(n, &err);
+  }
+  for (int k = 0; ok && k < n_in; k++)
+    ok = !dpm_shapes_set(&shapes, in_names[k], &shape[k], DPM_BLOB_DATA);
+  ok = ok && !dpm_net_infer(&net, &shapes, -1, "bf16", &err) &&
+       !dpm_exec_bind(&x, &net, &shapes, &ws, &ctx, &err);
+  if (ok) {
+    for (int k = 0; k < n_in; k++)
+      dpm_tensor_write(x.ops[0].in[k], in[k], dpm_shape_bytes(&shape[k]));
+    dpm_exec_run(&x);
+    for (int k = 0; ok && k < n_out; k++) {
+      size_t b = dpm_shape_bytes(&x.ops[0].out[k]->shape);
+      if (b > out_bytes[k]) {
+        note("%s: output %d has %zu bytes, %zu expected", op, k, b, out_bytes[k]);
+        ok = 0;
+      } else {
+        dpm_tensor_read(x.ops[0].out[k], out[k], b);
+      }
+    }
+    if (dev) dpm_dev_synchronize(dev);
+    if (ok && dev && dpm_dev_failure(dev, &err)) ok = 0;
+  }
+  if (!ok && err.msg[0]) note("%s %s: %s", op, args, err.msg);
+  dpm_exec_fini(&x);
+  dpm_ws_fini(&ws);
+  dpm_ctx_fini(&ctx);
+  dpm_shapes_fini(&shapes);
+  dpm_net_fini(&net);
+  return ok;
+}
+
+/* Uniform values in [-1, 1) from a fixed LCG (the same on every host). */
+static void fill_vals(float *v, int64_t n, uint32_t seed) {
+  uint32_t s = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    v[i] = (float)((double)(s >> 8) / (double)(1u << 24) * 2 - 1);
+  }
+}
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) {
+    fprintf(stderr, "gpu_test: out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+
+/* `bf16 cast`: Cast on the device against the host's conversion
+ * (engine/lowp.h), bitwise: every bf16 pattern widened, and f32 narrowed:
+ * every high half with the low halves around the rounding point (ties both
+ * ways), and a stride through all 2^32 patterns (NaNs, infinities,
+ * subnormals). */
+static void check_bf16_cast(dpm_dev *dev) {
+  enum { N16 = 65536 };
+  static const uint32_t low[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff};
+  const int64_t n_low = (int64_t)(sizeof low / sizeof *low), n_round = 65536 * n_low,
+                n_stride = 1 << 20;
+  const int64_t n = n_round + n_stride;
+  uint32_t *f = xcalloc((size_t)n, 4);
+  for (int64_t i = 0; i < n_round; i++)
+    f[i] = ((uint32_t)(i / n_low) << 16) | low[i % n_low];
+  for (int64_t i = 0; i < n_stride; i++) f[n_round + i] = (uint32_t)(i * 4099u + 17u);
+  uint16_t *h = xcalloc(N16, 2), *got16 = xcalloc((size_t)n, 2),
+           *want16 = xcalloc((size_t)n, 2);
+  float *got32 = xcalloc(N16, 4), *want32 = xcalloc(N16, 4);
+  for (int i = 0; i < N16; i++) h[i] = (uint16_t)i;
+  dpm_shape sn = dpm_shape_make(DPM_F32, 1, (int64_t[]){n}),
+            s16 = dpm_shape_make(DPM_BF16, 1, (int64_t[]){N16});
+  size_t b16 = (size_t)n * 2, b32 = (size_t)N16 * 4;
+  int ok = run_node(dev, "Cast", "from=f32 to=bf16", 0, 1, &sn, (const void *[]){f}, 1,
+                    (void *[]){got16}, &b16) &&
+           run_node(dev, "Cast", "from=bf16 to=f32", 0, 1, &s16, (const void *[]){h}, 1,
+                    (void *[]){got32}, &b32);
+  int64_t bad = 0;
+  if (ok) {
+    dpm_bf16_from_f32(want16, (const float *)f, (size_t)n);
+    dpm_f32_from_bf16(want32, h, N16);
+    for (int64_t i = 0; i < n; i++)
+      if (got16[i] != want16[i] && bad++ < 3)
+        note("f32 0x%08x: 0x%04x, host 0x%04x", f[i], got16[i], want16[i]);
+    for (int i = 0; i < N16; i++)
+      if (memcmp(&got32[i], &want32[i], 4) && bad++ < 3)
+        note("bf16 0x%04x widened differs from the host", (unsigned)i);
+  }
+  row("bf16 cast", ok && bad == 0,
+      "%lld f32 -> bf16 and %d bf16 -> f32 patterns, %lld differ from the host",
+      (long long)n, N16, (long long)bad);
+  free(f), free(h), free(got16), free(want16), free(got32), free(want32);
+}
+
+/* The bound of an FC-like output computed in bf16 from inputs rounded
+ * once, against f32 on the unrounded inputs (tests/unit/precision_test.c
+ * derives it), with bf16's unit roundoff u = 2^-8 (8 significant bits,
+ * round to nearest: |d| <= 2^-8; precision_test.c uses 2^-9, half of it,
+ * which a single rounding can exceed): e = (2u + u^2 + acc K 2^-24
+ * (1 + 2u)) S + u |b|, bound e + u (|y| + e), with S = sum |x w| over the
+ * K products. acc: the CPU test's 2 (two f32 sums of K terms, each within
+ * K 2^-24 S), here 3, since the tensor cores' f32 accumulation may align
+ * by truncation and so be off by up to 2 K 2^-24 S (Fasi, Higham, Mikaitis
+ * and Pranesh, "Numerical behavior of NVIDIA tensor cores", 2021); Relu
+ * (fused) is 1-Lipschitz and keeps it. Returns |low - ref| / bound. */
+static double bf16_ratio(double low, double ref, double s, double b, int64_t k) {
+  const double u = 0x1p-8;
+  double e = (2 * u + u * u + 3.0 * (double)k * 0x1p-24 * (1 + 2 * u)) * s + u * b;
+  double bound = e + u * (fabs(ref) + e);
+  return fabs(low - ref) / fmax(bound, 1e-300);
+}
+
+typedef struct {
+  int64_t n, k, m;
+} fc_dims;
+
+/* bf16 copies (rounded once) of n f32 values. */
+static uint16_t *to_bf16(const float *v, int64_t n) {
+  uint16_t *h = xcalloc((size_t)n, 2);
+  dpm_bf16_from_f32(h, v, (size_t)n);
+  return h;
+}
+
+/* `bf16 fc`: FC in bf16 on the device against the f32 FC on the device
+ * (TF32 off) on the unrounded inputs, every element within its bound, at
+ * the MLP's first layer (64 x 784 -> 256), its last (64 x 128 -> 10), an
+ * odd shape (7 x 33 -> 5: unaligned rows), each also with the Relu fused. */
+static void check_bf16_fc(dpm_dev *dev) {
+  static const fc_dims dims[] = {{64, 784, 256}, {64, 128, 10}, {7, 33, 5}};
+  double worst = 0, max_diff = 0;
+  int ok = 1, runs = 0;
+  for (size_t c = 0; c < sizeof dims / sizeof *dims && ok; c++)
+    for (int relu = 0; relu < 2 && ok; relu++) {
+      const int64_t N = dims[c].n, K = dims[c].k, M = dims[c].m;
+      float *x = xcalloc((size_t)(N * K), 4), *w = xcalloc((size_t)(M * K), 4),
+            *b = xcalloc((size_t)M, 4), *y = xcalloc((size_t)(N * M), 4);
+      fill_vals(x, N * K, 1 + (uint32_t)c), fill_vals(w, M * K, 2 + (uint32_t)c);
+      fill_vals(b, M, 3 + (uint32_t)c);
+      for (int64_t i = 0; i < M * K; i++) w[i] *= 0.1f;
+      uint16_t *xl = to_bf16(x, N * K), *wl = to_bf16(w, M * K), *bl = to_bf16(b, M),
+               *yl = xcalloc((size_t)(N * M), 2);
+      char args[32];
+      snprintf(args, sizeof args, "dim_out=%lld", (long long)M);
+      dpm_shape sh[3] = {dpm_shape_make(DPM_F32, 2, (int64_t[]){N, K}),
+                         dpm_shape_make(DPM_F32, 2, (int64_t[]){M, K}),
+                         dpm_shape_make(DPM_F32, 1, (int64_t[]){M})};
+      size_t by = (size_t)(N * M) * 4, byl = (size_t)(N * M) * 2;
+      unsigned fuse = relu ? DPM_FUSE_RELU : 0;
+      ok = run_node(dev, "FC", args, fuse, 3, sh, (const void *[]){x, w, b}, 1,
+                    (void *[]){y}, &by);
+      for (int k = 0; k < 3; k++) sh[k].dtype = DPM_BF16;
+      ok = ok && run_node(dev, "FC", args, fuse, 3, sh, (const void *[]){xl, wl, bl}, 1,
+                          (void *[]){yl}, &byl);
+      for (int64_t i = 0; ok && i < N; i++)
+        for (int64_t j = 0; j < M; j++) {
+          double s = 0;
+          for (int64_t q = 0; q < K; q++) s += fabs((double)x[i * K + q] * w[j * K + q]);
+          double low = dpm_f32_from_bf16_1(yl[i * M + j]), ref = y[i * M + j];
+          double r = bf16_ratio(low, ref, s, fabs(b[j]), K);
+          if (!(r <= worst)) worst = r; /* NaN too */
+          max_diff = fmax(max_diff, fabs(low - ref));
+        }
+      runs++;
+      free(x), free(w), free(b), free(y), free(xl), free(wl), free(bl), free(yl);
+    }
+  if (ok && worst > 1) note("worst element %.3g of its bound", worst);
+  /* max_diff > 0: it did round (not an f32 run in disguise) */
+  row("bf16 fc", ok && worst <= 1 && max_diff > 0,
+      "%d runs (3 shapes, Relu fused or not), worst %.3g of the derived bound, "
+      "max |diff| %.3g",
+      runs, worst, max_diff);
+}
+
+/* `bf16 fc grad`: FCGradient in bf16 (X, W, dY and the outputs dW, db, dX
+ * all bf16, as the precision rewrite types them) against the f32
+ * FCGradient on the device on the unrounded inputs: dW's elements over N
+ * products, dX's over M, db's over N (one rounded input: the bound holds
+ * with room), each within its bound. */
+static void check_bf16_fc_grad(dpm_dev *dev) {
+  static const fc_dims dims[] = {{64, 784, 256}, {64, 128, 10}, {7, 33, 5}};
+  double worst = 0, max_diff = 0;
+  int ok = 1;
+  for (size_t c = 0; c < sizeof dims / sizeof *dims && ok; c++) {
+    const int64_t N = dims[c].n, K = dims[c].k, M = dims[c].m;
+    float *x = xcalloc((size_t)(N * K), 4), *w = xcalloc((size_t)(M * K), 4),
+          *dy = xcalloc((size_t)(N * M), 4);
+    fill_vals(x, N * K, 11 + (uint32_t)c), fill_vals(w, M * K, 12 + (uint32_t)c);
+    fill_vals(dy, N * M, 13 + (uint32_t)c);
+    float *dw = xcalloc((size_t)(M * K), 4), *db = xcalloc((size_t)M, 4),
+          *dx = xcalloc((size_t)(N * K), 4);
+    uint16_t *xl = to_bf16(x, N * K), *wl = to_bf16(w, M * K), *dyl = to_bf16(dy, N * M);
+    uint16_t *dwl = xcalloc((size_t)(M * K), 2), *dbl = xcalloc((size_t)M, 2),
+             *dxl = xcalloc((size_t)(N * K), 2);
+    dpm_shape sh[3] = {dpm_shape_make(DPM_F32, 2, (int64_t[]){N, K}),
+                       dpm_shape_make(DPM_F32, 2, (int64_t[]){M, K}),
+                       dpm_shape_make(DPM_F32, 2, (int64_t[]){N, M})};
+    size_t b32[3] = {(size_t)(M * K) * 4, (size_t)M * 4, (size_t)(N * K) * 4},
+           b16[3] = {(size_t)(M * K) * 2, (size_t)M * 2, (size_t)(N * K) * 2};
+    char args[32];
+    snprintf(args, sizeof args, "dim_out=%lld", (long long)M);
+    ok = run_node(dev, "FCGradient", args, 0, 3, sh, (const void *[]){x, w, dy}, 3,
+                  (void *[]){dw, db, dx}, b32);
+    for (int k = 0; k < 3; k++) sh[k].dtype = DPM_BF16;
+    ok = ok && run_node(dev, "FCGradient", args, 0, 3, sh, (const void *[]){xl, wl, dyl},
+                        3, (void *[]){dwl, dbl, dxl}, b16);
+    for (int64_t j = 0; ok && j < M; j++) { /* dW [M, K] = dY^T X; db [M] */
+      double sb = 0;
+      for (int64_t i = 0; i < N; i++) sb += fabs((double)dy[i * M + j]);
+      double r = bf16_ratio(dpm_f32_from_bf16_1(dbl[j]), db[j], sb, 0, N);
+      if (!(r <= worst)) worst = r;
+      max_diff = fmax(max_diff, fabs(dpm_f32_from_bf16_1(dbl[j]) - db[j]));
+      for (int64_t q = 0; q < K; q++) {
+        double s = 0;
+        for (int64_t i = 0; i < N; i++) s += fabs((double)dy[i * M + j] * x[i * K + q]);
+        double low = dpm_f32_from_bf16_1(dwl[j * K + q]), ref = dw[j * K + q];
+        r = bf16_ratio(low, ref, s, 0, N);
+        if (!(r <= worst)) worst = r;
+        max_diff = fmax(max_diff, fabs(low - ref));
+      }
+    }
+    for (int64_t i = 0; ok && i < N; i++) /* dX [N, K] = dY W */
+      for (int64_t q = 0; q < K; q++) {
+        double s = 0;
+        for (int64_t j = 0; j < M; j++) s += fabs((double)dy[i * M + j] * w[j * K + q]);
+        double low = dpm_f32_from_bf16_1(dxl[i * K + q]), ref = dx[i * K + q];
+        double r = bf16_ratio(low, ref, s, 0, M);
+        if (!(r <= worst)) worst = r;
+        max_diff = fmax(max_diff, fabs(low - ref));
+      }
+    free(x), free(w), free(dy), free(dw), free(db), free(dx);
+    free(xl), free(wl), free(dyl), free(dwl), free(dbl), free(dxl);
+  }
+  if (ok && worst > 1) note("worst element %.3g of its bound", worst);
+  row("bf16 fc grad", ok && worst <= 1 && max_diff > 0,
+      "dW, db, dX at 3 shapes, worst %.3g of the derived bound, max |diff| %.3g", worst,
+      max_diff);
+}
+
 /* ---- trainers ------------------------------------------------------------------ */
 
 #define MLP_FORWARD                                                                      \
@@ -432,9 +695,11 @@ static const char *deep_forward(char *buf, size_t n) {
 }
 
 /* A spec on synthetic 28x28 data, per_device examples per device; extra:
- * more keys of `parallel` ("deterministic: true, "), or "". */
-static Dpm__ModelSpec *synthetic_spec(const char *forward, int per_device,
-                                      const char *net_type, const char *extra) {
+ * more keys of `parallel` ("deterministic: true, "), or ""; tail: more
+ * top-level keys ("precision: {compute: bf16}\n"), or "". */
+static Dpm__ModelSpec *synthetic_spec_tail(const char *forward, int per_device,
+                                           const char *net_type, const char *extra,
+                                           const char *tail) {
   char yaml[8192];
   snprintf(yaml, sizeof yaml,
            "name: t\n"
@@ -446,13 +711,18 @@ static Dpm__ModelSpec *synthetic_spec(const char *forward, int per_device,
            "losses: [loss]\n"
            "update: {optimizer: momentum_sgd, momentum: 0.9, weight_decay: 0.0001,"
            " lr: {base: 0.01}}\n"
-           "parallel: {%snet_type: %s, bucket_bytes: 65536}\n",
-           per_device, forward, extra, net_type);
+           "parallel: {%snet_type: %s, bucket_bytes: 65536}\n%s",
+           per_device, forward, extra, net_type, tail);
   Dpm__ModelSpec *spec = NULL;
   dpm_err err = {0};
   if (dpm_spec_parse(yaml, strlen(yaml), "t.yaml", &spec, &err))
     note("spec: %s", err.msg);
   return spec;
+}
+
+static Dpm__ModelSpec *synthetic_spec(const char *forward, int per_device,
+                                      const char *net_type, const char *extra) {
+  return synthetic_spec_tail(forward, per_device, net_type, extra, "");
 }
 
 /* A trainer on `devices` devices of kind; force_comm: a group even for one
@@ -544,7 +814,7 @@ static int replicas_identical(dpm_trainer *t) {
 /* An example trained on device 0 for `epochs`, evaluated after each: the
  * last (best_of 0) or best evaluation must reach goal, as on the CPU. */
 static void check_example(const char *label, const char *path, int epochs, int best_of,
-                          double goal) {
+                          double goal, int bf16) {
   Dpm__ModelSpec *spec = NULL;
   dpm_err err = {0};
   double t0 = now_s(), acc = 0, best = 0, loss = 0;
@@ -552,6 +822,19 @@ static void check_example(const char *label, const char *path, int epochs, int b
     note("%s: %s", path, err.msg);
     row(label, 0, "spec not loaded");
     return;
+  }
+  if (bf16) { /* precision: {compute: bf16} */
+    if (!spec->precision) {
+      Dpm__PrecisionSpec *p = malloc(sizeof *p);
+      if (!p) {
+        fprintf(stderr, "gpu_test: out of memory\n");
+        exit(2);
+      }
+      dpm__precision_spec__init(p);
+      spec->precision = p;
+    }
+    spec->precision->has_compute = 1;
+    spec->precision->compute = DPM__COMPUTE_TYPE__COMPUTE_BF16;
   }
   dpm_trainer *t = trainer(spec, kind, 1);
   int ok = t != NULL, e = 0;
@@ -608,6 +891,79 @@ static void check_against_cpu(const char *label, const char *forward, int force_
       init_same ? "bitwise equal" : "DIFFERS", rel, STEP_TOL, fig, group);
   dpm_trainer_destroy(c);
   dpm_trainer_destroy(g);
+  dpm_spec_free(spec);
+}
+
+/* `bf16 train step`: the MLP in bf16 (precision.compute: bf16) from the
+ * same initial parameters and batches on device 0 and on cpu:0, 3 steps
+ * (the first eager, the next captured and replayed where the device has
+ * graphs): each step's loss within 1e-2 relative, and the f32 masters
+ * after within 1e-2 relative of the largest. Why these: the two run the
+ * same casts bit for bit, but each FC's f32 sums add in other orders, so
+ * a bf16 output whose sum lies near a rounding point rounds the other way
+ * there: 1 bf16 ulp (2^-8 relative) on such elements, and otherwise the
+ * f32 orders' few 2^-24. Through three layers and the loss (whose gradient
+ * in the logits, p - onehot, has l1 norm at most 2) that moves the loss by
+ * a small multiple of 2^-8 relative at worst, well inside 1e-2, and the
+ * masters by lr (0.01) times gradients that agree as closely: far less
+ * than 1e-2 of the largest parameter. The same check on the CPU's kinds
+ * (--kind cpu, fenced) must be exact. */
+static void check_bf16_step(void) {
+  Dpm__ModelSpec *spec =
+      synthetic_spec_tail(MLP_FORWARD, 32, "dag", "", "precision: {compute: bf16}\n");
+  dpm_trainer *c = trainer(spec, DPM_DEVICE_CPU, 1), *g = trainer(spec, kind, 1);
+  int init_same = 0, ok = c && g;
+  double worst = INFINITY, rel = INFINITY;
+  if (ok) {
+    param_diff(c, g, &init_same);
+    worst = 0;
+    for (int i = 0; i < 3 && ok; i++) {
+      dpm_step_stats a, b;
+      dpm_err err = {0};
+      ok = !dpm_trainer_step(c, 1, &a, &err) && !dpm_trainer_step(g, 1, &b, &err);
+      if (!ok) {
+        note("step: %s", err.msg);
+        break;
+      }
+      double r = fabs(b.loss - a.loss) / fmax(fabs(a.loss), 1e-30);
+      if (!(r <= worst)) worst = r;
+      note("step %d: loss %.7g on %s:0, %.7g on cpu:0", i + 1, b.loss, kind_name, a.loss);
+    }
+    int bitwise;
+    if (ok) rel = param_diff(c, g, &bitwise);
+  }
+  row("bf16 train step", ok && init_same && worst <= 1e-2 && rel <= 1e-2,
+      "init %s; 3 steps, loss max rel diff %.2g (tol 1e-2); masters max rel diff %.2g "
+      "(tol 1e-2)",
+      init_same ? "bitwise equal" : "DIFFERS", worst, rel);
+  dpm_trainer_destroy(c);
+  dpm_trainer_destroy(g);
+  dpm_spec_free(spec);
+}
+
+/* `bf16 cnn refused`: the CNN in bf16, whose Conv, ConvGradient and pools
+ * have no bf16 kernel on cuda, is refused when its trainer is made, naming
+ * the first such op and the device ("op Conv has no bf16 kernel on device
+ * cuda:0"); on the CPU's kinds (--kind cpu, fenced) it trains a step. */
+static void check_bf16_refused(void) {
+  Dpm__ModelSpec *spec =
+      synthetic_spec_tail(CNN_FORWARD, 32, "dag", "", "precision: {compute: bf16}\n");
+  dpm_trainer_options opt = {.devices = 1, .kind = kind, .net_type = -1};
+  dpm_trainer *t = NULL;
+  dpm_err err = {0};
+  dpm_status st = spec ? dpm_trainer_create(spec, &opt, &t, &err) : DPM_SPEC;
+  int ok;
+  if (kind == DPM_DEVICE_CUDA) {
+    ok = st == DPM_UNSUPPORTED &&
+         strstr(err.msg, "op Conv has no bf16 kernel on device cuda:0");
+    row("bf16 cnn refused", ok, "%s", st ? err.msg : "created: not refused");
+  } else {
+    ok = !st && steps(t, 1);
+    if (st) note("create: %s", err.msg);
+    row("bf16 cnn refused", ok, "on %s: created and stepped (the CPU's bf16 path)",
+        kind_name);
+  }
+  dpm_trainer_destroy(t);
   dpm_spec_free(spec);
 }
 
@@ -799,6 +1155,11 @@ int main(int argc, char **argv) {
        capture on one GPU */
     check_against_cpu("MLP, group of one: 20 steps vs cpu:0", MLP_FORWARD, 1);
     check_against_cpu("CNN, group of one: 20 steps vs cpu:0", CNN_FORWARD, 1);
+    check_bf16_cast(gpu);
+    check_bf16_fc(gpu);
+    check_bf16_fc_grad(gpu);
+    check_bf16_step();
+    check_bf16_refused();
     check_deterministic(1);
     if (gpus > 1) check_deterministic(2);
     check_warm(1, 0);
@@ -810,8 +1171,9 @@ int main(int argc, char **argv) {
     }
   }
   if (!quick) {
-    check_example("examples/fmnist_mlp.yaml, 10 epochs", mlp, 10, 0, 0.88);
-    check_example("examples/fmnist_cnn.yaml, 5 epochs", cnn, 5, 1, 0.91);
+    check_example("examples/fmnist_mlp.yaml, 10 epochs", mlp, 10, 0, 0.88, 0);
+    check_example("examples/fmnist_cnn.yaml, 5 epochs", cnn, 5, 1, 0.91, 0);
+    check_example("bf16 mlp example", mlp, 10, 0, 0.88, 1);
   }
   printf("%d %s device(s); %s; %.1f s\n", gpus, kind_name,
          failed ? "FAILED" : "all passed", now_s() - t0);

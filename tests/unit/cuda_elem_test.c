@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/elem.h"
+#include "engine/lowp.h"
 #include "engine/op.h"
 #include "optest.h"
 #include "test.h"
@@ -463,4 +464,119 @@ TEST(cuda_elem_dropout_mask_matches_cpu_semantics) {
     CHECK_NEAR((double)kept / N, 1 - ratios[r], 0.0167);
     CHECK_NEAR((double)kept / N, (double)cpu_kept / N, 0.025);
   }
+}
+
+/* ---- bf16 and f16: the Cast kernel's conversions, and bf16 Relu --------- */
+
+static int same_u32(float a, float b) {
+  uint32_t x, y;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  return x == y;
+}
+
+/* Every bf16 and f16 pattern widens to engine/lowp.h's bits (NaNs
+ * included: their payloads too), and every widened value narrows back to
+ * lowp.h's pattern. */
+TEST(cuda_elem_cast_every_16_bit_pattern_is_lowp) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536 && bad < 5; h++) {
+    float b = dpm_from_bf16((uint16_t)h), f = dpm_from_f16((uint16_t)h);
+    if (!same_u32(b, dpm_f32_from_bf16_1((uint16_t)h)) ||
+        dpm_to_bf16(b) != dpm_bf16_from_f32_1(b) ||
+        !same_u32(f, dpm_f32_from_f16_1((uint16_t)h)) ||
+        dpm_to_f16(f) != dpm_f16_from_f32_1(f)) {
+      printf("    pattern 0x%04x\n", h);
+      bad++;
+    }
+  }
+  CHECK_INT(bad, 0);
+}
+
+/* f32 patterns: every high half with the low halves around bf16's and
+ * f16's rounding points (ties both ways, one below and above), and a
+ * stride through all 2^32 (NaNs, infinities, subnormals of both), against
+ * lowp.h's one-value functions and its slice kernels (what the CPU's Cast
+ * runs), bit for bit. */
+TEST(cuda_elem_cast_f32_patterns_are_lowp) {
+  enum { BLOCK = 4096 };
+  static float x[BLOCK];
+  static uint16_t sb[BLOCK], sh[BLOCK];
+  static const uint32_t low[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff,
+                                 0x0fff, 0x1000, 0x1001, 0x2000, 0x3000, 0xe000};
+  const int n_low = (int)(sizeof low / sizeof *low);
+  uint64_t u = 0, total = 0;
+  int bad = 0, phase = 0;
+  uint32_t hi = 0;
+  while (bad < 5) {
+    int n = 0;
+    for (; n < BLOCK; n++) {
+      uint32_t bits;
+      if (phase == 0) { /* the rounding points of each high half */
+        if (hi >= 65536u * (uint32_t)n_low) {
+          phase = 1;
+          break;
+        }
+        bits = ((hi / (uint32_t)n_low) << 16) | low[hi % (uint32_t)n_low];
+        hi++;
+      } else {
+        if (u > 0xffffffffull) break;
+        bits = (uint32_t)u;
+        u += 997;
+      }
+      memcpy(&x[n], &bits, 4);
+    }
+    if (n == 0) {
+      if (phase == 1 && u <= 0xffffffffull) continue;
+      break;
+    }
+    dpm_bf16_from_f32(sb, x, (size_t)n);
+    dpm_f16_from_f32(sh, x, (size_t)n);
+    for (int i = 0; i < n && bad < 5; i++) {
+      uint16_t b = dpm_to_bf16(x[i]), h = dpm_to_f16(x[i]);
+      if (b != dpm_bf16_from_f32_1(x[i]) || b != sb[i] || h != dpm_f16_from_f32_1(x[i]) ||
+          h != sh[i]) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], 4);
+        printf("    f32 0x%08x: bf16 0x%04x (lowp 0x%04x), f16 0x%04x (lowp 0x%04x)\n",
+               bits, b, dpm_bf16_from_f32_1(x[i]), h, dpm_f16_from_f32_1(x[i]));
+        bad++;
+      }
+    }
+    total += (uint64_t)n;
+  }
+  CHECK_INT(bad, 0);
+  CHECK(total > 5000000); /* 786,432 rounding points and 4.3 M strided */
+}
+
+/* bf16 Relu and ReluGradient on every bf16 pattern (dY over a permutation
+ * of them) against the CPU's path: widened, the CPU's f32 kernel, rounded
+ * to nearest even (backend/cpu/lowp_run.h). */
+TEST(cuda_elem_relu_bf16_every_pattern_is_the_cpus) {
+  static float x[NV], dy[NV], want[NV];
+  static uint16_t hx[NV], hdy[NV];
+  int bad = 0;
+  for (uint32_t base = 0; base < 65536 && bad < 5; base += NV) {
+    int n = 65536 - base < NV ? (int)(65536 - base) : NV;
+    for (int i = 0; i < NV; i++) { /* the tail repeats pattern 0 */
+      uint32_t h = i < n ? base + (uint32_t)i : 0;
+      hx[i] = (uint16_t)h;
+      hdy[i] = (uint16_t)((h * 40503u + 7u) & 0xffffu);
+      x[i] = dpm_f32_from_bf16_1(hx[i]);
+      dy[i] = dpm_f32_from_bf16_1(hdy[i]);
+    }
+    CHECK(cpu_unary("Relu", "", x, want));
+    for (int i = 0; i < n; i++)
+      if (dpm_relu_bf16(hx[i]) != dpm_bf16_from_f32_1(want[i])) {
+        printf("    Relu 0x%04x\n", hx[i]);
+        bad++;
+      }
+    CHECK(cpu_binary("ReluGradient", "", x, dy, want));
+    for (int i = 0; i < n; i++)
+      if (dpm_relu_grad_bf16(hx[i], hdy[i]) != dpm_bf16_from_f32_1(want[i])) {
+        printf("    ReluGradient 0x%04x 0x%04x\n", hx[i], hdy[i]);
+        bad++;
+      }
+  }
+  CHECK_INT(bad, 0);
 }

@@ -81,12 +81,18 @@ TEST(cuda_plugin_has_a_kernel_for_every_op) {
   };
   for (int id = 0; id < count; id++) {
     const dpm_kernel_def *k = be->kernel((dpm_op_id)id);
-    /* Cast: cpu only in this build; precision.compute bf16/fp16 on cuda is
-       refused at setup (train/setup.c), and its absence here is the reason */
-    if (id == DPM_OP_CAST) {
-      CHECK(!k);
-      continue;
-    }
+    /* bf16 tensors: FC, FCGradient, Relu, ReluGradient and the byte moves
+       take them (Cast converts); every other op is refused at bind on a
+       bf16 net, naming it */
+    static const int bf16_ops[] = {
+        DPM_OP_FC,      DPM_OP_FC_GRADIENT,      DPM_OP_RELU,    DPM_OP_RELU_GRADIENT,
+        DPM_OP_COPY,    DPM_OP_STOP_GRADIENT,    DPM_OP_FLATTEN, DPM_OP_FLATTEN_GRADIENT,
+        DPM_OP_RESHAPE, DPM_OP_RESHAPE_GRADIENT, DPM_OP_CONCAT,  DPM_OP_CONCAT_GRADIENT};
+    int bf16 = 0;
+    for (size_t j = 0; j < sizeof bf16_ops / sizeof *bf16_ops; j++)
+      bf16 |= id == bf16_ops[j];
+    if (k && (k->lowp != (bf16 ? DPM_LOWP_BIT(DPM_BF16) : 0u)))
+      dpm_test_fail(__FILE__, __LINE__, "op %s: cuda lowp 0x%x", all[id]->name, k->lowp);
     if (backend_op[id] && (!k || !k->run))
       dpm_test_fail(__FILE__, __LINE__, "op %s has no cuda kernel", all[id]->name);
     if (!backend_op[id] && k) /* a collective: the engine's (engine/collective.h) */

@@ -93,7 +93,8 @@ static inline int64_t cuda_numel(const dpm_tensor *t) {
 }
 
 static inline size_t cuda_bytes(const dpm_tensor *t) {
-  static const size_t size[] = {[DPM_F32] = 4, [DPM_I32] = 4, [DPM_I64] = 8};
+  static const size_t size[] = {
+      [DPM_F32] = 4, [DPM_I32] = 4, [DPM_I64] = 8, [DPM_BF16] = 2, [DPM_F16] = 2};
   return (size_t)cuda_numel(t) * size[t->shape.dtype];
 }
 

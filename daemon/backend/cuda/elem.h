@@ -28,6 +28,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define DPM_HD __host__ __device__
@@ -69,12 +70,84 @@ DPM_HD static inline float dpm_fdiv(float a, float b) {
 #endif
 }
 
+/* ---- 16-bit patterns: bf16 and f16 (engine/lowp.h's conversions) ---------
+ * The same integer arithmetic as engine/lowp.c, one value at a time: round
+ * to nearest even, a NaN stays a quiet NaN (its payload's high bits kept),
+ * +-inf stay, f16 overflows to +-inf and underflows through its
+ * subnormals. tests/unit/cuda_elem_test.c checks every bf16 and f16
+ * pattern and a few million f32 ones against engine/lowp.h, bit for bit.
+ * Device code reinterprets with the intrinsics, host code with memcpy. */
+
+DPM_HD static inline uint32_t dpm_bits_of(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+DPM_HD static inline float dpm_float_of(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+DPM_HD static inline uint16_t dpm_to_bf16(float f) {
+  uint32_t u = dpm_bits_of(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+DPM_HD static inline float dpm_from_bf16(uint16_t h) {
+  return dpm_float_of((uint32_t)h << 16);
+}
+
+DPM_HD static inline uint16_t dpm_to_f16(float f) {
+  uint32_t u = dpm_bits_of(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  if (a < 0x38800000u) { /* f16 subnormal or zero: the f32 adder rounds */
+    float r = dpm_fadd(dpm_float_of(a), 0.5f);
+    return (uint16_t)(sign | (uint16_t)(dpm_bits_of(r) - 0x3f000000u));
+  }
+  uint32_t m = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
+  return (uint16_t)(sign | (uint16_t)(m >> 13));
+}
+
+DPM_HD static inline float dpm_from_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return dpm_float_of(sign | 0x7f800000u | (m << 13));
+  if (e == 0) return dpm_float_of(sign | dpm_bits_of(dpm_fmul((float)m, 0x1p-24f)));
+  return dpm_float_of(sign | ((e + 112u) << 23) | (m << 13));
+}
+
 /* ---- activations and their gradients (backend/cpu/elementwise.c) --------- */
 
 DPM_HD static inline float dpm_relu(float x) { return x > 0.f ? x : 0.f; }
 
 /* dX from the Relu output y and dY. */
 DPM_HD static inline float dpm_relu_grad(float y, float dy) { return y > 0.f ? dy : 0.f; }
+
+/* Relu and ReluGradient on bf16 patterns: widened, the f32 body, rounded
+ * once, as the CPU's low-precision wrapper runs them
+ * (backend/cpu/lowp_run.h). */
+DPM_HD static inline uint16_t dpm_relu_bf16(uint16_t x) {
+  return dpm_to_bf16(dpm_relu(dpm_from_bf16(x)));
+}
+
+DPM_HD static inline uint16_t dpm_relu_grad_bf16(uint16_t y, uint16_t dy) {
+  return dpm_to_bf16(dpm_relu_grad(dpm_from_bf16(y), dpm_from_bf16(dy)));
+}
 
 DPM_HD static inline float dpm_sigmoid(float x) {
   return dpm_fdiv(1.f, dpm_fadd(1.f, expf(-x)));

@@ -37,13 +37,31 @@ static void binary(const dpm_op *op, dpm_cuda_binary_op kind) {
   CUDA_OK(dev, cudaGetLastError());
 }
 
-static void relu_run(const dpm_op *op) { unary(op, DPM_CUDA_RELU, 0.f); }
+static void relu_run(const dpm_op *op) {
+  if (op->in[0]->shape.dtype != DPM_BF16) {
+    unary(op, DPM_CUDA_RELU, 0.f);
+    return;
+  }
+  cuda_dev *dev = cuda_dev_of(op);
+  dpm_cuda_unary_bf16(DPM_CUDA_RELU, op->in[0]->data, op->out[0]->data,
+                      cuda_numel(op->in[0]), dev->compute);
+  CUDA_OK(dev, cudaGetLastError());
+}
 static void sigmoid_run(const dpm_op *op) { unary(op, DPM_CUDA_SIGMOID, 0.f); }
 static void tanh_run(const dpm_op *op) { unary(op, DPM_CUDA_TANH, 0.f); }
 static void scale_run(const dpm_op *op) {
   unary(op, DPM_CUDA_SCALE, (float)op->node->arg[0].f);
 }
-static void relu_grad_run(const dpm_op *op) { binary(op, DPM_CUDA_RELU_GRAD); }
+static void relu_grad_run(const dpm_op *op) {
+  if (op->in[0]->shape.dtype != DPM_BF16) {
+    binary(op, DPM_CUDA_RELU_GRAD);
+    return;
+  }
+  cuda_dev *dev = cuda_dev_of(op);
+  dpm_cuda_binary_bf16(DPM_CUDA_RELU_GRAD, op->in[0]->data, op->in[1]->data,
+                       op->out[0]->data, cuda_numel(op->in[0]), dev->compute);
+  CUDA_OK(dev, cudaGetLastError());
+}
 static void sigmoid_grad_run(const dpm_op *op) { binary(op, DPM_CUDA_SIGMOID_GRAD); }
 static void tanh_grad_run(const dpm_op *op) { binary(op, DPM_CUDA_TANH_GRAD); }
 
@@ -57,8 +75,12 @@ static void sum_run(const dpm_op *op) {
   CUDA_OK(dev, cudaGetLastError());
 }
 
-const dpm_kernel_def DPM_CUDA_KERNEL(RELU) = {.run = relu_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(RELU_GRADIENT) = {.run = relu_grad_run};
+/* Relu and ReluGradient also on bf16 tensors (every tensor of the op bf16:
+ * the precision rewrite types a PASS op's inputs alike). */
+const dpm_kernel_def DPM_CUDA_KERNEL(RELU) = {.run = relu_run,
+                                              .lowp = DPM_LOWP_BIT(DPM_BF16)};
+const dpm_kernel_def DPM_CUDA_KERNEL(RELU_GRADIENT) = {.run = relu_grad_run,
+                                                       .lowp = DPM_LOWP_BIT(DPM_BF16)};
 const dpm_kernel_def DPM_CUDA_KERNEL(SIGMOID) = {.run = sigmoid_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(SIGMOID_GRADIENT) = {.run = sigmoid_grad_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(TANH) = {.run = tanh_run};
@@ -66,5 +88,8 @@ const dpm_kernel_def DPM_CUDA_KERNEL(TANH_GRADIENT) = {.run = tanh_grad_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(ADD) = {.run = sum_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(SUM) = {.run = sum_run};
 const dpm_kernel_def DPM_CUDA_KERNEL(SCALE) = {.run = scale_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(COPY) = {.run = copy_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(STOP_GRADIENT) = {.run = copy_run};
+/* Copy and StopGradient move bytes: bf16 too. */
+const dpm_kernel_def DPM_CUDA_KERNEL(COPY) = {.run = copy_run,
+                                              .lowp = DPM_LOWP_BIT(DPM_BF16)};
+const dpm_kernel_def DPM_CUDA_KERNEL(STOP_GRADIENT) = {.run = copy_run,
+                                                       .lowp = DPM_LOWP_BIT(DPM_BF16)};

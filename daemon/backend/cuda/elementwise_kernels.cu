@@ -86,6 +86,47 @@ __global__ void dropout_kernel(const float *x, float *y, float *mask, int64_t n,
   }
 }
 
+__global__ void unary_bf16_kernel(dpm_cuda_unary_op op, const uint16_t *x, uint16_t *y,
+                                  int64_t n) {
+  for (int64_t i = first_index(); i < n; i += stride())
+    if (op == DPM_CUDA_RELU) y[i] = dpm_relu_bf16(x[i]);
+}
+
+__global__ void binary_bf16_kernel(dpm_cuda_binary_op op, const uint16_t *a,
+                                   const uint16_t *b, uint16_t *dx, int64_t n) {
+  for (int64_t i = first_index(); i < n; i += stride())
+    if (op == DPM_CUDA_RELU_GRAD) dx[i] = dpm_relu_grad_bf16(a[i], b[i]);
+}
+
+__device__ inline float widen_at(dpm_cuda_ftype t, const void *x, int64_t i) {
+  if (t == DPM_CUDA_T_BF16) return dpm_from_bf16(static_cast<const uint16_t *>(x)[i]);
+  if (t == DPM_CUDA_T_F16) return dpm_from_f16(static_cast<const uint16_t *>(x)[i]);
+  return static_cast<const float *>(x)[i];
+}
+
+__device__ inline void narrow_at(dpm_cuda_ftype t, void *y, int64_t i, float v) {
+  if (t == DPM_CUDA_T_BF16)
+    static_cast<uint16_t *>(y)[i] = dpm_to_bf16(v);
+  else if (t == DPM_CUDA_T_F16)
+    static_cast<uint16_t *>(y)[i] = dpm_to_f16(v);
+  else
+    static_cast<float *>(y)[i] = v;
+}
+
+__global__ void cast_kernel(dpm_cuda_ftype from, dpm_cuda_ftype to, const void *x, void *y,
+                            int64_t n) {
+  for (int64_t i = first_index(); i < n; i += stride())
+    narrow_at(to, y, i, widen_at(from, x, i));
+}
+
+__global__ void bias_act_bf16_kernel(uint16_t *y, const uint16_t *b, int64_t n, int64_t m,
+                                     int relu) {
+  for (int64_t i = first_index(); i < n * m; i += stride()) {
+    float v = dpm_fadd(0.f, dpm_from_bf16(b[i % m]));
+    y[i] = dpm_to_bf16(relu ? dpm_relu(v) : v);
+  }
+}
+
 } // namespace
 
 extern "C" void dpm_cuda_unary(dpm_cuda_unary_op op, const float *x, float *y, int64_t n,
@@ -114,4 +155,29 @@ extern "C" void dpm_cuda_dropout(const float *x, float *y, float *mask, int64_t 
   if (n <= 0) return;
   dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, mask, n, ratio, keep, k0,
                                                          k1);
+}
+
+extern "C" void dpm_cuda_unary_bf16(dpm_cuda_unary_op op, const uint16_t *x, uint16_t *y,
+                                    int64_t n, cudaStream_t stream) {
+  if (n <= 0 || op != DPM_CUDA_RELU) return;
+  unary_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, x, y, n);
+}
+
+extern "C" void dpm_cuda_binary_bf16(dpm_cuda_binary_op op, const uint16_t *a,
+                                     const uint16_t *b, uint16_t *dx, int64_t n,
+                                     cudaStream_t stream) {
+  if (n <= 0 || op != DPM_CUDA_RELU_GRAD) return;
+  binary_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(op, a, b, dx, n);
+}
+
+extern "C" void dpm_cuda_cast(dpm_cuda_ftype from, dpm_cuda_ftype to, const void *x,
+                              void *y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(from, to, x, y, n);
+}
+
+extern "C" void dpm_cuda_bias_act_bf16(uint16_t *y, const uint16_t *b, int64_t n,
+                                       int64_t m, int relu, cudaStream_t stream) {
+  if (n <= 0 || m <= 0) return;
+  bias_act_bf16_kernel<<<blocks_for(n * m), kThreads, 0, stream>>>(y, b, n, m, relu);
 }

@@ -40,6 +40,28 @@ typedef enum {
 void dpm_cuda_binary(dpm_cuda_binary_op op, const float *a, const float *b, float *dx,
                      int64_t n, cudaStream_t stream);
 
+/* bf16 tensors (a model whose precision.compute is bf16): Relu
+ * (DPM_CUDA_RELU) and ReluGradient (DPM_CUDA_RELU_GRAD) on bf16 patterns,
+ * elem.h's dpm_relu_bf16 and dpm_relu_grad_bf16 per element; y (dx) may be
+ * x (a or b). Other kinds queue nothing (the kernel defs offer bf16 for
+ * Relu and ReluGradient only). */
+void dpm_cuda_unary_bf16(dpm_cuda_unary_op op, const uint16_t *x, uint16_t *y, int64_t n,
+                         cudaStream_t stream);
+void dpm_cuda_binary_bf16(dpm_cuda_binary_op op, const uint16_t *a, const uint16_t *b,
+                          uint16_t *dx, int64_t n, cudaStream_t stream);
+
+/* Cast: n values of type `from` at x into type `to` at y (different types;
+ * x and y do not overlap), by elem.h's conversions: narrowing rounds to
+ * nearest even, widening is exact, bf16 <-> f16 goes through f32. */
+typedef enum { DPM_CUDA_T_F32, DPM_CUDA_T_BF16, DPM_CUDA_T_F16 } dpm_cuda_ftype;
+void dpm_cuda_cast(dpm_cuda_ftype from, dpm_cuda_ftype to, const void *x, void *y,
+                   int64_t n, cudaStream_t stream);
+
+/* y [n, m] (bf16) = bias b [m] (bf16) per row, through Relu when relu: the
+ * bf16 FC of an empty inner dimension (0 + b, rounded once). */
+void dpm_cuda_bias_act_bf16(uint16_t *y, const uint16_t *b, int64_t n, int64_t m,
+                            int relu, cudaStream_t stream);
+
 /* y = x[0] + ... + x[n_in - 1] over n elements (1 <= n_in <= 16); y may be
  * any of the x. */
 #define DPM_CUDA_SUM_MAX 16

@@ -15,6 +15,17 @@
  * FCGradient's outputs dW, db, dX may each be NULL (not wanted), as on the
  * CPU; FCGradient fuses nothing (its def announces no fusion).
  *
+ * bf16 (a model whose precision.compute is bf16: every float tensor of the
+ * op bf16, as the precision rewrite types FC and FCGradient, parameters'
+ * gradients included; their Casts to f32 follow): A, B and D of type
+ * CUDA_R_16BF, CUBLAS_COMPUTE_32F (f32 products of bf16 values, f32
+ * accumulation; TF32 does not apply), f32 alpha/beta, the bias bf16 (D's
+ * type, set explicitly as CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), the
+ * epilogue adding it and applying Relu in f32 before D is rounded once: as
+ * the CPU's wrapper (backend/cpu/lowp_run.h) widens, runs the f32 kernel
+ * and rounds. db: dY widened into the op's scratch (elem.h's conversion),
+ * summed per column by the same channel sum in f32, rounded to bf16.
+ *
  * Math: CUBLAS_COMPUTE_32F (full float32 products), or
  * CUBLAS_COMPUTE_32F_FAST_TF32 when op->ctx->math has DPM_MATH_TF32.
  * Under DPM_MATH_DETERMINISTIC the heuristic may only return algorithms
@@ -37,6 +48,7 @@
 
 #include "backend/cuda/algo.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/elementwise_launch.h"
 #include "backend/cuda/reduce_launch.h"
 
 _Static_assert(sizeof(cublasLtMatmulHeuristicResult_t) <= CUDA_ALGO_VAL_BYTES,
@@ -48,9 +60,10 @@ _Static_assert(sizeof(cublasLtMatmulHeuristicResult_t) <= CUDA_ALGO_VAL_BYTES,
 typedef struct lt_mm {
   cublasOperation_t ta, tb;
   int64_t m, n, k, lda, ldb, ldd;
-  const float *a, *b, *bias;
-  float *d;
+  const void *a, *b, *bias; /* of type t */
+  void *d;
   cublasLtEpilogue_t epi;
+  cudaDataType_t t; /* CUDA_R_32F, or CUDA_R_16BF */
 } lt_mm;
 
 /* The largest power of two (up to 256) dividing p's address. */
@@ -61,15 +74,24 @@ static uint32_t align_of(const void *p) {
   return a;
 }
 
-static int layout(cuda_dev *dev, cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols,
-                  int64_t ld) {
-  return CUBLAS_OK(dev, cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld));
+static int layout(cuda_dev *dev, cublasLtMatrixLayout_t *l, cudaDataType_t t,
+                  uint64_t rows, uint64_t cols, int64_t ld) {
+  return CUBLAS_OK(dev, cublasLtMatrixLayoutCreate(l, t, rows, cols, ld));
 }
 
 static void lt_run(const dpm_op *op, cuda_dev *dev, const lt_mm *p) {
   if (p->m <= 0 || p->n <= 0) return;
+  const int bf = p->t == CUDA_R_16BF;
   if (p->k <= 0) { /* op(A) op(B) is 0 */
-    CUDA_OK(dev, cudaMemsetAsync(p->d, 0, (size_t)(p->ldd * p->n) * sizeof(float),
+    if (bf && p->bias) { /* D = bias per row (ldd == m wherever a bias is) */
+      dpm_cuda_bias_act_bf16(p->d, p->bias, p->n, p->m,
+                             p->epi == CUBLASLT_EPILOGUE_RELU_BIAS, dev->compute);
+      CUDA_OK(dev, cudaGetLastError());
+      return;
+    }
+    CUDA_OK(dev, cudaMemsetAsync(p->d, 0,
+                                 (size_t)(p->ldd * p->n) * (bf ? sizeof(uint16_t)
+                                                               : sizeof(float)),
                                  dev->compute));
     if (p->bias) {
       cuda_bias_act(p->d, p->bias, p->n, p->m, 1, p->epi == CUBLASLT_EPILOGUE_RELU_BIAS,
@@ -78,8 +100,9 @@ static void lt_run(const dpm_op *op, cuda_dev *dev, const lt_mm *p) {
     }
     return;
   }
-  const cublasComputeType_t ct =
-      (op->ctx->math & DPM_MATH_TF32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t ct = (!bf && (op->ctx->math & DPM_MATH_TF32))
+                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : CUBLAS_COMPUTE_32F;
   const uint32_t al[4] = {align_of(p->a), align_of(p->b), align_of(p->d), align_of(p->d)};
   cublasLtMatmulDesc_t desc = NULL;
   cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -99,16 +122,22 @@ static void lt_run(const dpm_op *op, cuda_dev *dev, const lt_mm *p) {
                                      desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
                                      sizeof p->bias)))
     goto done;
-  if (!layout(dev, &la, p->ta == CUBLAS_OP_N ? p->m : p->k,
+  const int32_t bias_t = p->t; /* D's type, the default, said explicitly */
+  if (p->bias && bf &&
+      !CUBLAS_OK(dev, cublasLtMatmulDescSetAttribute(
+                          desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t,
+                          sizeof bias_t)))
+    goto done;
+  if (!layout(dev, &la, p->t, p->ta == CUBLAS_OP_N ? p->m : p->k,
               p->ta == CUBLAS_OP_N ? p->k : p->m, p->lda) ||
-      !layout(dev, &lb, p->tb == CUBLAS_OP_N ? p->k : p->n,
+      !layout(dev, &lb, p->t, p->tb == CUBLAS_OP_N ? p->k : p->n,
               p->tb == CUBLAS_OP_N ? p->n : p->k, p->ldb) ||
-      !layout(dev, &ld, p->m, p->n, p->ldd))
+      !layout(dev, &ld, p->t, p->m, p->n, p->ldd))
     goto done;
 
   cuda_algo_key key = {.kind = CUDA_ALGO_LT_MATMUL,
                        .v = {ta, tb, p->m, p->n, p->k, p->lda, p->ldb, p->ldd, epi, ct,
-                             al[0], al[1], al[2], p->bias ? align_of(p->bias) : 0, det}};
+                             al[0], al[1], al[2], p->bias ? align_of(p->bias) : 0, det, p->t}};
   cublasLtMatmulHeuristicResult_t res;
   if (!cuda_algo_get(dev->algos, &key, &res, sizeof res)) {
     const uint64_t ws = CUDA_LT_WORKSPACE;
@@ -167,6 +196,9 @@ done:
   if (desc) cublasLtMatmulDescDestroy(desc);
 }
 
+/* The cuBLASLt type of an op whose input x has dtype t. */
+static cudaDataType_t lt_type(dpm_dtype t) { return t == DPM_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
 static void fc_run(const dpm_op *op) {
   cuda_dev *dev = cuda_dev_of(op);
   const dpm_tensor *x = op->in[0], *w = op->in[1];
@@ -185,19 +217,35 @@ static void fc_run(const dpm_op *op) {
                   .bias = op->in[2]->data,
                   .d = op->out[0]->data,
                   .epi = (op->node->fuse & DPM_FUSE_RELU) ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                                          : CUBLASLT_EPILOGUE_BIAS});
+                                                          : CUBLASLT_EPILOGUE_BIAS,
+                  .t = lt_type(x->shape.dtype)});
 }
 
-/* db's partial sums. */
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* db's partial sums; in bf16 first dY widened (n m floats) and db in f32
+ * (m floats), each 256-aligned. SIZE_MAX when the sizes overflow (the
+ * reservation then fails: out of memory). */
 static size_t fc_grad_scratch(const dpm_node *nd, const dpm_shape *in) {
   (void)nd;
-  return cuda_chan_sum_scratch(in[0].d[0], in[1].d[0], 1);
+  const int64_t n = in[0].d[0], m = in[1].d[0];
+  size_t sum = cuda_chan_sum_scratch(n, m, 1);
+  if (in[2].dtype != DPM_BF16) return sum;
+  size_t dy, db, total;
+  if (n < 0 || m < 0 || __builtin_mul_overflow((size_t)n, (size_t)m, &dy) ||
+      __builtin_mul_overflow(dy, sizeof(float), &dy) || dy > SIZE_MAX - 512 ||
+      __builtin_mul_overflow((size_t)m, sizeof(float), &db) || db > SIZE_MAX - 512 ||
+      __builtin_add_overflow(align256(dy), align256(db), &total) ||
+      __builtin_add_overflow(total, sum, &total))
+    return SIZE_MAX;
+  return total;
 }
 
 static void fc_grad_run(const dpm_op *op) {
   cuda_dev *dev = cuda_dev_of(op);
   const dpm_tensor *x = op->in[0], *w = op->in[1], *dy = op->in[2];
   const int64_t n = x->shape.d[0], m = w->shape.d[0], k = w->shape.d[1];
+  const cudaDataType_t t = lt_type(dy->shape.dtype);
   if (op->out[0])
     lt_run(op, dev,
            &(lt_mm){.ta = CUBLAS_OP_N,
@@ -211,9 +259,20 @@ static void fc_grad_run(const dpm_op *op) {
                     .a = x->data,
                     .b = dy->data,
                     .d = op->out[0]->data,
-                    .epi = CUBLASLT_EPILOGUE_DEFAULT});
-  if (op->out[1]) {
+                    .epi = CUBLASLT_EPILOGUE_DEFAULT,
+                    .t = t});
+  if (op->out[1] && t == CUDA_R_32F) {
     cuda_chan_sum(dy->data, n, m, 1, op->out[1]->data, op->ctx->scratch, dev->compute);
+    CUDA_OK(dev, cudaGetLastError());
+  } else if (op->out[1]) { /* scratch: dY in f32, db in f32, the partial sums */
+    char *s = op->ctx->scratch;
+    float *dy32 = (float *)s;
+    float *db32 = (float *)(s + align256((size_t)(n * m) * sizeof(float)));
+    double *part = (double *)((char *)db32 + align256((size_t)m * sizeof(float)));
+    dpm_cuda_cast(DPM_CUDA_T_BF16, DPM_CUDA_T_F32, dy->data, dy32, n * m, dev->compute);
+    cuda_chan_sum(dy32, n, m, 1, db32, part, dev->compute);
+    dpm_cuda_cast(DPM_CUDA_T_F32, DPM_CUDA_T_BF16, db32, op->out[1]->data, m,
+                  dev->compute);
     CUDA_OK(dev, cudaGetLastError());
   }
   if (op->out[2])
@@ -229,9 +288,11 @@ static void fc_grad_run(const dpm_op *op) {
                     .a = w->data,
                     .b = dy->data,
                     .d = op->out[2]->data,
-                    .epi = CUBLASLT_EPILOGUE_DEFAULT});
+                    .epi = CUBLASLT_EPILOGUE_DEFAULT,
+                    .t = t});
 }
 
-const dpm_kernel_def DPM_CUDA_KERNEL(FC) = {.run = fc_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(FC_GRADIENT) = {.run = fc_grad_run,
-                                                     .scratch = fc_grad_scratch};
+/* Both also on bf16 tensors (every float tensor of the op bf16). */
+const dpm_kernel_def DPM_CUDA_KERNEL(FC) = {.run = fc_run, .lowp = DPM_LOWP_BIT(DPM_BF16)};
+const dpm_kernel_def DPM_CUDA_KERNEL(FC_GRADIENT) = {
+    .run = fc_grad_run, .scratch = fc_grad_scratch, .lowp = DPM_LOWP_BIT(DPM_BF16)};

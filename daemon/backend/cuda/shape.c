@@ -11,6 +11,12 @@
 
 #include "backend/cuda/cuda.h"
 
+/* Bytes of one element of t (4 for f32, 2 for bf16). */
+static size_t elem_bytes(const dpm_tensor *t) {
+  dpm_tensor one = {.shape = {.dtype = t->shape.dtype, .ndim = 0}};
+  return cuda_bytes(&one);
+}
+
 /* Product of dims [from, to) (dpm_shape_span without the engine). */
 static int64_t span(const dpm_shape *s, int from, int to) {
   int64_t n = 1;
@@ -28,13 +34,12 @@ static void copy_run(const dpm_op *op) {
                                cudaMemcpyDeviceToDevice, dev->compute));
 }
 
-/* `rows` rows of `width` floats from src (rows `spitch` floats apart) to
- * dst (`dpitch` apart): one 2D copy, or one copy per row where a pitch is
- * beyond what a 2D copy takes. */
-static void copy_rows(cuda_dev *dev, float *dst, int64_t dpitch, const float *src,
-                      int64_t spitch, int64_t width, int64_t rows) {
+/* `rows` rows of `width` elements of f bytes from src (rows `spitch`
+ * elements apart) to dst (`dpitch` apart): one 2D copy, or one copy per row where a pitch
+ * is beyond what a 2D copy takes. */
+static void copy_rows(cuda_dev *dev, char *dst, int64_t dpitch, const char *src,
+                      int64_t spitch, int64_t width, int64_t rows, size_t f) {
   if (width == 0 || rows == 0) return;
-  const size_t f = sizeof(float);
   if (rows == 1) {
     CUDA_OK(dev, cudaMemcpyAsync(dst, src, (size_t)width * f, cudaMemcpyDeviceToDevice,
                                  dev->compute));
@@ -44,9 +49,9 @@ static void copy_rows(cuda_dev *dev, float *dst, int64_t dpitch, const float *sr
                                    cudaMemcpyDeviceToDevice, dev->compute));
   } else {
     for (int64_t r = 0; r < rows; r++)
-      if (!CUDA_OK(dev,
-                   cudaMemcpyAsync(dst + r * dpitch, src + r * spitch, (size_t)width * f,
-                                   cudaMemcpyDeviceToDevice, dev->compute)))
+      if (!CUDA_OK(dev, cudaMemcpyAsync(dst + (size_t)(r * dpitch) * f,
+                                        src + (size_t)(r * spitch) * f, (size_t)width * f,
+                                        cudaMemcpyDeviceToDevice, dev->compute)))
         return;
   }
 }
@@ -58,10 +63,11 @@ static void concat_run(const dpm_op *op) {
   int axis = (int)op->node->arg[0].i;
   const dpm_shape *y = &op->out[0]->shape;
   int64_t rows = span(y, 0, axis), total = span(y, axis, y->ndim), off = 0;
-  float *joined = op->out[0]->data;
+  char *joined = op->out[0]->data;
+  const size_t f = elem_bytes(op->out[0]);
   for (int k = 0; k < op->n_in; k++) {
     int64_t len = span(&op->in[k]->shape, axis, op->in[k]->shape.ndim);
-    copy_rows(dev, joined + off, total, op->in[k]->data, len, len, rows);
+    copy_rows(dev, joined + (size_t)off * f, total, op->in[k]->data, len, len, rows, f);
     off += len;
   }
 }
@@ -75,7 +81,8 @@ static void concat_grad_run(const dpm_op *op) {
   const dpm_shape *dy = &op->in[0]->shape;
   int64_t rows = span(dy, 0, axis), total = span(dy, axis, dy->ndim);
   int64_t inner = span(dy, axis + 1, dy->ndim), last = dy->d[axis], off = 0;
-  const float *joined = op->in[0]->data;
+  const char *joined = op->in[0]->data;
+  const size_t f = elem_bytes(op->in[0]);
   for (int k = 0; k < op->n_out; k++) {
     int64_t len;
     if (k + 1 < op->n_out) {
@@ -84,14 +91,21 @@ static void concat_grad_run(const dpm_op *op) {
     } else {
       len = last * inner;
     }
-    if (op->out[k]) copy_rows(dev, op->out[k]->data, len, joined + off, total, len, rows);
+    if (op->out[k])
+      copy_rows(dev, op->out[k]->data, len, joined + (size_t)off * f, total, len, rows,
+                f);
     off += len;
   }
 }
 
-const dpm_kernel_def DPM_CUDA_KERNEL(FLATTEN) = {.run = copy_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(FLATTEN_GRADIENT) = {.run = copy_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(RESHAPE) = {.run = copy_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(RESHAPE_GRADIENT) = {.run = copy_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(CONCAT) = {.run = concat_run};
-const dpm_kernel_def DPM_CUDA_KERNEL(CONCAT_GRADIENT) = {.run = concat_grad_run};
+/* All also on bf16 tensors: they move bytes (the CPU's wrapper widens and
+ * rounds back, which leaves every pattern as it is but a signalling NaN's,
+ * which it quiets). */
+#define BF16 DPM_LOWP_BIT(DPM_BF16)
+const dpm_kernel_def DPM_CUDA_KERNEL(FLATTEN) = {.run = copy_run, .lowp = BF16};
+const dpm_kernel_def DPM_CUDA_KERNEL(FLATTEN_GRADIENT) = {.run = copy_run, .lowp = BF16};
+const dpm_kernel_def DPM_CUDA_KERNEL(RESHAPE) = {.run = copy_run, .lowp = BF16};
+const dpm_kernel_def DPM_CUDA_KERNEL(RESHAPE_GRADIENT) = {.run = copy_run, .lowp = BF16};
+const dpm_kernel_def DPM_CUDA_KERNEL(CONCAT) = {.run = concat_run, .lowp = BF16};
+const dpm_kernel_def DPM_CUDA_KERNEL(CONCAT_GRADIENT) = {.run = concat_grad_run,
+                                                         .lowp = BF16};

@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "backend/cpu/lowp_run.h"
 #include "backend/device.h"
 #include "backend/fenced/fenced.h"
 
@@ -415,12 +416,17 @@ static void queue_op(const dpm_op *op, void (*fn)(const dpm_op *op), int part) {
   if (!taken) run_now(d, op, fn, part);
 }
 
+/* An op on bf16/f16 tensors (bound with op->inner, the CPU's kernel:
+ * engine/exec.c) runs the CPU's low-precision wrapper around it
+ * (backend/cpu/lowp_run.h), whole. */
 static void fenced_run(const dpm_op *op) {
-  queue_op(op, cpu_kernel_of(op->node)->run, -1);
+  queue_op(op, op->inner ? dpm_cpu_lowp_kernel.run : cpu_kernel_of(op->node)->run, -1);
 }
 
 /* Shapes only: no device bytes, so outside the window. */
-static int fenced_parts(const dpm_op *op) { return cpu_kernel_of(op->node)->parts(op); }
+static int fenced_parts(const dpm_op *op) {
+  return op->inner ? 0 : cpu_kernel_of(op->node)->parts(op);
+}
 
 static void fenced_run_part(const dpm_op *op, int part) { queue_op(op, NULL, part); }
 
@@ -436,12 +442,15 @@ static size_t fenced_scratch(const dpm_node *n, const dpm_shape *in) {
   return k->scratch ? k->scratch(n, in) : 0;
 }
 
-static const dpm_kernel_def fenced_whole = {.run = fenced_run, .scratch = fenced_scratch};
+#define FENCED_LOWP (DPM_LOWP_BIT(DPM_BF16) | DPM_LOWP_BIT(DPM_F16))
+static const dpm_kernel_def fenced_whole = {
+    .run = fenced_run, .scratch = fenced_scratch, .lowp = FENCED_LOWP};
 static const dpm_kernel_def fenced_split = {
     .run = fenced_run,
     .parts = fenced_parts,
     .run_part = fenced_run_part,
     .scratch = fenced_scratch,
+    .lowp = FENCED_LOWP,
 };
 
 /* Every op the CPU has a kernel for, split where the CPU's splits. */
