@@ -237,13 +237,14 @@ static dpm_status read_rows(struct jpeg_decompress_struct *c, JDIMENSION y1, uin
   return DPM_OK;
 }
 
-/* Whether libjpeg-turbo 2.1's column crop gives a whole decode's columns
- * (away from the crop's edges) for this file's sampling: gray, or colour
- * with chroma at 1x1 and luma at 1 or 2 either way (4:4:4, 4:2:2, 4:4:0,
- * 4:2:0), the layouts the unit tests check at every scale. Others (luma
- * 2x4 at 1/2 scale, found by the fuzzer) differ inside the crop, so they
- * are decoded at full width. */
-static int jpeg_crop_exact(const struct jpeg_decompress_struct *c) {
+/* Whether libjpeg-turbo 2.1's row skip and column crop give a whole
+ * decode's pixels (away from the crop's edges) and verdict for this file's
+ * sampling: gray, or colour with chroma at 1x1 and luma at 1 or 2 either
+ * way (4:4:4, 4:2:2, 4:4:0, 4:2:0), the layouts the unit tests check at
+ * every scale. Others are decoded whole: with luma 2x4 at 1/2 scale (files
+ * the fuzzer found) the crop differs inside the crop, and a decode with
+ * rows skipped missed a corrupt-data warning that the whole decode gives. */
+static int jpeg_part_exact(const struct jpeg_decompress_struct *c) {
   if (c->num_components == 1) return 1;
   const jpeg_component_info *k = c->comp_info;
   for (int i = 1; i < 3; i++)
@@ -292,18 +293,17 @@ static dpm_status jpeg_decode(dpm_image_decoder *dec, const uint8_t *buf, size_t
     goto out;
   }
   int top, end, left, right;
-  axis_range(part->y0, part->y1, h, &top, &end);
-  axis_range(part->x0, part->x1, w, &left, &right);
+  const int exact = jpeg_part_exact(c);
+  axis_range(exact ? part->y0 : 0, exact ? part->y1 : 0, h, &top, &end);
+  axis_range(exact ? part->x0 : 0, exact ? part->x1 : 0, w, &left, &right);
   jpeg_start_decompress(c);
   /* The columns held: the region's and a margin, unless that is all. */
   left = left > DPM_IMAGE_CROP_MARGIN ? left - DPM_IMAGE_CROP_MARGIN : 0;
   right = right < w - DPM_IMAGE_CROP_MARGIN ? right + DPM_IMAGE_CROP_MARGIN : w;
-  if ((left > 0 || right < w) && jpeg_crop_exact(c)) {
+  if (left > 0 || right < w) {
     JDIMENSION x = (JDIMENSION)left, cw = (JDIMENSION)(right - left);
     jpeg_crop_scanline(c, &x, &cw); /* widens to the iMCU boundary */
     left = (int)x, right = (int)(x + cw);
-  } else {
-    left = 0, right = w;
   }
   int rows = end - top, cols = right - left;
   size_t stride = (size_t)cols * (size_t)channels;

@@ -147,14 +147,14 @@ dpm_status dpm_image_decode(dpm_image_decoder *dec, const void *buf, size_t len,
  * (libjpeg-turbo's jpeg_skip_scanlines: no IDCT, upsampling or colour
  * conversion there, yet every byte of the scan is still decoded and
  * checked, so a damaged file fails as a whole decode does), and its columns
- * (gray, or colour of 1x1 chroma and luma sampled 1 or 2 either way: the
- * layouts where libjpeg-turbo 2.1's crop is exact; others decode at full
- * width) are cropped (jpeg_crop_scanline) to the region widened by
+ * are cropped (jpeg_crop_scanline) to the region widened by
  * DPM_IMAGE_CROP_MARGIN on each side and out to libjpeg's iMCU boundary: a
  * cropped row's edge columns differ from a whole decode's (fancy
  * upsampling and a progressive file's block smoothing read past them), and
  * the margin keeps those columns out of the region. PNG decodes the whole
- * image. */
+ * image, and so is a JPEG of a sampling layout other than gray or colour
+ * with 1x1 chroma and luma at 1 or 2 either way: there libjpeg-turbo 2.1's
+ * skip and crop differ from a whole decode. */
 #define DPM_IMAGE_CROP_MARGIN 32
 dpm_status dpm_image_decode_region(dpm_image_decoder *dec, const void *buf, size_t len,
                                    int channels, int scale_denom,
