@@ -14,7 +14,8 @@
  * this process; rounds alternate the three (a few steps each), median ms
  * per step and the fp32 / bf16 ratio.
  *
- *   build/bench/bf16 [--rounds N] [--steps N]   (OPENBLAS_NUM_THREADS=1)
+ *   build/bench/bf16 [--rounds N] [--steps N] [--model mlp|cnn]
+ *   (OPENBLAS_NUM_THREADS=1; --model: that model's steps alone, no products)
  * from the repository root (the examples' data sets must exist). */
 #include <stdint.h>
 #include <stdio.h>
@@ -291,11 +292,14 @@ static int steps_bench(const char *name, const char *path, int rounds, int per_r
 
 int main(int argc, char **argv) {
   int rounds = 21, steps = 0;
+  const char *model = "";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--rounds"))
       rounds = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--steps"))
       steps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--model"))
+      model = argv[i + 1];
   }
   if (rounds < 1) return fprintf(stderr, "bad --rounds\n"), 2;
   if (!dpm_bf16_native()) {
@@ -303,16 +307,19 @@ int main(int argc, char **argv) {
            "nothing to compare\n");
     return 0;
   }
-  products(rounds);
+  if (!*model) products(rounds);
   if (steps < 0) return 0; /* --steps -1: the products alone */
   printf("\ntraining steps, 2 replicas (cpu:0, cpu:1): median ms per step over %d rounds "
          "of %d steps, the three alternating\n",
          rounds, steps ? steps : 10);
   printf("%-30s %10s %10s %10s %9s %9s\n", "model", "fp32 ms", "bf16 ms", "fallbk ms",
          "fp32/bf16", "fp32/fb");
-  int rc = steps_bench("MLP step (fmnist_mlp, batch 64)", "examples/fmnist_mlp.yaml",
-                       rounds, steps ? steps : 10);
-  rc |= steps_bench("CNN step (fmnist_cnn, batch 64)", "examples/fmnist_cnn.yaml", rounds,
-                    steps ? steps : 3);
+  int rc = 0;
+  if (strcmp(model, "cnn"))
+    rc |= steps_bench("MLP step (fmnist_mlp, batch 64)", "examples/fmnist_mlp.yaml", rounds,
+                      steps ? steps : 10);
+  if (strcmp(model, "mlp"))
+    rc |= steps_bench("CNN step (fmnist_cnn, batch 64)", "examples/fmnist_cnn.yaml", rounds,
+                      steps ? steps : 3);
   return rc;
 }
