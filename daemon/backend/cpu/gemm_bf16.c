@@ -38,6 +38,9 @@ size_t dpm_bf16_gemm_scratch(int rows, int cols, int inner, int64_t ass) {
   return b == SIZE_MAX || a == SIZE_MAX || a > SIZE_MAX - b ? SIZE_MAX : a + b;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+#define HAVE_NATIVE 1
+
 /* ---- packing (plain C: runs only beside the native tiles) --------------- */
 
 /* Panel p's width: 64 columns, the last one cols' rest rounded up to 16. */
@@ -103,8 +106,6 @@ static void pack_a(const dpm_bf16_gemm_args *a, uint16_t *dst) {
 
 /* ---- tiles ---------------------------------------------------------------- */
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
-#define HAVE_NATIVE 1
 #include <cpuid.h>
 #include <immintrin.h>
 
