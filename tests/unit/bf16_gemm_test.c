@@ -91,6 +91,14 @@ typedef struct {
   long differ, total;
 } worst;
 
+/* Native against fallback: both inside their enclosures [rne(y - gS - f),
+ * rne(y + gS + f)] (checked exactly: `outside` 0) puts them within 2 gS + f
+ * plus one ulp of each other, so vs_other <= 1 follows from those checks; it
+ * is a proof's bound, not a tolerance that another CPU's rounding could
+ * approach (one output a ulp apart reads 0.65), so it is not recorded as a
+ * margin. */
+#define CHECK_IMPLIED(vs_other) CHECK((vs_other) <= 1.0)
+
 static void judge(worst *w, double r, const double *other, double y, double s, int k) {
   double gs = gamma_k(k) * s + 2.0 * k * 0x1p-126;
   if (!(r >= rne_bf16(y - gs) && r <= rne_bf16(y + gs))) {
@@ -194,7 +202,7 @@ TEST(fc_bf16_native_matches_fallback) {
   CHECK_INT(w[0].outside, 0);
   if (!nat) return;
   CHECK_INT(w[1].outside, 0);
-  CHECK_WITHIN(w[1].vs_other, 1.0);
+  CHECK_IMPLIED(w[1].vs_other);
 }
 
 /* FCGradient with the native kernels on or off: dW, db and (with_dx) dX. */
@@ -285,9 +293,9 @@ TEST(fc_gradient_bf16_native_matches_fallback) {
   if (!nat) return;
   CHECK(db_same);
   CHECK_INT(dw[1].outside, 0);
-  CHECK_WITHIN(dw[1].vs_other, 1.0);
+  CHECK_IMPLIED(dw[1].vs_other);
   CHECK_INT(dx[1].outside, 0);
-  CHECK_WITHIN(dx[1].vs_other, 1.0);
+  CHECK_IMPLIED(dx[1].vs_other);
 }
 
 /* Off, no product runs natively and the results are the fallback's bit for
@@ -549,6 +557,6 @@ TEST(conv_bf16_native_matches_fallback) {
   if (!nat) return;
   for (int i = 0; i < 4; i++) {
     CHECK_INT(w[i][1].outside, 0);
-    CHECK_WITHIN(w[i][1].vs_other, 1.0);
+    CHECK_IMPLIED(w[i][1].vs_other);
   }
 }
