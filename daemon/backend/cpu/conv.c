@@ -584,14 +584,10 @@ static void conv_grad_group_bf16(const dpm_op *op, const conv_geom *gp, const ui
   if (db) dpm_bf16_from_f32(db, dwt + g.r * g.m, (size_t)g.m);
 }
 
-int dpm_cpu_conv_bf16_run(const dpm_op *op, void *scratch) {
+int dpm_cpu_conv_bf16_run(const dpm_op *op, const dpm_shape *in, const dpm_shape *out,
+                          void *scratch) {
   (void)scratch; /* op->ctx->scratch, laid out by conv_bf16_layout_of */
   if (!dpm_bf16_native()) return 0;
-  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
-  for (int k = 0; k < op->n_in; k++)
-    if (op->in[k]) in[k] = op->in[k]->shape;
-  for (int k = 0; k < op->n_out; k++)
-    if (op->out[k]) out[k] = op->out[k]->shape;
   if (!conv_bf16_node(op->node, in, out)) return 0;
   conv_geom g = conv_geom_of(op->node, &op->in[0]->shape);
   conv_bf16_layout o;

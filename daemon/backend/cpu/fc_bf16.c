@@ -167,13 +167,9 @@ static void fc_backward(const dpm_op *op, void *scratch) {
   if (op->out[2]) dpm_fc_bf16_dx(n, m, k, bf(w), dy, op->out[2]->data, scratch);
 }
 
-int dpm_cpu_fc_bf16_run(const dpm_op *op, void *scratch) {
+int dpm_cpu_fc_bf16_run(const dpm_op *op, const dpm_shape *in, const dpm_shape *out,
+                        void *scratch) {
   if (!dpm_bf16_native()) return 0;
-  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
-  for (int k = 0; k < op->n_in; k++)
-    if (op->in[k]) in[k] = op->in[k]->shape;
-  for (int k = 0; k < op->n_out; k++)
-    if (op->out[k]) out[k] = op->out[k]->shape;
   if (!fc_native_node(op->node, in, out)) return 0;
   (op->node->def->id == DPM_OP_FC ? fc_forward : fc_backward)(op, scratch);
   return 1;

@@ -83,16 +83,17 @@ static dpm_tensor *copy_of(copies *c, dpm_tensor *t, int output) {
 }
 
 static void lowp_run(const dpm_op *op) {
-  if (dpm_cpu_fc_bf16_run(op, op->ctx->scratch) ||
-      dpm_cpu_conv_bf16_run(op, op->ctx->scratch))
+  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO], f[DPM_OP_MAX_IO];
+  memset(in, 0, sizeof in);
+  memset(out, 0, sizeof out);
+  for (int k = 0; k < op->n_in; k++)
+    if (op->in[k]) in[k] = op->in[k]->shape;
+  for (int k = 0; k < op->n_out; k++)
+    if (op->out[k]) out[k] = op->out[k]->shape;
+  if (dpm_cpu_fc_bf16_run(op, in, out, op->ctx->scratch) ||
+      dpm_cpu_conv_bf16_run(op, in, out, op->ctx->scratch))
     return;
   const dpm_kernel_def *inner = op->inner;
-  dpm_shape in[DPM_OP_MAX_IO], f[DPM_OP_MAX_IO];
-  for (int k = 0; k < op->n_in; k++)
-    if (op->in[k])
-      in[k] = op->in[k]->shape;
-    else
-      memset(&in[k], 0, sizeof in[k]);
   f32_shapes(op->node, in, f);
   copies c = {.n = 0};
   c.free = (char *)op->ctx->scratch +

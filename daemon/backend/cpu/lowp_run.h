@@ -37,17 +37,19 @@ size_t dpm_cpu_lowp_scratch(const dpm_kernel_def *inner, const dpm_node *n,
 
 /* FC and FCGradient with every tensor bf16, natively (fc_bf16.c): the
  * scratch bytes node n needs at types in[], out[] (0 for other nodes;
- * SIZE_MAX when they overflow), and running op with that scratch: 1 if
- * it ran, 0 when not such an op or the native kernels are off
- * (dpm_bf16_native). */
+ * SIZE_MAX when they overflow), and running op (its tensors' shapes in[],
+ * out[]) with that scratch: 1 if it ran, 0 when not such an op or the
+ * native kernels are off (dpm_bf16_native). */
 size_t dpm_cpu_fc_bf16_scratch(const dpm_node *n, const dpm_shape *in,
                                const dpm_shape *out);
-int dpm_cpu_fc_bf16_run(const dpm_op *op, void *scratch);
+int dpm_cpu_fc_bf16_run(const dpm_op *op, const dpm_shape *in, const dpm_shape *out,
+                        void *scratch);
 /* The same for Conv and ConvGradient (conv.c), which lay out the op's
  * whole scratch themselves. */
 size_t dpm_cpu_conv_bf16_scratch(const dpm_node *n, const dpm_shape *in,
                                  const dpm_shape *out);
-int dpm_cpu_conv_bf16_run(const dpm_op *op, void *scratch);
+int dpm_cpu_conv_bf16_run(const dpm_op *op, const dpm_shape *in, const dpm_shape *out,
+                          void *scratch);
 
 /* n values between f32 and type t (f32, bf16 or f16; backend/cpu/cast.c). */
 void dpm_cpu_widen(float *dst, const void *src, dpm_dtype t, size_t n);
