@@ -92,15 +92,18 @@ static void w_to_blocks_t(const conv_geom *g, const float *w, const float *b, fl
     memset(wt + g->r * g->m, 0, g->m * sizeof *wt);
 }
 
-/* dst[j][i] = src[i][j] for an [rows, cols] src, in 16x16 blocks. */
-static void transpose(const float *restrict src, int64_t rows, int64_t cols,
-                      float *restrict dst) {
-  for (int64_t i0 = 0; i0 < rows; i0 += 16)
-    for (int64_t j0 = 0; j0 < cols; j0 += 16)
-      for (int64_t i = i0; i < i0 + 16 && i < rows; i++)
-        for (int64_t j = j0; j < j0 + 16 && j < cols; j++)
-          dst[j * rows + i] = src[i * cols + j];
-}
+/* NAME(src, rows, cols, dst): dst[j][i] = src[i][j] for an [rows, cols]
+ * src of T, in 16x16 blocks (f32, and bf16 as uint16_t). */
+#define DEFINE_TRANSPOSE(NAME, T)                                                        \
+  static void NAME(const T *restrict src, int64_t rows, int64_t cols, T *restrict dst) { \
+    for (int64_t i0 = 0; i0 < rows; i0 += 16)                                            \
+      for (int64_t j0 = 0; j0 < cols; j0 += 16)                                          \
+        for (int64_t i = i0; i < i0 + 16 && i < rows; i++)                               \
+          for (int64_t j = j0; j < j0 + 16 && j < cols; j++)                             \
+            dst[j * rows + i] = src[i * cols + j];                                       \
+  }
+DEFINE_TRANSPOSE(transpose, float)
+DEFINE_TRANSPOSE(transpose_u16, uint16_t)
 
 /* dW from its blocks transposed: w[m][c][t*kg + a][kx] =
  * wt[t][(c*kg + a)*k + kx][m], block t having R+1 rows of M. */
@@ -462,15 +465,6 @@ size_t dpm_cpu_conv_bf16_scratch(const dpm_node *n, const dpm_shape *in,
 
 #define AT(type, base, off) ((type *)((char *)(base) + (off)))
 
-/* dst[j][i] = src[i][j] for an [rows, cols] src of bf16. */
-static void transpose_u16(const uint16_t *restrict src, int64_t rows, int64_t cols,
-                          uint16_t *restrict dst) {
-  for (int64_t i0 = 0; i0 < rows; i0 += 16)
-    for (int64_t j0 = 0; j0 < cols; j0 += 16)
-      for (int64_t i = i0; i < i0 + 16 && i < rows; i++)
-        for (int64_t j = j0; j < j0 + 16 && j < cols; j++)
-          dst[j * rows + i] = src[i * cols + j];
-}
 
 static void conv_group_bf16(const dpm_op *op, const conv_geom *gp, const uint16_t *x,
                             const uint16_t *w, const uint16_t *b, uint16_t *y,
