@@ -1,8 +1,8 @@
 /* bf16 against fp32 on the CPU: FC's products, and whole training steps.
  *
  * Products: FC's forward (bias, Relu), dW and dX at the Fashion-MNIST
- * MLP's and CNN's shapes (examples/fmnist_*.yaml, batch 64 per replica),
- * in fp32 (dpm_gemm as fc.c calls it: the AVX-512 tiles or cblas), in
+ * MLP's and CNN's shapes (examples/fmnist_*.yaml, batch 64 per replica;
+ * dW written in f32, as the bf16 models' FCGradient writes it), in fp32 (dpm_gemm as fc.c calls it: the AVX-512 tiles or cblas), in
  * bf16 natively (backend/cpu/fc_bf16.h, AVX512-BF16) and in bf16 through
  * the fallback (widen the bf16 operands, the fp32 product, round the
  * output, as lowp_run.c does). One thread; the three alternate within
@@ -15,7 +15,9 @@
  * per step and the fp32 / bf16 ratio.
  *
  *   build/bench/bf16 [--rounds N] [--steps N] [--model mlp|cnn]
- *   (OPENBLAS_NUM_THREADS=1; --model: that model's steps alone, no products)
+ *                    [--only fp32|bf16|fallback]
+ *   (OPENBLAS_NUM_THREADS=1; --model: that model's steps alone, no products;
+ *   --only: that precision's steps alone, for a profiler)
  * from the repository root (the examples' data sets must exist). */
 #include <stdint.h>
 #include <stdio.h>
@@ -98,7 +100,7 @@ static void run_one(const shape *s, int way) {
       dpm_fc_bf16_forward(n, m, k, xh, wh, bh, 1, oh, scratch);
       break;
     case DPM_FC_BF16_DW:
-      dpm_fc_bf16_dw(n, m, k, xh, dyh, oh, scratch);
+      dpm_fc_bf16_dw(n, m, k, xh, dyh, NULL, of, scratch); /* f32, as FCGradient writes it */
       break;
     default:
       dpm_fc_bf16_dx(n, m, k, wh, dyh, oh, scratch);
@@ -139,7 +141,7 @@ static void run_one(const shape *s, int way) {
     no = nx;
     break;
   }
-  if (way == FALLBACK) dpm_bf16_from_f32(oh, o, no);
+  if (way == FALLBACK && s->p != DPM_FC_BF16_DW) dpm_bf16_from_f32(oh, o, no);
 }
 
 static void products(int rounds) {
@@ -250,6 +252,9 @@ static Dpm__ModelSpec *example(const char *path, const char *precision) {
   return spec;
 }
 
+/* --only fp32|bf16|fallback: that way alone (for a profiler) */
+static int only = -1;
+
 static int steps_bench(const char *name, const char *path, int rounds, int per_round) {
   Dpm__ModelSpec *s32 = example(path, ""),
                  *s16 = example(path, "precision: {compute: bf16}\n");
@@ -265,6 +270,7 @@ static int steps_bench(const char *name, const char *path, int rounds, int per_r
   for (int w = 0; w < WAYS; w++) t[w] = malloc((size_t)n * sizeof(double));
   for (int r = 0; r < rounds && !rc; r++)
     for (int w = 0; w < WAYS && !rc; w++) {
+      if (only >= 0 && w != only) continue;
       dpm_bf16_native_use(w == NATIVE);
       dpm_trainer *tr = w == FP32 ? t32 : t16;
       for (int i = 0; i < per_round && !rc; i++) {
@@ -278,7 +284,7 @@ static int steps_bench(const char *name, const char *path, int rounds, int per_r
     fprintf(stderr, "bench: %s: %s\n", name, err.msg[0] ? err.msg : "could not start");
   } else {
     double ms[WAYS];
-    for (int w = 0; w < WAYS; w++) ms[w] = bench_median(t[w], n);
+    for (int w = 0; w < WAYS; w++) ms[w] = only < 0 || w == only ? bench_median(t[w], n) : 0;
     printf("%-30s %10.3f %10.3f %10.3f %8.2fx %8.2fx\n", name, ms[FP32], ms[NATIVE],
            ms[FALLBACK], ms[FP32] / ms[NATIVE], ms[FP32] / ms[FALLBACK]);
   }
@@ -300,6 +306,10 @@ int main(int argc, char **argv) {
       steps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--model"))
       model = argv[i + 1];
+    else if (!strcmp(argv[i], "--only"))
+      only = !strcmp(argv[i + 1], "fp32")   ? FP32
+             : !strcmp(argv[i + 1], "bf16") ? NATIVE
+                                            : FALLBACK;
   }
   if (rounds < 1) return fprintf(stderr, "bad --rounds\n"), 2;
   if (!dpm_bf16_native()) {

@@ -64,6 +64,10 @@ typedef struct dpm_kernel_def {
    * (parallel/share.h). */
   int (*parts)(const dpm_op *op);
   void (*run_part)(const dpm_op *op, int part);
+  /* Optional with parts: work every part reads (an operand packed into
+   * op->ctx->scratch), run once by the op's owner before any part; run
+   * does it itself. */
+  void (*prepare)(const dpm_op *op);
   /* Scratch bytes run needs for node n at input shapes `in` (shapes its
    * def's infer accepted); NULL: none. Scratch is the kernel's own, so
    * each backend sizes it: dpm_net_scratch (engine/exec.h) asks the

@@ -31,7 +31,8 @@ void dpm_ctx_fini(dpm_ctx *ctx);
 size_t dpm_net_scratch(const dpm_net *net, const dpm_shapes *t,
                        const struct dpm_backend *be);
 /* Whether node n reads or writes a bf16/f16 blob (types from t) and is not
- * a Cast: on the cpu backend it runs through the low-precision wrapper
+ * a Cast or an optimizer writing a working copy (their kernels convert
+ * themselves): on the cpu backend it runs through the low-precision wrapper
  * (backend/cpu/lowp_run.h), on fenced through the same wrapper inside the
  * fence; another backend's kernel must take that type (dpm_kernel_def
  * lowp: cuda's FC, FCGradient, Relu, ReluGradient and byte moves take

@@ -1,5 +1,6 @@
 /* bf16 and f16 conversions (engine/lowp.h): the scalar definitions, and
- * the slice kernels (scalar loops; AVX2 and F16C where the CPU has them). */
+ * the slice kernels (scalar loops; AVX2 and F16C where the CPU has them,
+ * and rounding to bf16 by AVX512-BF16's instruction where it has that). */
 #include "engine/lowp.h"
 
 #include <stdatomic.h>
@@ -108,6 +109,32 @@ VEC_FN void bf16_from_f32_avx2(uint16_t *dst, const float *src, size_t n) {
   bf16_from_f32_generic(dst + i, src + i, n - i);
 }
 
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+#define HAVE_BF16_CVT 1
+/* The same 16 lanes at a time by vcvtneps2bf16 (AVX512-BF16), which
+ * rounds to nearest even and quiets a NaN as dpm_bf16_from_f32_1 does but
+ * flushes f32 subnormals to zero: a vector holding one takes the integer
+ * steps. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static void
+bf16_from_f32_cvt(uint16_t *dst, const float *src, size_t n) {
+  const __m512i expo = _mm512_set1_epi32(0x7f800000), abs_mask = _mm512_set1_epi32(0x7fffffff);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(src + i);
+    __m512i u = _mm512_castps_si512(v);
+    __mmask16 sub = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, expo), u, abs_mask);
+    if (__builtin_expect(sub != 0, 0))
+      bf16_from_f32_generic(dst + i, src + i, 16);
+    else
+      _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(v));
+  }
+  bf16_from_f32_avx2(dst + i, src + i, n - i);
+}
+#else
+#define HAVE_BF16_CVT 0
+#define bf16_from_f32_cvt bf16_from_f32_avx2
+#endif
+
 VEC_FN void f32_from_bf16_avx2(float *dst, const uint16_t *src, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -157,15 +184,34 @@ static int cpu_has_vector(void) {
   return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) &&
          (c & bit_F16C);
 }
+
+/* CPUID: AVX-512F (leaf 7 EBX 16), BW and VL (EBX 30, 31), AVX512-BF16
+ * (leaf 7 subleaf 1 EAX 5), and the OS saving opmask and ZMM state
+ * (OSXSAVE, then XCR0 bits 1, 2, 5, 6, 7). */
+int dpm_cpu_avx512_bf16(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0xE6) != 0xE6) return 0;
+  if (__get_cpuid_max(0, NULL) < 7) return 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  if (!(b & (1u << 16)) || !(b & (1u << 30)) || !(b & (1u << 31))) return 0;
+  __cpuid_count(7, 1, a, b, c, d);
+  return (a >> 5) & 1;
+}
 #else
 static int cpu_has_vector(void) { return 0; }
+int dpm_cpu_avx512_bf16(void) { return 0; }
+#define HAVE_BF16_CVT 0
+#define bf16_from_f32_cvt bf16_from_f32_generic
 #define bf16_from_f32_avx2 bf16_from_f32_generic
 #define f32_from_bf16_avx2 f32_from_bf16_generic
 #define f16_from_f32_avx2 f16_from_f32_generic
 #define f32_from_f16_avx2 f32_from_f16_generic
 #endif
 
-static const kernel_set kernels[] = {
+static kernel_set kernels[] = { /* the vector set's bf16 rounding: chosen at load */
     [DPM_LOWP_GENERIC] = {bf16_from_f32_generic, f32_from_bf16_generic,
                           f16_from_f32_generic, f32_from_f16_generic},
     [DPM_LOWP_VECTOR] = {bf16_from_f32_avx2, f32_from_bf16_avx2, f16_from_f32_avx2,
@@ -182,6 +228,8 @@ static int vector_allowed;
 __attribute__((constructor)) static void choose_kernels(void) {
   const char *env = getenv("DPM_CPU_KERNELS");
   vector_allowed = cpu_has_vector() && !(env && !strcmp(env, "generic"));
+  if (HAVE_BF16_CVT && vector_allowed && dpm_cpu_avx512_bf16())
+    kernels[DPM_LOWP_VECTOR].bf16_from_f32 = bf16_from_f32_cvt;
   atomic_store(&current, vector_allowed ? DPM_LOWP_VECTOR : DPM_LOWP_GENERIC);
 }
 

@@ -33,10 +33,14 @@ void dpm_f16_from_f32(uint16_t *dst, const float *src, size_t n);
 void dpm_f32_from_f16(float *dst, const uint16_t *src, size_t n);
 
 /* Which slice kernels run: the loops over the one-value functions, or the
- * vector kernels (the default where the CPU has AVX2 and F16C). Tests and
+ * vector kernels (the default where the CPU has AVX2 and F16C; rounding to
+ * bf16 by vcvtneps2bf16 where it has AVX512-BF16). Tests and
  * benchmarks switch (before starting threads that convert); without AVX2
  * and F16C, or with DPM_CPU_KERNELS=generic, it stays generic. */
 typedef enum { DPM_LOWP_GENERIC, DPM_LOWP_VECTOR } dpm_lowp_kernels;
+/* Whether the CPU has AVX-512 F, BW, VL and BF16, with the OS saving their
+ * state (CPUID and XCR0); 0 off x86-64. */
+int dpm_cpu_avx512_bf16(void);
 dpm_lowp_kernels dpm_lowp_current(void);
 void dpm_lowp_use(dpm_lowp_kernels k);
 

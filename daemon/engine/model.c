@@ -497,8 +497,11 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
     dpm_net_fini(&grad);
   }
   if (!s) s = test_net(&b); /* from the unfused forward ops */
+  if (!s && dpm_net_fuse_grad_casts(&m->train, &m->shapes)) s = dpm_nomem(err);
   if (!s) dpm_net_fuse(&m->train, &m->n_forward);
   if (!s) s = update_net(&b);
+  if (!s)
+    s = dpm_net_fuse_working_copies(&m->train, &m->n_forward, &m->update, &m->refresh, err);
   if (!s) {
     int n = m->test.n;
     dpm_net_fuse(&m->test, &n);
@@ -538,6 +541,7 @@ void dpm_model_fini(dpm_model *m) {
   dpm_net_fini(&m->train);
   dpm_net_fini(&m->update);
   dpm_net_fini(&m->test);
+  dpm_net_fini(&m->refresh);
   dpm_shapes_fini(&m->shapes);
   memset(m, 0, sizeof *m);
 }

@@ -11,6 +11,9 @@
  *          Casts of the precision rewrite (engine/precision.h)
  *   test   the forward ops in test mode (SpatialBN on running statistics,
  *          Dropout off), shaped per eval batch by dpm_model_test_shapes
+ *   refresh  with precision.compute bf16: the Casts of the params to their
+ *          working copies, which the optimizer ops write at each update
+ *          (engine/fuse.h); run after the masters change otherwise
  *
  * Building validates the whole spec (ops, arities, arguments, shapes,
  * losses, update) before any tensor exists; errors name the spec file, line
@@ -26,7 +29,7 @@
 typedef struct dpm_model {
   char *source; /* spec file name, for messages */
   char *name;   /* spec name */
-  dpm_net init, train, update, test;
+  dpm_net init, train, update, test, refresh;
   int n_forward;      /* train.nodes[0, n_forward) are the forward ops */
   dpm_shapes shapes;  /* every blob of init/train/update at the training batch */
   char **param_grad;  /* [n_param_grad], indexed like shapes.v: the gradient

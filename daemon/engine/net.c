@@ -116,6 +116,23 @@ dpm_status dpm_shapes_set(dpm_shapes *t, const char *name, const dpm_shape *s,
   return DPM_OK;
 }
 
+dpm_status dpm_shapes_remove(dpm_shapes *t, const char *name) {
+  int at = dpm_strmap_get(&t->index, name);
+  if (at < 0) return DPM_OK;
+  dpm_strmap index = {0}; /* the others at their new places, then swapped in */
+  for (int i = 0, j = 0; i < t->n; i++)
+    if (i != at && dpm_strmap_put(&index, t->v[i].name, j++)) {
+      dpm_strmap_fini(&index);
+      return DPM_NOMEM;
+    }
+  dpm_strmap_fini(&t->index);
+  t->index = index;
+  free(t->v[at].name);
+  memmove(&t->v[at], &t->v[at + 1], (size_t)(t->n - at - 1) * sizeof *t->v);
+  t->n--;
+  return DPM_OK;
+}
+
 void dpm_shapes_fini(dpm_shapes *t) {
   for (int i = 0; i < t->n; i++) free(t->v[i].name);
   free(t->v);

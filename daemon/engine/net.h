@@ -52,6 +52,9 @@ dpm_blobinfo *dpm_shapes_get(const dpm_shapes *t, const char *name);
 /* Declare or update a blob; DPM_NOMEM on allocation failure. */
 dpm_status dpm_shapes_set(dpm_shapes *t, const char *name, const dpm_shape *s,
                           dpm_blob_kind kind);
+/* Forget a blob (absent: nothing); later blobs move down by one.
+ * DPM_NOMEM (the table then unchanged). */
+dpm_status dpm_shapes_remove(dpm_shapes *t, const char *name);
 void dpm_shapes_fini(dpm_shapes *t);
 
 /* Shape-infer every node in order. Each input must be in t (declared, or

@@ -130,6 +130,15 @@ enum {
    * following in-place ReluGradient whose Relu output is in[0]
    * (MaxPoolGradient: the pool input is the Relu output). */
   DPM_FUSE_RELU_GRAD = 1u << 1,
+  /* Gradient of a bf16 product: the parameters' gradients (FCGradient's
+   * dW and db, out[0] and out[1]) written in f32 from the f32 sums,
+   * replacing the Casts of their bf16 values to f32 that follow (the
+   * gradients of the working copies' Casts, engine/precision.h). */
+  DPM_FUSE_GRAD_F32 = 1u << 2,
+  /* Update: the optimizer also writes its param's bf16 working copy, its
+   * last output, from the updated master, replacing the forward's Cast of
+   * the param (engine/fuse.h: dpm_net_fuse_working_copies). */
+  DPM_FUSE_WORKING_COPY = 1u << 3,
 };
 
 /* ---- executable ops ----------------------------------------------------- */

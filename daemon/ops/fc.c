@@ -81,6 +81,7 @@ static dpm_status fc_grad_infer(const dpm_node *n, const dpm_shape *in, dpm_shap
   out[0] = in[1];
   out[1] = dpm_shape_make(in[1].dtype, 1, in[1].d);
   out[2] = in[0];
+  if (n->fuse & DPM_FUSE_GRAD_F32) out[0].dtype = out[1].dtype = DPM_F32;
   return DPM_OK;
 }
 
@@ -114,4 +115,5 @@ const dpm_op_def DPM_OP_DEF(FC_GRADIENT) = {
     .args = fc_args,
     .infer = fc_grad_infer,
     .flags = DPM_OP_HIDDEN,
+    .fusable = DPM_FUSE_GRAD_F32,
 };

@@ -40,6 +40,7 @@ static dpm_status infer_update(const dpm_node *n, const dpm_shape *in, dpm_shape
     }
   if (expect_scalar(&in[1 + n_state], DPM_F32, "lr", err)) return err->code;
   for (int k = 0; k < n->n_out; k++) out[k] = in[0];
+  if (n->fuse & DPM_FUSE_WORKING_COPY) out[n->n_out - 1].dtype = DPM_BF16;
   return DPM_OK;
 }
 
@@ -142,9 +143,10 @@ const dpm_op_def DPM_OP_DEF(SGD) = {
     .min_in = 3,
     .max_in = 3,
     .min_out = 1,
-    .max_out = 1,
+    .max_out = 2, /* and the working copy (DPM_FUSE_WORKING_COPY) */
     .args = sgd_args,
     .infer = sgd_infer,
+    .fusable = DPM_FUSE_WORKING_COPY,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 const dpm_op_def DPM_OP_DEF(MOMENTUM_SGD) = {
@@ -153,9 +155,10 @@ const dpm_op_def DPM_OP_DEF(MOMENTUM_SGD) = {
     .min_in = 4,
     .max_in = 4,
     .min_out = 2,
-    .max_out = 2,
+    .max_out = 3, /* and the working copy (DPM_FUSE_WORKING_COPY) */
     .args = momentum_args,
     .infer = momentum_infer,
+    .fusable = DPM_FUSE_WORKING_COPY,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 const dpm_op_def DPM_OP_DEF(ADAM) = {
@@ -164,9 +167,10 @@ const dpm_op_def DPM_OP_DEF(ADAM) = {
     .min_in = 6,
     .max_in = 6,
     .min_out = 3,
-    .max_out = 3,
+    .max_out = 4, /* and the working copy (DPM_FUSE_WORKING_COPY) */
     .args = adam_args,
     .infer = adam_infer,
+    .fusable = DPM_FUSE_WORKING_COPY,
     .flags = DPM_OP_INPLACE | DPM_OP_HIDDEN,
 };
 const dpm_op_def DPM_OP_DEF(LEARNING_RATE) = {

@@ -76,16 +76,21 @@ static dpm_status synced_blobs(dpm_plan *p, const dpm_model *m, dpm_err *err) {
   return DPM_OK;
 }
 
-/* The update ops (update net minus LearningRate first and Iter last). */
+/* The update ops (update net minus LearningRate first and Iter last). An
+ * op is free to run once backward has read its param for the last time,
+ * and its working copy when it writes one (DPM_FUSE_WORKING_COPY). */
 static update_op *optimizer_ops(const dpm_model *m, int *n) {
   *n = m->update.n - 2;
   update_op *u = calloc((size_t)*n + 1, sizeof *u);
   for (int i = 0; u && i < *n; i++) {
     const dpm_node *op = &m->update.nodes[i + 1];
+    const char *copy = (op->fuse & DPM_FUSE_WORKING_COPY) ? op->out[op->n_out - 1] : NULL;
     u[i] = (update_op){.node = op, .order = i, .grad_ready = m->n_forward - 1};
     for (int j = m->n_forward; j < m->train.n; j++) {
       if (writes(&m->train.nodes[j], op->in[1])) u[i].grad_ready = j;
-      if (reads(&m->train.nodes[j], op->in[0])) u[i].param_free = j;
+      if (reads(&m->train.nodes[j], op->in[0]) ||
+          (copy && reads(&m->train.nodes[j], copy)))
+        u[i].param_free = j;
     }
     if (u[i].param_free < u[i].grad_ready) u[i].param_free = u[i].grad_ready;
   }
@@ -156,7 +161,6 @@ dpm_status dpm_plan_build(const dpm_model *m, int devices, int reduce, dpm_net_t
   const dpm_kernel_def *last =
       be && last_train >= 0 ? be->kernel(p->step.nodes[last_train].def->id) : NULL;
   if (!s && devices > 1 && p->n_buckets && last && last->parts && last->run_part &&
-      !dpm_node_low(&p->step.nodes[last_train], &m->shapes) /* lowp_run.h: no parts */ &&
       !gathered) {
     p->shared_op = last_train; /* backward's last op, which splits */
     p->help_at = first_wait;

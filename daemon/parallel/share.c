@@ -69,6 +69,7 @@ static void run_part(const dpm_op *op, uint32_t k) { op->kernel->run_part(op, (i
 void dpm_share_run(dpm_share *s, int rank, const dpm_op *op) {
   share_slot *me = &s->slot[rank];
   uint32_t parts = (uint32_t)op->kernel->parts(op);
+  if (op->kernel->prepare) op->kernel->prepare(op); /* published by the claim below */
   atomic_store_explicit(&me->op, op, memory_order_relaxed);
   atomic_store_explicit(&me->parts, parts, memory_order_relaxed);
   atomic_store_explicit(&me->done, 0, memory_order_relaxed);

@@ -36,8 +36,9 @@ typedef struct dpm_share dpm_share;
 /* Slots for n ranks (2..DPM_COMM_MAX_RANKS). DPM_INVALID, DPM_NOMEM. */
 dpm_status dpm_share_create(int n, dpm_share **out, dpm_err *err);
 /* Run op (bound: its kernel has parts and run_part) with the peers' help:
- * takes parts until none is left, then waits for those peers took. Every
- * part runs through op->kernel, whoever takes it. */
+ * runs its kernel's prepare (if any), takes parts until none is left, then
+ * waits for those peers took. Every part runs through op->kernel, whoever
+ * takes it. */
 void dpm_share_run(dpm_share *s, int rank, const dpm_op *op);
 /* Take parts of every peer's op of this round until all are taken,
  * spinning for a peer that has not reached its op yet; gives up on a

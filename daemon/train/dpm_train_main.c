@@ -413,7 +413,22 @@ static void dump_blob(const dpm_shapes *t, const char *name, const char *sep) {
   printf("%s%s%s%s", sep, name, b ? ":" : "", s);
 }
 
-/* The step plan, one op a line: "12 FC fc1 <- data_bf16:bf16[64,784] ...". */
+/* One op a line: "12 FC fc1 <- data_bf16:bf16[64,784] ...", from `first`. */
+static void dump_net(const dpm_net *net, const dpm_shapes *t, const char *first) {
+  for (int i = 0; i < net->n; i++) {
+    const dpm_node *n = &net->nodes[i];
+    printf("%s%d %s", first, i, n->def->name);
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k]) dump_blob(t, n->out[k], k ? ", " : " ");
+    printf(" <-");
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k]) dump_blob(t, n->in[k], k ? ", " : " ");
+    printf("\n");
+  }
+}
+
+/* The step plan, one op a line, then the working copies' refresh (run
+ * only after the masters change other than by the update), "r0 Cast ...". */
 static void dump_plan(const dpm_trainer *t) {
   const dpm_plan *p = dpm_trainer_plan(t);
   const dpm_model *m = dpm_trainer_model(t);
@@ -430,16 +445,11 @@ static void dump_plan(const dpm_trainer *t) {
   printf("# forward per example: %.4g GFLOPs = 2 x %.0f multiply-adds of %lld Conv and "
          "%lld FC (biases, norms, activations, pooling and the loss not counted)\n",
          2 * c.macs / 1e9, c.macs, (long long)c.n_conv, (long long)c.n_fc);
-  for (int i = 0; i < p->step.n; i++) {
-    const dpm_node *n = &p->step.nodes[i];
-    printf("%d %s", i, n->def->name);
-    for (int k = 0; k < n->n_out; k++)
-      if (n->out[k]) dump_blob(&m->shapes, n->out[k], k ? ", " : " ");
-    printf(" <-");
-    for (int k = 0; k < n->n_in; k++)
-      if (n->in[k]) dump_blob(&m->shapes, n->in[k], k ? ", " : " ");
-    printf("\n");
-  }
+  dump_net(&p->step, &m->shapes, "");
+  if (!m->refresh.n) return;
+  printf("# working copies, written by the update; made anew by these after a load, "
+         "a sync or a BMUF block:\n");
+  dump_net(&m->refresh, &m->shapes, "r");
 }
 
 int main(int argc, char **argv) {

@@ -56,6 +56,7 @@ typedef struct replica {
   dpm_workspace ws;
   dpm_ctx ctx;
   dpm_exec step;
+  dpm_exec refresh;     /* the working copies' Casts (model.refresh): copies_stale */
   dpm_step_graph graph; /* the step as a CUDA graph, where it can be one */
   dpm_dptr arena;       /* the gradients, back to back in plan order, on dev */
   size_t arena_bytes;
@@ -169,6 +170,11 @@ struct dpm_trainer {
   int n_seed_ops;
   dpm_ctx eval_ctx; /* the eval net's context on the master: its own scratch, so a
                        step's graph never names a scratch an eval moved */
+  /* The masters changed other than by the update (create, a load, a sync, a
+   * BMUF block, a caller holding a workspace): the next step first remakes
+   * the bf16 working copies that the update otherwise writes
+   * (engine/fuse.h: dpm_net_fuse_working_copies). */
+  int copies_stale;
 };
 
 /* trainer.c: claims the replicas' exclusive devices for the calls that

@@ -268,6 +268,7 @@ static dpm_status replica_init(dpm_trainer *t, replica *r, dpm_err *err) {
   dpm_exec_fini(&init);
   if (!s) s = share_arena(t, r, err);
   if (!s) s = dpm_exec_bind(&r->step, &t->plan.step, &m->shapes, &r->ws, &r->ctx, err);
+  if (!s) s = dpm_exec_bind(&r->refresh, &m->refresh, &m->shapes, &r->ws, &r->ctx, err);
   if (!s) dpm_step_graph_init(&r->graph, r->dev, &t->plan.step, t->graphs);
   if (!s && trainer_reduces(t)) s = grad_arena(r, &t->plan, err);
   if (!s) s = dpm_bmuf_replica(&t->bm, &r->ws, r->rank == 0, &r->bmuf_host, err);
@@ -623,6 +624,7 @@ static dpm_status setup(dpm_trainer *t, const dpm_checked_spec *cs, dpm_err *err
   const Dpm__ModelSpec *spec = dpm_checked_spec_pb(cs);
   const Dpm__ParallelSpec *par = spec->parallel;
   double t0 = dpm_mono_ns() / 1e6;
+  t->copies_stale = 1; /* the working copies are made before the first step */
   if (replica_devices(t, cs, err) || precision_check(t, spec, err)) return err->code;
   t->math = (par && par->allow_tf32 ? DPM_MATH_TF32 : 0) |
             (par && par->deterministic ? DPM_MATH_DETERMINISTIC : 0);

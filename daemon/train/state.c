@@ -202,6 +202,7 @@ static dpm_status read_fitting(dpm_trainer *t, const dpm_fs *fs, const char *pat
 /* c's tensors into the master (entries "replica_D/NAME" are replica d's:
  * write_replicas). */
 static void write_master(dpm_trainer *t, const dpm_ckpt *c) {
+  t->copies_stale = 1;
   trainer_claim(t);
   for (int i = 0; i < c->n; i++) {
     dpm_blob *b = dpm_ws_find(&t->r[0].ws, c->names[i]);
@@ -214,6 +215,7 @@ static void write_master(dpm_trainer *t, const dpm_ckpt *c) {
  * from c (fits checked that it is there). */
 static dpm_status write_replicas(dpm_trainer *t, const dpm_ckpt *c, dpm_err *err) {
   dpm_status s = DPM_OK;
+  t->copies_stale = 1;
   trainer_claim(t);
   for (int i = 0; i < replica_entries(t) && !s; i++) {
     int d = 1 + i / t->bm.n_local;

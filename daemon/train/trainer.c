@@ -164,6 +164,7 @@ static void run_job(void *arg, int rank) {
     return;
   }
   if (!r->preloaded) load_input(t, r, r->rows, r->labels);
+  if (t->copies_stale) dpm_exec_run(&r->refresh); /* eager: outside any graph */
   step_arg a = {t, r};
   r->status = dpm_step_graph_run(&r->graph, r->dev, &r->ctx, step_run, &a, &r->err);
   if (r->ctx.status) {
@@ -228,6 +229,7 @@ dpm_status trainer_dispatch(dpm_trainer *t, job_kind job, dpm_err *err) {
 
 dpm_status trainer_broadcast(dpm_trainer *t, const char *const *names, int n,
                              dpm_err *err) {
+  t->copies_stale = 1;
   if (!t->comm) return DPM_OK; /* one replica alone */
   t->sync_names = names;
   t->sync_n = n;
@@ -239,6 +241,7 @@ dpm_status trainer_broadcast(dpm_trainer *t, const char *const *names, int n,
 /* parallel.mode bmuf: the block update on every replica (one replica
  * alone: on this thread, with no collective). */
 static dpm_status bmuf_block(dpm_trainer *t, dpm_err *err) {
+  t->copies_stale = 1;
   if (t->comm) return trainer_dispatch(t, JOB_BMUF, err);
   replica *r = &t->r[0];
   return dpm_bmuf_block(&t->bm, &r->ws, r->dev, NULL, 0, r->bmuf_host, err);
@@ -394,6 +397,7 @@ dpm_status dpm_trainer_step(dpm_trainer *t, int n, dpm_step_stats *last, dpm_err
         return err->code;
       feed(t, b, ahead, preloaded);
       if (trainer_dispatch(t, JOB_STEP, err)) return err->code;
+      t->copies_stale = 0;
       preloaded = ahead != NULL;
       if (t->micro + 1 < t->accum) add_losses(t, sum);
     }
@@ -572,7 +576,10 @@ const dpm_plan *dpm_trainer_plan(const dpm_trainer *t) { return &t->plan; }
 dpm_graph_stats dpm_trainer_graph_stats(const dpm_trainer *t, int d) {
   return t->r[d].graph.stats;
 }
-dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d) { return &t->r[d].ws; }
+dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d) {
+  t->copies_stale = 1; /* the caller may write the masters */
+  return &t->r[d].ws;
+}
 
 void dpm_trainer_destroy(dpm_trainer *t) {
   if (!t) return;
@@ -584,6 +591,7 @@ void dpm_trainer_destroy(dpm_trainer *t) {
     replica *r = &t->r[d];
     dpm_step_graph_fini(&r->graph, r->dev);
     dpm_exec_fini(&r->step);
+    dpm_exec_fini(&r->refresh);
     dpm_ws_fini(&r->ws);
     if (!dpm_dptr_null(r->arena)) dpm_dev_free(r->dev, r->arena, r->arena_bytes);
     if (!dpm_dptr_null(r->shared)) dpm_dev_free(r->dev, r->shared, r->shared_got);

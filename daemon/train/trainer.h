@@ -345,7 +345,8 @@ const dpm_model *dpm_trainer_model(const dpm_trainer *t);
 const dpm_plan *dpm_trainer_plan(const dpm_trainer *t);
 /* How replica d's steps ran: eagerly, captured, replayed (train/graph.h). */
 dpm_graph_stats dpm_trainer_graph_stats(const dpm_trainer *t, int d);
-/* Replica d's workspace (0 = master), for tests and benchmarks. */
+/* Replica d's workspace (0 = master), for tests and benchmarks; the caller
+ * may write the masters (the next step remakes the working copies). */
 struct dpm_workspace *dpm_trainer_workspace(dpm_trainer *t, int d);
 void dpm_trainer_destroy(dpm_trainer *t);
 

@@ -298,6 +298,81 @@ TEST(fc_gradient_bf16_native_matches_fallback) {
   CHECK_IMPLIED(dx[1].vs_other);
 }
 
+/* FCGradient writing dW and db in f32 (DPM_FUSE_GRAD_F32: the engine fuses
+ * a bf16 model's Casts of its parameter gradients into it), natively or
+ * through the fallback: every dW is an f32 sum y~ within g S + f of the
+ * exact y (no rounding after it: checked exactly, a count outside, which
+ * must be 0), and db is the same f32 sums in both, bit for bit. */
+static int fc_grad_f32_case(int n, int m, int k, int with_dx, long *outside,
+                            int *db_same) {
+  float *xv = malloc(sizeof(float) * (size_t)n * k),
+        *wv = malloc(sizeof(float) * (size_t)m * k),
+        *gv = malloc(sizeof(float) * (size_t)n * m);
+  fill_uniform(xv, (int64_t)n * k, (uint32_t)(n + 3 * k));
+  fill_uniform(wv, (int64_t)m * k, (uint32_t)(m + 5 * k));
+  fill_uniform(gv, (int64_t)n * m, (uint32_t)(n * m + 7));
+  dpm_tensor x = bf16_tensor(2, (int64_t[]){n, k}, xv),
+             wt = bf16_tensor(2, (int64_t[]){m, k}, wv),
+             dy = bf16_tensor(2, (int64_t[]){n, m}, gv);
+  dpm_tensor g[2][3];
+  memset(g, 0, sizeof g);
+  int ways = 1 + dpm_bf16_native_allowed(), ok = 1;
+  char args[32];
+  snprintf(args, sizeof args, "dim_out=%d", m);
+  for (int nat = 0; nat < ways && ok; nat++) {
+    dpm_bf16_native_use(nat);
+    uint64_t before = dpm_bf16_native_products();
+    dpm_tensor *in[] = {&x, &wt, &dy}, *o[] = {&g[nat][0], &g[nat][1], &g[nat][2]};
+    dpm_err err = {0};
+    ok = !ot_run_fused("FCGradient", args, 0, DPM_FUSE_GRAD_F32, 3, in, with_dx ? 3 : 2,
+                       o, &err);
+    uint64_t ran = dpm_bf16_native_products() - before;
+    dpm_bf16_native_use(1);
+    if (!ok) printf("    FCGradient: %s\n", err.msg);
+    if (ok && (g[nat][0].shape.dtype != DPM_F32 || g[nat][1].shape.dtype != DPM_F32 ||
+               ran != (uint64_t)(nat ? 1 + with_dx : 0))) {
+      printf("    FCGradient %dx%dx%d: dW %s, %llu native products\n", n, m, k,
+             dpm_dtype_name(g[nat][0].shape.dtype), (unsigned long long)ran);
+      ok = 0;
+    }
+  }
+  for (int nat = 0; ok && nat < ways; nat++)
+    for (int j = 0; j < m; j++)
+      for (int kk = 0; kk < k; kk++) {
+        double y = 0, s = 0;
+        for (int i = 0; i < n; i++) {
+          double p = get(&dy, (int64_t)i * m + j) * get(&x, (int64_t)i * k + kk);
+          y += p;
+          s += fabs(p);
+        }
+        double gs = gamma_k(n) * s + 2.0 * n * 0x1p-126,
+               r = dpm_f32(&g[nat][0])[(int64_t)j * k + kk];
+        if (!(fabs(r - y) <= gs) && (*outside)++ < 3)
+          printf("    %.9g outside [%.9g, %.9g]\n", r, y - gs, y + gs);
+      }
+  if (ok && ways == 2 && memcmp(g[0][1].data, g[1][1].data, (size_t)m * sizeof(float)))
+    *db_same = 0;
+  dpm_tensor *all[] = {&x, &wt, &dy, &g[0][0], &g[0][1], &g[0][2],
+                       &g[1][0], &g[1][1], &g[1][2]};
+  for (int i = 0; i < 9; i++) dpm_tensor_fini(all[i]);
+  free(xv);
+  free(wv);
+  free(gv);
+  return ok;
+}
+
+TEST(fc_gradient_f32_grads_within_exact_bound) {
+  long outside = 0;
+  int db_same = 1;
+  native_ok();
+  for (int c = 0; c < N_SHAPES; c++)
+    for (int with_dx = 0; with_dx < 2; with_dx++)
+      CHECK(fc_grad_f32_case(shapes[c][0], shapes[c][1], shapes[c][2], with_dx, &outside,
+                             &db_same));
+  CHECK_INT(outside, 0);
+  CHECK(db_same);
+}
+
 /* Off, no product runs natively and the results are the fallback's bit for
  * bit whatever the CPU (the switch the generic mode sets at load). */
 TEST(bf16_native_switch_forces_fallback) {

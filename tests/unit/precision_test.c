@@ -24,8 +24,10 @@
 #include "common/spec.h"
 #include "engine/autodiff.h"
 #include "engine/lowp.h"
+#include "engine/workspace.h"
 #include "ops/cast.h"
 #include "ops/precision.h"
+#include "parallel/plan.h"
 #include "optest.h"
 #include "predictor/predictor_extract.h"
 #include "test.h"
@@ -122,6 +124,41 @@ TEST(cast_between_16_bit_types) {
   CHECK_HAS(err.msg, "input must be f32, got bf16");
   dpm_tensor_fini(&x);
   dpm_tensor_fini(&y);
+}
+
+/* ReluGradient over bf16, which runs on the bits (lowp_run.h), gives the
+ * f32 kernel's result rounded, for every bf16 pattern of Y (NaNs, infinities,
+ * zeros and subnormals among them) against a permutation of them as dY. */
+TEST(relu_grad_bf16_every_pattern_is_the_f32_kernels) {
+  enum { N = 65536 };
+  float *y = malloc(N * sizeof *y), *dy = malloc(N * sizeof *dy);
+  for (uint32_t h = 0; h < N; h++) {
+    y[h] = dpm_f32_from_bf16_1((uint16_t)h);
+    dy[h] = dpm_f32_from_bf16_1((uint16_t)((h * 40503u + 7u) & 0xffffu));
+  }
+  dpm_shape s16 = dpm_shape_make(DPM_BF16, 1, (int64_t[]){N}),
+            s32 = dpm_shape_make(DPM_F32, 1, (int64_t[]){N});
+  dpm_tensor y16 = ot_tensor(s16, NULL), dy16 = ot_tensor(s16, NULL),
+             y32 = ot_tensor(s32, y), dy32 = ot_tensor(s32, dy), dx16 = {0}, dx32 = {0};
+  for (uint32_t h = 0; h < N; h++) { /* the patterns themselves: signalling NaNs too */
+    dpm_u16(&y16)[h] = (uint16_t)h;
+    dpm_u16(&dy16)[h] = (uint16_t)((h * 40503u + 7u) & 0xffffu);
+  }
+  CHECK_INT(ot_run_op("ReluGradient", "", 0, 2, (dpm_tensor *[]){&y16, &dy16}, 1,
+                      (dpm_tensor *[]){&dx16}, NULL),
+            DPM_OK);
+  CHECK_INT(ot_run_op("ReluGradient", "", 0, 2, (dpm_tensor *[]){&y32, &dy32}, 1,
+                      (dpm_tensor *[]){&dx32}, NULL),
+            DPM_OK);
+  int bad = 0;
+  for (int i = 0; i < N && dx16.data && dx32.data; i++)
+    if (dpm_u16(&dx16)[i] != dpm_bf16_from_f32_1(dpm_f32(&dx32)[i]) && bad++ < 3)
+      printf("    y 0x%04x dy 0x%04x: 0x%04x\n", i, dpm_u16(&dy16)[i], dpm_u16(&dx16)[i]);
+  CHECK_INT(bad, 0);
+  dpm_tensor *all[] = {&y16, &dy16, &y32, &dy32, &dx16, &dx32};
+  for (int i = 0; i < 6; i++) dpm_tensor_fini(all[i]);
+  free(y);
+  free(dy);
 }
 
 /* The gradient of Cast f32 -> bf16 is Cast bf16 -> f32 of dY. */
@@ -313,9 +350,11 @@ static int count_casts(const dpm_net *net) {
   return c;
 }
 
-/* bf16: FC reads working copies made by Casts of the f32 masters, its output
- * is bf16, the loss reads an f32 cast; gradients of params arrive in f32.
- * fp32 (the default): no Cast anywhere. */
+/* bf16: FC reads working copies of the f32 masters, which the optimizer
+ * writes (their Casts only in the model's refresh net), its output is bf16,
+ * the loss reads an f32 cast; gradients of params arrive in f32, written so
+ * by FCGradient (engine/fuse.h). fp16 keeps the gradients' Casts. fp32
+ * (the default): no Cast anywhere. */
 TEST(precision_rewrite_inserts_casts) {
   Dpm__ModelSpec *spec = prec_spec(MLP_FORWARD, 8, "compute: bf16"),
                  *plain = prec_spec(MLP_FORWARD, 8, "");
@@ -327,9 +366,14 @@ TEST(precision_rewrite_inserts_casts) {
   CHECK(fc1 && fc1->def->id == DPM_OP_FC);
   CHECK(!strcmp(fc1->in[0], "data_bf16") && !strcmp(fc1->in[1], "fc1_w_bf16") &&
         !strcmp(fc1->in[2], "fc1_b_bf16"));
-  const dpm_node *c = writer(&m->train, m->n_forward, "fc1_w_bf16");
+  /* the working copy: made by a Cast in refresh, then by the update */
+  const dpm_node *c = writer(&m->refresh, m->refresh.n, "fc1_w_bf16");
   CHECK(c && c->def->id == DPM_OP_CAST && !strcmp(c->in[0], "fc1_w"));
-  CHECK(c < fc1);
+  CHECK(!writer(&m->train, m->train.n, "fc1_w_bf16"));
+  const dpm_node *up = writer(&m->update, m->update.n, "fc1_w_bf16");
+  CHECK(up && up->def->id == DPM_OP_MOMENTUM_SGD && (up->fuse & DPM_FUSE_WORKING_COPY) &&
+        !strcmp(up->out[0], "fc1_w"));
+  CHECK_INT(count_casts(&m->refresh), 6); /* 3 x (w, b) */
   CHECK_INT(dpm_shapes_get(&m->shapes, "fc1_w")->shape.dtype, DPM_F32);
   CHECK_INT(dpm_shapes_get(&m->shapes, "fc1_w")->kind, DPM_BLOB_PARAM);
   CHECK_INT(dpm_shapes_get(&m->shapes, "fc1_w_bf16")->shape.dtype, DPM_BF16);
@@ -341,9 +385,24 @@ TEST(precision_rewrite_inserts_casts) {
   for (int i = 0; i < m->n_param_grad; i++)
     if (m->param_grad[i])
       CHECK_INT(dpm_shapes_get(&m->shapes, m->param_grad[i])->shape.dtype, DPM_F32);
+  /* the weight gradients' Casts are fused: FCGradient writes them in f32 */
+  const dpm_node *g1 = writer(&m->train, m->train.n, "fc1_w_grad");
+  CHECK(g1 && g1->def->id == DPM_OP_FC_GRADIENT && (g1->fuse & DPM_FUSE_GRAD_F32) &&
+        !strcmp(g1->out[1], "fc1_b_grad"));
+  CHECK(!dpm_shapes_get(&m->shapes, "fc1_w_bf16_grad"));
+  /* train: forward's data and pred, and backward's loss gradient to bf16 */
+  CHECK_INT(count_casts(&m->train), 3);
   CHECK_INT(count_casts(&m->test), 8); /* data, 3 x (w, b), pred */
   CHECK_INT(count_casts(&dpm_trainer_model(p)->train), 0);
   CHECK_INT(dpm_trainer_model(p)->compute, DPM_F32);
+  Dpm__ModelSpec *half = prec_spec(MLP_FORWARD, 8, "compute: fp16");
+  dpm_trainer *h = tf_trainer(half, 1, NULL);
+  CHECK(h);
+  const dpm_model *hm = h ? dpm_trainer_model(h) : NULL;
+  const dpm_node *hc = hm ? writer(&hm->train, hm->train.n, "fc1_w_grad") : NULL;
+  CHECK(hc && hc->def->id == DPM_OP_CAST && !strcmp(hc->in[0], "fc1_w_f16_grad"));
+  dpm_trainer_destroy(h);
+  dpm_spec_free(half);
   dpm_trainer_destroy(t);
   dpm_trainer_destroy(p);
   dpm_spec_free(spec);
@@ -537,6 +596,59 @@ TEST(bf16_resume_is_exact) {
   free(path);
 }
 
+/* The optimizer writes the working copies (engine/fuse.h): after steps,
+ * each is its master rounded, bit for bit, on every replica. A master
+ * written otherwise must be cast again before the next step reads its copy:
+ * every param zeroed through replica 0's workspace and synced to replica 1,
+ * or through both workspaces without a sync, and the next step's logits are
+ * 0, its loss ln 10 exactly (the f32 log-sum-exp of ten zeros). A stale
+ * copy would give the trained model's loss. */
+static int copies_are_rounded_masters(dpm_trainer *t, int replicas) {
+  const dpm_net *refresh = &dpm_trainer_model(t)->refresh;
+  int ok = refresh->n == 6; /* 3 x (w, b) */
+  for (int d = 0; d < replicas; d++)
+    for (int i = 0; ok && i < refresh->n; i++) {
+      dpm_workspace *ws = dpm_trainer_workspace(t, d);
+      const dpm_blob *m = dpm_ws_find(ws, refresh->nodes[i].in[0]),
+                     *c = dpm_ws_find(ws, refresh->nodes[i].out[0]);
+      int64_t n = m && c ? dpm_tensor_numel(&m->t) : 0;
+      ok = n > 0 && dpm_tensor_numel(&c->t) == n;
+      for (int64_t j = 0; ok && j < n; j++)
+        ok = dpm_u16(&c->t)[j] == dpm_bf16_from_f32_1(dpm_f32(&m->t)[j]);
+    }
+  return ok;
+}
+
+static int zero_params(dpm_trainer *t, int replicas) {
+  const dpm_model *m = dpm_trainer_model(t);
+  for (int d = 0; d < replicas; d++)
+    for (int i = 0; i < m->shapes.n; i++) {
+      const dpm_blobinfo *b = &m->shapes.v[i];
+      if (b->kind != DPM_BLOB_PARAM) continue;
+      dpm_blob *x = dpm_ws_find(dpm_trainer_workspace(t, d), b->name);
+      if (!x) return 0;
+      memset(x->t.data, 0, dpm_shape_bytes(&x->t.shape));
+    }
+  return 1;
+}
+
+TEST(bf16_working_copies_follow_written_masters) {
+  Dpm__ModelSpec *spec = prec_spec(MLP_FORWARD, 8, "compute: bf16");
+  dpm_err err = {0};
+  dpm_step_stats st;
+  for (int sync = 0; sync < 2; sync++) {
+    dpm_trainer *t = tf_trainer(spec, 2, NULL);
+    CHECK(t && tf_steps(t, 3));
+    CHECK(copies_are_rounded_masters(t, 2));
+    CHECK(zero_params(t, sync ? 1 : 2));
+    if (sync) CHECK_INT(dpm_trainer_sync(t, &err), DPM_OK);
+    CHECK_INT(dpm_trainer_step(t, 1, &st, &err), DPM_OK);
+    CHECK(st.loss == (double)logf(10.f));
+    dpm_trainer_destroy(t);
+  }
+  dpm_spec_free(spec);
+}
+
 /* ---- the spec and the devices ----------------------------------------------- */
 
 /* The parse of a spec with `precision` on its line 4 fails with `msg`. */
@@ -583,18 +695,26 @@ TEST(precision_compute_outside_spec_hash) {
  * wrapper inside the fence (engine/exec.c binds op->inner), the same bits
  * as on cpu devices, step for step. (cuda devices take bf16 where every
  * 16-bit op has a cuda kernel, refusing fp16 at create: train/setup.c,
- * precision_check; the plugin does not load in this test binary.) */
+ * precision_check; the plugin does not load in this test binary.) On two
+ * devices the first layer's FCGradient is shared between the replicas
+ * (parallel/share.h), its packing and parts inside the fence. */
 enum { FENCED_STEPS = 3 };
 static const char *fenced_forward, *fenced_precision;
+static int fenced_devices = 1;
 static double fenced_loss[FENCED_STEPS];
 static int fenced_ok;
 
 static int lowp_losses(double *loss) {
   Dpm__ModelSpec *spec = prec_spec(fenced_forward, 8, fenced_precision);
-  dpm_trainer *t = spec ? tf_trainer(spec, 1, NULL) : NULL;
+  dpm_trainer *t = spec ? tf_trainer(spec, fenced_devices, NULL) : NULL;
   dpm_err err = {0};
   dpm_step_stats st;
   int ok = t != NULL;
+  if (ok && fenced_devices > 1) {
+    const dpm_plan *p = dpm_trainer_plan(t);
+    ok = p->shared_op >= 0 && p->step.nodes[p->shared_op].def->id == DPM_OP_FC_GRADIENT;
+    if (!ok) printf("    the first layer's FCGradient is not shared\n");
+  }
   for (int i = 0; ok && i < FENCED_STEPS; i++) {
     ok = !dpm_trainer_step(t, 1, &st, &err);
     if (ok)
@@ -628,4 +748,9 @@ TEST(precision_bf16_cnn_on_fenced_is_the_cpus) {
 }
 TEST(precision_f16_mlp_on_fenced_is_the_cpus) {
   fenced_matches_cpu(MLP_FORWARD, "compute: fp16");
+}
+TEST(precision_bf16_mlp_on_two_fenced_is_the_cpus) {
+  fenced_devices = 2;
+  fenced_matches_cpu(MLP_FORWARD, "compute: bf16");
+  fenced_devices = 1;
 }

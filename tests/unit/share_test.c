@@ -10,10 +10,14 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/lowp_run.h"
+#include "engine/exec.h"
 #include "common/spec.h"
 #include "engine/model.h"
 #include "parallel/plan.h"
 #include "parallel/share.h"
+#include "optest.h"
 #include "test.h"
 #include "trainer_fixture.h"
 
@@ -202,6 +206,65 @@ TEST(share_fc_gradient_parts_equal_run) {
     fc_gradient_parts_equal_run(64, 256, 784); /* the MLP's first layer */
   }
   dpm_gemm_use(DPM_GEMM_AUTO);
+}
+
+/* FCGradient over bf16 X, W, dY without dX, as a bf16 model's first layer
+ * runs it (through the low-precision wrapper, dW and db in f32 when fused,
+ * else bf16): the wrapper's prepare and then its parts, in reverse order,
+ * give its run's bits. Natively the parts are rows of dW (24 each); with
+ * the native kernels off the op is one part, the whole op. */
+static void bf16_fc_gradient_parts_equal_run(int n, int m, int k, unsigned fuse) {
+  const dpm_kernel_def *inner = dpm_backend_cpu.kernel(DPM_OP_FC_GRADIENT),
+                       *kd = &dpm_cpu_lowp_kernel;
+  dpm_node node = {.def = dpm_op_find("FCGradient"),
+                   .n_in = 3,
+                   .n_out = 3,
+                   .fuse = fuse,
+                   .in = {"x", "w", "dy"},
+                   .out = {"dw", "db", NULL}};
+  dpm_err err = {0};
+  CHECK_INT(dpm_node_set_defaults(&node, &err), DPM_OK);
+  dpm_dtype gt = fuse ? DPM_F32 : DPM_BF16;
+  dpm_shape in[DPM_OP_MAX_IO] = {dpm_shape_make(DPM_BF16, 2, (int64_t[]){n, k}),
+                                 dpm_shape_make(DPM_BF16, 2, (int64_t[]){m, k}),
+                                 dpm_shape_make(DPM_BF16, 2, (int64_t[]){n, m})},
+            out[DPM_OP_MAX_IO] = {dpm_shape_make(gt, 2, (int64_t[]){m, k}),
+                                  dpm_shape_make(gt, 1, (int64_t[]){m})};
+  float *v[3] = {filled((size_t)n * k, 1), filled((size_t)m * k, 2),
+                 filled((size_t)n * m, 3)};
+  dpm_tensor t[3], g[2][2];
+  memset(g, 0, sizeof g);
+  for (int i = 0; i < 3; i++) t[i] = ot_tensor(in[i], v[i]);
+  for (int w = 0; w < 2; w++)
+    for (int i = 0; i < 2; i++) g[w][i] = ot_tensor(out[i], NULL);
+  dpm_ctx ctx = {0};
+  CHECK_INT(dpm_ctx_reserve(&ctx, dpm_cpu_lowp_scratch(inner, &node, in, out)), DPM_OK);
+  dpm_op op[2];
+  for (int w = 0; w < 2; w++)
+    op[w] = (dpm_op){.node = &node, .n_in = 3, .n_out = 3, .ctx = &ctx, .kernel = kd,
+                     .inner = inner, .in = {&t[0], &t[1], &t[2]},
+                     .out = {&g[w][0], &g[w][1], NULL}};
+  for (int native = 0; native < 1 + dpm_bf16_native_allowed(); native++) {
+    dpm_bf16_native_use(native);
+    kd->run(&op[0]);
+    int parts = kd->parts(&op[1]);
+    kd->prepare(&op[1]);
+    for (int p = parts - 1; p >= 0; p--) kd->run_part(&op[1], p);
+    CHECK_INT(parts, native ? (m + 23) / 24 : 1);
+    for (int i = 0; i < 2; i++)
+      CHECK(!memcmp(g[0][i].data, g[1][i].data, dpm_shape_bytes(&out[i])));
+  }
+  dpm_bf16_native_use(1);
+  dpm_ctx_fini(&ctx);
+  for (int i = 0; i < 3; i++) dpm_tensor_fini(&t[i]), free(v[i]);
+  for (int w = 0; w < 2; w++)
+    for (int i = 0; i < 2; i++) dpm_tensor_fini(&g[w][i]);
+}
+
+TEST(share_bf16_fc_gradient_parts_equal_run) {
+  bf16_fc_gradient_parts_equal_run(37, 61, 83, DPM_FUSE_GRAD_F32);
+  bf16_fc_gradient_parts_equal_run(64, 256, 784, DPM_FUSE_GRAD_F32); /* the MLP's fc1 */
+  bf16_fc_gradient_parts_equal_run(37, 61, 83, 0);
 }
 
 /* ---- plans --------------------------------------------------------------- */

@@ -1,11 +1,12 @@
 /* The CPU kernels of the elementwise ops (ops/elementwise.c): Relu,
  * Sigmoid, Tanh, Add, Sum, Scale, Copy, StopGradient and the activations'
  * gradients. Plain loops over the elements, which gcc vectorises; each may
- * run in place. */
+ * run in place. ReluGradient over bf16 also runs natively (lowp_run.h). */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lowp_run.h"
 
 /* Y = x unchanged (Copy, StopGradient); a no-op when run in place. */
 static void copy_run(const dpm_op *op) {
@@ -31,6 +32,24 @@ static void relu_grad_run(const dpm_op *op) {
     float g = dy[i]; /* loaded unconditionally, so the select vectorizes */
     dx[i] = y[i] > 0.f ? g : 0.f;
   }
+}
+
+/* ReluGradient with Y, dY and dX all bf16, on the bits: what the fallback
+ * computes (widen, select, round back) without the copies. y > 0 exactly
+ * for the patterns 0x0001..0x7f80 (positive, nonzero, not NaN); dY passes
+ * unchanged but a NaN, which rounding back quiets (lowp.h). */
+int dpm_cpu_relu_grad_bf16_run(const dpm_op *op) {
+  if (op->node->def->id != DPM_OP_RELU_GRADIENT || op->in[0]->shape.dtype != DPM_BF16 ||
+      op->in[1]->shape.dtype != DPM_BF16 || op->out[0]->shape.dtype != DPM_BF16)
+    return 0;
+  const uint16_t *y = op->in[0]->data, *dy = op->in[1]->data;
+  uint16_t *dx = op->out[0]->data;
+  int64_t n = dpm_tensor_numel(op->in[0]);
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t g = dy[i], q = (uint16_t)((g & 0x7fffu) > 0x7f80u ? g | 0x0040u : g);
+    dx[i] = (uint16_t)(y[i] - 1u) < 0x7f80u ? q : 0;
+  }
+  return 1;
 }
 
 /* ---- Sigmoid, Tanh ------------------------------------------------------- */

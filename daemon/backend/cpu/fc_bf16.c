@@ -20,11 +20,16 @@ static int all_bf16(const dpm_shape *s, const char *const *names, int k) {
 }
 
 /* Whether node n (types in[], out[]) has a native kernel: FC or
- * FCGradient with every tensor bf16. */
+ * FCGradient with every tensor bf16, but FCGradient's dW and db f32 when
+ * it writes them so (DPM_FUSE_GRAD_F32). */
 static int fc_native_node(const dpm_node *n, const dpm_shape *in, const dpm_shape *out) {
   if (n->def->id != DPM_OP_FC && n->def->id != DPM_OP_FC_GRADIENT) return 0;
-  return all_bf16(in, (const char *const *)n->in, n->n_in) &&
-         all_bf16(out, (const char *const *)n->out, n->n_out);
+  if (!all_bf16(in, (const char *const *)n->in, n->n_in)) return 0;
+  if (!(n->fuse & DPM_FUSE_GRAD_F32))
+    return all_bf16(out, (const char *const *)n->out, n->n_out);
+  for (int k = 0; k < 2; k++)
+    if (n->out[k] && out[k].dtype != DPM_F32) return 0;
+  return all_bf16(out + 2, (const char *const *)n->out + 2, 1);
 }
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
@@ -91,22 +96,28 @@ void dpm_fc_bf16_forward(int n, int m, int k, const uint16_t *x, const uint16_t 
   dpm_bf16_gemm(&a, scratch);
 }
 
+/* dW's product: dW[j][kk] = sum_i dY[i][j] X[i][kk], into dw or dw32. */
+static dpm_bf16_gemm_args dw_args(int n, int m, int k, const uint16_t *x,
+                                  const uint16_t *dy, uint16_t *dw, float *dw32) {
+  return (dpm_bf16_gemm_args){.rows = m,
+                              .cols = k,
+                              .inner = n,
+                              .a = dy,
+                              .ars = 1,
+                              .ass = m,
+                              .b = x,
+                              .bss = k,
+                              .bcs = 1,
+                              .o = dw,
+                              .o32 = dw32,
+                              .ors = k,
+                              .ocs = 1};
+}
+
 void dpm_fc_bf16_dw(int n, int m, int k, const uint16_t *x, const uint16_t *dy,
-                    uint16_t *dw,
-                    void *scratch) { /* dW[j][kk] = sum_i dY[i][j] X[i][kk] */
-  dpm_bf16_gemm(&(dpm_bf16_gemm_args){.rows = m,
-                                      .cols = k,
-                                      .inner = n,
-                                      .a = dy,
-                                      .ars = 1,
-                                      .ass = m,
-                                      .b = x,
-                                      .bss = k,
-                                      .bcs = 1,
-                                      .o = dw,
-                                      .ors = k,
-                                      .ocs = 1},
-                scratch);
+                    uint16_t *dw, float *dw32, void *scratch) {
+  dpm_bf16_gemm_args a = dw_args(n, m, k, x, dy, dw, dw32);
+  dpm_bf16_gemm(&a, scratch);
 }
 
 void dpm_fc_bf16_dx(int n, int m, int k, const uint16_t *w, const uint16_t *dy,
@@ -127,14 +138,15 @@ void dpm_fc_bf16_dx(int n, int m, int k, const uint16_t *w, const uint16_t *dy,
                 scratch);
 }
 
-/* db[j] = bf16(sum over rows i of dy[i][j]), summed in f32 row after row
- * from 0, as the f32 kernel's col_sums does (the same bits); the widening
- * inline (a shift), so the loop over j vectorises. */
-static void col_sums_bf16(const uint16_t *restrict dy, int n, int m,
-                          uint16_t *restrict db) {
+/* db[j] = sum over rows i of dy[i][j] for j in [lo, hi), summed in f32 row
+ * after row from 0, as the f32 kernel's col_sums does (the same bits),
+ * into db32, else rounded into db; the widening inline (a shift), so the
+ * loop over j vectorises. */
+static void col_sums_bf16(const uint16_t *restrict dy, int n, int m, int lo, int hi,
+                          uint16_t *restrict db, float *restrict db32) {
   float acc[256];
-  for (int j0 = 0; j0 < m; j0 += 256) {
-    int w = m - j0 < 256 ? m - j0 : 256;
+  for (int j0 = lo; j0 < hi; j0 += 256) {
+    int w = hi - j0 < 256 ? hi - j0 : 256;
     memset(acc, 0, sizeof acc);
     for (int i = 0; i < n; i++) {
       const uint16_t *row = dy + (size_t)i * m + j0;
@@ -145,7 +157,10 @@ static void col_sums_bf16(const uint16_t *restrict dy, int n, int m,
         acc[j] += v;
       }
     }
-    dpm_bf16_from_f32(db + j0, acc, (size_t)w);
+    if (db32)
+      memcpy(db32 + j0, acc, (size_t)w * sizeof *acc);
+    else
+      dpm_bf16_from_f32(db + j0, acc, (size_t)w);
   }
 }
 
@@ -158,12 +173,20 @@ static void fc_forward(const dpm_op *op, void *scratch) {
                       !!(op->node->fuse & DPM_FUSE_RELU), op->out[0]->data, scratch);
 }
 
+/* FCGradient's output k (dW or db) as bf16 or, fused, as f32. */
+static uint16_t *grad16(const dpm_op *op, int k) {
+  return op->out[k] && !(op->node->fuse & DPM_FUSE_GRAD_F32) ? op->out[k]->data : NULL;
+}
+static float *grad32(const dpm_op *op, int k) {
+  return op->out[k] && (op->node->fuse & DPM_FUSE_GRAD_F32) ? op->out[k]->data : NULL;
+}
+
 static void fc_backward(const dpm_op *op, void *scratch) {
   const dpm_tensor *x = op->in[0], *w = op->in[1];
   int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
   const uint16_t *dy = bf(op->in[2]);
-  if (op->out[0]) dpm_fc_bf16_dw(n, m, k, bf(x), dy, op->out[0]->data, scratch);
-  if (op->out[1]) col_sums_bf16(dy, n, m, op->out[1]->data);
+  if (op->out[0]) dpm_fc_bf16_dw(n, m, k, bf(x), dy, grad16(op, 0), grad32(op, 0), scratch);
+  if (op->out[1]) col_sums_bf16(dy, n, m, 0, m, grad16(op, 1), grad32(op, 1));
   if (op->out[2]) dpm_fc_bf16_dx(n, m, k, bf(w), dy, op->out[2]->data, scratch);
 }
 
@@ -173,4 +196,47 @@ int dpm_cpu_fc_bf16_run(const dpm_op *op, const dpm_shape *in, const dpm_shape *
   if (!fc_native_node(op->node, in, out)) return 0;
   (op->node->def->id == DPM_OP_FC ? fc_forward : fc_backward)(op, scratch);
   return 1;
+}
+
+/* ---- parts (work sharing) ---------------------------------------------- */
+
+/* Output units (rows of dW, entries of db) a part of FCGradient covers:
+ * four 6-row tiles. */
+#define PART_ROWS 24
+
+/* The op's tensors' shapes, as dpm_cpu_fc_bf16_run takes them. */
+static void op_shapes(const dpm_op *op, dpm_shape *in, dpm_shape *out) {
+  memset(in, 0, DPM_OP_MAX_IO * sizeof *in);
+  memset(out, 0, DPM_OP_MAX_IO * sizeof *out);
+  for (int k = 0; k < op->n_in; k++)
+    if (op->in[k]) in[k] = op->in[k]->shape;
+  for (int k = 0; k < op->n_out; k++)
+    if (op->out[k]) out[k] = op->out[k]->shape;
+}
+
+int dpm_cpu_fc_bf16_parts(const dpm_op *op) {
+  dpm_shape in[DPM_OP_MAX_IO], out[DPM_OP_MAX_IO];
+  if (!dpm_bf16_native() || op->node->def->id != DPM_OP_FC_GRADIENT || op->out[2] ||
+      !op->out[0])
+    return 0;
+  op_shapes(op, in, out);
+  if (!fc_native_node(op->node, in, out)) return 0;
+  return (int)((in[1].d[0] + PART_ROWS - 1) / PART_ROWS);
+}
+
+void dpm_cpu_fc_bf16_prepare(const dpm_op *op) {
+  const dpm_tensor *x = op->in[0], *w = op->in[1];
+  int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
+  dpm_bf16_gemm_args a = dw_args(n, m, k, bf(x), bf(op->in[2]), grad16(op, 0), grad32(op, 0));
+  dpm_bf16_gemm_pack(&a, op->ctx->scratch);
+}
+
+void dpm_cpu_fc_bf16_part(const dpm_op *op, int part) {
+  const dpm_tensor *x = op->in[0], *w = op->in[1];
+  int n = (int)x->shape.d[0], m = (int)w->shape.d[0], k = (int)w->shape.d[1];
+  int lo = part * PART_ROWS, hi = lo + PART_ROWS < m ? lo + PART_ROWS : m;
+  const uint16_t *dy = bf(op->in[2]);
+  dpm_bf16_gemm_args a = dw_args(n, m, k, bf(x), dy, grad16(op, 0), grad32(op, 0));
+  dpm_bf16_gemm_rows(&a, op->ctx->scratch, lo, hi);
+  if (op->out[1]) col_sums_bf16(dy, n, m, lo, hi, grad16(op, 1), grad32(op, 1));
 }

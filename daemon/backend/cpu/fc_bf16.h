@@ -18,9 +18,9 @@ size_t dpm_fc_bf16_scratch(int n, int m, int k, dpm_fc_bf16_product p);
 /* Y = relu?(X W^T + b) (b may be NULL). */
 void dpm_fc_bf16_forward(int n, int m, int k, const uint16_t *x, const uint16_t *w,
                          const uint16_t *b, int relu, uint16_t *y, void *scratch);
-/* dW = dY^T X. */
+/* dW = dY^T X, rounded into dw or, dw NULL, in f32 into dw32. */
 void dpm_fc_bf16_dw(int n, int m, int k, const uint16_t *x, const uint16_t *dy,
-                    uint16_t *dw, void *scratch);
+                    uint16_t *dw, float *dw32, void *scratch);
 /* dX = dY W. */
 void dpm_fc_bf16_dx(int n, int m, int k, const uint16_t *w, const uint16_t *dy,
                     uint16_t *dx, void *scratch);

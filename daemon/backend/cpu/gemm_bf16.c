@@ -106,7 +106,6 @@ static void pack_a(const dpm_bf16_gemm_args *a, uint16_t *dst) {
 
 /* ---- tiles ---------------------------------------------------------------- */
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -242,32 +241,40 @@ TILE_FN void tile(const dpm_bf16_gemm_args *a, int nv, const uint16_t *ar[TILE_R
   finish(a, acc, nv, r0, nr, c0, nc);
 }
 
-TARGET static void gemm_native(const dpm_bf16_gemm_args *a, void *scratch) {
-  const int pairs = (a->inner + 1) / 2, odd = a->inner & 1;
-  uint16_t *bpack = scratch;
-  uint16_t *apack = (uint16_t *)((char *)scratch + b_bytes(a->cols, a->inner));
+/* Packed B at the scratch's start, then packed A (when ass != 1). */
+static uint16_t *a_pack(const dpm_bf16_gemm_args *a, const void *scratch) {
+  return (uint16_t *)((char *)scratch + b_bytes(a->cols, a->inner));
+}
+
+TARGET static void pack_native(const dpm_bf16_gemm_args *a, void *scratch) {
   if (a->bcs == 1)
-    pack_b_rows(a, bpack);
+    pack_b_rows(a, scratch);
   else if (a->bss == 1)
-    pack_b_pairs(a, bpack);
+    pack_b_pairs(a, scratch);
   else
-    pack_b_any(a, bpack);
-  const uint16_t *abase = a->a;
+    pack_b_any(a, scratch);
+  if (a->ass != 1) pack_a(a, a_pack(a, scratch));
+}
+
+/* Rows [lo, hi) of O from the operands pack_native packed. */
+TARGET static void rows_native(const dpm_bf16_gemm_args *a, const void *scratch, int lo,
+                               int hi) {
+  const int pairs = (a->inner + 1) / 2, odd = a->inner & 1;
+  const uint16_t *bpack = scratch, *abase = a->a;
   int64_t ars = a->ars;
   if (a->ass != 1) {
-    pack_a(a, apack);
-    abase = apack;
+    abase = a_pack(a, scratch);
     ars = 2 * (int64_t)pairs;
   }
   for (int c0 = 0; c0 < a->cols; c0 += PANEL) {
     int pw = panel_width(a->cols, c0);
     int nv = pw / 16, nc = a->cols - c0 < pw ? a->cols - c0 : pw;
     const uint16_t *bp = bpack + (size_t)c0 * pairs * 2;
-    for (int r0 = 0; r0 < a->rows; r0 += TILE_R) {
+    for (int r0 = lo; r0 < hi; r0 += TILE_R) {
       const uint16_t *ar[TILE_R];
       for (int i = 0; i < TILE_R; i++)
-        ar[i] = abase + (r0 + i < a->rows ? r0 + i : a->rows - 1) * ars;
-      int nr = a->rows - r0 < TILE_R ? a->rows - r0 : TILE_R;
+        ar[i] = abase + (r0 + i < hi ? r0 + i : hi - 1) * ars;
+      int nr = hi - r0 < TILE_R ? hi - r0 : TILE_R;
       switch (nv) { /* constants: the accumulators stay in registers */
       case 4:
         tile(a, 4, ar, bp, pw, pairs, odd, r0, nr, c0, nc);
@@ -286,21 +293,7 @@ TARGET static void gemm_native(const dpm_bf16_gemm_args *a, void *scratch) {
   }
 }
 
-/* CPUID: AVX-512F (leaf 7 EBX 16), AVX512-BF16 (leaf 7 subleaf 1 EAX 5),
- * and the OS saving opmask and ZMM state (OSXSAVE, then XCR0 bits 1, 2, 5,
- * 6, 7). */
-static int cpu_has_bf16(void) {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return 0;
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if ((lo & 0xE6) != 0xE6) return 0;
-  if (__get_cpuid_max(0, NULL) < 7) return 0;
-  __cpuid_count(7, 0, a, b, c, d);
-  if (!(b & (1u << 16)) || !(b & (1u << 30)) || !(b & (1u << 31))) return 0; /* F BW VL */
-  __cpuid_count(7, 1, a, b, c, d);
-  return (a >> 5) & 1;
-}
+static int cpu_has_bf16(void) { return dpm_cpu_avx512_bf16(); }
 #else
 #define HAVE_NATIVE 0
 static int cpu_has_bf16(void) { return 0; }
@@ -328,13 +321,28 @@ uint64_t dpm_bf16_native_products(void) {
   return atomic_load_explicit(&products, memory_order_relaxed);
 }
 
-void dpm_bf16_gemm(const dpm_bf16_gemm_args *a, void *scratch) {
+void dpm_bf16_gemm_pack(const dpm_bf16_gemm_args *a, void *scratch) {
   if (a->rows <= 0 || a->cols <= 0) return;
 #if HAVE_NATIVE
+  if (native_allowed) pack_native(a, scratch);
+#else
+  (void)scratch;
+#endif
+}
+
+void dpm_bf16_gemm_rows(const dpm_bf16_gemm_args *a, const void *scratch, int r0, int r1) {
+  if (r1 > a->rows) r1 = a->rows;
+  if (r0 < 0 || r0 >= r1 || a->cols <= 0) return;
+#if HAVE_NATIVE
   if (!native_allowed) return;
-  gemm_native(a, scratch);
+  rows_native(a, scratch, r0, r1);
   atomic_fetch_add_explicit(&products, 1, memory_order_relaxed);
 #else
   (void)scratch;
 #endif
+}
+
+void dpm_bf16_gemm(const dpm_bf16_gemm_args *a, void *scratch) {
+  dpm_bf16_gemm_pack(a, scratch);
+  dpm_bf16_gemm_rows(a, scratch, 0, a->rows);
 }

@@ -55,6 +55,14 @@ size_t dpm_bf16_gemm_scratch(int rows, int cols, int inner, int64_t ass);
 /* Runs the product (only while dpm_bf16_native() says so); scratch holds
  * dpm_bf16_gemm_scratch bytes, 64-byte aligned. */
 void dpm_bf16_gemm(const dpm_bf16_gemm_args *a, void *scratch);
+/* The same in steps, for a caller that splits the product by rows of O:
+ * dpm_bf16_gemm_pack packs the operands into scratch once; then
+ * dpm_bf16_gemm_rows computes rows [r0, r1) of O from them, only reading
+ * the scratch. Any split of the rows, run in any order and on any
+ * threads, gives dpm_bf16_gemm's bits (each output is one sum over inner,
+ * in order, whichever tile computes it). */
+void dpm_bf16_gemm_pack(const dpm_bf16_gemm_args *a, void *scratch);
+void dpm_bf16_gemm_rows(const dpm_bf16_gemm_args *a, const void *scratch, int r0, int r1);
 
 /* Whether the native kernels run now; whether they may run at all (the
  * CPU and DPM_CPU_KERNELS, checked at load); switching (to on only where

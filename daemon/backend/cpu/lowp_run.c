@@ -9,7 +9,7 @@
 static size_t align_up(size_t b) { return (b + DPM_ALIGN - 1) / DPM_ALIGN * DPM_ALIGN; }
 
 int dpm_cpu_lowp_wanted(const dpm_node *n, const dpm_shape *in, const dpm_shape *out) {
-  if (n->def->id == DPM_OP_CAST) return 0;
+  if (n->def->id == DPM_OP_CAST || (n->fuse & DPM_FUSE_WORKING_COPY)) return 0;
   for (int k = 0; k < n->n_in; k++)
     if (n->in[k] && dpm_dtype_is_low(in[k].dtype)) return 1;
   for (int k = 0; k < n->n_out; k++)
@@ -91,7 +91,7 @@ static void lowp_run(const dpm_op *op) {
   for (int k = 0; k < op->n_out; k++)
     if (op->out[k]) out[k] = op->out[k]->shape;
   if (dpm_cpu_fc_bf16_run(op, in, out, op->ctx->scratch) ||
-      dpm_cpu_conv_bf16_run(op, in, out, op->ctx->scratch))
+      dpm_cpu_conv_bf16_run(op, in, out, op->ctx->scratch) || dpm_cpu_relu_grad_bf16_run(op))
     return;
   const dpm_kernel_def *inner = op->inner;
   f32_shapes(op->node, in, f);
@@ -110,4 +110,27 @@ static void lowp_run(const dpm_op *op) {
                      (size_t)dpm_shape_numel(&c.src[j]->shape));
 }
 
-const dpm_kernel_def dpm_cpu_lowp_kernel = {.run = lowp_run};
+/* Work sharing: FCGradient's native parts (fc_bf16.c); any other op, or
+ * with the native kernels off, one part, the whole op. */
+static int lowp_parts(const dpm_op *op) {
+  int n = dpm_cpu_fc_bf16_parts(op);
+  return n ? n : 1;
+}
+
+static void lowp_prepare(const dpm_op *op) {
+  if (dpm_cpu_fc_bf16_parts(op)) dpm_cpu_fc_bf16_prepare(op);
+}
+
+static void lowp_run_part(const dpm_op *op, int part) {
+  if (dpm_cpu_fc_bf16_parts(op))
+    dpm_cpu_fc_bf16_part(op, part);
+  else
+    lowp_run(op);
+}
+
+const dpm_kernel_def dpm_cpu_lowp_kernel = {
+    .run = lowp_run,
+    .parts = lowp_parts,
+    .run_part = lowp_run_part,
+    .prepare = lowp_prepare,
+};

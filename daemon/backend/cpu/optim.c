@@ -1,11 +1,13 @@
 /* The CPU kernels of the optimizer ops (ops/optim.c): SGD, MomentumSGD,
  * Adam, LearningRate, Iter. Updates write the output tensors, first copying
  * the input there if the two are not one tensor (as in a test), so each
- * loop sees one pointer per blob; the formulas are in ops/optim.h. */
+ * loop sees one pointer per blob; the formulas are in ops/optim.h. With
+ * DPM_FUSE_WORKING_COPY they also write the param's bf16 working copy. */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "engine/lowp.h"
 #include "ops/optim.h"
 
 /* Output k holding the value of input `from`, to be updated in place. */
@@ -16,14 +18,32 @@ static float *updated(const dpm_op *op, int k, int from) {
   return o;
 }
 
+/* The param's bf16 working copy, the op's last output, when the op writes
+ * it (DPM_FUSE_WORKING_COPY), else NULL. Each update runs in chunks of
+ * CHUNK values and rounds a chunk into it while the chunk is in L1: the
+ * rounding of engine/lowp.h, the bits of the Cast it replaces. */
+static uint16_t *working_copy(const dpm_op *op) {
+  return (op->node->fuse & DPM_FUSE_WORKING_COPY) ? op->out[op->n_out - 1]->data : NULL;
+}
+#define CHUNK 2048
+
+static void round_chunk(uint16_t *w, const float *p, int64_t lo, int64_t hi) {
+  if (w) dpm_bf16_from_f32(w + lo, p + lo, (size_t)(hi - lo));
+}
+
 /* ---- SGD ----------------------------------------------------------------- */
 
 static void sgd_run(const dpm_op *op) {
   float *restrict p = updated(op, 0, 0);
   const float *restrict g = dpm_f32(op->in[1]);
   const float lr = dpm_f32(op->in[2])[0], wd = (float)op->node->arg[SGD_WD].f;
+  uint16_t *w = working_copy(op);
   int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
+  for (int64_t lo = 0; lo < n; lo += CHUNK) {
+    int64_t hi = n - lo < CHUNK ? n : lo + CHUNK;
+    for (int64_t i = lo; i < hi; i++) p[i] -= lr * (g[i] + wd * p[i]);
+    round_chunk(w, p, lo, hi);
+  }
 }
 
 /* ---- MomentumSGD --------------------------------------------------------- */
@@ -41,18 +61,24 @@ AVX512_CLONE static void momentum_run(const dpm_op *op) {
   const float *restrict g = dpm_f32(op->in[1]);
   const float lr = dpm_f32(op->in[3])[0], mu = (float)op->node->arg[MOM_MU].f,
               wd = (float)op->node->arg[MOM_WD].f;
+  uint16_t *w = working_copy(op);
+  const int nesterov = op->node->arg[MOM_NESTEROV].i != 0;
   int64_t n = dpm_tensor_numel(op->in[0]);
-  if (op->node->arg[MOM_NESTEROV].i)
-    for (int64_t i = 0; i < n; i++) {
-      float mi = m[i], mn = mu * mi + lr * (g[i] + wd * p[i]);
-      m[i] = mn;
-      p[i] -= (1.f + mu) * mn - mu * mi;
-    }
-  else
-    for (int64_t i = 0; i < n; i++) {
-      m[i] = mu * m[i] + lr * (g[i] + wd * p[i]);
-      p[i] -= m[i];
-    }
+  for (int64_t lo = 0; lo < n; lo += CHUNK) {
+    int64_t hi = n - lo < CHUNK ? n : lo + CHUNK;
+    if (nesterov)
+      for (int64_t i = lo; i < hi; i++) {
+        float mi = m[i], mn = mu * mi + lr * (g[i] + wd * p[i]);
+        m[i] = mn;
+        p[i] -= (1.f + mu) * mn - mu * mi;
+      }
+    else
+      for (int64_t i = lo; i < hi; i++) {
+        m[i] = mu * m[i] + lr * (g[i] + wd * p[i]);
+        p[i] -= m[i];
+      }
+    round_chunk(w, p, lo, hi);
+  }
 }
 
 /* ---- Adam ---------------------------------------------------------------- */
@@ -68,12 +94,17 @@ static void adam_run(const dpm_op *op) {
       (float)(dpm_f32(op->in[4])[0] * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t)));
   const float fb1 = (float)b1, fb2 = (float)b2, eps = (float)a[ADAM_EPS].f,
               wd = (float)a[ADAM_WD].f;
+  uint16_t *w = working_copy(op);
   int64_t n = dpm_tensor_numel(op->in[0]);
-  for (int64_t i = 0; i < n; i++) {
-    float gi = g[i] + wd * p[i];
-    m1[i] = fb1 * m1[i] + (1.f - fb1) * gi;
-    m2[i] = fb2 * m2[i] + (1.f - fb2) * gi * gi;
-    p[i] -= step * m1[i] / (sqrtf(m2[i]) + eps);
+  for (int64_t lo = 0; lo < n; lo += CHUNK) {
+    int64_t hi = n - lo < CHUNK ? n : lo + CHUNK;
+    for (int64_t i = lo; i < hi; i++) {
+      float gi = g[i] + wd * p[i];
+      m1[i] = fb1 * m1[i] + (1.f - fb1) * gi;
+      m2[i] = fb2 * m2[i] + (1.f - fb2) * gi * gi;
+      p[i] -= step * m1[i] / (sqrtf(m2[i]) + eps);
+    }
+    round_chunk(w, p, lo, hi);
   }
 }
 

@@ -13,18 +13,20 @@
  *   db:      the column sums of dY, by the plugin's deterministic channel
  *            sum (reduce.cu) in the op's scratch.
  * FCGradient's outputs dW, db, dX may each be NULL (not wanted), as on the
- * CPU; FCGradient fuses nothing (its def announces no fusion).
+ * CPU.
  *
  * bf16 (a model whose precision.compute is bf16: every float tensor of the
- * op bf16, as the precision rewrite types FC and FCGradient, parameters'
- * gradients included; their Casts to f32 follow): A, B and D of type
- * CUDA_R_16BF, CUBLAS_COMPUTE_32F (f32 products of bf16 values, f32
+ * op bf16, as the precision rewrite types FC and FCGradient, but
+ * FCGradient's dW and db f32 where the engine fused their Casts to f32,
+ * DPM_FUSE_GRAD_F32): A, B and D of type CUDA_R_16BF (D CUDA_R_32F for
+ * such a dW), CUBLAS_COMPUTE_32F (f32 products of bf16 values, f32
  * accumulation; TF32 does not apply), f32 alpha/beta, the bias bf16 (D's
  * type, set explicitly as CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), the
  * epilogue adding it and applying Relu in f32 before D is rounded once: as
  * the CPU's wrapper (backend/cpu/lowp_run.h) widens, runs the f32 kernel
  * and rounds. db: dY widened into the op's scratch (elem.h's conversion),
- * summed per column by the same channel sum in f32, rounded to bf16.
+ * summed per column by the same channel sum in f32, rounded to bf16 unless
+ * it is f32.
  *
  * Math: CUBLAS_COMPUTE_32F (full float32 products), or
  * CUBLAS_COMPUTE_32F_FAST_TF32 when op->ctx->math has DPM_MATH_TF32.
@@ -63,7 +65,8 @@ typedef struct lt_mm {
   const void *a, *b, *bias; /* of type t */
   void *d;
   cublasLtEpilogue_t epi;
-  cudaDataType_t t; /* CUDA_R_32F, or CUDA_R_16BF */
+  cudaDataType_t t;  /* CUDA_R_32F, or CUDA_R_16BF */
+  cudaDataType_t dt; /* D's: t's, or CUDA_R_32F beside bf16 A and B */
 } lt_mm;
 
 /* The largest power of two (up to 256) dividing p's address. */
@@ -81,7 +84,7 @@ static int layout(cuda_dev *dev, cublasLtMatrixLayout_t *l, cudaDataType_t t,
 
 static void lt_run(const dpm_op *op, cuda_dev *dev, const lt_mm *p) {
   if (p->m <= 0 || p->n <= 0) return;
-  const int bf = p->t == CUDA_R_16BF;
+  const int bf = p->t == CUDA_R_16BF, dbf = p->dt == CUDA_R_16BF;
   if (p->k <= 0) { /* op(A) op(B) is 0 */
     if (bf && p->bias) { /* D = bias per row (ldd == m wherever a bias is) */
       dpm_cuda_bias_act_bf16(p->d, p->bias, p->n, p->m,
@@ -90,8 +93,8 @@ static void lt_run(const dpm_op *op, cuda_dev *dev, const lt_mm *p) {
       return;
     }
     CUDA_OK(dev, cudaMemsetAsync(p->d, 0,
-                                 (size_t)(p->ldd * p->n) * (bf ? sizeof(uint16_t)
-                                                               : sizeof(float)),
+                                 (size_t)(p->ldd * p->n) * (dbf ? sizeof(uint16_t)
+                                                                : sizeof(float)),
                                  dev->compute));
     if (p->bias) {
       cuda_bias_act(p->d, p->bias, p->n, p->m, 1, p->epi == CUBLASLT_EPILOGUE_RELU_BIAS,
@@ -132,12 +135,13 @@ static void lt_run(const dpm_op *op, cuda_dev *dev, const lt_mm *p) {
               p->ta == CUBLAS_OP_N ? p->k : p->m, p->lda) ||
       !layout(dev, &lb, p->t, p->tb == CUBLAS_OP_N ? p->k : p->n,
               p->tb == CUBLAS_OP_N ? p->n : p->k, p->ldb) ||
-      !layout(dev, &ld, p->t, p->m, p->n, p->ldd))
+      !layout(dev, &ld, p->dt, p->m, p->n, p->ldd))
     goto done;
 
   cuda_algo_key key = {.kind = CUDA_ALGO_LT_MATMUL,
                        .v = {ta, tb, p->m, p->n, p->k, p->lda, p->ldb, p->ldd, epi, ct,
-                             al[0], al[1], al[2], p->bias ? align_of(p->bias) : 0, det, p->t}};
+                             al[0], al[1], al[2], p->bias ? align_of(p->bias) : 0, det, p->t,
+                             p->dt}};
   cublasLtMatmulHeuristicResult_t res;
   if (!cuda_algo_get(dev->algos, &key, &res, sizeof res)) {
     const uint64_t ws = CUDA_LT_WORKSPACE;
@@ -218,7 +222,8 @@ static void fc_run(const dpm_op *op) {
                   .d = op->out[0]->data,
                   .epi = (op->node->fuse & DPM_FUSE_RELU) ? CUBLASLT_EPILOGUE_RELU_BIAS
                                                           : CUBLASLT_EPILOGUE_BIAS,
-                  .t = lt_type(x->shape.dtype)});
+                  .t = lt_type(x->shape.dtype),
+                  .dt = lt_type(x->shape.dtype)});
 }
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
@@ -246,6 +251,8 @@ static void fc_grad_run(const dpm_op *op) {
   const dpm_tensor *x = op->in[0], *w = op->in[1], *dy = op->in[2];
   const int64_t n = x->shape.d[0], m = w->shape.d[0], k = w->shape.d[1];
   const cudaDataType_t t = lt_type(dy->shape.dtype);
+  /* dW and db in f32 beside bf16 inputs (DPM_FUSE_GRAD_F32) */
+  const cudaDataType_t gt = (op->node->fuse & DPM_FUSE_GRAD_F32) ? CUDA_R_32F : t;
   if (op->out[0])
     lt_run(op, dev,
            &(lt_mm){.ta = CUBLAS_OP_N,
@@ -260,7 +267,8 @@ static void fc_grad_run(const dpm_op *op) {
                     .b = dy->data,
                     .d = op->out[0]->data,
                     .epi = CUBLASLT_EPILOGUE_DEFAULT,
-                    .t = t});
+                    .t = t,
+                    .dt = gt});
   if (op->out[1] && t == CUDA_R_32F) {
     cuda_chan_sum(dy->data, n, m, 1, op->out[1]->data, op->ctx->scratch, dev->compute);
     CUDA_OK(dev, cudaGetLastError());
@@ -269,10 +277,12 @@ static void fc_grad_run(const dpm_op *op) {
     float *dy32 = (float *)s;
     float *db32 = (float *)(s + align256((size_t)(n * m) * sizeof(float)));
     double *part = (double *)((char *)db32 + align256((size_t)m * sizeof(float)));
+    const int f32_db = gt == CUDA_R_32F;
     dpm_cuda_cast(DPM_CUDA_T_BF16, DPM_CUDA_T_F32, dy->data, dy32, n * m, dev->compute);
-    cuda_chan_sum(dy32, n, m, 1, db32, part, dev->compute);
-    dpm_cuda_cast(DPM_CUDA_T_F32, DPM_CUDA_T_BF16, db32, op->out[1]->data, m,
-                  dev->compute);
+    cuda_chan_sum(dy32, n, m, 1, f32_db ? op->out[1]->data : db32, part, dev->compute);
+    if (!f32_db)
+      dpm_cuda_cast(DPM_CUDA_T_F32, DPM_CUDA_T_BF16, db32, op->out[1]->data, m,
+                    dev->compute);
     CUDA_OK(dev, cudaGetLastError());
   }
   if (op->out[2])
@@ -289,7 +299,8 @@ static void fc_grad_run(const dpm_op *op) {
                     .b = dy->data,
                     .d = op->out[2]->data,
                     .epi = CUBLASLT_EPILOGUE_DEFAULT,
-                    .t = t});
+                    .t = t,
+                    .dt = t});
 }
 
 /* Both also on bf16 tensors (every float tensor of the op bf16). */

@@ -10,12 +10,15 @@
  * and reads nothing back. The learning rate and Adam's iteration counter
  * stay on the device, read by the kernels. An update whose output is not
  * its input's tensor (a test) first copies the input there on the stream,
- * as the CPU does, and then updates in place.
+ * as the CPU does, and then updates in place. An op that writes its
+ * param's bf16 working copy (DPM_FUSE_WORKING_COPY) has it rounded from the
+ * updated param after the batch's launch.
  *
  * Threads: an op runs on its device's worker (cuda.h). Errors: launch
  * failures are the device's sticky error (CUDA_OK). */
 #include "ops/optim.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/elementwise_launch.h"
 #include "backend/cuda/optim_launch.h"
 
 /* Descriptors built per launcher call. */
@@ -74,6 +77,16 @@ static optim_adam_t adam_desc(cuda_dev *dev, const dpm_op *op) {
   };
 }
 
+/* The updated param rounded into its bf16 working copy, the op's last
+ * output, where the op writes one (DPM_FUSE_WORKING_COPY): the Cast's
+ * kernel on the stream, after the update. */
+static void refresh_copy(cuda_dev *dev, const dpm_op *op) {
+  if (!(op->node->fuse & DPM_FUSE_WORKING_COPY)) return;
+  dpm_cuda_cast(DPM_CUDA_T_F32, DPM_CUDA_T_BF16, op->out[0]->data,
+                op->out[op->n_out - 1]->data, cuda_numel(op->in[0]), dev->compute);
+  CUDA_OK(dev, cudaGetLastError());
+}
+
 /* run_many for one descriptor type: ops[0..n) in batches of BATCH; a batch
  * ends early where the device changes (never within one net). */
 #define DEFINE_MANY(name, type, desc_fn, launch_fn)                                      \
@@ -85,6 +98,7 @@ static optim_adam_t adam_desc(cuda_dev *dev, const dpm_op *op) {
       while (i < n && m < BATCH && (m == 0 || ops[i].ctx->dev == ops[i - 1].ctx->dev))   \
         t[m++] = desc_fn(dev, &ops[i++]);                                                \
       CUDA_OK(dev, launch_fn(t, m, dev->compute));                                       \
+      for (int j = i - m; j < i; j++) refresh_copy(dev, &ops[j]);                        \
     }                                                                                    \
   }                                                                                      \
   static void name##_run(const dpm_op *op) { name##_many(op, 1); }

@@ -386,6 +386,12 @@ static const dpm_kernel_def *cpu_kernel_of(const dpm_node *n) {
   return dpm_backend_cpu.kernel(n->def->id);
 }
 
+/* The CPU kernel that splits op: its own, or for an op on bf16/f16 tensors
+ * (bound with op->inner) the low-precision wrapper's parts. */
+static const dpm_kernel_def *split_of(const dpm_op *op) {
+  return op->inner ? &dpm_cpu_lowp_kernel : cpu_kernel_of(op->node);
+}
+
 /* Runs fn(op) (part < 0) or one part of op's CPU kernel now, as the
  * device's job. */
 static void run_now(fdev *d, const dpm_op *op, void (*fn)(const dpm_op *op), int part) {
@@ -397,7 +403,7 @@ static void run_now(fdev *d, const dpm_op *op, void (*fn)(const dpm_op *op), int
   if (part < 0)
     fn(op);
   else
-    cpu_kernel_of(op->node)->run_part(op, part);
+    split_of(op)->run_part(op, part);
   leave();
   job_end(d);
 }
@@ -424,8 +430,12 @@ static void fenced_run(const dpm_op *op) {
 }
 
 /* Shapes only: no device bytes, so outside the window. */
-static int fenced_parts(const dpm_op *op) {
-  return op->inner ? 0 : cpu_kernel_of(op->node)->parts(op);
+static int fenced_parts(const dpm_op *op) { return split_of(op)->parts(op); }
+
+/* The wrapper's packing, inside the window as a kernel (the CPU's f32
+ * kernels prepare nothing). */
+static void fenced_prepare(const dpm_op *op) {
+  if (op->inner) queue_op(op, dpm_cpu_lowp_kernel.prepare, -1);
 }
 
 static void fenced_run_part(const dpm_op *op, int part) { queue_op(op, NULL, part); }
@@ -449,6 +459,7 @@ static const dpm_kernel_def fenced_split = {
     .run = fenced_run,
     .parts = fenced_parts,
     .run_part = fenced_run_part,
+    .prepare = fenced_prepare,
     .scratch = fenced_scratch,
     .lowp = FENCED_LOWP,
 };
