@@ -497,6 +497,8 @@ dpm_status dpm_model_build(const Dpm__ModelSpec *spec, const int64_t chw[3], int
     dpm_net_fini(&grad);
   }
   if (!s) s = test_net(&b); /* from the unfused forward ops */
+  /* the blobs it drops are autodiff's, after the n_param_grad that
+     param_grad and the weight flags index */
   if (!s && dpm_net_fuse_grad_casts(&m->train, &m->shapes)) s = dpm_nomem(err);
   if (!s) dpm_net_fuse(&m->train, &m->n_forward);
   if (!s) s = update_net(&b);
