@@ -649,6 +649,145 @@ static void check_bf16_fc_grad(dpm_dev *dev) {
       worst, max_diff, unrounded);
 }
 
+/* A Conv geometry: N images of C x H x W, M filters of K x K, stride, pad. */
+typedef struct {
+  int64_t n, c, h, w, m, k, s, p;
+} conv_dims;
+
+static int64_t conv_out(int64_t in, const conv_dims *d) { return (in + 2 * d->p - d->k) / d->s + 1; }
+
+/* The sums of |products| of each Conv output (sy, over C K K), each dW
+ * (sdw, over N Ho Wo) and each dX (sdx, over the M K K that reach it), by
+ * one pass over the whole correlation in double. */
+static void conv_abs_sums(const conv_dims *d, const float *x, const float *w,
+                          const float *dy, double *sy, double *sdw, double *sdx) {
+  const int64_t ho = conv_out(d->h, d), wo = conv_out(d->w, d);
+  for (int64_t n = 0; n < d->n; n++)
+    for (int64_t m = 0; m < d->m; m++)
+      for (int64_t oy = 0; oy < ho; oy++)
+        for (int64_t ox = 0; ox < wo; ox++) {
+          const int64_t yi = ((n * d->m + m) * ho + oy) * wo + ox;
+          for (int64_t c = 0; c < d->c; c++)
+            for (int64_t ky = 0; ky < d->k; ky++)
+              for (int64_t kx = 0; kx < d->k; kx++) {
+                const int64_t iy = oy * d->s - d->p + ky, ix = ox * d->s - d->p + kx;
+                if (iy < 0 || iy >= d->h || ix < 0 || ix >= d->w) continue;
+                const int64_t xi = ((n * d->c + c) * d->h + iy) * d->w + ix,
+                              wi = ((m * d->c + c) * d->k + ky) * d->k + kx;
+                sy[yi] += fabs((double)x[xi] * w[wi]);
+                sdw[wi] += fabs((double)dy[yi] * x[xi]);
+                sdx[xi] += fabs((double)dy[yi] * w[wi]);
+              }
+        }
+}
+
+/* bf16_ratio for the bf16 Conv's output, which cuDNN rounds before the
+ * bias is added and the sum rounded again (elem.h dpm_bias_act_bf16): the
+ * second rounding adds at most u (|pre| + |b| + e) (1 + u) to the bound,
+ * pre the f32 output before Relu (1-Lipschitz). */
+static double conv_bf16_ratio(double low, double ref, double pre, double s, double b,
+                              int64_t k) {
+  const double u = 0x1p-8;
+  double e = (2 * u + u * u + 3.0 * (double)k * 0x1p-24 * (1 + 2 * u)) * s + u * b;
+  double bound = e + 2 * u * (1 + u) * (fabs(pre) + b + e);
+  return fabs(low - ref) / fmax(bound, 1e-300);
+}
+
+/* `bf16 conv` and `bf16 conv grad`: Conv (bias, Relu fused or not) and
+ * ConvGradient (dW, db, dX) in bf16 on the device against the f32 ops on
+ * the device on the unrounded inputs, every element within its bound: the
+ * CNN's two convolutions (at 4 images) and an odd one (stride 2, padding
+ * 1, 3 x 7 x 9 images). */
+static void check_bf16_conv(dpm_dev *dev) {
+  static const conv_dims dims[] = {
+      {4, 1, 28, 28, 8, 5, 1, 2}, {4, 8, 14, 14, 16, 5, 1, 2}, {3, 3, 7, 9, 5, 3, 2, 1}};
+  double worst[2] = {0, 0}, diff[2] = {0, 0};
+  int ok = 1, runs = 0;
+  for (size_t c = 0; c < sizeof dims / sizeof *dims && ok; c++) {
+    const conv_dims *d = &dims[c];
+    const int64_t ho = conv_out(d->h, d), wo = conv_out(d->w, d);
+    const int64_t nx = d->n * d->c * d->h * d->w, nw = d->m * d->c * d->k * d->k,
+                  ny = d->n * d->m * ho * wo;
+    float *x = xcalloc((size_t)nx, 4), *w = xcalloc((size_t)nw, 4), *b = xcalloc((size_t)d->m, 4),
+          *dy = xcalloc((size_t)ny, 4), *y = xcalloc((size_t)ny, 4),
+          *dw = xcalloc((size_t)nw, 4), *db = xcalloc((size_t)d->m, 4),
+          *dx = xcalloc((size_t)nx, 4);
+    fill_vals(x, nx, 21 + (uint32_t)c), fill_vals(w, nw, 22 + (uint32_t)c);
+    fill_vals(b, d->m, 23 + (uint32_t)c), fill_vals(dy, ny, 24 + (uint32_t)c);
+    for (int64_t i = 0; i < nw; i++) w[i] *= 0.2f;
+    uint16_t *xl = to_bf16(x, nx), *wl = to_bf16(w, nw), *bl = to_bf16(b, d->m),
+             *dyl = to_bf16(dy, ny), *yl = xcalloc((size_t)ny, 2), *dwl = xcalloc((size_t)nw, 2),
+             *dbl = xcalloc((size_t)d->m, 2), *dxl = xcalloc((size_t)nx, 2);
+    double *sy = xcalloc((size_t)ny, 8), *sdw = xcalloc((size_t)nw, 8),
+           *sdx = xcalloc((size_t)nx, 8);
+    conv_abs_sums(d, x, w, dy, sy, sdw, sdx);
+    char args[96];
+    snprintf(args, sizeof args, "dim_out=%lld kernel=%lld stride=%lld pad=%lld",
+             (long long)d->m, (long long)d->k, (long long)d->s, (long long)d->p);
+    dpm_shape sh[3] = {dpm_shape_make(DPM_F32, 4, (int64_t[]){d->n, d->c, d->h, d->w}),
+                       dpm_shape_make(DPM_F32, 4, (int64_t[]){d->m, d->c, d->k, d->k}),
+                       dpm_shape_make(DPM_F32, 1, (int64_t[]){d->m})};
+    size_t by = (size_t)ny * 4, byl = (size_t)ny * 2;
+    ok = run_node(dev, "Conv", args, 0, 3, sh, (const void *[]){x, w, b}, 1, (void *[]){y},
+                  &by);
+    for (int relu = 0; relu < 2 && ok; relu++, runs++) {
+      for (int k = 0; k < 3; k++) sh[k].dtype = DPM_BF16;
+      ok = run_node(dev, "Conv", args, relu ? DPM_FUSE_RELU : 0, 3, sh,
+                    (const void *[]){xl, wl, bl}, 1, (void *[]){yl}, &byl);
+      for (int64_t i = 0; ok && i < ny; i++) {
+        const int64_t m = i / (ho * wo) % d->m;
+        double low = dpm_f32_from_bf16_1(yl[i]), ref = relu ? fmax(y[i], 0) : y[i];
+        double r = conv_bf16_ratio(low, ref, y[i], sy[i], fabs(b[m]), d->c * d->k * d->k);
+        if (!(r <= worst[0])) worst[0] = r;
+        diff[0] = fmax(diff[0], fabs(low - ref));
+      }
+      for (int k = 0; k < 3; k++) sh[k].dtype = DPM_F32;
+    }
+    /* ConvGradient(X, W, dY) -> dW, db, dX */
+    dpm_shape gs[3] = {sh[0], sh[1],
+                       dpm_shape_make(DPM_F32, 4, (int64_t[]){d->n, d->m, ho, wo})};
+    size_t g32[3] = {(size_t)nw * 4, (size_t)d->m * 4, (size_t)nx * 4},
+           g16[3] = {(size_t)nw * 2, (size_t)d->m * 2, (size_t)nx * 2};
+    ok = ok && run_node(dev, "ConvGradient", args, 0, 3, gs, (const void *[]){x, w, dy}, 3,
+                        (void *[]){dw, db, dx}, g32);
+    for (int k = 0; k < 3; k++) gs[k].dtype = DPM_BF16;
+    ok = ok && run_node(dev, "ConvGradient", args, 0, 3, gs, (const void *[]){xl, wl, dyl},
+                        3, (void *[]){dwl, dbl, dxl}, g16);
+    const int64_t per_w = d->n * ho * wo, per_x = d->m * d->k * d->k;
+    for (int64_t i = 0; ok && i < nw; i++) {
+      double low = dpm_f32_from_bf16_1(dwl[i]);
+      double r = bf16_ratio(low, dw[i], sdw[i], 0, per_w);
+      if (!(r <= worst[1])) worst[1] = r;
+      diff[1] = fmax(diff[1], fabs(low - dw[i]));
+    }
+    for (int64_t m = 0; ok && m < d->m; m++) {
+      double s = 0;
+      for (int64_t n = 0; n < d->n; n++)
+        for (int64_t j = 0; j < ho * wo; j++) s += fabs((double)dy[(n * d->m + m) * ho * wo + j]);
+      double low = dpm_f32_from_bf16_1(dbl[m]), r = bf16_ratio(low, db[m], s, 0, per_w);
+      if (!(r <= worst[1])) worst[1] = r;
+      diff[1] = fmax(diff[1], fabs(low - db[m]));
+    }
+    for (int64_t i = 0; ok && i < nx; i++) {
+      double low = dpm_f32_from_bf16_1(dxl[i]), r = bf16_ratio(low, dx[i], sdx[i], 0, per_x);
+      if (!(r <= worst[1])) worst[1] = r;
+      diff[1] = fmax(diff[1], fabs(low - dx[i]));
+    }
+    free(x), free(w), free(b), free(dy), free(y), free(dw), free(db), free(dx);
+    free(xl), free(wl), free(bl), free(dyl), free(yl), free(dwl), free(dbl), free(dxl);
+    free(sy), free(sdw), free(sdx);
+  }
+  if (ok && (worst[0] > 1 || worst[1] > 1))
+    note("worst element %.3g (conv), %.3g (grad) of its bound", worst[0], worst[1]);
+  row("bf16 conv", ok && worst[0] <= 1 && diff[0] > 0,
+      "%d runs (3 geometries, Relu fused or not), worst %.3g of the derived bound, max "
+      "|diff| %.3g",
+      runs, worst[0], diff[0]);
+  row("bf16 conv grad", ok && worst[1] <= 1 && diff[1] > 0,
+      "dW, db, dX at 3 geometries, worst %.3g of the derived bound, max |diff| %.3g",
+      worst[1], diff[1]);
+}
+
 /* ---- trainers ------------------------------------------------------------------ */
 
 #define MLP_FORWARD                                                                      \
@@ -905,7 +1044,8 @@ static void check_against_cpu(const char *label, const char *forward, int force_
   dpm_spec_free(spec);
 }
 
-/* `bf16 train step`: the MLP in bf16 (precision.compute: bf16) from the
+/* `bf16 train step` and `bf16 cnn step`: the MLP and the CNN in bf16
+ * (precision.compute: bf16) from the
  * same initial parameters and batches on device 0 and on cpu:0, 3 steps
  * (the first eager, the next captured and replayed where the device has
  * graphs): each step's loss within 1e-2 relative, and the f32 masters
@@ -917,11 +1057,14 @@ static void check_against_cpu(const char *label, const char *forward, int force_
  * in the logits, p - onehot, has l1 norm at most 2) that moves the loss by
  * a small multiple of 2^-8 relative at worst, well inside 1e-2, and the
  * masters by lr (0.01) times gradients that agree as closely: far less
- * than 1e-2 of the largest parameter. The same check on the CPU's kinds
- * (--kind cpu, fenced) must be exact. */
-static void check_bf16_step(void) {
+ * than 1e-2 of the largest parameter. The CNN's convolutions round twice on
+ * cuda (cuDNN's output, then the bias added: conv.c), one more ulp on some
+ * elements, and its SpatialBN normalises in f32 between casts: the same
+ * argument holds. The same check on the CPU's kinds (--kind cpu, fenced)
+ * must be exact. */
+static void check_bf16_step(const char *label, const char *forward) {
   Dpm__ModelSpec *spec =
-      synthetic_spec_tail(MLP_FORWARD, 32, "dag", "", "precision: {compute: bf16}\n");
+      synthetic_spec_tail(forward, 32, "dag", "", "precision: {compute: bf16}\n");
   dpm_trainer *c = trainer(spec, DPM_DEVICE_CPU, 1), *g = trainer(spec, kind, 1);
   int init_same = 0, ok = c && g;
   double worst = INFINITY, rel = INFINITY;
@@ -943,7 +1086,7 @@ static void check_bf16_step(void) {
     int bitwise;
     if (ok) rel = param_diff(c, g, &bitwise);
   }
-  row("bf16 train step", ok && init_same && worst <= 1e-2 && rel <= 1e-2,
+  row(label, ok && init_same && worst <= 1e-2 && rel <= 1e-2,
       "init %s; 3 steps, loss max rel diff %.2g (tol 1e-2); masters max rel diff %.2g "
       "(tol 1e-2)",
       init_same ? "bitwise equal" : "DIFFERS", worst, rel);
@@ -952,13 +1095,17 @@ static void check_bf16_step(void) {
   dpm_spec_free(spec);
 }
 
-/* `bf16 cnn refused`: the CNN in bf16, whose Conv, ConvGradient and pools
- * have no bf16 kernel on cuda, is refused when its trainer is made, naming
- * the first such op and the device ("op Conv has no bf16 kernel on device
- * cuda:0"); on the CPU's kinds (--kind cpu, fenced) it trains a step. */
+/* `bf16 refused`: a net whose Sigmoid runs in bf16 (the policy passes its
+ * input's type), which has no bf16 kernel on cuda, is refused when its
+ * trainer is made, naming the op and the device ("op Sigmoid has no bf16
+ * kernel on device cuda:0"); on the CPU's kinds (--kind cpu, fenced) it
+ * trains a step. */
 static void check_bf16_refused(void) {
-  Dpm__ModelSpec *spec =
-      synthetic_spec_tail(CNN_FORWARD, 32, "dag", "", "precision: {compute: bf16}\n");
+  Dpm__ModelSpec *spec = synthetic_spec_tail(
+      "  - {op: FC, in: [data], out: h, dim_out: 16}\n"
+      "  - {op: Sigmoid, in: [h], out: h}\n"
+      "  - {op: FC, in: [h], out: pred, dim_out: 10}\n",
+      32, "dag", "", "precision: {compute: bf16}\n");
   dpm_trainer_options opt = {.devices = 1, .kind = kind, .net_type = -1};
   dpm_trainer *t = NULL;
   dpm_err err = {0};
@@ -966,13 +1113,12 @@ static void check_bf16_refused(void) {
   int ok;
   if (kind == DPM_DEVICE_CUDA) {
     ok = st == DPM_UNSUPPORTED &&
-         strstr(err.msg, "op Conv has no bf16 kernel on device cuda:0");
-    row("bf16 cnn refused", ok, "%s", st ? err.msg : "created: not refused");
+         strstr(err.msg, "op Sigmoid has no bf16 kernel on device cuda:0");
+    row("bf16 refused", ok, "%s", st ? err.msg : "created: not refused");
   } else {
     ok = !st && steps(t, 1);
     if (st) note("create: %s", err.msg);
-    row("bf16 cnn refused", ok, "on %s: created and stepped (the CPU's bf16 path)",
-        kind_name);
+    row("bf16 refused", ok, "on %s: created and stepped (the CPU's bf16 path)", kind_name);
   }
   dpm_trainer_destroy(t);
   dpm_spec_free(spec);
@@ -1169,7 +1315,9 @@ int main(int argc, char **argv) {
     check_bf16_cast(gpu);
     check_bf16_fc(gpu);
     check_bf16_fc_grad(gpu);
-    check_bf16_step();
+    check_bf16_conv(gpu);
+    check_bf16_step("bf16 train step", MLP_FORWARD);
+    check_bf16_step("bf16 cnn step", CNN_FORWARD);
     check_bf16_refused();
     check_deterministic(1);
     if (gpus > 1) check_deterministic(2);

@@ -580,3 +580,39 @@ TEST(cuda_elem_relu_bf16_every_pattern_is_the_cpus) {
   }
   CHECK_INT(bad, 0);
 }
+
+/* The bf16 Conv's bias body (a rounded output plus a bf16 bias, through
+ * Relu, rounded) on every bf16 pattern of y against a permutation of them
+ * as b: the CPU's Add of the widened values, then its Relu, each rounded
+ * to bf16 (what the CPU's low-precision wrapper gives for an Add and a
+ * Relu on bf16 tensors); without a bias, y through Relu alone. */
+TEST(cuda_elem_bias_act_bf16_every_pattern_is_the_cpus) {
+  static float y[NV], b[NV], sum[NV], act[NV];
+  static uint16_t hy[NV], hb[NV];
+  int bad = 0;
+  for (uint32_t base = 0; base < 65536 && bad < 5; base += NV) {
+    int n = 65536 - base < NV ? (int)(65536 - base) : NV;
+    for (int i = 0; i < NV; i++) {
+      uint32_t h = i < n ? base + (uint32_t)i : 0;
+      hy[i] = (uint16_t)h;
+      hb[i] = (uint16_t)((h * 40503u + 7u) & 0xffffu);
+      y[i] = dpm_f32_from_bf16_1(hy[i]);
+      b[i] = dpm_f32_from_bf16_1(hb[i]);
+    }
+    CHECK(cpu_binary("Add", "", y, b, sum));
+    CHECK(cpu_unary("Relu", "", sum, act));
+    for (int i = 0; i < n; i++) {
+      uint16_t s = dpm_bf16_from_f32_1(sum[i]), a = dpm_bf16_from_f32_1(act[i]);
+      uint16_t r = dpm_bf16_from_f32_1(dpm_f32_from_bf16_1(hy[i]) > 0.f
+                                           ? dpm_f32_from_bf16_1(hy[i])
+                                           : 0.f);
+      if (dpm_bias_act_bf16(hy[i], hb[i], 1, 0) != s ||
+          dpm_bias_act_bf16(hy[i], hb[i], 1, 1) != a ||
+          dpm_bias_act_bf16(hy[i], 0, 0, 1) != r) {
+        printf("    y 0x%04x b 0x%04x\n", hy[i], hb[i]);
+        bad++;
+      }
+    }
+  }
+  CHECK_INT(bad, 0);
+}

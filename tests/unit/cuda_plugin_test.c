@@ -81,13 +81,16 @@ TEST(cuda_plugin_has_a_kernel_for_every_op) {
   };
   for (int id = 0; id < count; id++) {
     const dpm_kernel_def *k = be->kernel((dpm_op_id)id);
-    /* bf16 tensors: FC, FCGradient, Relu, ReluGradient and the byte moves
-       take them (Cast converts); every other op is refused at bind on a
-       bf16 net, naming it */
+    /* bf16 tensors: FC, Conv, the pools, Relu, their gradients and the
+       byte moves take them (Cast converts, an optimizer writes a working
+       copy); every other op is refused at bind on a bf16 net, naming it */
     static const int bf16_ops[] = {
-        DPM_OP_FC,      DPM_OP_FC_GRADIENT,      DPM_OP_RELU,    DPM_OP_RELU_GRADIENT,
-        DPM_OP_COPY,    DPM_OP_STOP_GRADIENT,    DPM_OP_FLATTEN, DPM_OP_FLATTEN_GRADIENT,
-        DPM_OP_RESHAPE, DPM_OP_RESHAPE_GRADIENT, DPM_OP_CONCAT,  DPM_OP_CONCAT_GRADIENT};
+        DPM_OP_FC,           DPM_OP_FC_GRADIENT,      DPM_OP_CONV,
+        DPM_OP_CONV_GRADIENT, DPM_OP_MAX_POOL,        DPM_OP_MAX_POOL_GRADIENT,
+        DPM_OP_AVERAGE_POOL, DPM_OP_AVERAGE_POOL_GRADIENT, DPM_OP_RELU,
+        DPM_OP_RELU_GRADIENT, DPM_OP_COPY,            DPM_OP_STOP_GRADIENT,
+        DPM_OP_FLATTEN,      DPM_OP_FLATTEN_GRADIENT, DPM_OP_RESHAPE,
+        DPM_OP_RESHAPE_GRADIENT, DPM_OP_CONCAT,       DPM_OP_CONCAT_GRADIENT};
     int bf16 = 0;
     for (size_t j = 0; j < sizeof bf16_ops / sizeof *bf16_ops; j++)
       bf16 |= id == bf16_ops[j];

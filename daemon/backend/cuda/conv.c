@@ -63,6 +63,7 @@
 
 #include "backend/cuda/algo.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/elementwise_launch.h"
 #include "backend/cuda/reduce_launch.h"
 #include "ops/conv.h"
 
@@ -91,6 +92,8 @@ typedef struct conv_call {
   cuda_dev *dev;
   const dpm_op *op;
   const conv_geom *g;
+  cudnnDataType_t dt; /* of X, W and Y: CUDNN_DATA_FLOAT or CUDNN_DATA_BFLOAT16 */
+  size_t es;          /* their element size */
   int64_t nb;
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
@@ -114,9 +117,24 @@ static size_t conv_scratch(const dpm_node *nd, const dpm_shape *in) {
   return conv_ws_rule(&g);
 }
 
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* After the convolutions, db's partial sums; in bf16 first dY widened (its
+ * n m ho wo floats) and db in f32 (m floats), each 256-aligned. SIZE_MAX
+ * when the sizes overflow (the reservation then fails: out of memory). */
 static size_t conv_grad_scratch(const dpm_node *nd, const dpm_shape *in) {
   conv_geom g = conv_geom_of(nd, &in[0]);
   size_t ws = conv_ws_rule(&g), sum = cuda_chan_sum_scratch(g.n, g.mt, g.ho * g.wo);
+  if (in[2].dtype == DPM_BF16) {
+    size_t dy, db;
+    size_t ny = (size_t)g.n;
+    if (__builtin_mul_overflow(ny, (size_t)(g.mt * g.ho * g.wo), &ny) ||
+        __builtin_mul_overflow(ny, sizeof(float), &dy) ||
+        dy > SIZE_MAX - 512 || __builtin_mul_overflow((size_t)g.mt, sizeof(float), &db) ||
+        db > SIZE_MAX - 512 || __builtin_add_overflow(align256(dy), align256(db), &db) ||
+        __builtin_add_overflow(db, sum, &sum))
+      return SIZE_MAX;
+  }
   return ws > sum ? ws : sum;
 }
 
@@ -139,15 +157,12 @@ static int call_init(conv_call *c, int64_t nb) {
       !CUDNN_OK(dev, cudnnCreateTensorDescriptor(&c->y)) ||
       !CUDNN_OK(dev, cudnnCreateFilterDescriptor(&c->w)) ||
       !CUDNN_OK(dev, cudnnCreateConvolutionDescriptor(&c->conv)) ||
-      !CUDNN_OK(dev,
-                cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                           (int)nb, (int)g->ct, (int)g->h, (int)g->w)) ||
-      !CUDNN_OK(dev, cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                                                (int)nb, (int)g->mt, (int)g->ho,
-                                                (int)g->wo)) ||
-      !CUDNN_OK(dev, cudnnSetFilter4dDescriptor(c->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                                (int)g->mt, (int)g->c, (int)g->k,
-                                                (int)g->k)) ||
+      !CUDNN_OK(dev, cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, c->dt, (int)nb,
+                                                (int)g->ct, (int)g->h, (int)g->w)) ||
+      !CUDNN_OK(dev, cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, c->dt, (int)nb,
+                                                (int)g->mt, (int)g->ho, (int)g->wo)) ||
+      !CUDNN_OK(dev, cudnnSetFilter4dDescriptor(c->w, c->dt, CUDNN_TENSOR_NCHW, (int)g->mt,
+                                                (int)g->c, (int)g->k, (int)g->k)) ||
       !CUDNN_OK(dev, cudnnSetConvolution2dDescriptor(
                          c->conv, (int)g->p, (int)g->p, (int)g->s, (int)g->s, 1, 1,
                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) ||
@@ -164,6 +179,9 @@ static int want_tf32(const conv_call *c) {
 static int want_det(const conv_call *c) {
   return (c->op->ctx->math & DPM_MATH_DETERMINISTIC) != 0;
 }
+/* bf16 data: tensor-core products of bf16 pairs, exact, summed in f32 (no
+ * TF32 rounding applies), so any math type is taken. */
+static int bf16_data(const conv_call *c) { return c->dt == CUDNN_DATA_BFLOAT16; }
 
 /* Whether algorithm algo of direction dir transforms the sums (FFT,
  * Winograd): excluded under DPM_MATH_DIRECT. */
@@ -191,7 +209,7 @@ static int transforms(int dir, int algo) {
 static int acceptable(const conv_call *c, int dir, const conv_perf *p) {
   return p->status == CUDNN_STATUS_SUCCESS && p->memory <= c->limit &&
          (!want_det(c) || p->det == CUDNN_DETERMINISTIC) &&
-         (want_tf32(c) || p->math == CUDNN_FMA_MATH) &&
+         (want_tf32(c) || bf16_data(c) || p->math == CUDNN_FMA_MATH) &&
          (!(c->op->ctx->math & DPM_MATH_DIRECT) || !transforms(dir, p->algo));
 }
 
@@ -288,11 +306,12 @@ static int choose(conv_call *c, int dir, int find, const void *x, const void *w,
                   const void *y, conv_choice *ch) {
   cuda_dev *dev = c->dev;
   const conv_geom *g = c->g;
-  const cudnnMathType_t math = want_tf32(c) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  const cudnnMathType_t math =
+      want_tf32(c) || bf16_data(c) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   if (!CUDNN_OK(dev, cudnnSetConvolutionMathType(c->conv, math))) return 0;
   cuda_algo_key key = {.kind = CUDA_ALGO_CONV_FWD + dir,
                        .v = {c->nb, g->ct, g->h, g->w, g->mt, g->k, g->s, g->p,
-                             (int64_t)c->op->ctx->math, (int64_t)c->limit, g->grp}};
+                             (int64_t)c->op->ctx->math, (int64_t)c->limit, g->grp, c->dt}};
   if (!cuda_algo_get(dev->algos, &key, ch, sizeof *ch)) {
     conv_perf p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT + CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT +
                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -326,6 +345,8 @@ static void call_start(conv_call *c, const dpm_op *op, const conv_geom *g) {
   c->dev = cuda_dev_of(op);
   c->op = op;
   c->g = g;
+  c->dt = op->in[0]->shape.dtype == DPM_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  c->es = c->dt == CUDNN_DATA_BFLOAT16 ? 2 : 4;
   c->ws = op->ctx->scratch;
   c->limit = op->ctx->scratch_bytes < CUDA_CONV_WORKSPACE_LIMIT
                  ? op->ctx->scratch_bytes
@@ -338,17 +359,18 @@ static void conv_run(const dpm_op *op) {
   conv_call c;
   call_start(&c, op, &g);
   cuda_dev *dev = c.dev;
-  const float *x = op->in[0]->data, *w = op->in[1]->data;
-  float *y = op->out[0]->data;
-  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo,
+  const char *x = op->in[0]->data, *w = op->in[1]->data;
+  char *y = op->out[0]->data;
+  /* per image, in bytes */
+  const int64_t xper = g.ct * g.h * g.w * (int64_t)c.es, yper = g.mt * g.ho * g.wo * (int64_t)c.es,
                 step = slice_images(&g);
   const float one = 1.f, zero = 0.f;
   for (int64_t n0 = 0; n0 < g.n; n0 += step) {
     const int64_t nb = g.n - n0 < step ? g.n - n0 : step;
     conv_choice ch;
     if (!call_init(&c, nb)) return;
-    const float *xs = x + n0 * xper;
-    float *ys = y + n0 * yper;
+    const char *xs = x + n0 * xper;
+    char *ys = y + n0 * yper;
     int ok =
         choose(&c, DIR_FWD, 1, xs, w, ys, &ch) &&
         CUDNN_OK(dev, cudnnConvolutionForward(dev->dnn, &one, c.x, xs, c.w, w, c.conv,
@@ -357,8 +379,13 @@ static void conv_run(const dpm_op *op) {
     call_fini(&c);
     if (!ok) return;
   }
-  cuda_bias_act(y, conv_has_bias(op->node) ? op->in[2]->data : NULL, g.n, g.mt,
-                g.ho * g.wo, (op->node->fuse & DPM_FUSE_RELU) != 0, dev->compute);
+  const void *b = conv_has_bias(op->node) ? op->in[2]->data : NULL;
+  const int relu = (op->node->fuse & DPM_FUSE_RELU) != 0;
+  if (bf16_data(&c))
+    dpm_cuda_bias_act_nchw_bf16((uint16_t *)y, b, g.n, g.mt, g.ho * g.wo, relu,
+                                dev->compute);
+  else
+    cuda_bias_act((float *)y, b, g.n, g.mt, g.ho * g.wo, relu, dev->compute);
   CUDA_OK(dev, cudaGetLastError());
 }
 
@@ -367,11 +394,12 @@ static void conv_grad_run(const dpm_op *op) {
   conv_call c;
   call_start(&c, op, &g);
   cuda_dev *dev = c.dev;
-  const float *x = op->in[0]->data, *w = op->in[1]->data, *dy = op->in[2]->data;
-  float *dw = op->out[0] ? op->out[0]->data : NULL;
-  float *db = op->out[1] ? op->out[1]->data : NULL;
-  float *dx = op->out[2] ? op->out[2]->data : NULL;
-  const int64_t xper = g.ct * g.h * g.w, yper = g.mt * g.ho * g.wo,
+  const char *x = op->in[0]->data, *w = op->in[1]->data, *dy = op->in[2]->data;
+  char *dw = op->out[0] ? op->out[0]->data : NULL;
+  void *db = op->out[1] ? op->out[1]->data : NULL;
+  char *dx = op->out[2] ? op->out[2]->data : NULL;
+  /* per image, in bytes */
+  const int64_t xper = g.ct * g.h * g.w * (int64_t)c.es, yper = g.mt * g.ho * g.wo * (int64_t)c.es,
                 step = slice_images(&g);
   const float one = 1.f, zero = 0.f;
   if (dw && g.n == 0)
@@ -380,7 +408,7 @@ static void conv_grad_run(const dpm_op *op) {
     const int64_t nb = g.n - n0 < step ? g.n - n0 : step;
     conv_choice ch;
     if (!call_init(&c, nb)) return;
-    const float *xs = x + n0 * xper, *dys = dy + n0 * yper;
+    const char *xs = x + n0 * xper, *dys = dy + n0 * yper;
     int ok = 1;
     if (dw)
       ok = choose(&c, DIR_BWD_FILTER, n0 == 0, xs, dw, dys, &ch) &&
@@ -389,7 +417,7 @@ static void conv_grad_run(const dpm_op *op) {
                              (cudnnConvolutionBwdFilterAlgo_t)ch.algo, c.ws, ch.ws,
                              n0 ? &one : &zero, c.w, dw));
     if (ok && dx) {
-      float *dxs = dx + n0 * xper;
+      char *dxs = dx + n0 * xper;
       ok = choose(&c, DIR_BWD_DATA, 1, dxs, w, dys, &ch) &&
            CUDNN_OK(dev,
                     cudnnConvolutionBackwardData(dev->dnn, &one, c.w, w, c.y, dys, c.conv,
@@ -399,12 +427,25 @@ static void conv_grad_run(const dpm_op *op) {
     call_fini(&c);
     if (!ok) return;
   }
-  if (db) {
-    cuda_chan_sum(dy, g.n, g.mt, g.ho * g.wo, db, op->ctx->scratch, dev->compute);
+  if (db && !bf16_data(&c)) {
+    cuda_chan_sum((const float *)dy, g.n, g.mt, g.ho * g.wo, db, op->ctx->scratch,
+                  dev->compute);
+    CUDA_OK(dev, cudaGetLastError());
+  } else if (db) { /* scratch: dY in f32, db in f32, the partial sums */
+    const int64_t ny = g.n * g.mt * g.ho * g.wo;
+    char *s = op->ctx->scratch;
+    float *dy32 = (float *)s;
+    float *db32 = (float *)(s + align256((size_t)ny * sizeof(float)));
+    double *part = (double *)((char *)db32 + align256((size_t)g.mt * sizeof(float)));
+    dpm_cuda_cast(DPM_CUDA_T_BF16, DPM_CUDA_T_F32, dy, dy32, ny, dev->compute);
+    cuda_chan_sum(dy32, g.n, g.mt, g.ho * g.wo, db32, part, dev->compute);
+    dpm_cuda_cast(DPM_CUDA_T_F32, DPM_CUDA_T_BF16, db32, db, g.mt, dev->compute);
     CUDA_OK(dev, cudaGetLastError());
   }
 }
 
-const dpm_kernel_def DPM_CUDA_KERNEL(CONV) = {.run = conv_run, .scratch = conv_scratch};
-const dpm_kernel_def DPM_CUDA_KERNEL(CONV_GRADIENT) = {.run = conv_grad_run,
-                                                       .scratch = conv_grad_scratch};
+/* Both also on bf16 tensors (every float tensor of the op bf16). */
+const dpm_kernel_def DPM_CUDA_KERNEL(CONV) = {
+    .run = conv_run, .scratch = conv_scratch, .lowp = DPM_LOWP_BIT(DPM_BF16)};
+const dpm_kernel_def DPM_CUDA_KERNEL(CONV_GRADIENT) = {
+    .run = conv_grad_run, .scratch = conv_grad_scratch, .lowp = DPM_LOWP_BIT(DPM_BF16)};

@@ -149,6 +149,16 @@ DPM_HD static inline uint16_t dpm_relu_grad_bf16(uint16_t y, uint16_t dy) {
   return dpm_to_bf16(dpm_relu_grad(dpm_from_bf16(y), dpm_from_bf16(dy)));
 }
 
+/* A bf16 convolution output y (cuDNN's, rounded) plus the bias b (has_b),
+ * through Relu (relu), rounded again: the CPU rounds the f32 sum once, so
+ * the two differ by at most this second rounding. */
+DPM_HD static inline uint16_t dpm_bias_act_bf16(uint16_t y, uint16_t b, int has_b,
+                                                int relu) {
+  float v = dpm_from_bf16(y);
+  if (has_b) v = dpm_fadd(v, dpm_from_bf16(b));
+  return dpm_to_bf16(relu ? dpm_relu(v) : v);
+}
+
 DPM_HD static inline float dpm_sigmoid(float x) {
   return dpm_fdiv(1.f, dpm_fadd(1.f, expf(-x)));
 }

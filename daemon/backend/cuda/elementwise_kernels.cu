@@ -127,6 +127,12 @@ __global__ void bias_act_bf16_kernel(uint16_t *y, const uint16_t *b, int64_t n, 
   }
 }
 
+__global__ void bias_act_nchw_bf16_kernel(uint16_t *y, const uint16_t *b, int64_t n,
+                                          int64_t c, int64_t inner, int relu) {
+  for (int64_t i = first_index(); i < n; i += stride())
+    y[i] = dpm_bias_act_bf16(y[i], b ? b[(i / inner) % c] : 0, b != nullptr, relu);
+}
+
 } // namespace
 
 extern "C" void dpm_cuda_unary(dpm_cuda_unary_op op, const float *x, float *y, int64_t n,
@@ -174,6 +180,15 @@ extern "C" void dpm_cuda_cast(dpm_cuda_ftype from, dpm_cuda_ftype to, const void
                               void *y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(from, to, x, y, n);
+}
+
+extern "C" void dpm_cuda_bias_act_nchw_bf16(uint16_t *y, const uint16_t *b, int64_t outer,
+                                            int64_t c, int64_t inner, int relu,
+                                            cudaStream_t stream) {
+  const int64_t n = outer * c * inner;
+  if (n <= 0 || (!b && !relu)) return;
+  bias_act_nchw_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, b, n, c, inner,
+                                                                     relu);
 }
 
 extern "C" void dpm_cuda_bias_act_bf16(uint16_t *y, const uint16_t *b, int64_t n,

@@ -62,6 +62,12 @@ void dpm_cuda_cast(dpm_cuda_ftype from, dpm_cuda_ftype to, const void *x, void *
 void dpm_cuda_bias_act_bf16(uint16_t *y, const uint16_t *b, int64_t n, int64_t m,
                             int relu, cudaStream_t stream);
 
+/* y [outer, c, inner] (bf16) += bias b [c] (bf16; NULL: none), through Relu
+ * when relu, in place: elem.h's dpm_bias_act_bf16 per element (the bf16
+ * Conv's bias and fused Relu). */
+void dpm_cuda_bias_act_nchw_bf16(uint16_t *y, const uint16_t *b, int64_t outer, int64_t c,
+                                 int64_t inner, int relu, cudaStream_t stream);
+
 /* y = x[0] + ... + x[n_in - 1] over n elements (1 <= n_in <= 16); y may be
  * any of the x. */
 #define DPM_CUDA_SUM_MAX 16

@@ -29,7 +29,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 
-#define DPM_CUDA_ABI 7
+#define DPM_CUDA_ABI 8
 #define DPM_CUDA_PLUGIN_INIT "dpm_cuda_plugin_init"
 #define DPM_CUDA_PROBE "dpm_cuda_probe"
 

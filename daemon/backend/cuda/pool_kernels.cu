@@ -1,6 +1,8 @@
 /* Pooling kernels (pool_launch.h): one thread per output for the forward
  * ops, one thread per input for the gradients (gathers), grid-stride
- * loops over int64 indices.
+ * loops over int64 indices; each over f32 or bf16 tensors (a template on
+ * the element: bf16 is widened on load and rounded once on store, elem.h,
+ * as the CPU's low-precision wrapper runs the f32 kernel).
  *
  * Each follows the CPU kernel's arithmetic (backend/cpu/pool.c): the max
  * starts at the window's first in-bounds element and takes a later one
@@ -12,7 +14,17 @@
  * CPU's bit for bit (up to the sign of a zero).
  *
  * Threads and errors: launchers queue on the given stream and return. */
+#include "backend/cuda/elem.h"
 #include "backend/cuda/pool_launch.h"
+
+/* An element of a bf16 tensor. */
+struct bf16_t {
+  uint16_t bits;
+};
+__device__ __forceinline__ float ld(const float *p) { return *p; }
+__device__ __forceinline__ float ld(const bf16_t *p) { return dpm_from_bf16(p->bits); }
+__device__ __forceinline__ void st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st(bf16_t *p, float v) { p->bits = dpm_to_bf16(v); }
 
 #define POOL_THREADS 256
 #define POOL_MAX_BLOCKS 65536
@@ -63,32 +75,34 @@ __device__ __forceinline__ pool_cover cover_of(const cuda_pool_geom &g, int64_t 
   return c;
 }
 
-__global__ void max_pool_kernel(cuda_pool_geom g, const float *__restrict__ x,
-                                float *__restrict__ y, int32_t *__restrict__ idx) {
+template <typename T>
+__global__ void max_pool_kernel(cuda_pool_geom g, const T *__restrict__ x,
+                                T *__restrict__ y, int32_t *__restrict__ idx) {
   const int64_t total = g.planes * g.ho * g.wo;
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total;
        o += (int64_t)gridDim.x * blockDim.x) {
     const pool_window w = window_of(g, o);
-    const float *xp = x + w.plane * g.h * g.w;
+    const T *xp = x + w.plane * g.h * g.w;
     int64_t at = w.y0 * g.w + w.x0;
-    float m = xp[at];
+    float m = ld(xp + at);
     for (int64_t iy = w.y0; iy < w.y1; iy++)
       for (int64_t ix = w.x0; ix < w.x1; ix++) {
-        float v = xp[iy * g.w + ix];
+        float v = ld(xp + iy * g.w + ix);
         if (v > m) {
           m = v;
           at = iy * g.w + ix;
         }
       }
-    y[o] = m;
+    st(y + o, m);
     idx[o] = (int32_t)at;
   }
 }
 
-__global__ void max_pool_grad_kernel(cuda_pool_geom g, const float *__restrict__ x,
-                                     const float *__restrict__ dy,
+template <typename T>
+__global__ void max_pool_grad_kernel(cuda_pool_geom g, const T *__restrict__ x,
+                                     const T *__restrict__ dy,
                                      const int32_t *__restrict__ idx,
-                                     float *__restrict__ dx, int relu_mask) {
+                                     T *__restrict__ dx, int relu_mask) {
   const int64_t total = g.planes * g.h * g.w;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -99,33 +113,35 @@ __global__ void max_pool_grad_kernel(cuda_pool_geom g, const float *__restrict__
     for (int64_t oy = c.oy0; oy < c.oy1; oy++)
       for (int64_t ox = c.ox0; ox < c.ox1; ox++) {
         const int64_t o = base + oy * g.wo + ox;
-        if (idx[o] == self) sum += dy[o];
+        if (idx[o] == self) sum += ld(dy + o);
       }
-    dx[i] = relu_mask && !(x[i] > 0.f) ? 0.f : sum;
+    st(dx + i, relu_mask && !(ld(x + i) > 0.f) ? 0.f : sum);
   }
 }
 
-__global__ void avg_pool_kernel(cuda_pool_geom g, const float *__restrict__ x,
-                                float *__restrict__ y) {
+template <typename T>
+__global__ void avg_pool_kernel(cuda_pool_geom g, const T *__restrict__ x,
+                                T *__restrict__ y) {
   const int64_t total = g.planes * g.ho * g.wo;
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total;
        o += (int64_t)gridDim.x * blockDim.x) {
     const pool_window w = window_of(g, o);
-    const float *xp = x + w.plane * g.h * g.w;
+    const T *xp = x + w.plane * g.h * g.w;
     float sum = 0.f;
     for (int64_t iy = w.y0; iy < w.y1; iy++)
-      for (int64_t ix = w.x0; ix < w.x1; ix++) sum += xp[iy * g.w + ix];
-    y[o] = sum / (float)((w.y1 - w.y0) * (w.x1 - w.x0));
+      for (int64_t ix = w.x0; ix < w.x1; ix++) sum += ld(xp + iy * g.w + ix);
+    st(y + o, sum / (float)((w.y1 - w.y0) * (w.x1 - w.x0)));
   }
 }
 
-__global__ void avg_pool_grad_kernel(cuda_pool_geom g, const float *__restrict__ dy,
-                                     float *__restrict__ dx) {
+template <typename T>
+__global__ void avg_pool_grad_kernel(cuda_pool_geom g, const T *__restrict__ dy,
+                                     T *__restrict__ dx) {
   const int64_t total = g.planes * g.h * g.w;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
        i += (int64_t)gridDim.x * blockDim.x) {
     const pool_cover c = cover_of(g, i);
-    const float *dyp = dy + c.plane * g.ho * g.wo;
+    const T *dyp = dy + c.plane * g.ho * g.wo;
     float sum = 0.f;
     for (int64_t oy = c.oy0; oy < c.oy1; oy++) {
       int64_t y0, y1;
@@ -133,10 +149,10 @@ __global__ void avg_pool_grad_kernel(cuda_pool_geom g, const float *__restrict__
       for (int64_t ox = c.ox0; ox < c.ox1; ox++) {
         int64_t x0, x1;
         span(g, ox, g.w, &x0, &x1);
-        sum += dyp[oy * g.wo + ox] / (float)((y1 - y0) * (x1 - x0));
+        sum += ld(dyp + oy * g.wo + ox) / (float)((y1 - y0) * (x1 - x0));
       }
     }
-    dx[i] = sum;
+    st(dx + i, sum);
   }
 }
 
@@ -145,32 +161,55 @@ static unsigned blocks_for(int64_t n) {
   return (unsigned)(b > POOL_MAX_BLOCKS ? POOL_MAX_BLOCKS : b);
 }
 
-extern "C" void cuda_max_pool(const cuda_pool_geom *g, const float *x, float *y,
-                              int32_t *idx, cudaStream_t s) {
+/* Each launcher runs the kernel on bf16_t where bf16, else on float. */
+#define AS(T, p) static_cast<T>(p)
+
+extern "C" void cuda_max_pool(const cuda_pool_geom *g, const void *x, void *y,
+                              int32_t *idx, int bf16, cudaStream_t s) {
   const int64_t n = g->planes * g->ho * g->wo;
   if (n <= 0) return;
-  max_pool_kernel<<<blocks_for(n), POOL_THREADS, 0, s>>>(*g, x, y, idx);
+  if (bf16)
+    max_pool_kernel<bf16_t><<<blocks_for(n), POOL_THREADS, 0, s>>>(
+        *g, AS(const bf16_t *, x), AS(bf16_t *, y), idx);
+  else
+    max_pool_kernel<float><<<blocks_for(n), POOL_THREADS, 0, s>>>(
+        *g, AS(const float *, x), AS(float *, y), idx);
 }
 
-extern "C" void cuda_max_pool_grad(const cuda_pool_geom *g, const float *x,
-                                   const float *dy, const int32_t *idx, float *dx,
-                                   int relu_mask, cudaStream_t s) {
-  const int64_t n = g->planes * g->h * g->w;
-  if (n <= 0) return;
-  max_pool_grad_kernel<<<blocks_for(n), POOL_THREADS, 0, s>>>(*g, x, dy, idx, dx,
-                                                              relu_mask);
-}
-
-extern "C" void cuda_avg_pool(const cuda_pool_geom *g, const float *x, float *y,
-                              cudaStream_t s) {
-  const int64_t n = g->planes * g->ho * g->wo;
-  if (n <= 0) return;
-  avg_pool_kernel<<<blocks_for(n), POOL_THREADS, 0, s>>>(*g, x, y);
-}
-
-extern "C" void cuda_avg_pool_grad(const cuda_pool_geom *g, const float *dy, float *dx,
+extern "C" void cuda_max_pool_grad(const cuda_pool_geom *g, const void *x, const void *dy,
+                                   const int32_t *idx, void *dx, int relu_mask, int bf16,
                                    cudaStream_t s) {
   const int64_t n = g->planes * g->h * g->w;
   if (n <= 0) return;
-  avg_pool_grad_kernel<<<blocks_for(n), POOL_THREADS, 0, s>>>(*g, dy, dx);
+  if (bf16)
+    max_pool_grad_kernel<bf16_t><<<blocks_for(n), POOL_THREADS, 0, s>>>(
+        *g, AS(const bf16_t *, x), AS(const bf16_t *, dy), idx, AS(bf16_t *, dx),
+        relu_mask);
+  else
+    max_pool_grad_kernel<float><<<blocks_for(n), POOL_THREADS, 0, s>>>(
+        *g, AS(const float *, x), AS(const float *, dy), idx, AS(float *, dx), relu_mask);
+}
+
+extern "C" void cuda_avg_pool(const cuda_pool_geom *g, const void *x, void *y, int bf16,
+                              cudaStream_t s) {
+  const int64_t n = g->planes * g->ho * g->wo;
+  if (n <= 0) return;
+  if (bf16)
+    avg_pool_kernel<bf16_t><<<blocks_for(n), POOL_THREADS, 0, s>>>(
+        *g, AS(const bf16_t *, x), AS(bf16_t *, y));
+  else
+    avg_pool_kernel<float><<<blocks_for(n), POOL_THREADS, 0, s>>>(*g, AS(const float *, x),
+                                                                  AS(float *, y));
+}
+
+extern "C" void cuda_avg_pool_grad(const cuda_pool_geom *g, const void *dy, void *dx,
+                                   int bf16, cudaStream_t s) {
+  const int64_t n = g->planes * g->h * g->w;
+  if (n <= 0) return;
+  if (bf16)
+    avg_pool_grad_kernel<bf16_t><<<blocks_for(n), POOL_THREADS, 0, s>>>(
+        *g, AS(const bf16_t *, dy), AS(bf16_t *, dx));
+  else
+    avg_pool_grad_kernel<float><<<blocks_for(n), POOL_THREADS, 0, s>>>(
+        *g, AS(const float *, dy), AS(float *, dx));
 }

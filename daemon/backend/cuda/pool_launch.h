@@ -1,5 +1,6 @@
 /* Pooling kernels of the CUDA plugin (pool_kernels.cu), over NCHW float32
- * seen as `planes` (N*C) planes of h x w, with square windows of side k, stride s
+ * (or bf16 where `bf16`: widened, the f32 arithmetic, each output rounded
+ * once, as the CPU runs them on bf16) seen as `planes` (N*C) planes of h x w, with square windows of side k, stride s
  * and padding p, output planes of ho x wo (ops/pool.h gives the sizes).
  * The semantics are ops/pool.c's: padding never takes part (a max over
  * the in-bounds elements, an average divided by their count), MaxPool's
@@ -27,12 +28,14 @@ typedef struct cuda_pool_geom {
   int64_t planes, h, w, k, s, p, ho, wo;
 } cuda_pool_geom;
 
-void cuda_max_pool(const cuda_pool_geom *g, const float *x, float *y, int32_t *idx,
+void cuda_max_pool(const cuda_pool_geom *g, const void *x, void *y, int32_t *idx,
+                   int bf16, cudaStream_t s);
+void cuda_max_pool_grad(const cuda_pool_geom *g, const void *x, const void *dy,
+                        const int32_t *idx, void *dx, int relu_mask, int bf16,
+                        cudaStream_t s);
+void cuda_avg_pool(const cuda_pool_geom *g, const void *x, void *y, int bf16,
                    cudaStream_t s);
-void cuda_max_pool_grad(const cuda_pool_geom *g, const float *x, const float *dy,
-                        const int32_t *idx, float *dx, int relu_mask, cudaStream_t s);
-void cuda_avg_pool(const cuda_pool_geom *g, const float *x, float *y, cudaStream_t s);
-void cuda_avg_pool_grad(const cuda_pool_geom *g, const float *dy, float *dx,
+void cuda_avg_pool_grad(const cuda_pool_geom *g, const void *dy, void *dx, int bf16,
                         cudaStream_t s);
 
 #ifdef __cplusplus
