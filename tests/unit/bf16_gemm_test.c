@@ -227,17 +227,28 @@ static int run_fc_grad(int native, int with_dx, dpm_tensor *x, dpm_tensor *w,
   return !s;
 }
 
-static int fc_grad_case(int n, int m, int k, int with_dx, worst *dw, worst *dx,
-                        int *db_same) {
+/* FCGradient's bf16 operands X [n, k], W [m, k] and dY [n, m], uniform in
+ * [-1, 1) from seeds of the shape (the caller finis them). */
+static void fc_grad_operands(int n, int m, int k, dpm_tensor *x, dpm_tensor *wt,
+                             dpm_tensor *dy) {
   float *xv = malloc(sizeof(float) * (size_t)n * k),
         *wv = malloc(sizeof(float) * (size_t)m * k),
         *gv = malloc(sizeof(float) * (size_t)n * m);
   fill_uniform(xv, (int64_t)n * k, (uint32_t)(n + 3 * k));
   fill_uniform(wv, (int64_t)m * k, (uint32_t)(m + 5 * k));
   fill_uniform(gv, (int64_t)n * m, (uint32_t)(n * m + 7));
-  dpm_tensor x = bf16_tensor(2, (int64_t[]){n, k}, xv),
-             wt = bf16_tensor(2, (int64_t[]){m, k}, wv),
-             dy = bf16_tensor(2, (int64_t[]){n, m}, gv);
+  *x = bf16_tensor(2, (int64_t[]){n, k}, xv);
+  *wt = bf16_tensor(2, (int64_t[]){m, k}, wv);
+  *dy = bf16_tensor(2, (int64_t[]){n, m}, gv);
+  free(xv);
+  free(wv);
+  free(gv);
+}
+
+static int fc_grad_case(int n, int m, int k, int with_dx, worst *dw, worst *dx,
+                        int *db_same) {
+  dpm_tensor x, wt, dy;
+  fc_grad_operands(n, m, k, &x, &wt, &dy);
   dpm_tensor gf[3], gn[3];
   memset(gf, 0, sizeof gf);
   memset(gn, 0, sizeof gn);
@@ -271,9 +282,6 @@ static int fc_grad_case(int n, int m, int k, int with_dx, worst *dw, worst *dx,
   if (ok && nat && memcmp(gf[1].data, gn[1].data, (size_t)m * 2)) *db_same = 0;
   dpm_tensor *all[] = {&x, &wt, &dy, &gf[0], &gf[1], &gf[2], &gn[0], &gn[1], &gn[2]};
   for (int i = 0; i < 9; i++) dpm_tensor_fini(all[i]);
-  free(xv);
-  free(wv);
-  free(gv);
   return ok;
 }
 
@@ -305,15 +313,8 @@ TEST(fc_gradient_bf16_native_matches_fallback) {
  * must be 0), and db is the same f32 sums in both, bit for bit. */
 static int fc_grad_f32_case(int n, int m, int k, int with_dx, long *outside,
                             int *db_same) {
-  float *xv = malloc(sizeof(float) * (size_t)n * k),
-        *wv = malloc(sizeof(float) * (size_t)m * k),
-        *gv = malloc(sizeof(float) * (size_t)n * m);
-  fill_uniform(xv, (int64_t)n * k, (uint32_t)(n + 3 * k));
-  fill_uniform(wv, (int64_t)m * k, (uint32_t)(m + 5 * k));
-  fill_uniform(gv, (int64_t)n * m, (uint32_t)(n * m + 7));
-  dpm_tensor x = bf16_tensor(2, (int64_t[]){n, k}, xv),
-             wt = bf16_tensor(2, (int64_t[]){m, k}, wv),
-             dy = bf16_tensor(2, (int64_t[]){n, m}, gv);
+  dpm_tensor x, wt, dy;
+  fc_grad_operands(n, m, k, &x, &wt, &dy);
   dpm_tensor g[2][3];
   memset(g, 0, sizeof g);
   int ways = 1 + dpm_bf16_native_allowed(), ok = 1;
@@ -355,9 +356,6 @@ static int fc_grad_f32_case(int n, int m, int k, int with_dx, long *outside,
   dpm_tensor *all[] = {&x, &wt, &dy, &g[0][0], &g[0][1], &g[0][2],
                        &g[1][0], &g[1][1], &g[1][2]};
   for (int i = 0; i < 9; i++) dpm_tensor_fini(all[i]);
-  free(xv);
-  free(wv);
-  free(gv);
   return ok;
 }
 
