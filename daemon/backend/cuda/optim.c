@@ -11,14 +11,13 @@
  * stay on the device, read by the kernels. An update whose output is not
  * its input's tensor (a test) first copies the input there on the stream,
  * as the CPU does, and then updates in place. An op that writes its
- * param's bf16 working copy (DPM_FUSE_WORKING_COPY) has it rounded from the
- * updated param after the batch's launch.
+ * param's bf16 working copy (DPM_FUSE_WORKING_COPY) has the kernel round
+ * the updated param into it in the same pass.
  *
  * Threads: an op runs on its device's worker (cuda.h). Errors: launch
  * failures are the device's sticky error (CUDA_OK). */
 #include "ops/optim.h"
 #include "backend/cuda/cuda.h"
-#include "backend/cuda/elementwise_launch.h"
 #include "backend/cuda/optim_launch.h"
 
 /* Descriptors built per launcher call. */
@@ -34,6 +33,12 @@ static float *updated(cuda_dev *dev, const dpm_op *op, int k, int from) {
   return o;
 }
 
+/* The param's bf16 working copy, the op's last output, where the op writes
+ * one (DPM_FUSE_WORKING_COPY), else NULL: the kernels round into it. */
+static uint16_t *working_copy(const dpm_op *op) {
+  return (op->node->fuse & DPM_FUSE_WORKING_COPY) ? op->out[op->n_out - 1]->data : NULL;
+}
+
 /* ---- SGD ----------------------------------------------------------------- */
 
 static optim_sgd_t sgd_desc(cuda_dev *dev, const dpm_op *op) {
@@ -41,6 +46,7 @@ static optim_sgd_t sgd_desc(cuda_dev *dev, const dpm_op *op) {
       .p = updated(dev, op, 0, 0),
       .g = op->in[1]->data,
       .lr = op->in[2]->data,
+      .wc = working_copy(op),
       .n = cuda_numel(op->in[0]),
       .wd = (float)op->node->arg[SGD_WD].f,
   };
@@ -53,6 +59,7 @@ static optim_momentum_t momentum_desc(cuda_dev *dev, const dpm_op *op) {
       .g = op->in[1]->data,
       .m = updated(dev, op, 1, 2),
       .lr = op->in[3]->data,
+      .wc = working_copy(op),
       .n = cuda_numel(op->in[0]),
       .mu = (float)a[MOM_MU].f,
       .wd = (float)a[MOM_WD].f,
@@ -69,22 +76,13 @@ static optim_adam_t adam_desc(cuda_dev *dev, const dpm_op *op) {
       .m2 = updated(dev, op, 2, 3),
       .lr = op->in[4]->data,
       .iter = op->in[5]->data,
+      .wc = working_copy(op),
       .n = cuda_numel(op->in[0]),
       .b1 = a[ADAM_B1].f,
       .b2 = a[ADAM_B2].f,
       .eps = (float)a[ADAM_EPS].f,
       .wd = (float)a[ADAM_WD].f,
   };
-}
-
-/* The updated param rounded into its bf16 working copy, the op's last
- * output, where the op writes one (DPM_FUSE_WORKING_COPY): the Cast's
- * kernel on the stream, after the update. */
-static void refresh_copy(cuda_dev *dev, const dpm_op *op) {
-  if (!(op->node->fuse & DPM_FUSE_WORKING_COPY)) return;
-  dpm_cuda_cast(DPM_CUDA_T_F32, DPM_CUDA_T_BF16, op->out[0]->data,
-                op->out[op->n_out - 1]->data, cuda_numel(op->in[0]), dev->compute);
-  CUDA_OK(dev, cudaGetLastError());
 }
 
 /* run_many for one descriptor type: ops[0..n) in batches of BATCH; a batch
@@ -98,7 +96,6 @@ static void refresh_copy(cuda_dev *dev, const dpm_op *op) {
       while (i < n && m < BATCH && (m == 0 || ops[i].ctx->dev == ops[i - 1].ctx->dev))   \
         t[m++] = desc_fn(dev, &ops[i++]);                                                \
       CUDA_OK(dev, launch_fn(t, m, dev->compute));                                       \
-      for (int j = i - m; j < i; j++) refresh_copy(dev, &ops[j]);                        \
     }                                                                                    \
   }                                                                                      \
   static void name##_run(const dpm_op *op) { name##_many(op, 1); }

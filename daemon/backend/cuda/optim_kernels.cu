@@ -22,6 +22,7 @@
 // each launch). Threads: any; a stream is used by one thread at a time.
 #include "backend/cuda/optim_launch.h"
 
+#include "backend/cuda/elem.h"
 #include "ops/optim.h"
 
 #include <cuda_runtime.h>
@@ -69,10 +70,17 @@ template <typename D> struct LrBlock {
   __device__ static void prepare(const Desc &d, Block &s) { s.lr = *d.lr; }
 };
 
+// The updated param p_new at i, and its working copy (elem.h's rounding, the
+// Cast's bits) where the descriptor has one.
+template <typename D> __device__ __forceinline__ void store_p(const D &d, int64_t i, float p) {
+  d.p[i] = p;
+  if (d.wc) d.wc[i] = dpm_to_bf16(p);
+}
+
 struct Sgd : LrBlock<optim_sgd_t> {
   __device__ static void update(const Desc &d, const Block &s, int64_t i) {
     float p = d.p[i];
-    d.p[i] = __fsub_rn(p, __fmul_rn(s.lr, __fadd_rn(d.g[i], __fmul_rn(d.wd, p))));
+    store_p(d, i, __fsub_rn(p, __fmul_rn(s.lr, __fadd_rn(d.g[i], __fmul_rn(d.wd, p)))));
   }
 };
 
@@ -83,10 +91,11 @@ struct Momentum : LrBlock<optim_momentum_t> {
                          __fmul_rn(s.lr, __fadd_rn(d.g[i], __fmul_rn(d.wd, p))));
     d.m[i] = mn;
     if (d.nesterov)
-      d.p[i] = __fsub_rn(
-          p, __fsub_rn(__fmul_rn(__fadd_rn(1.f, d.mu), mn), __fmul_rn(d.mu, mi)));
+      store_p(d, i,
+              __fsub_rn(p, __fsub_rn(__fmul_rn(__fadd_rn(1.f, d.mu), mn),
+                                     __fmul_rn(d.mu, mi))));
     else
-      d.p[i] = __fsub_rn(p, mn);
+      store_p(d, i, __fsub_rn(p, mn));
   }
 };
 
@@ -110,8 +119,8 @@ struct Adam {
         __fadd_rn(__fmul_rn(b2, d.m2[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.f, b2), g), g));
     d.m1[i] = m1;
     d.m2[i] = m2;
-    d.p[i] =
-        __fsub_rn(p, __fdiv_rn(__fmul_rn(s.step, m1), __fadd_rn(__fsqrt_rn(m2), d.eps)));
+    store_p(d, i,
+            __fsub_rn(p, __fdiv_rn(__fmul_rn(s.step, m1), __fadd_rn(__fsqrt_rn(m2), d.eps))));
   }
 };
 

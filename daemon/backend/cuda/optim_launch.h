@@ -5,7 +5,8 @@
  *
  * Every update is in place: p, m, m1, m2 are read and written; the
  * learning rate (lr) and Adam's iteration counter (iter) are read on the
- * device. Formulas and rounding are the CPU kernels' (backend/cpu/optim.c),
+ * device. Where wc is not NULL the updated p is also rounded into it, the
+ * param's bf16 working copy (DPM_FUSE_WORKING_COPY), in the same pass. Formulas and rounding are the CPU kernels' (backend/cpu/optim.c),
  * each float operation rounded on its own (no fused multiply-add), so the
  * results match the CPU's bit for bit wherever the CPU does not contract.
  *
@@ -29,6 +30,7 @@ typedef struct {
   float *p;
   const float *g;
   const float *lr; /* f32 scalar on the device */
+  uint16_t *wc;    /* bf16 working copy of p, or NULL */
   int64_t n;
   float wd;
 } optim_sgd_t;
@@ -40,6 +42,7 @@ typedef struct {
   const float *g;
   float *m;
   const float *lr;
+  uint16_t *wc;
   int64_t n;
   float mu, wd;
   int nesterov;
@@ -55,6 +58,7 @@ typedef struct {
   float *m1, *m2;
   const float *lr;
   const int64_t *iter; /* i64 scalar on the device: completed steps */
+  uint16_t *wc;
   int64_t n;
   double b1, b2; /* as the op's arguments; the element updates use them as float */
   float eps, wd;
