@@ -186,12 +186,16 @@ def dpm_chain(dpm, spec, steps, d, tag, names, forced):
 def plan_roundings(dpm, spec, names):
     """c per parameter: bf16 roundings on its gradient's path in the plan,
     relative errors of a product's factors added, 1 per rounding to bf16;
-    exact ops (Relu, MaxPool and their gradients, up-casts) add nothing."""
+    exact ops (Relu, MaxPool and their gradients, up-casts) add nothing.
+    The working copies' Casts (the refresh lines, "r0 Cast ...", which the
+    update's rounding replaces at every step) come first."""
     depth = {}
     exact = {"Relu", "ReluGradient", "MaxPool", "MaxPoolGradient", "Flatten", "Reshape",
              "Copy", "StopGradient"}
-    for line in run([dpm, spec, "--dump-plan"]).splitlines():
-        m = re.match(r"^\d+ (\w+) (.*?) <- ?(.*)$", line)
+    lines = run([dpm, spec, "--dump-plan"]).splitlines()
+    refresh = [l for l in lines if l.startswith("r")]
+    for line in refresh + [l for l in lines if not l.startswith("r")]:
+        m = re.match(r"^r?\d+ (\w+) (.*?) <- ?(.*)$", line)
         if not m:
             continue
         op, outs, ins = m.group(1), m.group(2).split(", "), m.group(3)
