@@ -6,7 +6,8 @@
  * bf16 natively (backend/cpu/fc_bf16.h, AVX512-BF16) and in bf16 through
  * the fallback (widen the bf16 operands, the fp32 product, round the
  * output, as lowp_run.c does). One thread; the three alternate within
- * each round; median µs and the fp32 / native ratio.
+ * each round; median µs and the fp32 / native ratio, and per model the
+ * medians summed (the forwards; all three products of every layer).
  *
  * Steps: the MLP and the CNN examples as they run (2 replicas, cpu:0 and
  * cpu:1), fp32 and with precision.compute bf16 (native kernels, then the
@@ -198,6 +199,9 @@ static void products(int rounds) {
          "fp32/bf16", "GFLOP/s");
   double *t[WAYS];
   for (int w = 0; w < WAYS; w++) t[w] = malloc((size_t)rounds * sizeof(double));
+  /* medians summed per model (0 MLP, 1 CNN): its FC forwards, and all
+   * three products of every FC layer, fp32 and native */
+  double fwd[2][2] = {{0}}, all[2][2] = {{0}};
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
     const shape *s = &shapes[i];
     const int reps = 5;
@@ -218,7 +222,18 @@ static void products(int rounds) {
     if (!s->conv) snprintf(fb, sizeof fb, "%.1f", us[FALLBACK]);
     printf("%-30s %10.1f %10.1f %10s %8.2fx %8.1f\n", s->name, us[FP32], us[NATIVE], fb,
            us[FP32] / us[NATIVE], 2.0 * s->n * s->m * s->k / (us[NATIVE] * 1e3));
+    if (s->conv) continue;
+    int model = strncmp(s->name, "MLP", 3) != 0;
+    for (int w = 0; w < 2; w++) {
+      all[model][w] += us[w == 0 ? FP32 : NATIVE];
+      if (s->p == DPM_FC_BF16_FORWARD) fwd[model][w] += us[w == 0 ? FP32 : NATIVE];
+    }
   }
+  for (int model = 0; model < 2; model++)
+    printf("%s FC products summed: forwards %.1f against %.1f µs, %.2fx; all three "
+           "products %.1f against %.1f µs, %.2fx\n",
+           model ? "CNN" : "MLP", fwd[model][0], fwd[model][1], fwd[model][0] / fwd[model][1],
+           all[model][0], all[model][1], all[model][0] / all[model][1]);
   for (int w = 0; w < WAYS; w++) free(t[w]);
   for (int i = 0; i < 8; i++) dpm_free(*fs[i]);
   for (int i = 0; i < 5; i++) dpm_free(*hs[i]);

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/fc_bf16.h"
 #include "backend/cpu/gemm_bf16.h"
 #include "common/spec.h"
 #include "engine/lowp.h"
@@ -174,11 +175,13 @@ static int fc_case(int n, int m, int k, int relu, worst *w) {
 }
 
 /* Shapes (n, m, k): below, at and past the tiles' 6 rows, 16-column
- * vectors, 64-column panels and pairs of k; both orientations of the
- * forward (m > n packs X, else W). */
-static const int shapes[][3] = {{1, 1, 1},     {3, 5, 7},     {6, 16, 2},
-                                {7, 17, 33},   {13, 64, 31},  {25, 70, 129},
-                                {64, 10, 128}, {64, 256, 97}, {50, 130, 200}};
+ * vectors, 64-column panels and pairs of k; the forward's dot tiles (4 x 6,
+ * 32 values of k a step) up to DPM_BF16_NT_KMAX, and past it both
+ * orientations of its dpm_bf16_gemm (m > n packs X, else W). */
+static const int shapes[][3] = {{1, 1, 1},      {3, 5, 7},       {6, 16, 2},
+                                {7, 17, 33},    {13, 64, 31},    {25, 70, 129},
+                                {64, 10, 128},  {64, 256, 97},   {50, 130, 200},
+                                {5, 7, 2048},   {9, 13, 2049},   {13, 7, 2081}};
 #define N_SHAPES (int)(sizeof shapes / sizeof *shapes)
 
 static void report(const char *what, const worst *w) {
@@ -203,6 +206,39 @@ TEST(fc_bf16_native_matches_fallback) {
   if (!nat) return;
   CHECK_INT(w[1].outside, 0);
   CHECK_IMPLIED(w[1].vs_other);
+}
+
+/* A row of Y has the same bits whatever the batch around it: FC's forward
+ * over 9 rows against each row alone, for the dot tiles (k = 100) and for
+ * dpm_bf16_gemm past their k (2100: W packed for the 9 rows, X for one). */
+TEST(fc_bf16_forward_row_bits_independent_of_batch) {
+  if (!native_ok()) return;
+  const int n = 9, ks[] = {100, 2100}, ms[] = {11, 5};
+  for (int c = 0; c < 2; c++) {
+    const int k = ks[c], m = ms[c];
+    float *f = malloc(sizeof(float) * (size_t)(n + m + 1) * k);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(n + m + 1) * k), *w = x + n * k,
+             *b = w + m * k, *all = malloc(sizeof(uint16_t) * n * m),
+             *one = malloc(sizeof(uint16_t) * m);
+    fill_uniform(f, (int64_t)(n + m + 1) * k, (uint32_t)k);
+    dpm_bf16_from_f32(x, f, (size_t)(n + m + 1) * k);
+    size_t sb = dpm_fc_bf16_scratch(n, m, k, DPM_FC_BF16_FORWARD),
+           s1 = dpm_fc_bf16_scratch(1, m, k, DPM_FC_BF16_FORWARD);
+    void *scratch = aligned_alloc(64, ((sb > s1 ? sb : s1) + 64) / 64 * 64);
+    dpm_fc_bf16_forward(n, m, k, x, w, b, 1, all, scratch);
+    long differ = 0;
+    for (int i = 0; i < n; i++) {
+      dpm_fc_bf16_forward(1, m, k, x + i * k, w, b, 1, one, scratch);
+      differ += memcmp(one, all + i * m, sizeof(uint16_t) * m) != 0;
+    }
+    printf("    k %d: %ld of %d rows differ alone\n", k, differ, n);
+    CHECK_INT(differ, 0);
+    free(scratch);
+    free(f);
+    free(x);
+    free(all);
+    free(one);
+  }
 }
 
 /* FCGradient with the native kernels on or off: dW, db and (with_dx) dX. */

@@ -8,9 +8,11 @@
 #include "engine/lowp.h"
 #include "engine/op.h"
 
-/* The forward computes Y^T = W X^T (rows W's, packing X) when W has more
- * rows than X, else Y = X W^T (packing W): B, the operand packed, is the
- * smaller. Y is stored as it lies either way. */
+/* The forward runs dot tiles (dpm_bf16_gemm_nt: no packing) up to its k;
+ * past it, a dpm_bf16_gemm that computes Y^T = W X^T (rows W's, packing X)
+ * when W has more rows than X, else Y = X W^T (packing W): B, the operand
+ * packed, is the smaller. Y is stored as it lies either way. */
+static int fc_dot(int k) { return k <= DPM_BF16_NT_KMAX; }
 static int fc_transposed(int n, int m) { return m > n; }
 
 static int all_bf16(const dpm_shape *s, const char *const *names, int k) {
@@ -50,6 +52,7 @@ size_t dpm_cpu_fc_bf16_scratch(const dpm_node *n, const dpm_shape *in,
 size_t dpm_fc_bf16_scratch(int n, int m, int k, dpm_fc_bf16_product p) {
   switch (p) {
   case DPM_FC_BF16_FORWARD:
+    if (fc_dot(k)) return 0;
     return fc_transposed(n, m) ? dpm_bf16_gemm_scratch(m, n, k, 1)
                                : dpm_bf16_gemm_scratch(n, m, k, 1);
   case DPM_FC_BF16_DW:
@@ -61,6 +64,12 @@ size_t dpm_fc_bf16_scratch(int n, int m, int k, dpm_fc_bf16_product p) {
 
 void dpm_fc_bf16_forward(int n, int m, int k, const uint16_t *x, const uint16_t *w,
                          const uint16_t *b, int relu, uint16_t *y, void *scratch) {
+  if (fc_dot(k)) {
+    dpm_bf16_nt_args d = {.n = n, .m = m, .k = k, .x = x, .ldx = k, .w = w, .ldw = k};
+    d.bias = b, d.relu = relu, d.y = y, d.ldy = m;
+    dpm_bf16_gemm_nt(&d);
+    return;
+  }
   dpm_bf16_gemm_args a;
   if (fc_transposed(n, m)) /* Y^T[j][i] = sum_k W[j][k] X[i][k] */
     a = (dpm_bf16_gemm_args){.rows = m,

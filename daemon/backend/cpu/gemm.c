@@ -42,6 +42,8 @@ static void outer_blas(int rows, int cols, int inner, const float *a, int64_t ar
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "backend/cpu/dot_reduce.h"
+
 #define AVX512 __attribute__((target("avx512f"), always_inline)) static inline
 #define UNROLL _Pragma("GCC unroll 8")
 #define AVX512_FN __attribute__((target("avx512f"))) static
@@ -60,38 +62,7 @@ static inline __mmask16 lanes(int c, int cols) {
  * stay in L1 while every row tile of X streams past them from L2. */
 #define NT_KC 1024
 
-/* acc[0..3][j] (16 partial sums each) -> q whose 128-bit lane i holds four
- * partials of acc[i][j]. */
-AVX512 __m512 nt_gather(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  __m512 p01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44),
-                             _mm512_shuffle_f32x4(a0, a1, 0xEE));
-  __m512 p23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44),
-                             _mm512_shuffle_f32x4(a2, a3, 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(p01, p23, 0x88),
-                       _mm512_shuffle_f32x4(p01, p23, 0xDD));
-}
-
-/* Totals of acc[i][j]: lane i of out[0] holds j = 0..3, elements 0 and 1 of
- * lane i of out[1] hold j = 4, 5. */
-AVX512 void nt_reduce(__m512 acc[4][6], __m512 out[2]) {
-  __m512 q[6];
-  UNROLL
-  for (int j = 0; j < 6; j++)
-    q[j] = nt_gather(acc[0][j], acc[1][j], acc[2][j], acc[3][j]);
-  __m512 u[3]; /* per lane: [q2h 0+2, q2h+1 0+2, q2h 1+3, q2h+1 1+3] */
-  UNROLL
-  for (int h = 0; h < 3; h++)
-    u[h] = _mm512_add_ps(_mm512_unpacklo_ps(q[2 * h], q[2 * h + 1]),
-                         _mm512_unpackhi_ps(q[2 * h], q[2 * h + 1]));
-  __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]));
-  __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]));
-  out[0] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
-  /* for q4, q5: add the upper pair of each lane to the lower */
-  __m512d swapped = _mm512_permute_pd(_mm512_castps_pd(u[2]), 0x55);
-  out[1] = _mm512_add_ps(u[2], _mm512_castpd_ps(swapped));
-}
-
-/* Sums over k in [k0, k1) of rows xr[0..3] and wr[0..5], left as nt_reduce
+/* Sums over k in [k0, k1) of rows xr[0..3] and wr[0..5], left as dot_reduce
  * leaves them. */
 AVX512 void nt_tile(const float *xr[4], const float *wr[6], int k0, int k1,
                     __m512 out[2]) {
@@ -124,7 +95,7 @@ AVX512 void nt_tile(const float *xr[4], const float *wr[6], int k0, int k1,
       for (int i = 0; i < 4; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
     }
   }
-  nt_reduce(acc, out);
+  dot_reduce(acc, out);
 }
 
 AVX512_FN void nt_avx512(const dpm_gemm_nt_args *a) {

@@ -64,6 +64,29 @@ void dpm_bf16_gemm(const dpm_bf16_gemm_args *a, void *scratch);
 void dpm_bf16_gemm_pack(const dpm_bf16_gemm_args *a, void *scratch);
 void dpm_bf16_gemm_rows(const dpm_bf16_gemm_args *a, const void *scratch, int r0, int r1);
 
+/* FC's forward with both operands read where they lie, no scratch:
+ * Y[i][j] = bf16(relu?(b[j] + sum_s X[i][s] W[j][s])) for i < n, j < m,
+ * s < k (b may be NULL). Dot tiles of 4 rows of X against 6 rows of W (5
+ * where that leaves none idle) sum 32 values of s a step into 16 f32
+ * lanes each (vdpbf16ps's pairs), then fold the lanes in a fixed tree
+ * (dot_reduce.h): the bits depend only on k, not on n, m or where a row
+ * falls in a tile. The rows of W stay in L1 while X streams past them, for
+ * k up to DPM_BF16_NT_KMAX; larger k is dpm_bf16_gemm's. Same rules as
+ * dpm_bf16_gemm otherwise. */
+#define DPM_BF16_NT_KMAX 2048
+typedef struct dpm_bf16_nt_args {
+  int n, m, k;
+  const uint16_t *x; /* X[i][s] = x[i * ldx + s] */
+  int64_t ldx;
+  const uint16_t *w; /* W[j][s] = w[j * ldw + s] */
+  int64_t ldw;
+  const uint16_t *bias;
+  int relu;
+  uint16_t *y; /* Y[i][j] = y[i * ldy + j] */
+  int64_t ldy;
+} dpm_bf16_nt_args;
+void dpm_bf16_gemm_nt(const dpm_bf16_nt_args *a);
+
 /* Whether the native kernels run now; whether they may run at all (the
  * CPU and DPM_CPU_KERNELS, checked at load); switching (to on only where
  * allowed). */
