@@ -1,6 +1,7 @@
 #!/bin/sh
 # A virtualenv with PyTorch and torchvision (CPU builds) in build/torch-venv,
-# for the comparisons that run PyTorch (bench/resnet20_torch.py; bench/decode
+# for the comparisons that run PyTorch (bench/resnet20_torch.py,
+# bench/bf16_torch.py, bench/clip_torch.py; bench/decode
 # --pil build/torch-venv/bin/python adds torchvision's DataLoader rows). No
 # test or make target uses it. The README's figures were taken with torch
 # 2.15.0 and torchvision 0.29.2 on this project's 2-vCPU VM.

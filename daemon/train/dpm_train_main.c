@@ -12,7 +12,10 @@
  * the last with --eval-every N; the others report no accuracy: null in
  * JSON, n/a in text). With --json it prints
  * one JSON object per line: per epoch {"epoch","steps","loss",
- * "test_accuracy","images_per_s"}, last a summary {"images_per_s",
+ * "test_accuracy","images_per_s","grad_norm"} (grad_norm: the epoch's last
+ * update's global gradient norm, before clipping, where the update is
+ * gathered: accumulate_steps > 1, clip_grad_norm or a loss scale; else
+ * null), last a summary {"images_per_s",
  * "step_ms_median","input_wait_pct","test_accuracy","peak_rss_mb"} (and
  * "skipped_samples" for an image reader; input_wait_pct: the share of the
  * steps' time spent waiting for a batch). An epoch cut short by
@@ -347,7 +350,7 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
   pr.next = dpm_mono_s() + (pr.tty ? REDRAW_S : PROGRESS_EVERY_S);
   for (int64_t e = 0; e < epochs && !s; e++) {
     int64_t steps = total - done < per_epoch ? total - done : per_epoch;
-    double loss_sum = 0, epoch_ms = 0, eval_loss;
+    double loss_sum = 0, epoch_ms = 0, eval_loss, norm = NAN;
     for (int64_t i = 0; i < steps && !s; i++, done++) {
       dpm_step_stats st;
       if ((s = dpm_trainer_step(t, 1, &st, err))) break;
@@ -356,6 +359,7 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
       wait_ms += st.input_ms;
       skipped = st.samples_skipped;
       loss_sum += st.loss;
+      norm = st.grad_norm;
       if (!quiet) progress_show(&pr, e + 1, i + 1, steps, loss_sum / (double)(i + 1));
     }
     if (!quiet) progress_end(&pr);
@@ -367,16 +371,17 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
     s = DPM_OK;
     train_ms += epoch_ms;
     double ips = steps * images / (epoch_ms / 1e3);
-    char a[32], l[32], part[64] = "";
+    char a[32], l[32], g[32] = "null", part[64] = "";
+    if (isfinite(norm)) snprintf(g, sizeof g, "%.9g", norm);
     if (quiet) continue;
     if (steps < per_epoch)
       snprintf(part, sizeof part, " (%lld of %lld steps)", (long long)steps,
                (long long)per_epoch);
     if (o->json)
       printf("{\"epoch\":%lld,\"steps\":%lld,\"loss\":%s,\"test_accuracy\":%s,"
-             "\"images_per_s\":%.0f}\n",
+             "\"images_per_s\":%.0f,\"grad_norm\":%s}\n",
              (long long)e + 1, (long long)steps, num(l, sizeof l, loss_sum / steps, 6, 1),
-             num(a, sizeof a, acc, 4, 1), ips);
+             num(a, sizeof a, acc, 4, 1), ips, g);
     else
       printf("epoch %lld%s  loss %s  test accuracy %s  %.0f images/s\n", (long long)e + 1,
              part, num(l, sizeof l, loss_sum / steps, 6, 0), num(a, sizeof a, acc, 4, 0),

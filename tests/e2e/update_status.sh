@@ -3,7 +3,8 @@
 # skipped_steps; metrics export them (skipped steps as a counter); the
 # loss scale grows after growth_interval clean updates, up to 2^127 (no
 # doubling to an fp32 overflow); a checkpoint loaded back restores the
-# scale and its counter; a spec mistake names file:line.
+# scale and its counter; a spec mistake names file:line; dpm-train --json
+# prints the norm (null on the plain path).
 # Usage: sh tests/e2e/update_status.sh (from the repo root; DPMD picks the
 # daemon binary, default build/asan-bin/dpmd).
 . tests/e2e_lib.sh
@@ -74,4 +75,12 @@ out=$(refused 1 SPEC submit "$T/bad.yaml" --name bad --devices cpu:0)
 mentions "bad.yaml:9:" "$out"
 stop_dpmd
 sanitizers_quiet "$T/dpmd.log"
+# dpm-train --json: each epoch line carries its last update's norm, null
+# on the plain path (no accumulation, clipping or loss scale)
+j=$(build/dpm-train "$T/u.yaml" --iters 3 --json 2>/dev/null | head -1)
+g=$(json_field "$j" grad_norm)
+at_least "$g" 0.000001 || die "dpm-train grad_norm '$g': $j"
+j=$(build/dpm-train examples/fmnist_mlp.yaml --iters 1 --json 2>/dev/null | head -1)
+case $j in *'"grad_norm":null}') ;; *) die "plain path, not a null grad_norm: $j" ;; esac
+echo "  dpm-train: grad_norm $g, null on the plain path"
 echo "update_status: ok"

@@ -160,9 +160,10 @@ static void accumulate_like_big_batch(int devices) {
   printf("    %d replica(s): 4x16 against 1x64 after 20 updates: %.3g relative\n",
          devices, d);
   /* fp32 summation order (one 64-row product against four 16-row ones)
-     gives 5.9e-7 with OpenBLAS's Zen and Haswell kernels and 1.11e-6 with
-     its Sandybridge ones; 4e-6 keeps 3.6x over the worst, and a broken
-     accumulation ends 1e-3 away (below) */
+     gives 9.3e-7 (1 replica) and 3.9e-7 (2) with OpenBLAS's Zen and
+     Haswell kernels and 1.03e-6 and 6.2e-7 with its Sandybridge ones; 4e-6
+     keeps 3.9x over the worst, and a broken accumulation ends 1e-3 away
+     (below) */
   CHECK_WITHIN(d, 4e-6);
   /* the test can tell: 20 updates of 16 end elsewhere */
   CHECK(rel_diff(&v[2], &v[0]) > 1e-3);
