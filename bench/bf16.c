@@ -224,9 +224,10 @@ static void products(int rounds) {
            us[FP32] / us[NATIVE], 2.0 * s->n * s->m * s->k / (us[NATIVE] * 1e3));
     if (s->conv) continue;
     int model = strncmp(s->name, "MLP", 3) != 0;
+    const int way[2] = {FP32, NATIVE};
     for (int w = 0; w < 2; w++) {
-      all[model][w] += us[w == 0 ? FP32 : NATIVE];
-      if (s->p == DPM_FC_BF16_FORWARD) fwd[model][w] += us[w == 0 ? FP32 : NATIVE];
+      all[model][w] += us[way[w]];
+      if (s->p == DPM_FC_BF16_FORWARD) fwd[model][w] += us[way[w]];
     }
   }
   for (int model = 0; model < 2; model++)

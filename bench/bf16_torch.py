@@ -354,7 +354,8 @@ def compare(name, model_cls, a, d):
     assert sorted(init) == names, (sorted(init), names)
 
     n_img = batch * a.steps
-    x = torch.from_numpy(idx(images, max(n_img, 128 * (a.time_steps + 2))).astype(np.float32)
+    time_steps = a.time_steps or {"mlp": 200, "cnn": 20}[name]
+    x = torch.from_numpy(idx(images, max(n_img, 128 * (time_steps + 2))).astype(np.float32)
                          * np.float32(scale))
     y = torch.from_numpy(idx(labels, x.shape[0]).astype(np.int64))
 
@@ -472,21 +473,21 @@ def compare(name, model_cls, a, d):
         tb = 64 * threads
         devs = ",".join("cpu:%d" % i for i in range(threads))
         torch.set_num_threads(threads)
-        tx, ty = x[:tb * (a.time_steps + 2)], y[:tb * (a.time_steps + 2)]
+        tx, ty = x[:tb * (time_steps + 2)], y[:tb * (time_steps + 2)]
         t = {k: [] for k in ("dpm fp32", "dpm bf16", "torch fp32", "torch autocast")}
         for r in range(a.time_rounds):
-            t["dpm fp32"].append(time_dpm(a.dpm, tspec % "fp32", devs, a.time_steps))
-            t["dpm bf16"].append(time_dpm(a.dpm, tspec % "bf16", devs, a.time_steps))
+            t["dpm fp32"].append(time_dpm(a.dpm, tspec % "fp32", devs, time_steps))
+            t["dpm bf16"].append(time_dpm(a.dpm, tspec % "bf16", devs, time_steps))
             for bf16, k in ((False, "torch fp32"), (True, "torch autocast")):
                 m = model_cls()
                 m.load_state_dict({k: torch.from_numpy(init[v]) for k, v in dpm_names(m).items()})
-                t[k].append(time_torch(m, tx, ty, tb, a.time_steps, bf16))
+                t[k].append(time_torch(m, tx, ty, tb, time_steps, bf16))
         torch.set_num_threads(1)
         med = {k: statistics.median(v) for k, v in t.items()}
         print("step time, batch %d on %d thread%s (dpm: %d replica%s x 64, one thread each; "
               "torch: set_num_threads(%d)), medians of %d alternating rounds of %d steps, ms: %s"
               % (tb, threads, "s" if threads > 1 else "", threads, "s" if threads > 1 else "",
-                 threads, a.time_rounds, a.time_steps,
+                 threads, a.time_rounds, time_steps,
                  ", ".join("%s %.2f [%s]" % (k, med[k], " ".join("%.2f" % v for v in t[k]))
                            for k in t)))
         print("  bf16 / fp32 time: dpm %.2f, torch %.2f; dpm bf16 / torch autocast %.2f; "
@@ -495,6 +496,25 @@ def compare(name, model_cls, a, d):
                                               med["dpm bf16"] / med["torch autocast"],
                                               med["dpm fp32"] / med["torch fp32"]), flush=True)
     return ok
+
+
+MODELS = {"mlp": MLP, "cnn": CNN}
+
+
+def each_model(a, prefix, compare):
+    """compare(name, model class, a, directory) for each of a.models, in a
+    temporary directory (a.keep: that one, kept); the exit status: 1 if
+    one of them returned false."""
+    d = a.keep or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(d, exist_ok=True)
+    ok = True
+    try:
+        for name in a.models.split(","):
+            ok = compare(name, MODELS[name], a, d) and ok
+    finally:
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    return 0 if ok else 1
 
 
 def main():
@@ -512,18 +532,7 @@ def main():
           "bf16 on this CPU: %s" % (torch.__version__, torch.get_num_threads(),
                                     torch.backends.cpu.get_cpu_capability(),
                                     "avx512_bf16" in open("/proc/cpuinfo").read()))
-    time_steps = a.time_steps
-    d = a.keep or tempfile.mkdtemp(prefix="bf16_torch.")
-    os.makedirs(d, exist_ok=True)
-    ok = True
-    try:
-        for name in a.models.split(","):
-            a.time_steps = time_steps or {"mlp": 200, "cnn": 20}[name]
-            ok = compare(name, {"mlp": MLP, "cnn": CNN}[name], a, d) and ok
-    finally:
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
-    sys.exit(0 if ok else 1)
+    sys.exit(each_model(a, "bf16_torch.", compare))
 
 
 if __name__ == "__main__":

@@ -36,16 +36,14 @@ rebuilt with the coefficient the formula gives for dpm's reported norm."""
 import argparse
 import os
 import re
-import shutil
 import sys
-import tempfile
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bf16_torch import (CNN, MLP, ROOT, dpm_names, idx, json_lines, lr_at,  # noqa: E402
+from bf16_torch import (ROOT, dpm_names, each_model, idx, json_lines, lr_at,  # noqa: E402
                         read_ckpt, run, spec_input, spec_text, update_params, without_eval)
 
 TOL = 1e-6
@@ -168,16 +166,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     print("torch %s, fp32, 1 thread" % torch.__version__)
-    d = a.keep or tempfile.mkdtemp(prefix="clip_torch.")
-    os.makedirs(d, exist_ok=True)
-    ok = True
-    try:
-        for name in a.models.split(","):
-            ok = compare(name, {"mlp": MLP, "cnn": CNN}[name], a, d) and ok
-    finally:
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
-    sys.exit(0 if ok else 1)
+    sys.exit(each_model(a, "clip_torch.", compare))
 
 
 if __name__ == "__main__":

@@ -372,8 +372,8 @@ static dpm_status train(dpm_trainer *t, const options *o, int shards, int quiet,
     train_ms += epoch_ms;
     double ips = steps * images / (epoch_ms / 1e3);
     char a[32], l[32], g[32] = "null", part[64] = "";
-    if (isfinite(norm)) snprintf(g, sizeof g, "%.9g", norm);
     if (quiet) continue;
+    if (isfinite(norm)) snprintf(g, sizeof g, "%.9g", norm);
     if (steps < per_epoch)
       snprintf(part, sizeof part, " (%lld of %lld steps)", (long long)steps,
                (long long)per_epoch);

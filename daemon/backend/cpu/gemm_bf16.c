@@ -3,6 +3,7 @@
 
 #include "engine/lowp.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,19 +91,6 @@ static void pack_b_any(const dpm_bf16_gemm_args *a, uint16_t *dst) {
   }
 }
 
-/* A(r, s) pair-major, for any strides: dst[p * 2 ra + 2 r + t] = A(r, 2p +
- * t), ra = round16(rows); zero past inner and past rows. */
-static void pack_a_any(const dpm_bf16_gemm_args *a, uint16_t *dst) {
-  const int pairs = (a->inner + 1) / 2, ra = (int)round16(a->rows);
-  for (int p = 0; p < pairs; p++)
-    for (int r = 0; r < ra; r++)
-      for (int t = 0; t < 2; t++) {
-        int s = 2 * p + t;
-        dst[(size_t)p * 2 * ra + 2 * r + t] =
-            s < a->inner && r < a->rows ? a->a[r * a->ars + s * a->ass] : 0;
-      }
-}
-
 /* ---- tiles ---------------------------------------------------------------- */
 
 #include <immintrin.h>
@@ -142,8 +130,10 @@ TARGET static void pack_b_rows(const dpm_bf16_gemm_args *a, uint16_t *dst) {
   }
 }
 
-/* pack_a_any where A's columns run along r (ars == 1): A's values 2p and
- * 2p + 1 of every row interleaved, each read once, in order. */
+/* A(r, s) pair-major, where A's columns run along r (ass != 1, so ars ==
+ * 1): dst[p * 2 ra + 2 r + t] = A(r, 2p + t), ra = round16(rows), zero past
+ * inner and past rows; A's values 2p and 2p + 1 of every row interleaved,
+ * each read once, in order. */
 TARGET static void pack_a_cols(const dpm_bf16_gemm_args *a, uint16_t *dst) {
   const int pairs = (a->inner + 1) / 2, ra = (int)round16(a->rows);
   for (int p = 0; p < pairs; p++) {
@@ -358,7 +348,7 @@ TARGET static void pack_native(const dpm_bf16_gemm_args *a, void *scratch) {
     pack_b_pairs(a, scratch);
   else
     pack_b_any(a, scratch);
-  if (a->ass != 1) (a->ars == 1 ? pack_a_cols : pack_a_any)(a, a_pack(a, scratch));
+  if (a->ass != 1) pack_a_cols(a, a_pack(a, scratch));
 }
 
 /* Rows [lo, hi) of O from the operands pack_native packed. */
@@ -429,6 +419,7 @@ uint64_t dpm_bf16_native_products(void) {
 
 void dpm_bf16_gemm_pack(const dpm_bf16_gemm_args *a, void *scratch) {
   if (a->rows <= 0 || a->cols <= 0) return;
+  assert(a->ass == 1 || a->ars == 1);
 #if HAVE_NATIVE
   if (native_allowed) pack_native(a, scratch);
 #else

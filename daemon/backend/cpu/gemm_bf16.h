@@ -33,7 +33,7 @@
 
 typedef struct dpm_bf16_gemm_args {
   int rows, cols, inner;
-  const uint16_t *a; /* A(r, s) = a[r * ars + s * ass] */
+  const uint16_t *a; /* A(r, s) = a[r * ars + s * ass]; ars or ass is 1 */
   int64_t ars, ass;
   const uint16_t *b; /* B(s, c) = b[s * bss + c * bcs] */
   int64_t bss, bcs;
